@@ -1,0 +1,119 @@
+"""perfwatch: profile TensorFlow models and gate their step time.
+
+pull-model-version → env-fingerprint → warm-up → profiled run → parse → baseline-compare → archive
+
+Nightly (cron, no catchup) it profiles every model in the YAML config (``PERFWATCH_CONFIG``);
+a manual trigger profiles one model version given as Params (a release gate when
+``trigger`` is ``release``). Each stage is mapped over the cases, so one DAG run can profile
+several models. The stages live in ``tasks.pipeline``; nothing heavy is imported here, so
+parsing this file never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time per worker slot: timings need a quiet host
+
+
+@dag(
+    dag_id="perfwatch_profile",
+    schedule="0 2 * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["perfwatch", "profiling"],
+    default_args={"retries": 0},
+    params={
+        "model": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+                       description="Model name in the store; empty profiles every model of the config."),
+        "version": Param("latest", type="string", pattern=r"^(latest|[0-9]+)$",
+                         description="Integer version directory, or 'latest'."),
+        "batch_size": Param(16, type="integer", minimum=1, maximum=65536),
+        "measured_steps": Param(50, type="integer", minimum=5, maximum=100000,
+                                description="Steps timed with the profiler off."),
+        "trigger": Param("manual", type="string", enum=["manual", "release"],
+                         description="'release' marks a release-gate run."),
+    },
+    doc_md=__doc__,
+)
+def perfwatch_profile():
+    @task
+    def plan() -> list[dict]:
+        """Resolve the cases of this DAG run (Params, or the YAML config when no model is given)."""
+        from tasks.pipeline import plan_cases
+
+        ctx = get_current_context()
+        dag_run = ctx["dag_run"]
+        scheduled = str(dag_run.run_type).endswith("scheduled")
+        trigger = "scheduled" if scheduled else ctx["params"].get("trigger", "manual")
+        return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]))
+
+    @task
+    def pull_model_version(bundle: dict) -> dict:
+        """Resolve the model version in the store, copy it to the work dir, sha256 it."""
+        from tasks.pipeline import pull
+
+        return pull(bundle)
+
+    @task
+    def env_fingerprint(bundle: dict) -> dict:
+        """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
+        from tasks.pipeline import fingerprint
+
+        return fingerprint(bundle)
+
+    @task
+    def warm_up(bundle: dict) -> dict:
+        """Fresh process: train until step time is steady; cold first step recorded."""
+        from tasks.pipeline import warmup
+
+        return warmup(bundle)
+
+    @task(pool=PROFILE_POOL)
+    def profiled_run(bundle: dict) -> dict:
+        """Fresh process: measured steps with the profiler off, then a profiled window."""
+        from tasks.pipeline import profile
+
+        return profile(bundle)
+
+    @task
+    def parse(bundle: dict) -> dict:
+        """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
+        from tasks.pipeline import parse as parse_stage
+
+        return parse_stage(bundle)
+
+    @task
+    def baseline_compare(bundle: dict) -> dict:
+        """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
+        from tasks.pipeline import compare
+
+        return compare(bundle)
+
+    @task
+    def archive(bundle: dict) -> dict:
+        """Store run, samples, tables and verdict in one transaction; archive the profile.
+        Then fail the task if the verdict is a regression, so alerting fires."""
+        from tasks.pipeline import RegressionDetected, archive, raise_on_regression
+
+        bundle = archive(bundle)
+        try:
+            raise_on_regression(bundle)
+        except RegressionDetected as e:
+            raise AirflowFailException(str(e)) from e
+        return bundle["archived"]
+
+    cases = plan()
+    pulled = pull_model_version.expand(bundle=cases)
+    env = env_fingerprint.expand(bundle=pulled)
+    warm = warm_up.expand(bundle=env)
+    run = profiled_run.expand(bundle=warm)
+    parsed = parse.expand(bundle=run)
+    verdict = baseline_compare.expand(bundle=parsed)
+    archive.expand(bundle=verdict)
+
+
+perfwatch_profile()

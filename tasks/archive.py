@@ -1,0 +1,235 @@
+"""archive: keep the evidence — one SQL transaction and a TensorBoard-openable profile archive.
+
+The profile directory is copied to ``<archive>/<model>/<run dir>/plugins/profile/...`` so that
+``tensorboard --logdir <archive>/<model>`` lists every run of the model. The copy is written under
+a temporary name and renamed into place only after the store transaction commits; if the
+transaction fails the copy is deleted, so neither a half-written archive nor an orphan artifact
+is left. A regression never stops the archive: the DAG run fails after this stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from tasks.records import (
+    ArchiveRecord,
+    CompareRecord,
+    EnvRecord,
+    ParseRecord,
+    ProfiledRun,
+    PulledModel,
+    RunContext,
+    WarmupRecord,
+)
+from tasks.store import (
+    Artifact,
+    Baseline,
+    Comparison,
+    Environment,
+    Model,
+    ModelVersion,
+    OpStat,
+    Run,
+    RunTable,
+    StepBreakdown,
+    StepSample,
+    session_scope,
+    utcnow,
+)
+
+ACCEPTED_VERDICTS = frozenset({"pass", "no-baseline", "improvement", "env-changed"})
+"""Verdicts whose run becomes the new baseline (when auto-accept is on). A regression or an
+inconclusive run never moves the baseline."""
+
+_RETRIES = 3
+
+
+def get_or_create_model(s: Session, name: str) -> Model:
+    """The ``models`` row named ``name``, created if absent."""
+    m = s.scalar(select(Model).where(Model.name == name))
+    if m is None:
+        m = Model(name=name)
+        s.add(m)
+        s.flush()
+    return m
+
+
+def _replace_run(s: Session, ctx: RunContext) -> None:
+    """Delete an earlier row with the same (dag_id, dag_run_id, case): a retry replaces, never duplicates."""
+    old = s.scalar(select(Run.id).where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id,
+                                        Run.case_name == ctx.case.name))
+    if old is not None:
+        for table in (StepSample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
+            s.execute(delete(table).where(table.run_id == old))
+        s.execute(update(Comparison).where(Comparison.baseline_run_id == old).values(baseline_run_id=None))
+        s.execute(delete(Run).where(Run.id == old))
+        s.flush()
+
+
+def _with_retries(fn):
+    """Run a store transaction, retrying on a concurrent-writer conflict (unique index, busy db)."""
+    for attempt in range(_RETRIES):
+        try:
+            return fn()
+        except (IntegrityError, OperationalError):
+            if attempt == _RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def record_failure(db_url: str, ctx: RunContext, stage: str, error: str) -> int:
+    """Store a failed run with the stage that failed and its error; returns the run id.
+
+    Nothing else is written for a failed run: no samples, no summary, no zero step time.
+    """
+
+    def tx() -> int:
+        with session_scope(db_url) as s:
+            _replace_run(s, ctx)
+            model = get_or_create_model(s, ctx.case.model)
+            run = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
+                      version_requested=ctx.case.version, trigger=ctx.trigger, status="failed",
+                      failed_stage=stage, error=error[:20000], params=ctx.case.to_xcom(), finished_at=utcnow())
+            s.add(run)
+            s.flush()
+            return run.id
+
+    return _with_retries(tx)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
+
+
+def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
+                warmup: WarmupRecord, run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord,
+                *, auto_accept: bool = True, extra_dirs: dict[str, str] | None = None) -> ArchiveRecord:
+    """Write everything about a finished run into the store (one transaction) and the archive.
+
+    Args:
+        extra_dirs: name -> local directory also copied into the run's archive dir (e.g. the
+            Great Expectations Data Docs as ``gx``).
+
+    Returns:
+        ArchiveRecord with the new run id and the archive URI of the run directory.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the store transaction failed (the archive copy is removed).
+    """
+    samples = json.loads(Path(run.samples_path).read_text())
+    parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
+    run_dir_name = f"{ctx.case.name}__v{pulled.version}__{ctx.slug}"
+    fs, root = fsspec.core.url_to_fs(archive_root)
+    final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
+    staging = final + ".partial"
+    if fs.exists(staging):
+        fs.rm(staging, recursive=True)
+    fs.makedirs(staging, exist_ok=True)
+    fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
+    for name, local in (extra_dirs or {}).items():
+        fs.put(local, f"{staging}/{name}", recursive=True)
+    archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
+    xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
+    measured = samples["measured_step_times_ms"]
+
+    def tx() -> int:
+        with session_scope(db_url) as s:
+            _replace_run(s, ctx)
+            model = get_or_create_model(s, ctx.case.model)
+            mv = s.scalar(select(ModelVersion).where(ModelVersion.model_id == model.id,
+                                                     ModelVersion.version == pulled.version,
+                                                     ModelVersion.digest == pulled.digest))
+            if mv is None:
+                mv = ModelVersion(model_id=model.id, version=pulled.version, digest=pulled.digest,
+                                  source_uri=pulled.source_uri, format=pulled.format, size_bytes=pulled.size_bytes)
+                s.add(mv)
+            envrow = s.scalar(select(Environment).where(Environment.fingerprint_id == env.fingerprint_id))
+            if envrow is None:
+                envrow = Environment(fingerprint_id=env.fingerprint_id, comparability_key=env.comparability_key,
+                                     data=env.data)
+                s.add(envrow)
+            s.flush()
+            r = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
+                    version_requested=ctx.case.version, model_version_id=mv.id, environment_id=envrow.id,
+                    trigger=ctx.trigger, status="success", params=ctx.case.to_xcom(), finished_at=utcnow(),
+                    median_step_ms=run.median_step_ms, mean_step_ms=statistics.fmean(measured),
+                    p90_step_ms=_percentile(measured, 90), throughput_eps=run.throughput_eps,
+                    cold_step_ms=warmup.cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
+                    profile_overhead_ratio=run.profile_overhead_ratio, peak_rss_bytes=run.peak_rss_bytes,
+                    peak_device_bytes=run.peak_device_bytes, profiler_avg_step_ms=parsed.avg_step_time_ms,
+                    input_bound_pct=parsed.input_bound_pct, verdict=verdict.verdict, archive_uri=archive_uri)
+            s.add(r)
+            s.flush()
+            for phase, key in (("warmup", "warmup_step_times_ms"), ("measured", "measured_step_times_ms"),
+                               ("profiled", "profiled_step_times_ms")):
+                s.add_all(StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t)
+                          for i, t in enumerate(samples.get(key) or []))
+            s.add_all(OpStat(run_id=r.id, **{k: row[k] for k in _OP_COLUMNS}) for row in parsed_tables.get("op_stats", []))
+            s.add_all(StepBreakdown(run_id=r.id, step_num=int(row["step"]), component=comp, ms=float(ms))
+                      for row in parsed_tables.get("step_breakdown", [])
+                      for comp, ms in row.items() if comp != "step" and ms is not None)
+            for tool, data in parsed_tables.items():
+                if tool not in ("op_stats", "step_breakdown"):
+                    s.add(RunTable(run_id=r.id, tool=tool, data={"value": data}))
+            s.add(Comparison(run_id=r.id, baseline_run_id=(verdict.baseline_run_ids or [None])[0],
+                             method=verdict.method, verdict=verdict.verdict, ratio=verdict.ratio,
+                             ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
+                             gx_success=verdict.gx_success, gx_result=verdict.evidence.get("gx", {}),
+                             evidence=verdict.evidence))
+            for x in xplanes:
+                rel = x.relative_to(run.profile_dir).as_posix()
+                s.add(Artifact(run_id=r.id, kind="xplane", uri=f"{archive_uri}/{rel}", size_bytes=x.stat().st_size,
+                               sha256=_sha256(x)))
+            if auto_accept and verdict.verdict in ACCEPTED_VERDICTS:
+                accept_baseline(s, r, env.comparability_key, accepted_by="perfwatch",
+                                reason=f"automatic: verdict {verdict.verdict}")
+            s.flush()
+            # Move the archive copy into place last: a failure here rolls the transaction back.
+            if fs.exists(final):
+                fs.rm(final, recursive=True)
+            fs.mv(staging, final, recursive=True)
+            return r.id
+
+    try:
+        run_id = _with_retries(tx)
+    except Exception:
+        for path in (staging, final):
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+        raise
+    return ArchiveRecord(run_id=run_id, archive_uri=archive_uri, verdict=verdict.verdict)
+
+
+_OP_COLUMNS = ("host_or_device", "op_type", "op_name", "occurrences", "total_self_time_us", "avg_self_time_us",
+               "self_time_share")
+
+
+def accept_baseline(s: Session, run: Run, comparability_key: str, *, accepted_by: str, reason: str) -> Baseline:
+    """Make ``run`` the active baseline of its (model, case, environment); the old one is superseded
+    and stays in the lookback history."""
+    now = utcnow()
+    s.execute(update(Baseline).where(Baseline.model_id == run.model_id, Baseline.case_name == run.case_name,
+                                     Baseline.comparability_key == comparability_key,
+                                     Baseline.superseded_at.is_(None)).values(superseded_at=now))
+    b = Baseline(model_id=run.model_id, case_name=run.case_name, comparability_key=comparability_key,
+                 run_id=run.id, accepted_at=now, accepted_by=accepted_by, reason=reason)
+    s.add(b)
+    s.flush()
+    return b

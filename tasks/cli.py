@@ -1,0 +1,125 @@
+"""The ``perfwatch`` command line (typer + rich).
+
+Every listing takes ``--format table|csv|json|markdown``. Commands read the store named by
+``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import pandas as pd
+import typer
+from sqlalchemy import select
+
+from tasks.records import Case, RunContext
+from tasks.report import Format, render
+from tasks.settings import Settings
+from tasks.store import Model, ModelVersion, Run, migrate, session_scope
+
+app = typer.Typer(help="perfwatch: scheduled TensorFlow profiling and step-time regression gates.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+demo_app = typer.Typer(help="The demo's model store.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+
+
+def _settings() -> Settings:
+    s = Settings.from_env()
+    migrate(s.database_url)
+    return s
+
+
+def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
+    """Runs as a DataFrame, oldest first: run_id, started_at, model, version, case, status, trigger,
+    median_step_ms (our timer), throughput_eps (examples/s), verdict, error (first line)."""
+    q = (select(Run.id.label("run_id"), Run.started_at, Model.name.label("model"),
+                ModelVersion.version.label("version"), Run.version_requested, Run.case_name.label("case"),
+                Run.status, Run.trigger, Run.median_step_ms, Run.throughput_eps, Run.verdict, Run.failed_stage,
+                Run.error)
+         .join(Model, Model.id == Run.model_id).outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+         .order_by(Run.id.desc()))
+    if model:
+        q = q.where(Model.name == model)
+    if last:
+        q = q.limit(last)
+    with session_scope(db_url) as s:
+        df = pd.DataFrame(s.execute(q).mappings().all())
+    if df.empty:
+        return pd.DataFrame(columns=["run_id", "started_at", "model", "version", "case", "status", "trigger",
+                                     "median_step_ms", "throughput_eps", "verdict", "error"])
+    df["version"] = df["version"].fillna(df["version_requested"])
+    df["error"] = df["error"].map(lambda e: e.splitlines()[0][:120] if isinstance(e, str) else None)
+    df.loc[df["status"] == "failed", "verdict"] = "failed@" + df["failed_stage"].astype(str)
+    return df.drop(columns=["version_requested", "failed_stage"]).iloc[::-1].reset_index(drop=True)
+
+
+@app.command()
+def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+         last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
+         fmt: FormatOpt = Format.table) -> None:
+    """List runs from the store: run id, model, version, median step time (ms), throughput, verdict."""
+    df = runs_frame(_settings().database_url, model, last)
+    render(df, fmt, title="perfwatch runs")
+
+
+@app.command("run")
+def run_cmd(model: str, version: Annotated[str, typer.Option()] = "latest",
+            batch_size: Annotated[int, typer.Option()] = 16,
+            measured_steps: Annotated[int, typer.Option()] = 50,
+            profiled_steps: Annotated[int, typer.Option()] = 5) -> None:
+    """Run the seven stages for one model version in this process, without Airflow."""
+    import datetime as dt
+
+    from tasks.pipeline import RegressionDetected, raise_on_regression, run_case
+
+    case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
+                profiled_steps=profiled_steps)
+    ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
+                     trigger="cli", case=case)
+    bundle = run_case(ctx, _settings())
+    typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
+               f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
+    try:
+        raise_on_regression(bundle)
+    except RegressionDetected as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from e
+
+
+@demo_app.command("build-store")
+def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing versions.")] = False) -> None:
+    """Write the demo model store (two MobileNetV2 versions) under PERFWATCH_MODEL_STORE."""
+    from tasks.demo import build_store
+
+    for p in build_store(Settings.from_env().model_store, force=force):
+        typer.echo(f"model file: {p}")
+
+
+@demo_app.command("check")
+def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
+    """Check the demo's outcome in the store: the newest run of v1 succeeded and the newest run of
+    v2 was archived and flagged as a regression. Exit 1 otherwise."""
+    df = runs_frame(_settings().database_url, model)
+    problems = []
+    for version in ("1", "2"):
+        mine = df[df["version"] == version]
+        if mine.empty:
+            problems.append(f"no run of version {version}")
+            continue
+        last = mine.iloc[-1]
+        if last["status"] != "success":
+            problems.append(f"version {version}: run {last['run_id']} failed: {last['error']}")
+        elif version == "2" and last["verdict"] != "regression":
+            problems.append(f"version 2: run {last['run_id']} verdict {last['verdict']!r}, expected 'regression'")
+    if problems:
+        typer.echo("demo check FAILED: " + "; ".join(problems), err=True)
+        raise typer.Exit(1)
+    typer.echo("demo check: version 1 archived as baseline, version 2 flagged as a regression")
+
+
+def main() -> None:  # pragma: no cover - console script shim
+    """Console-script entry point."""
+    sys.exit(app())

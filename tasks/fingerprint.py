@@ -1,0 +1,458 @@
+"""Env-fingerprint stage: one JSON record of everything that makes step times comparable.
+
+Sections of ``Fingerprint.data``: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``,
+``recorded``. Every field is always present; a fact that cannot be read is the string ``"absent"``
+(the thing does not exist here: no NVML, no GPU, TF not installed, env var unset) or
+``"unknown: <reason>"`` (it exists but reading it failed), never a crash and never a missing key.
+
+TensorFlow is imported lazily, only inside :func:`take_fingerprint`. TF facts belong to the
+*runner's* interpreter, so the Airflow worker calls :func:`take_fingerprint_in` with the runner's
+``python``; ``python -m tasks.fingerprint`` prints the fingerprint JSON to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pydantic
+
+ABSENT = "absent"
+
+# THE comparability split, in one place. A change in any of these fields starts a new history;
+# every other field is only recorded (shown by diff_fingerprints, part of fingerprint_id, not of
+# comparability_key). "*" matches one list index. Unlisted on purpose: GPU uuid (a swapped card of
+# the same model is comparable), clocks, power limit, ECC/persistence, memory totals, hostname,
+# timestamp, kernel, governor, image digest, full package-set hash. Values are hashed as read, so an
+# "unknown: ..." reading in one of these fields also starts a new history (conservative by design).
+COMPARABILITY_FIELDS: tuple[str, ...] = (
+    "tensorflow.version",  # runtime TF version, as imported by the runner
+    "tensorflow.build.cuda_version",  # CUDA TF was built against
+    "tensorflow.build.cudnn_version",  # cuDNN TF was built against
+    "tensorflow.build.is_cuda_build",  # CUDA build flag
+    "tensorflow.build.is_rocm_build",  # ROCm build flag
+    "tensorflow.build.is_tensorrt_build",  # TensorRT build flag
+    "tensorflow.xla_jit",  # XLA auto-clustering in effect
+    "tensorflow.onednn_enabled",  # oneDNN kernels in effect (TF_ENABLE_ONEDNN_OPTS resolved)
+    "tensorflow.op_determinism",  # deterministic kernels (slower ones) in effect
+    "tensorflow.tensor_float_32",  # TF32 matmul/conv precision in effect
+    "gpu.driver_version",  # NVIDIA driver
+    "gpu.cuda_driver_version",  # CUDA version the driver supports
+    "gpu.count",  # number of GPUs visible to CUDA
+    "gpu.devices.*.name",  # GPU model
+    "gpu.devices.*.compute_capability",  # architecture
+    "gpu.devices.*.mig_mode.current",  # MIG on/off
+    "gpu.devices.*.mig_devices.*.name",  # MIG slice profile (e.g. "... MIG 1g.10gb")
+    "host.cpu_model",  # CPU model string
+    "host.cpu_count_logical",  # logical cores (input pipeline / intra-op threads)
+    "packages.tensorflow",  # distribution versions
+    "packages.tensorflow-cpu",
+    "packages.keras",
+    "packages.numpy",
+    "env_vars.XLA_FLAGS",  # compiler flags
+    "env_vars.TF_XLA_FLAGS",
+    "env_vars.TF_ENABLE_ONEDNN_OPTS",
+    "env_vars.TF_DETERMINISTIC_OPS",
+    "env_vars.TF_ENABLE_AUTO_MIXED_PRECISION",  # precision-relevant
+    "env_vars.NVIDIA_TF32_OVERRIDE",  # precision-relevant
+    "env_vars.OMP_NUM_THREADS",  # CPU threading
+)
+
+# Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too.
+PERF_ENV_VARS: tuple[str, ...] = (
+    "XLA_FLAGS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS",
+    "TF_ENABLE_ONEDNN_OPTS", "TF_DETERMINISTIC_OPS", "TF_ENABLE_AUTO_MIXED_PRECISION",
+    "NVIDIA_TF32_OVERRIDE",
+)
+# TF_* names that belong to Terraform, not TensorFlow (TF_VAR_*/TF_TOKEN_* may hold secrets): never recorded.
+_TERRAFORM_ENV = re.compile(r"TF_(VAR_|TOKEN_|CLI_|LOG|WORKSPACE$|IN_AUTOMATION$|INPUT$|DATA_DIR$|"
+                            r"PLUGIN_CACHE_DIR$|REGISTRY_|APPEND_USER_AGENT$|IGNORE$|STATE_PERSIST)")
+PACKAGES: tuple[str, ...] = ("tensorflow", "tensorflow-cpu", "keras", "numpy", "xprof")
+IMAGE_DIGEST_ENV = "PERFWATCH_IMAGE_DIGEST"
+_GOVERNOR_FILE = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+_TF_BUILD_KEYS = ("cuda_version", "cudnn_version", "is_cuda_build", "is_rocm_build", "is_tensorrt_build")
+
+
+class Fingerprint(pydantic.BaseModel):
+    """One environment fingerprint.
+
+    ``data`` is the full nested JSON record; ``fingerprint_id`` is the sha256 hex of the canonical
+    JSON of ``data`` without its ``recorded`` section; ``comparability_key`` is the first 16 hex
+    chars of the sha256 of :func:`comparability_fields`.
+    """
+
+    data: dict
+    fingerprint_id: str
+    comparability_key: str
+
+    @classmethod
+    def from_data(cls, data: dict) -> Fingerprint:
+        """Build a fingerprint from a record, computing both hashes. Raises TypeError if not JSON-able."""
+        body = {k: v for k, v in data.items() if k != "recorded"}
+        return cls(
+            data=data,
+            fingerprint_id=hashlib.sha256(_canonical(body)).hexdigest(),
+            comparability_key=hashlib.sha256(_canonical(comparability_fields(data))).hexdigest()[:16],
+        )
+
+
+class FieldChange(pydantic.BaseModel):
+    """One differing field: dotted path, old and new value ("absent" where the path is missing)."""
+
+    field: str
+    old: Any
+    new: Any
+    affects_comparability: bool
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _unknown(exc: BaseException) -> str:
+    return f"unknown: {type(exc).__name__}: {exc}".strip()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value if value is None or isinstance(value, bool | int | float | str) else str(value)
+
+
+def _safe(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call ``fn``; any exception becomes an "unknown: ..." value (NVML "not supported" kept as such)."""
+    try:
+        return _jsonable(fn(*args))
+    except Exception as exc:  # noqa: BLE001 - a fingerprint must never crash on one field
+        if type(exc).__name__ == "NVMLError_NotSupported":
+            return "not supported"
+        return _unknown(exc)
+
+
+# ---------------------------------------------------------------- tensorflow
+
+
+def _tensorflow_section(include: bool) -> dict:
+    getters: dict[str, Callable[[Any], Any]] = {
+        "version": lambda tf: tf.__version__,
+        "git_version": lambda tf: tf.version.GIT_VERSION,
+        "built_with_xla": lambda tf: tf.test.is_built_with_xla(),
+        "xla_jit": lambda tf: tf.config.optimizer.get_jit() or "off",
+        "onednn_enabled": lambda tf: __import__(
+            "tensorflow.python.util._pywrap_util_port", fromlist=["_"]).IsMklEnabled(),
+        "op_determinism": lambda tf: __import__(
+            "tensorflow.python.framework.config", fromlist=["_"]).is_op_determinism_enabled(),
+        "tensor_float_32": lambda tf: tf.config.experimental.tensor_float_32_execution_enabled(),
+    }
+    marker = None if include else "unknown: not collected (include_tensorflow=False)"
+    if include:
+        try:
+            import tensorflow as tf  # lazy: never at module import time
+        except ModuleNotFoundError as exc:
+            marker = ABSENT if exc.name == "tensorflow" else _unknown(exc)
+        except Exception as exc:  # noqa: BLE001 - a broken TF install is recorded, not raised
+            marker = _unknown(exc)
+    if marker is not None:
+        return {**dict.fromkeys(getters, marker), "build": dict.fromkeys(_TF_BUILD_KEYS, marker)}
+    out = {name: _safe(get, tf) for name, get in getters.items()}
+    try:
+        info: Any = dict(tf.sysconfig.get_build_info())
+    except Exception as exc:  # noqa: BLE001
+        info = _unknown(exc)
+    out["build"] = {k: _jsonable(info.get(k, ABSENT)) if isinstance(info, dict) else info
+                    for k in _TF_BUILD_KEYS}
+    return out
+
+
+# ---------------------------------------------------------------- gpu (NVML)
+
+
+def _visible_order(spec: str | None, uuids: list[Any]) -> list[int] | None:
+    """NVML indices in CUDA_VISIBLE_DEVICES order (CUDA stops at the first bad entry); None if unmappable.
+
+    Integer entries are taken as NVML (PCI bus) order, i.e. CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    """
+    if spec is None:
+        return list(range(len(uuids)))
+    order: list[int] = []
+    for tok in (t.strip() for t in spec.split(",")):
+        if tok.startswith("MIG-"):
+            return None
+        if tok.isdigit() and int(tok) < len(uuids):
+            hits = [int(tok)]
+        else:
+            hits = [i for i, u in enumerate(uuids) if tok.startswith("GPU-") and str(u).startswith(tok)]
+        if len(hits) != 1 or hits[0] in order:
+            break
+        order.append(hits[0])
+    return order
+
+
+def _enabled(value: int) -> str:
+    return "enabled" if value else "disabled"
+
+
+def _pair(get: Callable[..., Any], fn: Callable[[Any], Any], handle: Any) -> dict:
+    """``{"current", "pending"}`` from an NVML call returning [current, pending]."""
+    got = get(lambda: [_enabled(v) for v in fn(handle)])
+    if isinstance(got, list):
+        return dict(zip(("current", "pending"), got, strict=True))
+    return {"current": got, "pending": got}
+
+
+def _device(nv: Any, index: int, handle: Any) -> dict:
+    """One GPU's facts. ``handle`` may be an "unknown: ..." string (handle lookup failed)."""
+    get: Callable[..., Any] = (lambda *_: handle) if isinstance(handle, str) else _safe
+    clocks = {"sm": nv.NVML_CLOCK_SM, "mem": nv.NVML_CLOCK_MEM}
+    dev = {
+        "index": index,
+        "name": get(nv.nvmlDeviceGetName, handle),
+        "uuid": get(nv.nvmlDeviceGetUUID, handle),
+        "memory_total_bytes": get(lambda: nv.nvmlDeviceGetMemoryInfo(handle).total),
+        "compute_capability": get(lambda: "{}.{}".format(*nv.nvmlDeviceGetCudaComputeCapability(handle))),
+        "power_limit_mw": get(nv.nvmlDeviceGetPowerManagementLimit, handle),
+        "applications_clock_mhz": {k: get(nv.nvmlDeviceGetApplicationsClock, handle, c)
+                                   for k, c in clocks.items()},
+        "max_clock_mhz": {k: get(nv.nvmlDeviceGetMaxClockInfo, handle, c) for k, c in clocks.items()},
+        "ecc_mode": _pair(get, nv.nvmlDeviceGetEccMode, handle),
+        "persistence_mode": get(lambda: _enabled(nv.nvmlDeviceGetPersistenceMode(handle))),
+        "mig_mode": _pair(get, nv.nvmlDeviceGetMigMode, handle),
+        "mig_devices": [],
+    }
+    if dev["mig_mode"]["current"] == "enabled":
+        slots = _safe(nv.nvmlDeviceGetMaxMigDeviceCount, handle)
+        for slot in range(slots if isinstance(slots, int) else 0):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nv.NVMLError:  # empty slot (NVML_ERROR_NOT_FOUND)
+                continue
+            dev["mig_devices"].append({
+                "name": _safe(nv.nvmlDeviceGetName, mig),
+                "uuid": _safe(nv.nvmlDeviceGetUUID, mig),
+                "memory_total_bytes": _safe(lambda m=mig: nv.nvmlDeviceGetMemoryInfo(m).total),
+            })
+    return dev
+
+
+def _gpu_section() -> dict:
+    out: dict[str, Any] = {"nvml": "ok", "driver_version": ABSENT, "cuda_driver_version": ABSENT,
+                           "count": 0, "physical_count": 0, "devices": []}
+    try:
+        import pynvml as nv
+    except ImportError as exc:
+        return {**out, **dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count",
+                                        "physical_count"), _unknown(exc))}
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as exc:
+        absent = isinstance(exc, nv.NVMLError_LibraryNotFound | nv.NVMLError_DriverNotLoaded)
+        return {**out, "nvml": ABSENT if absent else _unknown(exc)}
+    try:
+        out["driver_version"] = _safe(nv.nvmlSystemGetDriverVersion)
+        version = _safe(nv.nvmlSystemGetCudaDriverVersion_v2)
+        if not isinstance(version, int):  # older drivers lack the _v2 entry point
+            version = _safe(nv.nvmlSystemGetCudaDriverVersion)
+        if isinstance(version, int):  # e.g. 12040 -> "12.4"
+            version = f"{version // 1000}.{version % 1000 // 10}"
+        out["cuda_driver_version"] = version
+        count = _safe(nv.nvmlDeviceGetCount)
+        out["physical_count"] = count
+        if not isinstance(count, int):
+            out["count"] = count
+            return out
+        handles: list[Any] = []
+        for i in range(count):
+            try:
+                handles.append(nv.nvmlDeviceGetHandleByIndex(i))
+            except nv.NVMLError as exc:
+                handles.append(_unknown(exc))
+        uuids = [h if isinstance(h, str) else _safe(nv.nvmlDeviceGetUUID, h) for h in handles]
+        order = _visible_order(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        out["devices"] = [_device(nv, i, handles[i]) for i in (range(count) if order is None else order)]
+        out["count"] = len(out["devices"])
+    except Exception as exc:  # noqa: BLE001 - unexpected NVML/ctypes failure: record, never crash
+        out["count"] = _unknown(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+    return out
+
+
+# ---------------------------------------------------------------- host, packages, env
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown: no model name in /proc/cpuinfo"
+
+
+def _governor() -> str:
+    try:
+        return _GOVERNOR_FILE.read_text().strip()
+    except FileNotFoundError:
+        return ABSENT
+    except OSError as exc:
+        return _unknown(exc)
+
+
+def _os_release() -> str:
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME", ABSENT)
+    except OSError:
+        return ABSENT
+
+
+def _host_section() -> dict:
+    return {
+        "cpu_model": _safe(_cpu_model),
+        "cpu_count_logical": _safe(psutil.cpu_count),
+        "cpu_count_physical": _safe(lambda: psutil.cpu_count(logical=False) or ABSENT),
+        "cpu_governor": _safe(_governor),
+        "memory_total_bytes": _safe(lambda: psutil.virtual_memory().total),
+        "os": platform.system(),
+        "os_release": _safe(_os_release),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python_version": platform.python_version(),
+        "image_digest": os.environ.get(IMAGE_DIGEST_ENV) or ABSENT,
+    }
+
+
+def _packages_section() -> dict:
+    installed = {(re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(), d.version)
+                 for d in importlib.metadata.distributions()}
+    versions = dict(sorted(installed, reverse=True))  # duplicates on sys.path: any one wins
+    lines = sorted(f"{n}=={v}" for n, v in installed)
+    return {
+        **{name: versions.get(name, ABSENT) for name in PACKAGES},
+        "installed_count": len(lines),
+        "installed_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+    }
+
+
+def _env_section() -> dict:
+    names = set(PERF_ENV_VARS) | {k for k in os.environ if k.startswith("TF_") and not _TERRAFORM_ENV.match(k)}
+    return {k: os.environ.get(k, ABSENT) for k in sorted(names)}
+
+
+# ---------------------------------------------------------------- public API
+
+
+def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
+    """Fingerprint this interpreter and host (about 0.1-0.3 s plus the TF import on first call).
+
+    With ``include_tensorflow=False`` TF is not imported and its fields read
+    ``"unknown: not collected ..."``. Never raises for missing hardware or libraries.
+    """
+    data = {
+        "tensorflow": _tensorflow_section(include_tensorflow),
+        "gpu": _gpu_section(),
+        "host": _host_section(),
+        "packages": _packages_section(),
+        "env_vars": _env_section(),
+        "recorded": {
+            "hostname": socket.gethostname(),
+            "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python_executable": sys.executable,
+        },
+    }
+    return Fingerprint.from_data(data)
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves of nested dicts/lists as ``{"a.b.0.c": value}``; empty containers yield nothing."""
+    if isinstance(obj, dict | list):
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+        return {p: v for k, child in items for p, v in _flatten(child, f"{prefix}{k}.").items()}
+    return {prefix[:-1]: obj}
+
+
+def _is_comparability(path: str) -> bool:
+    parts = path.split(".")
+    return any(len(p := pat.split(".")) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
+               for pat in COMPARABILITY_FIELDS)
+
+
+def comparability_fields(data: dict) -> dict:
+    """Dotted path -> value for the comparability group only (see COMPARABILITY_FIELDS).
+
+    Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry.
+    """
+    flat = _flatten(data)
+    out = {p: v for p, v in flat.items() if _is_comparability(p)}
+    out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
+    return dict(sorted(out.items()))
+
+
+def diff_fingerprints(old: dict | Fingerprint, new: dict | Fingerprint, *,
+                      include_recorded: bool = False) -> list[FieldChange]:
+    """Fields that differ between two fingerprint records (or Fingerprint objects), sorted by path.
+
+    The ``recorded`` section (hostname, timestamp) is skipped unless ``include_recorded``.
+    A path present on one side only shows "absent" on the other.
+    """
+    a, b = (_flatten(x.data if isinstance(x, Fingerprint) else x) for x in (old, new))
+    return [FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT),
+                        affects_comparability=_is_comparability(p))
+            for p in sorted(a.keys() | b.keys())
+            if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))]
+
+
+def take_fingerprint_in(python_executable: str, timeout_s: float = 120,
+                        env: Mapping[str, str] | None = None) -> Fingerprint:
+    """Run ``python -m tasks.fingerprint`` under another interpreter (the runner's) and parse it.
+
+    ``env`` (default: this process's environment) is the runner's environment; this package's root
+    is prepended to PYTHONPATH. Raises RuntimeError naming the interpreter, with the stderr tail,
+    if it cannot start, exits non-zero, exceeds ``timeout_s`` seconds or prints no valid JSON.
+    """
+    env = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run([python_executable, "-m", "tasks.fingerprint"], capture_output=True,
+                              text=True, timeout=timeout_s, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        tail = getattr(exc, "stderr", None) or ""
+        tail = (tail.decode(errors="replace") if isinstance(tail, bytes) else tail)[-2000:]
+        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; stderr tail:\n{tail}") from exc
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    try:
+        if proc.returncode != 0:
+            raise ValueError(f"exit status {proc.returncode}")
+        return Fingerprint.from_data(json.loads(lines[-1])["data"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; "
+                           f"stderr tail:\n{proc.stderr[-2000:]}") from exc
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: print the fingerprint as one line of JSON on stdout."""
+    parser = argparse.ArgumentParser(prog="python -m tasks.fingerprint", description=main.__doc__)
+    parser.add_argument("--no-tensorflow", action="store_true", help="do not import TensorFlow")
+    args = parser.parse_args(argv)
+    fp = take_fingerprint(include_tensorflow=not args.no_tensorflow)
+    sys.stdout.write(fp.model_dump_json() + "\n")
+
+
+if __name__ == "__main__":
+    main()

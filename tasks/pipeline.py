@@ -1,0 +1,180 @@
+"""The seven stages glued for Airflow (one function per DAG task) and for a plain in-process run.
+
+Each stage function takes the run's *bundle* — a JSON dict ``{"ctx": RunContext, <stage>: record,
+...}`` as it travels through XCom — adds its own record and returns the bundle. Any exception is
+first recorded in the store as a failed run (stage and error), then re-raised, so a failed stage
+always leaves a run record with its error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tasks import parse as parse_stage
+from tasks.archive import archive_run, record_failure
+from tasks.compare import baseline_compare
+from tasks.fingerprint import take_fingerprint_in
+from tasks.profiled_run import profiled_run
+from tasks.pull import pull_model_version
+from tasks.records import (
+    ArchiveRecord,
+    Case,
+    CompareRecord,
+    EnvRecord,
+    ParseRecord,
+    ProfiledRun,
+    PulledModel,
+    RunContext,
+    Trigger,
+    WarmupRecord,
+)
+from tasks.settings import Settings
+from tasks.store import migrate
+from tasks.warmup import warm_up
+
+STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
+
+Bundle = dict[str, Any]
+
+
+class RegressionDetected(RuntimeError):
+    """Raised after archiving when the verdict is ``regression``: the run must go red."""
+
+
+def load_config(path: str | Path) -> list[Case]:
+    """The cases of the nightly schedule from the YAML config (``models:`` list of Case fields).
+
+    Raises:
+        FileNotFoundError: no config at ``path``.
+        ValueError: the YAML is not a mapping with a ``models`` list, or an entry is invalid
+            (the message names the entry index and field).
+    """
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        raise ValueError(f"{path}: expected a mapping with a 'models:' list of cases")
+    defaults = data.get("defaults") or {}
+    cases = []
+    for i, entry in enumerate(data["models"]):
+        try:
+            cases.append(Case.model_validate({**defaults, **entry}))
+        except Exception as e:
+            raise ValueError(f"{path}: models[{i}] is invalid: {e}") from e
+    return cases
+
+
+def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any],
+               settings: Settings | None = None) -> list[Bundle]:
+    """One bundle per case: the Param-given model when set, else every model of the config.
+
+    Also migrates the store to the latest schema (idempotent), once per DAG run.
+    """
+    settings = settings or Settings.from_env()
+    migrate(settings.database_url)
+    if params.get("model"):
+        case_fields = {k: v for k, v in params.items() if k in Case.model_fields and v not in (None, "")}
+        cases = [Case.model_validate(case_fields)]
+    else:
+        overrides = {k: v for k, v in params.items() if k in ("measured_steps", "batch_size") and v}
+        cases = [c.model_copy(update=overrides) for c in load_config(settings.config_path)]
+    return [{"ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom()}
+            for c in cases]
+
+
+def work_dir(settings: Settings, ctx: RunContext) -> Path:
+    """The run's local work directory (created)."""
+    d = settings.work_root / ctx.slug
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@contextmanager
+def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunContext]:
+    ctx = RunContext.model_validate(bundle["ctx"])
+    try:
+        yield ctx
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        try:
+            record_failure(settings.database_url, ctx, stage, msg + "\n" + traceback.format_exc()[-3000:])
+        except Exception as store_error:  # noqa: BLE001 - the original error matters more
+            e.add_note(f"(recording the failure in the store also failed: {store_error})")
+        raise
+
+
+def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any]):
+    def run(bundle: Bundle, settings: Settings | None = None) -> Bundle:
+        settings = settings or Settings.from_env()
+        with _recorded(bundle, name, settings) as ctx:
+            record = fn(bundle, ctx, settings)
+        return {**bundle, key: record.to_xcom()}
+
+    run.__name__ = key
+    run.__doc__ = f"Stage {name}: adds ``{key}`` to the bundle; a failure is recorded, then re-raised."
+    return run
+
+
+pull = _stage("pull-model-version", "pulled", lambda b, ctx, st: pull_model_version(
+    st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx)))
+
+fingerprint = _stage("env-fingerprint", "env", lambda b, ctx, st: EnvRecord(
+    **take_fingerprint_in(st.runner_python).model_dump()))
+
+warmup = _stage("warm-up", "warmup", lambda b, ctx, st: warm_up(
+    PulledModel.model_validate(b["pulled"]), ctx.case, work_dir(st, ctx), st.runner_python))
+
+profile = _stage("profiled-run", "run", lambda b, ctx, st: profiled_run(
+    PulledModel.model_validate(b["pulled"]), ctx.case, WarmupRecord.model_validate(b["warmup"]),
+    work_dir(st, ctx), st.runner_python))
+
+parse = _stage("parse", "parsed", lambda b, ctx, st: parse_stage.parse_run(
+    ProfiledRun.model_validate(b["run"]), work_dir(st, ctx)))
+
+compare = _stage("baseline-compare", "verdict", lambda b, ctx, st: baseline_compare(
+    st.database_url, ctx.case, EnvRecord.model_validate(b["env"]), ProfiledRun.model_validate(b["run"]),
+    ParseRecord.model_validate(b["parsed"]), work_dir(st, ctx)))
+
+
+def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
+    wd = work_dir(st, ctx)
+    gx = wd / "gx"
+    rec = archive_run(st.database_url, st.archive_root, ctx, PulledModel.model_validate(b["pulled"]),
+                      EnvRecord.model_validate(b["env"]), WarmupRecord.model_validate(b["warmup"]),
+                      ProfiledRun.model_validate(b["run"]), ParseRecord.model_validate(b["parsed"]),
+                      CompareRecord.model_validate(b["verdict"]), extra_dirs={"gx": str(gx)} if gx.is_dir() else None)
+    shutil.rmtree(wd, ignore_errors=True)
+    return rec
+
+
+archive = _stage("archive", "archived", _archive)
+
+
+def raise_on_regression(bundle: Bundle) -> None:
+    """After archiving: raise RegressionDetected when the verdict is ``regression``."""
+    verdict = bundle["verdict"]
+    if verdict["verdict"] == "regression":
+        ctx = RunContext.model_validate(bundle["ctx"])
+        raise RegressionDetected(
+            f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed: step-time ratio "
+            f"{verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] vs baseline run(s) "
+            f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}")
+
+
+def run_case(ctx: RunContext, settings: Settings | None = None) -> Bundle:
+    """All seven stages in this process, in the card's order (for the CLI and tests).
+
+    Returns the final bundle; raises the first stage's error (already recorded in the store).
+    Does not raise on a regression: call ``raise_on_regression`` for that.
+    """
+    settings = settings or Settings.from_env()
+    migrate(settings.database_url)
+    bundle: Bundle = {"ctx": ctx.to_xcom()}
+    for stage in (pull, fingerprint, warmup, profile, parse, compare, archive):
+        bundle = stage(bundle, settings)
+    return bundle

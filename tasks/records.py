@@ -1,0 +1,182 @@
+"""Small typed records handed from stage to stage (as JSON through Airflow XCom).
+
+Each stage takes plain values and returns one of these; ``to_xcom()`` gives the
+JSON-safe dict and ``Model.model_validate(d)`` reads it back. Large things (step
+samples, profiles, parsed tables) travel as work-dir paths, never inline.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Trigger = Literal["scheduled", "manual", "release", "cli", "test"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class Record(BaseModel):
+    """Base of all stage records: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_xcom(self) -> dict[str, Any]:
+        """The record as a JSON-serialisable dict."""
+        return self.model_dump(mode="json")
+
+
+class Case(Record):
+    """One benchmark case: which model, and how it is measured.
+
+    Attributes:
+        model: model name in the store (letters, digits, ``_.-``).
+        version: integer version directory, or ``latest`` (highest integer).
+        batch_size: examples per training step.
+        measured_steps: steps timed with the profiler OFF (our timer, ms).
+        profiled_steps: steps run under the TF profiler with step markers.
+        seed: seed for synthetic inputs and weights init (recorded with the run).
+        deterministic: run with TF op determinism (``TF_DETERMINISTIC_OPS``).
+        warmup_window, warmup_cv_max, warmup_max_steps: the steady-state rule of the warm-up
+            stage: rolling coefficient of variation of the last ``warmup_window`` step times
+            below ``warmup_cv_max``, at most ``warmup_max_steps`` steps.
+        tolerance: relative step-time change that counts (0.05 = 5%).
+        confidence: confidence level of the comparison interval.
+        lookback: how many accepted runs form the history baseline.
+        paired: re-measure the baseline version in the same process (A/B, release gates).
+    """
+
+    model: str
+    version: str = "latest"
+    batch_size: int = Field(16, ge=1, le=65536)
+    measured_steps: int = Field(50, ge=5, le=100_000)
+    profiled_steps: int = Field(5, ge=1, le=1000)
+    seed: int = 0
+    deterministic: bool = False
+    warmup_window: int = Field(5, ge=2)
+    warmup_cv_max: float = Field(0.05, gt=0)
+    warmup_max_steps: int = Field(60, ge=1)
+    tolerance: float = Field(0.05, gt=0, lt=1)
+    confidence: float = Field(0.99, gt=0.5, lt=1)
+    lookback: int = Field(5, ge=1, le=100)
+    paired: bool = False
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"model name {v!r} must match {_NAME.pattern}")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        v = str(v)
+        if v != "latest" and not v.isdigit():
+            raise ValueError(f"version {v!r} must be a non-negative integer or 'latest'")
+        return v
+
+    @property
+    def name(self) -> str:
+        """The case key runs are compared within, e.g. ``train-bs16``."""
+        return f"train-bs{self.batch_size}" + ("-det" if self.deterministic else "")
+
+
+class RunContext(Record):
+    """Identity of one DAG run of one case; (dag_id, dag_run_id, case) is unique in the store."""
+
+    dag_id: str
+    dag_run_id: str
+    trigger: Trigger = "manual"
+    case: Case
+
+    @property
+    def slug(self) -> str:
+        """Filesystem-safe name of this run's work directory."""
+        raw = f"{self.dag_id}__{self.dag_run_id}__{self.case.model}__{self.case.name}"
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+
+
+class PulledModel(Record):
+    """Output of pull-model-version: the resolved version and its local copy."""
+
+    model: str
+    version: str
+    source_uri: str
+    local_path: str
+    format: Literal["keras", "saved_model"]
+    digest: str  # sha256 hex over the copied files (path + bytes)
+    size_bytes: int
+
+
+class EnvRecord(Record):
+    """Output of env-fingerprint: the full fingerprint and its two hashes."""
+
+    fingerprint_id: str
+    comparability_key: str
+    data: dict[str, Any]
+
+
+class WarmupRecord(Record):
+    """Output of warm-up (our timer, ms): steady-state step count and the cold first step."""
+
+    warmup_steps: int
+    steady: bool
+    final_cv: float | None
+    cold_step_ms: float
+    step_times_ms: list[float]
+    wall_s: float
+
+
+class ProfiledRun(Record):
+    """Output of the profiled run: where its files are and the runner's own timings.
+
+    ``samples_path`` holds the runner's JSON result with every measured and profiled step
+    time (ms, our timer); ``profile_dir`` is the TF profiler logdir holding
+    ``plugins/profile/<ts>/<host>.xplane.pb``.
+    """
+
+    work_dir: str
+    samples_path: str
+    profile_dir: str
+    measured_steps: int
+    median_step_ms: float
+    throughput_eps: float  # examples/s at the median step time
+    profile_overhead_ratio: float  # median profiled step / median measured step
+    peak_rss_bytes: int
+    peak_device_bytes: int | None
+    wall_s: float
+
+
+class ParseRecord(Record):
+    """Output of parse: headline numbers from xprof and the path of the full tables (JSON)."""
+
+    parsed_path: str
+    avg_step_time_ms: float | None
+    input_bound_pct: float | None
+    n_ops: int
+    findings: list[str]
+    cross_check_ratio: float | None
+    cross_check_ok: bool | None
+
+
+class CompareRecord(Record):
+    """Output of baseline-compare: the verdict and its evidence (JSON-safe)."""
+
+    verdict: Literal["pass", "regression", "improvement", "inconclusive", "no-baseline", "env-changed"]
+    method: str
+    baseline_run_ids: list[int]
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    median_limit_ms: float | None
+    gx_success: bool
+    evidence: dict[str, Any]
+
+
+class ArchiveRecord(Record):
+    """Output of archive: the stored run's id and where its profile now lives."""
+
+    run_id: int
+    archive_uri: str
+    verdict: str

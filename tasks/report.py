@@ -1,0 +1,69 @@
+"""Render result tables for people (rich table, markdown) and for programs (csv, json)."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+
+class Format(str, Enum):
+    """Output formats every listing takes (``--format``)."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+    markdown = "markdown"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return v
+
+
+def render(df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | None = None,
+           console: Console | None = None) -> str | None:
+    """Print ``df`` in ``fmt``; for csv/json/markdown also return the text.
+
+    Floats are shown with 3 significant decimals in the table and markdown forms; csv and json
+    carry full precision, None for missing values (never 0).
+    """
+    fmt = Format(fmt)
+    console = console or Console(width=200)
+    if fmt is Format.json:
+        rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.astype(object).to_dict(orient="records")]
+        text = json.dumps(rows, indent=2, default=str)
+    elif fmt is Format.csv:
+        text = df.to_csv(index=False)
+    elif fmt is Format.markdown:
+        text = df.to_markdown(index=False, floatfmt=".3f")
+    else:
+        table = Table(title=title)
+        for col in df.columns:
+            table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
+        for r in df.itertuples(index=False):
+            table.add_row(*[_cell(v) for v in r])
+        console.print(table)
+        return None
+    print(text)
+    return text
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.1f}"
+    if hasattr(v, "strftime"):
+        return v.strftime("%Y-%m-%d %H:%M")
+    return str(v)

@@ -1,0 +1,277 @@
+"""The TensorFlow runner: ``python -m tasks.runner SPEC.json`` — the only place TF runs.
+
+One process per measurement (PerfZero's rule): a fresh interpreter loads the model, builds
+synthetic inputs from its input signature through ``tf.data`` with prefetch, and runs
+training steps. Two modes:
+
+* ``warmup``: run steps until step time is steady (``tasks.steady.SteadyDetector``), report
+  the cold first step (tracing/compilation) and how many warm-up steps steady state took.
+* ``profile``: cold step + ``warmup_steps`` steps, then ``measured_steps`` steps timed with the
+  profiler OFF, then ``profiled_steps`` steps under ``tf.profiler.experimental`` with every step
+  wrapped in ``Trace("train", step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
+
+Every step is timed by our timer (``time.perf_counter``) and ends only when its loss is on the
+host (``.numpy()``), so asynchronous dispatch cannot make a step look short. The result is
+written as JSON to ``<out_dir>/result.json`` — also on failure, with the error, and the process
+then exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from tasks.steady import SteadyDetector
+
+
+class RunnerSpec(BaseModel):
+    """What the runner is asked to do; written by the warm-up and profiled-run stages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["warmup", "profile"]
+    model_path: str
+    out_dir: str
+    batch_size: int
+    seed: int = 0
+    deterministic: bool = False
+    warmup_steps: int = 0  # profile mode: steps run (untimed for results) after the cold step
+    warmup_window: int = 5
+    warmup_cv_max: float = 0.05
+    warmup_max_steps: int = 60
+    measured_steps: int = 50
+    profiled_steps: int = 5
+
+
+class RunnerError(RuntimeError):
+    """The runner failed; the message names the model and what went wrong."""
+
+
+def _peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _load(model_path: str):
+    """Load a ``.keras`` file or a SavedModel dir; return (step_fn_factory inputs)."""
+    import keras
+    import tensorflow as tf
+
+    p = Path(model_path)
+    files = [p] if p.is_file() else sorted(p.glob("*.keras"))
+    if files:
+        try:
+            model = keras.models.load_model(files[0], compile=False)
+        except Exception as e:  # noqa: BLE001 - re-raised with the file named
+            raise RunnerError(f"cannot load Keras model {files[0]}: {type(e).__name__}: {e}") from e
+        specs = [(tuple(t.shape), t.dtype) for t in model.inputs]
+        return "keras", model, specs, model.trainable_variables, lambda xs: model(
+            xs if len(xs) > 1 else xs[0], training=True
+        )
+    if (p / "saved_model.pb").exists():
+        try:
+            loaded = tf.saved_model.load(str(p))
+            fn = loaded.signatures["serving_default"]
+        except Exception as e:  # noqa: BLE001
+            raise RunnerError(f"cannot load SavedModel {p}: {type(e).__name__}: {e}") from e
+        names = sorted(fn.structured_input_signature[1])
+        sig = fn.structured_input_signature[1]
+        specs = [(tuple(sig[n].shape), sig[n].dtype.name) for n in names]
+        variables = list(loaded.trainable_variables)
+        return "saved_model", loaded, specs, variables, lambda xs: fn(**dict(zip(names, xs, strict=True)))
+    raise RunnerError(f"no model at {model_path}: expected a *.keras file or a SavedModel (saved_model.pb)")
+
+
+def _synthetic_batch(specs, batch_size: int, rng):
+    import numpy as np
+
+    xs = []
+    for shape, dtype in specs:
+        full = (batch_size, *[d if d is not None else 1 for d in shape[1:]])
+        dt = np.dtype(str(dtype))
+        if np.issubdtype(dt, np.integer):
+            xs.append(rng.integers(0, 2, size=full).astype(dt))
+        else:
+            xs.append(rng.standard_normal(full).astype(dt))
+    return xs
+
+
+def _build_step(spec: RunnerSpec):
+    """Return (train_step, next_input) for the model: a compiled ``tf.function`` pulling from tf.data."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(spec.seed)
+    if spec.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    kind, obj, specs, variables, forward = _load(spec.model_path)
+    if not variables:
+        raise RunnerError(f"model {spec.model_path} has no trainable variables: nothing to train")
+    rng = np.random.default_rng(spec.seed)
+    pool = 4  # distinct synthetic batches, cycled
+    xs = _synthetic_batch(specs, spec.batch_size * pool, rng)
+    ds = (
+        tf.data.Dataset.from_tensor_slices(tuple(xs))
+        .repeat()
+        .batch(spec.batch_size, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    iterator = iter(ds)
+    optimizer = keras.optimizers.SGD(learning_rate=1e-4)
+
+    @tf.function
+    def train_step(it):
+        batch = next(it)
+        with tf.GradientTape() as tape:
+            out = forward(list(batch))
+            outs = tf.nest.flatten(out)
+            # Synthetic objective: mean square of every float output (the step's cost is the
+            # model's forward + backward + update; the loss value itself is meaningless).
+            loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in outs])
+        grads = tape.gradient(loss, variables)
+        pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
+        if kind == "keras":
+            optimizer.apply_gradients(pairs)
+        else:
+            for g, v in pairs:
+                v.assign_sub(1e-4 * g)
+        return loss
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        loss = train_step(iterator)
+        value = float(loss.numpy())  # sync: the step ends when its output is on the host
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        if value != value:  # NaN loss means the step computed garbage
+            raise RunnerError("training step produced a NaN loss")
+        return elapsed
+
+    return step
+
+
+def _device_peak_bytes() -> int | None:
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        return None
+    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
+
+def run(spec: RunnerSpec) -> dict[str, Any]:
+    """Execute ``spec`` in this process and return the result dict (all times in ms, our timer)."""
+    import tensorflow as tf
+
+    t_start = time.perf_counter()
+    step = _build_step(spec)
+    try:
+        cold_ms = step()
+    except RunnerError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise RunnerError(f"training step failed for model {spec.model_path}: {type(e).__name__}: {e}") from e
+    result: dict[str, Any] = {"mode": spec.mode, "cold_step_ms": cold_ms, "batch_size": spec.batch_size,
+                              "seed": spec.seed, "deterministic": spec.deterministic}
+    if spec.mode == "warmup":
+        det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max,
+                             max_steps=spec.warmup_max_steps)
+        times = []
+        while True:
+            times.append(step())
+            if det.add(times[-1]):
+                break
+        res = det.result()
+        result.update(warmup_step_times_ms=times, warmup_steps=res.warmup_steps, steady=res.steady,
+                      final_cv=res.final_cv, reason=res.reason)
+    else:
+        warm = [step() for _ in range(spec.warmup_steps)]
+        measured = [step() for _ in range(spec.measured_steps)]
+        logdir = Path(spec.out_dir) / "profile"
+        logdir.mkdir(parents=True, exist_ok=True)
+        profiled: list[float] = []
+        t_prof = time.perf_counter()
+        tf.profiler.experimental.start(str(logdir))
+        try:
+            for i in range(spec.profiled_steps):
+                with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                    profiled.append(step())
+        finally:
+            tf.profiler.experimental.stop()
+        result.update(warmup_step_times_ms=warm, measured_step_times_ms=measured,
+                      profiled_step_times_ms=profiled, profile_dir=str(logdir),
+                      profiled_window_s=time.perf_counter() - t_prof)
+    result.update(peak_rss_bytes=_peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(),
+                  wall_s=time.perf_counter() - t_start)
+    return result
+
+
+def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800) -> dict[str, Any]:
+    """Run ``spec`` in a fresh ``python -m tasks.runner`` process and return its result dict.
+
+    Raises:
+        RunnerError: the process failed or timed out; the message carries the runner's own
+            error (e.g. the model that failed to load, the exception of the training step) or
+            the tail of its stderr.
+    """
+    import subprocess
+
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / f"{spec.mode}_spec.json"
+    spec_path.write_text(spec.model_dump_json(indent=2))
+    (out / "result.json").unlink(missing_ok=True)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    project_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run([python_executable, "-m", "tasks.runner", str(spec_path)], capture_output=True,
+                              text=True, timeout=timeout_s, env=env, cwd=project_root)
+    except subprocess.TimeoutExpired as e:
+        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} timed out after {timeout_s:.0f} s") from e
+    except OSError as e:
+        raise RunnerError(f"cannot start runner interpreter {python_executable!r}: {e}") from e
+    (out / f"{spec.mode}_stderr.log").write_text(proc.stderr)
+    result_file = out / "result.json"
+    if not result_file.exists():
+        tail = proc.stderr.strip().splitlines()[-15:]
+        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a result; "
+                          "stderr tail:\n" + "\n".join(tail))
+    result = json.loads(result_file.read_text())
+    if result.get("status") != "ok":
+        raise RunnerError(f"runner ({spec.mode}) failed: {result.get('error')}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m tasks.runner SPEC.json``; writes ``<out_dir>/result.json``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m tasks.runner SPEC.json", file=sys.stderr)
+        return 2
+    spec = RunnerSpec.model_validate_json(Path(argv[0]).read_text())
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        result = {"status": "ok", **run(spec)}
+        code = 0
+    except Exception as e:  # noqa: BLE001 - every failure is reported in result.json
+        result = {"status": "error", "error": f"{type(e).__name__}: {e}" if not isinstance(e, RunnerError)
+                  else str(e), "traceback": traceback.format_exc()[-4000:]}
+        code = 1
+    tmp = out / "result.json.tmp"
+    tmp.write_text(json.dumps(result))
+    tmp.replace(out / "result.json")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

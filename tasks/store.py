@@ -1,0 +1,272 @@
+"""The historical store: SQLAlchemy 2 ORM schema, engine and sessions.
+
+SQLite file by default, any SQLAlchemy URL (PostgreSQL in production) by setting. The schema is
+created and upgraded only by the Alembic migrations under ``sql/migrations`` (``migrate(url)``);
+the ORM classes here must match them. Raw per-step samples are kept (``step_samples``), not just
+summaries; parsed xprof tables are kept per run (``op_stats``, ``step_breakdown``, ``run_tables``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    text,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+
+
+def utcnow() -> dt.datetime:
+    """Timezone-aware now (UTC)."""
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the perfwatch schema."""
+
+    type_annotation_map = {dict[str, Any]: JSON, dt.datetime: DateTime(timezone=True)}
+
+
+class Model(Base):
+    """A model name as it appears in the model store."""
+
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ModelVersion(Base):
+    """One pulled model version and the sha256 digest of its bytes."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model_id", "version", "digest", name="uq_model_version_digest"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    version: Mapped[str] = mapped_column(String(32))
+    digest: Mapped[str] = mapped_column(String(64))
+    source_uri: Mapped[str] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Environment(Base):
+    """One distinct environment fingerprint (stored once, referenced by runs)."""
+
+    __tablename__ = "environments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint_id: Mapped[str] = mapped_column(String(64), unique=True)
+    comparability_key: Mapped[str] = mapped_column(String(64), index=True)
+    data: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Run(Base):
+    """One DAG run of one case: its identity, outcome and summary figures.
+
+    Step times are ms by our timer (profiler off); ``profiler_avg_step_ms`` is xprof's
+    overview_page average over the profiled window. A failed run keeps ``failed_stage`` and
+    ``error`` and has no summary figures (never a zero).
+    """
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("dag_id", "dag_run_id", "case_name", name="uq_run_identity"),
+        Index("ix_runs_model_case_time", "model_id", "case_name", "started_at"),
+        Index("ix_runs_started_at", "started_at"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dag_id: Mapped[str] = mapped_column(String(250))
+    dag_run_id: Mapped[str] = mapped_column(String(250))
+    case_name: Mapped[str] = mapped_column(String(64))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    version_requested: Mapped[str] = mapped_column(String(32))
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    environment_id: Mapped[int | None] = mapped_column(ForeignKey("environments.id"))
+    trigger: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))  # success | failed
+    failed_stage: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    params: Mapped[dict[str, Any]]
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
+    median_step_ms: Mapped[float | None] = mapped_column(Float)
+    mean_step_ms: Mapped[float | None] = mapped_column(Float)
+    p90_step_ms: Mapped[float | None] = mapped_column(Float)
+    throughput_eps: Mapped[float | None] = mapped_column(Float)
+    cold_step_ms: Mapped[float | None] = mapped_column(Float)
+    warmup_steps: Mapped[int | None] = mapped_column(Integer)
+    steady: Mapped[bool | None] = mapped_column(Boolean)
+    profile_overhead_ratio: Mapped[float | None] = mapped_column(Float)
+    peak_rss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    peak_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    profiler_avg_step_ms: Mapped[float | None] = mapped_column(Float)
+    input_bound_pct: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str | None] = mapped_column(String(16), index=True)
+    archive_uri: Mapped[str | None] = mapped_column(Text)
+
+
+class StepSample(Base):
+    """One raw step time (ms, our timer). ``phase``: warmup | measured | profiled."""
+
+    __tablename__ = "step_samples"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step_time_ms: Mapped[float] = mapped_column(Float)
+
+
+class OpStat(Base):
+    """One op row of xprof's framework_op_stats tool (self-times in µs over the profiled window)."""
+
+    __tablename__ = "op_stats"
+    __table_args__ = (Index("ix_op_stats_run", "run_id", "op_name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    host_or_device: Mapped[str] = mapped_column(String(16))
+    op_type: Mapped[str] = mapped_column(String(256))
+    op_name: Mapped[str] = mapped_column(Text)
+    occurrences: Mapped[int] = mapped_column(BigInteger)
+    total_self_time_us: Mapped[float] = mapped_column(Float)
+    avg_self_time_us: Mapped[float] = mapped_column(Float)
+    self_time_share: Mapped[float] = mapped_column(Float)
+
+
+class StepBreakdown(Base):
+    """Per-step time breakdown from xprof's overview_page, long format (component, ms)."""
+
+    __tablename__ = "step_breakdown"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step_num: Mapped[int] = mapped_column(Integer, primary_key=True)
+    component: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ms: Mapped[float] = mapped_column(Float)
+
+
+class RunTable(Base):
+    """A whole parsed xprof tool output for a run (overview, input pipeline, memory, kernels, findings)."""
+
+    __tablename__ = "run_tables"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    data: Mapped[dict[str, Any]]
+
+
+class Comparison(Base):
+    """The baseline-compare result of a run: verdict, ratio with its interval, GX validation."""
+
+    __tablename__ = "comparisons"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    method: Mapped[str] = mapped_column(String(32))
+    verdict: Mapped[str] = mapped_column(String(16))
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ci_low: Mapped[float | None] = mapped_column(Float)
+    ci_high: Mapped[float | None] = mapped_column(Float)
+    median_limit_ms: Mapped[float | None] = mapped_column(Float)
+    gx_success: Mapped[bool] = mapped_column(Boolean)
+    gx_result: Mapped[dict[str, Any]]
+    evidence: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Baseline(Base):
+    """An accepted run of (model, case, environment). The active one has ``superseded_at`` NULL;
+    the older rows are the lookback history. A partial unique index allows one active row."""
+
+    __tablename__ = "baselines"
+    __table_args__ = (
+        Index("uq_baseline_active", "model_id", "case_name", "comparability_key", unique=True,
+              sqlite_where=text("superseded_at IS NULL"), postgresql_where=text("superseded_at IS NULL")),
+        Index("ix_baselines_lookup", "model_id", "case_name", "comparability_key", "accepted_at"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    case_name: Mapped[str] = mapped_column(String(64))
+    comparability_key: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    accepted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    accepted_by: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text)
+    superseded_at: Mapped[dt.datetime | None]
+
+
+class Artifact(Base):
+    """A file kept for a run (the archived xplane, the GX data docs...) with size and sha256."""
+
+    __tablename__ = "artifacts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    uri: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+
+
+def redact(url: str) -> str:
+    """The URL with its password masked, for logs and error messages."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+_engines: dict[str, Engine] = {}
+
+
+def get_engine(url: str) -> Engine:
+    """A cached engine for ``url``; SQLite gets foreign keys on and a busy timeout (30 s)."""
+    if url not in _engines:
+        u = make_url(url)
+        if u.get_backend_name() == "sqlite":
+            if u.database and u.database != ":memory:":
+                Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": 30})
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.close()
+        else:
+            engine = create_engine(url, pool_pre_ping=True)
+        _engines[url] = engine
+    return _engines[url]
+
+
+@contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any exception (which is re-raised)."""
+    factory = sessionmaker(get_engine(url), expire_on_commit=False)
+    with factory() as session, session.begin():
+        yield session
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision`` with the Alembic migrations in ``sql/migrations``."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = get_engine(url)
+    command.upgrade(cfg, revision)

@@ -1,0 +1,74 @@
+"""Shared fixtures: an isolated PERFWATCH_HOME, a store URL per backend, tiny real models."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.model_factory import make_model
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PG_URL = os.environ.get("PERFWATCH_TEST_DATABASE_URL")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A fresh PERFWATCH_HOME; settings read from the environment point into it."""
+    h = tmp_path / "pwhome"
+    monkeypatch.setenv("PERFWATCH_HOME", str(h))
+    for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
+        monkeypatch.delenv(var, raising=False)
+    return h
+
+
+def _fresh_pg_url() -> str:
+    """Drop and recreate the perfwatch tables in the PostgreSQL test database."""
+    from sqlalchemy import text
+
+    from tasks.store import get_engine
+
+    with get_engine(PG_URL).begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    return PG_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """A migrated, empty store on SQLite always, and on PostgreSQL when PERFWATCH_TEST_DATABASE_URL is set."""
+    from tasks.store import migrate
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        if not PG_URL:
+            pytest.skip("PostgreSQL store tests need PERFWATCH_TEST_DATABASE_URL (set by .ci/run)")
+        url = _fresh_pg_url()
+    migrate(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def model_files(tmp_path_factory) -> dict[str, Path]:
+    """Tiny real Keras models built once per session: tiny, wide (heavier), bad_embedding, tiny SavedModel."""
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "tiny": make_model("tiny", root / "tiny.keras"),
+        "wide": make_model("wide", root / "wide.keras"),
+        "bad_embedding": make_model("bad_embedding", root / "bad.keras"),
+    }
+
+
+@pytest.fixture
+def model_store(home, model_files) -> Path:
+    """A TF-Serving layout store: tiny/1 (tiny), tiny/2 (wide: heavier), broken/1 (fails in training)."""
+    store = home / "models"
+    for model, version, kind in (("tiny", 1, "tiny"), ("tiny", 2, "wide"), ("broken", 1, "bad_embedding")):
+        d = store / model / str(version)
+        d.mkdir(parents=True)
+        shutil.copy(model_files[kind], d / "model.keras")
+    return store

@@ -1,0 +1,159 @@
+"""The store and the archive stage: migrations, one transaction, idempotent runs, one active baseline."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from tasks.archive import archive_run, record_failure
+from tasks.records import (
+    Case,
+    CompareRecord,
+    EnvRecord,
+    ParseRecord,
+    ProfiledRun,
+    PulledModel,
+    RunContext,
+    WarmupRecord,
+)
+from tasks.store import Artifact, Baseline, OpStat, Run, StepBreakdown, StepSample, get_engine, redact, session_scope
+
+
+def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1"):
+    """Stage records of one finished run, with real files (a fake xplane, samples, parsed tables)."""
+    wd = tmp / dag_run_id
+    prof = wd / "run" / "profile" / "plugins" / "profile" / "2026_01_01"
+    prof.mkdir(parents=True, exist_ok=True)
+    (prof / "host.xplane.pb").write_bytes(b"xplane-bytes")
+    samples = {"measured_step_times_ms": [median + i * 0.01 for i in range(10)],
+               "warmup_step_times_ms": [20.0, 15.0], "profiled_step_times_ms": [11.0, 12.0]}
+    (wd / "run" / "result.json").write_text(json.dumps(samples))
+    parsed = {"op_stats": [{"host_or_device": "Host", "op_type": "Conv2D", "op_name": "conv", "occurrences": 2,
+                            "total_self_time_us": 100.0, "avg_self_time_us": 50.0, "self_time_share": 1.0}],
+              "step_breakdown": [{"step": 0, "step_time_ms": 11.0, "input_ms": 1.0, "other_ms": None}],
+              "overview_page": {"avg_step_time_ms": 11.5}}
+    (wd / "parsed.json").write_text(json.dumps(parsed))
+    ctx = RunContext(dag_id="d", dag_run_id=dag_run_id, trigger="test", case=Case(model=model, measured_steps=10))
+    pulled = PulledModel(model=model, version="1", source_uri="/s/m/1", local_path=str(wd / "model"), format="keras",
+                         digest="a" * 64, size_bytes=3)
+    env = EnvRecord(fingerprint_id="f" * 64, comparability_key=key, data={"gpu": {"count": 0}})
+    warm = WarmupRecord(warmup_steps=2, steady=True, final_cv=0.01, cold_step_ms=500.0, step_times_ms=[20, 15],
+                        wall_s=1.0)
+    run = ProfiledRun(work_dir=str(wd), samples_path=str(wd / "run" / "result.json"),
+                      profile_dir=str(wd / "run" / "profile"), measured_steps=10, median_step_ms=median,
+                      throughput_eps=1600.0, profile_overhead_ratio=1.1, peak_rss_bytes=1 << 30,
+                      peak_device_bytes=None, wall_s=2.0)
+    parse = ParseRecord(parsed_path=str(wd / "parsed.json"), avg_step_time_ms=11.5, input_bound_pct=3.0, n_ops=1,
+                        findings=[], cross_check_ratio=1.0, cross_check_ok=True)
+    comp = CompareRecord(verdict=verdict, method="none", baseline_run_ids=[], ratio=None, ci_low=None, ci_high=None,
+                         median_limit_ms=None, gx_success=True, evidence={"gx": {}})
+    return ctx, pulled, env, warm, run, parse, comp
+
+
+def count(url, table, *where):
+    with session_scope(url) as s:
+        return s.scalar(select(func.count()).select_from(table).where(*where))
+
+
+def test_migrations_create_every_table(db_url):
+    names = set(inspect(get_engine(db_url)).get_table_names())
+    assert {"models", "model_versions", "environments", "runs", "step_samples", "op_stats", "step_breakdown",
+            "run_tables", "comparisons", "baselines", "artifacts", "alembic_version"} <= names
+
+
+def test_archive_writes_everything_in_one_go(db_url, tmp_path):
+    recs = make_records(tmp_path)
+    out = archive_run(db_url, str(tmp_path / "archive"), *recs)
+    assert out.verdict == "no-baseline"
+    run_dir = Path(out.archive_uri)
+    assert run_dir.parent == tmp_path / "archive" / "m"
+    assert list(run_dir.glob("plugins/profile/*/*.xplane.pb"))
+    assert not list((tmp_path / "archive" / "m").glob("*.partial"))
+    assert count(db_url, StepSample, StepSample.phase == "measured") == 10
+    assert count(db_url, StepSample) == 14
+    assert count(db_url, OpStat) == 1
+    assert count(db_url, StepBreakdown) == 2  # None components are not stored as zeros
+    assert count(db_url, Artifact) == 1
+    assert count(db_url, Baseline, Baseline.superseded_at.is_(None)) == 1  # first run becomes the baseline
+    with session_scope(db_url) as s:
+        r = s.scalar(select(Run))
+        assert (r.status, r.median_step_ms, r.throughput_eps) == ("success", 10.0, 1600.0)
+
+
+def test_rerun_replaces_never_duplicates(db_url, tmp_path):
+    recs = make_records(tmp_path)
+    archive_run(db_url, str(tmp_path / "archive"), *recs)
+    archive_run(db_url, str(tmp_path / "archive"), *recs)
+    assert count(db_url, Run) == 1
+    assert count(db_url, StepSample, StepSample.phase == "measured") == 10
+    assert count(db_url, Baseline) == 1
+
+
+def test_failure_is_recorded_then_replaced_by_success(db_url, tmp_path):
+    recs = make_records(tmp_path)
+    record_failure(db_url, recs[0], "warm-up", "RunnerError: training step failed for model m")
+    with session_scope(db_url) as s:
+        r = s.scalar(select(Run))
+        assert (r.status, r.failed_stage, r.median_step_ms) == ("failed", "warm-up", None)
+        assert "training step failed" in r.error
+    assert count(db_url, StepSample) == 0
+    archive_run(db_url, str(tmp_path / "archive"), *recs)
+    with session_scope(db_url) as s:
+        assert [r.status for r in s.scalars(select(Run))] == ["success"]
+
+
+def test_regression_never_moves_the_baseline(db_url, tmp_path):
+    first = archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r1"))
+    archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r2", verdict="regression"))
+    archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r3", verdict="inconclusive"))
+    with session_scope(db_url) as s:
+        active = s.scalars(select(Baseline.run_id).where(Baseline.superseded_at.is_(None))).all()
+    assert active == [first.run_id]
+    third = archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r4", verdict="pass"))
+    with session_scope(db_url) as s:
+        active = s.scalars(select(Baseline.run_id).where(Baseline.superseded_at.is_(None))).all()
+        history = s.scalars(select(Baseline.run_id).order_by(Baseline.id)).all()
+    assert active == [third.run_id] and history == [first.run_id, third.run_id]
+
+
+def test_failed_transaction_leaves_no_archive(db_url, tmp_path, monkeypatch):
+    import tasks.archive as archive_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full while writing the store")
+
+    monkeypatch.setattr(archive_mod, "accept_baseline", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path))
+    assert count(db_url, Run) == 0
+    leftovers = [p for p in (tmp_path / "archive").rglob("*") if p.is_file()] if (tmp_path / "archive").exists() else []
+    assert leftovers == []
+
+
+def test_concurrent_archives_keep_every_row_and_one_baseline(db_url, tmp_path):
+    records = [make_records(tmp_path, dag_run_id=f"c{i}", verdict="pass") for i in range(4)]
+    errors: list[BaseException] = []
+
+    def worker(recs):
+        try:
+            archive_run(db_url, str(tmp_path / "archive"), *recs)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in records]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert count(db_url, Run) == 4
+    assert count(db_url, StepSample, StepSample.phase == "measured") == 40
+    assert count(db_url, Baseline, Baseline.superseded_at.is_(None)) == 1
+
+
+def test_redact_hides_password():
+    assert "s3cret" not in redact("postgresql+psycopg://u:s3cret@db:5432/perfwatch")
