@@ -29,6 +29,7 @@ from tasks.records import (
     PulledModel,
     RunContext,
     WarmupRecord,
+    safe_name,
 )
 from tasks.store import (
     Artifact,
@@ -98,7 +99,8 @@ def record_failure(db_url: str, ctx: RunContext, stage: str, error: str) -> int:
             model = get_or_create_model(s, ctx.case.model)
             run = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
                       version_requested=ctx.case.version, trigger=ctx.trigger, status="failed",
-                      failed_stage=stage, error=error[:20000], params=ctx.case.to_xcom(), finished_at=utcnow())
+                      failed_stage=stage, error=error[:20000], params=ctx.case.to_xcom(), started_at=ctx.started_at,
+                      finished_at=utcnow())
             s.add(run)
             s.flush()
             return run.id
@@ -135,7 +137,7 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
     """
     samples = json.loads(Path(run.samples_path).read_text())
     parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
-    run_dir_name = f"{ctx.case.name}__v{pulled.version}__{ctx.slug}"
+    run_dir_name = safe_name(f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}")
     fs, root = fsspec.core.url_to_fs(archive_root)
     final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
     staging = final + ".partial"
@@ -168,7 +170,8 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
             s.flush()
             r = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
                     version_requested=ctx.case.version, model_version_id=mv.id, environment_id=envrow.id,
-                    trigger=ctx.trigger, status="success", params=ctx.case.to_xcom(), finished_at=utcnow(),
+                    trigger=ctx.trigger, status="success", params=ctx.case.to_xcom(), started_at=ctx.started_at,
+                    finished_at=utcnow(),
                     median_step_ms=run.median_step_ms, mean_step_ms=statistics.fmean(measured),
                     p90_step_ms=_percentile(measured, 90), throughput_eps=run.throughput_eps,
                     cold_step_ms=warmup.cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
@@ -185,9 +188,7 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
             s.add_all(StepBreakdown(run_id=r.id, step_num=int(row["step"]), component=comp, ms=float(ms))
                       for row in parsed_tables.get("step_breakdown", [])
                       for comp, ms in row.items() if comp != "step" and ms is not None)
-            for tool, data in parsed_tables.items():
-                if tool not in ("op_stats", "step_breakdown"):
-                    s.add(RunTable(run_id=r.id, tool=tool, data={"value": data}))
+            s.add_all(RunTable(run_id=r.id, tool=tool, data=data) for tool, data in group_tables(parsed_tables).items())
             s.add(Comparison(run_id=r.id, baseline_run_id=(verdict.baseline_run_ids or [None])[0],
                              method=verdict.method, verdict=verdict.verdict, ratio=verdict.ratio,
                              ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
@@ -215,6 +216,36 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
                 fs.rm(path, recursive=True)
         raise
     return ArchiveRecord(run_id=run_id, archive_uri=archive_uri, verdict=verdict.verdict)
+
+
+RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {
+    "overview_page": ("hardware_type", "device_type", "device_core_count", "num_steps", "avg_step_time_ms",
+                      "step_time_stddev_ms", "breakdown_avg_ms", "input_bound_pct", "bottleneck", "conclusion",
+                      "recommendation", "statements", "device_idle_pct", "diagnostics"),
+    "framework_op_stats": ("idle_time_us",),
+    "input_pipeline_analyzer": ("input_steps", "input_ops", "input_time_breakdown_us", "input_recommendations"),
+    "memory_profile": ("memory", "memory_absent_reason"),
+    "kernel_stats": ("kernel_stats", "kernel_stats_absent_reason"),
+    "diagnosis": ("findings",),
+    "cross_check": ("cross_check",),
+}
+"""How the parsed profile's fields are kept in ``run_tables`` (one JSON row per xprof tool); the
+op table and the step breakdown have tables of their own, everything else lands in ``parse``."""
+
+
+def group_tables(parsed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Split a parsed profile (``parsed.json``) into the ``run_tables`` rows, keyed by tool."""
+    out: dict[str, dict[str, Any]] = {}
+    taken = {"op_stats", "step_breakdown"}
+    for tool, fields in RUN_TABLE_GROUPS.items():
+        present = {f: parsed[f] for f in fields if f in parsed}
+        if present:
+            out[tool] = present
+        taken.update(fields)
+    rest = {k: v for k, v in parsed.items() if k not in taken}
+    if rest:
+        out["parse"] = rest
+    return out
 
 
 _OP_COLUMNS = ("host_or_device", "op_type", "op_name", "occurrences", "total_self_time_us", "avg_self_time_us",

@@ -6,6 +6,7 @@ Every listing takes ``--format table|csv|json|markdown``. Commands read the stor
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Annotated
 
@@ -118,6 +119,26 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
         typer.echo("demo check FAILED: " + "; ".join(problems), err=True)
         raise typer.Exit(1)
     typer.echo("demo check: version 1 archived as baseline, version 2 flagged as a regression")
+
+
+db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")] = "head") -> None:
+    """Migrate the store (PERFWATCH_DATABASE_URL) to the latest schema; idempotent."""
+    from tasks.store import redact
+
+    url = Settings.from_env().database_url
+    migrate(url, revision)
+    typer.echo(f"store at {redact(url)} is at revision {revision}")
+
+
+# Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
+_COMMAND_MODULES: tuple[str, ...] = ()
+for _name in _COMMAND_MODULES:
+    importlib.import_module(f"tasks.{_name}").register(app)
 
 
 def main() -> None:  # pragma: no cover - console script shim

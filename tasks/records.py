@@ -7,6 +7,7 @@ samples, profiles, parsed tables) travel as work-dir paths, never inline.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any, Literal
 
@@ -14,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Trigger = Literal["scheduled", "manual", "release", "cli", "test"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def safe_name(raw: str) -> str:
+    """``raw`` with every run of characters outside ``[A-Za-z0-9_.-]`` replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
 class Record(BaseModel):
@@ -83,18 +89,19 @@ class Case(Record):
 
 
 class RunContext(Record):
-    """Identity of one DAG run of one case; (dag_id, dag_run_id, case) is unique in the store."""
+    """Identity of one DAG run of one case; (dag_id, dag_run_id, case) is unique in the store.
+    ``started_at`` (UTC) is when the case was planned, i.e. when its DAG run began."""
 
     dag_id: str
     dag_run_id: str
     trigger: Trigger = "manual"
     case: Case
+    started_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     @property
     def slug(self) -> str:
         """Filesystem-safe name of this run's work directory."""
-        raw = f"{self.dag_id}__{self.dag_run_id}__{self.case.model}__{self.case.name}"
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+        return safe_name(f"{self.dag_id}__{self.dag_run_id}__{self.case.model}__{self.case.name}")
 
 
 class PulledModel(Record):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import pandas as pd
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """Output formats every listing takes (``--format``)."""
 
     table = "table"

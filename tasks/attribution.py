@@ -1,0 +1,167 @@
+"""Op-level attribution of a step-time change (pure pandas, no TF, no xprof).
+
+Inputs are two framework_op_stats tables (``tasks.parse.OP_STATS_COLUMNS``; self-times in µs summed
+over the profiled window) and each run's number of profiled steps. Self-time is normalised to
+µs PER STEP so runs with different window lengths compare. IDLE rows are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+KEY = ["host_or_device", "op_type", "op_name"]
+#: (category, regex on the op type with TF's ``_Mkl``/``_MklNative``/``_`` prefixes stripped); first match wins.
+CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("data_input", re.compile(r"^(IteratorGetNext|Iterator|Dataset|.*Dataset(V\d)?$|OptionalGetValue|"
+                              r"MultiDeviceIterator)")),
+    ("convolution", re.compile(r"^(Fused)?(Conv[123]D|DepthwiseConv|Conv)")),
+    ("matmul", re.compile(r"^(Fused)?(Batch)?MatMul|^Einsum")),
+    ("normalization", re.compile(r"^(Fused)?BatchNorm|^FusedBatchNorm|^LayerNorm")),
+    ("optimizer", re.compile(r"^(Resource)?(Sparse)?Apply|^Resource|^Assign(Add|Sub)VariableOp")),
+    ("elementwise", re.compile(
+        r"^(Add|AddV2|AddN|Sub|Mul|RealDiv|Div|DivNoNan|FloorDiv|Maximum|Minimum|Pow|Square|SquaredDifference|"
+        r"Sqrt|Rsqrt|Exp|Log|Log1p|Neg|Abs|Sign|Floor|Ceil|Round|Cast|Relu|Relu6|Elu|Selu|LeakyRelu|Gelu|"
+        r"Sigmoid|Tanh|Erf|Softplus|BiasAdd|Select|SelectV2|Equal|NotEqual|Greater|GreaterEqual|Less|"
+        r"LessEqual|LogicalAnd|LogicalOr|LogicalNot|Reciprocal|Inv|ZerosLike|OnesLike)(Grad|V\d)?$")),
+]
+CATEGORIES = [c for c, _ in CATEGORY_RULES] + ["other"]
+
+
+def op_category(op_type: str) -> str:
+    """Map a TF op type (e.g. ``Conv2D``, ``_MklNativeFusedConv2D``, ``ResourceApplyAdam``) to a category:
+    convolution, matmul, elementwise, normalization, data_input, optimizer or other."""
+    base = re.sub(r"^_(Mkl)?(Native)?", "", op_type or "")
+    return next((cat for cat, rx in CATEGORY_RULES if rx.match(base)), "other")
+
+
+class OpDelta(BaseModel):
+    """One op's self-time per step (µs) in both runs. ``status``: both | appeared | vanished."""
+
+    host_or_device: str
+    op_type: str
+    op_name: str
+    category: str
+    baseline_us_per_step: float  # 0.0 when the op is absent there (see status)
+    candidate_us_per_step: float
+    delta_us_per_step: float
+    relative_change: float | None  # delta / baseline; None when the op is new
+    status: str
+
+
+class CategoryDelta(BaseModel):
+    category: str
+    baseline_us_per_step: float
+    candidate_us_per_step: float
+    delta_us_per_step: float
+    relative_change: float | None
+
+
+class Attribution(BaseModel):
+    """Ops ranked by |Δ self-time per step| (µs), op categories, and a plain-text summary.
+
+    ``step_time_change_us``: Δ step time per step (µs) — from the step times when given, otherwise the
+    sum of op self-time deltas (``step_time_change_source`` says which). ``top_share``: fraction of that
+    change accounted for by the ``top_n`` ranked ops (None when the change is 0).
+    """
+
+    baseline_steps: int
+    candidate_steps: int
+    step_time_change_us: float
+    step_time_change_source: str  # "step_time" | "op_self_time"
+    op_self_time_change_us: float
+    top_n: int
+    top_share: float | None
+    ops: list[OpDelta]
+    appeared: list[str]
+    vanished: list[str]
+    categories: list[CategoryDelta]
+    summary: str
+
+    def ops_frame(self) -> pd.DataFrame:
+        """Ranked ops, OpDelta fields as columns (µs per step)."""
+        return pd.DataFrame([o.model_dump() for o in self.ops], columns=list(OpDelta.model_fields))
+
+    def categories_frame(self) -> pd.DataFrame:
+        """Op categories by |Δ|, CategoryDelta fields as columns (µs per step)."""
+        return pd.DataFrame([c.model_dump() for c in self.categories], columns=list(CategoryDelta.model_fields))
+
+
+def _per_step(table: pd.DataFrame | Sequence[dict[str, Any]], steps: int, name: str) -> pd.Series:
+    if not isinstance(steps, int) or steps <= 0:
+        raise ValueError(f"{name}_steps must be a positive int, got {steps!r}")
+    df = pd.DataFrame(table)
+    missing = set(KEY + ["total_self_time_us"]) - set(df.columns)
+    if missing and len(df):
+        raise ValueError(f"{name} op table lacks columns {sorted(missing)}")
+    if df.empty:
+        return pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=KEY))
+    df = df[df["op_type"] != "IDLE"]
+    return df.groupby(KEY)["total_self_time_us"].sum().astype(float) / steps
+
+
+def _rel(delta: float, base: float) -> float | None:
+    return delta / base if base > 0 else None
+
+
+def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
+              candidate_ops: pd.DataFrame | Sequence[dict[str, Any]], *, baseline_steps: int,
+              candidate_steps: int, baseline_step_ms: float | None = None,
+              candidate_step_ms: float | None = None, top_n: int = 5) -> Attribution:
+    """Attribute a step-time change to ops and op categories.
+
+    ``*_ops``: framework_op_stats tables (DataFrame or records, total_self_time_us in µs over the window);
+    ``*_steps``: profiled steps in each window; ``*_step_ms``: optional average step times (ms) — when
+    both are given the top ops' share is of that change, else of the summed op self-time change.
+    Raises ValueError for non-positive step counts or tables missing the key columns.
+    """
+    base, cand = _per_step(baseline_ops, baseline_steps, "baseline"), _per_step(
+        candidate_ops, candidate_steps, "candidate")
+    both = pd.concat({"b": base, "c": cand}, axis=1)
+    status = pd.Series("both", index=both.index)
+    status[both["b"].isna()] = "appeared"
+    status[both["c"].isna()] = "vanished"
+    both = both.fillna(0.0)
+    both["d"] = both["c"] - both["b"]
+    both["status"] = status
+    both = both.reindex(both["d"].abs().sort_values(ascending=False, kind="stable").index)
+    ops = [OpDelta(host_or_device=k[0], op_type=k[1], op_name=k[2], category=op_category(k[1]),
+                   baseline_us_per_step=r.b, candidate_us_per_step=r.c, delta_us_per_step=r.d,
+                   relative_change=_rel(r.d, r.b), status=r.status)
+           for k, r in zip(both.index, both.itertuples(index=False), strict=True)]
+    op_change = float(both["d"].sum())
+    if baseline_step_ms is not None and candidate_step_ms is not None:
+        change, source = (candidate_step_ms - baseline_step_ms) * 1e3, "step_time"
+    else:
+        change, source = op_change, "op_self_time"
+    top_delta = sum(o.delta_us_per_step for o in ops[:top_n])
+    top_share = top_delta / change if abs(change) > 1e-9 else None
+    cats = pd.DataFrame([(o.category, o.baseline_us_per_step, o.candidate_us_per_step) for o in ops],
+                        columns=["category", "b", "c"]).groupby("category")[["b", "c"]].sum()
+    categories = sorted(
+        (CategoryDelta(category=c, baseline_us_per_step=r.b, candidate_us_per_step=r.c,
+                       delta_us_per_step=r.c - r.b, relative_change=_rel(r.c - r.b, r.b))
+         for c, r in zip(cats.index, cats.itertuples(index=False), strict=True)),
+        key=lambda c: -abs(c.delta_us_per_step))
+    appeared = [o.op_name for o in ops if o.status == "appeared"]
+    vanished = [o.op_name for o in ops if o.status == "vanished"]
+    lines = [f"Step time changed by {change:+.1f} µs/step ({source.replace('_', ' ')}); op self-time "
+             f"changed by {op_change:+.1f} µs/step."]
+    if top_share is not None and ops:
+        lines.append(f"The top {min(top_n, len(ops))} ops account for {top_share:.0%} of the change:")
+    for o in ops[:top_n]:
+        rel = f" ({o.relative_change:+.0%})" if o.relative_change is not None else f" ({o.status})"
+        lines.append(f"  {o.delta_us_per_step:+.1f} µs/step{rel}  {o.op_name} [{o.op_type}, {o.category}]")
+    if categories:
+        c = categories[0]
+        lines.append(f"Largest category change: {c.category} {c.delta_us_per_step:+.1f} µs/step.")
+    if appeared or vanished:
+        lines.append(f"{len(appeared)} ops appeared, {len(vanished)} vanished.")
+    return Attribution(baseline_steps=baseline_steps, candidate_steps=candidate_steps,
+                       step_time_change_us=change, step_time_change_source=source,
+                       op_self_time_change_us=op_change, top_n=top_n, top_share=top_share, ops=ops,
+                       appeared=appeared, vanished=vanished, categories=categories, summary="\n".join(lines))

@@ -1,0 +1,107 @@
+"""Plain-language findings from a parsed profile, in the spirit of the TF profiler's overview page.
+
+Each finding names the figure that triggered it, its value and the threshold (module constants below).
+Figures come from ``tasks.parse.ParsedProfile`` (xprof overview_page / framework_op_stats).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from tasks.parse import IDLE_OP, ParsedProfile
+
+#: Input share of step time (%, overview_page) at/above which the run is HIGHLY input-bound (xprof: 20).
+INPUT_BOUND_HIGH_PCT = 20.0
+#: Input share of step time (%) at/above which the run is MODERATELY input-bound (xprof: 5).
+INPUT_BOUND_MODERATE_PCT = 5.0
+#: Host compute + kernel launch share of step time (%) above which a run WITH a device is host-bound.
+HOST_BOUND_PCT = 50.0
+#: Compilation share of step time (%) above which compile time is called large.
+COMPILE_PCT = 10.0
+#: One op's share of busy (non-IDLE) self-time (%, framework_op_stats) above which it dominates.
+OP_DOMINANT_PCT = 50.0
+#: Device idle time (%, overview_page) above which the device is called mostly idle.
+DEVICE_IDLE_PCT = 50.0
+
+INFO, WARNING = "info", "warning"
+
+
+class Finding(BaseModel):
+    """One diagnosis: ``figure`` is the ParsedProfile figure that triggered it (``value`` in its unit),
+    ``threshold`` the module constant it was compared with (None for yes/no conditions)."""
+
+    code: str
+    severity: str  # "info" | "warning"
+    message: str
+    figure: str
+    value: float | None = None
+    threshold: float | None = None
+
+
+def _share_pct(avg: dict[str, float], *keys: str) -> float:
+    step = avg.get("step_time_ms") or 0.0
+    return 100.0 * sum(avg.get(k, 0.0) for k in keys) / step if step > 0 else 0.0
+
+
+def diagnose(parsed: ParsedProfile) -> list[Finding]:
+    """Return findings for ``parsed`` (possibly empty). Codes: ``no_step_markers``, ``cpu_only``,
+    ``device_idle``, ``input_bound``, ``host_bound``, ``compile_time_large``, ``op_dominates``.
+    Raises nothing for missing figures: a rule whose figure is unknown is not evaluated."""
+    out: list[Finding] = []
+    if parsed.avg_step_time_ms is None:
+        xprof_says = next((d.message for d in parsed.diagnostics if "step marker" in d.message.lower()), "")
+        out.append(Finding(
+            code="no_step_markers", severity=WARNING, figure="avg_step_time_ms",
+            message=("The profile has no step markers, so step time and its breakdown are unknown "
+                     "(wrap each step in tf.profiler.experimental.Trace('train', step_num=i, _r=1)). "
+                     + xprof_says).strip()))
+    if not parsed.has_device:
+        out.append(Finding(
+            code="cpu_only", severity=INFO, figure="device_core_count",
+            value=float(parsed.device_core_count or 0),
+            message=f"No device planes (hardware {parsed.hardware_type or 'unknown'}): a CPU-only profile; "
+                    "device compute, kernel launch and kernel statistics are absent."))
+    elif parsed.device_idle_pct is not None and parsed.device_idle_pct > DEVICE_IDLE_PCT:
+        out.append(Finding(
+            code="device_idle", severity=WARNING, figure="device_idle_pct", value=parsed.device_idle_pct,
+            threshold=DEVICE_IDLE_PCT,
+            message=f"The device is idle {parsed.device_idle_pct:.1f}% of the time "
+                    f"(> {DEVICE_IDLE_PCT:.0f}%): it waits for the host or for input."))
+    if parsed.input_bound_pct is not None and parsed.input_bound_pct >= INPUT_BOUND_MODERATE_PCT:
+        high = parsed.input_bound_pct >= INPUT_BOUND_HIGH_PCT
+        level, limit = ("HIGHLY", INPUT_BOUND_HIGH_PCT) if high else ("MODERATELY", INPUT_BOUND_MODERATE_PCT)
+        out.append(Finding(
+            code="input_bound", severity=WARNING if high else INFO, figure="input_bound_pct",
+            value=parsed.input_bound_pct, threshold=limit,
+            message=f"The run is {level} input-bound: {parsed.input_bound_pct:.1f}% of step time waits for "
+                    f"input (>= {limit:.0f}%). See the tf.data stage table (input_pipeline_analyzer)."))
+    avg = parsed.breakdown_avg_ms or {}
+    if avg and parsed.has_device:
+        host = _share_pct(avg, "host_compute_ms", "kernel_launch_ms")
+        if host > HOST_BOUND_PCT:
+            out.append(Finding(
+                code="host_bound", severity=WARNING, figure="breakdown_avg_ms[host_compute+kernel_launch]",
+                value=host, threshold=HOST_BOUND_PCT,
+                message=f"The run is host-bound: host compute and kernel launch take {host:.1f}% of step "
+                        f"time (> {HOST_BOUND_PCT:.0f}%) while the device waits."))
+    if avg:
+        compile_pct = _share_pct(avg, "compile_ms")
+        if compile_pct > COMPILE_PCT:
+            out.append(Finding(
+                code="compile_time_large", severity=WARNING, figure="breakdown_avg_ms[compile_ms]",
+                value=compile_pct, threshold=COMPILE_PCT,
+                message=f"Compilation takes {compile_pct:.1f}% of step time (> {COMPILE_PCT:.0f}%): "
+                        "retracing or recompiling inside the profiled window?"))
+    busy = [r for r in parsed.op_stats if r["op_type"] != IDLE_OP]
+    for side in sorted({r["host_or_device"] for r in busy}):
+        rows = [r for r in busy if r["host_or_device"] == side]
+        total = sum(r["total_self_time_us"] for r in rows)
+        top = max(rows, key=lambda r: r["total_self_time_us"])
+        pct = 100.0 * top["total_self_time_us"] / total if total > 0 else 0.0
+        if pct > OP_DOMINANT_PCT:
+            out.append(Finding(
+                code="op_dominates", severity=WARNING, figure="op_stats.self_time_share", value=pct,
+                threshold=OP_DOMINANT_PCT,
+                message=f"One op dominates {side} self-time: {top['op_name']} ({top['op_type']}) takes "
+                        f"{pct:.1f}% (> {OP_DOMINANT_PCT:.0f}%)."))
+    return out

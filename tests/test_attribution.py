@@ -1,0 +1,81 @@
+"""Op-level attribution on hand-made op tables with known answers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tasks.attribution import CATEGORIES, attribute, op_category
+from tasks.parse import OP_STATS_COLUMNS
+
+
+def _table(rows):
+    return pd.DataFrame([{"host_or_device": "Device", "op_type": t, "op_name": n, "occurrences": 1,
+                          "total_self_time_us": us, "avg_self_time_us": us, "self_time_share": None}
+                         for t, n, us in rows], columns=OP_STATS_COLUMNS)
+
+
+BASE = _table([("Conv2D", "conv", 500.0), ("MatMul", "dense", 300.0), ("Relu", "relu", 100.0),
+               ("ResourceApplyAdam", "adam", 50.0), ("IDLE", "IDLE", 9999.0)])
+# twice as many steps: per-step conv +100 µs, dense unchanged, relu vanished, a new batch-norm op
+CAND = _table([("Conv2D", "conv", 1200.0), ("MatMul", "dense", 600.0), ("ResourceApplyAdam", "adam", 100.0),
+               ("FusedBatchNormV3", "bn", 80.0), ("IDLE", "IDLE", 1.0)])
+
+
+def test_ranks_by_change_per_step():
+    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10)
+    ops = a.ops_frame().set_index("op_name")
+    assert list(ops.index[:3]) == ["conv", "relu", "bn"]
+    assert ops.loc["conv", "baseline_us_per_step"] == pytest.approx(100.0)
+    assert ops.loc["conv", "delta_us_per_step"] == pytest.approx(20.0)
+    assert ops.loc["conv", "relative_change"] == pytest.approx(0.2)
+    assert ops.loc["dense", "delta_us_per_step"] == pytest.approx(0.0)  # same per step
+    assert ops.loc["relu", "status"] == "vanished" and ops.loc["relu", "delta_us_per_step"] == -20.0
+    assert ops.loc["bn", "status"] == "appeared" and pd.isna(ops.loc["bn", "relative_change"])
+    assert a.appeared == ["bn"] and a.vanished == ["relu"]
+    assert "IDLE" not in ops.index
+    assert a.step_time_change_source == "op_self_time"
+    assert a.op_self_time_change_us == pytest.approx(20.0 - 20.0 + 8.0)
+
+
+def test_top_share_of_measured_step_time_change():
+    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_step_ms=0.200,
+                  candidate_step_ms=0.240, top_n=1)
+    assert a.step_time_change_source == "step_time"
+    assert a.step_time_change_us == pytest.approx(40.0)
+    assert a.top_share == pytest.approx(20.0 / 40.0)
+    assert "50%" in a.summary and "conv" in a.summary and "+40.0 µs/step" in a.summary
+
+
+def test_categories():
+    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10)
+    cats = a.categories_frame().set_index("category")
+    assert cats.loc["convolution", "delta_us_per_step"] == pytest.approx(20.0)
+    assert cats.loc["elementwise", "delta_us_per_step"] == pytest.approx(-20.0)
+    assert cats.loc["normalization", "delta_us_per_step"] == pytest.approx(8.0)
+    assert cats.loc["optimizer", "delta_us_per_step"] == pytest.approx(0.0)
+    assert set(cats.index) <= set(CATEGORIES)
+
+
+@pytest.mark.parametrize("op_type, category", [
+    ("Conv2D", "convolution"), ("Conv2DBackpropFilter", "convolution"), ("_MklNativeFusedConv2D", "convolution"),
+    ("DepthwiseConv2dNative", "convolution"), ("MatMul", "matmul"), ("BatchMatMulV2", "matmul"),
+    ("Einsum", "matmul"), ("_MklMatMul", "matmul"), ("FusedBatchNormV3", "normalization"),
+    ("FusedBatchNormGradV3", "normalization"), ("IteratorGetNext", "data_input"), ("Dataset", "data_input"),
+    ("ResourceApplyAdam", "optimizer"), ("ApplyGradientDescent", "optimizer"),
+    ("AssignSubVariableOp", "optimizer"), ("Relu", "elementwise"), ("ReluGrad", "elementwise"),
+    ("AddV2", "elementwise"), ("BiasAddGrad", "elementwise"), ("Softmax", "other"), ("Transpose", "other"),
+])
+def test_op_category(op_type, category):
+    assert op_category(op_type) == category
+
+
+def test_records_input_and_errors():
+    a = attribute(BASE.to_dict("records"), [], baseline_steps=5, candidate_steps=1)
+    assert set(a.vanished) == {"conv", "dense", "relu", "adam"} and a.appeared == []
+    with pytest.raises(ValueError, match="baseline_steps"):
+        attribute(BASE, CAND, baseline_steps=0, candidate_steps=1)
+    with pytest.raises(ValueError, match="lacks columns"):
+        attribute(BASE.drop(columns=["op_name"]), CAND, baseline_steps=1, candidate_steps=1)
+    same = attribute(BASE, BASE, baseline_steps=5, candidate_steps=5)
+    assert same.top_share is None and same.step_time_change_us == 0

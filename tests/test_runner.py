@@ -1,0 +1,50 @@
+"""The runner in fresh processes, on tiny real Keras models: warm-up, profiled run, and failures."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.profiled_run import profiled_run
+from tasks.pull import pull_model_version
+from tasks.records import Case
+from tasks.runner import RunnerError, RunnerSpec, launch
+from tasks.warmup import warm_up
+
+pytestmark = pytest.mark.slow
+
+
+def test_warmup_then_profiled_run(model_store, tmp_path):
+    case = Case(model="tiny", version="1", batch_size=4, measured_steps=8, profiled_steps=3, warmup_max_steps=20)
+    pulled = pull_model_version(str(model_store), "tiny", "1", tmp_path)
+    warm = warm_up(pulled, case, tmp_path, sys.executable)
+    assert warm.cold_step_ms > 0 and 0 <= warm.warmup_steps <= 20
+    assert len(warm.step_times_ms) <= 20 and all(t > 0 for t in warm.step_times_ms)
+    run = profiled_run(pulled, case, warm, tmp_path, sys.executable)
+    samples = json.loads(Path(run.samples_path).read_text())
+    assert len(samples["measured_step_times_ms"]) == 8
+    assert len(samples["profiled_step_times_ms"]) == 3
+    assert len(samples["warmup_step_times_ms"]) == warm.warmup_steps
+    assert run.median_step_ms > 0
+    assert run.throughput_eps == pytest.approx(4 / (run.median_step_ms / 1000))
+    assert run.peak_rss_bytes > 50 * 2**20  # TensorFlow alone is bigger than that
+    assert run.peak_device_bytes is None  # CPU machine
+    assert len(list(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
+def test_training_step_failure_names_the_model(model_store, tmp_path):
+    case = Case(model="broken", version="1", batch_size=2, measured_steps=5, warmup_max_steps=10)
+    pulled = pull_model_version(str(model_store), "broken", "1", tmp_path)
+    with pytest.raises(RunnerError, match=r"training step failed for model .*model.*InvalidArgumentError"):
+        warm_up(pulled, case, tmp_path, sys.executable)
+
+
+def test_missing_model_and_bad_interpreter(tmp_path):
+    spec = RunnerSpec(mode="warmup", model_path=str(tmp_path / "nothing"), out_dir=str(tmp_path / "o"), batch_size=1)
+    with pytest.raises(RunnerError, match="no model at .*nothing"):
+        launch(spec, sys.executable)
+    with pytest.raises(RunnerError, match="cannot start runner interpreter"):
+        launch(spec, str(tmp_path / "no-python"))
