@@ -23,6 +23,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from tasks import expectations, stats
+from tasks.explain import attribute_against_run
 from tasks.fingerprint import diff_fingerprints
 from tasks.records import Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.store import Baseline, Environment, Model, Run, StepSample, session_scope
@@ -103,7 +104,7 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
         evidence.update(stats=result.model_dump(mode="json"), baseline_median_ms=ref)
     elif other:
         est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
-        ratio, low, high = est.ratio, est.ci_low, est.ci_high
+        ratio, low, high = est.ratio, est.low, est.high
         changes = [c.model_dump(mode="json") for c in diff_fingerprints(other_env or {}, env.data)
                    if c.affects_comparability]
         verdict, method = "env-changed", "cross-environment"
@@ -127,6 +128,9 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
     if limit is not None and not steps.success and verdict in ("pass", "inconclusive"):
         evidence["ceiling_breached"] = True
         verdict = "regression"
+    if base_ids:  # op-level attribution against the newest baseline run, whatever the verdict
+        evidence["attribution"] = attribute_against_run(db_url, base_ids[0], parsed_tables, case.profiled_steps,
+                                                        parsed.avg_step_time_ms)
     return CompareRecord(verdict=verdict, method=method, baseline_run_ids=base_ids, ratio=ratio, ci_low=low,
                          ci_high=high, median_limit_ms=limit, gx_success=steps.success and ops.success,
                          evidence=evidence)

@@ -59,9 +59,9 @@ class Case(Record):
     profiled_steps: int = Field(5, ge=1, le=1000)
     seed: int = 0
     deterministic: bool = False
-    warmup_window: int = Field(5, ge=2)
+    warmup_window: int = Field(5, ge=2, le=7)
     warmup_cv_max: float = Field(0.05, gt=0)
-    warmup_max_steps: int = Field(60, ge=1)
+    warmup_max_steps: int = Field(60, ge=10)  # must leave room for min_steps (3) + a window
     tolerance: float = Field(0.05, gt=0, lt=1)
     confidence: float = Field(0.99, gt=0.5, lt=1)
     lookback: int = Field(5, ge=1, le=100)

@@ -20,7 +20,17 @@ from tasks.records import (
     RunContext,
     WarmupRecord,
 )
-from tasks.store import Artifact, Baseline, OpStat, Run, StepBreakdown, StepSample, get_engine, redact, session_scope
+from tasks.store import (
+    Artifact,
+    Baseline,
+    OpStat,
+    Run,
+    StepBreakdown,
+    StepSample,
+    get_engine,
+    redact,
+    session_scope,
+)
 
 
 def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1"):
