@@ -18,6 +18,20 @@ from airflow.sdk.exceptions import AirflowFailException
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time per worker slot: timings need a quiet host
 
 
+def _store_url_from_connection(context) -> None:
+    """on_execute_callback: when PERFWATCH_DB_CONN_ID names an Airflow connection, export its URI as
+    PERFWATCH_DATABASE_URL for this task process (tasks/ reads settings, never Airflow)."""
+    import os
+
+    conn_id = os.environ.get("PERFWATCH_DB_CONN_ID")
+    if conn_id:
+        from airflow.sdk import BaseHook
+
+        from tasks.queries import sqlalchemy_url
+
+        os.environ["PERFWATCH_DATABASE_URL"] = sqlalchemy_url(BaseHook.get_connection(conn_id).get_uri())
+
+
 @dag(
     dag_id="perfwatch_profile",
     schedule="0 2 * * *",
@@ -25,7 +39,7 @@ PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time per worker slot
     catchup=False,
     max_active_runs=1,
     tags=["perfwatch", "profiling"],
-    default_args={"retries": 0},
+    default_args={"retries": 0, "on_execute_callback": _store_url_from_connection},
     params={
         "model": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
                        description="Model name in the store; empty profiles every model of the config."),

@@ -30,6 +30,8 @@ CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
         r"LessEqual|LogicalAnd|LogicalOr|LogicalNot|Reciprocal|Inv|ZerosLike|OnesLike)(Grad|V\d)?$")),
 ]
 CATEGORIES = [c for c, _ in CATEGORY_RULES] + ["other"]
+#: Fraction of the smaller scope's op paths two renamed top-level scopes must share to be paired.
+MIN_SCOPE_OVERLAP = 0.5
 
 
 def op_category(op_type: str) -> str:
@@ -51,6 +53,7 @@ class OpDelta(BaseModel):
     delta_us_per_step: float
     relative_change: float | None  # delta / baseline; None when the op is new
     status: str
+    share_of_change: float | None = None  # delta / Attribution.step_time_change_us; None when that is 0
 
 
 class CategoryDelta(BaseModel):
@@ -80,6 +83,7 @@ class Attribution(BaseModel):
     appeared: list[str]
     vanished: list[str]
     categories: list[CategoryDelta]
+    scope_renames: dict[str, str] = {}  # candidate top-level op scope -> baseline scope (see match_scopes)
     summary: str
 
     def ops_frame(self) -> pd.DataFrame:
@@ -91,13 +95,62 @@ class Attribution(BaseModel):
         return pd.DataFrame([c.model_dump() for c in self.categories], columns=list(CategoryDelta.model_fields))
 
 
-def _per_step(table: pd.DataFrame | Sequence[dict[str, Any]], steps: int, name: str) -> pd.Series:
-    if not isinstance(steps, int) or steps <= 0:
-        raise ValueError(f"{name}_steps must be a positive int, got {steps!r}")
+def _split_scope(op_name: str) -> tuple[str, str, str] | None:
+    """``(prefix, top-level scope, rest)`` of a TF op name: ``gradient_tape/model_1/conv/Conv2D`` gives
+    ``("gradient_tape/", "model_1", "conv/Conv2D")``; None for names without a scope."""
+    parts = op_name.split("/")
+    i = 1 if parts[0] == "gradient_tape" and len(parts) > 2 else 0
+    if len(parts) - i < 2:
+        return None
+    return "".join(p + "/" for p in parts[:i]), parts[i], "/".join(parts[i + 1:])
+
+
+def match_scopes(baseline_names: Sequence[str], candidate_names: Sequence[str],
+                 min_overlap: float = MIN_SCOPE_OVERLAP) -> dict[str, str]:
+    """Pair top-level op-name scopes that exist in only one run: candidate scope -> baseline scope.
+
+    A model's name scope often changes between versions while its layers stay (Keras names a model after
+    its config, e.g. ``mobilenetv2_0.35_96`` -> ``mobilenetv2_0.75_96``), which would make every op look
+    new. Scopes found in one run only are paired greedily by how many op paths below them they share; a
+    pair needs at least ``min_overlap`` (fraction of the smaller scope's paths) in common.
+    """
+    def paths(names: Sequence[str]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for n in names:
+            if (sp := _split_scope(n)) is not None:
+                out.setdefault(sp[1], set()).add(sp[0] + sp[2])
+        return out
+
+    base, cand = paths(baseline_names), paths(candidate_names)
+    base_only, cand_only = set(base) - set(cand), set(cand) - set(base)
+    pairs = sorted(((len(base[b] & cand[c]), c, b) for b in base_only for c in cand_only), reverse=True)
+    out: dict[str, str] = {}
+    for shared, c, b in pairs:
+        if c not in out and b not in out.values() and shared >= min_overlap * min(len(base[b]), len(cand[c])) \
+                and shared > 0:
+            out[c] = b
+    return out
+
+
+def _rename_scopes(df: pd.DataFrame, renames: dict[str, str]) -> pd.DataFrame:
+    def rename(name: str) -> str:
+        sp = _split_scope(name)
+        return f"{sp[0]}{renames[sp[1]]}/{sp[2]}" if sp is not None and sp[1] in renames else name
+
+    return df.assign(op_name=df["op_name"].map(rename)) if renames and not df.empty else df
+
+
+def _frame(table: pd.DataFrame | Sequence[dict[str, Any]], name: str) -> pd.DataFrame:
     df = pd.DataFrame(table)
     missing = set(KEY + ["total_self_time_us"]) - set(df.columns)
     if missing and len(df):
         raise ValueError(f"{name} op table lacks columns {sorted(missing)}")
+    return df
+
+
+def _per_step(df: pd.DataFrame, steps: int, name: str) -> pd.Series:
+    if not isinstance(steps, int) or steps <= 0:
+        raise ValueError(f"{name}_steps must be a positive int, got {steps!r}")
     if df.empty:
         return pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=KEY))
     df = df[df["op_type"] != "IDLE"]
@@ -117,10 +170,15 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
     ``*_ops``: framework_op_stats tables (DataFrame or records, total_self_time_us in µs over the window);
     ``*_steps``: profiled steps in each window; ``*_step_ms``: optional average step times (ms) — when
     both are given the top ops' share is of that change, else of the summed op self-time change.
+    Op names are matched exactly, except that top-level name scopes present in one run only are paired
+    (``match_scopes``: a renamed model scope) and the candidate's are renamed to the baseline's; the pairs
+    are in ``scope_renames`` and the summary.
     Raises ValueError for non-positive step counts or tables missing the key columns.
     """
-    base, cand = _per_step(baseline_ops, baseline_steps, "baseline"), _per_step(
-        candidate_ops, candidate_steps, "candidate")
+    base_df, cand_df = _frame(baseline_ops, "baseline"), _frame(candidate_ops, "candidate")
+    renames = match_scopes(list(base_df.get("op_name", [])), list(cand_df.get("op_name", [])))
+    base = _per_step(base_df, baseline_steps, "baseline")
+    cand = _per_step(_rename_scopes(cand_df, renames), candidate_steps, "candidate")
     both = pd.concat({"b": base, "c": cand}, axis=1)
     status = pd.Series("both", index=both.index)
     status[both["b"].isna()] = "appeared"
@@ -129,15 +187,16 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
     both["d"] = both["c"] - both["b"]
     both["status"] = status
     both = both.reindex(both["d"].abs().sort_values(ascending=False, kind="stable").index)
-    ops = [OpDelta(host_or_device=k[0], op_type=k[1], op_name=k[2], category=op_category(k[1]),
-                   baseline_us_per_step=r.b, candidate_us_per_step=r.c, delta_us_per_step=r.d,
-                   relative_change=_rel(r.d, r.b), status=r.status)
-           for k, r in zip(both.index, both.itertuples(index=False), strict=True)]
     op_change = float(both["d"].sum())
     if baseline_step_ms is not None and candidate_step_ms is not None:
         change, source = (candidate_step_ms - baseline_step_ms) * 1e3, "step_time"
     else:
         change, source = op_change, "op_self_time"
+    ops = [OpDelta(host_or_device=k[0], op_type=k[1], op_name=k[2], category=op_category(k[1]),
+                   baseline_us_per_step=r.b, candidate_us_per_step=r.c, delta_us_per_step=r.d,
+                   relative_change=_rel(r.d, r.b), status=r.status,
+                   share_of_change=r.d / change if abs(change) > 1e-9 else None)
+           for k, r in zip(both.index, both.itertuples(index=False), strict=True)]
     top_delta = sum(o.delta_us_per_step for o in ops[:top_n])
     top_share = top_delta / change if abs(change) > 1e-9 else None
     cats = pd.DataFrame([(o.category, o.baseline_us_per_step, o.candidate_us_per_step) for o in ops],
@@ -151,6 +210,8 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
     vanished = [o.op_name for o in ops if o.status == "vanished"]
     lines = [f"Step time changed by {change:+.1f} µs/step ({source.replace('_', ' ')}); op self-time "
              f"changed by {op_change:+.1f} µs/step."]
+    lines += [f"Op scope {c!r} of the candidate matched to {b!r} of the baseline (shown by that name)."
+              for c, b in sorted(renames.items())]
     if top_share is not None and ops:
         lines.append(f"The top {min(top_n, len(ops))} ops account for {top_share:.0%} of the change:")
     for o in ops[:top_n]:
@@ -164,4 +225,5 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
     return Attribution(baseline_steps=baseline_steps, candidate_steps=candidate_steps,
                        step_time_change_us=change, step_time_change_source=source,
                        op_self_time_change_us=op_change, top_n=top_n, top_share=top_share, ops=ops,
-                       appeared=appeared, vanished=vanished, categories=categories, summary="\n".join(lines))
+                       appeared=appeared, vanished=vanished, categories=categories, scope_renames=renames,
+                       summary="\n".join(lines))

@@ -12,12 +12,11 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from sqlalchemy import select
 
 from tasks.records import Case, RunContext
 from tasks.report import Format, render
 from tasks.settings import Settings
-from tasks.store import Model, ModelVersion, Run, migrate, session_scope
+from tasks.store import migrate
 
 app = typer.Typer(help="perfwatch: scheduled TensorFlow profiling and step-time regression gates.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -35,26 +34,11 @@ def _settings() -> Settings:
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
     """Runs as a DataFrame, oldest first: run_id, started_at, model, version, case, status, trigger,
-    median_step_ms (our timer), throughput_eps (examples/s), verdict, error (first line)."""
-    q = (select(Run.id.label("run_id"), Run.started_at, Model.name.label("model"),
-                ModelVersion.version.label("version"), Run.version_requested, Run.case_name.label("case"),
-                Run.status, Run.trigger, Run.median_step_ms, Run.throughput_eps, Run.verdict, Run.failed_stage,
-                Run.error)
-         .join(Model, Model.id == Run.model_id).outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-         .order_by(Run.id.desc()))
-    if model:
-        q = q.where(Model.name == model)
-    if last:
-        q = q.limit(last)
-    with session_scope(db_url) as s:
-        df = pd.DataFrame(s.execute(q).mappings().all())
-    if df.empty:
-        return pd.DataFrame(columns=["run_id", "started_at", "model", "version", "case", "status", "trigger",
-                                     "median_step_ms", "throughput_eps", "verdict", "error"])
-    df["version"] = df["version"].fillna(df["version_requested"])
-    df["error"] = df["error"].map(lambda e: e.splitlines()[0][:120] if isinstance(e, str) else None)
-    df.loc[df["status"] == "failed", "verdict"] = "failed@" + df["failed_stage"].astype(str)
-    return df.drop(columns=["version_requested", "failed_stage"]).iloc[::-1].reset_index(drop=True)
+    median_step_ms (our timer), throughput_eps (examples/s), verdict (``failed@<stage>`` for a
+    failed run), error (first line). The named query ``sql/queries/runs.sql`` via ``tasks.queries.runs``."""
+    from tasks.queries import runs as runs_query
+
+    return runs_query(model, last, db_url)
 
 
 @app.command()
@@ -83,6 +67,10 @@ def run_cmd(model: str, version: Annotated[str, typer.Option()] = "latest",
     bundle = run_case(ctx, _settings())
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
+    from tasks.cli_env import env_change_summary
+
+    if note := env_change_summary(bundle["verdict"]):
+        typer.echo(note)
     try:
         raise_on_regression(bundle)
     except RegressionDetected as e:
@@ -136,7 +124,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")]
 
 
 # Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("cli_env", "cli_compare", "cli_history", "cli_baseline")
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.{_name}").register(app)
 

@@ -10,11 +10,27 @@ within the tolerance; Great Expectations (``tasks.expectations``) enforces the d
 expectations and the hard step-time ceiling, ``median ≤ max_ratio × baseline median``
 (default 110%), passed to the suite as a parameter. A ceiling breach turns a statistically
 undecided run into a ``regression``; a failed data-quality expectation fails the stage.
+
+The history comparison's prior for process-to-process drift comes from ``tasks.calibration``
+(the Case's ``prior_between_sd``, else estimated from the store's accepted runs in the same
+environment, else 0.05); it is recorded in ``evidence["prior"]``. Baseline runs whose samples
+are unusable (fewer than ``stats.MIN_STEPS`` measured steps, a NaN or non-positive step time) are
+left out of the lookback and named in ``evidence["skipped_baselines"]``; if none is left the
+verdict is ``no-baseline`` with that reason.
+
+Paired gates (release trigger or ``Case.paired``; ``run.paired_path`` is set by the profiled-run
+stage) are judged by ``stats.compare_paired`` on the ABBA block pairs of the baseline version
+(A) and the candidate (B) measured in one process: method ``paired-abba``. The history verdict
+is kept as evidence (``evidence["history"]``), and the GX ceiling is then applied to the paired
+samples, ``median(B) <= max_ratio x median(A)`` (same process, same time window), not to the
+drift-prone history. Cost (in ``evidence["paired"]["cost"]``): ``2 x blocks x block_steps``
+extra timed steps, about twice the measured steps with the defaults.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -22,7 +38,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
-from tasks import expectations, stats
+from tasks import calibration, expectations, stats
 from tasks.explain import attribute_against_run
 from tasks.fingerprint import diff_fingerprints
 from tasks.records import Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
@@ -72,6 +88,42 @@ def find_baselines(db_url: str, model: str, case_name: str, comparability_key: s
         return [], [other[0]], other[1]
 
 
+def usable_baselines(samples: dict[int, list[float]], run_ids: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+    """Split ``run_ids`` into those whose measured samples can be compared and the skipped ones.
+
+    A run is skipped (``{"run_id", "reason"}``) with fewer than ``stats.MIN_STEPS`` measured
+    steps or a NaN, infinite or non-positive step time (ms); the reason names the count or value.
+    """
+    good, skipped = [], []
+    for rid in run_ids:
+        xs = samples.get(rid, [])
+        bad = [(i, t) for i, t in enumerate(xs) if t is None or not math.isfinite(t) or t <= 0]
+        if len(xs) < stats.MIN_STEPS:
+            skipped.append({"run_id": rid, "reason": f"{len(xs)} measured step times, need at least {stats.MIN_STEPS}"})
+        elif bad:
+            skipped.append({"run_id": rid, "reason": f"step {bad[0][0]} = {bad[0][1]!r} ms: step times must be "
+                                                     "finite and > 0"})
+        else:
+            good.append(rid)
+    return good, skipped
+
+
+def paired_blocks(path: str | Path) -> tuple[list[list[float]], list[list[float]], dict[str, Any]]:
+    """The A (baseline) and B (candidate) per-step ms of each block pair from the paired runner result
+    at ``path``, and its layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``orders``).
+
+    Raises:
+        ValueError: the file holds no ``blocks`` (names the path).
+    """
+    r = json.loads(Path(path).read_text())
+    blocks = r.get("blocks")
+    if not blocks:
+        raise ValueError(f"{path}: paired result holds no 'blocks' (expected the runner's paired-mode output)")
+    layout = {"blocks": len(blocks), "block_steps": r.get("block_steps"), "timed_steps": r.get("timed_steps"),
+              "wall_s": r.get("wall_s"), "orders": "".join(b["order"] for b in blocks)}
+    return [b["a_ms"] for b in blocks], [b["b_ms"] for b in blocks], layout
+
+
 def load_samples(db_url: str, run_ids: list[int]) -> dict[int, list[float]]:
     """Measured step times (ms, our timer) of each run, in step order."""
     with session_scope(db_url) as s:
@@ -82,7 +134,9 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
                      work_dir: str | Path, *, max_ratio: float = DEFAULT_MAX_RATIO) -> CompareRecord:
     """Compare the run's measured step times with its baseline and validate them with GX.
 
-    Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run).
+    Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run). Whenever a baseline
+    run exists (any verdict), ``evidence["attribution"]`` holds the op-level attribution of the change
+    against the newest one (``tasks.explain.attribute_against_run``: µs per profiled step).
 
     Raises:
         MeasurementRejected: a data-quality expectation failed (names it and the observed value).
@@ -92,11 +146,19 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
     base_ids = same or other
     samples = load_samples(db_url, base_ids) if base_ids else {}
     evidence: dict[str, Any] = {"candidate_median_ms": statistics.median(measured), "n_candidate": len(measured)}
+    same, skipped_same = usable_baselines(samples, same)
+    other, skipped_other = usable_baselines(samples, other)
+    if skipped_same or skipped_other:
+        evidence["skipped_baselines"] = skipped_same + skipped_other
+    base_ids = same or other
     limit = None
     ratio = low = high = None
     if same:
+        prior = calibration.prior_for_case(db_url, case, env.comparability_key)
+        evidence["prior"] = prior.model_dump(mode="json")
         result = stats.compare_to_history(measured, [samples[i] for i in same], tolerance=case.tolerance,
-                                          confidence=case.confidence)
+                                          confidence=case.confidence, prior_between_sd=prior.between_sd,
+                                          prior_df=prior.prior_df)
         verdict, method = result.verdict, result.method
         ratio, low, high = result.ratio, result.ci_low, result.ci_high
         ref = statistics.median(statistics.median(samples[i]) for i in same)
@@ -112,25 +174,55 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
                         baseline_median_ms=statistics.median(samples[other[0]]))
     else:
         verdict, method = "no-baseline", "none"
+        if evidence.get("skipped_baselines"):
+            evidence["reason"] = "every baseline run was skipped: " + "; ".join(
+                f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"])
+    paired_steps = None
+    if run.paired_path:
+        a_blocks, b_blocks, layout = paired_blocks(run.paired_path)
+        evidence["history"] = {"verdict": verdict, "method": method, "ratio": ratio, "ci_low": low, "ci_high": high,
+                               "median_limit_ms": limit}
+        res = stats.compare_paired(a_blocks, b_blocks, tolerance=case.tolerance, confidence=case.confidence)
+        verdict, method = res.verdict, res.method
+        ratio, low, high = res.ratio, res.ci_low, res.ci_high
+        a_all = [t for blk in a_blocks for t in blk]
+        b_all = [t for blk in b_blocks for t in blk]
+        limit = max_ratio * statistics.median(a_all)
+        base = run.baseline_model
+        evidence["paired"] = {**res.model_dump(mode="json"), **layout,
+                              "baseline_version": base.version if base else None,
+                              "baseline_digest": base.digest if base else None,
+                              "a_median_ms": statistics.median(a_all), "b_median_ms": statistics.median(b_all),
+                              "cost": f"{layout['timed_steps']} extra timed steps ({layout['blocks']} ABBA block "
+                                      f"pairs x {layout['block_steps']} steps x 2 versions) = "
+                                      f"{layout['timed_steps'] / max(len(measured), 1):.1f}x the {len(measured)} "
+                                      f"measured steps, plus a second model load and warm-up; "
+                                      f"{layout['wall_s'] or 0:.1f} s wall"}
+        paired_steps = expectations.validate_step_times(b_all, min_rows=case.paired_blocks * case.paired_block_steps,
+                                                        median_limit_ms=limit)
     gx_dir = Path(work_dir) / "gx"
-    steps = expectations.validate_step_times(measured, min_rows=case.measured_steps, median_limit_ms=limit)
+    steps = expectations.validate_step_times(measured, min_rows=case.measured_steps,
+                                             median_limit_ms=None if paired_steps else limit)
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     ops = expectations.validate_op_table(pd.DataFrame(parsed_tables.get("op_stats", []),
                                                       columns=["op_name", "op_type", "total_self_time_us",
                                                                "occurrences"]))
-    expectations.render_data_docs({"step_times": steps, "op_stats": ops}, gx_dir)
-    evidence["gx"] = {"step_times": steps.result_json, "op_stats": ops.result_json}
-    evidence["gx_failures"] = [f.model_dump(mode="json") for f in [*steps.failures, *ops.failures]]
-    quality = [f for f in steps.failures if not f.is_limit]
+    outcomes = {"step_times": steps, "op_stats": ops, **({"paired_b_steps": paired_steps} if paired_steps else {})}
+    expectations.render_data_docs(outcomes, gx_dir)
+    evidence["gx"] = {k: o.result_json for k, o in outcomes.items()}
+    evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]
+    quality = [f for o in (steps, paired_steps) if o for f in o.failures if not f.is_limit]
     if quality:
         raise MeasurementRejected("step-time samples failed data-quality expectations: "
                                   + "; ".join(f.text for f in quality))
-    if limit is not None and not steps.success and verdict in ("pass", "inconclusive"):
+    ceiling = paired_steps or steps
+    if limit is not None and not ceiling.success and verdict in ("pass", "inconclusive"):
         evidence["ceiling_breached"] = True
         verdict = "regression"
     if base_ids:  # op-level attribution against the newest baseline run, whatever the verdict
         evidence["attribution"] = attribute_against_run(db_url, base_ids[0], parsed_tables, case.profiled_steps,
                                                         parsed.avg_step_time_ms)
     return CompareRecord(verdict=verdict, method=method, baseline_run_ids=base_ids, ratio=ratio, ci_low=low,
-                         ci_high=high, median_limit_ms=limit, gx_success=steps.success and ops.success,
+                         ci_high=high, median_limit_ms=limit,
+                         gx_success=steps.success and ops.success and (paired_steps is None or paired_steps.success),
                          evidence=evidence)

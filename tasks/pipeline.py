@@ -20,9 +20,10 @@ import yaml
 from tasks import parse as parse_stage
 from tasks.archive import archive_run, record_failure
 from tasks.compare import baseline_compare
+from tasks.explain import top_ops_text
 from tasks.fingerprint import take_fingerprint_in
 from tasks.profiled_run import profiled_run
-from tasks.pull import pull_model_version
+from tasks.pull import baseline_version, pull_model_version
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -129,9 +130,26 @@ fingerprint = _stage("env-fingerprint", "env", lambda b, ctx, st: EnvRecord(
 warmup = _stage("warm-up", "warmup", lambda b, ctx, st: warm_up(
     PulledModel.model_validate(b["pulled"]), ctx.case, work_dir(st, ctx), st.runner_python))
 
-profile = _stage("profiled-run", "run", lambda b, ctx, st: profiled_run(
-    PulledModel.model_validate(b["pulled"]), ctx.case, WarmupRecord.model_validate(b["warmup"]),
-    work_dir(st, ctx), st.runner_python))
+def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings) -> PulledModel | None:
+    """For a paired gate (release trigger or ``Case.paired``): pull the baseline's model version (the
+    version of the baseline run found by ``tasks.pull.baseline_version``) into ``<work dir>/baseline``.
+    ``None`` when the run is not paired or there is no baseline yet (the normal path then decides)."""
+    if not ctx.wants_paired:
+        return None
+    found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
+    if found is None:
+        return None
+    return pull_model_version(settings.model_store, ctx.case.model, found[0], work_dir(settings, ctx) / "baseline")
+
+
+def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
+    pulled = PulledModel.model_validate(b["pulled"])
+    baseline = pull_paired_baseline(ctx, EnvRecord.model_validate(b["env"]), st)
+    return profiled_run(pulled, ctx.case, WarmupRecord.model_validate(b["warmup"]), work_dir(st, ctx),
+                        st.runner_python, baseline=baseline)
+
+
+profile = _stage("profiled-run", "run", _profile)
 
 parse = _stage("parse", "parsed", lambda b, ctx, st: parse_stage.parse_run(
     ProfiledRun.model_validate(b["run"]), work_dir(st, ctx)))
@@ -147,7 +165,8 @@ def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
     rec = archive_run(st.database_url, st.archive_root, ctx, PulledModel.model_validate(b["pulled"]),
                       EnvRecord.model_validate(b["env"]), WarmupRecord.model_validate(b["warmup"]),
                       ProfiledRun.model_validate(b["run"]), ParseRecord.model_validate(b["parsed"]),
-                      CompareRecord.model_validate(b["verdict"]), extra_dirs={"gx": str(gx)} if gx.is_dir() else None)
+                      CompareRecord.model_validate(b["verdict"]), auto_accept=ctx.case.auto_accept,
+                      extra_dirs={"gx": str(gx)} if gx.is_dir() else None)
     shutil.rmtree(wd, ignore_errors=True)
     return rec
 
@@ -156,14 +175,16 @@ archive = _stage("archive", "archived", _archive)
 
 
 def raise_on_regression(bundle: Bundle) -> None:
-    """After archiving: raise RegressionDetected when the verdict is ``regression``."""
+    """After archiving: raise RegressionDetected when the verdict is ``regression``; the message names the
+    three ops whose self-time per step grew most (``evidence["attribution"]``)."""
     verdict = bundle["verdict"]
     if verdict["verdict"] == "regression":
         ctx = RunContext.model_validate(bundle["ctx"])
         raise RegressionDetected(
             f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed: step-time ratio "
             f"{verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] vs baseline run(s) "
-            f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}")
+            f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}; "
+            + top_ops_text(verdict.get("evidence", {}).get("attribution")))
 
 
 def run_case(ctx: RunContext, settings: Settings | None = None) -> Bundle:

@@ -49,7 +49,18 @@ class Case(Record):
         tolerance: relative step-time change that counts (0.05 = 5%).
         confidence: confidence level of the comparison interval.
         lookback: how many accepted runs form the history baseline.
-        paired: re-measure the baseline version in the same process (A/B, release gates).
+        paired: re-measure the baseline version in the same process (A/B, release gates; a
+            ``release`` trigger is always paired).
+        paired_blocks, paired_block_steps: the paired (A/B) layout: ``paired_blocks`` block pairs in
+            ABBA order of ``paired_block_steps`` steps per block. Its cost is
+            ``2 * paired_blocks * paired_block_steps`` extra timed steps (default 96: about twice
+            the 50 measured steps) plus one more model load and warm-up per version.
+        prior_between_sd: prior sd (log scale) of the drift of median step time between
+            processes for the history comparison; ``None`` (default) estimates it from the
+            store's accepted runs in the same environment, falling back to 0.05 (rule:
+            ``tasks.calibration``).
+        auto_accept: a run whose verdict is pass / no-baseline / improvement / env-changed
+            becomes the active baseline automatically (a regression never does).
     """
 
     model: str
@@ -66,6 +77,10 @@ class Case(Record):
     confidence: float = Field(0.99, gt=0.5, lt=1)
     lookback: int = Field(5, ge=1, le=100)
     paired: bool = False
+    paired_blocks: int = Field(24, ge=2, le=10_000)
+    paired_block_steps: int = Field(2, ge=1, le=10_000)
+    prior_between_sd: float | None = Field(None, gt=0, lt=1)
+    auto_accept: bool = True
 
     @field_validator("model")
     @classmethod
@@ -87,6 +102,11 @@ class Case(Record):
         """The case key runs are compared within, e.g. ``train-bs16``."""
         return f"train-bs{self.batch_size}" + ("-det" if self.deterministic else "")
 
+    @property
+    def paired_timed_steps(self) -> int:
+        """Timed steps of the paired (A/B) measurement, both versions together."""
+        return 2 * self.paired_blocks * self.paired_block_steps
+
 
 class RunContext(Record):
     """Identity of one DAG run of one case; (dag_id, dag_run_id, case) is unique in the store.
@@ -97,6 +117,11 @@ class RunContext(Record):
     trigger: Trigger = "manual"
     case: Case
     started_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+    @property
+    def wants_paired(self) -> bool:
+        """A release trigger, or a case with ``paired=True``, gets the paired (A/B) measurement."""
+        return self.trigger == "release" or self.case.paired
 
     @property
     def slug(self) -> str:
@@ -141,6 +166,11 @@ class ProfiledRun(Record):
     ``samples_path`` holds the runner's JSON result with every measured and profiled step
     time (ms, our timer); ``profile_dir`` is the TF profiler logdir holding
     ``plugins/profile/<ts>/<host>.xplane.pb``.
+
+    Paired runs (release gates) also carry ``paired_path``: the runner's JSON result of the A/B
+    measurement (``blocks``: per block pair its order and the per-step ms of the baseline
+    version A and the candidate B), the baseline version that was re-measured
+    (``baseline_model``), and that measurement's wall time (s).
     """
 
     work_dir: str
@@ -153,6 +183,9 @@ class ProfiledRun(Record):
     peak_rss_bytes: int
     peak_device_bytes: int | None
     wall_s: float
+    paired_path: str | None = None
+    baseline_model: PulledModel | None = None
+    paired_wall_s: float | None = None
 
 
 class ParseRecord(Record):

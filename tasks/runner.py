@@ -2,13 +2,21 @@
 
 One process per measurement (PerfZero's rule): a fresh interpreter loads the model, builds
 synthetic inputs from its input signature through ``tf.data`` with prefetch, and runs
-training steps. Two modes:
+training steps. Three modes:
 
 * ``warmup``: run steps until step time is steady (``tasks.steady.SteadyDetector``), report
   the cold first step (tracing/compilation) and how many warm-up steps steady state took.
 * ``profile``: cold step + ``warmup_steps`` steps, then ``measured_steps`` steps timed with the
   profiler OFF, then ``profiled_steps`` steps under ``tf.profiler.experimental`` with every step
   wrapped in ``Trace("train", step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
+* ``paired``: the A/B release gate. Loads the baseline version (A, ``baseline_model_path``) and the
+  candidate (B, ``model_path``) in this ONE process, each with its own ``tf.data`` iterator,
+  optimizer and compiled train step; runs each one's cold step and ``warmup_steps`` warm-up steps,
+  then ``blocks`` block pairs of ``block_steps`` steps each in ABBA order (pair i is A then B for
+  even i, B then A for odd i: A B B A A B ...), so process-level drift cancels within a pair and a
+  linear trend cancels over each ABBA quadruple. Cost: ``2 * blocks * block_steps`` timed steps
+  (plus two warm-ups): about twice the measured steps of a normal run when
+  ``blocks * block_steps`` is about ``measured_steps``.
 
 Every step is timed by our timer (``time.perf_counter``) and ends only when its loss is on the
 host (``.numpy()``), so asynchronous dispatch cannot make a step look short. The result is
@@ -27,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.steady import SteadyDetector
 
@@ -37,8 +45,8 @@ class RunnerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["warmup", "profile"]
-    model_path: str
+    mode: Literal["warmup", "profile", "paired"]
+    model_path: str  # paired mode: the candidate (B)
     out_dir: str
     batch_size: int
     seed: int = 0
@@ -49,6 +57,15 @@ class RunnerSpec(BaseModel):
     warmup_max_steps: int = 60
     measured_steps: int = 50
     profiled_steps: int = 5
+    baseline_model_path: str | None = None  # paired mode: the baseline version (A)
+    block_steps: int = Field(10, ge=1, le=10_000)  # paired mode: timed steps per block
+    blocks: int = Field(8, ge=2, le=10_000)  # paired mode: block pairs (blocks per version)
+
+    @model_validator(mode="after")
+    def _paired_needs_baseline(self) -> RunnerSpec:
+        if self.mode == "paired" and not self.baseline_model_path:
+            raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
+        return self
 
 
 class RunnerError(RuntimeError):
@@ -104,8 +121,10 @@ def _synthetic_batch(specs, batch_size: int, rng):
     return xs
 
 
-def _build_step(spec: RunnerSpec):
-    """Return (train_step, next_input) for the model: a compiled ``tf.function`` pulling from tf.data."""
+def _build_step(spec: RunnerSpec, model_path: str | None = None):
+    """Return ``step()`` for the model at ``model_path`` (default ``spec.model_path``): one call runs
+    one compiled training step (a ``tf.function`` pulling from its own tf.data iterator) and returns
+    its time in ms, the loss on the host."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -113,9 +132,10 @@ def _build_step(spec: RunnerSpec):
     keras.utils.set_random_seed(spec.seed)
     if spec.deterministic:
         tf.config.experimental.enable_op_determinism()
-    kind, obj, specs, variables, forward = _load(spec.model_path)
+    model_path = model_path or spec.model_path
+    kind, obj, specs, variables, forward = _load(model_path)
     if not variables:
-        raise RunnerError(f"model {spec.model_path} has no trainable variables: nothing to train")
+        raise RunnerError(f"model {model_path} has no trainable variables: nothing to train")
     rng = np.random.default_rng(spec.seed)
     pool = 4  # distinct synthetic batches, cycled
     xs = _synthetic_batch(specs, spec.batch_size * pool, rng)
@@ -166,18 +186,60 @@ def _device_peak_bytes() -> int | None:
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
-def run(spec: RunnerSpec) -> dict[str, Any]:
-    """Execute ``spec`` in this process and return the result dict (all times in ms, our timer)."""
-    import tensorflow as tf
-
-    t_start = time.perf_counter()
-    step = _build_step(spec)
+def _cold_step(step, model_path: str) -> float:
+    """The first (tracing/compiling) step, its failure re-raised naming the model."""
     try:
-        cold_ms = step()
+        return step()
     except RunnerError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise RunnerError(f"training step failed for model {spec.model_path}: {type(e).__name__}: {e}") from e
+        raise RunnerError(f"training step failed for model {model_path}: {type(e).__name__}: {e}") from e
+
+
+def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
+    """Paired mode (module docstring): both models in this process, ABBA blocks; times in ms."""
+    t_start = time.perf_counter()
+    assert spec.baseline_model_path is not None  # checked by RunnerSpec
+    step_a = _build_step(spec, spec.baseline_model_path)
+    step_b = _build_step(spec, spec.model_path)
+    cold_a = _cold_step(step_a, spec.baseline_model_path)
+    cold_b = _cold_step(step_b, spec.model_path)
+    warm_a = [step_a() for _ in range(spec.warmup_steps)]
+    warm_b = [step_b() for _ in range(spec.warmup_steps)]
+    blocks = []
+    for i in range(spec.blocks):
+        order = "AB" if i % 2 == 0 else "BA"
+        times: dict[str, list[float]] = {}
+        for who in order:
+            step = step_a if who == "A" else step_b
+            times[who] = [step() for _ in range(spec.block_steps)]
+        blocks.append({"pair": i, "order": order, "a_ms": times["A"], "b_ms": times["B"]})
+    return {"mode": "paired", "batch_size": spec.batch_size, "seed": spec.seed,
+            "deterministic": spec.deterministic, "baseline_model_path": spec.baseline_model_path,
+            "candidate_model_path": spec.model_path, "cold_step_ms": cold_b, "a_cold_step_ms": cold_a,
+            "b_cold_step_ms": cold_b, "a_warmup_step_times_ms": warm_a, "b_warmup_step_times_ms": warm_b,
+            "block_steps": spec.block_steps, "blocks": blocks,
+            "timed_steps": 2 * spec.blocks * spec.block_steps,
+            "peak_rss_bytes": _peak_rss_bytes(), "peak_device_bytes": _device_peak_bytes(),
+            "wall_s": time.perf_counter() - t_start}
+
+
+def run(spec: RunnerSpec) -> dict[str, Any]:
+    """Execute ``spec`` in this process and return the result dict (all times in ms, our timer).
+
+    Paired mode returns ``blocks``: a list of ``{"pair", "order" ("AB"|"BA"), "a_ms", "b_ms"}``
+    with the per-step times of the baseline (A) and candidate (B) block of each pair.
+
+    Raises:
+        RunnerError: a model failed to load or its training step failed (names the model).
+    """
+    import tensorflow as tf
+
+    if spec.mode == "paired":
+        return _run_paired(spec)
+    t_start = time.perf_counter()
+    step = _build_step(spec)
+    cold_ms = _cold_step(step, spec.model_path)
     result: dict[str, Any] = {"mode": spec.mode, "cold_step_ms": cold_ms, "batch_size": spec.batch_size,
                               "seed": spec.seed, "deterministic": spec.deterministic}
     if spec.mode == "warmup":

@@ -95,6 +95,8 @@ class Run(Base):
         UniqueConstraint("dag_id", "dag_run_id", "case_name", name="uq_run_identity"),
         Index("ix_runs_model_case_time", "model_id", "case_name", "started_at"),
         Index("ix_runs_started_at", "started_at"),
+        Index("ix_runs_verdict_time", "verdict", "started_at"),  # 0002: regressions.sql
+        Index("ix_runs_status_time", "status", "started_at"),  # 0002: failures.sql
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     dag_id: Mapped[str] = mapped_column(String(250))
@@ -176,6 +178,7 @@ class Comparison(Base):
     """The baseline-compare result of a run: verdict, ratio with its interval, GX validation."""
 
     __tablename__ = "comparisons"
+    __table_args__ = (Index("ix_comparisons_baseline_run", "baseline_run_id"),)  # 0002
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
     baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
@@ -200,6 +203,7 @@ class Baseline(Base):
         Index("uq_baseline_active", "model_id", "case_name", "comparability_key", unique=True,
               sqlite_where=text("superseded_at IS NULL"), postgresql_where=text("superseded_at IS NULL")),
         Index("ix_baselines_lookup", "model_id", "case_name", "comparability_key", "accepted_at"),
+        Index("ix_baselines_run", "run_id"),  # 0002: foreign-key checks on run deletion
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tasks.attribution import CATEGORIES, attribute, op_category
+from tasks.attribution import CATEGORIES, attribute, match_scopes, op_category
 from tasks.parse import OP_STATS_COLUMNS
 
 
@@ -79,3 +79,29 @@ def test_records_input_and_errors():
         attribute(BASE.drop(columns=["op_name"]), CAND, baseline_steps=1, candidate_steps=1)
     same = attribute(BASE, BASE, baseline_steps=5, candidate_steps=5)
     assert same.top_share is None and same.step_time_change_us == 0
+
+
+def test_renamed_model_scope_is_matched_not_appeared():
+    def table(scope, extra=()):
+        return _table([("Conv2D", f"{scope}/block_1/conv/Conv2D", 500.0),
+                       ("Conv2DBackpropFilter", f"gradient_tape/{scope}/block_1/conv/Conv2DBackpropFilter", 300.0),
+                       ("Relu", f"{scope}/block_1/relu/Relu", 100.0), ("AddN", "AddN_7", 10.0), *extra])
+
+    base = table("mobilenetv2_0.35_96_1")
+    cand = table("mobilenetv2_0.75_96_1", [("MatMul", "head_1/dense/MatMul", 50.0)])
+    cand.loc[0, "total_self_time_us"] = 1500.0
+    a = attribute(base, cand, baseline_steps=5, candidate_steps=5)
+    assert a.scope_renames == {"mobilenetv2_0.75_96_1": "mobilenetv2_0.35_96_1"}
+    assert a.appeared == ["head_1/dense/MatMul"] and a.vanished == []  # an unrelated new scope stays new
+    assert (a.ops[0].op_name, a.ops[0].delta_us_per_step) == ("mobilenetv2_0.35_96_1/block_1/conv/Conv2D", 200.0)
+    assert "'mobilenetv2_0.75_96_1' of the candidate matched to 'mobilenetv2_0.35_96_1'" in a.summary
+
+
+@pytest.mark.parametrize("base, cand, expected", [
+    (["m1/a/x", "m1/b/y"], ["m2/a/x", "m2/b/y"], {"m2": "m1"}),
+    (["m1/a/x", "m1/b/y", "m1/c/z"], ["m2/q/x"], {}),  # nothing shared: not the same scope
+    (["m1/a/x", "keep/a/x"], ["m2/a/x", "keep/a/x"], {"m2": "m1"}),  # scopes in both runs are not renamed
+    (["Conv2D", "AddN_1"], ["MatMul"], {}),  # unscoped names
+])
+def test_match_scopes(base, cand, expected):
+    assert match_scopes(base, cand) == expected

@@ -1,0 +1,26 @@
+-- name: gate
+-- The release gate's evidence: the newest run of each case of one model version, with its status,
+-- verdict, failed stage, median step time (ms) and the baseline-compare ratio and interval.
+-- (perfwatch gate turns these rows into an exit code; see tasks/cli_history.py.)
+-- params: model text, version text, case_name text optional
+-- psql:
+--   psql "$DB" -v model="'tiny'" -v version="'2'" -v case_name=NULL -f sql/queries/gate.sql
+-- Python: tasks.queries.run_query("gate", url, model="tiny", version="2")
+WITH ranked AS (
+    SELECT r.id AS run_id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.median_step_ms,
+           SUBSTR(r.error, 1, 500) AS error,
+           ROW_NUMBER() OVER (PARTITION BY r.case_name ORDER BY r.started_at DESC, r.id DESC) AS recency
+    FROM runs r
+    JOIN models m ON m.id = r.model_id
+    LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+    WHERE m.name = :model
+      AND COALESCE(mv.version, r.version_requested) = :version
+      AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
+)
+SELECT k.run_id, k.started_at, k.case_name, k.status, k.verdict, k.failed_stage, k.median_step_ms,
+       c.baseline_run_id, br.median_step_ms AS baseline_median_ms, c.ratio, c.ci_low, c.ci_high, k.error
+FROM ranked k
+LEFT JOIN comparisons c ON c.run_id = k.run_id
+LEFT JOIN runs br ON br.id = c.baseline_run_id
+WHERE k.recency = 1
+ORDER BY k.case_name;

@@ -1,0 +1,79 @@
+-- name: history
+-- Step-time trend of one model (optionally one case) over time, versions and environments.
+-- One row per run, oldest first: our-timer median step time (ms) with the p10 and p90 of the
+-- run's measured samples (nearest rank), throughput (examples/s), the verdict with the
+-- baseline-compare ratio and its interval, the baseline run's median, and flags where the
+-- version or the environment fingerprint changed from the previous run of the same case that
+-- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
+-- Failed runs are listed with their failed stage and no step time.
+-- params: model text, case_name text optional, limit integer
+-- psql (text values quoted, NULL for "any", ALL for no limit):
+--   psql "$DB" -v model="'tiny'" -v case_name=NULL -v limit=ALL -f sql/queries/history.sql
+-- Python: tasks.queries.history("tiny") or run_query("history", url, model="tiny")
+WITH picked AS (
+    SELECT r.id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.trigger,
+           COALESCE(mv.version, r.version_requested) AS version, r.environment_id,
+           CASE WHEN r.model_version_id IS NULL THEN 0 ELSE 1 END AS pulled,
+           CASE WHEN r.environment_id IS NULL THEN 0 ELSE 1 END AS fingerprinted,
+           r.median_step_ms, r.mean_step_ms, r.throughput_eps
+    FROM runs r
+    JOIN models m ON m.id = r.model_id
+    LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+    WHERE m.name = :model
+      AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
+    ORDER BY r.started_at DESC, r.id DESC
+    LIMIT :limit
+),
+ranked AS (
+    SELECT s.run_id, s.step_time_ms,
+           ROW_NUMBER() OVER (PARTITION BY s.run_id ORDER BY s.step_time_ms) AS rn,
+           COUNT(*) OVER (PARTITION BY s.run_id) AS n
+    FROM picked p
+    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' samples are read
+    CROSS JOIN step_samples s
+    WHERE s.run_id = p.id AND s.phase = 'measured'
+),
+spread AS (
+    SELECT run_id,
+           MAX(n) AS n_measured,
+           MAX(CASE WHEN rn = (n * 10 + 99) / 100 THEN step_time_ms END) AS p10_step_ms,
+           MAX(CASE WHEN rn = (n * 90 + 99) / 100 THEN step_time_ms END) AS p90_step_ms
+    FROM ranked
+    GROUP BY run_id
+),
+sequenced AS (
+    SELECT p.*,
+           LAG(p.version) OVER (PARTITION BY p.case_name, p.pulled ORDER BY p.started_at, p.id) AS prev_version,
+           LAG(p.environment_id) OVER (PARTITION BY p.case_name, p.fingerprinted
+                                       ORDER BY p.started_at, p.id) AS prev_environment_id
+    FROM picked p
+)
+SELECT q.id AS run_id,
+       q.started_at,
+       q.case_name,
+       q.version,
+       q.trigger,
+       q.status,
+       q.verdict,
+       q.failed_stage,
+       q.median_step_ms,
+       sp.p10_step_ms,
+       sp.p90_step_ms,
+       sp.n_measured,
+       q.mean_step_ms,
+       q.throughput_eps,
+       c.ratio,
+       c.ci_low,
+       c.ci_high,
+       c.baseline_run_id,
+       br.median_step_ms AS baseline_median_ms,
+       e.comparability_key AS env_key,
+       e.fingerprint_id,
+       CASE WHEN q.pulled = 1 AND q.prev_version <> q.version THEN 1 ELSE 0 END AS version_changed,
+       CASE WHEN q.fingerprinted = 1 AND q.prev_environment_id <> q.environment_id THEN 1 ELSE 0 END AS env_changed
+FROM sequenced q
+LEFT JOIN spread sp ON sp.run_id = q.id
+LEFT JOIN comparisons c ON c.run_id = q.id
+LEFT JOIN runs br ON br.id = c.baseline_run_id
+LEFT JOIN environments e ON e.id = q.environment_id
+ORDER BY q.started_at, q.id;

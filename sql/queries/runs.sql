@@ -1,0 +1,26 @@
+-- name: runs
+-- The newest runs (optionally of one model), newest first: status, version (as pulled; the
+-- requested one when the run failed before the pull), median step time (ms, our timer),
+-- throughput (examples/s), verdict, and for failed runs the stage and error (cut at 500 characters).
+-- params: model text optional, limit integer
+-- psql:
+--   psql "$DB" -v model=NULL -v limit=50 -f sql/queries/runs.sql
+-- Python: tasks.queries.run_query("runs", url, model=None, limit=50)
+SELECT r.id AS run_id,
+       r.started_at,
+       m.name AS model,
+       COALESCE(mv.version, r.version_requested) AS version,
+       r.case_name,
+       r.status,
+       r.trigger,
+       r.median_step_ms,
+       r.throughput_eps,
+       r.verdict,
+       r.failed_stage,
+       SUBSTR(r.error, 1, 500) AS error
+FROM runs r
+JOIN models m ON m.id = r.model_id
+LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+WHERE (CAST(:model AS VARCHAR(128)) IS NULL OR m.name = :model)
+ORDER BY r.id DESC
+LIMIT :limit;

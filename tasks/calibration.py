@@ -1,0 +1,115 @@
+"""Calibrating the history comparison: how much step time drifts between processes here.
+
+``tasks.stats.compare_to_history`` needs a prior for the between-run sd (tau, log scale) of a
+run's median step time: the drift between separate processes of the SAME model version in the
+SAME environment (other jobs on the host, clocks, memory placement). It differs by orders of
+magnitude between a quiet GPU host (~0.01-0.03) and a busy shared CPU (~0.1 measured on the
+2-core dev machine), so a fixed default is wrong somewhere.
+
+The rule (:func:`prior_for_case`):
+
+1. ``Case.prior_between_sd`` set: that value is the prior (source ``case``), ``prior_df`` 2.
+2. Otherwise it is estimated from the store (source ``store``): the newest
+   :data:`CALIBRATION_WINDOW` (50) accepted runs (``baselines`` rows, active and superseded) of
+   the same model, case and environment comparability key. Their log median step times are
+   grouped by model version (versions differ in true speed; only repeats of one version show
+   drift) and the pooled within-version variance is taken::
+
+       tau^2 = sum_g sum_i (y_gi - mean_g)^2 / sum_g (n_g - 1),   df = sum_g (n_g - 1)
+
+   It is used when ``df >= MIN_CALIBRATION_DF`` (5, e.g. six accepted runs of one version), as a
+   prior worth ``min(df, MAX_PRIOR_DF)`` (30) pseudo-runs. The within-run noise of each median is
+   not subtracted, so the estimate errs slightly high (fewer false alarms): with 50 steps at 10%
+   step-to-step variation it adds ~0.018^2 to tau^2, small against tau ~0.1.
+3. Too little history: :data:`DEFAULT_PRIOR_BETWEEN_SD` (0.05, between a quiet GPU host and
+   this busy CPU), ``prior_df`` 2 (source ``default``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select
+
+__all__ = ["CALIBRATION_WINDOW", "DEFAULT_PRIOR_BETWEEN_SD", "MAX_PRIOR_DF", "MIN_CALIBRATION_DF", "Prior",
+           "estimate_between_sd", "prior_for_case", "prior_from_store"]
+
+CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
+MIN_CALIBRATION_DF = 5  #: fewest within-version degrees of freedom for a store estimate
+MAX_PRIOR_DF = 30.0  #: cap on the prior's weight (pseudo-runs)
+DEFAULT_PRIOR_BETWEEN_SD = 0.05  #: prior sd (log scale) when neither the case nor the store gives one
+DEFAULT_PRIOR_DF = 2.0
+
+
+class Prior(BaseModel):
+    """The between-run sd prior handed to ``compare_to_history``.
+
+    Attributes:
+        between_sd: prior tau, sd of log median step time between processes (dimensionless).
+        prior_df: its weight in pseudo-runs.
+        source: ``case`` (set on the Case), ``store`` (estimated by the rule), ``default``.
+        n_runs: accepted runs looked at (store) ; df: within-version degrees of freedom.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    between_sd: float
+    prior_df: float
+    source: Literal["case", "store", "default"]
+    n_runs: int = 0
+    df: int = 0
+
+
+def estimate_between_sd(runs: Iterable[tuple[str, float]]) -> tuple[float | None, int]:
+    """Pooled within-version sd of log median step time.
+
+    Args:
+        runs: ``(model version, median step time in ms)`` of accepted runs.
+
+    Returns:
+        (tau or ``None`` when df < :data:`MIN_CALIBRATION_DF`, df = sum over versions of n - 1).
+
+    Raises:
+        ValueError: a median that is NaN, infinite or <= 0 (names the version and value).
+    """
+    groups: dict[str, list[float]] = {}
+    for version, median in runs:
+        if median is None or not math.isfinite(median) or median <= 0:
+            raise ValueError(f"accepted run of version {version!r} has median step time {median!r} ms; "
+                             "expected a finite value > 0")
+        groups.setdefault(str(version), []).append(math.log(median))
+    ss = sum(float(((np.asarray(y) - np.mean(y)) ** 2).sum()) for y in groups.values())
+    df = sum(len(y) - 1 for y in groups.values())
+    if df < MIN_CALIBRATION_DF:
+        return None, df
+    return math.sqrt(ss / df), df
+
+
+def prior_from_store(db_url: str, model: str, case_name: str, comparability_key: str) -> Prior | None:
+    """Rule step 2 on the store at ``db_url``; ``None`` when there is too little history."""
+    from tasks.store import Baseline, Model, ModelVersion, Run, session_scope
+
+    with session_scope(db_url) as s:
+        rows = s.execute(
+            select(ModelVersion.version, Run.median_step_ms)
+            .select_from(Baseline).join(Run, Run.id == Baseline.run_id).join(Model, Model.id == Baseline.model_id)
+            .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .where(Model.name == model, Baseline.case_name == case_name,
+                   Baseline.comparability_key == comparability_key, Run.median_step_ms.is_not(None))
+            .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(CALIBRATION_WINDOW)).all()
+    tau, df = estimate_between_sd((v, m) for v, m in rows)
+    if tau is None:
+        return None
+    return Prior(between_sd=tau, prior_df=min(float(df), MAX_PRIOR_DF), source="store", n_runs=len(rows), df=df)
+
+
+def prior_for_case(db_url: str, case, comparability_key: str) -> Prior:
+    """The prior for ``case`` (a ``tasks.records.Case``) by the module's rule."""
+    if case.prior_between_sd is not None:
+        return Prior(between_sd=case.prior_between_sd, prior_df=DEFAULT_PRIOR_DF, source="case")
+    return (prior_from_store(db_url, case.model, case.name, comparability_key)
+            or Prior(between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF, source="default"))

@@ -1,0 +1,277 @@
+"""History commands of the ``perfwatch`` CLI: ``history``, ``regressions``, ``failures``,
+``env-changes``, ``gate`` and ``query``.
+
+Each runs a named query from ``sql/queries`` through ``tasks.queries`` against the store named by
+``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``). Every listing
+takes ``--format table|csv|json|markdown``; times are UTC.
+
+``perfwatch gate MODEL VERSION`` is the release gate. It reads the newest run of each case of
+that version and exits with
+
+====  ==========================================================================================
+0     pass: every case passed, improved, or is the model's first run (``no-baseline``: nothing
+      to regress against)
+1     regression: at least one case's verdict is ``regression``
+2     inconclusive or no data: a case is ``inconclusive``, its run failed, or it ran in a changed
+      environment (``env-changed``: no like-for-like baseline, so the release cannot be judged —
+      accept a baseline in the new environment first); or there is no run of that version; or
+      the store cannot be read. Usage errors (bad option) also exit 2, as in every click program.
+====  ==========================================================================================
+
+``--strict`` also turns ``no-baseline`` into 2, for pipelines that must never ship unmeasured.
+A regression anywhere wins over an inconclusive case (1 before 2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from tasks import queries
+from tasks.report import Format, render
+from tasks.settings import Settings
+from tasks.store import migrate, redact
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+SinceOpt = Annotated[str | None, typer.Option(
+    "--since", help="Start of the window (UTC), ISO date or datetime, e.g. 2026-01-31. Default: 7 days ago.")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="End of the window (UTC, exclusive). Default: now.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Only this model.")]
+
+GATE_PASS, GATE_REGRESSION, GATE_INCONCLUSIVE = 0, 1, 2
+GATE_CODES: dict[str, int] = {
+    "pass": GATE_PASS,
+    "improvement": GATE_PASS,
+    "no-baseline": GATE_PASS,
+    "regression": GATE_REGRESSION,
+    "inconclusive": GATE_INCONCLUSIVE,
+    "env-changed": GATE_INCONCLUSIVE,
+}
+"""Exit code of ``perfwatch gate`` per verdict of a successful run (a failed run is 2)."""
+
+
+def _db_url() -> str:
+    """The store URL from settings, migrated to the latest schema; errors name it with the password masked."""
+    url = Settings.from_env().database_url
+    try:
+        migrate(url)
+    except Exception as e:  # noqa: BLE001 - any driver error: report it without the password
+        detail = str(getattr(e, "orig", None) or e).splitlines()[0] if str(e) else ""
+        raise queries.QueryError(f"cannot open the store at {redact(url)}: {type(e).__name__}: {detail}") from None
+    return url
+
+
+def _fail(e: Exception, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {e}", err=True)
+    return typer.Exit(code)
+
+
+def _since(since: str | None) -> Any:
+    return since if since is not None else dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
+
+
+HISTORY_TABLE_COLUMNS = ["run_id", "started_at", "case_name", "version", "status", "verdict", "median_step_ms",
+                         "p10_step_ms", "p90_step_ms", "throughput_eps", "ratio", "ci_low", "ci_high",
+                         "baseline_median_ms", "env_key", "env_changed"]
+
+
+def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
+    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``).
+
+    Returns:
+        (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
+    """
+    if rows.empty:
+        return GATE_INCONCLUSIVE, ["no run of this version in the store"]
+    codes, reasons = [], []
+    for r in rows.itertuples(index=False):
+        if r.status != "success":
+            code = GATE_INCONCLUSIVE
+            why = f"run {r.run_id} failed at {r.failed_stage}: {queries.first_line(r.error)}"
+        else:
+            code = GATE_CODES.get(r.verdict, GATE_INCONCLUSIVE)
+            if strict and r.verdict == "no-baseline":
+                code = GATE_INCONCLUSIVE
+            why = f"run {r.run_id} verdict {r.verdict}"
+            if r.ratio is not None and pd.notna(r.ratio):
+                why += f", step-time ratio {r.ratio:.3f}"
+                if pd.notna(r.ci_low) and pd.notna(r.ci_high):
+                    why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+        codes.append(code)
+        reasons.append(f"{r.case_name}: {why} -> {code}")
+    if GATE_REGRESSION in codes:
+        return GATE_REGRESSION, reasons
+    return max(codes), reasons
+
+
+def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
+    """Draw a history frame (``tasks.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg).
+
+    Per case: the median step time (ms, our timer) with its p10–p90 band over the run's measured
+    samples, the compared baseline's median (dashed steps), regressions as red crosses, failed
+    runs as black ticks on the time axis, and vertical lines where the version (dotted, labelled)
+    or the environment fingerprint (dashed, red) changed.
+
+    Raises:
+        ValueError: ``df`` has no run with a step time to draw.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = df[df["median_step_ms"].notna()]
+    if ok.empty:
+        raise ValueError("no successful run with a step time to plot")
+    fig, ax = plt.subplots(figsize=(11, 5), layout="constrained")
+    for case, g in df.groupby("case_name", sort=True):
+        good = g[g["median_step_ms"].notna()]
+        (line,) = ax.plot(good["started_at"], good["median_step_ms"], marker="o", ms=4, label=f"{case} median")
+        ax.fill_between(good["started_at"], good["p10_step_ms"].astype(float), good["p90_step_ms"].astype(float),
+                        color=line.get_color(), alpha=0.2, label=f"{case} p10–p90")
+        base = good[good["baseline_median_ms"].notna()]
+        if not base.empty:
+            ax.plot(base["started_at"], base["baseline_median_ms"].astype(float), drawstyle="steps-post", ls="--",
+                    marker="_", ms=14, color=line.get_color(), alpha=0.8, label=f"{case} baseline median")
+        reg = good[good["verdict"] == "regression"]
+        if not reg.empty:
+            ax.scatter(reg["started_at"], reg["median_step_ms"], marker="x", s=80, color="red", zorder=5,
+                       label="regression" if case == df["case_name"].min() else None)
+        failed = g[g["status"] != "success"]
+        if not failed.empty:
+            ax.plot(failed["started_at"], [0] * len(failed), "|", color="black", ms=12,
+                    transform=ax.get_xaxis_transform(), label="failed run" if case == df["case_name"].min() else None)
+        for r in g[g["version_changed"] == 1].itertuples():
+            ax.axvline(r.started_at, ls=":", color="grey")
+            ax.annotate(f"v{r.version}", (r.started_at, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, -12), textcoords="offset points", fontsize=8, color="grey")
+        for i, r in enumerate(g[g["env_changed"] == 1].itertuples()):
+            ax.axvline(r.started_at, ls="--", color="red", alpha=0.6,
+                       label="environment change" if i == 0 and case == df["case_name"].min() else None)
+    first = df.iloc[0]
+    ax.annotate(f"v{first.version}", (first.started_at, 1.0), xycoords=("data", "axes fraction"),
+                xytext=(2, -12), textcoords="offset points", fontsize=8, color="grey")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("step time (ms)")
+    ax.set_xlabel("run started (UTC)")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=8)
+    fig.autofmt_xdate()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``history``, ``regressions``, ``failures``, ``env-changes``, ``gate`` and ``query`` to ``app``."""
+
+    @app.command("history")
+    def history_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
+                    case: Annotated[str | None, typer.Option(help="Only this case, e.g. train-bs16.")] = None,
+                    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N runs.")] = None,
+                    plot: Annotated[Path | None, typer.Option(
+                        help="Also draw step time, its p10–p90 band and the baseline over time to this PNG.")] = None,
+                    fmt: FormatOpt = Format.table) -> None:
+        """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90)."""
+        try:
+            url = _db_url()
+            df = queries.history(model, case, url, limit=last)
+        except queries.QueryError as e:
+            raise _fail(e) from None
+        if df.empty:
+            known = queries.run_query("runs", url, limit=None)["model"].unique()
+            raise _fail(ValueError(f"no runs of model {model!r}" + (f" case {case!r}" if case else "")
+                                   + f" in the store; models with runs: {', '.join(sorted(known)) or 'none'}"))
+        shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
+        render(shown, fmt, title=f"{model}: step time per run (ms)")
+        if plot is not None:
+            try:
+                out = plot_history(df, plot, title=f"{model}: step time per run" + (f" ({case})" if case else ""))
+            except ValueError as e:
+                raise _fail(e) from None
+            typer.echo(f"plot: {out}", err=True)
+
+    @app.command("regressions")
+    def regressions_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
+                        fmt: FormatOpt = Format.table) -> None:
+        """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
+        try:
+            df = queries.regressions(_since(since), until, model, _db_url())
+        except queries.QueryError as e:
+            raise _fail(e) from None
+        render(df, fmt, title="regressions")
+
+    @app.command("failures")
+    def failures_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
+                     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N failures.")] = None,
+                     full: Annotated[bool, typer.Option(help="Show the stored error text, not only its first line.")]
+                     = False,
+                     fmt: FormatOpt = Format.table) -> None:
+        """Runs that failed and why: the stage that failed and the error, newest first."""
+        try:
+            df = queries.failures(_since(since), until, model, _db_url(), limit=last)
+        except queries.QueryError as e:
+            raise _fail(e) from None
+        if not full:
+            df = df.drop(columns=["error"])
+        render(df, fmt, title="failed runs")
+
+    @app.command("env-changes")
+    def env_changes_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
+                        fmt: FormatOpt = Format.table) -> None:
+        """Environment changes in a time window: runs whose fingerprint differs from the previous run."""
+        try:
+            df = queries.env_changes(_since(since), until, model, _db_url())
+        except queries.QueryError as e:
+            raise _fail(e) from None
+        if fmt is Format.table:
+            df = df.assign(from_fingerprint=df["from_fingerprint"].str[:12], to_fingerprint=df["to_fingerprint"].str[:12])
+        render(df, fmt, title="environment changes")
+
+    @app.command("gate")
+    def gate_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
+                 version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
+                 case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
+                 strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
+                 fmt: FormatOpt = Format.table) -> None:
+        """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
+        run of each case of MODEL VERSION in the store."""
+        try:
+            rows = queries.run_query("gate", _db_url(), model=model, version=version, case_name=case)
+        except queries.QueryError as e:
+            raise _fail(e, GATE_INCONCLUSIVE) from None
+        code, reasons = gate_decision(rows, strict=strict)
+        if not rows.empty:
+            render(rows.drop(columns=["error"]), fmt, title=f"gate {model} v{version}")
+        word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
+        typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
+        for line in reasons:
+            typer.echo(f"  {line}", err=True)
+        raise typer.Exit(code)
+
+    @app.command("query")
+    def query_cmd(name: Annotated[str | None, typer.Argument(help="Named query (omit to list them).")] = None,
+                  param: Annotated[list[str] | None, typer.Option(
+                      "--param", "-p", help="NAME=VALUE, repeatable; e.g. -p model=tiny -p limit=10.")] = None,
+                  fmt: FormatOpt = Format.table) -> None:
+        """Run a named query of sql/queries with bound parameters (no name: list the queries)."""
+        if name is None:
+            render(queries.list_queries(), fmt, title="named queries (sql/queries)")
+            return
+        params: dict[str, str] = {}
+        for item in param or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--param")
+            params[key] = value
+        try:
+            df = queries.run_query(name, _db_url(), **params)
+        except queries.QueryError as e:
+            raise _fail(e) from None
+        render(df, fmt, title=name)

@@ -1,0 +1,333 @@
+"""The named historical queries (``sql/queries/*.sql``) as pandas DataFrames, for the CLI and notebooks.
+
+Each ``.sql`` file is plain SQL that runs unchanged on SQLite and PostgreSQL, with named
+parameters (``:model``) that SQLAlchemy binds here and that ``psql -v model="'tiny'"`` fills in
+by hand (the header of each file shows the psql line). Its header declares the parameters::
+
+    -- params: model text, case_name text optional, limit integer
+
+Types are ``text``, ``integer``, ``float`` and ``timestamp`` (timezone-aware, compared in UTC);
+``optional`` ones may be None, meaning "any". Values are always bound, never formatted into the
+SQL text. Columns named ``*_at`` come back as UTC ``datetime64`` on both databases.
+
+Example::
+
+    from tasks import queries
+    df = queries.history("tiny", db_url="sqlite:////home/me/.perfwatch/perfwatch.db")
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import DateTime, Float, Integer, String, bindparam, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from tasks.settings import Settings
+from tasks.store import get_engine, redact
+
+QUERIES_DIR = Path(__file__).resolve().parent.parent / "sql" / "queries"
+NO_LIMIT = 2**31 - 1
+"""What ``limit=None`` binds to: the largest 32-bit integer, i.e. no limit on either database."""
+
+_TYPES = {"text": String(), "integer": Integer(), "float": Float(), "timestamp": DateTime(timezone=True)}
+
+
+class QueryError(ValueError):
+    """A named query was asked for with a bad name or bad parameters, or the store refused it.
+
+    The message names the query and the offending input; a database URL in it has its password
+    masked."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared parameter of a named query (from its ``-- params:`` header line)."""
+
+    name: str
+    type: str
+    optional: bool
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    """A ``sql/queries/<name>.sql`` file: its SQL text, declared parameters and description."""
+
+    name: str
+    path: Path
+    sql: str
+    params: tuple[Param, ...]
+    description: str
+
+
+def _parse(path: Path) -> NamedQuery:
+    text_ = path.read_text()
+    header = [ln[2:].strip() for ln in text_.splitlines() if ln.startswith("--")]
+    params_line = next((h for h in header if h.startswith("params:")), None)
+    if params_line is None:
+        raise QueryError(f"{path}: no '-- params:' header line")
+    params = []
+    for item in filter(None, (p.strip() for p in params_line.removeprefix("params:").split(","))):
+        words = item.split()
+        if len(words) not in (2, 3) or words[1] not in _TYPES or (len(words) == 3 and words[2] != "optional"):
+            raise QueryError(f"{path}: bad parameter declaration {item!r}; expected 'NAME TYPE [optional]' "
+                             f"with TYPE one of {sorted(_TYPES)}")
+        params.append(Param(words[0], words[1], len(words) == 3))
+    # The description is the header between the "name:" line and the "params:" line.
+    end = header.index(params_line)
+    description = " ".join(h for h in header[:end] if not h.startswith("name:"))
+    # Bind-parameter discovery must see only SQL, so the comment header is dropped.
+    body = "\n".join(ln for ln in text_.splitlines() if not ln.lstrip().startswith("--"))
+    return NamedQuery(name=path.stem, path=path, sql=body, params=tuple(params), description=description)
+
+
+@cache
+def named_queries() -> dict[str, NamedQuery]:
+    """Every named query under ``sql/queries``, by file stem (``history``, ``regressions``...)."""
+    return {p.stem: _parse(p) for p in sorted(QUERIES_DIR.glob("*.sql"))}
+
+
+def _to_utc(name: str, value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError as e:
+            raise QueryError(f"parameter {name}={value!r}: expected an ISO date or datetime "
+                             "such as 2026-01-31 or 2026-01-31T02:00:00+00:00") from e
+    elif isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime()
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if not isinstance(value, dt.datetime):
+        raise QueryError(f"parameter {name}={value!r}: expected a date or datetime")
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _coerce(query: str, p: Param, value: Any) -> Any:
+    if value is None:
+        if p.type == "integer" and p.name == "limit":
+            return NO_LIMIT
+        if not p.optional:
+            raise QueryError(f"query {query!r}: parameter {p.name!r} ({p.type}) is required")
+        return None
+    if p.type == "timestamp":
+        return _to_utc(p.name, value)
+    try:
+        if p.type == "integer":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if p.type == "float":
+            return float(value)
+    except (TypeError, ValueError) as e:
+        raise QueryError(f"query {query!r}: parameter {p.name}={value!r} is not {p.type}") from e
+    return str(value)
+
+
+def _default_url(db_url: str | None) -> str:
+    return db_url or Settings.from_env().database_url
+
+
+def run_query(name: str, db_url: str | None = None, **params: Any) -> pd.DataFrame:
+    """Run the named query ``sql/queries/<name>.sql`` with bound parameters; rows as a DataFrame.
+
+    Args:
+        name: file stem, e.g. ``"history"`` (see ``named_queries()``).
+        db_url: SQLAlchemy URL of the store; default ``PERFWATCH_DATABASE_URL`` / the SQLite file
+            under ``PERFWATCH_HOME``. The store must already be migrated.
+        **params: the query's declared parameters. Optional ones default to None ("any");
+            ``limit`` None means no limit; timestamps take datetimes, dates or ISO strings
+            (naive values are UTC).
+
+    Returns:
+        The rows with the SQL's column names; ``*_at`` columns as UTC ``datetime64``. An empty
+        result still has the columns.
+
+    Raises:
+        QueryError: unknown query name, unknown or missing parameter, a value of the wrong type,
+            or a database error (its message carries the query name and the redacted URL).
+    """
+    queries = named_queries()
+    if name not in queries:
+        raise QueryError(f"unknown query {name!r}; the named queries are {sorted(queries)}")
+    q = queries[name]
+    declared = {p.name: p for p in q.params}
+    unknown = set(params) - set(declared)
+    if unknown:
+        raise QueryError(f"query {name!r} takes parameters {sorted(declared)}, not {sorted(unknown)}")
+    values = {p.name: _coerce(name, p, params.get(p.name)) for p in q.params}
+    stmt = text(q.sql).bindparams(*(bindparam(p.name, type_=_TYPES[p.type]) for p in q.params))
+    url = _default_url(db_url)
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as e:
+        raise QueryError(f"query {name!r}: {url!r} is not a SQLAlchemy database URL "
+                         "(expected e.g. sqlite:///path/perfwatch.db or postgresql+psycopg://user@host/db)") from e
+    try:
+        with get_engine(url).connect() as conn:
+            result = conn.execute(stmt, values)
+            columns, rows = list(result.keys()), result.fetchall()
+    except SQLAlchemyError as e:
+        detail = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise QueryError(f"query {name!r} on {redact(url)} failed: {type(e).__name__}: {detail}") from None
+    return _frame(columns, rows)
+
+
+def _frame(columns: list[str], rows: list) -> pd.DataFrame:
+    """Rows as a DataFrame with the same dtypes on both databases: ``*_at`` as UTC datetimes,
+    numbers as float (PostgreSQL's NUMERIC too), whole-number columns as int64, or as Python
+    ints and None when some are missing (never NaN for an id)."""
+    data = {}
+    for i, col in enumerate(columns):
+        values = pd.Series([r[i] for r in rows], dtype=object)
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        if col.endswith("_at"):
+            values = pd.to_datetime(values, utc=True, format="ISO8601")
+        elif kind == "integer" and not values.isna().any():
+            values = values.astype("int64")
+        elif kind in ("floating", "decimal", "mixed-integer-float"):
+            values = values.astype(float)
+        elif kind == "integer" or values.isna().all():
+            values = values.where(values.notna(), None)
+        data[col] = values
+    return pd.DataFrame(data, columns=columns)
+
+
+def history(model: str, case: str | None = None, db_url: str | None = None, *,
+            limit: int | None = None) -> pd.DataFrame:
+    """Step-time trend of ``model`` (one case, or all): one row per run, oldest first.
+
+    Columns include ``median_step_ms`` (ms, our timer), ``p10_step_ms``/``p90_step_ms`` (nearest
+    rank over the run's measured samples), ``throughput_eps`` (examples/s), ``verdict``, the
+    comparison ``ratio``/``ci_low``/``ci_high``, ``baseline_median_ms`` (the compared baseline run's
+    median), ``version_changed`` and ``env_changed`` (1 where it differs from the previous run of
+    that case). ``limit`` keeps only the newest N runs. See ``sql/queries/history.sql``.
+    """
+    return run_query("history", db_url, model=model, case_name=case, limit=limit)
+
+
+def version_compare(model: str, version_a: str, version_b: str, case: str | None = None,
+                    db_url: str | None = None) -> pd.DataFrame:
+    """Version A vs version B of ``model`` per case and environment key: runs of each, mean median
+    step time (ms), mean throughput (examples/s), ``ratio_b_to_a`` (above 1: B slower), newest run
+    ids. See ``sql/queries/version_compare.sql``."""
+    return run_query("version_compare", db_url, model=model, version_a=str(version_a),
+                     version_b=str(version_b), case_name=case)
+
+
+def _window(since: Any, until: Any) -> tuple[dt.datetime, dt.datetime]:
+    start = _to_utc("since", since)
+    end = _to_utc("until", until) if until is not None else dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+    if end <= start:
+        raise QueryError(f"empty time window: until ({end.isoformat()}) is not after since ({start.isoformat()})")
+    return start, end
+
+
+def regressions(since: Any, until: Any = None, model: str | None = None,
+                db_url: str | None = None) -> pd.DataFrame:
+    """Runs with verdict ``regression`` started in [since, until) (UTC; until default: now), newest
+    first, with ratio, interval and baseline median (ms). See ``sql/queries/regressions.sql``."""
+    start, end = _window(since, until)
+    return run_query("regressions", db_url, since=start, until=end, model=model)
+
+
+def failures(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None, *,
+             limit: int | None = None) -> pd.DataFrame:
+    """Failed runs started in [since, until) (UTC), newest first, with ``failed_stage``, the stored
+    ``error`` and ``reason`` (the error's first line: the exception). See ``sql/queries/failures.sql``."""
+    start, end = _window(since, until)
+    df = run_query("failures", db_url, since=start, until=end, model=model, limit=limit)
+    df.insert(df.columns.get_loc("error"), "reason",
+              df["error"].map(lambda e: e.strip().splitlines()[0] if isinstance(e, str) and e.strip() else None))
+    return df
+
+
+def env_changes(since: Any, until: Any = None, model: str | None = None,
+                db_url: str | None = None) -> pd.DataFrame:
+    """Environment changes in [since, until) (UTC), oldest first: runs whose fingerprint differs
+    from the previous run of the same model and case, plus ``changed_fields`` (the fingerprint
+    fields that differ, comparability-affecting ones first; ``recorded.*`` details skipped).
+    See ``sql/queries/env_changes.sql``."""
+    from sqlalchemy import select
+
+    from tasks.fingerprint import diff_fingerprints
+    from tasks.store import Environment, session_scope
+
+    start, end = _window(since, until)
+    url = _default_url(db_url)
+    df = run_query("env_changes", url, since=start, until=end, model=model)
+    ids = set(df["from_fingerprint"]) | set(df["to_fingerprint"])
+    data: dict[str, dict] = {}
+    if ids:
+        with session_scope(url) as s:
+            rows = s.execute(select(Environment.fingerprint_id, Environment.data)
+                             .where(Environment.fingerprint_id.in_(ids))).all()
+            data = {fingerprint_id: env for fingerprint_id, env in rows}
+
+    def fields(row) -> str:
+        changes = diff_fingerprints(data.get(row.from_fingerprint, {}), data.get(row.to_fingerprint, {}))
+        changes.sort(key=lambda c: not c.affects_comparability)
+        return ", ".join(c.field for c in changes)
+
+    df["changed_fields"] = [fields(r) for r in df.itertuples()] if len(df) else pd.Series(dtype=object)
+    return df
+
+
+def top_op_regressions(run_a: int, run_b: int, limit: int | None = 20, db_url: str | None = None) -> pd.DataFrame:
+    """Ops whose self-time (µs, per profiled step where known) grew most from run ``run_a`` to
+    ``run_b``, largest growth first. See ``sql/queries/top_op_regressions.sql``."""
+    return run_query("top_op_regressions", db_url, run_a=run_a, run_b=run_b, limit=limit)
+
+
+def first_line(e: Any) -> str | None:
+    """The first line of a stored error (the exception), cut at 120 characters; None when empty."""
+    return e.strip().splitlines()[0][:120] if isinstance(e, str) and e.strip() else None
+
+
+def runs(model: str | None = None, last: int | None = None, db_url: str | None = None) -> pd.DataFrame:
+    """The newest ``last`` runs (all when None) of ``model`` (or every model), oldest first:
+    run_id, started_at, model, version, case, status, trigger, median_step_ms (ms, our timer),
+    throughput_eps (examples/s), verdict (``failed@<stage>`` for a failed run), error (first line).
+    See ``sql/queries/runs.sql``."""
+    df = run_query("runs", db_url, model=model, limit=last)
+    failed = df["status"] == "failed"
+    df["verdict"] = df["verdict"].astype(object)
+    df.loc[failed, "verdict"] = "failed@" + df.loc[failed, "failed_stage"].astype(str)
+    df["error"] = df["error"].map(first_line)
+    df = df.rename(columns={"case_name": "case"}).drop(columns=["failed_stage"])
+    return df.iloc[::-1].reset_index(drop=True)
+
+
+def list_queries() -> pd.DataFrame:
+    """The named queries: name, parameters (``name type[?]``), file, description."""
+    rows = [{"name": q.name,
+             "params": ", ".join(f"{p.name} {p.type}{'?' if p.optional else ''}" for p in q.params),
+             "file": str(q.path.relative_to(QUERIES_DIR.parent.parent)), "description": q.description}
+            for q in named_queries().values()]
+    return pd.DataFrame(rows, columns=["name", "params", "file", "description"])
+
+
+def sqlalchemy_url(uri: str) -> str:
+    """A connection URI as a SQLAlchemy URL for the store.
+
+    Airflow connections render PostgreSQL as ``postgres://`` or ``postgresql://``; both become
+    ``postgresql+psycopg://`` (the driver perfwatch ships). Other URLs are returned unchanged.
+
+    Raises:
+        QueryError: ``uri`` is not a URL (the message shows it with the password masked).
+    """
+    try:
+        url = make_url(uri)
+    except (ArgumentError, ValueError) as e:
+        shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", uri)
+        raise QueryError(f"{shown!r} is not a database URL (expected e.g. postgresql://user@host:5432/db)") from e
+    if url.drivername in ("postgres", "postgresql"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)

@@ -1,0 +1,64 @@
+"""``perfwatch compare MODEL --from V --to V`` on a store filled without TensorFlow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tasks.cli import app
+from tasks.settings import Settings
+from tasks.store import migrate
+from tests.test_explain import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive
+
+
+@pytest.fixture
+def store(home, tmp_path) -> dict[str, int]:
+    url = Settings.from_env().database_url
+    migrate(url)
+    return {"from": archive(url, tmp_path, "v1", version="1", findings=[CPU_ONLY]),
+            "to": archive(url, tmp_path, "v2", version="2", ops=CAND_OPS, findings=[INPUT_BOUND], avg_ms=11.6,
+                          median=12.0)}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["compare", *args])
+
+
+def test_json_lists_grown_ops_share_and_findings(store):
+    res = invoke("m", "--from", "1", "--to", "2", "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(h["side"], h["run_id"], h["version"]) for h in out["headline"]] == [
+        ("from", store["from"], "1"), ("to", store["to"], "2")]
+    assert out["headline"][1]["median_step_ms"] == pytest.approx(12.0)
+    conv = out["ops"][0]
+    assert (conv["op_name"], conv["status"]) == ("conv", "both")
+    assert conv["delta_us_per_step"] == pytest.approx(100.0) and conv["relative_change"] == pytest.approx(5.0)
+    assert conv["share_of_change"] == pytest.approx(1.0)
+    assert [o["status"] for o in out["ops"]] == ["both", "appeared", "both", "vanished"]
+    assert out["step_time_change_us"] == pytest.approx(100.0)
+    assert out["categories"][0]["category"] == "convolution"
+    assert [(f["side"], f["code"]) for f in out["findings"]] == [("from", "cpu_only"), ("to", "input_bound")]
+
+
+def test_top_limits_the_ops(store):
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json", "--top", "2").stdout)
+    assert [o["op_name"] for o in out["ops"]] == ["conv", "bn"]
+
+
+def test_table_and_csv_forms(store):
+    table = invoke("m", "--from", "1", "--to", "2")
+    assert table.exit_code == 0, table.output
+    assert "median step time v1" in table.stdout and "x1.200 (+20.0%)" in table.stdout
+    assert "ops whose self-time per step grew most" in table.stdout and "input_bound" in table.stdout
+    csv = invoke("m", "--from", "1", "--to", "2", "--format", "csv").stdout
+    assert [ln for ln in csv.splitlines() if ln.startswith("# ")] == [
+        "# headline", "# ops", "# categories", "# findings"]
+
+
+def test_missing_version_exits_1_with_reason(store):
+    res = invoke("m", "--from", "1", "--to", "3")
+    assert res.exit_code == 1
+    assert "no successful run of m version 3" in res.stderr

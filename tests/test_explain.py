@@ -1,0 +1,205 @@
+"""Explaining step-time changes from the store: per-run tables read back, op attribution in the verdict,
+the regression message, and the two-version comparison behind ``perfwatch compare``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks.archive import RUN_TABLE_GROUPS, archive_run, group_tables, record_failure
+from tasks.compare import baseline_compare
+from tasks.explain import (
+    ComparisonUnavailable,
+    attribute_against_run,
+    compare_versions,
+    op_table,
+    run_findings,
+    run_tool_tables,
+    step_breakdown_table,
+    top_ops_text,
+)
+from tasks.parse import OP_STATS_COLUMNS, STEP_COLUMNS, parse_run
+from tasks.pipeline import RegressionDetected, raise_on_regression
+from tests.test_store import make_records
+
+
+def op(name: str, op_type: str, total_us: float, side: str = "Host") -> dict[str, Any]:
+    return {"host_or_device": side, "op_type": op_type, "op_name": name, "occurrences": 5,
+            "total_self_time_us": total_us, "avg_self_time_us": total_us / 5, "self_time_share": 0.1}
+
+
+BASE_OPS = [op("conv", "Conv2D", 100.0), op("relu", "Relu", 50.0), op("dense", "MatMul", 30.0)]
+# per step (5 steps): conv 20 -> 120 µs, relu unchanged, dense vanished (-6), bn appeared (+5)
+CAND_OPS = [op("conv", "Conv2D", 600.0), op("relu", "Relu", 50.0), op("bn", "FusedBatchNormV3", 25.0)]
+CPU_ONLY = {"code": "cpu_only", "severity": "info", "message": "No device planes", "figure": "device_core_count",
+            "value": 0.0, "threshold": None}
+INPUT_BOUND = {"code": "input_bound", "severity": "warning", "message": "The run is HIGHLY input-bound",
+               "figure": "input_bound_pct", "value": 31.0, "threshold": 20.0}
+
+
+def records(tmp: Path, dag_run_id: str, *, version: str = "1", ops=BASE_OPS, findings=(), avg_ms: float = 11.5,
+            profiled_steps: int = 5, median: float = 10.0):
+    """make_records' stage records with our op table, findings, version, xprof step time and step count."""
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, median=median)
+    Path(parse.parsed_path).write_text(json.dumps({
+        "op_stats": list(ops), "findings": list(findings), "avg_step_time_ms": avg_ms,
+        "step_breakdown": [{"step": 0, "step_time_ms": avg_ms, "input_ms": 1.0}]}))
+    case = ctx.case.model_copy(update={"version": version, "profiled_steps": profiled_steps})
+    return (ctx.model_copy(update={"case": case}),
+            pulled.model_copy(update={"version": version, "digest": hashlib.sha256(version.encode()).hexdigest()}),
+            env, warm, run, parse.model_copy(update={"avg_step_time_ms": avg_ms, "n_ops": len(ops)}), comp)
+
+
+def archive(db_url: str, tmp: Path, dag_run_id: str, **kw) -> int:
+    return archive_run(db_url, str(tmp / "archive"), *records(tmp, dag_run_id, **kw)).run_id
+
+
+# ------------------------------------------------------------------------------------- attribution
+
+
+def test_attribute_against_run_names_ops_and_their_share(db_url, tmp_path):
+    base = archive(db_url, tmp_path, "base", avg_ms=11.5)
+    # twice the profiled steps, same per-step cost for relu: normalised to µs per step
+    cand = [op("conv", "Conv2D", 1200.0), op("relu", "Relu", 100.0), op("bn", "FusedBatchNormV3", 50.0)]
+    ev = attribute_against_run(db_url, base, {"op_stats": cand}, 10, 11.5 + 0.099)
+    json.dumps(ev)  # JSON-safe for the store and XCom
+    assert ev["available"] and ev["baseline_run_id"] == base
+    assert (ev["baseline_profiled_steps"], ev["candidate_profiled_steps"]) == (5, 10)
+    assert ev["step_time_change_source"] == "step_time"
+    assert ev["step_time_change_us"] == pytest.approx(99.0)
+    assert ev["op_self_time_change_us"] == pytest.approx(100.0 + 5.0 - 6.0)
+    top = ev["top_ops"][0]
+    assert (top["op_name"], top["category"], top["status"]) == ("conv", "convolution", "both")
+    assert top["delta_us_per_step"] == pytest.approx(100.0) and top["relative_change"] == pytest.approx(5.0)
+    assert top["share_of_change"] == pytest.approx(100.0 / 99.0)
+    assert [o["op_name"] for o in ev["grew_most"]] == ["conv", "bn"]
+    assert [o["op_name"] for o in ev["shrank_most"]] == ["dense"]
+    assert ev["grew_share"] == pytest.approx(105.0 / 99.0)
+    assert ev["top_share"] == pytest.approx(99.0 / 99.0)
+    assert (ev["n_appeared"], ev["appeared"], ev["n_vanished"], ev["vanished"]) == (1, ["bn"], 1, ["dense"])
+    assert ev["categories"][0]["category"] == "convolution"
+    assert "conv" in ev["summary"]
+    assert top_ops_text(ev).startswith("top ops: conv (+100.0 µs/step, +500%, 101% of the change), bn (")
+
+
+def test_attribution_without_step_times_uses_op_self_time(db_url, tmp_path):
+    base = archive(db_url, tmp_path, "base")
+    ev = attribute_against_run(db_url, base, {"op_stats": CAND_OPS}, 5, None)
+    assert ev["step_time_change_source"] == "op_self_time"
+    assert ev["step_time_change_us"] == pytest.approx(ev["op_self_time_change_us"]) == pytest.approx(99.0)
+
+
+def test_attribution_unavailable_is_stated_not_raised(db_url, tmp_path):
+    base = archive(db_url, tmp_path, "base")
+    empty = archive(db_url, tmp_path, "empty", ops=[])
+    assert attribute_against_run(db_url, 999, {"op_stats": CAND_OPS}, 5, 11.0) == {
+        "available": False, "baseline_run_id": 999, "reason": "baseline run 999 is not in the store"}
+    assert "no op_stats rows" in attribute_against_run(db_url, empty, {"op_stats": CAND_OPS}, 5, 11.0)["reason"]
+    no_cand = attribute_against_run(db_url, base, {"op_stats": []}, 5, 11.0)
+    assert not no_cand["available"] and "candidate" in no_cand["reason"]
+    assert top_ops_text(no_cand).startswith("no op attribution (the candidate")
+    assert top_ops_text(None) == "no op attribution"
+    with pytest.raises(ValueError, match="candidate_steps"):
+        attribute_against_run(db_url, base, {"op_stats": CAND_OPS}, 0, 11.0)
+
+
+def test_verdict_evidence_carries_attribution_and_regression_names_top_ops(db_url, tmp_path):
+    ctx, pulled, env, warm, run, parse, _ = records(tmp_path, "first")
+    first = baseline_compare(db_url, ctx.case, env, run, parse, tmp_path / "first" / "work")
+    assert first.verdict == "no-baseline" and "attribution" not in first.evidence
+    base = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, first).run_id
+
+    ctx, pulled, env, warm, run, parse, _ = records(tmp_path, "second", version="2", ops=CAND_OPS, avg_ms=21.5,
+                                                    median=20.0)
+    verdict = baseline_compare(db_url, ctx.case, env, run, parse, tmp_path / "second" / "work")
+    assert verdict.verdict == "regression"
+    attribution = verdict.evidence["attribution"]
+    assert attribution["available"] and attribution["baseline_run_id"] == base
+    assert attribution["step_time_change_us"] == pytest.approx(10_000.0)
+    assert attribution["grew_most"][0]["op_name"] == "conv"
+    archived = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
+    bundle = {"ctx": ctx.to_xcom(), "pulled": pulled.to_xcom(), "verdict": verdict.to_xcom(),
+              "archived": archived.to_xcom()}
+    with pytest.raises(RegressionDetected, match=r"top ops: conv \(\+100\.0 µs/step, \+500%, 1% of the change\), "
+                                                 r"bn \(\+5\.0 µs/step, appeared"):
+        raise_on_regression(bundle)
+
+
+# ------------------------------------------------------------------------------------- two versions
+
+
+def test_compare_versions_latest_successful_runs(db_url, tmp_path):
+    archive(db_url, tmp_path, "v1-old", version="1", ops=[op("conv", "Conv2D", 1.0)])
+    v1 = archive(db_url, tmp_path, "v1-new", version="1", findings=[CPU_ONLY])
+    v2 = archive(db_url, tmp_path, "v2", version="2", ops=CAND_OPS, findings=[CPU_ONLY, INPUT_BOUND], avg_ms=11.6,
+                 median=12.0)
+    failed_ctx = records(tmp_path, "v2-failed", version="2")[0]
+    record_failure(db_url, failed_ctx, "warm-up", "RunnerError: boom")  # newest v2 run, but failed
+
+    vc = compare_versions(db_url, "m", "1", "2")
+    h = vc.headline.set_index("side")
+    assert (h.loc["from", "run_id"], h.loc["to", "run_id"]) == (v1, v2)
+    assert (h.loc["from", "version"], h.loc["to", "version"], h.loc["to", "case"]) == ("1", "2", "train-bs16")
+    assert h.loc["to", "median_step_ms"] == pytest.approx(12.0)
+    assert list(vc.ops["op_name"]) == ["conv", "bn", "relu", "dense"]  # grew most first
+    assert vc.ops.loc[0, "share_of_change"] == pytest.approx(100.0 / 100.0)
+    assert vc.attribution.step_time_change_us == pytest.approx(100.0)
+    cats = vc.categories.set_index("category")["delta_us_per_step"]
+    assert cats["convolution"] == pytest.approx(100.0) and cats["matmul"] == pytest.approx(-6.0)
+    assert list(zip(vc.findings["side"], vc.findings["code"], strict=True)) == [
+        ("from", "cpu_only"), ("to", "cpu_only"), ("to", "input_bound")]
+    out = vc.to_dict()
+    json.dumps(out)
+    assert out["headline"][1]["run_id"] == v2 and out["ops"][0]["op_name"] == "conv"
+
+
+def test_compare_versions_says_what_is_missing(db_url, tmp_path):
+    archive(db_url, tmp_path, "v1", version="1")
+    with pytest.raises(ComparisonUnavailable, match="no model 'nope'.*'m'"):
+        compare_versions(db_url, "nope", "1", "2")
+    with pytest.raises(ComparisonUnavailable, match="no successful run of m version 2"):
+        compare_versions(db_url, "m", "1", "2")
+    with pytest.raises(ComparisonUnavailable, match="version 1 in case train-bs8"):
+        compare_versions(db_url, "m", "2", "1", case="train-bs8")
+
+
+# ------------------------------------------------------------------------------------- store round trip
+
+
+@pytest.mark.slow
+def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_path, tmp_path_factory):
+    from tests.xplane_factory import session_profiles
+
+    prof = session_profiles(tmp_path_factory)["markers"]
+    ctx, pulled, env, warm, run, _, comp = make_records(tmp_path, dag_run_id="real")
+    shutil.rmtree(run.profile_dir)
+    shutil.copytree(prof.logdir, run.profile_dir)
+    Path(run.samples_path).write_text(json.dumps({"measured_step_times_ms": [10.0 + i * 0.01 for i in range(10)],
+                                                  "profiled_step_times_ms": prof.step_ms}))
+    parsed = parse_run(run, tmp_path / "real" / "work")
+    tables = json.loads(Path(parsed.parsed_path).read_text())
+    run_id = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, comp).run_id
+
+    ops = op_table(db_url, run_id)
+    assert len(ops) == parsed.n_ops > 0 and list(ops.columns) == OP_STATS_COLUMNS
+    expected = sorted((r["op_name"], r["total_self_time_us"]) for r in tables["op_stats"])
+    assert sorted(zip(ops["op_name"], ops["total_self_time_us"], strict=True)) == expected
+
+    steps = step_breakdown_table(db_url, run_id)
+    assert len(steps) == len(tables["step_breakdown"]) > 0
+    assert set(steps.columns) == set(STEP_COLUMNS.values())
+    assert list(steps["step_time_ms"]) == pytest.approx([r["step_time_ms"] for r in tables["step_breakdown"]])
+
+    stored = run_tool_tables(db_url, run_id)
+    assert set(stored) == set(RUN_TABLE_GROUPS) | {"parse"}
+    assert stored == json.loads(json.dumps(group_tables(tables)))  # every field of every tool, as parsed
+    for tool, fields in RUN_TABLE_GROUPS.items():
+        assert set(stored[tool]) == set(fields), tool
+    assert stored["overview_page"]["avg_step_time_ms"] == pytest.approx(parsed.avg_step_time_ms)
+    assert stored["cross_check"]["cross_check"]["ratio"] == pytest.approx(parsed.cross_check_ratio)
+    assert [f"{f['code']}: {f['message']}" for f in run_findings(db_url, run_id)] == parsed.findings
