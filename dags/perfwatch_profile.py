@@ -11,18 +11,21 @@ parsing this file never imports TensorFlow.
 
 from __future__ import annotations
 
+import os
+
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time per worker slot: timings need a quiet host
+PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
+# The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
+# Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
+PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 
 
 def _store_url_from_connection(context) -> None:
     """on_execute_callback: when PERFWATCH_DB_CONN_ID names an Airflow connection, export its URI as
     PERFWATCH_DATABASE_URL for this task process (tasks/ reads settings, never Airflow)."""
-    import os
-
     conn_id = os.environ.get("PERFWATCH_DB_CONN_ID")
     if conn_id:
         from airflow.sdk import BaseHook
@@ -72,21 +75,21 @@ def perfwatch_profile():
 
         return pull(bundle)
 
-    @task
+    @task(queue=PROFILE_QUEUE)
     def env_fingerprint(bundle: dict) -> dict:
         """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
         from tasks.pipeline import fingerprint
 
         return fingerprint(bundle)
 
-    @task
+    @task(queue=PROFILE_QUEUE)
     def warm_up(bundle: dict) -> dict:
         """Fresh process: train until step time is steady; cold first step recorded."""
         from tasks.pipeline import warmup
 
         return warmup(bundle)
 
-    @task(pool=PROFILE_POOL)
+    @task(pool=PROFILE_POOL, queue=PROFILE_QUEUE)
     def profiled_run(bundle: dict) -> dict:
         """Fresh process: measured steps with the profiler off, then a profiled window."""
         from tasks.pipeline import profile

@@ -45,6 +45,9 @@ SUMMARY_TOOLS: frozenset[str] = frozenset({OVERVIEW, OP_STATS})
 REQUIRED_TOOLS: frozenset[str] = frozenset({OVERVIEW, OP_STATS})
 XPLANE_GLOB = "plugins/profile/*/*.xplane.pb"
 IDLE_OP = "IDLE"
+#: framework_op_stats keeps at most this many rows (IDLE included), the ops with most self-time; seen on the
+#: demo model (499 ops + IDLE), where smaller ops are dropped.
+XPROF_MAX_OP_ROWS = 500
 OP_STATS_COLUMNS = ["host_or_device", "op_type", "op_name", "occurrences", "total_self_time_us",
                     "avg_self_time_us", "self_time_share"]
 #: xprof step-table column id -> our name (all values in ms).
@@ -198,6 +201,9 @@ def _run_tool(paths: Sequence[Path], tool: str) -> Any:
 
     Raises ProfileParseError carrying xprof's message when the converter reports failure.
     """
+    # xprof's native library logs every converter step at INFO to stderr (hundreds of lines per
+    # parse, flooding Airflow task logs); it reads this variable once, when it is loaded.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from xprof.convert import _pywrap_profiler_plugin, raw_to_tool_data
 
     failure: list[str] = []
@@ -314,6 +320,11 @@ def _apply_op_stats(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:
         "self_time_share": _num(r.get("device_total_self_time_percent" if r.get("host_or_device") == "Device"
                                       else "host_total_self_time_percent")) or 0.0,
     } for r in rows if r.get("op_type") != IDLE_OP]
+    if any(len(rs) >= XPROF_MAX_OP_ROWS for rs in parsed):
+        out["diagnostics"].append(Diagnostic(
+            tool=OP_STATS, severity="WARNING",
+            message=f"framework_op_stats holds xprof's cap of {XPROF_MAX_OP_ROWS} rows: ops with less self-time "
+                    "were cut, so small ops may look appeared/vanished between runs"))
 
 
 def _apply_input_pipeline(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:

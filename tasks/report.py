@@ -55,7 +55,7 @@ def render(df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | N
             table.add_row(*[_cell(v) for v in r])
         console.print(table)
         return None
-    print(text)
+    print(text, end="" if text.endswith("\n") else "\n")
     return text
 
 

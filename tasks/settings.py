@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -35,7 +35,7 @@ class Settings:
     """
 
     home: Path
-    database_url: str
+    database_url: str = field(repr=False)  # may hold a password: never in repr or logs
     model_store: str
     archive_root: str
     work_root: Path
