@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks import calibration, stats  # noqa: E402
+from tasks.compare import ceiling_ms  # noqa: E402
 from tasks.records import Case  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "detection_samples.json"
@@ -141,6 +142,196 @@ def collect(path: Path) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, separators=(",", ":")))
     return out
+
+
+# ---------------------------------------------------------------- analysis
+
+_VAR_CACHE: dict[bytes, float] = {}
+_product_log_median_var = stats._log_median_var
+
+
+def _cached_log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Generator) -> float:
+    """``stats._log_median_var`` memoised per process: the bootstrap variance of a log-median does
+    not change when the run is scaled (an injected slowdown), so each process's variance is
+    bootstrapped once (with the product's 999 resamples) instead of once per trial. Only the
+    bootstrap's Monte Carlo noise differs from a fresh call."""
+    key = np.round(x / np.median(x), 10).tobytes()
+    if key not in _VAR_CACHE:
+        _VAR_CACHE[key] = _product_log_median_var(x, n_resamples, rng)
+    return _VAR_CACHE[key]
+
+
+def _history_alarm(cand: np.ndarray, bases: list[np.ndarray], prior: tuple[float, float],
+                   case: Case) -> tuple[bool, bool]:
+    """perfwatch's history verdict is ``regression``: the statistics say so, or (as in baseline-compare)
+    a pass/inconclusive run breaches the GX ceiling ``tasks.compare.ceiling_ms`` over the median of the
+    baseline medians. Returns (alarm of the product's verdict, alarm of the statistics alone)."""
+    res = stats.compare_to_history(cand, bases, tolerance=case.tolerance, confidence=case.confidence,
+                                   prior_between_sd=prior[0], prior_df=prior[1])
+    limit = ceiling_ms(float(np.median([np.median(b) for b in bases])), res)
+    stat = res.verdict == "regression"
+    return stat or (res.verdict in ("pass", "inconclusive") and np.median(cand) > limit), stat
+
+
+def _paired_alarm(a_blocks: list[np.ndarray], b_blocks: list[np.ndarray], case: Case,
+                  ceiling: bool = True) -> bool:
+    """perfwatch's paired verdict is ``regression``: ``stats.compare_paired`` (with the case's
+    process-level offset) says so, or with ``ceiling`` a pass/inconclusive run breaches the paired GX
+    ceiling ``tasks.compare.ceiling_ms`` over median(A)."""
+    res = stats.compare_paired(a_blocks, b_blocks, tolerance=case.tolerance, confidence=case.confidence,
+                               offset_sd=case.paired_offset_sd)
+    if res.verdict == "regression":
+        return True
+    limit = ceiling_ms(float(np.median(np.concatenate(a_blocks))), res)
+    return ceiling and res.verdict in ("pass", "inconclusive") and np.median(np.concatenate(b_blocks)) > limit
+
+
+def _prior(medians: list[float]) -> tuple[float, float]:
+    """The calibrated prior (``tasks.calibration`` rule) from accepted runs of one version."""
+    tau, df = calibration.estimate_between_sd(("1", m) for m in medians)
+    if tau is None:
+        return calibration.DEFAULT_PRIOR_BETWEEN_SD, calibration.DEFAULT_PRIOR_DF
+    return tau, min(float(df), calibration.MAX_PRIOR_DF)
+
+
+def _block_pairs(proc: dict, case: Case) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A process's ABBA data regrouped into the product's block length (``paired_block_steps``)."""
+    per = case.paired_block_steps // len(proc["blocks"][0]["a_ms"]) or 1
+    out = []
+    for i in range(0, len(proc["blocks"]) - per + 1, per):
+        grp = proc["blocks"][i:i + per]
+        out.append((np.concatenate([g["a_ms"] for g in grp]), np.concatenate([g["b_ms"] for g in grp])))
+    return out
+
+
+def paired_rates(procs: list[dict], levels, trials: int, case: Case, rng, *, pooled: bool = False,
+                 ceiling: bool = True) -> dict:
+    """Alarm rate of the paired verdict per injected level. Two-stage resampling: draw one paired
+    process, then ``case.paired_blocks`` of its block pairs with replacement (``pooled``: draw the
+    block pairs from every process's pairs instead); B blocks are multiplied by (1+s)."""
+    pairs = [_block_pairs(p, case) for p in procs]
+    pool = [bp for ps in pairs for bp in ps]
+    out = {}
+    for s in levels:
+        hits = 0
+        for _ in range(trials):
+            src = pool if pooled else pairs[rng.integers(len(pairs))]
+            pick = [src[j] for j in rng.integers(len(src), size=case.paired_blocks)]
+            hits += _paired_alarm([a for a, _ in pick], [b * (1 + s) for _, b in pick], case, ceiling)
+        out[s] = hits / trials
+    return out
+
+
+def history_rates(runs: list[np.ndarray], levels, trials: int, case: Case, rng,
+                  candidates: list[np.ndarray] | None = None) -> tuple[dict, dict, dict]:
+    """Alarm rates of the history verdict and of the fixed 110% rule per injected level.
+
+    Each trial draws a candidate process and ``case.lookback`` distinct other processes as the
+    accepted baselines (fixed110: the newest of them alone); the prior is calibrated on every
+    process but the candidate. ``candidates``: take the candidate from these instead (real
+    heavier variant; the prior then uses all ``runs``). Returns (history, history statistics
+    without the GX ceiling, fixed110)."""
+    hist, hstat, fixed = {}, {}, {}
+    medians = [float(np.median(r)) for r in runs]
+    for s in levels:
+        h = hs = f = 0
+        for _ in range(trials):
+            if candidates is None:
+                c = int(rng.integers(len(runs)))
+                others = [j for j in range(len(runs)) if j != c]
+                cand, prior = runs[c], _prior([medians[j] for j in others])
+            else:
+                others = list(range(len(runs)))
+                cand, prior = candidates[rng.integers(len(candidates))], _prior(medians)
+            base = [runs[j] for j in rng.choice(others, size=min(case.lookback, len(others)), replace=False)]
+            cand = cand * (1 + s)
+            alarm, stat_alarm = _history_alarm(cand, base, prior, case)
+            h += alarm
+            hs += stat_alarm
+            f += np.median(cand) > 1.10 * np.median(base[0])
+        hist[s], hstat[s], fixed[s] = h / trials, hs / trials, f / trials
+    return hist, hstat, fixed
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def analyse(data: dict, trials: int, real: bool) -> None:
+    """Print the detection tables and the machine-readable last line (module docstring)."""
+    t0 = time.perf_counter()
+    stats._log_median_var = _cached_log_median_var  # see its docstring: speed only, same statistics
+    case = Case(model="bench")  # the product's defaults: tolerance, confidence, lookback, paired layout
+    meta = data["meta"]
+    runs = [np.asarray(p["steps_ms"]) for p in data["history"]]
+    meds = np.array([np.median(r) for r in runs])
+    loads = [p["load1"] for p in data["history"] + data["paired"]]
+    print(f"samples: {meta['model']}, collected {meta['collected_at']} in {meta.get('collect_s', '?')} s on "
+          f"{meta['cpus']} CPUs, 1-min load average {min(loads):.1f}-{max(loads):.1f} (other jobs share the CPUs)")
+    print(f"history: {len(runs)} processes x {meta['history_steps']} measured steps; median step time "
+          f"{meds.min():.1f}-{meds.max():.1f} ms, sd of log median between processes "
+          f"{np.std(np.log(meds), ddof=1):.3f}; step-to-step CV within a process (median) "
+          f"{np.median([r.std() / r.mean() for r in runs]):.3f}")
+    d = [np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for p in data["paired"] for b in p["blocks"]]
+    per_proc = [np.exp(np.mean([np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for b in p["blocks"]]))
+                for p in data["paired"]]
+    print(f"paired (same model as A and B): {len(data['paired'])} processes x {len(data['paired'][0]['blocks'])} "
+          f"block pairs x {meta['block_steps']} steps; sd of block log ratio {np.std(d, ddof=1):.3f}; "
+          f"per-process mean B/A {', '.join(f'{x:.3f}' for x in per_proc)}")
+    print(f"product settings: tolerance {case.tolerance:.0%}, confidence {case.confidence:.0%}, lookback "
+          f"{case.lookback}, paired {case.paired_blocks} block pairs x {case.paired_block_steps} steps "
+          f"({case.paired_timed_steps} extra timed steps = {case.paired_timed_steps / case.measured_steps:.1f}x "
+          f"the {case.measured_steps} measured steps); {trials} trials per level; alarm = verdict regression")
+    rng = np.random.default_rng(20260601)
+    paired = paired_rates(data["paired"], LEVELS, trials, case, rng)
+    pooled = paired_rates(data["paired"], LEVELS, trials, case, rng, pooled=True)
+    nocap = paired_rates(data["paired"], LEVELS, trials, case, rng, ceiling=False)
+    hist, hstat, fixed = history_rates(runs, LEVELS, trials, case, rng)
+    print(f"\n{'slowdown':>8} | {'paired':>8} | {'paired*':>8} | {'paired-':>8} | {'history':>8} | "
+          f"{'history-':>8} | {'fixed110':>8}")
+    for s in LEVELS:
+        print(f"{s:8.0%} | {_pct(paired[s]):>7}% | {_pct(pooled[s]):>7}% | {_pct(nocap[s]):>7}% | "
+              f"{_pct(hist[s]):>7}% | {_pct(hstat[s]):>7}% | {_pct(fixed[s]):>7}%")
+    print("(row 0%: false-alarm rate; other rows: detection rate. paired: draw a process, then its block pairs; "
+          "paired*: block pairs drawn from all processes; paired-/history-: statistics alone, without the GX "
+          "110% ceiling that baseline-compare adds)")
+    grid = [x / 100 for x in range(1, 31)]
+    fine = paired_rates(data["paired"], grid, max(200, trials // 4), case, rng)
+    mde = next((s for s in grid if fine[s] >= 0.95), None)
+    mde_txt = f"{100 * mde:.0f}" if mde is not None else ">30"
+    print(f"paired mde95 (1% grid, {max(200, trials // 4)} trials each): {mde_txt}%")
+    if real:
+        _real(data, runs, case, trials, rng, paired, hist, fixed)
+    print(f"analysis took {time.perf_counter() - t0:.0f} s")
+    print(f"detection: false_alarm={_pct(paired[0.0])}% detect_5pct={_pct(paired[0.05])}% mde95={mde_txt}% | "
+          f"history: false_alarm={_pct(hist[0.0])}% detect_5pct={_pct(hist[0.05])}% | "
+          f"fixed110: false_alarm={_pct(fixed[0.0])}% detect_5pct={_pct(fixed[0.05])}%")
+
+
+def _real(data, runs, case, trials, rng, paired, hist, fixed) -> None:
+    """The real heavier variant (98x98 input): its measured true slowdown, and each method's detection
+    rate on it against the resampled injection of the same size."""
+    hp = data["heavy_paired"]
+    d = [np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for p in hp for b in p["blocks"]]
+    true = float(np.exp(np.mean(d)))
+    se = float(np.std(d, ddof=1) / np.sqrt(len(d)))
+    heavy = [np.asarray(p["steps_ms"]) for p in data["heavy_history"]]
+    unp = float(np.median([np.median(h) for h in heavy]) / np.median([np.median(r) for r in runs]))
+    print(f"\nreal heavier variant (input 98x98): true slowdown from {len(d)} in-process block pairs "
+          f"x{true:.3f} (95% CI x{np.exp(np.log(true) - 2 * se):.3f}-x{np.exp(np.log(true) + 2 * se):.3f}); "
+          f"from separate processes x{unp:.3f}")
+    verdicts = [stats.compare_paired([b["a_ms"] for b in p["blocks"][:case.paired_blocks]],
+                                     [b["b_ms"] for b in p["blocks"][:case.paired_blocks]],
+                                     tolerance=case.tolerance, confidence=case.confidence).verdict for p in hp]
+    rp = paired_rates(hp, [0.0], trials, case, rng)[0.0]
+    rh, _, rf = history_rates(runs, [0.0], trials, case, rng, candidates=heavy)
+    s = true - 1
+    ip = paired_rates(data["paired"], [s], trials, case, rng)[s]
+    ih, _, if_ = history_rates(runs, [s], trials, case, rng)
+    print(f"  paired: verdicts of the {len(hp)} real A/B processes {verdicts}; resampled real detection "
+          f"{_pct(rp)}% vs injected x{true:.3f} {_pct(ip)}%")
+    print(f"  history: real detection {_pct(rh[0.0])}% vs injected {_pct(ih[s])}%")
+    print(f"  fixed110: real detection {_pct(rf[0.0])}% vs injected {_pct(if_[s])}%")
 
 
 def main() -> None:

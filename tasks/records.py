@@ -55,6 +55,10 @@ class Case(Record):
             ABBA order of ``paired_block_steps`` steps per block. Its cost is
             ``2 * paired_blocks * paired_block_steps`` extra timed steps (default 96: about twice
             the 50 measured steps) plus one more model load and warm-up per version.
+        paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
+            loaded in one process, which blocks cannot average out; it widens the paired interval
+            (``tasks.stats.compare_paired``). Default 0.03: ``bench/detection.py`` measured 0.034
+            on the 2-core dev machine; measure it on your hardware with A/A release gates.
         prior_between_sd: prior sd (log scale) of the drift of median step time between
             processes for the history comparison; ``None`` (default) estimates it from the
             store's accepted runs in the same environment, falling back to 0.05 (rule:
@@ -80,6 +84,7 @@ class Case(Record):
     paired_blocks: int = Field(24, ge=2, le=10_000)
     paired_block_steps: int = Field(2, ge=1, le=10_000)
     prior_between_sd: float | None = Field(None, gt=0, lt=1)
+    paired_offset_sd: float = Field(0.03, ge=0, lt=1)
     auto_accept: bool = True
 
     @field_validator("model")

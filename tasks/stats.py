@@ -314,16 +314,22 @@ def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> np.ndarray
 
 
 def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[ArrayLike | float],
-                   tolerance: float = 0.05, confidence: float = 0.99) -> Comparison:
+                   tolerance: float = 0.05, confidence: float = 0.99, *, offset_sd: float = 0.0) -> Comparison:
     """Paired A/B comparison of ABBA blocks measured in one process (``paired-abba``).
 
     Block i of A (baseline version) and block i of B (candidate) are adjacent in time
     (A1 B1 B2 A2 A3 B3 ...). With ``d_i = log median(B_i) - log median(A_i)``, n pairs::
 
-        ratio = exp(mean d)      CI = exp(mean d -/+ t_{(1+c)/2, n-1} * sd(d) / sqrt(n))
+        ratio = exp(mean d)      se^2 = sd(d)^2 / n + offset_sd^2
+        CI = exp(mean d -/+ t_{(1+c)/2, df} * se),  df = (n-1) * (se^2 / (sd(d)^2/n))^2
 
-    (one-sample Student t interval, ``scipy.stats.t``). ``needed_samples`` is the smallest n
-    with ``t_{(1+c)/2, n-1} * sd(d) / sqrt(n) <= log(1+t) / 2``.
+    (one-sample Student t interval, ``scipy.stats.t``, widened by a known process-level offset
+    with Welch–Satterthwaite degrees of freedom; ``offset_sd = 0`` gives the plain t interval on
+    n-1 df). The offset is the sd of log(B/A) between processes for two *identical* models:
+    each loaded copy runs at its own speed for the life of the process (measured 0.034 on the
+    2-core dev machine, ``bench/detection.py``), which no number of blocks inside one process
+    averages out. ``needed_samples`` is the smallest n whose half-width is at most
+    ``log(1+t) / 2``; None when the offset alone is wider than that.
 
     Args:
         a_blocks, b_blocks: equal-length lists (n >= 2) of blocks in measurement order; each
@@ -341,25 +347,48 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
     a, b = _block_medians(a_blocks, "a_blocks"), _block_medians(b_blocks, "b_blocks")
     if a.size != b.size:
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
+    if not (offset_sd >= 0 and math.isfinite(offset_sd)):
+        raise ValueError(f"offset_sd = {offset_sd}: must be a finite sd >= 0 (log scale)")
     n = a.size
     d = np.log(b) - np.log(a)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    q = float(stats.t.ppf((1 + confidence) / 2, n - 1))
-    h = q * sd / math.sqrt(n)
+    h, df = _paired_half_width(sd, n, offset_sd, confidence)
     low, high = math.exp(mean - h), math.exp(mean + h)
     verdict = verdict_from_ci(low, high, tolerance)
     needed, extra = None, ""
     if verdict == "inconclusive":
-        m = np.arange(2, 100_001)
-        ok = np.flatnonzero(stats.t.ppf((1 + confidence) / 2, m - 1) * sd / np.sqrt(m) <= math.log1p(tolerance) / 2)
-        needed = int(m[ok[0]]) if ok.size else None
+        needed = _paired_needed_blocks(sd, offset_sd, confidence, math.log1p(tolerance) / 2)
         extra = (f" About {needed} blocks per version (now {n}) would give a decisive CI." if needed
-                 else " More than 100000 blocks would be needed: the block-to-block noise is too large.")
+                 else " More blocks cannot help: the process-level offset (sd "
+                      f"{offset_sd:.3f}) alone is wider than the tolerance allows.")
     reason = _reason(verdict, math.exp(mean), low, high, confidence, tolerance, f"paired-abba over {n} block pairs")
     return Comparison(verdict=verdict, method="paired-abba", ratio=math.exp(mean), ci_low=low, ci_high=high,
                       confidence=confidence, tolerance=tolerance, n_candidate=n, n_baseline=n,
                       needed_samples=needed, reason=reason + extra,
-                      details={"sd_log_ratio": sd, "df": float(n - 1)})
+                      details={"sd_log_ratio": sd, "offset_sd": offset_sd, "df": df})
+
+
+def _paired_half_width(sd: float, n: int, offset_sd: float, confidence: float) -> tuple[float, float]:
+    """Half-width (log scale) and Welch–Satterthwaite df of the paired interval (see compare_paired)."""
+    v_blocks = sd**2 / n
+    v = v_blocks + offset_sd**2
+    df = (n - 1) * (v / v_blocks) ** 2 if v_blocks > 0 else math.inf
+    q = float(stats.t.ppf((1 + confidence) / 2, df)) if math.isfinite(df) else float(stats.norm.ppf((1 + confidence) / 2))
+    return q * math.sqrt(v), df
+
+
+def _paired_needed_blocks(sd: float, offset_sd: float, confidence: float, budget: float) -> int | None:
+    """Smallest n (<= 100000) with half-width <= ``budget``: a normal-quantile start, then stepped up."""
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    room = budget**2 - (z * offset_sd) ** 2
+    if room <= 0:
+        return None
+    n = max(2, math.ceil((z * sd) ** 2 / room))
+    while n <= 100_000:
+        if _paired_half_width(sd, n, offset_sd, confidence)[0] <= budget:
+            return n
+        n += max(1, n // 20)
+    return None
 
 
 def fixed_threshold_verdict(candidate_ms: ArrayLike, baseline_ms: ArrayLike, limit: float = 1.10) -> Comparison:

@@ -161,3 +161,16 @@ GOOD = [10.0, 11.0, 10.5, 10.2, 9.9, 10.1]
 def test_bad_input_raises_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_paired_offset_widens_the_interval_by_the_known_process_offset():
+    from scipy import stats as sps
+
+    a = [[10.0, 10.0]] * 8
+    b = [[10.5, 10.5]] * 8  # no block-to-block noise: the interval is the offset alone (df infinite)
+    res = compare_paired(a, b, offset_sd=0.03)
+    half = np.log(res.ci_high) - np.log(res.ratio)
+    assert half == pytest.approx(sps.norm.ppf(0.995) * 0.03)
+    assert compare_paired(a, b).ci_low == pytest.approx(res.ratio)  # no offset, no noise: a point
+    with pytest.raises(ValueError, match="offset_sd"):
+        compare_paired(a, b, offset_sd=-1.0)
