@@ -40,7 +40,7 @@ airflow-init: $(AIRFLOW_HOME)/.initialised
 
 demo: airflow-init
 	$(PERFWATCH) demo build-store
-	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (becomes the baseline)"
+	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline; later runs join its history)"
 	$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1"}' > $(PERFWATCH_HOME)/demo-v1.log 2>&1 \
 	  || (tail -40 $(PERFWATCH_HOME)/demo-v1.log; exit 1)
 	@echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"

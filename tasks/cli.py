@@ -54,17 +54,33 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
 def run_cmd(model: str, version: Annotated[str, typer.Option()] = "latest",
             batch_size: Annotated[int, typer.Option()] = 16,
             measured_steps: Annotated[int, typer.Option()] = 50,
-            profiled_steps: Annotated[int, typer.Option()] = 5) -> None:
-    """Run the seven stages for one model version in this process, without Airflow."""
+            profiled_steps: Annotated[int, typer.Option()] = 5,
+            paired: Annotated[bool, typer.Option(help="Re-measure the baseline version in the same process "
+                                                      "(A/B), as a release gate does.")] = False) -> None:
+    """Run the seven stages for one model version in this process, without Airflow.
+
+    Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
+    error are recorded in the store, as a DAG run's would be).
+    """
     import datetime as dt
+
+    from pydantic import ValidationError
 
     from tasks.pipeline import RegressionDetected, raise_on_regression, run_case
 
-    case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
-                profiled_steps=profiled_steps)
+    try:
+        case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
+                    profiled_steps=profiled_steps, paired=paired)
+    except ValidationError as e:
+        raise typer.BadParameter("; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())) from e
     ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
                      trigger="cli", case=case)
-    bundle = run_case(ctx, _settings())
+    try:
+        bundle = run_case(ctx, _settings())
+    except Exception as e:  # noqa: BLE001 - every stage error is reported, and already recorded
+        typer.echo(f"error: {type(e).__name__}: {e}\n(recorded in the store as a failed run of "
+                   f"{model!r}; see `perfwatch failures`)", err=True)
+        raise typer.Exit(2) from e
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
     from tasks.cli_env import env_change_summary
@@ -106,7 +122,9 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
     if problems:
         typer.echo("demo check FAILED: " + "; ".join(problems), err=True)
         raise typer.Exit(1)
-    typer.echo("demo check: version 1 archived as baseline, version 2 flagged as a regression")
+    v1 = df[df["version"] == "1"].iloc[-1]
+    typer.echo(f"demo check: version 1 archived as run {v1['run_id']} (verdict {v1['verdict']}), "
+               "version 2 flagged as a regression")
 
 
 db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)

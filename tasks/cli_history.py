@@ -75,7 +75,7 @@ def _since(since: str | None) -> Any:
 
 
 HISTORY_TABLE_COLUMNS = ["run_id", "started_at", "case_name", "version", "status", "verdict", "median_step_ms",
-                         "p10_step_ms", "p90_step_ms", "throughput_eps", "ratio", "ci_low", "ci_high",
+                         "p10_step_ms", "p90_step_ms", "throughput_eps", "method", "ratio", "ci_low", "ci_high",
                          "baseline_median_ms", "env_key", "env_changed"]
 
 
@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
         if plot is not None:
             try:
                 out = plot_history(df, plot, title=f"{model}: step time per run" + (f" ({case})" if case else ""))
-            except ValueError as e:
+            except (ValueError, OSError) as e:
                 raise _fail(e) from None
             typer.echo(f"plot: {out}", err=True)
 

@@ -420,6 +420,10 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
                 shutil.copyfile(p, link)
             links.append(link)
         for tool in run:
+            if tool == KERNELS and out.get("hardware_type") == "CPU_ONLY":  # overview_page ran first
+                out["kernel_stats_absent_reason"] = "CPU-only profile (overview_page hardware type CPU_ONLY): " \
+                                                    "no GPU kernels to list"
+                continue
             try:
                 if tool == MEMORY:
                     recs = [r for link in links for r in _memory_records(

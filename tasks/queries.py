@@ -288,7 +288,10 @@ def top_op_regressions(run_a: int, run_b: int, limit: int | None = 20, db_url: s
 
 def first_line(e: Any) -> str | None:
     """The first line of a stored error (the exception), cut at 120 characters; None when empty."""
-    return e.strip().splitlines()[0][:120] if isinstance(e, str) and e.strip() else None
+    if not isinstance(e, str) or not e.strip():
+        return None
+    line = e.strip().splitlines()[0]
+    return line if len(line) <= 120 else line[:119] + "…"
 
 
 def runs(model: str | None = None, last: int | None = None, db_url: str | None = None) -> pd.DataFrame:

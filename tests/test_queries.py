@@ -229,7 +229,7 @@ def _psql_value(p: queries.Param) -> str:
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
 def test_psql_runs_every_file_as_written(db_url, story):
     if not db_url.startswith("postgresql"):
-        pytest.skip("psql runs against PostgreSQL")
+        pytest.skip("psql checks the PostgreSQL variant only; this is the SQLite one")
     url = make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
     for q in queries.named_queries().values():
         args = ["psql", url, "-X", "-q", "-v", "ON_ERROR_STOP=1"]

@@ -18,7 +18,7 @@ WITH ranked AS (
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
 )
 SELECT k.run_id, k.started_at, k.case_name, k.status, k.verdict, k.failed_stage, k.median_step_ms,
-       c.baseline_run_id, br.median_step_ms AS baseline_median_ms, c.ratio, c.ci_low, c.ci_high, k.error
+       c.baseline_run_id, br.median_step_ms AS baseline_median_ms, c.method, c.ratio, c.ci_low, c.ci_high, k.error
 FROM ranked k
 LEFT JOIN comparisons c ON c.run_id = k.run_id
 LEFT JOIN runs br ON br.id = c.baseline_run_id
