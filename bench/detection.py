@@ -179,7 +179,7 @@ def _paired_alarm(a_blocks: list[np.ndarray], b_blocks: list[np.ndarray], case: 
     process-level offset) says so, or with ``ceiling`` a pass/inconclusive run breaches the paired GX
     ceiling ``tasks.compare.ceiling_ms`` over median(A)."""
     res = stats.compare_paired(a_blocks, b_blocks, tolerance=case.tolerance, confidence=case.confidence,
-                               offset_sd=case.paired_offset_sd)
+                               offset_sd=calibration.paired_offset_for_case(None, case).sd)
     if res.verdict == "regression":
         return True
     limit = ceiling_ms(float(np.median(np.concatenate(a_blocks))), res)

@@ -35,14 +35,20 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 
-__all__ = ["CALIBRATION_WINDOW", "DEFAULT_PRIOR_BETWEEN_SD", "MAX_PRIOR_DF", "MIN_CALIBRATION_DF", "Prior",
-           "estimate_between_sd", "prior_for_case", "prior_from_store"]
+__all__ = ["CALIBRATION_WINDOW", "DEFAULT_PAIRED_OFFSET_SD", "DEFAULT_PRIOR_BETWEEN_SD", "MAX_PRIOR_DF",
+           "MIN_AA_GATES", "MIN_CALIBRATION_DF", "Offset", "Prior", "estimate_between_sd", "estimate_paired_offset",
+           "paired_offset_for_case", "prior_for_case", "prior_from_store"]
 
 CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
 MIN_CALIBRATION_DF = 5  #: fewest within-version degrees of freedom for a store estimate
 MAX_PRIOR_DF = 30.0  #: cap on the prior's weight (pseudo-runs)
 DEFAULT_PRIOR_BETWEEN_SD = 0.05  #: prior sd (log scale) when neither the case nor the store gives one
 DEFAULT_PRIOR_DF = 2.0
+#: sd (log scale) of the speed difference between two identical model copies in one process, when
+#: the store has too few A/A gates: bench/detection.py measured 0.012 on the quiet 2-core dev
+#: machine (6 self-vs-self processes) and 0.034 while other jobs loaded it.
+DEFAULT_PAIRED_OFFSET_SD = 0.015
+MIN_AA_GATES = 3  #: fewest A/A paired gates (same model bytes as A and B) for a store estimate
 
 
 class Prior(BaseModel):
@@ -113,3 +119,69 @@ def prior_for_case(db_url: str, case, comparability_key: str) -> Prior:
         return Prior(between_sd=case.prior_between_sd, prior_df=DEFAULT_PRIOR_DF, source="case")
     return (prior_from_store(db_url, case.model, case.name, comparability_key)
             or Prior(between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF, source="default"))
+
+
+class Offset(BaseModel):
+    """The process-level offset handed to ``stats.compare_paired`` (``offset_sd``, log scale).
+
+    ``source``: ``case`` (``Case.paired_offset_sd``), ``store`` (estimated from A/A gates),
+    ``default`` (:data:`DEFAULT_PAIRED_OFFSET_SD`); ``n_gates``: A/A gates used.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sd: float
+    source: Literal["case", "store", "default"]
+    n_gates: int = 0
+
+
+def estimate_paired_offset(gates: Iterable[tuple[float, float, int]]) -> tuple[float | None, int]:
+    """Process-level offset sd from A/A paired gates (the same model bytes measured as A and B).
+
+    Each gate gives its mean block log ratio ``d`` (``log ratio``), the sd of its block log ratios
+    and its block count n. With no offset, E[d^2] = sd^2 / n; the offset variance is the excess
+    (method of moments, floored at 0)::
+
+        offset^2 = max(0, mean(d_g^2) - mean(sd_g^2 / n_g))
+
+    Returns (offset sd, or ``None`` with fewer than :data:`MIN_AA_GATES` gates; gates used).
+
+    Raises:
+        ValueError: a ratio that is not finite and > 0, or n < 2 (names the gate index).
+    """
+    d2, noise = [], []
+    for i, (ratio, sd, n) in enumerate(gates):
+        if not (math.isfinite(ratio) and ratio > 0) or n < 2 or not math.isfinite(sd):
+            raise ValueError(f"A/A gate {i}: ratio {ratio!r}, block sd {sd!r}, blocks {n!r}; expected a finite "
+                             "ratio > 0, a finite sd and at least 2 blocks")
+        d2.append(math.log(ratio) ** 2)
+        noise.append(sd**2 / n)
+    if len(d2) < MIN_AA_GATES:
+        return None, len(d2)
+    return math.sqrt(max(0.0, float(np.mean(d2)) - float(np.mean(noise)))), len(d2)
+
+
+def paired_offset_for_case(db_url: str | None, case, comparability_key: str | None = None) -> Offset:
+    """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the store's
+    A/A release gates of the same model, case and environment (newest :data:`CALIBRATION_WINDOW`
+    paired gates whose baseline digest equals the candidate's); else the default."""
+    if case.paired_offset_sd is not None:
+        return Offset(sd=case.paired_offset_sd, source="case")
+    if db_url and comparability_key:
+        from tasks.store import Comparison, Environment, Model, ModelVersion, Run, session_scope
+
+        with session_scope(db_url) as s:
+            rows = s.execute(
+                select(Comparison.evidence, ModelVersion.digest)
+                .join(Run, Run.id == Comparison.run_id).join(Model, Model.id == Run.model_id)
+                .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+                .join(Environment, Environment.id == Run.environment_id)
+                .where(Model.name == case.model, Run.case_name == case.name, Comparison.method == "paired-abba",
+                       Environment.comparability_key == comparability_key)
+                .order_by(Run.id.desc()).limit(CALIBRATION_WINDOW)).all()
+        gates = [(p["ratio"], p["details"]["sd_log_ratio"], p["n_candidate"]) for ev, digest in rows
+                 if (p := (ev or {}).get("paired")) and p.get("baseline_digest") == digest]
+        sd, n = estimate_paired_offset(gates)
+        if sd is not None:
+            return Offset(sd=sd, source="store", n_gates=n)
+    return Offset(sd=DEFAULT_PAIRED_OFFSET_SD, source="default")

@@ -25,7 +25,7 @@ stage) are judged by ``stats.compare_paired`` on the ABBA block pairs of the bas
 is kept as evidence (``evidence["history"]``), and the GX ceiling is then applied to the paired
 samples, ``median(B) <= max_ratio x median(A)`` (same process, same time window), not to the
 drift-prone history; the paired interval includes the process-level offset
-``Case.paired_offset_sd``. Cost (in ``evidence["paired"]["cost"]``): ``2 x blocks x block_steps``
+(``tasks.calibration.paired_offset_for_case``, in ``evidence["paired_offset"]``). Cost (in ``evidence["paired"]["cost"]``): ``2 x blocks x block_steps``
 extra timed steps, about twice the measured steps with the defaults.
 """
 
@@ -203,8 +203,10 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
         a_blocks, b_blocks, layout = paired_blocks(run.paired_path)
         evidence["history"] = {"verdict": verdict, "method": method, "ratio": ratio, "ci_low": low, "ci_high": high,
                                "median_limit_ms": limit}
+        offset = calibration.paired_offset_for_case(db_url, case, env.comparability_key)
+        evidence["paired_offset"] = offset.model_dump(mode="json")
         res = stats.compare_paired(a_blocks, b_blocks, tolerance=case.tolerance, confidence=case.confidence,
-                                   offset_sd=case.paired_offset_sd)
+                                   offset_sd=offset.sd)
         verdict, method = res.verdict, res.method
         ratio, low, high = res.ratio, res.ci_low, res.ci_high
         a_all = [t for blk in a_blocks for t in blk]

@@ -57,8 +57,9 @@ class Case(Record):
             the 50 measured steps) plus one more model load and warm-up per version.
         paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
             loaded in one process, which blocks cannot average out; it widens the paired interval
-            (``tasks.stats.compare_paired``). Default 0.03: ``bench/detection.py`` measured 0.034
-            on the 2-core dev machine; measure it on your hardware with A/A release gates.
+            (``tasks.stats.compare_paired``). None: estimated from the store's A/A release gates
+            (the same version gated against itself), else 0.015 (``tasks.calibration``:
+            ``bench/detection.py`` measured 0.012 on the quiet 2-core dev machine, 0.034 loaded).
         prior_between_sd: prior sd (log scale) of the drift of median step time between
             processes for the history comparison; ``None`` (default) estimates it from the
             store's accepted runs in the same environment, falling back to 0.05 (rule:
@@ -84,7 +85,7 @@ class Case(Record):
     paired_blocks: int = Field(24, ge=2, le=10_000)
     paired_block_steps: int = Field(2, ge=1, le=10_000)
     prior_between_sd: float | None = Field(None, gt=0, lt=1)
-    paired_offset_sd: float = Field(0.03, ge=0, lt=1)
+    paired_offset_sd: float | None = Field(None, ge=0, lt=1)
     auto_accept: bool = True
 
     @field_validator("model")

@@ -79,3 +79,36 @@ def test_unusable_baseline_is_skipped_and_named(db_url, tmp_path):
     v = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "cand" / "work")
     assert v.verdict == "no-baseline" and v.baseline_run_ids == []
     assert "3 measured step times, need at least 5" in v.evidence["reason"]
+
+
+def test_paired_offset_is_the_excess_over_block_noise():
+    # offset-free gates: |log d| equals the block noise sd/sqrt(n) -> estimate 0
+    quiet = [(math.exp(0.01), 0.01 * math.sqrt(4), 4)] * 3
+    assert calibration.estimate_paired_offset(quiet) == (pytest.approx(0.0, abs=1e-9), 3)
+    gates = [(math.exp(0.05), 0.0, 8), (math.exp(-0.05), 0.0, 8), (math.exp(0.05), 0.0, 8)]
+    assert calibration.estimate_paired_offset(gates) == (pytest.approx(0.05), 3)
+    assert calibration.estimate_paired_offset(gates[:2]) == (None, 2)  # fewer than MIN_AA_GATES
+    with pytest.raises(ValueError, match="A/A gate 1"):
+        calibration.estimate_paired_offset([(1.0, 0.1, 8), (0.0, 0.1, 8)])
+
+
+def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
+    from tasks.records import CompareRecord
+
+    case = Case(model="m", measured_steps=10)
+    assert calibration.paired_offset_for_case(db_url, case, "k1").source == "default"
+    assert calibration.paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}),
+                                              "k1").model_dump() == {"sd": 0.02, "source": "case", "n_gates": 0}
+    for i, log_ratio in enumerate([0.03, -0.03, 0.03, 0.2]):
+        ctx, pulled, env, warm, run, parse, _ = make_records(tmp_path, dag_run_id=f"aa{i}")
+        # the 4th gate compares other bytes (a real A/B gate): it must not count as A/A
+        digest = pulled.digest if i < 3 else "b" * 64
+        paired = {"ratio": math.exp(log_ratio), "details": {"sd_log_ratio": 0.0}, "n_candidate": 8,
+                  "baseline_digest": digest}
+        verdict = CompareRecord(verdict="inconclusive", method="paired-abba", baseline_run_ids=[], ratio=1.0,
+                                ci_low=0.9, ci_high=1.1, median_limit_ms=None, gx_success=True,
+                                evidence={"paired": paired})
+        archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
+    got = calibration.paired_offset_for_case(db_url, case, "k1")
+    assert (got.source, got.n_gates) == ("store", 3) and got.sd == pytest.approx(0.03)
+    assert calibration.paired_offset_for_case(db_url, case, "other-env").source == "default"

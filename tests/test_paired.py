@@ -69,12 +69,13 @@ def test_paired_same_model_passes_despite_drift(baseline, tmp_path):
 
 
 def test_process_offset_keeps_a_no_change_gate_from_alarming(baseline, tmp_path):
-    """With the default process-level offset (sd 0.03) a 5% tolerance cannot be resolved in one process:
+    """With the default process-level offset (sd 0.015) a 5% tolerance cannot be resolved in one process:
     the same model is inconclusive, never a regression, and the reason says more blocks cannot help."""
-    v = _paired_compare(baseline, tmp_path, 1.0, offset_sd=Case(model="m").paired_offset_sd)
+    v = _paired_compare(baseline, tmp_path, 1.0, offset_sd=None)  # None: the store has no A/A gates: default
+    assert v.evidence["paired_offset"] == {"sd": 0.015, "source": "default", "n_gates": 0}
     assert v.verdict == "inconclusive" and v.evidence["paired"]["needed_samples"] is None
     assert "More blocks cannot help" in v.evidence["paired"]["reason"]
-    assert _paired_compare(baseline, tmp_path, 1.3, offset_sd=0.03).verdict == "regression"
+    assert _paired_compare(baseline, tmp_path, 1.3, offset_sd=None).verdict == "regression"
 
 
 def test_paired_bad_step_time_names_block(baseline, tmp_path):
