@@ -149,6 +149,8 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
         fs.put(local, f"{staging}/{name}", recursive=True)
     archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
     xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
+    gx_result = (json.loads(Path(verdict.gx_results_path).read_text()) if verdict.gx_results_path
+                 else verdict.evidence.get("gx", {}))
     measured = samples["measured_step_times_ms"]
 
     def tx() -> int:
@@ -192,7 +194,7 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
             s.add(Comparison(run_id=r.id, baseline_run_id=(verdict.baseline_run_ids or [None])[0],
                              method=verdict.method, verdict=verdict.verdict, ratio=verdict.ratio,
                              ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
-                             gx_success=verdict.gx_success, gx_result=verdict.evidence.get("gx", {}),
+                             gx_success=verdict.gx_success, gx_result=gx_result,
                              evidence=verdict.evidence))
             for x in xplanes:
                 rel = x.relative_to(run.profile_dir).as_posix()

@@ -233,7 +233,11 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
                                                                "occurrences"]))
     outcomes = {"step_times": steps, "op_stats": ops, **({"paired_b_steps": paired_steps} if paired_steps else {})}
     expectations.render_data_docs(outcomes, gx_dir)
-    evidence["gx"] = {k: o.result_json for k, o in outcomes.items()}
+    # The full GX validation results (KBs each) go to a file archived with the run and into the
+    # store by the archive stage; the verdict that travels through XCom carries their summary.
+    gx_results = gx_dir / "validation_results.json"
+    gx_results.write_text(json.dumps({k: o.result_json for k, o in outcomes.items()}))
+    evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
     evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]
     quality = [f for o in (steps, paired_steps) if o for f in o.failures if not f.is_limit]
     if quality:
@@ -247,6 +251,6 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
         evidence["attribution"] = attribute_against_run(db_url, base_ids[0], parsed_tables, case.profiled_steps,
                                                         parsed.avg_step_time_ms)
     return CompareRecord(verdict=verdict, method=method, baseline_run_ids=base_ids, ratio=ratio, ci_low=low,
-                         ci_high=high, median_limit_ms=limit,
+                         ci_high=high, median_limit_ms=limit, gx_results_path=str(gx_results),
                          gx_success=steps.success and ops.success and (paired_steps is None or paired_steps.success),
                          evidence=evidence)

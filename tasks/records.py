@@ -218,6 +218,7 @@ class CompareRecord(Record):
     median_limit_ms: float | None
     gx_success: bool
     evidence: dict[str, Any]
+    gx_results_path: str | None = None  # the full GX validation results (JSON), stored by archive
 
 
 class ArchiveRecord(Record):

@@ -143,3 +143,20 @@ def test_release_gate_end_to_end(model_store, home, monkeypatch):
     v = second["verdict"]
     assert (v["verdict"], v["method"]) == ("regression", "paired-abba")
     assert v["evidence"]["paired"]["baseline_version"] == "1" and v["evidence"]["paired"]["timed_steps"] == 24
+
+
+def test_full_gx_results_travel_by_file_and_land_in_the_store(baseline, tmp_path):
+    """XCom carries the GX summary; the archive stores the full validation results."""
+    from sqlalchemy import select
+
+    from tasks.store import Comparison, session_scope
+
+    v = _paired_compare(baseline, tmp_path, 1.15)
+    assert v.evidence["gx"]["paired_b_steps"] == {"success": False, "failures": 2}  # median and mostly over the limit
+    full = json.loads(open(v.gx_results_path).read())
+    assert set(full) == {"step_times", "op_stats", "paired_b_steps"} and full["paired_b_steps"]["success"] is False
+    ctx, pulled, env, warm, run, parsed, _ = make_records(tmp_path, dag_run_id="cand")
+    archive_run(baseline, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, v)
+    with session_scope(baseline) as s:
+        stored = s.scalar(select(Comparison.gx_result).where(Comparison.verdict == "regression"))
+    assert stored == full
