@@ -164,26 +164,26 @@ def _cached_log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Gener
 def _history_alarm(cand: np.ndarray, bases: list[np.ndarray], prior: tuple[float, float],
                    case: Case) -> tuple[bool, bool]:
     """perfwatch's history verdict is ``regression``: the statistics say so, or (as in baseline-compare)
-    a pass/inconclusive run breaches the GX ceiling ``tasks.compare.ceiling_ms`` over the median of the
+    an inconclusive run breaches the GX ceiling ``tasks.compare.ceiling_ms`` over the median of the
     baseline medians. Returns (alarm of the product's verdict, alarm of the statistics alone)."""
     res = stats.compare_to_history(cand, bases, tolerance=case.tolerance, confidence=case.confidence,
                                    prior_between_sd=prior[0], prior_df=prior[1])
     limit = ceiling_ms(float(np.median([np.median(b) for b in bases])), res)
     stat = res.verdict == "regression"
-    return stat or (res.verdict in ("pass", "inconclusive") and np.median(cand) > limit), stat
+    return stat or (res.verdict == "inconclusive" and np.median(cand) > limit), stat
 
 
-def _paired_alarm(a_blocks: list[np.ndarray], b_blocks: list[np.ndarray], case: Case,
+def _paired_alarm(a_blocks: list[np.ndarray], b_blocks: list[np.ndarray], case: Case, offset_sd: float,
                   ceiling: bool = True) -> bool:
-    """perfwatch's paired verdict is ``regression``: ``stats.compare_paired`` (with the case's
-    process-level offset) says so, or with ``ceiling`` a pass/inconclusive run breaches the paired GX
+    """perfwatch's paired verdict is ``regression``: ``stats.compare_paired`` (with the process-level
+    offset ``offset_sd``) says so, or with ``ceiling`` an inconclusive run breaches the paired GX
     ceiling ``tasks.compare.ceiling_ms`` over median(A)."""
     res = stats.compare_paired(a_blocks, b_blocks, tolerance=case.tolerance, confidence=case.confidence,
-                               offset_sd=calibration.paired_offset_for_case(None, case).sd)
+                               offset_sd=offset_sd)
     if res.verdict == "regression":
         return True
     limit = ceiling_ms(float(np.median(np.concatenate(a_blocks))), res)
-    return ceiling and res.verdict in ("pass", "inconclusive") and np.median(np.concatenate(b_blocks)) > limit
+    return ceiling and res.verdict == "inconclusive" and np.median(np.concatenate(b_blocks)) > limit
 
 
 def _prior(medians: list[float]) -> tuple[float, float]:
@@ -204,20 +204,40 @@ def _block_pairs(proc: dict, case: Case) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def paired_rates(procs: list[dict], levels, trials: int, case: Case, rng, *, pooled: bool = False,
-                 ceiling: bool = True) -> dict:
+def _aa_gate(proc: dict, case: Case) -> tuple[float, float, int]:
+    """A self-vs-self process as the A/A gate the store would hold: (ratio, sd of block log ratios, n)."""
+    d = [np.log(np.median(b)) - np.log(np.median(a)) for a, b in _block_pairs(proc, case)]
+    return float(np.exp(np.mean(d))), float(np.std(d, ddof=1)), len(d)
+
+
+def aa_offsets(aa_procs: list[dict], case: Case) -> list[float]:
+    """The offset the product would use when judging self-vs-self process i: ``tasks.calibration``'s
+    estimate from the OTHER self-vs-self processes as A/A gates (what the store holds after a few A/A
+    release gates), its default when fewer than ``MIN_AA_GATES`` remain."""
+    gates = [_aa_gate(p, case) for p in aa_procs]
+    out = []
+    for i in range(len(gates)):
+        sd, _ = calibration.estimate_paired_offset(g for j, g in enumerate(gates) if j != i)
+        out.append(calibration.DEFAULT_PAIRED_OFFSET_SD if sd is None else sd)
+    return out
+
+
+def paired_rates(procs: list[dict], levels, trials: int, case: Case, rng, offsets: list[float], *,
+                 pooled: bool = False, ceiling: bool = True) -> dict:
     """Alarm rate of the paired verdict per injected level. Two-stage resampling: draw one paired
     process, then ``case.paired_blocks`` of its block pairs with replacement (``pooled``: draw the
-    block pairs from every process's pairs instead); B blocks are multiplied by (1+s)."""
+    block pairs from every process's pairs instead); B blocks are multiplied by (1+s). ``offsets[i]``
+    is the process-level offset used when process i is drawn."""
     pairs = [_block_pairs(p, case) for p in procs]
     pool = [bp for ps in pairs for bp in ps]
     out = {}
     for s in levels:
         hits = 0
         for _ in range(trials):
-            src = pool if pooled else pairs[rng.integers(len(pairs))]
+            i = rng.integers(len(pairs))
+            src = pool if pooled else pairs[i]
             pick = [src[j] for j in rng.integers(len(src), size=case.paired_blocks)]
-            hits += _paired_alarm([a for a, _ in pick], [b * (1 + s) for _, b in pick], case, ceiling)
+            hits += _paired_alarm([a for a, _ in pick], [b * (1 + s) for _, b in pick], case, offsets[i], ceiling)
         out[s] = hits / trials
     return out
 
@@ -283,20 +303,27 @@ def analyse(data: dict, trials: int, real: bool) -> None:
           f"({case.paired_timed_steps} extra timed steps = {case.paired_timed_steps / case.measured_steps:.1f}x "
           f"the {case.measured_steps} measured steps); {trials} trials per level; alarm = verdict regression")
     rng = np.random.default_rng(20260601)
-    paired = paired_rates(data["paired"], LEVELS, trials, case, rng)
-    pooled = paired_rates(data["paired"], LEVELS, trials, case, rng, pooled=True)
-    nocap = paired_rates(data["paired"], LEVELS, trials, case, rng, ceiling=False)
+    offsets = aa_offsets(data["paired"], case)
+    print(f"paired offset (tasks.calibration from the other self-vs-self processes as A/A gates): "
+          f"{', '.join(f'{x:.4f}' for x in offsets)}")
+    paired = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets)
+    pooled = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets, pooled=True)
+    nocap = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets, ceiling=False)
+    fresh = paired_rates(data["paired"], LEVELS, trials, case, rng,
+                         [calibration.DEFAULT_PAIRED_OFFSET_SD] * len(data["paired"]))
     hist, hstat, fixed = history_rates(runs, LEVELS, trials, case, rng)
     print(f"\n{'slowdown':>8} | {'paired':>8} | {'paired*':>8} | {'paired-':>8} | {'history':>8} | "
           f"{'history-':>8} | {'fixed110':>8}")
     for s in LEVELS:
         print(f"{s:8.0%} | {_pct(paired[s]):>7}% | {_pct(pooled[s]):>7}% | {_pct(nocap[s]):>7}% | "
               f"{_pct(hist[s]):>7}% | {_pct(hstat[s]):>7}% | {_pct(fixed[s]):>7}%")
+    print(f"paired on a fresh store (no A/A gates yet: default offset {calibration.DEFAULT_PAIRED_OFFSET_SD}): "
+          + ", ".join(f"{s:.0%} {_pct(fresh[s])}%" for s in LEVELS))
     print("(row 0%: false-alarm rate; other rows: detection rate. paired: draw a process, then its block pairs; "
           "paired*: block pairs drawn from all processes; paired-/history-: statistics alone, without the GX "
           "110% ceiling that baseline-compare adds)")
     grid = [x / 100 for x in range(1, 31)]
-    fine = paired_rates(data["paired"], grid, max(200, trials // 4), case, rng)
+    fine = paired_rates(data["paired"], grid, max(200, trials // 4), case, rng, offsets)
     mde = next((s for s in grid if fine[s] >= 0.95), None)
     mde_txt = f"{100 * mde:.0f}" if mde is not None else ">30"
     print(f"paired mde95 (1% grid, {max(200, trials // 4)} trials each): {mde_txt}%")
@@ -320,13 +347,16 @@ def _real(data, runs, case, trials, rng, paired, hist, fixed) -> None:
     print(f"\nreal heavier variant (input 98x98): true slowdown from {len(d)} in-process block pairs "
           f"x{true:.3f} (95% CI x{np.exp(np.log(true) - 2 * se):.3f}-x{np.exp(np.log(true) + 2 * se):.3f}); "
           f"from separate processes x{unp:.3f}")
+    all_aa, _ = calibration.estimate_paired_offset(_aa_gate(p, case) for p in data["paired"])
+    off = calibration.DEFAULT_PAIRED_OFFSET_SD if all_aa is None else all_aa
     verdicts = [stats.compare_paired([b["a_ms"] for b in p["blocks"][:case.paired_blocks]],
                                      [b["b_ms"] for b in p["blocks"][:case.paired_blocks]],
-                                     tolerance=case.tolerance, confidence=case.confidence).verdict for p in hp]
-    rp = paired_rates(hp, [0.0], trials, case, rng)[0.0]
+                                     tolerance=case.tolerance, confidence=case.confidence, offset_sd=off).verdict
+                for p in hp]
+    rp = paired_rates(hp, [0.0], trials, case, rng, [off] * len(hp))[0.0]
     rh, _, rf = history_rates(runs, [0.0], trials, case, rng, candidates=heavy)
     s = true - 1
-    ip = paired_rates(data["paired"], [s], trials, case, rng)[s]
+    ip = paired_rates(data["paired"], [s], trials, case, rng, aa_offsets(data["paired"], case))[s]
     ih, _, if_ = history_rates(runs, [s], trials, case, rng)
     print(f"  paired: verdicts of the {len(hp)} real A/B processes {verdicts}; resampled real detection "
           f"{_pct(rp)}% vs injected x{true:.3f} {_pct(ip)}%")

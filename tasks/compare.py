@@ -244,7 +244,7 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
         raise MeasurementRejected("step-time samples failed data-quality expectations: "
                                   + "; ".join(f.text for f in quality))
     ceiling = paired_steps or steps
-    if limit is not None and not ceiling.success and verdict in ("pass", "inconclusive"):
+    if limit is not None and not ceiling.success and verdict == "inconclusive":
         evidence["ceiling_breached"] = True
         verdict = "regression"
     if base_ids:  # op-level attribution against the newest baseline run, whatever the verdict
