@@ -60,12 +60,11 @@ def perfwatch_profile():
     @task
     def plan() -> list[dict]:
         """Resolve the cases of this DAG run (Params, or the YAML config when no model is given)."""
-        from tasks.pipeline import plan_cases
+        from tasks.pipeline import plan_cases, trigger_kind
 
         ctx = get_current_context()
         dag_run = ctx["dag_run"]
-        scheduled = str(dag_run.run_type).endswith("scheduled")
-        trigger = "scheduled" if scheduled else ctx["params"].get("trigger", "manual")
+        trigger = trigger_kind(dag_run.run_type, ctx["params"].get("trigger"))
         return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]))
 
     @task

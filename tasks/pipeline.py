@@ -72,9 +72,13 @@ def load_config(path: str | Path) -> list[Case]:
 
 def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any],
                settings: Settings | None = None) -> list[Bundle]:
-    """One bundle per case: the Param-given model when set, else every model of the config.
+    """One bundle per case: the Param-given model when set (the other Params fill its Case), else
+    every model of the YAML config exactly as configured there (the nightly run).
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
+
+    Raises:
+        pydantic.ValidationError: a Param is out of range; ValueError/FileNotFoundError: bad config.
     """
     settings = settings or Settings.from_env()
     migrate(settings.database_url)
@@ -82,10 +86,17 @@ def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str,
         case_fields = {k: v for k, v in params.items() if k in Case.model_fields and v not in (None, "")}
         cases = [Case.model_validate(case_fields)]
     else:
-        overrides = {k: v for k, v in params.items() if k in ("measured_steps", "batch_size") and v}
-        cases = [c.model_copy(update=overrides) for c in load_config(settings.config_path)]
+        cases = load_config(settings.config_path)
     return [{"ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom()}
             for c in cases]
+
+
+def trigger_kind(run_type: str, requested: str | None) -> Trigger:
+    """The run's trigger for the store: ``scheduled`` for a DAG run of the schedule (Airflow's
+    ``DagRunType.SCHEDULED``), else the ``trigger`` Param (``manual`` or ``release``)."""
+    if str(run_type).lower().endswith("scheduled"):
+        return "scheduled"
+    return "release" if requested == "release" else "manual"
 
 
 def work_dir(settings: Settings, ctx: RunContext) -> Path:

@@ -1,0 +1,67 @@
+"""Planning a DAG run: Params for a manual trigger, the YAML config for the nightly run."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tasks.pipeline import load_config, plan_cases, trigger_kind
+from tasks.records import RunContext
+from tasks.settings import Settings
+
+CONFIG = """
+defaults:
+  batch_size: 8
+  measured_steps: 30
+models:
+  - model: resnet
+  - model: bert
+    batch_size: 4
+    version: "3"
+"""
+
+PARAM_DEFAULTS = {"model": None, "version": "latest", "batch_size": 16, "measured_steps": 50, "trigger": "manual"}
+
+
+@pytest.fixture
+def settings(home, tmp_path):
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(CONFIG)
+    return Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
+
+
+def _cases(bundles):
+    return [RunContext.model_validate(b["ctx"]).case for b in bundles]
+
+
+def test_nightly_run_takes_the_config_as_written(settings):
+    bundles = plan_cases("dag", "scheduled__1", "scheduled", PARAM_DEFAULTS, settings)
+    cases = _cases(bundles)
+    assert [(c.model, c.version, c.batch_size, c.measured_steps) for c in cases] == [
+        ("resnet", "latest", 8, 30), ("bert", "3", 4, 30)]  # the Params' defaults do not override the config
+    assert {RunContext.model_validate(b["ctx"]).trigger for b in bundles} == {"scheduled"}
+
+
+def test_manual_trigger_profiles_the_param_model(settings):
+    params = {**PARAM_DEFAULTS, "model": "bert", "version": "2", "measured_steps": 20, "trigger": "release"}
+    (case,) = _cases(plan_cases("dag", "manual__1", "release", params, settings))
+    assert (case.model, case.version, case.batch_size, case.measured_steps) == ("bert", "2", 16, 20)
+
+
+def test_bad_param_and_bad_config_are_named(settings, tmp_path):
+    with pytest.raises(ValidationError, match="measured_steps"):
+        plan_cases("dag", "m", "manual", {**PARAM_DEFAULTS, "model": "bert", "measured_steps": 1}, settings)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  - model: ok\n  - model: 'no spaces allowed'\n")
+    with pytest.raises(ValueError, match=r"models\[1\] is invalid"):
+        load_config(bad)
+    bad.write_text("just: text\n")
+    with pytest.raises(ValueError, match="expected a mapping with a 'models:' list"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize(("run_type", "requested", "expected"), [
+    ("scheduled", "manual", "scheduled"), ("DagRunType.SCHEDULED", None, "scheduled"),
+    ("manual", "release", "release"), ("manual", "manual", "manual"), ("asset_triggered", None, "manual")])
+def test_trigger_kind(run_type, requested, expected):
+    assert trigger_kind(run_type, requested) == expected
