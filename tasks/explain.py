@@ -169,7 +169,12 @@ def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
         rel = f"{o['relative_change']:+.0%}" if o.get("relative_change") is not None else o["status"]
         share = f", {o['share_of_change']:.0%} of the change" if o.get("share_of_change") is not None else ""
         parts.append(f"{o['op_name']} ({o['delta_us_per_step']:+.1f} µs/step, {rel}{share})")
-    return "top ops: " + ", ".join(parts) if parts else "no op's self-time grew"
+    if not parts:
+        return "no op's self-time grew"
+    renames = attribution.get("scope_renames") or {}
+    note = "".join(f" (this run's op scope {new!r} is shown under the baseline's {old!r})"
+                   for new, old in renames.items())
+    return "top ops: " + ", ".join(parts) + note
 
 
 # ------------------------------------------------------------------------------------- two versions

@@ -203,3 +203,14 @@ def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_pat
     assert stored["overview_page"]["avg_step_time_ms"] == pytest.approx(parsed.avg_step_time_ms)
     assert stored["cross_check"]["cross_check"]["ratio"] == pytest.approx(parsed.cross_check_ratio)
     assert [f"{f['code']}: {f['message']}" for f in run_findings(db_url, run_id)] == parsed.findings
+
+
+def test_top_ops_text_says_when_scopes_were_renamed():
+    from tasks.explain import top_ops_text
+
+    att = {"available": True, "scope_renames": {"net_0.75": "net_0.35"},
+           "grew_most": [{"op_name": "net_0.35/conv", "delta_us_per_step": 12.0, "relative_change": 0.5,
+                          "share_of_change": 0.25, "status": "both"}]}
+    assert top_ops_text(att) == ("top ops: net_0.35/conv (+12.0 µs/step, +50%, 25% of the change) "
+                                 "(this run's op scope 'net_0.75' is shown under the baseline's 'net_0.35')")
+    assert top_ops_text(None) == "no op attribution"
