@@ -51,10 +51,11 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
 
 
 @app.command("run")
-def run_cmd(model: str, version: Annotated[str, typer.Option()] = "latest",
-            batch_size: Annotated[int, typer.Option()] = 16,
-            measured_steps: Annotated[int, typer.Option()] = 50,
-            profiled_steps: Annotated[int, typer.Option()] = 5,
+def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model store.")],
+            version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
+            batch_size: Annotated[int, typer.Option(help="Examples per training step.")] = 16,
+            measured_steps: Annotated[int, typer.Option(help="Steps timed with the profiler off.")] = 50,
+            profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
             paired: Annotated[bool, typer.Option(help="Re-measure the baseline version in the same process "
                                                       "(A/B), as a release gate does.")] = False) -> None:
     """Run the seven stages for one model version in this process, without Airflow.
