@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ ACCEPTED_VERDICTS = frozenset({"pass", "no-baseline", "improvement", "env-change
 """Verdicts whose run becomes the new baseline (when auto-accept is on). A regression or an
 inconclusive run never moves the baseline."""
 
-_RETRIES = 3
+_RETRIES = 5
 
 
 def get_or_create_model(s: Session, name: str) -> Model:
@@ -62,6 +64,13 @@ def get_or_create_model(s: Session, name: str) -> Model:
         s.add(m)
         s.flush()
     return m
+
+
+def lock_model(s: Session, model_id: int) -> None:
+    """Hold the model's row until commit (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite serialises
+    writers anyway). Taken before inserting rows that reference the model, whose key-share locks
+    would otherwise deadlock two concurrent archives."""
+    s.execute(select(Model.id).where(Model.id == model_id).with_for_update())
 
 
 def _replace_run(s: Session, ctx: RunContext) -> None:
@@ -77,13 +86,15 @@ def _replace_run(s: Session, ctx: RunContext) -> None:
 
 
 def _with_retries(fn):
-    """Run a store transaction, retrying on a concurrent-writer conflict (unique index, busy db)."""
+    """Run a store transaction, retrying on a concurrent-writer conflict (two first archives creating
+    the same model row, a busy SQLite file, a PostgreSQL deadlock) with a short randomised backoff."""
     for attempt in range(_RETRIES):
         try:
             return fn()
         except (IntegrityError, OperationalError):
             if attempt == _RETRIES - 1:
                 raise
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
     raise AssertionError("unreachable")
 
 
@@ -155,8 +166,9 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
 
     def tx() -> int:
         with session_scope(db_url) as s:
-            _replace_run(s, ctx)
             model = get_or_create_model(s, ctx.case.model)
+            lock_model(s, model.id)  # before any row that references it: see accept_baseline
+            _replace_run(s, ctx)
             mv = s.scalar(select(ModelVersion).where(ModelVersion.model_id == model.id,
                                                      ModelVersion.version == pulled.version,
                                                      ModelVersion.digest == pulled.digest))
@@ -256,7 +268,13 @@ _OP_COLUMNS = ("host_or_device", "op_type", "op_name", "occurrences", "total_sel
 
 def accept_baseline(s: Session, run: Run, comparability_key: str, *, accepted_by: str, reason: str) -> Baseline:
     """Make ``run`` the active baseline of its (model, case, environment); the old one is superseded
-    and stays in the lookback history."""
+    and stays in the lookback history.
+
+    The model's row is locked (``lock_model``), so two archives of the same model accept one after
+    the other: the second sees the first's baseline and supersedes it instead of colliding on the
+    one-active index.
+    """
+    lock_model(s, run.model_id)
     now = utcnow()
     s.execute(update(Baseline).where(Baseline.model_id == run.model_id, Baseline.case_name == run.case_name,
                                      Baseline.comparability_key == comparability_key,
