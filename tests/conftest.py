@@ -72,3 +72,15 @@ def model_store(home, model_files) -> Path:
         d.mkdir(parents=True)
         shutil.copy(model_files[kind], d / "model.keras")
     return store
+
+
+@pytest.fixture
+def cli(db_url, monkeypatch):
+    """Invoke ``perfwatch ARGS...`` against the test store (typer's CliRunner); returns the click Result."""
+    from typer.testing import CliRunner
+
+    from tasks.cli import app
+
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, [str(a) for a in args])

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from tasks.archive import archive_run, record_failure
-from tasks.cli import app
 from tasks.compare import baseline_compare
 from tasks.fingerprint import COMPARABILITY_FIELDS
 from tests.test_env_changed import (
@@ -25,14 +23,6 @@ from tests.test_store import make_records
 def text(res) -> str:
     """stdout + stderr with rich's box characters and line wrapping removed."""
     return " ".join(res.output.replace("│", " ").split())
-
-
-@pytest.fixture
-def cli(db_url, monkeypatch):
-    """Invoke ``perfwatch ARGS...`` against the test store; returns the click Result."""
-    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture

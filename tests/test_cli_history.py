@@ -12,13 +12,6 @@ from tests.test_queries import add_failure, add_run
 
 
 @pytest.fixture
-def cli(db_url, monkeypatch):
-    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, [str(a) for a in args])
-
-
-@pytest.fixture
 def releases(db_url, tmp_path) -> dict[str, int]:
     """m: v1 first run, v2 pass, v3 regression, v4 inconclusive, v5 env-changed, v6 improvement, v7 failed."""
     ids = {"1": add_run(db_url, tmp_path, "v1", version="1", verdict="no-baseline", day=0)}
