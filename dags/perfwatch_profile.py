@@ -17,6 +17,8 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/test_dag.py checks); DAG parsing imports no tasks.*
+
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
 # The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
 # Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
@@ -49,8 +51,9 @@ def _store_url_from_connection(context) -> None:
         "version": Param("latest", type="string", pattern=r"^(latest|[0-9]+)$",
                          description="Integer version directory, or 'latest'."),
         "batch_size": Param(16, type="integer", minimum=1, maximum=65536),
-        "measured_steps": Param(50, type="integer", minimum=5, maximum=100000,
-                                description="Steps timed with the profiler off."),
+        "measured_steps": Param(MEASURED_STEPS, type="integer", minimum=5, maximum=100000,
+                                description="Steps timed with the profiler off (a paired release gate "
+                                            "times this many steps of each version)."),
         "trigger": Param("manual", type="string", enum=["manual", "release"],
                          description="'release' marks a release-gate run."),
     },

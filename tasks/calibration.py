@@ -45,9 +45,12 @@ MAX_PRIOR_DF = 30.0  #: cap on the prior's weight (pseudo-runs)
 DEFAULT_PRIOR_BETWEEN_SD = 0.05  #: prior sd (log scale) when neither the case nor the store gives one
 DEFAULT_PRIOR_DF = 2.0
 #: sd (log scale) of the speed difference between two identical model copies in one process, when
-#: the store has too few A/A gates: bench/detection.py measured 0.012 on the quiet 2-core dev
-#: machine (6 self-vs-self processes) and 0.034 while other jobs loaded it.
-DEFAULT_PAIRED_OFFSET_SD = 0.015
+#: the store has too few A/A gates. 0: bench/detection.py found none on the 2-core dev machine
+#: (10 self-vs-self processes of 96-256 pairs: their mean log ratios scatter exactly as their
+#: within-process noise predicts, chi-square heterogeneity p = 0.89; an earlier 0.034 from 6 short
+#: processes under outside load was not reproduced). A host where copies do differ shows it in
+#: its A/A gates, and the store's estimate then replaces this default.
+DEFAULT_PAIRED_OFFSET_SD = 0.0
 MIN_AA_GATES = 3  #: fewest A/A paired gates (same model bytes as A and B) for a store estimate
 
 
@@ -161,6 +164,13 @@ def estimate_paired_offset(gates: Iterable[tuple[float, float, int]]) -> tuple[f
     return math.sqrt(max(0.0, float(np.mean(d2)) - float(np.mean(noise)))), len(d2)
 
 
+def _gate_sd(paired: dict) -> float:
+    """Per-pair sd of a stored paired gate such that sd^2 / n is its sampling variance: from the
+    batch-means standard error when the gate has one, else the plain sd of its block log ratios."""
+    d, n = paired["details"], paired["n_candidate"]
+    return d["se_log_ratio"] * math.sqrt(n) if "se_log_ratio" in d else d["sd_log_ratio"]
+
+
 def paired_offset_for_case(db_url: str | None, case, comparability_key: str | None = None) -> Offset:
     """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the store's
     A/A release gates of the same model, case and environment (newest :data:`CALIBRATION_WINDOW`
@@ -179,7 +189,7 @@ def paired_offset_for_case(db_url: str | None, case, comparability_key: str | No
                 .where(Model.name == case.model, Run.case_name == case.name, Comparison.method == "paired-abba",
                        Environment.comparability_key == comparability_key)
                 .order_by(Run.id.desc()).limit(CALIBRATION_WINDOW)).all()
-        gates = [(p["ratio"], p["details"]["sd_log_ratio"], p["n_candidate"]) for ev, digest in rows
+        gates = [(p["ratio"], _gate_sd(p), p["n_candidate"]) for ev, digest in rows
                  if (p := (ev or {}).get("paired")) and p.get("baseline_digest") == digest]
         sd, n = estimate_paired_offset(gates)
         if sd is not None:

@@ -13,7 +13,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from tasks.records import Case, RunContext
+from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.report import Format, render
 from tasks.settings import Settings
 from tasks.store import migrate
@@ -54,7 +54,8 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
 def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model store.")],
             version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
             batch_size: Annotated[int, typer.Option(help="Examples per training step.")] = 16,
-            measured_steps: Annotated[int, typer.Option(help="Steps timed with the profiler off.")] = 50,
+            measured_steps: Annotated[int, typer.Option(help="Steps timed with the profiler off (a paired gate "
+                                                                 "times as many of each version).")] = DEFAULT_MEASURED_STEPS,
             profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
             paired: Annotated[bool, typer.Option(help="Re-measure the baseline version in the same process "
                                                       "(A/B), as a release gate does.")] = False) -> None:

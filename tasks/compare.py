@@ -25,8 +25,9 @@ stage) are judged by ``stats.compare_paired`` on the ABBA block pairs of the bas
 is kept as evidence (``evidence["history"]``), and the GX ceiling is then applied to the paired
 samples, ``median(B) <= max_ratio x median(A)`` (same process, same time window), not to the
 drift-prone history; the paired interval includes the process-level offset
-(``tasks.calibration.paired_offset_for_case``, in ``evidence["paired_offset"]``). Cost (in ``evidence["paired"]["cost"]``): ``2 x blocks x block_steps``
-extra timed steps, about twice the measured steps with the defaults.
+(``tasks.calibration.paired_offset_for_case``, in ``evidence["paired_offset"]``). Cost (in
+``evidence["paired"]["cost"]``): ``2 x blocks x block_steps`` extra timed steps, twice the
+measured steps with the defaults.
 """
 
 from __future__ import annotations

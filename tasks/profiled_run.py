@@ -8,8 +8,9 @@ overhead, reported with the run.
 Release gates (and cases with ``paired=True``) then run the paired (A/B) measurement in another
 fresh process: the baseline's model version (A) and the candidate (B) loaded together, each warmed
 up, measured in ABBA blocks (``tasks.runner``'s ``paired`` mode). Cost: ``2 * paired_blocks *
-paired_block_steps`` more timed steps (96 by default, about twice the 50 measured steps) plus a
-second model load, cold step and warm-up.
+paired_block_steps`` more timed steps (by default 1-step blocks and ``paired_blocks =
+measured_steps``: twice the measured steps, 640 for the default 320) plus a second model load,
+cold step and warm-up.
 """
 
 from __future__ import annotations

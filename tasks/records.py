@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Trigger = Literal["scheduled", "manual", "release", "cli", "test"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -32,6 +32,11 @@ class Record(BaseModel):
         return self.model_dump(mode="json")
 
 
+#: measured steps per run when a case does not say (see ``Case``): enough for the paired gate to
+#: resolve a 5% slowdown on the noisy 2-core dev machine (``bench/detection.py``).
+DEFAULT_MEASURED_STEPS = 320
+
+
 class Case(Record):
     """One benchmark case: which model, and how it is measured.
 
@@ -39,7 +44,10 @@ class Case(Record):
         model: model name in the store (letters, digits, ``_.-``).
         version: integer version directory, or ``latest`` (highest integer).
         batch_size: examples per training step.
-        measured_steps: steps timed with the profiler OFF (our timer, ms).
+        measured_steps: steps timed with the profiler OFF (our timer, ms). Default 320
+            (``DEFAULT_MEASURED_STEPS``): what a paired gate needs to catch a 5% slowdown 95% of the
+            time at 14% step-to-step noise (the 2-core dev machine, ``bench/detection.py``); a quiet
+            GPU host needs far fewer.
         profiled_steps: steps run under the TF profiler with step markers.
         seed: seed for synthetic inputs and weights init (recorded with the run).
         deterministic: run with TF op determinism (``TF_DETERMINISTIC_OPS``).
@@ -52,14 +60,16 @@ class Case(Record):
         paired: re-measure the baseline version in the same process (A/B, release gates; a
             ``release`` trigger is always paired).
         paired_blocks, paired_block_steps: the paired (A/B) layout: ``paired_blocks`` block pairs in
-            ABBA order of ``paired_block_steps`` steps per block. Its cost is
-            ``2 * paired_blocks * paired_block_steps`` extra timed steps (default 96: about twice
-            the 50 measured steps) plus one more model load and warm-up per version.
+            ABBA order of ``paired_block_steps`` steps per block (default 1: A B B A A B ...;
+            short blocks cancel more of the host's slow drift). Unset ``paired_blocks`` is
+            ``measured_steps // paired_block_steps``, so the cost,
+            ``2 * paired_blocks * paired_block_steps`` extra timed steps, is twice the measured
+            steps (640 by default), plus one more model load and warm-up per version.
         paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
             loaded in one process, which blocks cannot average out; it widens the paired interval
             (``tasks.stats.compare_paired``). None: estimated from the store's A/A release gates
-            (the same version gated against itself), else 0.015 (``tasks.calibration``:
-            ``bench/detection.py`` measured 0.012 on the quiet 2-core dev machine, 0.034 loaded).
+            (the same version gated against itself), else 0 (``tasks.calibration``: 10
+            self-vs-self processes on the 2-core dev machine showed no offset).
         prior_between_sd: prior sd (log scale) of the drift of median step time between
             processes for the history comparison; ``None`` (default) estimates it from the
             store's accepted runs in the same environment, falling back to 0.05 (rule:
@@ -71,7 +81,7 @@ class Case(Record):
     model: str
     version: str = "latest"
     batch_size: int = Field(16, ge=1, le=65536)
-    measured_steps: int = Field(50, ge=5, le=100_000)
+    measured_steps: int = Field(DEFAULT_MEASURED_STEPS, ge=5, le=100_000)
     profiled_steps: int = Field(5, ge=1, le=1000)
     seed: int = 0
     deterministic: bool = False
@@ -82,11 +92,25 @@ class Case(Record):
     confidence: float = Field(0.99, gt=0.5, lt=1)
     lookback: int = Field(5, ge=1, le=100)
     paired: bool = False
-    paired_blocks: int = Field(24, ge=2, le=10_000)
-    paired_block_steps: int = Field(2, ge=1, le=10_000)
+    paired_blocks: int | None = Field(None, ge=2, le=10_000)  # None: filled in by _paired_layout
+    paired_block_steps: int = Field(1, ge=1, le=10_000)
     prior_between_sd: float | None = Field(None, gt=0, lt=1)
     paired_offset_sd: float | None = Field(None, ge=0, lt=1)
     auto_accept: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _paired_layout(cls, data: Any) -> Any:
+        """Unset ``paired_blocks`` becomes ``measured_steps // paired_block_steps`` (at least 2): each
+        version of a paired gate then gets as many timed steps as a normal run measures."""
+        if isinstance(data, dict) and data.get("paired_blocks") is None:
+            try:
+                steps = int(data.get("measured_steps", DEFAULT_MEASURED_STEPS))
+                block = max(1, int(data.get("paired_block_steps", 1)))
+            except (TypeError, ValueError):
+                return data  # the field validators name the bad value
+            data = {**data, "paired_blocks": max(2, steps // block)}
+        return data
 
     @field_validator("model")
     @classmethod

@@ -15,10 +15,14 @@ Three ways to build a confidence interval (CI) for the ratio:
   method-of-moments estimate, pooled with a prior when below it (scaled-inverse-chi^2 update,
   Gelman et al., *Bayesian Data Analysis*, 3rd ed., sec. 3.3), and floored; Student-t interval.
 * :func:`compare_paired` (``paired-abba``) -- A and B measured in alternating ABBA blocks in one
-  process; one-sample Student t interval (``scipy.stats.t``) on the block-by-block log ratios.
+  process; Student t interval (``scipy.stats.t``) on the block-by-block log ratios, its variance
+  from batch means of neighbouring pairs (which keeps their correlation in).
   Process-level drift cancels within pairs and a linear trend cancels over ABBA. Chosen over
-  Wilcoxon / Hodges-Lehmann because with 2-7 blocks the exact signed-rank test cannot reach
-  99% confidence at all (its smallest two-sided p-value is 2 / 2**n).
+  Wilcoxon / Hodges-Lehmann because it composes with the process-level offset term (a known
+  variance added to the mean's), works for small block counts (the exact signed-rank test
+  cannot reach 99% confidence below 8 pairs: its smallest two-sided p-value is 2 / 2**n), and
+  loses nothing on this noise: on the dev machine's self-vs-self pairs the Hodges-Lehmann
+  estimate's spread was no smaller than the mean's (log step-time ratios are near-normal).
 
 Verdict rule (:func:`verdict_from_ci`), tolerance t, CI [low, high] of the ratio, band
 B = [1/(1+t), 1+t] (symmetric on the log scale):
@@ -56,6 +60,8 @@ __all__ = ["Comparison", "RatioEstimate", "Verdict", "compare_paired", "compare_
 Verdict = Literal["pass", "regression", "improvement", "inconclusive"]
 MIN_STEPS = 5  #: fewest step times accepted per run
 MIN_BLOCKS = 2  #: fewest ABBA blocks per version
+PAIRED_BATCH = 16  #: block pairs per batch in the paired batch-means variance (compare_paired)
+MIN_BATCHES = 8  #: fewest batches before the batch is shortened
 
 ArrayLike = Sequence[float] | np.ndarray
 
@@ -306,6 +312,8 @@ def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> np.ndarray
     """Per-block medians; a block is a block median (scalar) or its per-step times (1-D)."""
     if len(blocks) < MIN_BLOCKS:
         raise ValueError(f"{name}: {len(blocks)} blocks, need at least {MIN_BLOCKS}")
+    if isinstance(blocks, np.ndarray) and blocks.ndim == 1:  # block medians already: check them at once
+        return _samples(blocks, name, min_n=1)
     out = []
     for i, blk in enumerate(blocks):
         a = np.asarray(blk, dtype=float)
@@ -320,16 +328,27 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
     Block i of A (baseline version) and block i of B (candidate) are adjacent in time
     (A1 B1 B2 A2 A3 B3 ...). With ``d_i = log median(B_i) - log median(A_i)``, n pairs::
 
-        ratio = exp(mean d)      se^2 = sd(d)^2 / n + offset_sd^2
-        CI = exp(mean d -/+ t_{(1+c)/2, df} * se),  df = (n-1) * (se^2 / (sd(d)^2/n))^2
+        ratio = exp(mean d)
+        batches: k = n // m consecutive batches of m = min(PAIRED_BATCH, n // MIN_BATCHES) pairs
+                 (at least 1), batch means  e_j = mean of d over batch j
+        se^2 = var(e, ddof=1) * m / n + offset_sd^2
+        CI = exp(mean d -/+ t_{(1+c)/2, df} * se),  df = (k-1) * (se^2 / (var(e) * m / n))^2
 
-    (one-sample Student t interval, ``scipy.stats.t``, widened by a known process-level offset
-    with Welch–Satterthwaite degrees of freedom; ``offset_sd = 0`` gives the plain t interval on
-    n-1 df). The offset is the sd of log(B/A) between processes for two *identical* models:
-    each loaded copy runs at its own speed for the life of the process (measured 0.034 on the
-    2-core dev machine, ``bench/detection.py``), which no number of blocks inside one process
-    averages out. ``needed_samples`` is the smallest n whose half-width is at most
-    ``log(1+t) / 2``; None when the offset alone is wider than that.
+    The variance of mean d comes from batch means (Schmeiser 1982, "Batch size effects in the
+    analysis of simulation output", Oper. Res. 30(3)), not from sd(d)^2 / n: step time on a
+    shared host drifts slowly (lag-1..4 autocorrelation of step times 0.45, 0.33, 0.26, 0.22 on
+    the 2-core dev machine), ABBA cancels most of it but not all, and neighbouring pair ratios
+    stay correlated: the variance of a mean of 4-8 consecutive pairs was 1.24-1.37x the
+    independent value (``bench/detection.py`` samples), so the plain t interval was 10-15% too
+    narrow. Batches of 16 pairs carry that correlation; the price is k-1 instead of n-1 degrees
+    of freedom (19 for the default 320 pairs). The
+    Student t quantile is ``scipy.stats.t``; a known process-level offset is added with
+    Welch–Satterthwaite degrees of freedom (``offset_sd = 0``: the plain batch-means t interval).
+    The offset is the sd of log(B/A) between processes for two *identical* models, which no
+    number of blocks inside one process averages out; on the dev machine 10 self-vs-self
+    processes showed none (chi-square heterogeneity p = 0.89), so its default is 0 and the store
+    estimates it from A/A gates (``tasks.calibration``). ``needed_samples`` is the smallest n whose
+    half-width is at most ``log(1+t) / 2``; None when the offset alone is wider than that.
 
     Args:
         a_blocks, b_blocks: equal-length lists (n >= 2) of blocks in measurement order; each
@@ -351,7 +370,11 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
         raise ValueError(f"offset_sd = {offset_sd}: must be a finite sd >= 0 (log scale)")
     n = a.size
     d = np.log(b) - np.log(a)
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    mean = float(d.mean())
+    m = _batch_size(n)
+    k = n // m
+    e = d[: k * m].reshape(k, m).mean(axis=1)
+    sd = float(e.std(ddof=1)) * math.sqrt(m)  # per-pair sd that the batch means imply (correlation included)
     h, df = _paired_half_width(sd, n, offset_sd, confidence)
     low, high = math.exp(mean - h), math.exp(mean + h)
     verdict = verdict_from_ci(low, high, tolerance)
@@ -361,18 +384,26 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
         extra = (f" About {needed} blocks per version (now {n}) would give a decisive CI." if needed
                  else " More blocks cannot help: the process-level offset (sd "
                       f"{offset_sd:.3f}) alone is wider than the tolerance allows.")
-    reason = _reason(verdict, math.exp(mean), low, high, confidence, tolerance, f"paired-abba over {n} block pairs")
+    reason = _reason(verdict, math.exp(mean), low, high, confidence, tolerance,
+                     f"paired-abba over {n} block pairs ({k} batches of {m})")
     return Comparison(verdict=verdict, method="paired-abba", ratio=math.exp(mean), ci_low=low, ci_high=high,
                       confidence=confidence, tolerance=tolerance, n_candidate=n, n_baseline=n,
                       needed_samples=needed, reason=reason + extra,
-                      details={"sd_log_ratio": sd, "offset_sd": offset_sd, "df": df})
+                      details={"sd_log_ratio": float(d.std(ddof=1)), "se_log_ratio": sd / math.sqrt(n),
+                               "batch_pairs": float(m), "offset_sd": offset_sd, "df": df})
+
+
+def _batch_size(n: int) -> int:
+    """Pairs per batch for n block pairs: PAIRED_BATCH, fewer when that leaves under MIN_BATCHES batches."""
+    return max(1, min(PAIRED_BATCH, n // MIN_BATCHES))
 
 
 def _paired_half_width(sd: float, n: int, offset_sd: float, confidence: float) -> tuple[float, float]:
-    """Half-width (log scale) and Welch–Satterthwaite df of the paired interval (see compare_paired)."""
+    """Half-width (log scale) and Welch–Satterthwaite df of the paired interval (see compare_paired);
+    ``sd``: per-pair sd implied by the batch means."""
     v_blocks = sd**2 / n
     v = v_blocks + offset_sd**2
-    df = (n - 1) * (v / v_blocks) ** 2 if v_blocks > 0 else math.inf
+    df = (n // _batch_size(n) - 1) * (v / v_blocks) ** 2 if v_blocks > 0 else math.inf
     q = float(stats.t.ppf((1 + confidence) / 2, df)) if math.isfinite(df) else float(stats.norm.ppf((1 + confidence) / 2))
     return q * math.sqrt(v), df
 

@@ -46,3 +46,12 @@ def test_dag_imports_in_card_order_without_heavy_imports():
     assert info["heavy"] == []
     assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
     assert info["params"] == ["batch_size", "measured_steps", "model", "trigger", "version"]
+
+
+def test_measured_steps_param_default_is_the_case_default():
+    import re
+
+    from tasks.records import DEFAULT_MEASURED_STEPS
+
+    text = (ROOT / "dags" / "perfwatch_profile.py").read_text()
+    assert int(re.search(r"^MEASURED_STEPS = (\d+)", text, re.M).group(1)) == DEFAULT_MEASURED_STEPS

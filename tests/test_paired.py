@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from tasks.archive import archive_run
+from tasks.calibration import DEFAULT_PAIRED_OFFSET_SD
 from tasks.compare import baseline_compare
 from tasks.pipeline import pull_paired_baseline
 from tasks.records import Case, RunContext
@@ -69,13 +70,19 @@ def test_paired_same_model_passes_despite_drift(baseline, tmp_path):
 
 
 def test_process_offset_keeps_a_no_change_gate_from_alarming(baseline, tmp_path):
-    """With the default process-level offset (sd 0.015) a 5% tolerance cannot be resolved in one process:
-    the same model is inconclusive, never a regression, and the reason says more blocks cannot help."""
-    v = _paired_compare(baseline, tmp_path, 1.0, offset_sd=None)  # None: the store has no A/A gates: default
-    assert v.evidence["paired_offset"] == {"sd": 0.015, "source": "default", "n_gates": 0}
+    """With a large process-level offset (sd 0.03 set on the case) a 5% tolerance cannot be resolved in one
+    process: the same model is inconclusive, never a regression, and the reason says more blocks cannot help."""
+    v = _paired_compare(baseline, tmp_path, 1.0, offset_sd=0.03)
+    assert v.evidence["paired_offset"] == {"sd": 0.03, "source": "case", "n_gates": 0}
     assert v.verdict == "inconclusive" and v.evidence["paired"]["needed_samples"] is None
     assert "More blocks cannot help" in v.evidence["paired"]["reason"]
-    assert _paired_compare(baseline, tmp_path, 1.3, offset_sd=None).verdict == "regression"
+    assert _paired_compare(baseline, tmp_path, 1.3, offset_sd=0.03).verdict == "regression"
+
+
+def test_fresh_store_uses_the_default_offset(baseline, tmp_path):
+    v = _paired_compare(baseline, tmp_path, 1.0, offset_sd=None)  # None: the store has no A/A gates: default
+    assert v.evidence["paired_offset"] == {"sd": DEFAULT_PAIRED_OFFSET_SD, "source": "default", "n_gates": 0}
+    assert v.evidence["paired"]["details"]["offset_sd"] == DEFAULT_PAIRED_OFFSET_SD
 
 
 def test_paired_bad_step_time_names_block(baseline, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from tasks.pipeline import load_config, plan_cases, trigger_kind
-from tasks.records import RunContext
+from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.settings import Settings
 
 CONFIG = """
@@ -20,7 +20,7 @@ models:
     version: "3"
 """
 
-PARAM_DEFAULTS = {"model": None, "version": "latest", "batch_size": 16, "measured_steps": 50, "trigger": "manual"}
+PARAM_DEFAULTS = {"model": None, "version": "latest", "batch_size": 16, "measured_steps": DEFAULT_MEASURED_STEPS, "trigger": "manual"}
 
 
 @pytest.fixture
@@ -46,6 +46,17 @@ def test_manual_trigger_profiles_the_param_model(settings):
     params = {**PARAM_DEFAULTS, "model": "bert", "version": "2", "measured_steps": 20, "trigger": "release"}
     (case,) = _cases(plan_cases("dag", "manual__1", "release", params, settings))
     assert (case.model, case.version, case.batch_size, case.measured_steps) == ("bert", "2", 16, 20)
+    # the paired gate times as many steps of each version as a normal run measures: 1-step ABBA blocks
+    assert (case.paired_blocks, case.paired_block_steps, case.paired_timed_steps) == (20, 1, 40)
+
+
+def test_paired_layout_follows_measured_steps_unless_set():
+    assert Case(model="m").paired_blocks == DEFAULT_MEASURED_STEPS == Case(model="m").measured_steps
+    assert Case(model="m", measured_steps=30, paired_block_steps=4).paired_blocks == 7
+    assert Case(model="m", measured_steps=5, paired_block_steps=10).paired_blocks == 2  # never below 2 pairs
+    assert Case(model="m", measured_steps=30, paired_blocks=12).paired_timed_steps == 24
+    with pytest.raises(ValidationError, match="measured_steps"):
+        Case(model="m", measured_steps="many")
 
 
 def test_bad_param_and_bad_config_are_named(settings, tmp_path):

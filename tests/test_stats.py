@@ -174,3 +174,25 @@ def test_paired_offset_widens_the_interval_by_the_known_process_offset():
     assert compare_paired(a, b).ci_low == pytest.approx(res.ratio)  # no offset, no noise: a point
     with pytest.raises(ValueError, match="offset_sd"):
         compare_paired(a, b, offset_sd=-1.0)
+
+
+def test_paired_variance_keeps_the_correlation_of_neighbouring_pairs():
+    """Pair log ratios that drift slowly (a residue of the host's drift that ABBA did not cancel) are
+    not independent: the batch means (16 pairs) see the drift, sd(d)/sqrt(n) does not, and a
+    zero-mean drift is not called a regression."""
+    rng = np.random.default_rng(31)
+    n = 320
+    drift = 0.04 * np.sin(2 * np.pi * np.arange(n) / 160 + 0.3)  # two slow waves, mean ~0
+    a = 100.0 * np.exp(rng.normal(0, 0.05, n))
+    b = a * np.exp(drift + rng.normal(0, 0.05, n))
+    c = compare_paired(a, b)
+    iid_se = c.details["sd_log_ratio"] / math.sqrt(n)
+    assert c.details["batch_pairs"] == 16 and c.details["df"] == pytest.approx(n // 16 - 1)
+    assert c.details["se_log_ratio"] > 1.5 * iid_se
+    # the same ratios in shuffled order carry no drift: batch means agree with sd/sqrt(n) (within noise)
+    perm = rng.permutation(n)
+    s = compare_paired(a[perm], b[perm])
+    assert 0.6 * iid_se < s.details["se_log_ratio"] < 1.4 * iid_se
+    # few pairs: batches shrink to keep at least 8 of them
+    assert compare_paired(a[:40], b[:40]).details["batch_pairs"] == 5
+    assert compare_paired(a[:10], b[:10]).details["batch_pairs"] == 1

@@ -91,7 +91,9 @@ def make_profiles(logdirs: dict[str, tuple[str | Path, bool]], *, steps: int = 5
     Raises RuntimeError (with the subprocess's stderr tail) when the run fails or an xplane is missing.
     """
     jobs = [[str(Path(d)), bool(m)] for d, m in logdirs.values()]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    # oneDNN on: TF turns it on by default only on some x86 CPUs (not on an AVX2-only AMD EPYC), and
+    # without it the CPU allocator records no memory events, so memory_profile would depend on the CPU.
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "TF_ENABLE_ONEDNN_OPTS": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(steps), json.dumps(jobs)],
                           capture_output=True, text=True, timeout=timeout_s, env=env)
