@@ -11,8 +11,7 @@ run-to-run drift (other jobs on the shared CPUs, thermal state, time) is in the 
 * ``history``: separate processes (mode ``profile``), each a cold step, 10 warm-up steps, then
   100 measured steps, as the nightly run does;
 * ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA
-  order with 1-step blocks (A B B A A B ...), 256 block pairs each: longer than one gate, so
-  that trials can subsample gates from them (below);
+  order with 1-step blocks (A B B A A B ...), 256 block pairs each;
 * ``heavy_history`` / ``heavy_paired``: the same for a heavier variant of the same network
   (input 98×98 instead of 96×96; A = the base model, B = heavy in the paired runs, 128 pairs),
   the real slowdown of ``--real``.
@@ -25,9 +24,10 @@ resampling whole processes or block pairs inside one process, never single steps
 processes (that would erase the drift):
 
 * paired (``tasks.stats.compare_paired`` with the product's default layout and the offset
-  ``tasks.calibration`` would estimate from A/A gates): draw one self-vs-self process, then
-  ``Case.paired_blocks`` of its block pairs without replacement (see :func:`paired_rates` for
-  why that reproduces the variance of a fresh gate); multiply the B blocks by (1+s);
+  ``tasks.calibration`` would estimate from A/A gates): draw one self-vs-self process, centre
+  its pair ratios on 1 and build a gate of ``Case.paired_blocks`` pairs from runs of
+  consecutive pairs (moving-block bootstrap, see :func:`paired_rates`); multiply the B blocks
+  by (1+s). A second column subsamples real pairs without centring, as a check;
 * history (``tasks.stats.compare_to_history`` with the calibrated prior of
   ``tasks.calibration``): draw K=5 distinct baseline processes and a distinct candidate process,
   multiply the candidate's steps by (1+s); the prior's between-run sd is estimated from every

@@ -46,10 +46,10 @@ DEFAULT_PRIOR_BETWEEN_SD = 0.05  #: prior sd (log scale) when neither the case n
 DEFAULT_PRIOR_DF = 2.0
 #: sd (log scale) of the speed difference between two identical model copies in one process, when
 #: the store has too few A/A gates. 0: bench/detection.py found none on the 2-core dev machine
-#: (10 self-vs-self processes of 96-256 pairs: their mean log ratios scatter exactly as their
-#: within-process noise predicts, chi-square heterogeneity p = 0.89; an earlier 0.034 from 6 short
-#: processes under outside load was not reproduced). A host where copies do differ shows it in
-#: its A/A gates, and the store's estimate then replaces this default.
+#: (its 6 self-vs-self processes of 256 pairs scatter as their within-process noise predicts:
+#: Cochran's Q 2.8 on 5 df, p = 0.73; 4 more of 96 pairs run by hand agreed; an earlier 0.034 from
+#: 6 short processes under outside load was not reproduced). A host where copies do differ shows
+#: it in its A/A gates, and the store's estimate then replaces this default.
 DEFAULT_PAIRED_OFFSET_SD = 0.0
 MIN_AA_GATES = 3  #: fewest A/A paired gates (same model bytes as A and B) for a store estimate
 

@@ -341,12 +341,12 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
     stay correlated: the variance of a mean of 4-8 consecutive pairs was 1.24-1.37x the
     independent value (``bench/detection.py`` samples), so the plain t interval was 10-15% too
     narrow. Batches of 16 pairs carry that correlation; the price is k-1 instead of n-1 degrees
-    of freedom (19 for the default 320 pairs). The
-    Student t quantile is ``scipy.stats.t``; a known process-level offset is added with
+    of freedom (19 for the default 320 pairs). The Student t quantile is ``scipy.stats.t``; a
+    known process-level offset is added with
     Welch–Satterthwaite degrees of freedom (``offset_sd = 0``: the plain batch-means t interval).
     The offset is the sd of log(B/A) between processes for two *identical* models, which no
-    number of blocks inside one process averages out; on the dev machine 10 self-vs-self
-    processes showed none (chi-square heterogeneity p = 0.89), so its default is 0 and the store
+    number of blocks inside one process averages out; on the dev machine self-vs-self processes
+    showed none (Cochran's Q p = 0.73, ``bench/detection.py``), so its default is 0 and the store
     estimates it from A/A gates (``tasks.calibration``). ``needed_samples`` is the smallest n whose
     half-width is at most ``log(1+t) / 2``; None when the offset alone is wider than that.
 
