@@ -9,7 +9,8 @@ model (MobileNetV2 α=0.35, 96×96×3, batch 16, random weights), interleaved in
 run-to-run drift (other jobs on the shared CPUs, thermal state, time) is in the data:
 
 * ``history``: separate processes (mode ``profile``), each a cold step, 10 warm-up steps, then
-  100 measured steps, as the nightly run does;
+  100 measured steps, as the nightly run does (its default is 320 now; the history verdict is
+  limited by the drift between processes, not by the steps in one);
 * ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA
   order with 1-step blocks (A B B A A B ...), 256 block pairs each;
 * ``heavy_history`` / ``heavy_paired``: the same for a heavier variant of the same network
@@ -80,7 +81,7 @@ HEAVY_ROUNDS = (0, 2, 4)
 HISTORY_STEPS = 100
 WARMUP_STEPS = 10
 COLLECT_BLOCK_STEPS = 1
-COLLECT_BLOCKS = 256  # block pairs per self-vs-self process: several times what a trial draws
+COLLECT_BLOCKS = 256  # block pairs per self-vs-self process (the bootstrap builds gates of any size)
 HEAVY_BLOCKS = 128
 BATCH = 16
 

@@ -178,8 +178,7 @@ def test_paired_offset_widens_the_interval_by_the_known_process_offset():
 
 def test_paired_variance_keeps_the_correlation_of_neighbouring_pairs():
     """Pair log ratios that drift slowly (a residue of the host's drift that ABBA did not cancel) are
-    not independent: the batch means (16 pairs) see the drift, sd(d)/sqrt(n) does not, and a
-    zero-mean drift is not called a regression."""
+    not independent: the batch means (16 pairs) see the drift, sd(d)/sqrt(n) does not."""
     rng = np.random.default_rng(31)
     n = 320
     drift = 0.04 * np.sin(2 * np.pi * np.arange(n) / 160 + 0.3)  # two slow waves, mean ~0
