@@ -24,13 +24,13 @@ Analysis: trials inject a multiplicative slowdown s ∈ {0, 2, 3, 5, 10}% into r
 resampling whole processes or block pairs inside one process, never single steps across
 processes (that would erase the drift):
 
-* paired (``tasks.stats.compare_paired`` with the product's default layout and the offset
-  ``tasks.calibration`` would estimate from A/A gates): draw one self-vs-self process, centre
+* paired (``tasks.analysis.stats.compare_paired`` with the product's default layout and the offset
+  ``tasks.analysis.calibration`` would estimate from A/A gates): draw one self-vs-self process, centre
   its pair ratios on 1 and build a gate of ``Case.paired_blocks`` pairs from runs of
   consecutive pairs (moving-block bootstrap, see :func:`paired_rates`); multiply the B blocks
   by (1+s). A second column subsamples real pairs without centring, as a check;
-* history (``tasks.stats.compare_to_history`` with the calibrated prior of
-  ``tasks.calibration``): draw K=5 distinct baseline processes and a distinct candidate process,
+* history (``tasks.analysis.stats.compare_to_history`` with the calibrated prior of
+  ``tasks.analysis.calibration``): draw K=5 distinct baseline processes and a distinct candidate process,
   multiply the candidate's steps by (1+s); the prior's between-run sd is estimated from every
   process except the candidate (the store's "longer history");
 * fixed110: candidate median > 1.10 × the newest baseline process's median.
@@ -61,8 +61,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks import calibration, stats  # noqa: E402
-from tasks.compare import ceiling_ms  # noqa: E402
+from tasks.analysis import calibration, stats  # noqa: E402
+from tasks.analysis.verdict import ceiling_ms  # noqa: E402
 from tasks.records import Case  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "detection_samples.json"
@@ -169,7 +169,7 @@ def _cached_log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Gener
 def _history_alarm(cand: np.ndarray, bases: list[np.ndarray], prior: tuple[float, float],
                    case: Case) -> tuple[bool, bool]:
     """perfwatch's history verdict is ``regression``: the statistics say so, or (as in baseline-compare)
-    an inconclusive run breaches the GX ceiling ``tasks.compare.ceiling_ms`` over the median of the
+    an inconclusive run breaches the GX ceiling ``tasks.analysis.verdict.ceiling_ms`` over the median of the
     baseline medians. Returns (alarm of the product's verdict, alarm of the statistics alone)."""
     res = stats.compare_to_history(cand, bases, tolerance=case.tolerance, confidence=case.confidence,
                                    prior_between_sd=prior[0], prior_df=prior[1])
@@ -181,7 +181,7 @@ def _history_alarm(cand: np.ndarray, bases: list[np.ndarray], prior: tuple[float
 def _paired_alarm(a: np.ndarray, b: np.ndarray, case: Case, offset_sd: float, ceiling: bool = True) -> bool:
     """perfwatch's paired verdict is ``regression``: ``stats.compare_paired`` on the block medians
     ``a``, ``b`` (shape (n,), ms; with the process-level offset ``offset_sd``) says so, or with
-    ``ceiling`` an inconclusive run breaches the paired GX ceiling ``tasks.compare.ceiling_ms`` over
+    ``ceiling`` an inconclusive run breaches the paired GX ceiling ``tasks.analysis.verdict.ceiling_ms`` over
     the median of A (here over block medians: the same as over steps for the default 1-step blocks)."""
     res = stats.compare_paired(a, b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset_sd)
     if res.verdict == "regression":
@@ -190,7 +190,7 @@ def _paired_alarm(a: np.ndarray, b: np.ndarray, case: Case, offset_sd: float, ce
 
 
 def _prior(medians: list[float]) -> tuple[float, float]:
-    """The calibrated prior (``tasks.calibration`` rule) from accepted runs of one version."""
+    """The calibrated prior (``tasks.analysis.calibration`` rule) from accepted runs of one version."""
     tau, df = calibration.estimate_between_sd(("1", m) for m in medians)
     if tau is None:
         return calibration.DEFAULT_PRIOR_BETWEEN_SD, calibration.DEFAULT_PRIOR_DF
@@ -211,7 +211,7 @@ def _block_pairs(proc: dict, case: Case) -> tuple[np.ndarray, np.ndarray]:
 
 def _gate(pairs: tuple[np.ndarray, np.ndarray], case: Case) -> tuple[float, float, int]:
     """Block medians (A, B) judged as one gate, as the store would hold it: (ratio, per-pair sd whose
-    square / n is the gate's batch-means sampling variance, n) -- ``tasks.calibration``'s A/A input."""
+    square / n is the gate's batch-means sampling variance, n) -- ``tasks.analysis.calibration``'s A/A input."""
     res = stats.compare_paired(pairs[0], pairs[1], tolerance=case.tolerance, confidence=case.confidence)
     return res.ratio, res.details["se_log_ratio"] * np.sqrt(res.n_candidate), res.n_candidate
 
@@ -224,7 +224,7 @@ def _aa_gate(proc: dict, case: Case) -> tuple[float, float, int]:
 
 
 def aa_offsets(aa_procs: list[dict], case: Case) -> list[float]:
-    """The offset the product would use when judging self-vs-self process i: ``tasks.calibration``'s
+    """The offset the product would use when judging self-vs-self process i: ``tasks.analysis.calibration``'s
     estimate from the OTHER self-vs-self processes as A/A gates (what the store holds after a few A/A
     release gates), its default when fewer than ``MIN_AA_GATES`` remain."""
     gates = [_aa_gate(p, case) for p in aa_procs]
@@ -241,7 +241,7 @@ def offset_test(procs: list[dict], case: Case) -> tuple[float, float, float, flo
     batch-means variance ``v_i``. Heterogeneity (Cochran's Q, ``scipy.stats.chi2``, P-1 df) tests
     for an offset that differs between processes; the inverse-variance pooled mean tests for a
     bias common to all. Returns (Q, its p-value, pooled bias, its se, method-of-moments offset sd as
-    in ``tasks.calibration.estimate_paired_offset``)."""
+    in ``tasks.analysis.calibration.estimate_paired_offset``)."""
     from scipy import stats as sps
 
     gates = [_gate(_block_pairs(p, case), case) for p in procs]
@@ -371,7 +371,7 @@ def analyse(data: dict, trials: int, real: bool) -> None:
           f"{len(data['paired']) - 1} df, p = {p_off:.2f}, method-of-moments sd {off_all:.4f}; common bias B/A "
           f"x{np.exp(bias):.4f} (se {bias_se:.4f} on the log scale)")
     offsets = aa_offsets(data["paired"], case)
-    print(f"paired offset (tasks.calibration from the other self-vs-self processes as A/A gates of "
+    print(f"paired offset (tasks.analysis.calibration from the other self-vs-self processes as A/A gates of "
           f"{case.paired_blocks} pairs): {', '.join(f'{x:.4f}' for x in offsets)}")
     paired = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets)
     longest = min(_block_pairs(p, case)[0].size for p in data["paired"])

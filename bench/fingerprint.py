@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.fingerprint import take_fingerprint  # noqa: E402
+from tasks.stages.fingerprint import take_fingerprint  # noqa: E402
 
 BUDGET_MS = 2000.0
 

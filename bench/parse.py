@@ -3,12 +3,12 @@
 Run: ``.venv/bin/python bench/parse.py [--batch-size 16] [--measured-steps 50] [--profiled-steps 5]
 [--repeats 3] [--store DIR]``.
 
-1. Builds the demo model store (``tasks.demo.build_store``: MobileNetV2 α=0.35, 96×96, ``demo_mobilenet``
+1. Builds the demo model store (``tasks.runner.zoo.build_store``: MobileNetV2 α=0.35, 96×96, ``demo_mobilenet``
    v1) in a subprocess (it imports TensorFlow), under ``--store`` (kept, so a rerun skips it) or a
    temporary directory.
 2. Runs the real runner (``tasks.runner.launch``, profile mode, fresh process) with the default Case's
    step counts: warm-up steps, measured steps (profiler off), then a profiled window with step markers.
-3. Parses the xplane with ``tasks.parse.parse_profile`` (all tools) once cold and ``--repeats`` times warm,
+3. Parses the xplane with ``tasks.stages.parse.parse_profile`` (all tools) once cold and ``--repeats`` times warm,
    and once per tool.
 
 Reports parse time per MiB of xplane (ms/MB, 1 MB = 2**20 bytes) and as a share of the profiled run's wall
@@ -32,14 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks.demo import DEMO_MODEL  # noqa: E402
-from tasks.parse import ALL_TOOLS, parse_profile  # noqa: E402
 from tasks.runner import RunnerSpec, launch  # noqa: E402
+from tasks.runner.zoo import DEMO_MODEL  # noqa: E402
+from tasks.stages.parse import ALL_TOOLS, parse_profile  # noqa: E402
 
 
 def _build_demo_store(store: Path) -> Path:
     """Build the demo store in a fresh process (TensorFlow never runs in this one); return v1's file."""
-    code = ("import sys; from tasks.demo import build_store; "
+    code = ("import sys; from tasks.runner.zoo import build_store; "
             "print(build_store(sys.argv[1])[0])")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env,

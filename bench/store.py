@@ -11,10 +11,10 @@ Run: ``.venv/bin/python bench/store.py [--postgres-url URL] [--repeats 15] [--ke
    (spread over the successful runs), a comparison per successful run and the baseline history.
    SQLite gets SQLAlchemy Core ``insert()`` executemany in batches; PostgreSQL gets ``COPY`` through
    psycopg. Then ``ANALYZE``, as autovacuum would.
-3. Times every named query of ``sql/queries`` through ``tasks.queries.run_query`` (bound parameters,
+3. Times every named query of ``sql/queries`` through ``tasks.store.queries.run_query`` (bound parameters,
    DataFrame out — what the CLI does) ``--repeats`` times with varying models/runs; reports the
    median latency in ms (and p90).
-4. Times ``tasks.archive.archive_run`` of one run (records as in tests/test_store.py
+4. Times ``tasks.stages.archive.archive_run`` of one run (records as in tests/test_store.py
    ``make_records``: 10 measured samples, one op) into the filled store, 5 times; reports the median.
 
 Store size: SQLite file size (MiB, 2**20 bytes) and ``pg_database_size`` on PostgreSQL.
@@ -43,8 +43,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import insert, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from tasks import queries  # noqa: E402
-from tasks.archive import archive_run  # noqa: E402
+from tasks.stages.archive import archive_run  # noqa: E402
 from tasks.store import (  # noqa: E402
     Baseline,
     Comparison,
@@ -56,6 +55,7 @@ from tasks.store import (  # noqa: E402
     StepSample,
     get_engine,
     migrate,
+    queries,  # noqa: E402
     redact,
 )
 from tests.test_store import make_records  # noqa: E402

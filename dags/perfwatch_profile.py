@@ -5,7 +5,7 @@ pull-model-version → env-fingerprint → warm-up → profiled run → parse �
 Nightly (cron, no catchup) it profiles every model in the YAML config (``PERFWATCH_CONFIG``);
 a manual trigger profiles one model version given as Params (a release gate when
 ``trigger`` is ``release``). Each stage is mapped over the cases, so one DAG run can profile
-several models. The stages live in ``tasks.pipeline``; nothing heavy is imported here, so
+several models. The stages live in ``tasks.stages.pipeline``; nothing heavy is imported here, so
 parsing this file never imports TensorFlow.
 """
 
@@ -32,7 +32,7 @@ def _store_url_from_connection(context) -> None:
     if conn_id:
         from airflow.sdk import BaseHook
 
-        from tasks.queries import sqlalchemy_url
+        from tasks.store.queries import sqlalchemy_url
 
         os.environ["PERFWATCH_DATABASE_URL"] = sqlalchemy_url(BaseHook.get_connection(conn_id).get_uri())
 
@@ -63,7 +63,7 @@ def perfwatch_profile():
     @task
     def plan() -> list[dict]:
         """Resolve the cases of this DAG run (Params, or the YAML config when no model is given)."""
-        from tasks.pipeline import plan_cases, trigger_kind
+        from tasks.stages.pipeline import plan_cases, trigger_kind
 
         ctx = get_current_context()
         dag_run = ctx["dag_run"]
@@ -73,42 +73,42 @@ def perfwatch_profile():
     @task
     def pull_model_version(bundle: dict) -> dict:
         """Resolve the model version in the store, copy it to the work dir, sha256 it."""
-        from tasks.pipeline import pull
+        from tasks.stages.pipeline import pull
 
         return pull(bundle)
 
     @task(queue=PROFILE_QUEUE)
     def env_fingerprint(bundle: dict) -> dict:
         """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
-        from tasks.pipeline import fingerprint
+        from tasks.stages.pipeline import fingerprint
 
         return fingerprint(bundle)
 
     @task(queue=PROFILE_QUEUE)
     def warm_up(bundle: dict) -> dict:
         """Fresh process: train until step time is steady; cold first step recorded."""
-        from tasks.pipeline import warmup
+        from tasks.stages.pipeline import warmup
 
         return warmup(bundle)
 
     @task(pool=PROFILE_POOL, queue=PROFILE_QUEUE)
     def profiled_run(bundle: dict) -> dict:
         """Fresh process: measured steps with the profiler off, then a profiled window."""
-        from tasks.pipeline import profile
+        from tasks.stages.pipeline import profile
 
         return profile(bundle)
 
     @task
     def parse(bundle: dict) -> dict:
         """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
-        from tasks.pipeline import parse as parse_stage
+        from tasks.stages.pipeline import parse as parse_stage
 
         return parse_stage(bundle)
 
     @task
     def baseline_compare(bundle: dict) -> dict:
         """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
-        from tasks.pipeline import compare
+        from tasks.stages.pipeline import compare
 
         return compare(bundle)
 
@@ -116,7 +116,7 @@ def perfwatch_profile():
     def archive(bundle: dict) -> dict:
         """Store run, samples, tables and verdict in one transaction; archive the profile.
         Then fail the task if the verdict is a regression, so alerting fires."""
-        from tasks.pipeline import RegressionDetected, archive, raise_on_regression
+        from tasks.stages.pipeline import RegressionDetected, archive, raise_on_regression
 
         bundle = archive(bundle)
         try:

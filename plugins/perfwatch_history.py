@@ -1,7 +1,7 @@
 """Airflow plugin: perfwatch's history pages in the Airflow UI ("perfwatch" in the nav bar).
 
 A small FastAPI app mounted by the Airflow API server at ``/perfwatch`` serves read-only pages built
-from the named SQL queries (``tasks.queries``): the latest runs and the regressions of the last
+from the named SQL queries (``tasks.store.queries``): the latest runs and the regressions of the last
 7 days, and per model its step-time trend with a plot. It reads the store named by
 ``PERFWATCH_DATABASE_URL``. Airflow does not put its own auth in front of plugin apps, so the
 pages expose only what ``perfwatch runs`` shows: model names, timings and verdicts.
@@ -45,7 +45,7 @@ def _table(df, link_models: bool = False) -> str:
 @app.get("/", response_class=HTMLResponse)
 def index() -> HTMLResponse:
     """Latest 50 runs (all models) and the regressions of the last 7 days."""
-    from tasks import queries
+    from tasks.store import queries
 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
     body = ("<h2>Regressions, last 7 days</h2>" + _table(queries.regressions(since), link_models=True)
@@ -56,7 +56,7 @@ def index() -> HTMLResponse:
 @app.get("/models/{model}", response_class=HTMLResponse)
 def model_history(model: str) -> HTMLResponse:
     """Step-time trend of one model: plot and table (oldest first)."""
-    from tasks import queries
+    from tasks.store import queries
 
     df = queries.history(model)
     if df.empty:
@@ -72,8 +72,8 @@ def model_plot(model: str) -> Response:
     import tempfile
     from pathlib import Path
 
-    from tasks import queries
-    from tasks.cli_history import plot_history
+    from tasks.cli.history import plot_history
+    from tasks.store import queries
 
     df = queries.history(model)
     if df.empty:

@@ -67,13 +67,13 @@ class Case(Record):
             steps (640 by default), plus one more model load and warm-up per version.
         paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
             loaded in one process, which blocks cannot average out; it widens the paired interval
-            (``tasks.stats.compare_paired``). None: estimated from the store's A/A release gates
-            (the same version gated against itself), else 0 (``tasks.calibration``: 10
+            (``tasks.analysis.stats.compare_paired``). None: estimated from the store's A/A release gates
+            (the same version gated against itself), else 0 (``tasks.analysis.calibration``: 10
             self-vs-self processes on the 2-core dev machine showed no offset).
         prior_between_sd: prior sd (log scale) of the drift of median step time between
             processes for the history comparison; ``None`` (default) estimates it from the
             store's accepted runs in the same environment, falling back to 0.05 (rule:
-            ``tasks.calibration``).
+            ``tasks.analysis.calibration``).
         auto_accept: a run whose verdict is pass / no-baseline / improvement / env-changed
             becomes the active baseline automatically (a regression never does).
     """

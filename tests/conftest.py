@@ -79,7 +79,7 @@ def cli(db_url, monkeypatch):
     """Invoke ``perfwatch ARGS...`` against the test store (typer's CliRunner); returns the click Result."""
     from typer.testing import CliRunner
 
-    from tasks.cli import app
+    from tasks.cli.main import app
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     runner = CliRunner()

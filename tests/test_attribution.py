@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tasks.attribution import CATEGORIES, attribute, match_scopes, op_category
-from tasks.parse import OP_STATS_COLUMNS
+from tasks.analysis.attribution import CATEGORIES, attribute, match_scopes, op_category
+from tasks.analysis.profile import OP_STATS_COLUMNS
 
 
 def _table(rows):

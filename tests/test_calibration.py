@@ -8,12 +8,25 @@ import math
 import numpy as np
 import pytest
 
-from tasks import calibration
-from tasks.archive import archive_run
-from tasks.calibration import DEFAULT_PRIOR_BETWEEN_SD, estimate_between_sd, prior_for_case
-from tasks.compare import baseline_compare
+from tasks.analysis import calibration
+from tasks.analysis.calibration import CALIBRATION_WINDOW, DEFAULT_PRIOR_BETWEEN_SD, estimate_between_sd
 from tasks.records import Case
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
+from tasks.store import reads
 from tests.test_store import make_records
+
+
+def prior_for_case(db_url, case, key):
+    """The prior as baseline-compare computes it: the store's accepted runs read, then the pure rule."""
+    return calibration.prior_for_case(case, reads.calibration_runs(db_url, case.model, case.name, key,
+                                                                    CALIBRATION_WINDOW))
+
+
+def paired_offset_for_case(db_url, case, key):
+    """The paired offset as baseline-compare computes it: the store's A/A gates read, then the pure rule."""
+    return calibration.paired_offset_for_case(case, reads.aa_gates(db_url, case.model, case.name, key,
+                                                                   CALIBRATION_WINDOW))
 
 
 def test_pooled_within_version_sd():
@@ -96,8 +109,8 @@ def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
     from tasks.records import CompareRecord
 
     case = Case(model="m", measured_steps=10)
-    assert calibration.paired_offset_for_case(db_url, case, "k1").source == "default"
-    assert calibration.paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}),
+    assert paired_offset_for_case(db_url, case, "k1").source == "default"
+    assert paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}),
                                               "k1").model_dump() == {"sd": 0.02, "source": "case", "n_gates": 0}
     for i, log_ratio in enumerate([0.03, -0.03, 0.03, 0.2]):
         ctx, pulled, env, warm, run, parse, _ = make_records(tmp_path, dag_run_id=f"aa{i}")
@@ -109,6 +122,6 @@ def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
                                 ci_low=0.9, ci_high=1.1, median_limit_ms=None, gx_success=True,
                                 evidence={"paired": paired})
         archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
-    got = calibration.paired_offset_for_case(db_url, case, "k1")
+    got = paired_offset_for_case(db_url, case, "k1")
     assert (got.source, got.n_gates) == ("store", 3) and got.sd == pytest.approx(0.03)
-    assert calibration.paired_offset_for_case(db_url, case, "other-env").source == "default"
+    assert paired_offset_for_case(db_url, case, "other-env").source == "default"

@@ -7,8 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tasks.archive import archive_run, record_failure
-from tasks.cli import app
+from tasks.cli.main import app
+from tasks.stages.archive import archive_run
+from tasks.store.writes import record_failure
 from tests.test_store import make_records
 
 runner = CliRunner()

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tasks.cli import app
+from tasks.cli.main import app
 from tasks.settings import Settings
 from tasks.store import migrate
 from tests.test_explain import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive

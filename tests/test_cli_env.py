@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from tasks.archive import archive_run, record_failure
-from tasks.compare import baseline_compare
-from tasks.fingerprint import COMPARABILITY_FIELDS
+from tasks.analysis.environment import COMPARABILITY_FIELDS
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
+from tasks.store.writes import record_failure
 from tests.test_env_changed import (
     BASELINE_FINGERPRINT,
     CANDIDATE_FINGERPRINT,

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tasks.cli import app
+from tasks.cli.main import app
 from tests.test_queries import add_failure, add_run
 
 

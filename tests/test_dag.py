@@ -26,7 +26,7 @@ print(json.dumps({
     "chain": chain,
     "schedule": dag.timetable.expression, "catchup": dag.catchup,
     "params": sorted(dag.params.keys()),
-    "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.pipeline") if m in sys.modules],
+    "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline") if m in sys.modules],
 }))
 """
 

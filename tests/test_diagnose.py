@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import diagnose as dg
-from tasks.parse import Diagnostic, ParsedProfile, parse_profile
+from tasks.analysis import diagnose as dg
+from tasks.analysis.profile import Diagnostic, ParsedProfile
+from tasks.stages.parse import parse_profile
 from tests.xplane_factory import session_profiles
 
 

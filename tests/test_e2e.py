@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tasks.pipeline import run_case
 from tasks.records import Case, RunContext
 from tasks.settings import Settings
+from tasks.stages.pipeline import run_case
 from tasks.store import Run, session_scope
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def test_dag_run_end_to_end(home, model_store, tmp_path):
         assert run.dag_id == "perfwatch_profile" and run.dag_run_id.startswith("manual__")
         xplanes = list(Path(run.archive_uri).glob("plugins/profile/*/*.xplane.pb"))
     assert len(xplanes) == 1
-    from tasks.parse import parse_profile
+    from tasks.stages.parse import parse_profile
 
     assert parse_profile(run.archive_uri).avg_step_time_ms > 0  # the archived xplane converts with xprof
     assert not list((home / "work").glob("*")), "the work dir is cleaned after archiving"

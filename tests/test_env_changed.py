@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from tasks.archive import archive_run
-from tasks.cli_env import env_change_summary
-from tasks.compare import baseline_compare
-from tasks.fingerprint import Fingerprint, comparability_fields
+from tasks.analysis.environment import Fingerprint, comparability_fields
+from tasks.cli.env import env_change_summary
 from tasks.records import EnvRecord
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
 from tasks.store import Environment, Run, session_scope
 from tests.test_store import make_records
 

@@ -1,4 +1,4 @@
-"""Great Expectations suites of tasks.expectations (GX Core 1.x, ephemeral contexts)."""
+"""Great Expectations suites of tasks.stages.expectations (GX Core 1.x, ephemeral contexts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.expectations import (
+from tasks.stages.expectations import (
     GxOutcome,
     render_data_docs,
     step_time_expectations,

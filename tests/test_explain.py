@@ -11,21 +11,22 @@ from typing import Any
 
 import pytest
 
-from tasks.archive import RUN_TABLE_GROUPS, archive_run, group_tables, record_failure
-from tasks.compare import baseline_compare
-from tasks.explain import (
-    ComparisonUnavailable,
-    attribute_against_run,
-    compare_versions,
-    op_table,
-    run_findings,
-    run_tool_tables,
-    step_breakdown_table,
-    top_ops_text,
-)
-from tasks.parse import OP_STATS_COLUMNS, STEP_COLUMNS, parse_run
-from tasks.pipeline import RegressionDetected, raise_on_regression
+from tasks.analysis import attribution
+from tasks.analysis.attribution import top_ops_text
+from tasks.analysis.profile import OP_STATS_COLUMNS, STEP_COLUMNS
+from tasks.cli.compare import ComparisonUnavailable, compare_versions
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
+from tasks.stages.parse import parse_run
+from tasks.stages.pipeline import RegressionDetected, raise_on_regression
+from tasks.store.reads import op_table, run_findings, run_ops, run_tool_tables, step_breakdown_table
+from tasks.store.writes import RUN_TABLE_GROUPS, group_tables, record_failure
 from tests.test_store import make_records
+
+
+def attribute_against_run(db_url, run_id, parsed_tables, steps, step_ms):
+    """The evidence baseline-compare builds: the stored run's ops read back, then attributed."""
+    return attribution.attribute_against_run(run_ops(db_url, run_id), run_id, parsed_tables, steps, step_ms)
 
 
 def op(name: str, op_type: str, total_us: float, side: str = "Host") -> dict[str, Any]:
@@ -206,8 +207,6 @@ def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_pat
 
 
 def test_top_ops_text_says_when_scopes_were_renamed():
-    from tasks.explain import top_ops_text
-
     att = {"available": True, "scope_renames": {"net_0.75": "net_0.35"},
            "grew_most": [{"op_name": "net_0.35/conv", "delta_us_per_step": 12.0, "relative_change": 0.5,
                           "share_of_change": 0.25, "status": "both"}]}

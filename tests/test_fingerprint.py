@@ -1,4 +1,4 @@
-"""Tests for tasks/fingerprint.py. NVML is faked at the pynvml boundary; the real code runs CPU-only."""
+"""Tests for the env-fingerprint stage (tasks.runner.probe, tasks.analysis.environment). NVML is faked at the pynvml boundary; the real code runs CPU-only."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from tasks import fingerprint as fpm
+from tasks.analysis import environment as envm
+from tasks.runner import probe
+from tasks.stages import fingerprint as fpm
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +98,7 @@ def test_one_gpu_all_fields_and_shutdown(monkeypatch):
 def test_two_different_gpus_are_both_comparability(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     FakeNVML([H100, A100]).install(monkeypatch)
-    fields = fpm.comparability_fields(fpm.take_fingerprint(include_tensorflow=False).data)
+    fields = envm.comparability_fields(fpm.take_fingerprint(include_tensorflow=False).data)
     assert fields["gpu.count"] == 2
     assert (fields["gpu.devices.0.name"], fields["gpu.devices.1.name"]) == (H100["name"], A100["name"])
     assert fields["gpu.devices.1.compute_capability"] == "8.0"
@@ -111,7 +113,7 @@ def test_mig_enabled_lists_slices_and_skips_empty_slots(monkeypatch):
     dev = g["devices"][0]
     assert dev["mig_mode"] == {"current": "enabled", "pending": "enabled"}
     assert [m["name"] for m in dev["mig_devices"]] == [slices[0]["name"], slices[2]["name"]]
-    fields = fpm.comparability_fields({"gpu": g})
+    fields = envm.comparability_fields({"gpu": g})
     assert fields["gpu.devices.0.mig_devices.1.name"].endswith("1g.5gb")
     assert "gpu.devices.0.mig_devices.1.uuid" not in fields
 
@@ -177,7 +179,7 @@ def test_real_machine_cpu_only():
     assert data["tensorflow"]["version"].startswith("unknown: not collected")
     assert data["packages"]["numpy"] != "absent" and len(data["packages"]["installed_sha256"]) == 64
     assert isinstance(data["host"]["cpu_count_logical"], int) and data["host"]["memory_total_bytes"] > 0
-    assert all(v is not None for v in fpm._flatten(data).values())
+    assert all(v is not None for v in envm.flatten(data).values())
     assert len(fp.fingerprint_id) == 64 and len(fp.comparability_key) == 16
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
@@ -188,15 +190,15 @@ def test_real_machine_cpu_only():
 
 
 def test_module_import_does_not_import_tensorflow():
-    code = "import sys, tasks.fingerprint; sys.exit('tensorflow' in sys.modules)"
+    code = "import sys, tasks.stages.fingerprint, tasks.runner.probe; sys.exit('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
 
 def test_tensorflow_not_importable_is_absent(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     tf = fpm.take_fingerprint().data["tensorflow"]
-    assert set(fpm._flatten(tf).values()) == {"absent"}
-    assert "tensorflow.build.cuda_version" in fpm._flatten({"tensorflow": tf})
+    assert set(envm.flatten(tf).values()) == {"absent"}
+    assert "tensorflow.build.cuda_version" in envm.flatten({"tensorflow": tf})
 
 
 def test_tensorflow_field_failures_are_isolated(monkeypatch):
@@ -213,13 +215,13 @@ def test_tensorflow_field_failures_are_isolated(monkeypatch):
 
 
 def test_cpu_governor(monkeypatch, tmp_path):
-    monkeypatch.setattr(fpm, "_GOVERNOR_FILE", tmp_path / "missing")
-    assert fpm._host_section()["cpu_governor"] == "absent"
+    monkeypatch.setattr(probe, "_GOVERNOR_FILE", tmp_path / "missing")
+    assert probe._host_section()["cpu_governor"] == "absent"
     (tmp_path / "gov").write_text("performance\n")
-    monkeypatch.setattr(fpm, "_GOVERNOR_FILE", tmp_path / "gov")
-    assert fpm._host_section()["cpu_governor"] == "performance"
-    monkeypatch.setattr(fpm, "_GOVERNOR_FILE", tmp_path)  # a directory: read fails
-    assert fpm._host_section()["cpu_governor"].startswith("unknown: IsADirectoryError")
+    monkeypatch.setattr(probe, "_GOVERNOR_FILE", tmp_path / "gov")
+    assert probe._host_section()["cpu_governor"] == "performance"
+    monkeypatch.setattr(probe, "_GOVERNOR_FILE", tmp_path)  # a directory: read fails
+    assert probe._host_section()["cpu_governor"].startswith("unknown: IsADirectoryError")
 
 
 def test_env_vars_and_image_digest(monkeypatch):
@@ -253,18 +255,18 @@ def changed(data: dict, path: str, value) -> dict:
 
 
 def test_hashes_ignore_recorded_and_non_comparability(record):
-    base = fpm.Fingerprint.from_data(record)
-    other_host = fpm.Fingerprint.from_data(changed(record, "recorded.hostname", "elsewhere"))
+    base = envm.Fingerprint.from_data(record)
+    other_host = envm.Fingerprint.from_data(changed(record, "recorded.hostname", "elsewhere"))
     assert (other_host.fingerprint_id, other_host.comparability_key) == (base.fingerprint_id, base.comparability_key)
-    swapped = fpm.Fingerprint.from_data(changed(record, "gpu.devices.0.uuid", "GPU-new-card"))
+    swapped = envm.Fingerprint.from_data(changed(record, "gpu.devices.0.uuid", "GPU-new-card"))
     assert swapped.comparability_key == base.comparability_key and swapped.fingerprint_id != base.fingerprint_id
     for path, value in [("gpu.devices.0.name", "NVIDIA H200"), ("gpu.driver_version", "560.1"),
                         ("packages.numpy", "1.0.0"), ("env_vars.XLA_FLAGS", "--xla_gpu_autotune_level=0")]:
-        assert fpm.Fingerprint.from_data(changed(record, path, value)).comparability_key != base.comparability_key
+        assert envm.Fingerprint.from_data(changed(record, path, value)).comparability_key != base.comparability_key
 
 
 def test_comparability_fields_fill_missing_paths():
-    fields = fpm.comparability_fields({"gpu": {"count": 0, "devices": []}})
+    fields = envm.comparability_fields({"gpu": {"count": 0, "devices": []}})
     assert fields["gpu.count"] == 0 and fields["tensorflow.version"] == "absent"
     assert not any("*" in k for k in fields)
 
@@ -273,14 +275,14 @@ def test_diff_fingerprints(record):
     new = changed(changed(changed(record, "gpu.devices.0.uuid", "GPU-x"), "gpu.driver_version", "560.1"),
                   "recorded.hostname", "elsewhere")
     new["gpu"]["devices"].append(copy.deepcopy(new["gpu"]["devices"][0]))
-    changes = {c.field: c for c in fpm.diff_fingerprints(record, fpm.Fingerprint.from_data(new))}
+    changes = {c.field: c for c in envm.diff_fingerprints(record, envm.Fingerprint.from_data(new))}
     assert (changes["gpu.driver_version"].old, changes["gpu.driver_version"].new) == ("550.54.15", "560.1")
     assert changes["gpu.driver_version"].affects_comparability
     assert changes["gpu.devices.0.uuid"].new == "GPU-x" and not changes["gpu.devices.0.uuid"].affects_comparability
     assert changes["gpu.devices.1.name"].old == "absent" and changes["gpu.devices.1.name"].affects_comparability
     assert "recorded.hostname" not in changes
-    assert any(c.field == "recorded.hostname" for c in fpm.diff_fingerprints(record, new, include_recorded=True))
-    assert fpm.diff_fingerprints(record, copy.deepcopy(record)) == []
+    assert any(c.field == "recorded.hostname" for c in envm.diff_fingerprints(record, new, include_recorded=True))
+    assert envm.diff_fingerprints(record, copy.deepcopy(record)) == []
 
 
 def test_take_fingerprint_in_parses_child(tmp_path, monkeypatch):
@@ -290,7 +292,7 @@ def test_take_fingerprint_in_parses_child(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # tasks must be found through PYTHONPATH, not the cwd
     fp = fpm.take_fingerprint_in(str(shim), timeout_s=60)
     assert fp.data["tensorflow"]["version"].startswith("unknown: not collected")
-    assert fp == fpm.Fingerprint.from_data(fp.data)
+    assert fp == envm.Fingerprint.from_data(fp.data)
 
 
 @pytest.mark.parametrize("script, match", [

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from tasks.archive import archive_run
-from tasks.calibration import DEFAULT_PAIRED_OFFSET_SD
-from tasks.compare import baseline_compare
-from tasks.pipeline import pull_paired_baseline
+from tasks.analysis.calibration import DEFAULT_PAIRED_OFFSET_SD
 from tasks.records import Case, RunContext
 from tasks.runner import RunnerSpec, launch
 from tasks.settings import Settings
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
+from tasks.stages.pipeline import pull_paired_baseline
 from tests.test_store import make_records
 
 
@@ -137,7 +137,7 @@ def test_runner_paired_mode_abba_on_tiny_models(model_files, tmp_path):
 
 @pytest.mark.slow
 def test_release_gate_end_to_end(model_store, home, monkeypatch):
-    from tasks.pipeline import run_case
+    from tasks.stages.pipeline import run_case
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{home / 'pw.db'}")
     small = {"batch_size": 4, "measured_steps": 5, "profiled_steps": 1, "warmup_max_steps": 10,

@@ -12,18 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.parse import (
-    ALL_TOOLS,
-    OP_STATS_COLUMNS,
-    STEP_COLUMNS,
-    ParsedProfile,
-    ProfileNotFoundError,
-    ProfileParseError,
-    cross_check,
-    parse_profile,
-    parse_run,
-)
+from tasks.analysis.profile import OP_STATS_COLUMNS, STEP_COLUMNS, ParsedProfile, cross_check
 from tasks.records import ProfiledRun
+from tasks.stages.parse import ALL_TOOLS, ProfileNotFoundError, ProfileParseError, parse_profile, parse_run
 from tests.xplane_factory import session_profiles
 
 pytestmark = pytest.mark.slow
@@ -225,7 +216,7 @@ def test_empty_xplane_and_missing_profile(tmp_path):
 
 
 def test_parse_stage_needs_no_tensorflow_or_airflow(profiles):
-    code = ("import sys; from tasks.parse import parse_profile; import tasks.diagnose, tasks.attribution; "
+    code = ("import sys; from tasks.stages.parse import parse_profile; import tasks.analysis.diagnose, tasks.analysis.attribution; "
             f"p = parse_profile({str(profiles['markers'].logdir)!r}); assert p.avg_step_time_ms; "
             "bad = [m for m in ('tensorflow', 'airflow', 'keras') if m in sys.modules]; "
             "assert not bad, bad")

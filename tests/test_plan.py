@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tasks.pipeline import load_config, plan_cases, trigger_kind
 from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.settings import Settings
+from tasks.stages.pipeline import load_config, plan_cases, trigger_kind
 
 CONFIG = """
 defaults:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tasks.archive import archive_run
+from tasks.stages.archive import archive_run
 from tests.test_store import make_records
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,13 @@ import zipfile
 
 import pytest
 
-from tasks.pull import CorruptModelError, ModelNotFoundError, pull_model_version, resolve_version, sha256_tree
+from tasks.stages.pull import (
+    CorruptModelError,
+    ModelNotFoundError,
+    pull_model_version,
+    resolve_version,
+    sha256_tree,
+)
 
 
 def _keras_file(path, payload=b"weights"):

@@ -1,4 +1,4 @@
-"""The named queries (sql/queries/*.sql) through tasks.queries, on SQLite and PostgreSQL."""
+"""The named queries (sql/queries/*.sql) through tasks.store.queries, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from tasks import queries
-from tasks.archive import archive_run, record_failure
-from tasks.cli import runs_frame
+from tasks.cli.main import runs_frame
+from tasks.stages.archive import archive_run
+from tasks.store import queries
+from tasks.store.writes import record_failure
 from tests.test_store import make_records
 
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.profiled_run import profiled_run
-from tasks.pull import pull_model_version
 from tasks.records import Case
 from tasks.runner import RunnerError, RunnerSpec, launch
-from tasks.warmup import warm_up
+from tasks.stages.profiled_run import profiled_run
+from tasks.stages.pull import pull_model_version
+from tasks.stages.warmup import warm_up
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Behaviour of tasks.stats on synthetic lognormal step times (ms)."""
+"""Behaviour of tasks.analysis.stats on synthetic lognormal step times (ms)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.stats import (
+from tasks.analysis.stats import (
     Comparison,
     compare_paired,
     compare_to_history,

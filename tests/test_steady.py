@@ -1,11 +1,11 @@
-"""The warm-up rule of tasks.steady (rolling coefficient of variation)."""
+"""The warm-up rule of tasks.runner.steady (rolling coefficient of variation)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tasks.steady import SteadyDetector, SteadyResult, steady_state_index
+from tasks.runner.steady import SteadyDetector, SteadyResult, steady_state_index
 
 
 def warmup_then_flat(n_warm=10, n_flat=40, cv=0.01, seed=0):

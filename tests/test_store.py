@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-from tasks.archive import archive_run, record_failure
 from tasks.records import (
     Case,
     CompareRecord,
@@ -20,6 +19,7 @@ from tasks.records import (
     RunContext,
     WarmupRecord,
 )
+from tasks.stages.archive import archive_run
 from tasks.store import (
     Artifact,
     Baseline,
@@ -31,6 +31,7 @@ from tasks.store import (
     redact,
     session_scope,
 )
+from tasks.store.writes import record_failure
 
 
 def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1"):
@@ -131,7 +132,7 @@ def test_regression_never_moves_the_baseline(db_url, tmp_path):
 
 
 def test_failed_transaction_leaves_no_archive(db_url, tmp_path, monkeypatch):
-    import tasks.archive as archive_mod
+    import tasks.store.writes as archive_mod
 
     def boom(*a, **k):
         raise RuntimeError("disk full while writing the store")

@@ -12,7 +12,7 @@ SQL text. Columns named ``*_at`` come back as UTC ``datetime64`` on both databas
 
 Example::
 
-    from tasks import queries
+    from tasks.store import queries
     df = queries.history("tiny", db_url="sqlite:////home/me/.perfwatch/perfwatch.db")
 """
 
@@ -33,7 +33,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
 
-QUERIES_DIR = Path(__file__).resolve().parent.parent / "sql" / "queries"
+QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
 """What ``limit=None`` binds to: the largest 32-bit integer, i.e. no limit on either database."""
 
@@ -257,7 +257,7 @@ def env_changes(since: Any, until: Any = None, model: str | None = None,
     See ``sql/queries/env_changes.sql``."""
     from sqlalchemy import select
 
-    from tasks.fingerprint import diff_fingerprints
+    from tasks.analysis.environment import diff_fingerprints
     from tasks.store import Environment, session_scope
 
     start, end = _window(since, until)

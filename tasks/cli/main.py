@@ -13,8 +13,8 @@ from typing import Annotated
 import pandas as pd
 import typer
 
+from tasks.cli.render import Format, render
 from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
-from tasks.report import Format, render
 from tasks.settings import Settings
 from tasks.store import migrate
 
@@ -35,8 +35,8 @@ def _settings() -> Settings:
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
     """Runs as a DataFrame, oldest first: run_id, started_at, model, version, case, status, trigger,
     median_step_ms (our timer), throughput_eps (examples/s), verdict (``failed@<stage>`` for a
-    failed run), error (first line). The named query ``sql/queries/runs.sql`` via ``tasks.queries.runs``."""
-    from tasks.queries import runs as runs_query
+    failed run), error (first line). The named query ``sql/queries/runs.sql`` via ``tasks.store.queries.runs``."""
+    from tasks.store.queries import runs as runs_query
 
     return runs_query(model, last, db_url)
 
@@ -68,7 +68,7 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
 
     from pydantic import ValidationError
 
-    from tasks.pipeline import RegressionDetected, raise_on_regression, run_case
+    from tasks.stages.pipeline import RegressionDetected, raise_on_regression, run_case
 
     try:
         case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
@@ -85,7 +85,7 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
         raise typer.Exit(2) from e
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
-    from tasks.cli_env import env_change_summary
+    from tasks.cli.env import env_change_summary
 
     if note := env_change_summary(bundle["verdict"]):
         typer.echo(note)
@@ -99,7 +99,7 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
 @demo_app.command("build-store")
 def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing versions.")] = False) -> None:
     """Write the demo model store (two MobileNetV2 versions) under PERFWATCH_MODEL_STORE."""
-    from tasks.demo import build_store
+    from tasks.runner.zoo import build_store
 
     for p in build_store(Settings.from_env().model_store, force=force):
         typer.echo(f"model file: {p}")
@@ -144,9 +144,9 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")]
 
 
 # Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
-_COMMAND_MODULES: tuple[str, ...] = ("cli_env", "cli_compare", "cli_history", "cli_baseline")
+_COMMAND_MODULES: tuple[str, ...] = ("env", "compare", "history", "baseline")
 for _name in _COMMAND_MODULES:
-    importlib.import_module(f"tasks.{_name}").register(app)
+    importlib.import_module(f"tasks.cli.{_name}").register(app)
 
 
 def main() -> None:  # pragma: no cover - console script shim

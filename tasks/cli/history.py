@@ -1,7 +1,7 @@
 """History commands of the ``perfwatch`` CLI: ``history``, ``regressions``, ``failures``,
 ``env-changes``, ``gate`` and ``query``.
 
-Each runs a named query from ``sql/queries`` through ``tasks.queries`` against the store named by
+Each runs a named query from ``sql/queries`` through ``tasks.store.queries`` against the store named by
 ``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``). Every listing
 takes ``--format table|csv|json|markdown``; times are UTC.
 
@@ -31,10 +31,9 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from tasks import queries
-from tasks.report import Format, render
+from tasks.cli.render import Format, render
 from tasks.settings import Settings
-from tasks.store import migrate, redact
+from tasks.store import migrate, queries, redact
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 SinceOpt = Annotated[str | None, typer.Option(
@@ -109,7 +108,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
 
 
 def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
-    """Draw a history frame (``tasks.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg).
+    """Draw a history frame (``tasks.store.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg).
 
     Per case: the median step time (ms, our timer) with its p10–p90 band over the run's measured
     samples, the compared baseline's median (dashed steps), regressions as red crosses, failed

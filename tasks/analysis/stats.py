@@ -347,7 +347,7 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
     The offset is the sd of log(B/A) between processes for two *identical* models, which no
     number of blocks inside one process averages out; on the dev machine self-vs-self processes
     showed none (Cochran's Q p = 0.73, ``bench/detection.py``), so its default is 0 and the store
-    estimates it from A/A gates (``tasks.calibration``). ``needed_samples`` is the smallest n whose
+    estimates it from A/A gates (``tasks.analysis.calibration``). ``needed_samples`` is the smallest n whose
     half-width is at most ``log(1+t) / 2``; None when the offset alone is wider than that.
 
     Args:

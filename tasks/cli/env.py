@@ -3,7 +3,7 @@
 ``perfwatch env show RUN`` prints run RUN's fingerprint flattened to ``field``/``value`` rows
 (dotted paths such as ``gpu.devices.0.name``), each marked with whether it is a comparability
 field (one that starts a new baseline history when it changes, see
-``tasks.fingerprint.COMPARABILITY_FIELDS``). ``perfwatch env diff RUN_A RUN_B`` lists the fields
+``tasks.analysis.environment.COMPARABILITY_FIELDS``). ``perfwatch env diff RUN_A RUN_B`` lists the fields
 that differ, old (RUN_A) and new (RUN_B) value and whether each affects comparability; the
 ``recorded`` section (hostname, timestamp, interpreter path) is shown only with ``--all``.
 RUN is a run id as listed by ``perfwatch runs``. Fingerprints are read from the ``environments``
@@ -18,8 +18,8 @@ import pandas as pd
 import typer
 from sqlalchemy import select
 
-from tasks.fingerprint import Fingerprint, _flatten, _is_comparability, diff_fingerprints
-from tasks.report import Format, render
+from tasks.analysis.environment import Fingerprint, diff_fingerprints, flatten, is_comparability
+from tasks.cli.render import Format, render
 from tasks.settings import Settings
 from tasks.store import Environment, Run, migrate, redact, session_scope
 
@@ -57,8 +57,8 @@ def fingerprint_frame(env: Fingerprint, *, comparability_only: bool = False) -> 
     """
     rows = [{"field": "fingerprint_id", "value": env.fingerprint_id, "affects_comparability": False},
             {"field": "comparability_key", "value": env.comparability_key, "affects_comparability": True}]
-    rows += [{"field": path, "value": value, "affects_comparability": _is_comparability(path)}
-             for path, value in _flatten(env.data).items()]
+    rows += [{"field": path, "value": value, "affects_comparability": is_comparability(path)}
+             for path, value in flatten(env.data).items()]
     df = pd.DataFrame(rows, columns=["field", "value", "affects_comparability"])
     if comparability_only:
         df = df[df["affects_comparability"]].reset_index(drop=True)

@@ -1,13 +1,14 @@
-"""Env-fingerprint stage: one JSON record of everything that makes step times comparable.
+"""The environment probe: every fact that makes step times comparable, read in the runner's interpreter.
 
-Sections of ``Fingerprint.data``: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``,
-``recorded``. Every field is always present; a fact that cannot be read is the string ``"absent"``
-(the thing does not exist here: no NVML, no GPU, TF not installed, env var unset) or
-``"unknown: <reason>"`` (it exists but reading it failed), never a crash and never a missing key.
+Sections of the record: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``, ``recorded``.
+Every field is always present; a fact that cannot be read is the string ``"absent"`` (the thing
+does not exist here: no NVML, no GPU, TF not installed, env var unset) or ``"unknown: <reason>"``
+(it exists but reading it failed), never a crash and never a missing key.
 
-TensorFlow is imported lazily, only inside :func:`take_fingerprint`. TF facts belong to the
-*runner's* interpreter, so the Airflow worker calls :func:`take_fingerprint_in` with the runner's
-``python``; ``python -m tasks.fingerprint`` prints the fingerprint JSON to stdout.
+TF facts belong to the *runner's* interpreter, so the env-fingerprint stage runs
+``python -m tasks.runner.probe`` there (JSON ``{"data": record}`` on stdout); hashing and comparing
+records is ``tasks.analysis.environment``'s job. TensorFlow is imported lazily, only in
+:func:`collect`.
 """
 
 from __future__ import annotations
@@ -22,55 +23,14 @@ import os
 import platform
 import re
 import socket
-import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pydantic
 
 ABSENT = "absent"
-
-# THE comparability split, in one place. A change in any of these fields starts a new history;
-# every other field is only recorded (shown by diff_fingerprints, part of fingerprint_id, not of
-# comparability_key). "*" matches one list index. Unlisted on purpose: GPU uuid (a swapped card of
-# the same model is comparable), clocks, power limit, ECC/persistence, memory totals, hostname,
-# timestamp, kernel, governor, image digest, full package-set hash. Values are hashed as read, so an
-# "unknown: ..." reading in one of these fields also starts a new history (conservative by design).
-COMPARABILITY_FIELDS: tuple[str, ...] = (
-    "tensorflow.version",  # runtime TF version, as imported by the runner
-    "tensorflow.build.cuda_version",  # CUDA TF was built against
-    "tensorflow.build.cudnn_version",  # cuDNN TF was built against
-    "tensorflow.build.is_cuda_build",  # CUDA build flag
-    "tensorflow.build.is_rocm_build",  # ROCm build flag
-    "tensorflow.build.is_tensorrt_build",  # TensorRT build flag
-    "tensorflow.xla_jit",  # XLA auto-clustering in effect
-    "tensorflow.onednn_enabled",  # oneDNN kernels in effect (TF_ENABLE_ONEDNN_OPTS resolved)
-    "tensorflow.op_determinism",  # deterministic kernels (slower ones) in effect
-    "tensorflow.tensor_float_32",  # TF32 matmul/conv precision in effect
-    "gpu.driver_version",  # NVIDIA driver
-    "gpu.cuda_driver_version",  # CUDA version the driver supports
-    "gpu.count",  # number of GPUs visible to CUDA
-    "gpu.devices.*.name",  # GPU model
-    "gpu.devices.*.compute_capability",  # architecture
-    "gpu.devices.*.mig_mode.current",  # MIG on/off
-    "gpu.devices.*.mig_devices.*.name",  # MIG slice profile (e.g. "... MIG 1g.10gb")
-    "host.cpu_model",  # CPU model string
-    "host.cpu_count_logical",  # logical cores (input pipeline / intra-op threads)
-    "packages.tensorflow",  # distribution versions
-    "packages.tensorflow-cpu",
-    "packages.keras",
-    "packages.numpy",
-    "env_vars.XLA_FLAGS",  # compiler flags
-    "env_vars.TF_XLA_FLAGS",
-    "env_vars.TF_ENABLE_ONEDNN_OPTS",
-    "env_vars.TF_DETERMINISTIC_OPS",
-    "env_vars.TF_ENABLE_AUTO_MIXED_PRECISION",  # precision-relevant
-    "env_vars.NVIDIA_TF32_OVERRIDE",  # precision-relevant
-    "env_vars.OMP_NUM_THREADS",  # CPU threading
-)
 
 # Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too.
 PERF_ENV_VARS: tuple[str, ...] = (
@@ -85,42 +45,6 @@ PACKAGES: tuple[str, ...] = ("tensorflow", "tensorflow-cpu", "keras", "numpy", "
 IMAGE_DIGEST_ENV = "PERFWATCH_IMAGE_DIGEST"
 _GOVERNOR_FILE = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 _TF_BUILD_KEYS = ("cuda_version", "cudnn_version", "is_cuda_build", "is_rocm_build", "is_tensorrt_build")
-
-
-class Fingerprint(pydantic.BaseModel):
-    """One environment fingerprint.
-
-    ``data`` is the full nested JSON record; ``fingerprint_id`` is the sha256 hex of the canonical
-    JSON of ``data`` without its ``recorded`` section; ``comparability_key`` is the first 16 hex
-    chars of the sha256 of :func:`comparability_fields`.
-    """
-
-    data: dict
-    fingerprint_id: str
-    comparability_key: str
-
-    @classmethod
-    def from_data(cls, data: dict) -> Fingerprint:
-        """Build a fingerprint from a record, computing both hashes. Raises TypeError if not JSON-able."""
-        body = {k: v for k, v in data.items() if k != "recorded"}
-        return cls(
-            data=data,
-            fingerprint_id=hashlib.sha256(_canonical(body)).hexdigest(),
-            comparability_key=hashlib.sha256(_canonical(comparability_fields(data))).hexdigest()[:16],
-        )
-
-
-class FieldChange(pydantic.BaseModel):
-    """One differing field: dotted path, old and new value ("absent" where the path is missing)."""
-
-    field: str
-    old: Any
-    new: Any
-    affects_comparability: bool
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def _unknown(exc: BaseException) -> str:
@@ -354,11 +278,8 @@ def _env_section() -> dict:
     return {k: os.environ.get(k, ABSENT) for k in sorted(names)}
 
 
-# ---------------------------------------------------------------- public API
-
-
-def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
-    """Fingerprint this interpreter and host (about 0.1-0.3 s plus the TF import on first call).
+def collect(*, include_tensorflow: bool = True) -> dict[str, Any]:
+    """The fingerprint record of this interpreter and host (about 0.1-0.3 s plus the TF import).
 
     With ``include_tensorflow=False`` TF is not imported and its fields read
     ``"unknown: not collected ..."``. Never raises for missing hardware or libraries.
@@ -375,83 +296,17 @@ def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
             "python_executable": sys.executable,
         },
     }
-    return Fingerprint.from_data(data)
-
-
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaves of nested dicts/lists as ``{"a.b.0.c": value}``; empty containers yield nothing."""
-    if isinstance(obj, dict | list):
-        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-        return {p: v for k, child in items for p, v in _flatten(child, f"{prefix}{k}.").items()}
-    return {prefix[:-1]: obj}
-
-
-def _is_comparability(path: str) -> bool:
-    parts = path.split(".")
-    return any(len(p := pat.split(".")) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
-               for pat in COMPARABILITY_FIELDS)
-
-
-def comparability_fields(data: dict) -> dict:
-    """Dotted path -> value for the comparability group only (see COMPARABILITY_FIELDS).
-
-    Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry.
-    """
-    flat = _flatten(data)
-    out = {p: v for p, v in flat.items() if _is_comparability(p)}
-    out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
-    return dict(sorted(out.items()))
-
-
-def diff_fingerprints(old: dict | Fingerprint, new: dict | Fingerprint, *,
-                      include_recorded: bool = False) -> list[FieldChange]:
-    """Fields that differ between two fingerprint records (or Fingerprint objects), sorted by path.
-
-    The ``recorded`` section (hostname, timestamp) is skipped unless ``include_recorded``.
-    A path present on one side only shows "absent" on the other.
-    """
-    a, b = (_flatten(x.data if isinstance(x, Fingerprint) else x) for x in (old, new))
-    return [FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT),
-                        affects_comparability=_is_comparability(p))
-            for p in sorted(a.keys() | b.keys())
-            if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))]
-
-
-def take_fingerprint_in(python_executable: str, timeout_s: float = 120,
-                        env: Mapping[str, str] | None = None) -> Fingerprint:
-    """Run ``python -m tasks.fingerprint`` under another interpreter (the runner's) and parse it.
-
-    ``env`` (default: this process's environment) is the runner's environment; this package's root
-    is prepended to PYTHONPATH. Raises RuntimeError naming the interpreter, with the stderr tail,
-    if it cannot start, exits non-zero, exceeds ``timeout_s`` seconds or prints no valid JSON.
-    """
-    env = dict(os.environ if env is None else env)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run([python_executable, "-m", "tasks.fingerprint"], capture_output=True,
-                              text=True, timeout=timeout_s, env=env, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        tail = getattr(exc, "stderr", None) or ""
-        tail = (tail.decode(errors="replace") if isinstance(tail, bytes) else tail)[-2000:]
-        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; stderr tail:\n{tail}") from exc
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    try:
-        if proc.returncode != 0:
-            raise ValueError(f"exit status {proc.returncode}")
-        return Fingerprint.from_data(json.loads(lines[-1])["data"])
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; "
-                           f"stderr tail:\n{proc.stderr[-2000:]}") from exc
+    return data
 
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: print the fingerprint as one line of JSON on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m tasks.fingerprint", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tasks.runner.probe", description=main.__doc__)
     parser.add_argument("--no-tensorflow", action="store_true", help="do not import TensorFlow")
     args = parser.parse_args(argv)
-    fp = take_fingerprint(include_tensorflow=not args.no_tensorflow)
-    sys.stdout.write(fp.model_dump_json() + "\n")
+    data = collect(include_tensorflow=not args.no_tensorflow)
+    sys.stdout.write(json.dumps({"data": data}) + "\n")
+
 
 
 if __name__ == "__main__":

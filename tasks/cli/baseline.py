@@ -15,9 +15,9 @@ import pandas as pd
 import typer
 from sqlalchemy import select
 
-from tasks.archive import accept_baseline
-from tasks.report import Format, render
+from tasks.cli.render import Format, render
 from tasks.store import Baseline, Environment, Model, ModelVersion, Run, session_scope
+from tasks.store.writes import accept_baseline
 
 COLUMNS = ["baseline_id", "active", "case", "env_key", "run_id", "version", "run_verdict", "median_step_ms",
            "accepted_at", "accepted_by", "reason", "superseded_at"]
@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
              = Format.table) -> None:
         """The active baseline of each case and environment, then the history of accepted runs, with who
         accepted each and why."""
-        from tasks.cli import _settings
+        from tasks.cli.main import _settings
 
         try:
             df = baseline_frame(_settings().database_url, model, case)
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
                reason: Annotated[str, typer.Option("--reason", help="Why, e.g. 'intended: larger input'.")]) -> None:
         """Make RUN the active baseline of its model, case and environment, even if its verdict was a
         regression (an intended slowdown); recorded with who and why."""
-        from tasks.cli import _settings
+        from tasks.cli.main import _settings
 
         try:
             out = accept_run(_settings().database_url, run_id, by, reason)

@@ -1,7 +1,7 @@
 """warm-up: a fresh runner process loads the model and trains until step time is steady.
 
 Fails fast when the model cannot run (load error, a training step that raises), before the
-longer profiled run. The steady-state rule is ``tasks.steady``'s rolling coefficient of
+longer profiled run. The steady-state rule is ``tasks.runner.steady``'s rolling coefficient of
 variation; its step count is what the profiled run then uses as warm-up.
 """
 

@@ -1,6 +1,6 @@
 """Op-level attribution of a step-time change (pure pandas, no TF, no xprof).
 
-Inputs are two framework_op_stats tables (``tasks.parse.OP_STATS_COLUMNS``; self-times in µs summed
+Inputs are two framework_op_stats tables (``tasks.analysis.profile.OP_STATS_COLUMNS``; self-times in µs summed
 over the profiled window) and each run's number of profiled steps. Self-time is normalised to
 µs PER STEP so runs with different window lengths compare. IDLE rows are ignored.
 """
@@ -8,7 +8,8 @@ over the profiled window) and each run's number of profiled steps. Self-time is 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -227,3 +228,115 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
                        op_self_time_change_us=op_change, top_n=top_n, top_share=top_share, ops=ops,
                        appeared=appeared, vanished=vanished, categories=categories, scope_renames=renames,
                        summary="\n".join(lines))
+
+
+# ------------------------------------------------------------------------------------- evidence
+
+#: How many ops the verdict's evidence keeps per list (largest |Δ|, grew most, shrank most).
+EVIDENCE_TOP_N = 5
+#: How many appeared / vanished op names the evidence keeps (the counts are always complete).
+EVIDENCE_NAMES_MAX = 20
+
+
+@dataclass(frozen=True)
+class RunOps:
+    """A stored run's op table and the facts of its profiled window, as attribution needs them.
+
+    ``ops``: framework_op_stats rows (``OP_STATS_COLUMNS``, self-times µs over the window);
+    ``profiled_steps``: steps in the window (None when the run records none); ``profiler_avg_step_ms``:
+    xprof's average step time over the window (ms, overview_page), None without step markers.
+    """
+
+    run_id: int
+    ops: pd.DataFrame
+    profiled_steps: int | None
+    profiler_avg_step_ms: float | None
+
+
+def _op_brief(o: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: o[k] for k in ("op_name", "op_type", "category", "host_or_device", "baseline_us_per_step",
+                              "candidate_us_per_step", "delta_us_per_step", "relative_change", "status",
+                              "share_of_change")}
+
+
+def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
+    """JSON-safe digest of an Attribution for the verdict's evidence (µs per step throughout).
+
+    Keys: step_time_change_us / _source, op_self_time_change_us, top_n, top_share (share of the step-time
+    change the ``top_n`` largest-|Δ| ops explain), top_ops (largest |Δ|), grew_most (largest positive Δ),
+    shrank_most (largest negative Δ), grew_share (share the grew_most ops explain), appeared / vanished
+    (counts and up to EVIDENCE_NAMES_MAX names), categories (all, by |Δ|), scope_renames (candidate op
+    scope -> baseline scope, ``tasks.analysis.attribution.match_scopes``), summary (text).
+    """
+    ops = [o.model_dump(mode="json") for o in a.ops]
+    grew = sorted((o for o in ops if o["delta_us_per_step"] > 0), key=lambda o: -o["delta_us_per_step"])[:top_n]
+    shrank = sorted((o for o in ops if o["delta_us_per_step"] < 0), key=lambda o: o["delta_us_per_step"])[:top_n]
+    change = a.step_time_change_us
+    grew_share = sum(o["delta_us_per_step"] for o in grew) / change if grew and abs(change) > 1e-9 else None
+    return {
+        "step_time_change_us": change, "step_time_change_source": a.step_time_change_source,
+        "op_self_time_change_us": a.op_self_time_change_us, "top_n": top_n,
+        "top_share": (sum(o["delta_us_per_step"] for o in ops[:top_n]) / change
+                      if ops and abs(change) > 1e-9 else None),
+        "grew_share": grew_share,
+        "top_ops": [_op_brief(o) for o in ops[:top_n]],
+        "grew_most": [_op_brief(o) for o in grew], "shrank_most": [_op_brief(o) for o in shrank],
+        "n_ops": len(ops), "n_appeared": len(a.appeared), "n_vanished": len(a.vanished),
+        "appeared": a.appeared[:EVIDENCE_NAMES_MAX], "vanished": a.vanished[:EVIDENCE_NAMES_MAX],
+        "categories": [c.model_dump(mode="json") for c in a.categories],
+        "scope_renames": dict(a.scope_renames), "summary": a.summary,
+    }
+
+
+def attribute_against_run(baseline: RunOps | None, baseline_run_id: int, parsed_tables: Mapping[str, Any],
+                          candidate_steps: int, candidate_step_ms: float | None, *,
+                          top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
+    """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence.
+
+    Baseline: ``baseline`` (``tasks.store.reads.run_ops``; None when the run is not in the store).
+    Candidate: ``parsed_tables`` (the parse stage's ``parsed.json``; its ``op_stats`` records),
+    ``candidate_steps`` profiled steps and ``candidate_step_ms`` (xprof's average step time, ms, or None).
+
+    Returns ``{"available": True, "baseline_run_id", "baseline_profiled_steps", "candidate_profiled_steps",
+    "baseline_step_ms", "candidate_step_ms", **attribution_evidence(...)}``, or ``{"available": False,
+    "baseline_run_id", "reason"}`` when the baseline run is missing, has no op rows, or no profiled-step
+    count, or the candidate has no op rows. Raises ValueError when ``candidate_steps`` is not a positive int.
+    """
+    if not isinstance(candidate_steps, int) or candidate_steps <= 0:
+        raise ValueError(f"candidate_steps must be a positive int, got {candidate_steps!r}")
+    unavailable = {"available": False, "baseline_run_id": baseline_run_id}
+    if baseline is None:
+        return {**unavailable, "reason": f"baseline run {baseline_run_id} is not in the store"}
+    if baseline.profiled_steps is None:
+        return {**unavailable, "reason": f"baseline run {baseline_run_id} records no profiled_steps in its params"}
+    if baseline.ops.empty:
+        return {**unavailable, "reason": f"baseline run {baseline_run_id} has no op_stats rows"}
+    cand_ops = list(parsed_tables.get("op_stats") or [])
+    if not cand_ops:
+        return {**unavailable, "reason": "the candidate's parsed profile has no op_stats rows"}
+    a = attribute(baseline.ops, cand_ops, baseline_steps=baseline.profiled_steps, candidate_steps=candidate_steps,
+                  baseline_step_ms=baseline.profiler_avg_step_ms, candidate_step_ms=candidate_step_ms, top_n=top_n)
+    return {"available": True, "baseline_run_id": baseline_run_id, "baseline_profiled_steps": baseline.profiled_steps,
+            "candidate_profiled_steps": candidate_steps, "baseline_step_ms": baseline.profiler_avg_step_ms,
+            "candidate_step_ms": candidate_step_ms, **attribution_evidence(a, top_n=top_n)}
+
+
+def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
+    """One line naming the ``n`` ops whose self-time per step grew most, from ``evidence["attribution"]``,
+    e.g. ``"top ops: conv (+120.0 µs/step, +40%, 35% of the change), ..."``; a line saying why when the
+    attribution is absent or unavailable."""
+    if not attribution:
+        return "no op attribution"
+    if not attribution.get("available"):
+        return f"no op attribution ({attribution.get('reason', 'unavailable')})"
+    parts = []
+    for o in (attribution.get("grew_most") or [])[:n]:
+        rel = f"{o['relative_change']:+.0%}" if o.get("relative_change") is not None else o["status"]
+        share = f", {o['share_of_change']:.0%} of the change" if o.get("share_of_change") is not None else ""
+        parts.append(f"{o['op_name']} ({o['delta_us_per_step']:+.1f} µs/step, {rel}{share})")
+    if not parts:
+        return "no op's self-time grew"
+    renames = attribution.get("scope_renames") or {}
+    note = "".join(f" (this run's op scope {new!r} is shown under the baseline's {old!r})"
+                   for new, old in renames.items())
+    return "top ops: " + ", ".join(parts) + note

@@ -1,29 +1,24 @@
-"""archive: keep the evidence — one SQL transaction and a TensorBoard-openable profile archive.
+"""The store's writes: a finished run in one transaction, a failure record, a baseline accepted.
 
-The profile directory is copied to ``<archive>/<model>/<run dir>/plugins/profile/...`` so that
-``tensorboard --logdir <archive>/<model>`` lists every run of the model. The copy is written under
-a temporary name and renamed into place only after the store transaction commits; if the
-transaction fails the copy is deleted, so neither a half-written archive nor an orphan artifact
-is left. A regression never stops the archive: the DAG run fails after this stage.
+Every write retries on a concurrent-writer conflict (two first archives creating the same model
+row, a busy SQLite file, a PostgreSQL deadlock). The file side of the archive (the profile copy)
+is ``tasks.stages.archive``'s; it hands in ``before_commit`` to move its copy into place inside
+the transaction, so a failure of either undoes both.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import statistics
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import fsspec
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from tasks.records import (
-    ArchiveRecord,
     CompareRecord,
     EnvRecord,
     ParseRecord,
@@ -31,9 +26,9 @@ from tasks.records import (
     PulledModel,
     RunContext,
     WarmupRecord,
-    safe_name,
 )
-from tasks.store import (
+from tasks.store.engine import session_scope
+from tasks.store.schema import (
     Artifact,
     Baseline,
     Comparison,
@@ -45,7 +40,6 @@ from tasks.store import (
     RunTable,
     StepBreakdown,
     StepSample,
-    session_scope,
     utcnow,
 )
 
@@ -119,49 +113,24 @@ def record_failure(db_url: str, ctx: RunContext, stage: str, error: str) -> int:
     return _with_retries(tx)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _percentile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
 
 
-def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
-                warmup: WarmupRecord, run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord,
-                *, auto_accept: bool = True, extra_dirs: dict[str, str] | None = None) -> ArchiveRecord:
-    """Write everything about a finished run into the store (one transaction) and the archive.
+def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord, warmup: WarmupRecord,
+              run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord, *, samples: dict[str, Any],
+              parsed_tables: dict[str, Any], gx_result: Any, artifacts: list[tuple[str, str, int, str]],
+              archive_uri: str, auto_accept: bool = True, before_commit: Callable[[], None] | None = None) -> int:
+    """Write a finished run in one transaction; returns its run id.
 
-    Args:
-        extra_dirs: name -> local directory also copied into the run's archive dir (e.g. the
-            Great Expectations Data Docs as ``gx``).
-
-    Returns:
-        ArchiveRecord with the new run id and the archive URI of the run directory.
+    ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
+    ``measured_step_times_ms``, ``profiled_step_times_ms``); ``parsed_tables``: the parse stage's
+    ``parsed.json``; ``artifacts``: (kind, uri, size in bytes, sha256) rows; ``before_commit`` runs
+    last inside the transaction (the archive moves its copy into place there).
 
     Raises:
-        sqlalchemy.exc.SQLAlchemyError: the store transaction failed (the archive copy is removed).
+        sqlalchemy.exc.SQLAlchemyError: the transaction failed after its retries (nothing is written).
     """
-    samples = json.loads(Path(run.samples_path).read_text())
-    parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
-    run_dir_name = safe_name(f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}")
-    fs, root = fsspec.core.url_to_fs(archive_root)
-    final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
-    staging = final + ".partial"
-    if fs.exists(staging):
-        fs.rm(staging, recursive=True)
-    fs.makedirs(staging, exist_ok=True)
-    fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
-    for name, local in (extra_dirs or {}).items():
-        fs.put(local, f"{staging}/{name}", recursive=True)
-    archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
-    xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
-    gx_result = (json.loads(Path(verdict.gx_results_path).read_text()) if verdict.gx_results_path
-                 else verdict.evidence.get("gx", {}))
     measured = samples["measured_step_times_ms"]
 
     def tx() -> int:
@@ -208,28 +177,17 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
                              ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
                              gx_success=verdict.gx_success, gx_result=gx_result,
                              evidence=verdict.evidence))
-            for x in xplanes:
-                rel = x.relative_to(run.profile_dir).as_posix()
-                s.add(Artifact(run_id=r.id, kind="xplane", uri=f"{archive_uri}/{rel}", size_bytes=x.stat().st_size,
-                               sha256=_sha256(x)))
+            s.add_all(Artifact(run_id=r.id, kind=kind, uri=uri, size_bytes=size, sha256=sha)
+                      for kind, uri, size, sha in artifacts)
             if auto_accept and verdict.verdict in ACCEPTED_VERDICTS:
                 accept_baseline(s, r, env.comparability_key, accepted_by="perfwatch",
                                 reason=f"automatic: verdict {verdict.verdict}")
             s.flush()
-            # Move the archive copy into place last: a failure here rolls the transaction back.
-            if fs.exists(final):
-                fs.rm(final, recursive=True)
-            fs.mv(staging, final, recursive=True)
+            if before_commit is not None:  # a failure here rolls the transaction back
+                before_commit()
             return r.id
 
-    try:
-        run_id = _with_retries(tx)
-    except Exception:
-        for path in (staging, final):
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
-        raise
-    return ArchiveRecord(run_id=run_id, archive_uri=archive_uri, verdict=verdict.verdict)
+    return _with_retries(tx)
 
 
 RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {

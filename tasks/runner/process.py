@@ -1,10 +1,10 @@
-"""The TensorFlow runner: ``python -m tasks.runner SPEC.json`` — the only place TF runs.
+"""The runner process: ``python -m tasks.runner SPEC.json`` — the only code that runs TensorFlow.
 
 One process per measurement (PerfZero's rule): a fresh interpreter loads the model, builds
 synthetic inputs from its input signature through ``tf.data`` with prefetch, and runs
 training steps. Three modes:
 
-* ``warmup``: run steps until step time is steady (``tasks.steady.SteadyDetector``), report
+* ``warmup``: run steps until step time is steady (``tasks.runner.steady.SteadyDetector``), report
   the cold first step (tracing/compilation) and how many warm-up steps steady state took.
 * ``profile``: cold step + ``warmup_steps`` steps, then ``measured_steps`` steps timed with the
   profiler OFF, then ``profiled_steps`` steps under ``tf.profiler.experimental`` with every step
@@ -33,43 +33,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from tasks.steady import SteadyDetector
-
-
-class RunnerSpec(BaseModel):
-    """What the runner is asked to do; written by the warm-up and profiled-run stages."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["warmup", "profile", "paired"]
-    model_path: str  # paired mode: the candidate (B)
-    out_dir: str
-    batch_size: int
-    seed: int = 0
-    deterministic: bool = False
-    warmup_steps: int = 0  # profile mode: steps run (untimed for results) after the cold step
-    warmup_window: int = 5
-    warmup_cv_max: float = 0.05
-    warmup_max_steps: int = 60
-    measured_steps: int = 50
-    profiled_steps: int = 5
-    baseline_model_path: str | None = None  # paired mode: the baseline version (A)
-    block_steps: int = Field(10, ge=1, le=10_000)  # paired mode: timed steps per block
-    blocks: int = Field(8, ge=2, le=10_000)  # paired mode: block pairs (blocks per version)
-
-    @model_validator(mode="after")
-    def _paired_needs_baseline(self) -> RunnerSpec:
-        if self.mode == "paired" and not self.baseline_model_path:
-            raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
-        return self
-
-
-class RunnerError(RuntimeError):
-    """The runner failed; the message names the model and what went wrong."""
+from tasks.runner.spec import RunnerError, RunnerSpec
+from tasks.runner.steady import SteadyDetector
 
 
 def _peak_rss_bytes() -> int:
@@ -275,43 +242,6 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     return result
 
 
-def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800) -> dict[str, Any]:
-    """Run ``spec`` in a fresh ``python -m tasks.runner`` process and return its result dict.
-
-    Raises:
-        RunnerError: the process failed or timed out; the message carries the runner's own
-            error (e.g. the model that failed to load, the exception of the training step) or
-            the tail of its stderr.
-    """
-    import subprocess
-
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spec_path = out / f"{spec.mode}_spec.json"
-    spec_path.write_text(spec.model_dump_json(indent=2))
-    (out / "result.json").unlink(missing_ok=True)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    project_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run([python_executable, "-m", "tasks.runner", str(spec_path)], capture_output=True,
-                              text=True, timeout=timeout_s, env=env, cwd=project_root)
-    except subprocess.TimeoutExpired as e:
-        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} timed out after {timeout_s:.0f} s") from e
-    except OSError as e:
-        raise RunnerError(f"cannot start runner interpreter {python_executable!r}: {e}") from e
-    (out / f"{spec.mode}_stderr.log").write_text(proc.stderr)
-    result_file = out / "result.json"
-    if not result_file.exists():
-        tail = proc.stderr.strip().splitlines()[-15:]
-        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a result; "
-                          "stderr tail:\n" + "\n".join(tail))
-    result = json.loads(result_file.read_text())
-    if result.get("status") != "ok":
-        raise RunnerError(f"runner ({spec.mode}) failed: {result.get('error')}")
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tasks.runner SPEC.json``; writes ``<out_dir>/result.json``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -333,7 +263,3 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(result))
     tmp.replace(out / "result.json")
     return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

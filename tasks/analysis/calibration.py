@@ -1,6 +1,6 @@
 """Calibrating the history comparison: how much step time drifts between processes here.
 
-``tasks.stats.compare_to_history`` needs a prior for the between-run sd (tau, log scale) of a
+``tasks.analysis.stats.compare_to_history`` needs a prior for the between-run sd (tau, log scale) of a
 run's median step time: the drift between separate processes of the SAME model version in the
 SAME environment (other jobs on the host, clocks, memory placement). It differs by orders of
 magnitude between a quiet GPU host (~0.01-0.03) and a busy shared CPU (~0.1 measured on the
@@ -33,11 +33,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
 
 __all__ = ["CALIBRATION_WINDOW", "DEFAULT_PAIRED_OFFSET_SD", "DEFAULT_PRIOR_BETWEEN_SD", "MAX_PRIOR_DF",
            "MIN_AA_GATES", "MIN_CALIBRATION_DF", "Offset", "Prior", "estimate_between_sd", "estimate_paired_offset",
-           "paired_offset_for_case", "prior_for_case", "prior_from_store"]
+           "paired_offset_for_case", "prior_for_case", "prior_from_runs"]
 
 CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
 MIN_CALIBRATION_DF = 5  #: fewest within-version degrees of freedom for a store estimate
@@ -98,30 +97,23 @@ def estimate_between_sd(runs: Iterable[tuple[str, float]]) -> tuple[float | None
     return math.sqrt(ss / df), df
 
 
-def prior_from_store(db_url: str, model: str, case_name: str, comparability_key: str) -> Prior | None:
-    """Rule step 2 on the store at ``db_url``; ``None`` when there is too little history."""
-    from tasks.store import Baseline, Model, ModelVersion, Run, session_scope
-
-    with session_scope(db_url) as s:
-        rows = s.execute(
-            select(ModelVersion.version, Run.median_step_ms)
-            .select_from(Baseline).join(Run, Run.id == Baseline.run_id).join(Model, Model.id == Baseline.model_id)
-            .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-            .where(Model.name == model, Baseline.case_name == case_name,
-                   Baseline.comparability_key == comparability_key, Run.median_step_ms.is_not(None))
-            .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(CALIBRATION_WINDOW)).all()
-    tau, df = estimate_between_sd((v, m) for v, m in rows)
+def prior_from_runs(runs: Iterable[tuple[str, float]]) -> Prior | None:
+    """Rule step 2 on ``(version, median step ms)`` of accepted runs (``tasks.store.reads.calibration_runs``,
+    newest :data:`CALIBRATION_WINDOW`); ``None`` when there is too little history."""
+    runs = list(runs)
+    tau, df = estimate_between_sd(runs)
     if tau is None:
         return None
-    return Prior(between_sd=tau, prior_df=min(float(df), MAX_PRIOR_DF), source="store", n_runs=len(rows), df=df)
+    return Prior(between_sd=tau, prior_df=min(float(df), MAX_PRIOR_DF), source="store", n_runs=len(runs), df=df)
 
 
-def prior_for_case(db_url: str, case, comparability_key: str) -> Prior:
-    """The prior for ``case`` (a ``tasks.records.Case``) by the module's rule."""
+def prior_for_case(case, runs: Iterable[tuple[str, float]]) -> Prior:
+    """The prior for ``case`` (a ``tasks.records.Case``) by the module's rule, given the accepted runs of
+    its model, case and environment as ``(version, median step ms)``."""
     if case.prior_between_sd is not None:
         return Prior(between_sd=case.prior_between_sd, prior_df=DEFAULT_PRIOR_DF, source="case")
-    return (prior_from_store(db_url, case.model, case.name, comparability_key)
-            or Prior(between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF, source="default"))
+    return prior_from_runs(runs) or Prior(between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF,
+                                          source="default")
 
 
 class Offset(BaseModel):
@@ -171,27 +163,13 @@ def _gate_sd(paired: dict) -> float:
     return d["se_log_ratio"] * math.sqrt(n) if "se_log_ratio" in d else d["sd_log_ratio"]
 
 
-def paired_offset_for_case(db_url: str | None, case, comparability_key: str | None = None) -> Offset:
-    """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the store's
-    A/A release gates of the same model, case and environment (newest :data:`CALIBRATION_WINDOW`
-    paired gates whose baseline digest equals the candidate's); else the default."""
+def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
+    """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from A/A release gates
+    (``aa_gates``: stored ``evidence["paired"]`` dicts of gates whose baseline bytes equal the candidate's,
+    newest first, ``tasks.store.reads.aa_gates``); else the default."""
     if case.paired_offset_sd is not None:
         return Offset(sd=case.paired_offset_sd, source="case")
-    if db_url and comparability_key:
-        from tasks.store import Comparison, Environment, Model, ModelVersion, Run, session_scope
-
-        with session_scope(db_url) as s:
-            rows = s.execute(
-                select(Comparison.evidence, ModelVersion.digest)
-                .join(Run, Run.id == Comparison.run_id).join(Model, Model.id == Run.model_id)
-                .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-                .join(Environment, Environment.id == Run.environment_id)
-                .where(Model.name == case.model, Run.case_name == case.name, Comparison.method == "paired-abba",
-                       Environment.comparability_key == comparability_key)
-                .order_by(Run.id.desc()).limit(CALIBRATION_WINDOW)).all()
-        gates = [(p["ratio"], _gate_sd(p), p["n_candidate"]) for ev, digest in rows
-                 if (p := (ev or {}).get("paired")) and p.get("baseline_digest") == digest]
-        sd, n = estimate_paired_offset(gates)
-        if sd is not None:
-            return Offset(sd=sd, source="store", n_gates=n)
+    sd, n = estimate_paired_offset((p["ratio"], _gate_sd(p), p["n_candidate"]) for p in aa_gates)
+    if sd is not None:
+        return Offset(sd=sd, source="store", n_gates=n)
     return Offset(sd=DEFAULT_PAIRED_OFFSET_SD, source="default")

@@ -119,27 +119,3 @@ def pull_model_version(store_uri: str, model: str, version: str, dest_dir: str |
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     return PulledModel(model=model, version=str(v), source_uri=src if "://" not in store_uri else f"{store_uri}/{model}/{v}",
                        local_path=str(dest), format=fmt, digest=sha256_tree(dest), size_bytes=size)
-
-
-def baseline_version(db_url: str, model: str, case_name: str, comparability_key: str) -> tuple[str, int] | None:
-    """The model version of the baseline a paired (A/B) gate re-measures, and that baseline's run id.
-
-    The active baseline (newest accepted run) of ``model`` and ``case_name`` in the same environment
-    (``comparability_key``); without one, the newest accepted run of the model and case in any
-    environment (both versions are then re-measured here, so the comparison is fair). The version
-    comes from that run's ``model_versions`` row. ``None`` when the model has no accepted run yet.
-    """
-    from sqlalchemy import select
-
-    from tasks.store import Baseline, Model, ModelVersion, Run, session_scope
-
-    q = (select(ModelVersion.version, Baseline.run_id, Baseline.comparability_key)
-         .select_from(Baseline).join(Model, Model.id == Baseline.model_id).join(Run, Run.id == Baseline.run_id)
-         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-         .where(Model.name == model, Baseline.case_name == case_name)
-         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()))
-    with session_scope(db_url) as s:
-        rows = s.execute(q.limit(200)).all()
-    same = [r for r in rows if r[2] == comparability_key]
-    pick = (same or rows or [None])[0]
-    return None if pick is None else (str(pick[0]), int(pick[1]))

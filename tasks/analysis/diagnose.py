@@ -1,14 +1,14 @@
 """Plain-language findings from a parsed profile, in the spirit of the TF profiler's overview page.
 
 Each finding names the figure that triggered it, its value and the threshold (module constants below).
-Figures come from ``tasks.parse.ParsedProfile`` (xprof overview_page / framework_op_stats).
+Figures come from ``tasks.analysis.profile.ParsedProfile`` (xprof overview_page / framework_op_stats).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tasks.parse import IDLE_OP, ParsedProfile
+from tasks.analysis.profile import IDLE_OP, ParsedProfile
 
 #: Input share of step time (%, overview_page) at/above which the run is HIGHLY input-bound (xprof: 20).
 INPUT_BOUND_HIGH_PCT = 20.0

@@ -17,13 +17,7 @@ from typing import Any
 
 import yaml
 
-from tasks import parse as parse_stage
-from tasks.archive import archive_run, record_failure
-from tasks.compare import baseline_compare
-from tasks.explain import top_ops_text
-from tasks.fingerprint import take_fingerprint_in
-from tasks.profiled_run import profiled_run
-from tasks.pull import baseline_version, pull_model_version
+from tasks.analysis.attribution import top_ops_text
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -37,8 +31,16 @@ from tasks.records import (
     WarmupRecord,
 )
 from tasks.settings import Settings
+from tasks.stages import parse as parse_stage
+from tasks.stages.archive import archive_run
+from tasks.stages.compare import baseline_compare
+from tasks.stages.fingerprint import take_fingerprint_in
+from tasks.stages.profiled_run import profiled_run
+from tasks.stages.pull import pull_model_version
+from tasks.stages.warmup import warm_up
 from tasks.store import migrate
-from tasks.warmup import warm_up
+from tasks.store.reads import baseline_version
+from tasks.store.writes import record_failure
 
 STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
 
@@ -143,7 +145,7 @@ warmup = _stage("warm-up", "warmup", lambda b, ctx, st: warm_up(
 
 def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings) -> PulledModel | None:
     """For a paired gate (release trigger or ``Case.paired``): pull the baseline's model version (the
-    version of the baseline run found by ``tasks.pull.baseline_version``) into ``<work dir>/baseline``.
+    version of the baseline run found by ``tasks.store.reads.baseline_version``) into ``<work dir>/baseline``.
     ``None`` when the run is not paired or there is no baseline yet (the normal path then decides)."""
     if not ctx.wants_paired:
         return None

@@ -11,7 +11,7 @@ seen counts as warm-up). All times are milliseconds.
 
 Caveat: with step-to-step noise near or above ``cv_max`` (7-13% on a busy 2-core CPU) a
 window can dip below ``cv_max`` by chance or never do so; ``steady=False`` and the reason
-say which happened, and the comparison statistics (``tasks.stats``) do not rely on it.
+say which happened, and the comparison statistics (``tasks.analysis.stats``) do not rely on it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,8 @@
+"""The command line (``perfwatch``, typer + rich) and its rendering.
+
+``main`` holds the app and the run commands; ``history``, ``compare``, ``env``, ``baseline`` one group
+of commands each; ``render`` the table/csv/json/markdown output; ``history.plot_history`` the plots.
+
+Rule: the command line may import every room; nothing in ``tasks/`` imports it (the Airflow UI
+plugin, outside ``tasks/``, reuses its plot).
+"""

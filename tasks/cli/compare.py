@@ -1,0 +1,180 @@
+"""``perfwatch compare MODEL --from V --to V``: how step time moved between two versions, and which ops moved.
+
+Reads the store only (``compare_versions``): the latest successful run of each version,
+their op self-times per profiled step (µs, xprof framework_op_stats), op categories, and each run's
+diagnosis findings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from tasks.analysis.attribution import Attribution, attribute
+from tasks.cli.render import Format, render
+from tasks.store import reads
+
+#: Shown op columns; the (long) op name last, so the table form keeps it readable.
+OPS_COLUMNS = ["delta_us_per_step", "relative_change", "share_of_change", "status", "baseline_us_per_step",
+               "candidate_us_per_step", "category", "op_type", "host_or_device", "op_name"]
+
+
+class ComparisonUnavailable(LookupError):
+    """The store holds nothing to compare: unknown model, or no successful run of a version / case."""
+
+
+def _profiled_steps(params: Any) -> int | None:
+    steps = (params or {}).get("profiled_steps")
+    return steps if isinstance(steps, int) and steps > 0 else None
+
+
+def _latest(db_url: str, model: str, version: str, case: str | None) -> list[Any]:
+    try:
+        return reads.latest_runs(db_url, model, version, case)
+    except LookupError as e:
+        raise ComparisonUnavailable(str(e)) from e
+
+
+@dataclass(frozen=True)
+class VersionComparison:
+    """``perfwatch compare``'s pieces.
+
+    headline: one row per side (``side`` from/to): run_id, version, case, started_at, median_step_ms (our
+    timer), throughput_eps (examples/s), profiler_avg_step_ms (xprof), input_bound_pct, verdict.
+    ops: op deltas (µs per profiled step) ranked by growth (largest Δ first); categories: by |Δ|;
+    findings: diagnosis findings of both runs (side, run_id, code, severity, message, figure, value,
+    threshold); attribution: the full Attribution (summary text, top_share...).
+    """
+
+    headline: pd.DataFrame
+    ops: pd.DataFrame
+    categories: pd.DataFrame
+    findings: pd.DataFrame
+    attribution: Attribution
+
+    def to_dict(self) -> dict[str, Any]:
+        """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution summary."""
+        import json
+
+        def recs(df: pd.DataFrame) -> list[dict[str, Any]]:
+            return json.loads(df.to_json(orient="records", date_format="iso"))
+
+        return {"headline": recs(self.headline), "ops": recs(self.ops), "categories": recs(self.categories),
+                "findings": recs(self.findings), "summary": self.attribution.summary,
+                "step_time_change_us": self.attribution.step_time_change_us,
+                "step_time_change_source": self.attribution.step_time_change_source,
+                "top_share": self.attribution.top_share}
+
+
+FINDING_COLUMNS = ["side", "run_id", "code", "severity", "message", "figure", "value", "threshold"]
+HEADLINE_COLUMNS = ["side", "run_id", "version", "case", "started_at", "median_step_ms", "throughput_eps",
+                    "profiler_avg_step_ms", "input_bound_pct", "verdict"]
+
+
+def compare_versions(db_url: str, model: str, from_version: str, to_version: str, case: str | None = None,
+                     *, top_n: int = 10) -> VersionComparison:
+    """Compare the latest successful run of ``from_version`` with that of ``to_version`` of ``model``.
+
+    ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the case of the newest successful
+    run of ``to_version``, which ``from_version`` must also have. Op self-times are per profiled step (µs,
+    each run's ``params.profiled_steps``); the step-time change is xprof's average step time (ms) over the
+    profiled windows (op self-time when either lacks it). ``top_n``: how many ops the summary names; the
+    ``ops`` frame holds every op.
+
+    Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
+    ValueError when a run records no ``profiled_steps``.
+    """
+    to_runs = _latest(db_url, model, to_version, case)
+    if not to_runs:
+        raise ComparisonUnavailable(f"no successful run of {model} version {to_version}"
+                                    + (f" in case {case}" if case else ""))
+    case = case or to_runs[0]["case"]
+    from_runs = _latest(db_url, model, from_version, case)
+    if not from_runs:
+        other = sorted({r["case"] for r in _latest(db_url, model, from_version, None)})
+        raise ComparisonUnavailable(f"no successful run of {model} version {from_version} in case {case}"
+                                    + (f" (it has runs in {other}; pass --case)" if other else ""))
+    sides = {"from": from_runs[0], "to": to_runs[0]}
+    steps = {}
+    for side, r in sides.items():
+        steps[side] = _profiled_steps(r["params"])
+        if steps[side] is None:
+            raise ValueError(f"run {r['run_id']} ({side} version {r['version']}) records no profiled_steps")
+    a = attribute(reads.op_table(db_url, sides["from"]["run_id"]), reads.op_table(db_url, sides["to"]["run_id"]),
+                  baseline_steps=steps["from"], candidate_steps=steps["to"],
+                  baseline_step_ms=sides["from"]["profiler_avg_step_ms"],
+                  candidate_step_ms=sides["to"]["profiler_avg_step_ms"], top_n=top_n)
+    headline = pd.DataFrame([{"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k != "side"}}
+                             for side, r in sides.items()], columns=HEADLINE_COLUMNS)
+    ops = a.ops_frame().sort_values("delta_us_per_step", ascending=False, kind="stable").reset_index(drop=True)
+    findings = pd.DataFrame([{"side": side, "run_id": r["run_id"], **{k: f.get(k) for k in FINDING_COLUMNS[2:]}}
+                             for side, r in sides.items() for f in reads.run_findings(db_url, r["run_id"])],
+                            columns=FINDING_COLUMNS)
+    return VersionComparison(headline=headline, ops=ops, categories=a.categories_frame(), findings=findings,
+                             attribution=a)
+
+
+def _headline_text(vc: VersionComparison) -> str:
+    h = vc.headline.set_index("side")
+    f, t = h.loc["from"], h.loc["to"]
+    ratio = t["median_step_ms"] / f["median_step_ms"] if f["median_step_ms"] else float("nan")
+    return (f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
+            f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
+            f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
+            f"case {t['case']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``compare`` command to the perfwatch CLI."""
+
+    @app.command("compare")
+    def compare_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
+                    from_version: Annotated[str, typer.Option("--from", help="Baseline version.")],
+                    to_version: Annotated[str, typer.Option("--to", help="Candidate version.")],
+                    case: Annotated[str | None, typer.Option(help="Case, e.g. train-bs16 (default: the newest "
+                                                                  "run's case of --to).")] = None,
+                    top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
+                    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+                    = Format.table) -> None:
+        """Compare the latest successful runs of two versions: step time, throughput and verdicts; the ops
+        whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
+        step-time change; the change by op category; the diagnosis findings of each run."""
+        from tasks.cli.main import _settings
+
+        try:
+            vc = compare_versions(_settings().database_url, model, from_version, to_version, case, top_n=top or 10)
+        except (ComparisonUnavailable, ValueError) as e:
+            typer.echo(f"perfwatch compare: {e}", err=True)
+            raise typer.Exit(1) from e
+        ops = vc.ops[OPS_COLUMNS] if not top else vc.ops[OPS_COLUMNS].head(top)
+        sections = {"headline": vc.headline, "ops": ops, "categories": vc.categories, "findings": vc.findings}
+        if fmt is Format.json:
+            print(json.dumps({**vc.to_dict(), "ops": json.loads(ops.to_json(orient="records"))}, indent=2))
+            return
+        if fmt is Format.csv:
+            for name, df in sections.items():
+                print(f"# {name}")
+                render(df, fmt)
+            return
+        a = vc.attribution
+        titles = {"headline": f"{model}: v{from_version} vs v{to_version}",
+                  "ops": "ops whose self-time per step grew most (µs per profiled step; share = of the "
+                         f"{a.step_time_change_source.replace('_', ' ')} change)",
+                  "categories": "by op category (µs per profiled step)",
+                  "findings": "diagnosis findings"}
+        print(_headline_text(vc))
+        print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
+        if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
+            sections["ops"] = pd.DataFrame({
+                "Δ µs/step": ops["delta_us_per_step"], "relative": ops["relative_change"],
+                "share": ops["share_of_change"], "status": ops["status"], "base µs/step": ops["baseline_us_per_step"],
+                "cand µs/step": ops["candidate_us_per_step"], "category": ops["category"],
+                "op (type, host/device)": ops["op_name"] + " (" + ops["op_type"] + ", " + ops["host_or_device"] + ")"})
+        for name, df in sections.items():
+            if fmt is Format.markdown:
+                print(f"\n### {titles[name]}\n")
+            render(df, fmt, title=titles[name])

@@ -1,0 +1,16 @@
+"""The runner: the only code that imports TensorFlow, run as ``python -m tasks.runner SPEC.json``.
+
+Everything here runs in the *runner's* interpreter (``PERFWATCH_RUNNER_PYTHON``: the project venv by
+default, a separate TF/GPU venv or image in production) except ``launch``, the parent side that
+starts it. Modules: ``spec`` (what to run; the JSON contract), ``launch`` (parent side),
+``process`` (the measurement itself), ``steady`` (the warm-up rule), ``probe`` (the environment
+facts, ``python -m tasks.runner.probe``), ``zoo`` (model builders for the demo store).
+
+Rule: modules here import only ``tasks.runner.*`` (and TF, numpy, pydantic, psutil, pynvml), so
+the runner's venv needs nothing else from this project.
+"""
+
+from tasks.runner.launch import launch
+from tasks.runner.spec import RunnerError, RunnerSpec
+
+__all__ = ["RunnerError", "RunnerSpec", "launch"]

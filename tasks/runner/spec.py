@@ -1,0 +1,43 @@
+"""What the runner is asked to do (``RunnerSpec``, JSON on disk) and how it says it failed.
+
+Imported on both sides of the process boundary: by the stages that write a spec and by the runner
+process that reads it. Needs only pydantic, so it loads in a bare TF/GPU venv.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RunnerSpec(BaseModel):
+    """What the runner is asked to do; written by the warm-up and profiled-run stages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["warmup", "profile", "paired"]
+    model_path: str  # paired mode: the candidate (B)
+    out_dir: str
+    batch_size: int
+    seed: int = 0
+    deterministic: bool = False
+    warmup_steps: int = 0  # profile mode: steps run (untimed for results) after the cold step
+    warmup_window: int = 5
+    warmup_cv_max: float = 0.05
+    warmup_max_steps: int = 60
+    measured_steps: int = 50
+    profiled_steps: int = 5
+    baseline_model_path: str | None = None  # paired mode: the baseline version (A)
+    block_steps: int = Field(10, ge=1, le=10_000)  # paired mode: timed steps per block
+    blocks: int = Field(8, ge=2, le=10_000)  # paired mode: block pairs (blocks per version)
+
+    @model_validator(mode="after")
+    def _paired_needs_baseline(self) -> RunnerSpec:
+        if self.mode == "paired" and not self.baseline_model_path:
+            raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
+        return self
+
+
+class RunnerError(RuntimeError):
+    """The runner failed; the message names the model and what went wrong."""

@@ -1,0 +1,256 @@
+"""The store's reads for the stages and the command line: typed snapshots, one session each.
+
+``gather_compare_inputs`` is baseline-compare's single read: the lookback baselines and their
+measured samples, the history that calibrates the drift prior and the paired offset, and the op
+table of the newest baseline run; the decisions on them are pure (``tasks.analysis``). The other
+functions read one run's parsed tables back (op self-times µs over the profiled window, per-step
+breakdown ms, the xprof tool tables) or the latest runs of a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tasks.analysis.attribution import RunOps
+from tasks.analysis.profile import OP_STATS_COLUMNS
+from tasks.analysis.verdict import usable_baselines
+from tasks.store.engine import session_scope
+from tasks.store.schema import (
+    Baseline,
+    Comparison,
+    Environment,
+    Model,
+    ModelVersion,
+    OpStat,
+    Run,
+    RunTable,
+    StepBreakdown,
+    StepSample,
+)
+
+
+@dataclass(frozen=True)
+class CompareInputs:
+    """Everything baseline-compare reads from the store, read in one session.
+
+    Attributes:
+        same_env: lookback baseline run ids in the candidate's environment, newest first.
+        other_env: the newest accepted run id in another environment (at most one; only when
+            ``same_env`` is empty), and ``other_env_data`` its fingerprint record.
+        samples: measured step times (ms, our timer) of each of those runs, in step order.
+        calibration_runs: ``(version, median step ms)`` of the newest accepted runs of the model, case
+            and environment (``tasks.analysis.calibration.prior_for_case``'s input).
+        aa_gates: stored paired gates of the case and environment whose baseline bytes equal the
+            candidate's (A/A gates): their ``evidence["paired"]`` dicts, newest first.
+        baseline_ops: the op table and profiled-window facts of the newest baseline run whose samples
+            are usable (``tasks.analysis.verdict.usable_baselines``), for attribution; None without one.
+    """
+
+    same_env: list[int] = field(default_factory=list)
+    other_env: list[int] = field(default_factory=list)
+    other_env_data: dict[str, Any] | None = None
+    samples: dict[int, list[float]] = field(default_factory=dict)
+    calibration_runs: list[tuple[str, float]] = field(default_factory=list)
+    aa_gates: list[dict[str, Any]] = field(default_factory=list)
+    baseline_ops: RunOps | None = None
+
+
+def _model_id(s: Session, model: str) -> int | None:
+    return s.scalar(select(Model.id).where(Model.name == model))
+
+
+def _baselines(s: Session, model_id: int, case_name: str, comparability_key: str,
+               lookback: int) -> tuple[list[int], list[int], dict[str, Any] | None]:
+    same = list(s.scalars(select(Baseline.run_id).where(
+        Baseline.model_id == model_id, Baseline.case_name == case_name,
+        Baseline.comparability_key == comparability_key).order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+        .limit(lookback)))
+    if same:
+        return same, [], None
+    other = s.execute(select(Baseline.run_id, Environment.data)
+                      .join(Run, Run.id == Baseline.run_id).join(Environment, Environment.id == Run.environment_id)
+                      .where(Baseline.model_id == model_id, Baseline.case_name == case_name)
+                      .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(1)).first()
+    return ([], [], None) if other is None else ([], [other[0]], other[1])
+
+
+def _measured_samples(s: Session, run_ids: list[int]) -> dict[int, list[float]]:
+    rows = s.execute(select(StepSample.run_id, StepSample.step_time_ms)
+                     .where(StepSample.run_id.in_(run_ids), StepSample.phase == "measured")
+                     .order_by(StepSample.run_id, StepSample.step)).all()
+    out: dict[int, list[float]] = {rid: [] for rid in run_ids}
+    for rid, t in rows:
+        out[rid].append(t)
+    return out
+
+
+def _calibration_runs(s: Session, model_id: int, case_name: str, comparability_key: str,
+                      window: int) -> list[tuple[str, float]]:
+    rows = s.execute(
+        select(ModelVersion.version, Run.median_step_ms)
+        .select_from(Baseline).join(Run, Run.id == Baseline.run_id)
+        .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .where(Baseline.model_id == model_id, Baseline.case_name == case_name,
+               Baseline.comparability_key == comparability_key, Run.median_step_ms.is_not(None))
+        .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(window)).all()
+    return [(str(v), float(m)) for v, m in rows]
+
+
+def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:
+    rows = s.execute(
+        select(Comparison.evidence, ModelVersion.digest)
+        .join(Run, Run.id == Comparison.run_id)
+        .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .join(Environment, Environment.id == Run.environment_id)
+        .where(Run.model_id == model_id, Run.case_name == case_name, Comparison.method == "paired-abba",
+               Environment.comparability_key == comparability_key)
+        .order_by(Run.id.desc()).limit(window)).all()
+    return [p for ev, digest in rows if (p := (ev or {}).get("paired")) and p.get("baseline_digest") == digest]
+
+
+def _run_ops(s: Session, run_id: int) -> RunOps | None:
+    base = s.execute(select(Run.params, Run.profiler_avg_step_ms).where(Run.id == run_id)).first()
+    if base is None:
+        return None
+    rows = s.execute(select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS])
+                     .where(OpStat.run_id == run_id).order_by(OpStat.id)).all()
+    steps = (base.params or {}).get("profiled_steps")
+    return RunOps(run_id=run_id, ops=pd.DataFrame([tuple(r) for r in rows], columns=OP_STATS_COLUMNS),
+                  profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
+                  profiler_avg_step_ms=base.profiler_avg_step_ms)
+
+
+def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability_key: str, *, lookback: int,
+                          calibration_window: int) -> CompareInputs:
+    """Baseline-compare's one read of the store (see ``CompareInputs``); empty inputs for an unknown model.
+
+    ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
+    and paired gates looked at for calibration.
+    """
+    with session_scope(db_url) as s:
+        model_id = _model_id(s, model)
+        if model_id is None:
+            return CompareInputs()
+        same, other, other_data = _baselines(s, model_id, case_name, comparability_key, lookback)
+        ids = same or other
+        samples = _measured_samples(s, ids) if ids else {}
+        usable = usable_baselines(samples, same)[0] or usable_baselines(samples, other)[0]
+        return CompareInputs(
+            same_env=same, other_env=other, other_env_data=other_data,
+            samples=samples,
+            calibration_runs=_calibration_runs(s, model_id, case_name, comparability_key, calibration_window),
+            aa_gates=_aa_gates(s, model_id, case_name, comparability_key, calibration_window),
+            baseline_ops=_run_ops(s, usable[0]) if usable else None)
+
+
+def load_samples(db_url: str, run_ids: list[int]) -> dict[int, list[float]]:
+    """Measured step times (ms, our timer) of each run, in step order."""
+    with session_scope(db_url) as s:
+        return _measured_samples(s, run_ids)
+
+
+def calibration_runs(db_url: str, model: str, case_name: str, comparability_key: str,
+                     window: int) -> list[tuple[str, float]]:
+    """``(version, median step ms)`` of the newest ``window`` accepted runs of a model, case and environment."""
+    with session_scope(db_url) as s:
+        model_id = _model_id(s, model)
+        return [] if model_id is None else _calibration_runs(s, model_id, case_name, comparability_key, window)
+
+
+def aa_gates(db_url: str, model: str, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:
+    """The newest ``window`` stored A/A paired gates of a model, case and environment (``evidence["paired"]``)."""
+    with session_scope(db_url) as s:
+        model_id = _model_id(s, model)
+        return [] if model_id is None else _aa_gates(s, model_id, case_name, comparability_key, window)
+
+
+def run_ops(db_url: str, run_id: int) -> RunOps | None:
+    """A stored run's op table and profiled-window facts; None when the run is not in the store."""
+    with session_scope(db_url) as s:
+        return _run_ops(s, run_id)
+
+
+def baseline_version(db_url: str, model: str, case_name: str, comparability_key: str) -> tuple[str, int] | None:
+    """The model version of the baseline a paired (A/B) gate re-measures, and that baseline's run id.
+
+    The active baseline (newest accepted run) of ``model`` and ``case_name`` in the same environment
+    (``comparability_key``); without one, the newest accepted run of the model and case in any
+    environment (both versions are then re-measured here, so the comparison is fair). The version
+    comes from that run's ``model_versions`` row. ``None`` when the model has no accepted run yet.
+    """
+    q = (select(ModelVersion.version, Baseline.run_id, Baseline.comparability_key)
+         .select_from(Baseline).join(Model, Model.id == Baseline.model_id).join(Run, Run.id == Baseline.run_id)
+         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+         .where(Model.name == model, Baseline.case_name == case_name)
+         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()))
+    with session_scope(db_url) as s:
+        rows = s.execute(q.limit(200)).all()
+    same = [r for r in rows if r[2] == comparability_key]
+    pick = (same or rows or [None])[0]
+    return None if pick is None else (str(pick[0]), int(pick[1]))
+
+
+# ------------------------------------------------------------------------------------- per-run tables
+
+
+def op_table(db_url: str, run_id: int) -> pd.DataFrame:
+    """The run's framework_op_stats rows (``OP_STATS_COLUMNS``; self-times µs over the profiled window,
+    ``self_time_share`` 0..1). Empty frame when the run has none."""
+    ops = run_ops(db_url, run_id)
+    return ops.ops if ops is not None else pd.DataFrame(columns=OP_STATS_COLUMNS)
+
+
+def step_breakdown_table(db_url: str, run_id: int) -> pd.DataFrame:
+    """The run's overview_page per-step breakdown, wide: ``step`` plus one column per component (ms)."""
+    with session_scope(db_url) as s:
+        rows = s.execute(select(StepBreakdown.step_num, StepBreakdown.component, StepBreakdown.ms)
+                         .where(StepBreakdown.run_id == run_id)).all()
+    if not rows:
+        return pd.DataFrame(columns=["step"])
+    wide = pd.DataFrame(rows, columns=["step", "component", "ms"]).pivot(index="step", columns="component",
+                                                                          values="ms")
+    return wide.rename_axis(columns=None).reset_index()
+
+
+def run_tool_tables(db_url: str, run_id: int) -> dict[str, dict[str, Any]]:
+    """The run's ``run_tables`` rows as ``{tool: data}`` (tools: overview_page, framework_op_stats,
+    input_pipeline_analyzer, memory_profile, kernel_stats, diagnosis, cross_check, parse)."""
+    with session_scope(db_url) as s:
+        return {t: d for t, d in s.execute(select(RunTable.tool, RunTable.data).where(RunTable.run_id == run_id))}
+
+
+def run_findings(db_url: str, run_id: int) -> list[dict[str, Any]]:
+    """The run's diagnosis findings (``tasks.analysis.diagnose.Finding`` fields) from ``run_tables``
+    'diagnosis'; empty when the run has none."""
+    with session_scope(db_url) as s:
+        data = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "diagnosis"))
+    return list((data or {}).get("findings") or [])
+
+
+def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list[Mapping[str, Any]]:
+    """Successful runs of ``model`` ``version`` (optionally one case), newest first: run_id, version, case,
+    started_at, median_step_ms, throughput_eps, profiler_avg_step_ms, input_bound_pct, verdict, params.
+
+    Raises:
+        LookupError: no model of that name in the store (names the models it has).
+    """
+    with session_scope(db_url) as s:
+        model_id = _model_id(s, model)
+        if model_id is None:
+            known = sorted(s.scalars(select(Model.name)))
+            raise LookupError(f"no model {model!r} in the store (models: {known or 'none'})")
+        q = (select(Run.id.label("run_id"), ModelVersion.version, Run.case_name.label("case"), Run.started_at,
+                    Run.median_step_ms, Run.throughput_eps, Run.profiler_avg_step_ms, Run.input_bound_pct,
+                    Run.verdict, Run.params)
+             .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+             .where(Run.model_id == model_id, Run.status == "success", ModelVersion.version == str(version))
+             .order_by(Run.started_at.desc(), Run.id.desc()))
+        if case:
+            q = q.where(Run.case_name == case)
+        return [dict(r) for r in s.execute(q).mappings()]
