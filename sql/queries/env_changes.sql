@@ -3,11 +3,11 @@
 -- environment fingerprint differs from the previous run of the same model and case. Shows both
 -- fingerprints and comparability keys; affects_comparability is 1 when the comparability key
 -- changed (driver, CUDA, TF build, GPU...), 0 when only a recorded-only detail moved.
--- (tasks.queries.env_changes adds the names of the fingerprint fields that changed.)
+-- (tasks.store.queries.env_changes adds the names of the fingerprint fields that changed.)
 -- params: since timestamp, until timestamp, model text optional
 -- psql:
 --   psql "$DB" -v since="'2026-01-01'" -v until="'2100-01-01'" -v model=NULL -f sql/queries/env_changes.sql
--- Python: tasks.queries.env_changes(since="2026-01-01")
+-- Python: tasks.store.queries.env_changes(since="2026-01-01")
 WITH sequenced AS (
     SELECT r.id AS run_id, r.model_id, r.case_name, r.started_at, r.environment_id,
            COALESCE(mv.version, r.version_requested) AS version,

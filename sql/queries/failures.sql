@@ -7,7 +7,7 @@
 -- psql:
 --   psql "$DB" -v since="'2026-01-01'" -v until="'2100-01-01'" -v model=NULL -v limit=ALL \
 --        -f sql/queries/failures.sql
--- Python: tasks.queries.failures(since="2026-01-01")
+-- Python: tasks.store.queries.failures(since="2026-01-01")
 SELECT r.id AS run_id,
        r.started_at,
        r.finished_at,

@@ -5,7 +5,7 @@
 -- params: model text, version text, case_name text optional
 -- psql:
 --   psql "$DB" -v model="'tiny'" -v version="'2'" -v case_name=NULL -f sql/queries/gate.sql
--- Python: tasks.queries.run_query("gate", url, model="tiny", version="2")
+-- Python: tasks.store.queries.run_query("gate", url, model="tiny", version="2")
 WITH ranked AS (
     SELECT r.id AS run_id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.median_step_ms,
            SUBSTR(r.error, 1, 500) AS error,

@@ -9,7 +9,7 @@
 -- params: model text, case_name text optional, limit integer
 -- psql (text values quoted, NULL for "any", ALL for no limit):
 --   psql "$DB" -v model="'tiny'" -v case_name=NULL -v limit=ALL -f sql/queries/history.sql
--- Python: tasks.queries.history("tiny") or run_query("history", url, model="tiny")
+-- Python: tasks.store.queries.history("tiny") or run_query("history", url, model="tiny")
 WITH picked AS (
     SELECT r.id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.trigger,
            COALESCE(mv.version, r.version_requested) AS version, r.environment_id,

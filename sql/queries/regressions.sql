@@ -5,7 +5,7 @@
 -- params: since timestamp, until timestamp, model text optional
 -- psql:
 --   psql "$DB" -v since="'2026-01-01'" -v until="'2100-01-01'" -v model=NULL -f sql/queries/regressions.sql
--- Python: tasks.queries.regressions(since="2026-01-01")
+-- Python: tasks.store.queries.regressions(since="2026-01-01")
 SELECT r.id AS run_id,
        r.started_at,
        m.name AS model,

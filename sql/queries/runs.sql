@@ -5,7 +5,7 @@
 -- params: model text optional, limit integer
 -- psql:
 --   psql "$DB" -v model=NULL -v limit=50 -f sql/queries/runs.sql
--- Python: tasks.queries.run_query("runs", url, model=None, limit=50)
+-- Python: tasks.store.queries.run_query("runs", url, model=None, limit=50)
 SELECT r.id AS run_id,
        r.started_at,
        m.name AS model,

@@ -7,7 +7,7 @@
 -- params: run_a integer, run_b integer, limit integer
 -- psql:
 --   psql "$DB" -v run_a=1 -v run_b=2 -v limit=20 -f sql/queries/top_op_regressions.sql
--- Python: tasks.queries.top_op_regressions(1, 2)
+-- Python: tasks.store.queries.top_op_regressions(1, 2)
 WITH steps AS (
     SELECT MAX(CASE WHEN run_id = :run_a THEN n END) AS a_steps,
            MAX(CASE WHEN run_id = :run_b THEN n END) AS b_steps

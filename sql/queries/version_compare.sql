@@ -7,7 +7,7 @@
 -- psql:
 --   psql "$DB" -v model="'tiny'" -v version_a="'1'" -v version_b="'2'" -v case_name=NULL \
 --        -f sql/queries/version_compare.sql
--- Python: tasks.queries.version_compare("tiny", "1", "2")
+-- Python: tasks.store.queries.version_compare("tiny", "1", "2")
 SELECT r.case_name,
        e.comparability_key AS env_key,
        SUM(CASE WHEN COALESCE(mv.version, r.version_requested) = :version_a THEN 1 ELSE 0 END) AS runs_a,
