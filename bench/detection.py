@@ -1,48 +1,56 @@
-"""Benchmark: how well perfwatch's verdicts separate real slowdowns from this machine's noise.
+"""Benchmark (resampled, cached): how often perfwatch's final verdict alarms on real noise, and how often it
+catches an injected slowdown. The fast companion of ``bench/gates.py`` (real gates end to end).
 
-Run: ``.venv/bin/python bench/detection.py`` (analysis of the committed real samples, about a
-minute), ``--collect`` to re-collect the samples first (real runner processes, about 25 min on
-the 2-core machine), ``--real`` to also judge the real heavier model variant.
+Run: ``.venv/bin/python bench/detection.py`` (analysis of the committed samples, a few minutes),
+``--collect`` to re-collect the quiet-host samples first (real runner processes, about 25 min on the 2-core
+machine), ``--collect-load`` to add self-vs-self processes measured under a background load the bench starts
+itself (``bench/gates.py``'s ``BackgroundLoad``; ``--load-levels``, ``--per-level``), ``--real`` to also
+judge the real heavier model variant, ``--trials N`` trials per level.
 
-Collection (``--collect``), all with the real runner (``python -m tasks.runner``) on the demo
-model (MobileNetV2 α=0.35, 96×96×3, batch 16, random weights), interleaved in rounds so that
-run-to-run drift (other jobs on the shared CPUs, thermal state, time) is in the data:
+Samples (``bench/data/detection_samples.json``), all from the real runner (``python -m tasks.runner``) on the
+demo model (MobileNetV2 α=0.35, 96×96×3, batch 16, random weights):
 
-* ``history``: separate processes (mode ``profile``), each a cold step, 10 warm-up steps, then
-  100 measured steps, as the nightly run does (its default is 320 now; the history verdict is
-  limited by the drift between processes, not by the steps in one);
-* ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA
-  order with 1-step blocks (A B B A A B ...), 256 block pairs each;
-* ``heavy_history`` / ``heavy_paired``: the same for a heavier variant of the same network
-  (input 98×98 instead of 96×96; A = the base model, B = heavy in the paired runs, 128 pairs),
-  the real slowdown of ``--real``.
+* ``history``: separate processes (mode ``profile``), a cold step, 10 warm-up steps, 100 measured steps;
+* ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA order with
+  1-step blocks, 256 block pairs each; ``load_level`` (busy processes per core started by the bench, absent
+  for the quiet-host collection), ``load1`` (1-min load average at the start) and, for processes collected
+  since the runner records it, ``host_load`` (the runner's ``HostLoad`` over the pairs);
+* ``heavy_history`` / ``heavy_paired``: the same for a heavier variant (input 98×98; B = heavy).
 
-The 1-minute load average is recorded before every process. Samples are cached as JSON under
-``bench/data/detection_samples.json``.
+Every trial is judged by the product's own decision function, ``tasks.analysis.verdict.decide``, with every
+rule that can change the verdict (the paired statistics of the sequential gate, the noise rule); nothing of
+it is re-emulated here. What the bench supplies is what the product's stages would hand to ``decide``:
 
-Analysis: trials inject a multiplicative slowdown s ∈ {0, 2, 3, 5, 10}% into resampled data,
-resampling whole processes or block pairs inside one process, never single steps across
-processes (that would erase the drift):
+* paired (``paired-abba``): the gate's design is ``tasks.stages.profiled_run.gate_design`` with the offset
+  and noise calibration ``tasks.stages.profiled_run.gate_setup`` would read from a store holding the OTHER
+  self-vs-self processes as A/A gates (each judged whole by ``decide``, as the store would hold them). The gate
+  stops at its first decisive look, measured in rounds of ``Case.paired_round_pairs`` pairs as the runner
+  does (``sequential.look`` decides each look); its noise is ``calibration.assess_noise`` of the source
+  process's host load and the gate's pair noise, as ``profiled_run`` computes it. Budget: the product's 320
+  pairs, cut to the shortest process (``min(320, N)``): **no trial is longer than the data it is drawn from**.
+  A trial draws one process and builds the gate's pairs by a moving-block bootstrap (Kuensch 1989) of
+  ``BOOT_BLOCK`` = 37 consecutive pairs with random starts: **blocks longer than the statistic's batches (at
+  most 16 pairs) and not aligned with them** (37 is no multiple of any batch size), so the drift correlation
+  between neighbouring pairs is kept and batch edges do not coincide with block joins. Both ways are shown:
+  ``centred`` (each process's pair ratios divided by its own mean ratio: a null world around ratio 1) and
+  ``raw`` (uncentred: the pairs as measured, any offset or bias of the process included). The slowdown s
+  multiplies every B step by (1+s);
+* history (``history-lookback``): ``decide`` with ``case.lookback`` distinct baseline processes and a distinct
+  candidate process (steps × (1+s)); the drift prior's input ``calibration_runs`` holds every process's
+  median but the candidate's. No resampling of steps: a trial is whole processes;
+* fixed110: candidate median > 1.10 × the newest baseline process's median (reference only).
 
-* paired (``tasks.analysis.stats.compare_paired`` with the product's default layout and the offset
-  ``tasks.analysis.calibration`` would estimate from A/A gates): draw one self-vs-self process, centre
-  its pair ratios on 1 and build a gate of ``Case.paired_blocks`` pairs from runs of
-  consecutive pairs (moving-block bootstrap, see :func:`paired_rates`); multiply the B blocks
-  by (1+s). A second column subsamples real pairs without centring, as a check;
-* history (``tasks.analysis.stats.compare_to_history`` with the calibrated prior of
-  ``tasks.analysis.calibration``): draw K=5 distinct baseline processes and a distinct candidate process,
-  multiply the candidate's steps by (1+s); the prior's between-run sd is estimated from every
-  process except the candidate (the store's "longer history");
-* fixed110: candidate median > 1.10 × the newest baseline process's median.
+A trial "alarms" when the final verdict is ``regression``. Last line::
 
-A trial "alarms" when the verdict is ``regression`` (as baseline-compare gives it: the
-statistics, or the GX ceiling breached by an ``inconclusive`` run). Last line::
-
-    detection: false_alarm=<pct>% detect_5pct=<pct>% mde95=<pct>% | history: false_alarm=<pct>% \
+    detection: false_alarm=<pct>% detect_5pct=<pct>% mde95=<pct>% centred_false_alarm=<pct>% \
+centred_detect_5pct=<pct>% loaded_false_alarm_max=<pct>% pairs_median=<n> | history: false_alarm=<pct>% \
 detect_5pct=<pct>% | fixed110: false_alarm=<pct>% detect_5pct=<pct>%
 
-(the first group is the paired method; mde95 = smallest injected level detected in >= 95% of
-trials on a 1% grid, ``>30`` if none).
+(the first group is the paired gate on the quiet-host processes' raw pairs, ``centred_*`` on the same pairs
+centred; ``loaded_false_alarm_max``: the highest raw false-alarm rate over the processes of one load level
+(``nan`` without any); mde95 = smallest injected level detected in >= 95% of quiet raw trials on a 1% grid
+(bisection), ``>30`` if none; pairs_median = median pairs spent by the quiet raw trials at 0% and 5%.)
+Trials draw their process from one load class at a time: quiet-host processes, then each load level's.
 """
 
 from __future__ import annotations
@@ -50,23 +58,30 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.analysis import calibration, stats  # noqa: E402
-from tasks.analysis.verdict import ceiling_ms  # noqa: E402
+from tasks.analysis import calibration, sequential, stats  # noqa: E402
+from tasks.analysis.verdict import PairedBlocks, decide, paired_comparison  # noqa: E402
 from tasks.records import Case  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "detection_samples.json"
 LEVELS = (0.0, 0.02, 0.03, 0.05, 0.10)
+BOOT_BLOCK = 37  #: pairs per bootstrap block: > sequential.MAX_BATCH_PAIRS (16) and a multiple of no batch size
+PRODUCT_BUDGET = 320  #: the product's default gate budget (Case.paired_blocks for 320 measured steps)
 MODEL_SCRIPT = """
 import sys, keras
 side, path = int(sys.argv[1]), sys.argv[2]
@@ -80,8 +95,7 @@ HISTORY_PER_ROUND = 2
 HEAVY_ROUNDS = (0, 2, 4)
 HISTORY_STEPS = 100
 WARMUP_STEPS = 10
-COLLECT_BLOCK_STEPS = 1
-COLLECT_BLOCKS = 256  # block pairs per self-vs-self process (the bootstrap builds gates of any size)
+COLLECT_BLOCKS = 256  # block pairs per self-vs-self process
 HEAVY_BLOCKS = 128
 BATCH = 16
 
@@ -90,23 +104,40 @@ def _load1() -> float:
     return os.getloadavg()[0]
 
 
-def collect(path: Path) -> dict:
-    """Run the real runner processes (module docstring) and write the samples to ``path`` (JSON)."""
+def _models(tmp: str) -> dict[str, str]:
     import subprocess
 
+    models = {}
+    for name, side in (("base", 96), ("heavy", 98)):
+        models[name] = str(Path(tmp) / f"{name}.keras")
+        subprocess.run([sys.executable, "-c", MODEL_SCRIPT, str(side), models[name]], check=True,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True)
+    return models
+
+
+def _paired_process(model: str, base: str, out_dir: str, blocks: int, t0: float) -> dict[str, Any]:
+    """One self-vs-self (or A/B) paired runner process: its blocks, load and host load (when recorded)."""
+    from tasks.runner import RunnerSpec, launch
+
+    load = _load1()
+    spec = RunnerSpec(mode="paired", model_path=model, baseline_model_path=base, out_dir=out_dir, batch_size=BATCH,
+                      warmup_steps=WARMUP_STEPS, blocks=blocks, block_steps=1)
+    r = launch(spec, sys.executable)
+    return {"started": time.time() - t0, "load1": load, "host_load": r.get("host_load"),
+            "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
+
+
+def collect(path: Path) -> dict:
+    """Run the quiet-host runner processes (module docstring) and write the samples to ``path`` (JSON)."""
     from tasks.runner import RunnerSpec, launch
 
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="pw-detection-") as tmp:
-        models = {}
-        for name, side in (("base", 96), ("heavy", 98)):
-            models[name] = str(Path(tmp) / f"{name}.keras")
-            subprocess.run([sys.executable, "-c", MODEL_SCRIPT, str(side), models[name]], check=True,
-                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True)
+        models = _models(tmp)
         out: dict = {"meta": {"model": "MobileNetV2 alpha=0.35 96x96x3 batch 16 (heavy: 98x98x3)",
                               "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                               "cpus": os.cpu_count(), "warmup_steps": WARMUP_STEPS,
-                              "history_steps": HISTORY_STEPS, "block_steps": COLLECT_BLOCK_STEPS,
+                              "history_steps": HISTORY_STEPS, "block_steps": 1,
                               "blocks": COLLECT_BLOCKS, "heavy_blocks": HEAVY_BLOCKS},
                      "history": [], "paired": [], "heavy_history": [], "heavy_paired": []}
 
@@ -118,35 +149,48 @@ def collect(path: Path) -> dict:
             r = launch(spec, sys.executable)
             key = "history" if kind == "base" else "heavy_history"
             out[key].append({"started": time.time() - t0, "load1": load, "steps_ms": r["measured_step_times_ms"]})
-            print(f"  {key}[{i}] t={time.time() - t0:5.0f}s load1={load:.2f} median "
-                  f"{np.median(r['measured_step_times_ms']):.1f} ms", flush=True)
-
-        def paired(kind: str, i: int) -> None:
-            load = _load1()
-            spec = RunnerSpec(mode="paired", model_path=models[kind], baseline_model_path=models["base"],
-                              out_dir=f"{tmp}/p_{kind}_{i}", batch_size=BATCH, warmup_steps=WARMUP_STEPS,
-                              blocks=COLLECT_BLOCKS if kind == "base" else HEAVY_BLOCKS,
-                              block_steps=COLLECT_BLOCK_STEPS)
-            r = launch(spec, sys.executable)
-            key = "paired" if kind == "base" else "heavy_paired"
-            out[key].append({"started": time.time() - t0, "load1": load,
-                             "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]}
-                                        for b in r["blocks"]]})
-            d = [np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for b in r["blocks"]]
-            print(f"  {key}[{i}] t={time.time() - t0:5.0f}s load1={load:.2f} mean B/A {np.exp(np.mean(d)):.3f} "
-                  f"sd of pair log ratio {np.std(d, ddof=1):.3f}", flush=True)
+            print(f"  {key}[{i}] load1={load:.2f} median {np.median(r['measured_step_times_ms']):.1f} ms", flush=True)
 
         for r in range(ROUNDS):
             for j in range(HISTORY_PER_ROUND):
                 history("base", HISTORY_PER_ROUND * r + j)
-            paired("base", r)
+            out["paired"].append(_paired_process(models["base"], models["base"], f"{tmp}/p_{r}", COLLECT_BLOCKS, t0))
             if r in HEAVY_ROUNDS:
                 history("heavy", r)
-                paired("heavy", r)
+                out["heavy_paired"].append(_paired_process(models["heavy"], models["base"], f"{tmp}/ph_{r}",
+                                                           HEAVY_BLOCKS, t0))
         out["meta"]["collect_s"] = round(time.time() - t0, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, separators=(",", ":")))
     return out
+
+
+def collect_load(path: Path, levels: Sequence[int], per_level: int) -> dict:
+    """Add ``per_level`` self-vs-self paired processes per load level (busy processes per core, started and
+    stopped here by ``bench/gates.py``'s ``BackgroundLoad``) to the samples at ``path``."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gates import BackgroundLoad, loadavg
+
+    data = json.loads(path.read_text())
+    t0 = time.time()
+    cpus = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="pw-detection-") as tmp:
+        models = _models(tmp)
+        for level in levels:
+            with BackgroundLoad(level * cpus):
+                time.sleep(5.0 if level else 0.0)
+                for i in range(per_level):
+                    p = _paired_process(models["base"], models["base"], f"{tmp}/l{level}_{i}", COLLECT_BLOCKS, t0)
+                    p["load_level"] = level
+                    p["loadavg_end"] = loadavg()
+                    data["paired"].append(p)
+                    print(f"  paired at load {level}/core [{i}]: load1 {p['load1']:.2f} -> {p['loadavg_end']}; "
+                          f"host load {json.dumps(p['host_load'])[:160]}", flush=True)
+    data["meta"].setdefault("load_collections", []).append(
+        {"at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "levels": list(levels),
+         "per_level": per_level, "collect_s": round(time.time() - t0, 1)})
+    path.write_text(json.dumps(data, separators=(",", ":")))
+    return data
 
 
 # ---------------------------------------------------------------- analysis
@@ -166,174 +210,183 @@ def _cached_log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Gener
     return _VAR_CACHE[key]
 
 
-def _history_alarm(cand: np.ndarray, bases: list[np.ndarray], prior: tuple[float, float],
-                   case: Case) -> tuple[bool, bool]:
-    """perfwatch's history verdict is ``regression``: the statistics say so, or (as in baseline-compare)
-    an inconclusive run breaches the GX ceiling ``tasks.analysis.verdict.ceiling_ms`` over the median of the
-    baseline medians. Returns (alarm of the product's verdict, alarm of the statistics alone)."""
-    res = stats.compare_to_history(cand, bases, tolerance=case.tolerance, confidence=case.confidence,
-                                   prior_between_sd=prior[0], prior_df=prior[1])
-    limit = ceiling_ms(float(np.median([np.median(b) for b in bases])), res)
-    stat = res.verdict == "regression"
-    return stat or (res.verdict == "inconclusive" and np.median(cand) > limit), stat
+@dataclass(frozen=True)
+class Process:
+    """One self-vs-self paired process: per-pair A and B step times (ms, 1-step blocks), its load class and
+    host load (the runner's, when recorded)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    load_class: str
+    host_load: dict | None
+
+    @property
+    def log_centre(self) -> float:
+        return float(np.mean(np.log(self.b / self.a)))
 
 
-def _paired_alarm(a: np.ndarray, b: np.ndarray, case: Case, offset_sd: float, ceiling: bool = True) -> bool:
-    """perfwatch's paired verdict is ``regression``: ``stats.compare_paired`` on the block medians
-    ``a``, ``b`` (shape (n,), ms; with the process-level offset ``offset_sd``) says so, or with
-    ``ceiling`` an inconclusive run breaches the paired GX ceiling ``tasks.analysis.verdict.ceiling_ms`` over
-    the median of A (here over block medians: the same as over steps for the default 1-step blocks)."""
-    res = stats.compare_paired(a, b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset_sd)
-    if res.verdict == "regression":
-        return True
-    return ceiling and res.verdict == "inconclusive" and np.median(b) > ceiling_ms(float(np.median(a)), res)
-
-
-def _prior(medians: list[float]) -> tuple[float, float]:
-    """The calibrated prior (``tasks.analysis.calibration`` rule) from accepted runs of one version."""
-    tau, df = calibration.estimate_between_sd(("1", m) for m in medians)
-    if tau is None:
-        return calibration.DEFAULT_PRIOR_BETWEEN_SD, calibration.DEFAULT_PRIOR_DF
-    return tau, min(float(df), calibration.MAX_PRIOR_DF)
-
-
-def _block_pairs(proc: dict, case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """A process's ABBA data regrouped into the product's block length (``paired_block_steps``):
-    the block medians of A and of B (ms, shape (N,) each, in measurement order)."""
-    per = case.paired_block_steps // len(proc["blocks"][0]["a_ms"]) or 1
-    a, b = [], []
-    for i in range(0, len(proc["blocks"]) - per + 1, per):
-        grp = proc["blocks"][i:i + per]
-        a.append(np.median(np.concatenate([g["a_ms"] for g in grp])))
-        b.append(np.median(np.concatenate([g["b_ms"] for g in grp])))
-    return np.array(a), np.array(b)
-
-
-def _gate(pairs: tuple[np.ndarray, np.ndarray], case: Case) -> tuple[float, float, int]:
-    """Block medians (A, B) judged as one gate, as the store would hold it: (ratio, per-pair sd whose
-    square / n is the gate's batch-means sampling variance, n) -- ``tasks.analysis.calibration``'s A/A input."""
-    res = stats.compare_paired(pairs[0], pairs[1], tolerance=case.tolerance, confidence=case.confidence)
-    return res.ratio, res.details["se_log_ratio"] * np.sqrt(res.n_candidate), res.n_candidate
-
-
-def _aa_gate(proc: dict, case: Case) -> tuple[float, float, int]:
-    """A self-vs-self process as the A/A gate the store would hold: its first ``case.paired_blocks``
-    block pairs judged as one gate."""
-    a, b = _block_pairs(proc, case)
-    return _gate((a[:case.paired_blocks], b[:case.paired_blocks]), case)
-
-
-def aa_offsets(aa_procs: list[dict], case: Case) -> list[float]:
-    """The offset the product would use when judging self-vs-self process i: ``tasks.analysis.calibration``'s
-    estimate from the OTHER self-vs-self processes as A/A gates (what the store holds after a few A/A
-    release gates), its default when fewer than ``MIN_AA_GATES`` remain."""
-    gates = [_aa_gate(p, case) for p in aa_procs]
+def processes(rows: list[dict]) -> list[Process]:
+    """The paired processes of the samples file as ``Process``es; the load class is ``load<k>`` for those
+    collected under k busy processes per core, else ``quiet``."""
     out = []
-    for i in range(len(gates)):
-        sd, _ = calibration.estimate_paired_offset(g for j, g in enumerate(gates) if j != i)
-        out.append(calibration.DEFAULT_PAIRED_OFFSET_SD if sd is None else sd)
+    for p in rows:
+        a = np.array([float(np.median(b["a_ms"])) for b in p["blocks"]])
+        b = np.array([float(np.median(b["b_ms"])) for b in p["blocks"]])
+        level = p.get("load_level")
+        out.append(Process(a=a, b=b, load_class="quiet" if level is None else f"load{level}",
+                           host_load=p.get("host_load")))
     return out
 
 
-def offset_test(procs: list[dict], case: Case) -> tuple[float, float, float, float, float]:
-    """Is there a process-level offset or a bias between two copies of the same model? Each
-    self-vs-self process i, judged whole as one gate, gives its mean pair log ratio ``m_i`` with
-    batch-means variance ``v_i``. Heterogeneity (Cochran's Q, ``scipy.stats.chi2``, P-1 df) tests
-    for an offset that differs between processes; the inverse-variance pooled mean tests for a
-    bias common to all. Returns (Q, its p-value, pooled bias, its se, method-of-moments offset sd as
-    in ``tasks.analysis.calibration.estimate_paired_offset``)."""
-    from scipy import stats as sps
-
-    gates = [_gate(_block_pairs(p, case), case) for p in procs]
-    m = np.log([g[0] for g in gates])
-    w = np.array([g[2] / g[1] ** 2 for g in gates])
-    bias = float((w * m).sum() / w.sum())
-    q = float((w * (m - bias) ** 2).sum())
-    off, _ = calibration.estimate_paired_offset(gates)
-    return q, float(sps.chi2.sf(q, len(gates) - 1)), bias, float(w.sum() ** -0.5), float(off or 0.0)
+def trial_case(procs: Sequence[Process]) -> Case:
+    """The product's defaults, with the gate budget cut to the shortest process: ``min(320, N)`` pairs."""
+    n = min(PRODUCT_BUDGET, min(p.a.size for p in procs))
+    return Case(model="bench", paired_blocks=n)
 
 
-BOOT_BLOCK = 16  #: pairs per block of the moving-block bootstrap (about twice the batch of compare_paired)
+def bootstrap_pairs(p: Process, n: int, rng: np.random.Generator, *, centred: bool) -> tuple[np.ndarray, np.ndarray]:
+    """n pairs from process ``p`` by the moving-block bootstrap (``BOOT_BLOCK`` consecutive pairs per block,
+    random starts); n must not exceed the process's pairs. ``centred``: B divided by the process's mean ratio."""
+    if n > p.a.size:
+        raise ValueError(f"a trial of {n} pairs is longer than its process ({p.a.size} pairs)")
+    block = min(BOOT_BLOCK, p.a.size)
+    starts = rng.integers(p.a.size - block + 1, size=-(-n // block))
+    idx = (starts[:, None] + np.arange(block)).ravel()[:n]
+    b = p.b[idx] * (math.exp(-p.log_centre) if centred else 1.0)
+    return p.a[idx], b
 
 
-def _trial_pairs(src: tuple[np.ndarray, np.ndarray], centre: float, n: int, rng,
-                 subsample: bool) -> tuple[np.ndarray, np.ndarray]:
-    """n block pairs (A, B block medians) for one trial from one process's pairs ``src``
-    (see paired_rates)."""
-    a, b = src
-    if subsample:
-        idx = np.sort(rng.choice(a.size, size=n, replace=False))
-        return a[idx], b[idx]
-    starts = rng.integers(a.size - BOOT_BLOCK + 1, size=-(-n // BOOT_BLOCK))
-    idx = (starts[:, None] + np.arange(BOOT_BLOCK)).ravel()[:n]
-    return a[idx], b[idx] * np.exp(-centre)
+@dataclass(frozen=True)
+class Setup:
+    """What the store would give a gate before its first pair (``tasks.stages.profiled_run.GateSetup``)."""
+
+    offset: calibration.Offset
+    noise: calibration.NoiseCalibration
 
 
-def paired_rates(procs: list[dict], levels, trials: int, case: Case, rng, offsets: list[float], *,
-                 subsample: bool = False, ceiling: bool = True, blocks: int | None = None) -> dict:
-    """Alarm rate of the paired verdict per injected level; a trial draws one self-vs-self process
-    and builds a gate of n = ``blocks`` (default ``case.paired_blocks``) block pairs from it, then
-    multiplies its B blocks by (1+s).
+def stop_point(d: np.ndarray, case: Case, design: sequential.Design | None) -> tuple[int, list[int]]:
+    """Where the runner would stop: rounds of ``case.paired_round_pairs`` pairs, a look after each from
+    ``sequential.MIN_LOOK_PAIRS`` on and at the budget, stop at the first look ``sequential.look`` decides
+    (as ``tasks.stages.profiled_run.paired_run`` asks it). A fixed gate (no design) uses all pairs."""
+    n = case.paired_blocks
+    if design is None:
+        return n, [n]
+    looks: list[int] = []
+    for end in range(case.paired_round_pairs, n + case.paired_round_pairs, case.paired_round_pairs):
+        end = min(end, n)
+        if end < sequential.MIN_LOOK_PAIRS and end < n:
+            continue
+        looks.append(end)
+        if sequential.look(d[:end], looks, design).verdict != "inconclusive" or end >= n:
+            return end, looks
+    return n, looks
 
-    Default, the null-world moving-block bootstrap (Kuensch 1989; null resampling as in Davison &
-    Hinkley 1997, sec. 4.4): the process's pairs are centred on ratio 1 (its B blocks divided by
-    its mean ratio) and n pairs are drawn as runs of ``BOOT_BLOCK`` consecutive pairs, so the
-    slow drift that makes neighbouring pairs correlated stays in every trial. Centring is what
-    the data allow: a self-vs-self process's mean ratio is its true offset plus sampling error,
-    and resampling around it would count that error twice; ``offset_test`` shows no offset
-    between processes (and prints the pooled bias).
 
-    ``subsample``: draw n < N of the process's N pairs without replacement instead, not centred.
-    The subsample mean varies about the process mean by ``(s^2/n)(N-n)/(N-1)`` and the process
-    mean about the truth by ``s^2/N``; together ``s^2/n`` as for a fresh gate, and any real
-    offset or bias of the process stays in; but the drift correlation between neighbours is
-    broken up. ``offsets[i]`` is the process-level offset the product uses for process i."""
-    pairs = [_block_pairs(p, case) for p in procs]
-    centres = [float(np.log(_gate(ps, case)[0])) for ps in pairs]
-    n = blocks or case.paired_blocks
-    if subsample and any(ps[0].size <= n for ps in pairs):
-        raise ValueError(f"a paired process has {min(ps[0].size for ps in pairs)} block pairs; subsampling needs "
-                         f"more than {n}: re-collect with more blocks (--collect)")
+def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dict | None) -> dict[str, Any]:
+    """One paired gate on pairs ``a``, ``b`` (ms) as the product decides it (module docstring); returns the
+    final verdict, the statistics' own verdict, the pairs spent and ``evidence["paired"]``."""
+    from tasks.stages.profiled_run import gate_design
+
+    design = gate_design(case, setup.offset.sd)
+    n, looks = stop_point(np.log(b / a), case, design)
+    paired = PairedBlocks(a=[[x] for x in a[:n]], b=[[x] for x in b[:n]],
+                          layout={"blocks": n, "block_steps": 1, "timed_steps": 2 * n, "wall_s": None,
+                                  "orders": "", "stopped_by": None, "rounds": None},
+                          gate={"design": design.model_dump(mode="json") if design else None, "look_pairs": looks,
+                                "offset": setup.offset.model_dump(mode="json"),
+                                "calibrated_noise": setup.noise.model_dump(mode="json")},
+                          host_load=host_load)
+    comparison, _ = paired_comparison(paired, case, setup.offset)
+    noise = calibration.assess_noise(host_load, gate_sd=comparison.details["sd_pair"], calibration=setup.noise,
+                                     max_other_cpu_share=case.max_other_cpu_share)
+    d = decide(list(b[:n]), case, same_env=[], other_env=[], other_env_data=None, env_data={}, samples={},
+               paired=paired, baseline_version="1", baseline_digest="same", noise=noise.model_dump(mode="json"))
+    p = d.evidence["paired"]
+    return {"verdict": d.verdict, "statistics": (d.evidence.get("verdict_statistics") or {}).get("verdict", d.verdict),
+            "pairs": (p.get("spent") or {}).get("pairs", n), "paired": p}
+
+
+def aa_setups(procs: Sequence[Process], case: Case) -> list[Setup]:
+    """Per process i: the setup a store holding the OTHER processes as A/A gates gives (leave-one-out). Each
+    other process is judged whole (its first ``case.paired_blocks`` pairs, raw) by :func:`judge` with a fresh
+    store's setup, and its ``evidence["paired"]`` is what the store keeps."""
+    fresh = Setup(offset=calibration.paired_offset_for_case(case, []), noise=calibration.calibrated_noise([]))
+    n = case.paired_blocks
+    gates = [judge(p.a[:n], p.b[:n], case, fresh, p.host_load)["paired"] for p in procs]
+    return [Setup(offset=calibration.paired_offset_for_case(case, [g for j, g in enumerate(gates) if j != i]),
+                  noise=calibration.calibrated_noise([g for j, g in enumerate(gates) if j != i]))
+            for i in range(len(procs))]
+
+
+def paired_rates(procs: Sequence[Process], setups: Sequence[Setup], levels, trials: int, case: Case, rng, *,
+                 centred: bool) -> dict[float, dict[str, Any]]:
+    """Per injected level: alarm rate (final verdict ``regression``), verdict counts and median pairs spent. A
+    trial draws one of ``procs``, bootstraps the gate's pairs from it and multiplies B by 1+s."""
     out = {}
     for s in levels:
-        hits = 0
+        verdicts, pairs = [], []
         for _ in range(trials):
-            i = int(rng.integers(len(pairs)))
-            a, b = _trial_pairs(pairs[i], centres[i], n, rng, subsample)
-            hits += _paired_alarm(a, b * (1 + s), case, offsets[i], ceiling)
-        out[s] = hits / trials
+            i = int(rng.integers(len(procs)))
+            a, b = bootstrap_pairs(procs[i], case.paired_blocks, rng, centred=centred)
+            r = judge(a, b * (1 + s), case, setups[i], procs[i].host_load)
+            verdicts.append(r["verdict"])
+            pairs.append(r["pairs"])
+        out[s] = {"alarm": verdicts.count("regression") / trials, "pairs_median": float(np.median(pairs)),
+                  "counts": {v: verdicts.count(v) for v in sorted(set(verdicts))}}
     return out
 
 
 def history_rates(runs: list[np.ndarray], levels, trials: int, case: Case, rng,
-                  candidates: list[np.ndarray] | None = None) -> tuple[dict, dict, dict]:
-    """Alarm rates of the history verdict and of the fixed 110% rule per injected level.
+                  candidates: list[np.ndarray] | None = None) -> tuple[dict, dict]:
+    """Alarm rates of the history verdict (``decide``, method history-lookback) and of the fixed 110% rule.
 
-    Each trial draws a candidate process and ``case.lookback`` distinct other processes as the
-    accepted baselines (fixed110: the newest of them alone); the prior is calibrated on every
-    process but the candidate. ``candidates``: take the candidate from these instead (real
-    heavier variant; the prior then uses all ``runs``). Returns (history, history statistics
-    without the GX ceiling, fixed110)."""
-    hist, hstat, fixed = {}, {}, {}
+    Each trial draws a candidate process and ``case.lookback`` distinct other processes as the accepted
+    baselines (fixed110: the newest of them alone); ``calibration_runs`` holds every process's median but the
+    candidate's. ``candidates``: take the candidate from these instead (the real heavier variant)."""
+    hist, fixed = {}, {}
     medians = [float(np.median(r)) for r in runs]
     for s in levels:
-        h = hs = f = 0
+        h = f = 0
         for _ in range(trials):
             if candidates is None:
                 c = int(rng.integers(len(runs)))
                 others = [j for j in range(len(runs)) if j != c]
-                cand, prior = runs[c], _prior([medians[j] for j in others])
+                cand = runs[c]
             else:
                 others = list(range(len(runs)))
-                cand, prior = candidates[rng.integers(len(candidates))], _prior(medians)
-            base = [runs[j] for j in rng.choice(others, size=min(case.lookback, len(others)), replace=False)]
+                cand = candidates[rng.integers(len(candidates))]
+            base = [int(j) for j in rng.choice(others, size=min(case.lookback, len(others)), replace=False)]
             cand = cand * (1 + s)
-            alarm, stat_alarm = _history_alarm(cand, base, prior, case)
-            h += alarm
-            hs += stat_alarm
-            f += np.median(cand) > 1.10 * np.median(base[0])
-        hist[s], hstat[s], fixed[s] = h / trials, hs / trials, f / trials
-    return hist, hstat, fixed
+            d = decide(list(cand), case, same_env=base, other_env=[], other_env_data=None, env_data={},
+                       samples={j: list(runs[j]) for j in base},
+                       calibration_runs=[("1", medians[j]) for j in others])
+            h += d.verdict == "regression"
+            f += np.median(cand) > 1.10 * np.median(runs[base[0]])
+        hist[s], fixed[s] = h / trials, f / trials
+    return hist, fixed
+
+
+def mde95(procs: Sequence[Process], setups: Sequence[Setup], trials: int, case: Case, rng,
+          grid: Sequence[float] = tuple(x / 100 for x in range(1, 31))) -> tuple[float | None, dict[float, float]]:
+    """Smallest level of ``grid`` detected (raw trials) at least 95% of the time, by bisection (detection grows
+    with the slowdown); None when even the largest is not. Also returns every probed level's rate."""
+    probed: dict[float, float] = {}
+
+    def rate(s: float) -> float:
+        if s not in probed:
+            probed[s] = paired_rates(procs, setups, [s], trials, case, rng, centred=False)[s]["alarm"]
+        return probed[s]
+
+    lo, hi = 0, len(grid) - 1
+    if rate(grid[hi]) < 0.95:
+        return None, probed
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rate(grid[mid]) >= 0.95:
+            hi = mid
+        else:
+            lo = mid + 1
+    return grid[lo], probed
 
 
 def _pct(x: float) -> str:
@@ -344,114 +397,114 @@ def analyse(data: dict, trials: int, real: bool) -> None:
     """Print the detection tables and the machine-readable last line (module docstring)."""
     t0 = time.perf_counter()
     stats._log_median_var = _cached_log_median_var  # see its docstring: speed only, same statistics
-    case = Case(model="bench")  # the product's defaults: tolerance, confidence, lookback, paired layout
+    procs = processes(data["paired"])
+    case = trial_case(procs)
     meta = data["meta"]
     runs = [np.asarray(p["steps_ms"]) for p in data["history"]]
     meds = np.array([np.median(r) for r in runs])
     loads = [p["load1"] for p in data["history"] + data["paired"]]
-    print(f"samples: {meta['model']}, collected {meta['collected_at']} in {meta.get('collect_s', '?')} s on "
-          f"{meta['cpus']} CPUs, 1-min load average {min(loads):.1f}-{max(loads):.1f} (other jobs share the CPUs)")
+    classes = {c: sum(p.load_class == c for p in procs) for c in sorted({p.load_class for p in procs})}
+    print(f"samples: {meta['model']}, collected {meta['collected_at']} on {meta['cpus']} CPUs"
+          + "".join(f"; + {c['per_level']} process(es) at load levels {c['levels']} per core ({c['at']})"
+                    for c in meta.get("load_collections", []))
+          + f"; 1-min load average at process start {min(loads):.1f}-{max(loads):.1f}")
     print(f"history: {len(runs)} processes x {meta['history_steps']} measured steps; median step time "
-          f"{meds.min():.1f}-{meds.max():.1f} ms, sd of log median between processes "
-          f"{np.std(np.log(meds), ddof=1):.3f}; step-to-step CV within a process (median) "
-          f"{np.median([r.std() / r.mean() for r in runs]):.3f}")
-    d = [np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for p in data["paired"] for b in p["blocks"]]
-    per_proc = [np.exp(np.mean([np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for b in p["blocks"]]))
-                for p in data["paired"]]
-    print(f"paired (same model as A and B): {len(data['paired'])} processes x {len(data['paired'][0]['blocks'])} "
-          f"block pairs x {meta['block_steps']} steps; sd of block log ratio {np.std(d, ddof=1):.3f}; "
-          f"per-process mean B/A {', '.join(f'{x:.3f}' for x in per_proc)}")
-    print(f"product settings: tolerance {case.tolerance:.0%}, confidence {case.confidence:.0%}, lookback "
-          f"{case.lookback}, paired {case.paired_blocks} block pairs x {case.paired_block_steps} steps "
-          f"({case.paired_timed_steps} extra timed steps = {case.paired_timed_steps / case.measured_steps:.1f}x "
-          f"the {case.measured_steps} measured steps); {trials} trials per level; alarm = verdict regression")
+          f"{meds.min():.1f}-{meds.max():.1f} ms, sd of log median between processes {np.std(np.log(meds), ddof=1):.3f}")
+    print(f"paired (same model as A and B): {len(procs)} processes ({', '.join(f'{k} {v}' for k, v in classes.items())}) "
+          f"x {min(p.a.size for p in procs)}-{max(p.a.size for p in procs)} pairs of 1-step blocks; sd of pair log "
+          f"ratio per process {', '.join(f'{np.std(np.log(p.b / p.a), ddof=1):.3f}' for p in procs)}; mean B/A "
+          f"{', '.join(f'{math.exp(p.log_centre):.3f}' for p in procs)}")
+    print(f"gate: budget {case.paired_blocks} pairs (the product's {PRODUCT_BUDGET}, cut to the shortest process), "
+          f"rounds of {case.paired_round_pairs}, tolerance {case.tolerance:.0%}, confidence {case.confidence:.0%}; "
+          f"bootstrap blocks of {BOOT_BLOCK} pairs (statistic's batches at most {sequential.MAX_BATCH_PAIRS}); "
+          f"{trials} trials per level; alarm = final verdict (tasks.analysis.verdict.decide) regression")
     rng = np.random.default_rng(20260601)
-    q, p_off, bias, bias_se, off_all = offset_test(data["paired"], case)
-    print(f"two copies of one model in one process: offset between processes: Cochran's Q {q:.1f} on "
-          f"{len(data['paired']) - 1} df, p = {p_off:.2f}, method-of-moments sd {off_all:.4f}; common bias B/A "
-          f"x{np.exp(bias):.4f} (se {bias_se:.4f} on the log scale)")
-    offsets = aa_offsets(data["paired"], case)
-    print(f"paired offset (tasks.analysis.calibration from the other self-vs-self processes as A/A gates of "
-          f"{case.paired_blocks} pairs): {', '.join(f'{x:.4f}' for x in offsets)}")
-    paired = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets)
-    longest = min(_block_pairs(p, case)[0].size for p in data["paired"])
-    sub_n = min(case.paired_blocks, longest // 2)  # subsampling needs n < N
-    window = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets, subsample=True, blocks=sub_n)
-    nocap = paired_rates(data["paired"], LEVELS, trials, case, rng, offsets, ceiling=False)
-    fresh = paired_rates(data["paired"], LEVELS, trials, case, rng,
-                         [calibration.DEFAULT_PAIRED_OFFSET_SD] * len(data["paired"]))
-    hist, hstat, fixed = history_rates(runs, LEVELS, trials, case, rng)
-    print(f"\n{'slowdown':>8} | {'paired':>8} | {'paired~' + ('' if sub_n == case.paired_blocks else str(sub_n)):>8} | {'paired-':>8} | {'history':>8} | "
-          f"{'history-':>8} | {'fixed110':>8}")
+    setups = aa_setups(procs, case)
+    print("offset / calibrated noise per process (from the others as A/A gates): "
+          + ", ".join(f"{s.offset.sd:.4f} ({s.offset.source}) / {s.noise.sd_pair or float('nan'):.3f}" for s in setups))
+    quiet = [i for i, p in enumerate(procs) if p.load_class == "quiet"]
+    q_procs, q_setups = [procs[i] for i in quiet], [setups[i] for i in quiet]
+    raw = paired_rates(q_procs, q_setups, LEVELS, trials, case, rng, centred=False)
+    cen = paired_rates(q_procs, q_setups, LEVELS, trials, case, rng, centred=True)
+    loaded = {c: paired_rates([p for p in procs if p.load_class == c],
+                              [s for p, s in zip(procs, setups, strict=True) if p.load_class == c],
+                              LEVELS, trials, case, rng, centred=False)
+              for c in classes if c != "quiet"}
+    hist, fixed = history_rates(runs, LEVELS, max(100, trials // 2), case, rng)
+    head = " | ".join(f"{c + ' raw':>10}" for c in loaded)
+    print(f"\n{'slowdown':>8} | {'quiet raw':>10} | {'centred':>8} | {'pairs':>6} | {head}{' | ' if loaded else ''}"
+          f"{'history':>8} | {'fixed110':>8} | quiet raw verdicts")
     for s in LEVELS:
-        print(f"{s:8.0%} | {_pct(paired[s]):>7}% | {_pct(window[s]):>7}% | {_pct(nocap[s]):>7}% | "
-              f"{_pct(hist[s]):>7}% | {_pct(hstat[s]):>7}% | {_pct(fixed[s]):>7}%")
-    print(f"paired on a fresh store (no A/A gates yet: default offset {calibration.DEFAULT_PAIRED_OFFSET_SD}): "
-          + ", ".join(f"{s:.0%} {_pct(fresh[s])}%" for s in LEVELS))
-    print("(row 0%: false-alarm rate; other rows: detection rate. paired: a process, then its pairs by the "
-          "centred moving-block bootstrap; paired~N: a subsample of N of its pairs instead (fewer than the gate's "
-          "when the processes are too short), not centred; "
-          "paired-/history-: statistics alone, without the GX ceiling that baseline-compare adds)")
-    sizes = (64, 100, 128, 160, 200, 240, 280, 320)
-    cost = {n: paired_rates(data["paired"], (0.0, 0.05), max(200, trials // 2), case, rng, offsets, blocks=n)
-            for n in sizes}
-    print("paired cost curve (block pairs: false alarms / detection of 5%): "
-          + ", ".join(f"{n}: {_pct(c[0.0])}/{_pct(c[0.05])}%" for n, c in cost.items()))
-    grid = [x / 100 for x in range(1, 31)]
-    fine = paired_rates(data["paired"], grid, max(200, trials // 4), case, rng, offsets)
-    mde = next((s for s in grid if fine[s] >= 0.95), None)
+        r = raw[s]
+        cols = " | ".join(f"{_pct(x[s]['alarm']):>9}%" for x in loaded.values())
+        print(f"{s:8.0%} | {_pct(r['alarm']):>9}% | {_pct(cen[s]['alarm']):>7}% | {r['pairs_median']:>6.0f} | "
+              f"{cols}{' | ' if loaded else ''}{_pct(hist[s]):>7}% | {_pct(fixed[s]):>7}% | "
+              + ", ".join(f"{k} {v}" for k, v in r["counts"].items()))
+    for c, x in loaded.items():
+        print(f"{c} raw verdicts: " + "; ".join(f"{s:.0%}: " + ", ".join(f"{k} {v}" for k, v in x[s]["counts"].items())
+                                                for s in LEVELS))
+    print("(row 0%: false-alarm rate; other rows: detection rate. quiet raw: moving-block bootstrap of the quiet-host "
+          "processes' pairs as measured; centred: the same pairs centred on ratio 1 first; pairs: median pairs spent by "
+          "the quiet raw gates; loadK raw: processes measured under K busy processes per core; history: the unpaired "
+          "history verdict; fixed110: median > 110% of one baseline)")
+    mde, probed = mde95(q_procs, q_setups, trials, case, rng)
     mde_txt = f"{100 * mde:.0f}" if mde is not None else ">30"
-    print(f"paired mde95 (1% grid, {max(200, trials // 4)} trials each): {mde_txt}%")
+    print(f"paired mde95 (quiet raw, bisection on a 1% grid, {trials} trials per probe: "
+          + ", ".join(f"{100 * s:.0f}% {_pct(r)}%" for s, r in sorted(probed.items())) + f"): {mde_txt}%")
     if real:
-        _real(data, runs, case, trials, rng)
+        _real(data, runs, case, trials, rng, setups)
+    pairs = statistics.median([raw[0.0]["pairs_median"], raw[0.05]["pairs_median"]])
+    loaded_fa = max((x[0.0]["alarm"] for x in loaded.values()), default=float("nan"))
     print(f"analysis took {time.perf_counter() - t0:.0f} s")
-    print(f"detection: false_alarm={_pct(paired[0.0])}% detect_5pct={_pct(paired[0.05])}% mde95={mde_txt}% | "
+    print(f"detection: false_alarm={_pct(raw[0.0]['alarm'])}% detect_5pct={_pct(raw[0.05]['alarm'])}% "
+          f"mde95={mde_txt}% centred_false_alarm={_pct(cen[0.0]['alarm'])}% "
+          f"centred_detect_5pct={_pct(cen[0.05]['alarm'])}% loaded_false_alarm_max={_pct(loaded_fa)}% "
+          f"pairs_median={pairs:.0f} | "
           f"history: false_alarm={_pct(hist[0.0])}% detect_5pct={_pct(hist[0.05])}% | "
           f"fixed110: false_alarm={_pct(fixed[0.0])}% detect_5pct={_pct(fixed[0.05])}%")
 
 
-def _real(data, runs, case, trials, rng) -> None:
-    """The real heavier variant (98x98 input): its measured true slowdown, and each method's detection
-    rate on it against the resampled injection of the same size. Paired trials subsample (not
-    centred: the slowdown is the point) n = min(``case.paired_blocks``, N/2) pairs of the N-pair
-    heavy processes, the injected ones the same n from the self-vs-self processes."""
-    hp = data["heavy_paired"]
-    d = [np.log(np.median(b["b_ms"]) / np.median(b["a_ms"])) for p in hp for b in p["blocks"]]
-    true = float(np.exp(np.mean(d)))
-    se = float(np.std(d, ddof=1) / np.sqrt(len(d)))
-    heavy = [np.asarray(p["steps_ms"]) for p in data["heavy_history"]]
-    unp = float(np.median([np.median(h) for h in heavy]) / np.median([np.median(r) for r in runs]))
-    print(f"\nreal heavier variant (input 98x98): true slowdown from {len(d)} in-process block pairs "
-          f"x{true:.3f} (95% CI x{np.exp(np.log(true) - 2 * se):.3f}-x{np.exp(np.log(true) + 2 * se):.3f}); "
-          f"from separate processes x{unp:.3f}")
-    n = min(case.paired_blocks, min(_block_pairs(p, case)[0].size for p in hp) // 2)  # subsample: n < N
-    all_aa, _ = calibration.estimate_paired_offset(_aa_gate(p, case) for p in data["paired"])
-    off = calibration.DEFAULT_PAIRED_OFFSET_SD if all_aa is None else all_aa
-    verdicts = [stats.compare_paired(a[:n], b[:n], tolerance=case.tolerance, confidence=case.confidence,
-                                     offset_sd=off).verdict for a, b in (_block_pairs(p, case) for p in hp)]
-    rp = paired_rates(hp, [0.0], trials, case, rng, [off] * len(hp), blocks=n, subsample=True)[0.0]
-    rh, _, rf = history_rates(runs, [0.0], trials, case, rng, candidates=heavy)
-    s = true - 1
-    ip = paired_rates(data["paired"], [s], trials, case, rng, aa_offsets(data["paired"], case), blocks=n,
-                      subsample=True)[s]
-    ih, _, if_ = history_rates(runs, [s], trials, case, rng)
-    print(f"  paired ({n} block pairs): verdicts of the {len(hp)} real A/B processes {verdicts}; resampled real "
+def _real(data, runs, case, trials, rng, setups) -> None:
+    """The real heavier variant (98x98 input): its true slowdown from all its pairs, each real A/B process judged
+    as one gate, and resampled detection on it (raw bootstrap) against the same injected slowdown."""
+    heavy = processes(data["heavy_paired"])
+    d = np.concatenate([np.log(p.b / p.a) for p in heavy])
+    true = float(np.exp(d.mean()))
+    n = min(case.paired_blocks, min(p.a.size for p in heavy))
+    hcase = case.model_copy(update={"paired_blocks": n})
+    setup = setups[0]
+    verdicts = [judge(p.a[:n], p.b[:n], hcase, setup, p.host_load)["verdict"] for p in heavy]
+    rp = paired_rates(heavy, [setup] * len(heavy), [0.0], trials, hcase, rng, centred=False)[0.0]["alarm"]
+    procs = processes(data["paired"])
+    ip = paired_rates(procs, setups, [true - 1], trials, hcase, rng, centred=False)[true - 1]["alarm"]
+    heavy_runs = [np.asarray(p["steps_ms"]) for p in data["heavy_history"]]
+    rh, rf = history_rates(runs, [0.0], max(100, trials // 2), case, rng, candidates=heavy_runs)
+    ih, if_ = history_rates(runs, [true - 1], max(100, trials // 2), case, rng)
+    print(f"\nreal heavier variant (input 98x98): true slowdown x{true:.3f} from {d.size} in-process pairs")
+    print(f"  paired ({n}-pair budget): verdicts of the {len(heavy)} real A/B processes {verdicts}; resampled real "
           f"detection {_pct(rp)}% vs injected x{true:.3f} {_pct(ip)}%")
-    print(f"  history: real detection {_pct(rh[0.0])}% vs injected {_pct(ih[s])}%")
-    print(f"  fixed110: real detection {_pct(rf[0.0])}% vs injected {_pct(if_[s])}%")
+    print(f"  history: real detection {_pct(rh[0.0])}% vs injected {_pct(ih[true - 1])}%")
+    print(f"  fixed110: real detection {_pct(rf[0.0])}% vs injected {_pct(if_[true - 1])}%")
 
 
 def main() -> None:
     """Parse flags, collect when asked, then analyse (see module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--collect", action="store_true", help="re-collect the samples with real runs first")
+    parser.add_argument("--collect", action="store_true", help="re-collect the quiet-host samples first")
+    parser.add_argument("--collect-load", action="store_true",
+                        help="add self-vs-self processes measured under a background load the bench starts")
+    parser.add_argument("--load-levels", default="1,3", help="busy processes per core for --collect-load")
+    parser.add_argument("--per-level", type=int, default=2, help="processes per load level for --collect-load")
     parser.add_argument("--collect-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--real", action="store_true", help="also judge the real heavier variant")
-    parser.add_argument("--trials", type=int, default=1000, help="trials per level (default 1000)")
+    parser.add_argument("--trials", type=int, default=200, help="trials per level (default 200)")
     args = parser.parse_args()
-    if args.collect or args.collect_only or not DATA.exists():
+    if args.collect or not DATA.exists():
         print(f"collecting real samples into {DATA} ...", flush=True)
         collect(DATA)
+    if args.collect_load:
+        print(f"adding processes under load into {DATA} ...", flush=True)
+        collect_load(DATA, [int(x) for x in args.load_levels.split(",")], args.per_level)
     if args.collect_only:
         return
     analyse(json.loads(DATA.read_text()), args.trials, args.real)

@@ -20,6 +20,10 @@ from airflow.sdk.exceptions import AirflowFailException
 MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/test_dag.py checks); DAG parsing imports no tasks.*
 
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
+# A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often;
+# the last try archives the verdict as inconclusive ("host busy: ...") and the run goes red.
+HOST_BUSY_RETRIES = 2
+HOST_BUSY_RETRY_DELAY = pendulum.duration(minutes=10)
 # The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
 # Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
@@ -46,14 +50,15 @@ def _store_url_from_connection(context) -> None:
     tags=["perfwatch", "profiling"],
     default_args={"retries": 0, "on_execute_callback": _store_url_from_connection},
     params={
-        "model": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        "model": Param(None, type=["null", "string"], minLength=1, maxLength=128,
                        description="Model name in the store; empty profiles every model of the config."),
         "version": Param("latest", type="string", pattern=r"^(latest|[0-9]+)$",
                          description="Integer version directory, or 'latest'."),
         "batch_size": Param(16, type="integer", minimum=1, maximum=65536),
         "measured_steps": Param(MEASURED_STEPS, type="integer", minimum=5, maximum=100000,
                                 description="Steps timed with the profiler off (a paired release gate "
-                                            "times this many steps of each version)."),
+                                            "times at most this many steps of each version, stopping as "
+                                            "soon as its interval decides)."),
         "trigger": Param("manual", type="string", enum=["manual", "release"],
                          description="'release' marks a release-gate run."),
     },
@@ -91,12 +96,19 @@ def perfwatch_profile():
 
         return warmup(bundle)
 
-    @task(pool=PROFILE_POOL, queue=PROFILE_QUEUE)
+    @task(pool=PROFILE_POOL, queue=PROFILE_QUEUE, retries=HOST_BUSY_RETRIES, retry_delay=HOST_BUSY_RETRY_DELAY)
     def profiled_run(bundle: dict) -> dict:
-        """Fresh process: measured steps with the profiler off, then a profiled window."""
-        from tasks.stages.pipeline import profile
+        """Fresh process: measured steps with the profiler off, then a profiled window (and the paired
+        gate). Retried later only when the host was busy; any other failure is final."""
+        from tasks.stages.pipeline import HostBusy, profile_unless_busy
 
-        return profile(bundle)
+        ti = get_current_context()["ti"]
+        try:
+            return profile_unless_busy(bundle, retry_left=ti.try_number <= ti.max_tries)
+        except HostBusy:
+            raise
+        except Exception as e:
+            raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
     @task
     def parse(bundle: dict) -> dict:
@@ -115,15 +127,34 @@ def perfwatch_profile():
     @task
     def archive(bundle: dict) -> dict:
         """Store run, samples, tables and verdict in one transaction; archive the profile.
-        Then fail the task if the verdict is a regression, so alerting fires."""
-        from tasks.stages.pipeline import RegressionDetected, archive, raise_on_regression
+        Then fail the task if the verdict is a regression, or undecided on a busy host, so alerting fires."""
+        from tasks.stages.pipeline import (
+            HostBusy,
+            RegressionDetected,
+            archive,
+            raise_on_host_busy,
+            raise_on_regression,
+        )
 
         bundle = archive(bundle)
         try:
             raise_on_regression(bundle)
-        except RegressionDetected as e:
+            raise_on_host_busy(bundle)
+        except (RegressionDetected, HostBusy) as e:
             raise AirflowFailException(str(e)) from e
         return bundle["archived"]
+
+    @task(trigger_rule="all_done")
+    def watch_trend() -> list[dict]:
+        """After archiving, whatever the verdicts: new change points in each case's nightly series and the
+        creep guard of its baseline; fails, so alerting fires, on a new slowdown or a creep."""
+        from tasks.stages.trend import TrendAlert, check_dag_run
+
+        dag_run = get_current_context()["dag_run"]
+        try:
+            return check_dag_run(dag_run.dag_id, dag_run.run_id)
+        except TrendAlert as e:
+            raise AirflowFailException(str(e)) from e
 
     cases = plan()
     pulled = pull_model_version.expand(bundle=cases)
@@ -132,7 +163,7 @@ def perfwatch_profile():
     run = profiled_run.expand(bundle=warm)
     parsed = parse.expand(bundle=run)
     verdict = baseline_compare.expand(bundle=parsed)
-    archive.expand(bundle=verdict)
+    archive.expand(bundle=verdict) >> watch_trend()
 
 
 perfwatch_profile()

@@ -8,18 +8,94 @@ samples, profiles, parsed tables) travel as work-dir paths, never inline.
 from __future__ import annotations
 
 import datetime as dt
-import re
+import hashlib
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Trigger = Literal["scheduled", "manual", "release", "cli", "test"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+Trigger = Literal["scheduled", "manual", "release", "cli", "test", "calibrate"]
+
+#: Longest model name, in characters (the store's ``models.name`` column).
+MAX_NAME_CHARS = 128
+#: Longest directory name perfwatch makes, in UTF-8 bytes (filesystems allow 255).
+MAX_DIR_NAME_BYTES = 200
+#: Most timed steps per version of one run: ``measured_steps``, and ``paired_blocks * paired_block_steps``.
+MAX_TIMED_STEPS = 100_000
+
+_CONTROL = frozenset({"Cc", "Cs", "Zl", "Zp"})  # control chars, lone surrogates (bytes that are not UTF-8), line breaks
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if it can name a model: any directory name of the model store, in any script, that is
+    not a path trick.
+
+    Raises:
+        ValueError: the name is empty, ``.`` or ``..``, holds a path separator (``/``, ``\\``) or a
+            control character (named by code point, e.g. U+000A), is longer than
+            ``MAX_NAME_CHARS`` characters or 255 UTF-8 bytes.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("model name is empty; expected the name of a directory of the model store")
+    if name in (".", ".."):
+        raise ValueError(f"model name {name!r} is a relative path, not a directory name")
+    if sep := next((c for c in name if c in "/\\"), None):
+        raise ValueError(f"model name {name!r} holds the path separator {sep!r}; expected one directory name")
+    if bad := next((c for c in name if unicodedata.category(c) in _CONTROL), None):
+        raise ValueError(f"model name {name!r} holds the control character U+{ord(bad):04X}; "
+                         "expected a directory name without control characters")
+    if len(name) > MAX_NAME_CHARS or len(name.encode("utf-8")) > 255:
+        raise ValueError(f"model name {name[:40]!r}... is {len(name)} characters ({len(name.encode('utf-8'))} "
+                         f"bytes) long; at most {MAX_NAME_CHARS} characters and 255 bytes")
+    return name
 
 
 def safe_name(raw: str) -> str:
-    """``raw`` with every run of characters outside ``[A-Za-z0-9_.-]`` replaced by ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+    """``raw`` as one directory name: every run of characters other than letters, marks and digits (any
+    script) and ``_.-`` becomes ``_`` (so ASCII names keep their old spelling); a result of only dots
+    gets a leading ``_``; one longer than ``MAX_DIR_NAME_BYTES`` UTF-8 bytes is cut and ends with
+    ``~`` and 10 hex digits of the sha256 of ``raw`` (distinct inputs stay distinct)."""
+    out, gap = [], False
+    for c in raw:
+        if c in "_.-" or unicodedata.category(c)[0] in "LMN":
+            out.append(c)
+            gap = False
+        elif not gap:
+            out.append("_")
+            gap = True
+    name = "".join(out)
+    if name.strip(".") == "":
+        name = "_" + name
+    if len(name.encode("utf-8")) > MAX_DIR_NAME_BYTES:
+        suffix = "~" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        cut = name.encode("utf-8")[:MAX_DIR_NAME_BYTES - len(suffix)].decode("utf-8", "ignore")
+        name = cut + suffix
+    return name
+
+
+def run_slug(dag_id: str, dag_run_id: str, model: str, case_name: str) -> str:
+    """The work-directory name of one run of one case (``RunContext.slug``): ``safe_name`` of
+    ``<dag_id>__<dag_run_id>__<model>__<case>``; a model name that ``safe_name`` changes (spaces,
+    punctuation) adds 8 hex digits of its sha256, so two models of one DAG run never share a work dir."""
+    if safe_name(model) != model:
+        model += "__" + hashlib.sha256(model.encode("utf-8")).hexdigest()[:8]
+    return safe_name(f"{dag_id}__{dag_run_id}__{model}__{case_name}")
+
+
+def canonical_version(version: str) -> str:
+    """A model version as perfwatch records it: ``latest``, or the integer with leading zeros dropped
+    (``0001`` -> ``1``, as TF Serving reads version directories).
+
+    Raises:
+        ValueError: neither ``latest`` nor ASCII digits (names the value).
+    """
+    v = str(version).strip()
+    if v == "latest":
+        return v
+    if not (v.isascii() and v.isdigit()):
+        raise ValueError(f"version {version!r} must be a non-negative integer (a version directory such as 3 "
+                         "or 0003) or 'latest'")
+    return str(int(v))
 
 
 class Record(BaseModel):
@@ -41,8 +117,10 @@ class Case(Record):
     """One benchmark case: which model, and how it is measured.
 
     Attributes:
-        model: model name in the store (letters, digits, ``_.-``).
-        version: integer version directory, or ``latest`` (highest integer).
+        model: model name: a directory of the model store, in any script (``check_model_name``:
+            no ``..``, path separators or control characters; at most 128 characters).
+        version: integer version (``0003`` is 3, as in TF Serving), or ``latest`` (the highest
+            version directory that holds a model).
         batch_size: examples per training step.
         measured_steps: steps timed with the profiler OFF (our timer, ms). Default 320
             (``DEFAULT_MEASURED_STEPS``): what a paired gate needs to catch a 5% slowdown 95% of the
@@ -58,13 +136,22 @@ class Case(Record):
         confidence: confidence level of the comparison interval.
         lookback: how many accepted runs form the history baseline.
         paired: re-measure the baseline version in the same process (A/B, release gates; a
-            ``release`` trigger is always paired).
-        paired_blocks, paired_block_steps: the paired (A/B) layout: ``paired_blocks`` block pairs in
-            ABBA order of ``paired_block_steps`` steps per block (default 1: A B B A A B ...;
-            short blocks cancel more of the host's slow drift). Unset ``paired_blocks`` is
-            ``measured_steps // paired_block_steps``, so the cost,
-            ``2 * paired_blocks * paired_block_steps`` extra timed steps, is twice the measured
+            ``release`` trigger is always paired, and so is a scheduled run whose version differs
+            from the baseline's: ``RunContext.pairs_with``).
+        paired_blocks, paired_block_steps: the paired (A/B) layout and budget: at most
+            ``paired_blocks`` block pairs in ABBA order of ``paired_block_steps`` steps per block
+            (default 1: A B B A A B ...; short blocks cancel more of the host's slow drift); at most
+            ``MAX_TIMED_STEPS`` (100000) timed steps per version, as for ``measured_steps``. Unset
+            ``paired_blocks`` is ``measured_steps // paired_block_steps`` (320 by default). The gate
+            is sequential (``tasks.analysis.sequential``): it stops at the first look whose interval
+            decides, so the cost actually spent, ``2 x pairs x paired_block_steps`` timed steps
+            (stated in each verdict's ``evidence["paired"]["spent"]``), is at most twice the measured
             steps (640 by default), plus one more model load and warm-up per version.
+        paired_round_pairs: pairs measured between two looks of the sequential gate (default 16;
+            the first look is at 32 pairs). A budget under 32 pairs gets one fixed look at the end.
+        max_other_cpu_share: the host counts as busy when other processes took more than this
+            share of its CPU time during the measurement (default 0.25); the verdict is then
+            ``inconclusive`` ("host busy: ...", ``tasks.analysis.calibration.assess_noise``).
         paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
             loaded in one process, which blocks cannot average out; it widens the paired interval
             (``tasks.analysis.stats.compare_paired``). None: estimated from the store's A/A release gates
@@ -81,7 +168,7 @@ class Case(Record):
     model: str
     version: str = "latest"
     batch_size: int = Field(16, ge=1, le=65536)
-    measured_steps: int = Field(DEFAULT_MEASURED_STEPS, ge=5, le=100_000)
+    measured_steps: int = Field(DEFAULT_MEASURED_STEPS, ge=5, le=MAX_TIMED_STEPS)
     profiled_steps: int = Field(5, ge=1, le=1000)
     seed: int = 0
     deterministic: bool = False
@@ -92,40 +179,47 @@ class Case(Record):
     confidence: float = Field(0.99, gt=0.5, lt=1)
     lookback: int = Field(5, ge=1, le=100)
     paired: bool = False
-    paired_blocks: int | None = Field(None, ge=2, le=10_000)  # None: filled in by _paired_layout
+    paired_blocks: int | None = Field(None, ge=2, le=MAX_TIMED_STEPS)  # None: filled in by _paired_layout
     paired_block_steps: int = Field(1, ge=1, le=10_000)
     prior_between_sd: float | None = Field(None, gt=0, lt=1)
     paired_offset_sd: float | None = Field(None, ge=0, lt=1)
+    paired_round_pairs: int = Field(16, ge=2, le=MAX_TIMED_STEPS)
+    max_other_cpu_share: float = Field(0.25, gt=0, le=1)
     auto_accept: bool = True
 
     @model_validator(mode="before")
     @classmethod
     def _paired_layout(cls, data: Any) -> Any:
         """Unset ``paired_blocks`` becomes ``measured_steps // paired_block_steps`` (at least 2): each
-        version of a paired gate then gets as many timed steps as a normal run measures."""
+        version of a paired gate then gets as many timed steps as a normal run measures. The derived
+        value is kept within its limits, so a bad ``measured_steps`` is reported as such, never as a
+        ``paired_blocks`` the user did not give."""
         if isinstance(data, dict) and data.get("paired_blocks") is None:
             try:
                 steps = int(data.get("measured_steps", DEFAULT_MEASURED_STEPS))
                 block = max(1, int(data.get("paired_block_steps", 1)))
             except (TypeError, ValueError):
                 return data  # the field validators name the bad value
-            data = {**data, "paired_blocks": max(2, steps // block)}
+            data = {**data, "paired_blocks": min(MAX_TIMED_STEPS, max(2, steps // block))}
         return data
+
+    @model_validator(mode="after")
+    def _paired_size(self) -> Case:
+        per_version = self.paired_blocks * self.paired_block_steps
+        if per_version > MAX_TIMED_STEPS:
+            raise ValueError(f"paired_blocks={self.paired_blocks} x paired_block_steps={self.paired_block_steps} "
+                             f"is {per_version} timed steps per version; at most {MAX_TIMED_STEPS}, as for measured_steps")
+        return self
 
     @field_validator("model")
     @classmethod
     def _model_name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"model name {v!r} must match {_NAME.pattern}")
-        return v
+        return check_model_name(v)
 
-    @field_validator("version")
+    @field_validator("version", mode="before")
     @classmethod
-    def _version(cls, v: str) -> str:
-        v = str(v)
-        if v != "latest" and not v.isdigit():
-            raise ValueError(f"version {v!r} must be a non-negative integer or 'latest'")
-        return v
+    def _version(cls, v: Any) -> str:
+        return canonical_version(v)
 
     @property
     def name(self) -> str:
@@ -147,16 +241,37 @@ class RunContext(Record):
     trigger: Trigger = "manual"
     case: Case
     started_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    #: re-measure this version as the paired gate's A instead of the baseline's (``perfwatch calibrate``
+    #: gates a version against itself: an A/A gate); None: the baseline's version
+    paired_version: str | None = None
+
+    @field_validator("paired_version", mode="before")
+    @classmethod
+    def _paired_version(cls, v: Any) -> str | None:
+        return None if v is None else canonical_version(v)
 
     @property
     def wants_paired(self) -> bool:
-        """A release trigger, or a case with ``paired=True``, gets the paired (A/B) measurement."""
-        return self.trigger == "release" or self.case.paired
+        """Paired whatever the versions: a release trigger, a case with ``paired=True``, or an explicit
+        ``paired_version``."""
+        return self.trigger == "release" or self.case.paired or self.paired_version is not None
+
+    def pairs_with(self, candidate_version: str | None, baseline_version: str | None) -> bool:
+        """Whether this run gets the paired (A/B) gate against ``baseline_version`` (None: no baseline yet,
+        never paired unless ``paired_version`` names A): when it ``wants_paired``, and also when a
+        scheduled (nightly) run's resolved ``candidate_version`` (None: not known) differs from the
+        baseline's -- the history verdict alone detects a 5% change in 0.4% of runs on a drifting host."""
+        if self.paired_version is not None:
+            return True
+        if baseline_version is None:
+            return False
+        changed = candidate_version is not None and str(candidate_version) != str(baseline_version)
+        return self.wants_paired or (self.trigger == "scheduled" and changed)
 
     @property
     def slug(self) -> str:
-        """Filesystem-safe name of this run's work directory."""
-        return safe_name(f"{self.dag_id}__{self.dag_run_id}__{self.case.model}__{self.case.name}")
+        """Filesystem-safe name of this run's work directory (:func:`run_slug`)."""
+        return run_slug(self.dag_id, self.dag_run_id, self.case.model, self.case.name)
 
 
 class PulledModel(Record):
@@ -216,6 +331,9 @@ class ProfiledRun(Record):
     paired_path: str | None = None
     baseline_model: PulledModel | None = None
     paired_wall_s: float | None = None
+    #: the measurement's noise against the bounds (``tasks.analysis.calibration.Noise`` as a dict): of the
+    #: paired gate when there is one, else of the measured steps; None when not assessed
+    noise: dict[str, Any] | None = None
 
 
 class ParseRecord(Record):
@@ -243,6 +361,7 @@ class CompareRecord(Record):
     gx_success: bool
     evidence: dict[str, Any]
     gx_results_path: str | None = None  # the full GX validation results (JSON), stored by archive
+    reason: str | None = None  # the verdict's reason in one sentence (e.g. "host busy: ..."); also in evidence
 
 
 class ArchiveRecord(Record):

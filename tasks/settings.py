@@ -4,6 +4,13 @@ Every path is derived from ``PERFWATCH_HOME`` unless set on its own, so a single
 variable moves the whole embedded default (SQLite file, model store, work dirs,
 archive) and a deployment can point each part elsewhere (PostgreSQL URL,
 ``s3://`` archive, a separate TensorFlow/GPU interpreter for the runner).
+
+The four stages that run a child process (env-fingerprint, warm-up, profiled run, paired run) each
+have a time limit (``PERFWATCH_*_TIMEOUT_S``, seconds). A limit exists to stop a hung process, never
+a slow healthy one: the defaults are several times what the stages took on the 2-core dev machine
+under load (figures beside :data:`TIMEOUT_DEFAULTS`), and the two measuring stages also get
+:data:`STEP_ALLOWANCE` times the warm-up's median step time for every step they time
+(:meth:`Settings.runner_limit`), so 100 000 measured steps of a slow model are not cut short.
 """
 
 from __future__ import annotations
@@ -12,6 +19,42 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+RunnerStage = Literal["env-fingerprint", "warm-up", "profiled-run", "paired-run"]
+
+#: Default time limit (s) of each stage that runs a child process, and its environment variable.
+#: Measured on the 2-core dev machine on the demo's MobileNetV2 v2 (α=0.75, batch 16), wall time of the
+#: child process including interpreter start and the TensorFlow import, at load average ~4 (other
+#: work on the host) and ~11-14 (three more busy loops): env-fingerprint 17-29 s / 49-53 s; warm-up
+#: 40 s / 131 s; profiled run of 320 measured steps 102 s / 451 s (median step 193 / 640 ms, so
+#: about 40 s / 235 s outside the steps); paired run of 2 x 320 steps (v1 against v2) 162 s /
+#: 607 s (about 310 s outside the steps when loaded). The defaults are 6-14x the loaded figures.
+TIMEOUT_DEFAULTS: dict[RunnerStage, tuple[str, float]] = {
+    "env-fingerprint": ("PERFWATCH_FINGERPRINT_TIMEOUT_S", 600.0),
+    "warm-up": ("PERFWATCH_WARMUP_TIMEOUT_S", 1800.0),
+    "profiled-run": ("PERFWATCH_PROFILE_TIMEOUT_S", 1800.0),
+    "paired-run": ("PERFWATCH_PAIRED_TIMEOUT_S", 1800.0),
+}
+
+#: The profiled and paired runs' limits grow by this many times the warm-up's median step time for
+#: every step they run: a step may take several times longer than at warm-up when the host gets
+#: busy (measured: the warm-up's median was 0.9-2.3x the measured steps' median, and a step under load
+#: 3.3x one on a quieter host), and only a hung process should ever reach the limit.
+STEP_ALLOWANCE = 10.0
+
+
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{name}={raw!r}: expected a time limit in seconds, a number > 0 (default {default:g})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -32,6 +75,10 @@ class Settings:
             TensorFlow is imported (``PERFWATCH_RUNNER_PYTHON``, default this interpreter).
         config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``,
             default ``config/perfwatch.yaml`` in the project).
+        timeout_env: the ``PERFWATCH_*_TIMEOUT_S`` variables as set (``PERFWATCH_FINGERPRINT_TIMEOUT_S``,
+            ``PERFWATCH_WARMUP_TIMEOUT_S``, ``PERFWATCH_PROFILE_TIMEOUT_S``, ``PERFWATCH_PAIRED_TIMEOUT_S``;
+            defaults in :data:`TIMEOUT_DEFAULTS`), read by :meth:`timeout_s` when a stage starts, so a
+            bad value fails that stage (recorded with the run) and no other command.
     """
 
     home: Path
@@ -41,6 +88,7 @@ class Settings:
     work_root: Path
     runner_python: str
     config_path: Path
+    timeout_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -56,4 +104,35 @@ class Settings:
             work_root=Path(env.get("PERFWATCH_WORK") or home / "work"),
             runner_python=env.get("PERFWATCH_RUNNER_PYTHON") or sys.executable,
             config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
+            timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
         )
+
+    def timeout_s(self, stage: RunnerStage) -> float:
+        """The time limit (s) set for ``stage`` (its ``PERFWATCH_*_TIMEOUT_S``, else the default).
+
+        Raises:
+            ValueError: the variable is not a number of seconds > 0 (the message names it and its value).
+        """
+        var, default = TIMEOUT_DEFAULTS[stage]
+        return _seconds(self.timeout_env, var, default)
+
+    def runner_limit(self, stage: RunnerStage, *, timed_steps: int = 0,
+                     step_ms: float | None = None) -> tuple[float, str]:
+        """The time limit (s) of ``stage``'s child process and how it was made, for error messages.
+
+        ``timed_steps`` steps of ``step_ms`` ms each (the warm-up's median step time) add
+        ``STEP_ALLOWANCE * timed_steps * step_ms / 1000`` s to the stage's setting.
+
+        Returns:
+            (limit in s, e.g. ``"PERFWATCH_PROFILE_TIMEOUT_S=1800 s + 10 x 330 steps x 64.2 ms"``).
+
+        Raises:
+            ValueError: the stage's variable is not a number of seconds > 0 (see :meth:`timeout_s`).
+        """
+        var = TIMEOUT_DEFAULTS[stage][0]
+        base = self.timeout_s(stage)
+        how = f"{var}={base:g} s"
+        if timed_steps > 0 and step_ms is not None and step_ms > 0:
+            base += STEP_ALLOWANCE * timed_steps * step_ms / 1000.0
+            how += f" + {STEP_ALLOWANCE:g} x {timed_steps} steps x {step_ms:.1f} ms"
+        return base, how

@@ -38,13 +38,52 @@ def test_ranks_by_change_per_step():
     assert a.op_self_time_change_us == pytest.approx(20.0 - 20.0 + 8.0)
 
 
-def test_top_share_of_measured_step_time_change():
-    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_step_ms=0.200,
-                  candidate_step_ms=0.240, top_n=1)
-    assert a.step_time_change_source == "step_time"
-    assert a.step_time_change_us == pytest.approx(40.0)
-    assert a.top_share == pytest.approx(20.0 / 40.0)
-    assert "50%" in a.summary and "conv" in a.summary and "+40.0 µs/step" in a.summary
+def test_op_figures_are_scaled_to_the_measured_medians_and_add_up_to_their_change():
+    # windows: baseline 190 µs/step of op self-time, candidate 198; measured medians 0.380 and 0.792 ms
+    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=0.380,
+                  candidate_measured_ms=0.792, top_n=1)
+    assert a.step_time_change_source == "measured_median"
+    assert a.step_time_change_us == pytest.approx(412.0)
+    assert (a.baseline_scale, a.candidate_scale) == (pytest.approx(2.0), pytest.approx(4.0))
+    ops = a.ops_frame().set_index("op_name")
+    assert ops["delta_us_per_step"].sum() == pytest.approx(412.0)  # the parts add up to the whole
+    assert ops["baseline_us_per_step"].sum() == pytest.approx(380.0)
+    assert ops["candidate_us_per_step"].sum() == pytest.approx(792.0)
+    assert ops.loc["conv", "baseline_us_per_step"] == pytest.approx(200.0)  # 100/190 of 380 µs
+    assert ops.loc["conv", "candidate_us_per_step"] == pytest.approx(480.0)  # 120/198 of 792 µs
+    assert ops.loc["conv", "baseline_window_us_per_step"] == pytest.approx(100.0)  # raw, per profiled step
+    assert a.op_self_time_change_us == pytest.approx(8.0)
+    assert a.top_share == pytest.approx(280.0 / 412.0)
+    assert sum(c.delta_us_per_step for c in a.categories) == pytest.approx(412.0)
+    assert "+412.0 µs/step" in a.summary and "x2.084" in a.summary and "68%" in a.summary
+    assert a.warnings == []
+
+
+def test_a_slowdown_is_not_explained_as_a_speedup_by_unrepresentative_windows():
+    # the case: the baseline's 5-step window ran 3.57x its measured median (busy host), the
+    # candidate's 0.49x; the candidate is really x2.04 slower with the same op mix
+    base = _table([("Conv2D", "conv", 5 * 0.6 * 3.57 * 50_000), ("MatMul", "dense", 5 * 0.4 * 3.57 * 50_000)])
+    cand = _table([("Conv2D", "conv", 5 * 0.6 * 0.49 * 102_000), ("MatMul", "dense", 5 * 0.4 * 0.49 * 102_000)])
+    raw = attribute(base, cand, baseline_steps=5, candidate_steps=5)
+    assert raw.step_time_change_us < -100_000  # what the windows alone say: a large speed-up
+    assert "need not add up" in raw.warnings[0] and raw.step_time_change_source == "op_self_time"
+    a = attribute(base, cand, baseline_steps=5, candidate_steps=5, baseline_measured_ms=50.0,
+                  candidate_measured_ms=102.0, warnings=["the profiled window of the baseline is not representative"])
+    assert a.step_time_change_us == pytest.approx(52_000.0)
+    ops = a.ops_frame().set_index("op_name")
+    assert ops.loc["conv", "delta_us_per_step"] == pytest.approx(0.6 * 52_000.0)
+    assert ops.loc["dense", "delta_us_per_step"] == pytest.approx(0.4 * 52_000.0)
+    assert ops.loc["conv", "relative_change"] == pytest.approx(1.04)
+    assert "Warning: the profiled window of the baseline is not representative" in a.summary
+
+
+def test_measured_medians_must_be_step_times():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="baseline_measured_ms"):
+            attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=bad,
+                      candidate_measured_ms=1.0)
+    one = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, candidate_measured_ms=1.0)
+    assert one.step_time_change_source == "op_self_time" and "for the baseline" in one.warnings[0]
 
 
 def test_categories():

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from tasks.analysis import calibration
 from tasks.analysis.calibration import CALIBRATION_WINDOW, DEFAULT_PRIOR_BETWEEN_SD, estimate_between_sd
@@ -94,15 +95,50 @@ def test_unusable_baseline_is_skipped_and_named(db_url, tmp_path):
     assert "3 measured step times, need at least 5" in v.evidence["reason"]
 
 
-def test_paired_offset_is_the_excess_over_block_noise():
-    # offset-free gates: |log d| equals the block noise sd/sqrt(n) -> estimate 0
-    quiet = [(math.exp(0.01), 0.01 * math.sqrt(4), 4)] * 3
-    assert calibration.estimate_paired_offset(quiet) == (pytest.approx(0.0, abs=1e-9), 3)
+def test_paired_offset_is_zero_when_gates_scatter_like_their_own_noise():
+    # standardised log ratios 0.2, 0.5, 1.5: the median square 0.25 is below chi2(1)'s 0.455 -> no offset
+    gates = [(math.exp(z * 0.01), 0.01 * math.sqrt(64), 64) for z in (0.2, -0.5, 1.5)]
+    assert calibration.estimate_paired_offset(gates) == (0.0, 3)
+
+
+def test_paired_offset_solves_the_median_equation():
     gates = [(math.exp(0.05), 0.0, 8), (math.exp(-0.05), 0.0, 8), (math.exp(0.05), 0.0, 8)]
-    assert calibration.estimate_paired_offset(gates) == (pytest.approx(0.05), 3)
+    sd, n = calibration.estimate_paired_offset(gates)
+    assert n == 3 and sd == pytest.approx(0.05 / math.sqrt(float(sps.chi2.median(1))), rel=1e-6)
     assert calibration.estimate_paired_offset(gates[:2]) == (None, 2)  # fewer than MIN_AA_GATES
     with pytest.raises(ValueError, match="A/A gate 1"):
         calibration.estimate_paired_offset([(1.0, 0.1, 8), (0.0, 0.1, 8)])
+
+
+def test_one_disturbed_gate_does_not_drive_the_offset():
+    """Four quiet A/A gates and one hit by a load burst (log ratio 0.3): the robust estimate stays 0,
+    where the old mean-of-squares estimate would have said ~0.13 and widened every later gate."""
+    quiet = [(math.exp(z * 0.01), 0.01 * math.sqrt(64), 64) for z in (0.3, -0.6, 0.1, 0.5)]
+    gates = [*quiet, (math.exp(0.3), 0.08, 64)]
+    assert calibration.estimate_paired_offset(gates) == (0.0, 5)
+    mean_of_squares = math.sqrt(np.mean([math.log(r) ** 2 for r, _, _ in gates]) - np.mean([s**2 / n for _, s, n in gates]))
+    assert mean_of_squares > 0.1
+
+
+def _aa(log_ratio, *, busy=False, n=8, sd=0.0, digest="a" * 64):
+    return {"ratio": math.exp(log_ratio), "details": {"sd_log_ratio": sd}, "n_candidate": n,
+            "baseline_digest": digest, "host_busy": busy}
+
+
+def test_offset_is_calibrated_only_from_quiet_gates_and_capped():
+    case = Case(model="m")
+    quiet = [_aa(0.004), _aa(-0.004), _aa(0.004)]
+    got = calibration.paired_offset_for_case(case, quiet)
+    assert (got.source, got.n_gates, got.capped) == ("store", 3, False)
+    assert got.sd == pytest.approx(0.004 / math.sqrt(float(sps.chi2.median(1))), rel=1e-6)
+    # gates on a busy host, or without a noise record, never count
+    noisy = [_aa(0.2, busy=True)] * 3 + [{k: v for k, v in _aa(0.2).items() if k != "host_busy"}] * 2
+    got = calibration.paired_offset_for_case(case, noisy + quiet)
+    assert (got.n_gates, got.skipped_busy) == (3, 5) and got.sd < 0.01
+    assert calibration.paired_offset_for_case(case, noisy).source == "default"
+    # an estimate past the cap is capped (and says so)
+    big = calibration.paired_offset_for_case(case, [_aa(0.05), _aa(-0.05), _aa(0.05)])
+    assert (big.sd, big.capped) == (calibration.MAX_PAIRED_OFFSET_SD, True)
 
 
 def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
@@ -111,17 +147,19 @@ def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
     case = Case(model="m", measured_steps=10)
     assert paired_offset_for_case(db_url, case, "k1").source == "default"
     assert paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}),
-                                              "k1").model_dump() == {"sd": 0.02, "source": "case", "n_gates": 0}
-    for i, log_ratio in enumerate([0.03, -0.03, 0.03, 0.2]):
+                                  "k1").model_dump() == {"sd": 0.02, "source": "case", "n_gates": 0,
+                                                         "capped": False, "skipped_busy": 0}
+    for i, log_ratio in enumerate([0.003, -0.003, 0.003, 0.2, 0.2]):
         ctx, pulled, env, warm, run, parse, _ = make_records(tmp_path, dag_run_id=f"aa{i}")
-        # the 4th gate compares other bytes (a real A/B gate): it must not count as A/A
-        digest = pulled.digest if i < 3 else "b" * 64
-        paired = {"ratio": math.exp(log_ratio), "details": {"sd_log_ratio": 0.0}, "n_candidate": 8,
-                  "baseline_digest": digest}
+        # the 4th gate compares other bytes (a real A/B gate): it must not count as A/A; the 5th ran busy
+        paired = _aa(log_ratio, digest=pulled.digest if i != 3 else "b" * 64, busy=i == 4)
         verdict = CompareRecord(verdict="inconclusive", method="paired-abba", baseline_run_ids=[], ratio=1.0,
                                 ci_low=0.9, ci_high=1.1, median_limit_ms=None, gx_success=True,
                                 evidence={"paired": paired})
         archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
     got = paired_offset_for_case(db_url, case, "k1")
-    assert (got.source, got.n_gates) == ("store", 3) and got.sd == pytest.approx(0.03)
+    assert (got.source, got.n_gates, got.skipped_busy) == ("store", 3, 1)
+    assert got.sd == pytest.approx(0.003 / math.sqrt(float(sps.chi2.median(1))), rel=1e-6)
     assert paired_offset_for_case(db_url, case, "other-env").source == "default"
+    inputs = reads.gather_compare_inputs(db_url, "m", case.name, "k1", lookback=5, calibration_window=50)
+    assert len(inputs.paired_gates) == 5 and len(inputs.aa_gates) == 4  # every gate; A/A ones (busy included)

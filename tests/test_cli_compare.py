@@ -35,10 +35,13 @@ def test_json_lists_grown_ops_share_and_findings(store):
     assert out["headline"][1]["median_step_ms"] == pytest.approx(12.0)
     conv = out["ops"][0]
     assert (conv["op_name"], conv["status"]) == ("conv", "both")
-    assert conv["delta_us_per_step"] == pytest.approx(100.0) and conv["relative_change"] == pytest.approx(5.0)
-    assert conv["share_of_change"] == pytest.approx(1.0)
-    assert [o["status"] for o in out["ops"]] == ["both", "appeared", "both", "vanished"]
-    assert out["step_time_change_us"] == pytest.approx(100.0)
+    # op shares of each window scaled to the measured medians 10.0 -> 12.0 ms (conv: 20/36 -> 120/135 of them)
+    delta = 120 / 135 * 12_000 - 20 / 36 * 10_000
+    assert conv["delta_us_per_step"] == pytest.approx(delta)
+    assert conv["share_of_change"] == pytest.approx(delta / 2000.0)
+    assert [o["status"] for o in out["ops"]] == ["both", "appeared", "vanished", "both"]
+    assert out["step_time_change_us"] == pytest.approx(2000.0)
+    assert sum(o["delta_us_per_step"] for o in out["ops"]) == pytest.approx(2000.0)
     assert out["categories"][0]["category"] == "convolution"
     assert [(f["side"], f["code"]) for f in out["findings"]] == [("from", "cpu_only"), ("to", "input_bound")]
 

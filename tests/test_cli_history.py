@@ -79,7 +79,7 @@ def test_history_lists_runs_and_draws_the_plot(cli, releases, tmp_path):
 
 def test_history_of_an_unknown_model_says_which_exist(cli, releases):
     res = cli("history", "nobody")
-    assert res.exit_code == 1 and "models with runs: m" in res.output
+    assert res.exit_code == 1 and "unknown model 'nobody'; models: m" in res.output
 
 
 def test_regressions_failures_env_changes(cli, releases, db_url, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_TASKS = ["pull_model_version", "env_fingerprint", "warm_up", "profiled_run", "parse", "baseline_compare",
-               "archive"]
+               "archive", "watch_trend"]
 
 _PROBE = """
 import json, sys

@@ -42,7 +42,10 @@ def abba_case(rng, effect, *, blocks=8, steps=50, cv=0.05, block_sd=0.01):
     (1.01, 1.08, "regression"),    # above 1, reaches past 1.05
     (1.06, 1.10, "regression"),
     (0.90, 0.99, "improvement"),
-    (0.97, 1.07, "inconclusive"),  # holds 1, too wide
+    (0.97, 1.07, "inconclusive"),  # holds 1, reaches past the tolerance threshold
+    (0.93, 1.03, "pass"),          # holds 1 but lies below 1.05: not slower than the tolerance allows
+    (0.93, 1.05, "pass"),          # the threshold itself is within tolerance
+    (1.00, 1.08, "inconclusive"),  # touching 1 is not lying above it
 ])
 def test_verdict_rule(low, high, expected):
     assert verdict_from_ci(low, high, 0.05) == expected

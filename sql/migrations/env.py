@@ -1,29 +1,40 @@
 """Alembic environment for the perfwatch store.
 
-Run through ``tasks.store.migrate(url)`` (which passes the engine in ``config.attributes``), or
-with the alembic CLI: ``alembic -c sql/alembic.ini -x url=postgresql+psycopg://... upgrade head``.
+Run through ``tasks.store.migrate(url)``, which passes the connection it holds the migration lock
+on in ``config.attributes["connection"]`` (or an engine in ``config.attributes["engine"]``), or
+with the alembic CLI: ``alembic -c sql/alembic.ini -x url=postgresql+psycopg://... upgrade head``
+(the CLI takes no lock: run it alone).
 """
 
 from alembic import context
 from sqlalchemy import create_engine
 
 from tasks.store import Base
+from tasks.store.engine import normalize_url
 
 config = context.config
 target_metadata = Base.metadata
 
 
+def _run(connection) -> None:
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      render_as_batch=connection.dialect.name == "sqlite")
+    with context.begin_transaction():
+        context.run_migrations()
+    connection.commit()
+
+
 def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
     engine = config.attributes.get("engine")
     if engine is None:
         url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
-        engine = create_engine(url)
+        engine = create_engine(normalize_url(url))
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=connection.dialect.name == "sqlite")
-        with context.begin_transaction():
-            context.run_migrations()
-        connection.commit()
+        _run(connection)
 
 
 run_migrations_online()

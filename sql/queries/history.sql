@@ -1,6 +1,7 @@
 -- name: history
 -- Step-time trend of one model (optionally one case) over time, versions and environments.
--- One row per run, oldest first: our-timer median step time (ms) with the p10 and p90 of the
+-- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
+-- median step time (ms; xprof's for external runs) with the p10 and p90 of the
 -- run's measured samples (nearest rank), throughput (examples/s), the verdict with the
 -- baseline-compare ratio and its interval, the baseline run's median, and flags where the
 -- version or the environment fingerprint changed from the previous run of the same case that
@@ -11,7 +12,7 @@
 --   psql "$DB" -v model="'tiny'" -v case_name=NULL -v limit=ALL -f sql/queries/history.sql
 -- Python: tasks.store.queries.history("tiny") or run_query("history", url, model="tiny")
 WITH picked AS (
-    SELECT r.id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.trigger,
+    SELECT r.id, r.started_at, r.case_name, r.status, r.verdict, r.failed_stage, r.trigger, r.source,
            COALESCE(mv.version, r.version_requested) AS version, r.environment_id,
            CASE WHEN r.model_version_id IS NULL THEN 0 ELSE 1 END AS pulled,
            CASE WHEN r.environment_id IS NULL THEN 0 ELSE 1 END AS fingerprinted,
@@ -53,6 +54,7 @@ SELECT q.id AS run_id,
        q.case_name,
        q.version,
        q.trigger,
+       q.source,
        q.status,
        q.verdict,
        q.failed_stage,

@@ -1,12 +1,18 @@
 """Op-level attribution of a step-time change (pure pandas, no TF, no xprof).
 
 Inputs are two framework_op_stats tables (``tasks.analysis.profile.OP_STATS_COLUMNS``; self-times in µs summed
-over the profiled window) and each run's number of profiled steps. Self-time is normalised to
-µs PER STEP so runs with different window lengths compare. IDLE rows are ignored.
+over the profiled window), each run's number of profiled steps and its MEASURED median step time (ms, profiler
+off). Self-time is normalised to µs per profiled step, then each op's share of its window's op self-time is
+scaled to the run's measured median: ``op µs/step = window self-time per step × measured median / window op
+self-time per step``. The op deltas then add up to the measured step-time change, whatever the short profiled
+windows happened to run at (a 5-step window on a busy host ran 0.49-3.57× the measured median: unscaled, a ×2.04
+slowdown read as -52,409 µs/step). IDLE rows are ignored; host and device rows are summed alike (on a GPU their
+self-times overlap in time, so shares there are of the summed self-time, not of the wall step).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +49,12 @@ def op_category(op_type: str) -> str:
 
 
 class OpDelta(BaseModel):
-    """One op's self-time per step (µs) in both runs. ``status``: both | appeared | vanished."""
+    """One op's time per step (µs) in both runs. ``status``: both | appeared | vanished.
+
+    ``*_us_per_step``: the op's share of its window's op self-time × the run's measured median (µs per step;
+    the raw window self-time per profiled step when the attribution is unscaled, see
+    ``Attribution.step_time_change_source``); ``*_window_us_per_step``: the raw self-time per profiled step.
+    """
 
     host_or_device: str
     op_type: str
@@ -55,6 +66,8 @@ class OpDelta(BaseModel):
     relative_change: float | None  # delta / baseline; None when the op is new
     status: str
     share_of_change: float | None = None  # delta / Attribution.step_time_change_us; None when that is 0
+    baseline_window_us_per_step: float = 0.0
+    candidate_window_us_per_step: float = 0.0
 
 
 class CategoryDelta(BaseModel):
@@ -66,18 +79,27 @@ class CategoryDelta(BaseModel):
 
 
 class Attribution(BaseModel):
-    """Ops ranked by |Δ self-time per step| (µs), op categories, and a plain-text summary.
+    """Ops ranked by |Δ time per step| (µs), op categories, and a plain-text summary.
 
-    ``step_time_change_us``: Δ step time per step (µs) — from the step times when given, otherwise the
-    sum of op self-time deltas (``step_time_change_source`` says which). ``top_share``: fraction of that
-    change accounted for by the ``top_n`` ranked ops (None when the change is 0).
+    ``step_time_change_us``: Δ step time per step (µs). ``step_time_change_source``: ``measured_median`` when
+    both measured medians were given (the op figures are scaled to them and their deltas add up to this
+    change), else ``op_self_time`` (the raw window self-times, whose deltas add up to
+    ``op_self_time_change_us`` and need not match any measured change). ``*_scale``: measured µs per step /
+    window op self-time µs per step of each run (None unscaled). ``top_share``: fraction of the change
+    accounted for by the ``top_n`` ranked ops (None when the change is 0). ``warnings``: why the figures may
+    mislead (an unrepresentative profiled window, no measured medians).
     """
 
     baseline_steps: int
     candidate_steps: int
     step_time_change_us: float
-    step_time_change_source: str  # "step_time" | "op_self_time"
-    op_self_time_change_us: float
+    step_time_change_source: str  # "measured_median" | "op_self_time"
+    op_self_time_change_us: float  # Δ of the raw window op self-time per profiled step (µs)
+    baseline_measured_ms: float | None = None
+    candidate_measured_ms: float | None = None
+    baseline_scale: float | None = None
+    candidate_scale: float | None = None
+    warnings: list[str] = []
     top_n: int
     top_share: float | None
     ops: list[OpDelta]
@@ -162,41 +184,74 @@ def _rel(delta: float, base: float) -> float | None:
     return delta / base if base > 0 else None
 
 
+def _measured(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive measured median step time (ms) or None, got {value!r}")
+    return float(value)
+
+
 def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
               candidate_ops: pd.DataFrame | Sequence[dict[str, Any]], *, baseline_steps: int,
-              candidate_steps: int, baseline_step_ms: float | None = None,
-              candidate_step_ms: float | None = None, top_n: int = 5) -> Attribution:
+              candidate_steps: int, baseline_measured_ms: float | None = None,
+              candidate_measured_ms: float | None = None, top_n: int = 5,
+              warnings: Sequence[str] = ()) -> Attribution:
     """Attribute a step-time change to ops and op categories.
 
     ``*_ops``: framework_op_stats tables (DataFrame or records, total_self_time_us in µs over the window);
-    ``*_steps``: profiled steps in each window; ``*_step_ms``: optional average step times (ms) — when
-    both are given the top ops' share is of that change, else of the summed op self-time change.
+    ``*_steps``: profiled steps in each window; ``*_measured_ms``: each run's measured median step time (ms,
+    profiler off). With both medians each run's ops are scaled to its median (module docstring): an op's
+    ``*_us_per_step`` is its share of the window's op self-time × the median, the deltas add up to
+    ``(candidate_measured_ms - baseline_measured_ms) × 1000`` µs and the top ops' share is of that change.
+    Without them (or when a window holds no op self-time) the raw window self-times per profiled step are
+    compared and a warning says so. ``warnings``: more to state with the result (e.g. unrepresentative
+    windows, ``window_warnings``).
     Op names are matched exactly, except that top-level name scopes present in one run only are paired
     (``match_scopes``: a renamed model scope) and the candidate's are renamed to the baseline's; the pairs
     are in ``scope_renames`` and the summary.
-    Raises ValueError for non-positive step counts or tables missing the key columns.
+    Raises ValueError for non-positive step counts, a non-positive or non-finite measured median, or tables
+    missing the key columns.
     """
+    base_ms = _measured(baseline_measured_ms, "baseline_measured_ms")
+    cand_ms = _measured(candidate_measured_ms, "candidate_measured_ms")
     base_df, cand_df = _frame(baseline_ops, "baseline"), _frame(candidate_ops, "candidate")
     renames = match_scopes(list(base_df.get("op_name", [])), list(cand_df.get("op_name", [])))
     base = _per_step(base_df, baseline_steps, "baseline")
     cand = _per_step(_rename_scopes(cand_df, renames), candidate_steps, "candidate")
-    both = pd.concat({"b": base, "c": cand}, axis=1)
-    status = pd.Series("both", index=both.index)
-    status[both["b"].isna()] = "appeared"
-    status[both["c"].isna()] = "vanished"
-    both = both.fillna(0.0)
+    notes = list(warnings)
+    base_total, cand_total = float(base.sum()), float(cand.sum())
+    scaled = base_ms is not None and cand_ms is not None and base_total > 0 and cand_total > 0
+    if scaled:
+        base_scale, cand_scale = base_ms * 1e3 / base_total, cand_ms * 1e3 / cand_total
+    else:
+        base_scale = cand_scale = None
+        notes.append("op figures are the profiled windows' raw self-times per step: "
+                     + ("no measured median step time was given for "
+                        + " and ".join(n for n, v in (("the baseline", base_ms), ("the candidate", cand_ms))
+                                       if v is None)
+                        if base_ms is None or cand_ms is None else "a window holds no op self-time")
+                     + ", so the op deltas need not add up to the measured change")
+    raw = pd.concat({"b": base, "c": cand}, axis=1)
+    status = pd.Series("both", index=raw.index)
+    status[raw["b"].isna()] = "appeared"
+    status[raw["c"].isna()] = "vanished"
+    raw = raw.fillna(0.0)
+    both = raw * [base_scale, cand_scale] if scaled else raw.copy()
     both["d"] = both["c"] - both["b"]
     both["status"] = status
+    both["rb"], both["rc"] = raw["b"], raw["c"]
     both = both.reindex(both["d"].abs().sort_values(ascending=False, kind="stable").index)
-    op_change = float(both["d"].sum())
-    if baseline_step_ms is not None and candidate_step_ms is not None:
-        change, source = (candidate_step_ms - baseline_step_ms) * 1e3, "step_time"
+    op_change = float((raw["c"] - raw["b"]).sum())
+    if scaled:
+        change, source = (cand_ms - base_ms) * 1e3, "measured_median"
     else:
         change, source = op_change, "op_self_time"
     ops = [OpDelta(host_or_device=k[0], op_type=k[1], op_name=k[2], category=op_category(k[1]),
                    baseline_us_per_step=r.b, candidate_us_per_step=r.c, delta_us_per_step=r.d,
                    relative_change=_rel(r.d, r.b), status=r.status,
-                   share_of_change=r.d / change if abs(change) > 1e-9 else None)
+                   share_of_change=r.d / change if abs(change) > 1e-9 else None,
+                   baseline_window_us_per_step=r.rb, candidate_window_us_per_step=r.rc)
            for k, r in zip(both.index, both.itertuples(index=False), strict=True)]
     top_delta = sum(o.delta_us_per_step for o in ops[:top_n])
     top_share = top_delta / change if abs(change) > 1e-9 else None
@@ -209,8 +264,14 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
         key=lambda c: -abs(c.delta_us_per_step))
     appeared = [o.op_name for o in ops if o.status == "appeared"]
     vanished = [o.op_name for o in ops if o.status == "vanished"]
-    lines = [f"Step time changed by {change:+.1f} µs/step ({source.replace('_', ' ')}); op self-time "
-             f"changed by {op_change:+.1f} µs/step."]
+    if scaled:
+        lines = [f"Measured median step time changed by {change:+.1f} µs/step ({base_ms:.3f} -> {cand_ms:.3f} ms, "
+                 f"x{cand_ms / base_ms:.3f}); each op's share of its profiled window's op self-time is scaled to "
+                 f"its run's measured median (x{base_scale:.3f} baseline, x{cand_scale:.3f} candidate), so the op "
+                 f"deltas add up to that change. Unscaled, the windows' op self-time changed by "
+                 f"{op_change:+.1f} µs/step."]
+    else:
+        lines = [f"Op self-time in the profiled windows changed by {op_change:+.1f} µs/step (unscaled)."]
     lines += [f"Op scope {c!r} of the candidate matched to {b!r} of the baseline (shown by that name)."
               for c, b in sorted(renames.items())]
     if top_share is not None and ops:
@@ -223,11 +284,38 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
         lines.append(f"Largest category change: {c.category} {c.delta_us_per_step:+.1f} µs/step.")
     if appeared or vanished:
         lines.append(f"{len(appeared)} ops appeared, {len(vanished)} vanished.")
+    lines += [f"Warning: {w}" for w in notes]
     return Attribution(baseline_steps=baseline_steps, candidate_steps=candidate_steps,
                        step_time_change_us=change, step_time_change_source=source,
-                       op_self_time_change_us=op_change, top_n=top_n, top_share=top_share, ops=ops,
+                       op_self_time_change_us=op_change, baseline_measured_ms=base_ms,
+                       candidate_measured_ms=cand_ms, baseline_scale=base_scale, candidate_scale=cand_scale,
+                       warnings=notes, top_n=top_n, top_share=top_share, ops=ops,
                        appeared=appeared, vanished=vanished, categories=categories, scope_renames=renames,
                        summary="\n".join(lines))
+
+
+def window_warnings(checks: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """One warning per profiled window that is not representative of its run's measured steps.
+
+    ``checks``: label (e.g. ``"baseline run 12"``) -> that run's window check (``CrossCheck`` fields as stored
+    in ``run_tables`` 'cross_check' / ``parsed.json``; None when absent). A check with ``representative``
+    False gives a warning with its figures (window median / measured median, the band); a missing check, or
+    one from before perfwatch compared windows with the measured steps, gives a note that it was not checked.
+    """
+    out = []
+    for label, c in checks.items():
+        if not c or "representative" not in c:
+            out.append(f"the profiled window of the {label} was not checked against its measured steps "
+                       "(no window check stored)")
+        elif c["representative"] is False:
+            med = c["measured_median_ms"]
+            out.append(f"the profiled window of the {label} is not representative: median {c['window_median_ms']:.3f} ms "
+                       f"= {c['overhead_ratio']:.2f}x its measured median {med:.3f} ms"
+                       + (f" (xprof: {c['profiler_ratio']:.2f}x)" if c.get("profiler_ratio") is not None else "")
+                       + (f", band [{c['band_low_ms'] / med:.2f}x, {c['band_high_ms'] / med:.2f}x]"
+                          if c.get("band_low_ms") is not None else "")
+                       + "; its op shares may not hold for the measured steps")
+    return out
 
 
 # ------------------------------------------------------------------------------------- evidence
@@ -244,25 +332,31 @@ class RunOps:
 
     ``ops``: framework_op_stats rows (``OP_STATS_COLUMNS``, self-times µs over the window);
     ``profiled_steps``: steps in the window (None when the run records none); ``profiler_avg_step_ms``:
-    xprof's average step time over the window (ms, overview_page), None without step markers.
+    xprof's average step time over the window (ms, overview_page), None without step markers;
+    ``measured_median_ms``: the run's measured median step time (ms, profiler off; ``runs.median_step_ms``);
+    ``window_check``: the run's window check (``tasks.analysis.profile.CrossCheck`` fields, ``run_tables``
+    'cross_check'; None when not stored).
     """
 
     run_id: int
     ops: pd.DataFrame
     profiled_steps: int | None
     profiler_avg_step_ms: float | None
+    measured_median_ms: float | None = None
+    window_check: Mapping[str, Any] | None = None
 
 
 def _op_brief(o: Mapping[str, Any]) -> dict[str, Any]:
     return {k: o[k] for k in ("op_name", "op_type", "category", "host_or_device", "baseline_us_per_step",
                               "candidate_us_per_step", "delta_us_per_step", "relative_change", "status",
-                              "share_of_change")}
+                              "share_of_change", "baseline_window_us_per_step", "candidate_window_us_per_step")}
 
 
 def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
     """JSON-safe digest of an Attribution for the verdict's evidence (µs per step throughout).
 
-    Keys: step_time_change_us / _source, op_self_time_change_us, top_n, top_share (share of the step-time
+    Keys: step_time_change_us / _source, op_self_time_change_us, baseline_/candidate_measured_ms and _scale
+    (``Attribution``), warnings, top_n, top_share (share of the step-time
     change the ``top_n`` largest-|Δ| ops explain), top_ops (largest |Δ|), grew_most (largest positive Δ),
     shrank_most (largest negative Δ), grew_share (share the grew_most ops explain), appeared / vanished
     (counts and up to EVIDENCE_NAMES_MAX names), categories (all, by |Δ|), scope_renames (candidate op
@@ -275,7 +369,9 @@ def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict
     grew_share = sum(o["delta_us_per_step"] for o in grew) / change if grew and abs(change) > 1e-9 else None
     return {
         "step_time_change_us": change, "step_time_change_source": a.step_time_change_source,
-        "op_self_time_change_us": a.op_self_time_change_us, "top_n": top_n,
+        "op_self_time_change_us": a.op_self_time_change_us, "baseline_measured_ms": a.baseline_measured_ms,
+        "candidate_measured_ms": a.candidate_measured_ms, "baseline_scale": a.baseline_scale,
+        "candidate_scale": a.candidate_scale, "warnings": list(a.warnings), "top_n": top_n,
         "top_share": (sum(o["delta_us_per_step"] for o in ops[:top_n]) / change
                       if ops and abs(change) > 1e-9 else None),
         "grew_share": grew_share,
@@ -288,22 +384,39 @@ def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict
     }
 
 
+def _window_digest(c: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    keys = ("representative", "overhead_ratio", "profiler_ratio", "window_median_ms", "measured_median_ms",
+            "band_low_ms", "band_high_ms")
+    return {k: c.get(k) for k in keys} if c and "representative" in c else None
+
+
 def attribute_against_run(baseline: RunOps | None, baseline_run_id: int, parsed_tables: Mapping[str, Any],
-                          candidate_steps: int, candidate_step_ms: float | None, *,
+                          candidate_steps: int, candidate_measured_ms: float | None, *,
+                          ratio: float | None = None, ratio_source: str | None = None,
                           top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
     """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence.
 
-    Baseline: ``baseline`` (``tasks.store.reads.run_ops``; None when the run is not in the store).
-    Candidate: ``parsed_tables`` (the parse stage's ``parsed.json``; its ``op_stats`` records),
-    ``candidate_steps`` profiled steps and ``candidate_step_ms`` (xprof's average step time, ms, or None).
+    Baseline: ``baseline`` (``tasks.store.reads.run_ops``; None when the run is not in the store): its op
+    table, profiled steps, measured median and window check. Candidate: ``parsed_tables`` (the parse stage's
+    ``parsed.json``: ``op_stats`` records and ``cross_check``), ``candidate_steps`` profiled steps and
+    ``candidate_measured_ms`` (its measured median step time, ms, ``ProfiledRun.median_step_ms``).
+
+    The op figures are scaled to measured medians (``attribute``). With ``ratio`` (the verdict's step-time
+    ratio candidate / baseline, from ``ratio_source``, e.g. ``paired-abba``) the baseline's level is
+    ``candidate_measured_ms / ratio``, so the op deltas add up to exactly the change the verdict reports;
+    without it, the baseline run's own measured median. ``warnings`` names an unrepresentative (or unchecked)
+    profiled window of either run (``window_warnings``).
 
     Returns ``{"available": True, "baseline_run_id", "baseline_profiled_steps", "candidate_profiled_steps",
-    "baseline_step_ms", "candidate_step_ms", **attribution_evidence(...)}``, or ``{"available": False,
-    "baseline_run_id", "reason"}`` when the baseline run is missing, has no op rows, or no profiled-step
-    count, or the candidate has no op rows. Raises ValueError when ``candidate_steps`` is not a positive int.
+    "baseline_run_measured_ms", "change_basis", "baseline_window", "candidate_window",
+    **attribution_evidence(...)}``, or ``{"available": False, "baseline_run_id", "reason"}`` when the baseline
+    run is missing, has no op rows, or no profiled-step count, or the candidate has no op rows. Raises
+    ValueError when ``candidate_steps`` is not a positive int or a median or ``ratio`` is not positive.
     """
     if not isinstance(candidate_steps, int) or candidate_steps <= 0:
         raise ValueError(f"candidate_steps must be a positive int, got {candidate_steps!r}")
+    if ratio is not None and not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"ratio must be a positive step-time ratio or None, got {ratio!r}")
     unavailable = {"available": False, "baseline_run_id": baseline_run_id}
     if baseline is None:
         return {**unavailable, "reason": f"baseline run {baseline_run_id} is not in the store"}
@@ -314,17 +427,29 @@ def attribute_against_run(baseline: RunOps | None, baseline_run_id: int, parsed_
     cand_ops = list(parsed_tables.get("op_stats") or [])
     if not cand_ops:
         return {**unavailable, "reason": "the candidate's parsed profile has no op_stats rows"}
+    if ratio is not None and candidate_measured_ms is not None:
+        base_ms = _measured(candidate_measured_ms, "candidate_measured_ms") / ratio
+        basis = (f"the verdict's ratio x{ratio:.4f}" + (f" ({ratio_source})" if ratio_source else "")
+                 + ": baseline level = candidate's measured median / ratio")
+    else:
+        base_ms = baseline.measured_median_ms
+        basis = f"the measured medians of baseline run {baseline_run_id} and the candidate"
+    cand_check = parsed_tables.get("cross_check")
+    notes = window_warnings({f"baseline run {baseline_run_id}": baseline.window_check, "candidate": cand_check})
     a = attribute(baseline.ops, cand_ops, baseline_steps=baseline.profiled_steps, candidate_steps=candidate_steps,
-                  baseline_step_ms=baseline.profiler_avg_step_ms, candidate_step_ms=candidate_step_ms, top_n=top_n)
+                  baseline_measured_ms=base_ms, candidate_measured_ms=candidate_measured_ms, top_n=top_n,
+                  warnings=notes)
     return {"available": True, "baseline_run_id": baseline_run_id, "baseline_profiled_steps": baseline.profiled_steps,
-            "candidate_profiled_steps": candidate_steps, "baseline_step_ms": baseline.profiler_avg_step_ms,
-            "candidate_step_ms": candidate_step_ms, **attribution_evidence(a, top_n=top_n)}
+            "candidate_profiled_steps": candidate_steps, "baseline_run_measured_ms": baseline.measured_median_ms,
+            "change_basis": basis, "baseline_window": _window_digest(baseline.window_check),
+            "candidate_window": _window_digest(cand_check), **attribution_evidence(a, top_n=top_n)}
 
 
 def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
     """One line naming the ``n`` ops whose self-time per step grew most, from ``evidence["attribution"]``,
-    e.g. ``"top ops: conv (+120.0 µs/step, +40%, 35% of the change), ..."``; a line saying why when the
-    attribution is absent or unavailable."""
+    e.g. ``"top ops: conv (+120.0 µs/step, +40%, 35% of the change), ..."`` (µs per step as the attribution
+    gives them: scaled to the measured medians), followed by the warning about an unrepresentative profiled
+    window when there is one; a line saying why when the attribution is absent or unavailable."""
     if not attribution:
         return "no op attribution"
     if not attribution.get("available"):
@@ -339,4 +464,7 @@ def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
     renames = attribution.get("scope_renames") or {}
     note = "".join(f" (this run's op scope {new!r} is shown under the baseline's {old!r})"
                    for new, old in renames.items())
+    unrepresentative = [w for w in attribution.get("warnings") or [] if "not representative" in w]
+    if unrepresentative:
+        note += f" (warning: {'; '.join(unrepresentative)})"
     return "top ops: " + ", ".join(parts) + note

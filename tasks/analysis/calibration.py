@@ -23,6 +23,36 @@ The rule (:func:`prior_for_case`):
    step-to-step variation it adds ~0.018^2 to tau^2, small against tau ~0.1.
 3. Too little history: :data:`DEFAULT_PRIOR_BETWEEN_SD` (0.05, between a quiet GPU host and
    this busy CPU), ``prior_df`` 2 (source ``default``).
+
+Paired gates (:func:`paired_offset_for_case`): the process-level offset between two copies of one
+model is calibrated from **A/A gates** (the same model bytes as A and B) that ran **within the normal
+noise range** (``host_busy`` false in their evidence; gates without that record, or measured on a busy
+host, are never used), with a **robust estimator** (the offset that makes the median of the gates'
+standardised squared log ratios equal the median of chi-square(1), so a few gates hit by load cannot
+drive it) and a **cap** (:data:`MAX_PAIRED_OFFSET_SD`): an offset that large would mean the gates
+themselves were disturbed, and an uncapped one (0.062-0.072 learnt under load on the dev machine)
+widened every later interval to about +-20%, after which no gate could decide anything.
+
+Noise awareness (:func:`assess_noise`): a measurement is judged against documented bounds on the
+host's load while it ran (``tasks.runner.process.HostLoad``) and, for a paired gate, on its own noise
+(per-pair sd of the log ratios) against the calibrated noise of the case (:func:`calibrated_noise`:
+the median per-pair sd of the newest quiet gates of the case and environment). Beyond a bound the
+host counts as busy: ``tasks.analysis.verdict.decide`` then says ``inconclusive`` with the reason
+("host busy: ..."), because a busy host biases step-time ratios, not only widens them (delays that
+other processes add to both versions alike pull the ratio towards 1, so a real slowdown can look
+like a pass). The bounds:
+
+* other processes took more than ``Case.max_other_cpu_share`` (default
+  :data:`DEFAULT_MAX_OTHER_CPU_SHARE` = 0.25) of the host's CPU time (wall x logical CPUs) --
+  real gates on the 2-core dev machine measured 0.02-0.04 when quiet, 0.38-0.57 beside other test
+  jobs, 0.70-0.81 with two busy-loop processes and 0.74-0.87 with four;
+* the hypervisor stole more than :data:`MAX_STEAL_SHARE` (5%) of it;
+* a GPU showed more than :data:`MAX_GPU_OTHER_PROCESSES` (0) other processes (only where NVML answers);
+* the gate's per-pair sd was more than :data:`MAX_NOISE_RATIO` (1.5) times the calibrated one
+  (only with at least :data:`MIN_NOISE_GATES` quiet gates in the store).
+
+The 1-minute load average is recorded but not judged: it counts the runner's own threads (a quiet
+2-core host running a TF step reads about 2).
 """
 
 from __future__ import annotations
@@ -33,9 +63,12 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+from scipy import optimize, stats
 
-__all__ = ["CALIBRATION_WINDOW", "DEFAULT_PAIRED_OFFSET_SD", "DEFAULT_PRIOR_BETWEEN_SD", "MAX_PRIOR_DF",
-           "MIN_AA_GATES", "MIN_CALIBRATION_DF", "Offset", "Prior", "estimate_between_sd", "estimate_paired_offset",
+__all__ = ["CALIBRATION_WINDOW", "DEFAULT_MAX_OTHER_CPU_SHARE", "DEFAULT_PAIRED_OFFSET_SD", "DEFAULT_PRIOR_BETWEEN_SD",
+           "MAX_GPU_OTHER_PROCESSES", "MAX_NOISE_RATIO", "MAX_PAIRED_OFFSET_SD", "MAX_PRIOR_DF", "MAX_STEAL_SHARE",
+           "MIN_AA_GATES", "MIN_CALIBRATION_DF", "MIN_NOISE_GATES", "Noise", "NoiseCalibration", "Offset", "Prior",
+           "assess_noise", "calibrated_noise", "estimate_between_sd", "estimate_paired_offset", "gate_is_quiet",
            "paired_offset_for_case", "prior_for_case", "prior_from_runs"]
 
 CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
@@ -51,6 +84,17 @@ DEFAULT_PRIOR_DF = 2.0
 #: it in its A/A gates, and the store's estimate then replaces this default.
 DEFAULT_PAIRED_OFFSET_SD = 0.0
 MIN_AA_GATES = 3  #: fewest A/A paired gates (same model bytes as A and B) for a store estimate
+#: cap on the estimated offset (log scale): 1% between two copies of one model in one process. Above it
+#: a 5% tolerance can hardly be resolved (z_{0.995} x 0.01 already takes half of log(1.05) / 2), and a
+#: larger estimate means disturbed A/A gates rather than a real offset (none was measured here).
+MAX_PAIRED_OFFSET_SD = 0.01
+_CHI2_1_MEDIAN = float(stats.chi2.median(1))  # 0.4549: median of a squared standard normal
+
+DEFAULT_MAX_OTHER_CPU_SHARE = 0.25  #: share of the host's CPU time other processes may take (Case default)
+MAX_STEAL_SHARE = 0.05  #: share of the host's CPU time the hypervisor may steal
+MAX_GPU_OTHER_PROCESSES = 0  #: other processes allowed on a GPU during the measurement (NVML)
+MAX_NOISE_RATIO = 1.5  #: a gate's per-pair sd may be at most this many times the calibrated one
+MIN_NOISE_GATES = 3  #: fewest quiet stored gates for a calibrated noise
 
 
 class Prior(BaseModel):
@@ -117,10 +161,12 @@ def prior_for_case(case, runs: Iterable[tuple[str, float]]) -> Prior:
 
 
 class Offset(BaseModel):
-    """The process-level offset handed to ``stats.compare_paired`` (``offset_sd``, log scale).
+    """The process-level offset handed to the paired statistics (``offset_sd``, log scale).
 
-    ``source``: ``case`` (``Case.paired_offset_sd``), ``store`` (estimated from A/A gates),
-    ``default`` (:data:`DEFAULT_PAIRED_OFFSET_SD`); ``n_gates``: A/A gates used.
+    ``source``: ``case`` (``Case.paired_offset_sd``), ``store`` (estimated from quiet A/A gates),
+    ``default`` (:data:`DEFAULT_PAIRED_OFFSET_SD`); ``n_gates``: A/A gates used; ``capped``: the
+    estimate was above :data:`MAX_PAIRED_OFFSET_SD` and the cap is used; ``skipped_busy``: A/A gates
+    left out because they ran on a busy host (or have no noise record).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -128,32 +174,52 @@ class Offset(BaseModel):
     sd: float
     source: Literal["case", "store", "default"]
     n_gates: int = 0
+    capped: bool = False
+    skipped_busy: int = 0
 
 
 def estimate_paired_offset(gates: Iterable[tuple[float, float, int]]) -> tuple[float | None, int]:
-    """Process-level offset sd from A/A paired gates (the same model bytes measured as A and B).
+    """Process-level offset sd from A/A paired gates (the same model bytes measured as A and B), robustly.
 
-    Each gate gives its mean block log ratio ``d`` (``log ratio``), the sd of its block log ratios
-    and its block count n. With no offset, E[d^2] = sd^2 / n; the offset variance is the excess
-    (method of moments, floored at 0)::
-
-        offset^2 = max(0, mean(d_g^2) - mean(sd_g^2 / n_g))
+    Each gate g gives its mean pair log ratio ``d_g`` (``log ratio``), its per-pair sd ``s_g`` (such
+    that ``s_g^2 / n_g`` is the sampling variance ``v_g`` of ``d_g``) and its pair count ``n_g``. With
+    an offset of sd ``tau``, ``d_g^2 / (v_g + tau^2)`` is chi-square(1); the estimate is the ``tau >= 0``
+    at which the *median* of these over the gates equals chi-square(1)'s median 0.4549 (a median form
+    of the Paule-Mandel moment equation, solved with ``scipy.optimize.brentq``), 0 when the gates scatter
+    no more than their own noise. A median rather than a mean: one gate hit by a load burst moves it
+    little. Not capped here (see :func:`paired_offset_for_case`).
 
     Returns (offset sd, or ``None`` with fewer than :data:`MIN_AA_GATES` gates; gates used).
 
     Raises:
         ValueError: a ratio that is not finite and > 0, or n < 2 (names the gate index).
     """
-    d2, noise = [], []
+    d2, v = [], []
     for i, (ratio, sd, n) in enumerate(gates):
-        if not (math.isfinite(ratio) and ratio > 0) or n < 2 or not math.isfinite(sd):
-            raise ValueError(f"A/A gate {i}: ratio {ratio!r}, block sd {sd!r}, blocks {n!r}; expected a finite "
-                             "ratio > 0, a finite sd and at least 2 blocks")
+        if not (math.isfinite(ratio) and ratio > 0) or n < 2 or not (math.isfinite(sd) and sd >= 0):
+            raise ValueError(f"A/A gate {i}: ratio {ratio!r}, per-pair sd {sd!r}, pairs {n!r}; expected a finite "
+                             "ratio > 0, a finite sd >= 0 and at least 2 pairs")
         d2.append(math.log(ratio) ** 2)
-        noise.append(sd**2 / n)
+        v.append(sd**2 / n)
     if len(d2) < MIN_AA_GATES:
         return None, len(d2)
-    return math.sqrt(max(0.0, float(np.mean(d2)) - float(np.mean(noise)))), len(d2)
+    d2a, va = np.asarray(d2), np.asarray(v)
+
+    def excess(tau2: float) -> float:
+        return float(np.median(d2a / np.maximum(va + tau2, 1e-300))) - _CHI2_1_MEDIAN
+
+    if excess(0.0) <= 0:
+        return 0.0, len(d2)
+    hi = max(float(d2a.max()), 1e-12)
+    while excess(hi) > 0:
+        hi *= 4
+    return math.sqrt(float(optimize.brentq(excess, 0.0, hi, xtol=1e-14))), len(d2)
+
+
+def gate_is_quiet(paired: dict) -> bool:
+    """A stored paired gate (``evidence["paired"]``) counts for calibration only when it says it ran
+    within the normal noise range: ``host_busy`` is present and false."""
+    return paired.get("host_busy") is False
 
 
 def _gate_sd(paired: dict) -> float:
@@ -164,12 +230,109 @@ def _gate_sd(paired: dict) -> float:
 
 
 def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
-    """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from A/A release gates
-    (``aa_gates``: stored ``evidence["paired"]`` dicts of gates whose baseline bytes equal the candidate's,
-    newest first, ``tasks.store.reads.aa_gates``); else the default."""
+    """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the quiet A/A
+    gates among ``aa_gates`` (stored ``evidence["paired"]`` dicts of gates whose baseline bytes equal the
+    candidate's, newest first, ``tasks.store.reads.CompareInputs.aa_gates``) by
+    :func:`estimate_paired_offset`, capped at :data:`MAX_PAIRED_OFFSET_SD`; else the default."""
     if case.paired_offset_sd is not None:
         return Offset(sd=case.paired_offset_sd, source="case")
-    sd, n = estimate_paired_offset((p["ratio"], _gate_sd(p), p["n_candidate"]) for p in aa_gates)
+    gates = list(aa_gates)
+    quiet = [p for p in gates if gate_is_quiet(p)]
+    skipped = len(gates) - len(quiet)
+    sd, n = estimate_paired_offset((p["ratio"], _gate_sd(p), p["n_candidate"]) for p in quiet)
     if sd is not None:
-        return Offset(sd=sd, source="store", n_gates=n)
-    return Offset(sd=DEFAULT_PAIRED_OFFSET_SD, source="default")
+        return Offset(sd=min(sd, MAX_PAIRED_OFFSET_SD), source="store", n_gates=n, capped=sd > MAX_PAIRED_OFFSET_SD,
+                      skipped_busy=skipped)
+    return Offset(sd=DEFAULT_PAIRED_OFFSET_SD, source="default", skipped_busy=skipped)
+
+
+# ---------------------------------------------------------------------------------------- noise awareness
+
+
+class NoiseCalibration(BaseModel):
+    """The calibrated noise of a case's paired gates: ``sd_pair`` (median per-pair sd of the log ratios
+    of the newest quiet gates, log scale; ``None`` with fewer than :data:`MIN_NOISE_GATES`), ``n_gates``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sd_pair: float | None
+    n_gates: int
+
+
+def calibrated_noise(paired_gates: Iterable[dict]) -> NoiseCalibration:
+    """:class:`NoiseCalibration` from stored gates (``evidence["paired"]`` dicts, newest first, any
+    versions; ``tasks.store.reads.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)."""
+    sds = [_gate_sd(p) for p in paired_gates if gate_is_quiet(p) and p.get("details") and p.get("n_candidate")]
+    sds = [s for s in sds if math.isfinite(s) and s > 0]
+    if len(sds) < MIN_NOISE_GATES:
+        return NoiseCalibration(sd_pair=None, n_gates=len(sds))
+    return NoiseCalibration(sd_pair=float(np.median(sds)), n_gates=len(sds))
+
+
+class Noise(BaseModel):
+    """How noisy a measurement was, against the documented bounds (module docstring).
+
+    Attributes:
+        busy: a bound was exceeded; reason: ``host busy: ...`` naming each exceeded bound with its
+            figures (None when not busy).
+        host_load: the runner's ``HostLoad`` dict over the measured steps or the paired phase (None
+            when the runner recorded none).
+        gate_sd: the gate's per-pair sd of the log ratios (paired only); calibrated_sd,
+            calibrated_gates: the case's calibrated value and how many quiet gates gave it.
+        noise_ratio: gate_sd / calibrated_sd (None without both).
+        bounds: the bounds applied (other_cpu_share, steal_share, gpu_other_processes, noise_ratio).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    busy: bool
+    reason: str | None
+    host_load: dict | None
+    gate_sd: float | None = None
+    calibrated_sd: float | None = None
+    calibrated_gates: int = 0
+    noise_ratio: float | None = None
+    bounds: dict[str, float]
+
+
+def assess_noise(host_load: dict | None, *, gate_sd: float | None = None,
+                 calibration: NoiseCalibration | None = None,
+                 max_other_cpu_share: float = DEFAULT_MAX_OTHER_CPU_SHARE) -> Noise:
+    """Judge a measurement's noise against the bounds (module docstring).
+
+    Args:
+        host_load: ``HostLoad.result()`` of the runner (keys ``other_cpu_share``, ``steal_share``,
+            optional ``gpu_other_processes``; a dict with ``error`` or None: nothing to judge).
+        gate_sd: a paired gate's per-pair sd of the log ratios (log scale), None for an unpaired run.
+        calibration: the case's calibrated gate noise (:func:`calibrated_noise`).
+        max_other_cpu_share: ``Case.max_other_cpu_share``, in (0, 1].
+
+    Raises:
+        ValueError: ``max_other_cpu_share`` outside (0, 1], or a negative or non-finite ``gate_sd``.
+    """
+    if not 0 < max_other_cpu_share <= 1:
+        raise ValueError(f"max_other_cpu_share = {max_other_cpu_share}: must be in (0, 1]")
+    if gate_sd is not None and not (math.isfinite(gate_sd) and gate_sd >= 0):
+        raise ValueError(f"gate_sd = {gate_sd!r}: must be a finite sd >= 0 (log scale)")
+    bounds = {"other_cpu_share": max_other_cpu_share, "steal_share": MAX_STEAL_SHARE,
+              "gpu_other_processes": MAX_GPU_OTHER_PROCESSES, "noise_ratio": MAX_NOISE_RATIO}
+    why = []
+    load = host_load if host_load and "error" not in host_load else None
+    if load:
+        if load.get("other_cpu_share", 0.0) > max_other_cpu_share:
+            why.append(f"other processes took {load['other_cpu_share']:.0%} of the host's CPU time "
+                       f"(bound {max_other_cpu_share:.0%}; 1-min load {load.get('load1_start', 0):.1f} -> "
+                       f"{load.get('load1_end', 0):.1f} on {load.get('cpus')} CPUs)")
+        if load.get("steal_share", 0.0) > MAX_STEAL_SHARE:
+            why.append(f"the hypervisor stole {load['steal_share']:.0%} of the CPU time (bound {MAX_STEAL_SHARE:.0%})")
+        if load.get("gpu_other_processes", 0) > MAX_GPU_OTHER_PROCESSES:
+            why.append(f"{load['gpu_other_processes']} other process(es) ran on the GPU "
+                       f"(bound {MAX_GPU_OTHER_PROCESSES})")
+    cal_sd = calibration.sd_pair if calibration else None
+    ratio = gate_sd / cal_sd if gate_sd is not None and cal_sd else None
+    if ratio is not None and ratio > MAX_NOISE_RATIO:
+        why.append(f"the gate's pair noise (sd {gate_sd:.3f} of the log ratios) is {ratio:.1f}x the calibrated "
+                   f"{cal_sd:.3f} of this case ({calibration.n_gates} quiet gates; bound {MAX_NOISE_RATIO}x)")
+    return Noise(busy=bool(why), reason=("host busy: " + "; ".join(why)) if why else None, host_load=host_load,
+                 gate_sd=gate_sd, calibrated_sd=cal_sd, calibrated_gates=calibration.n_gates if calibration else 0,
+                 noise_ratio=ratio, bounds=bounds)

@@ -1,14 +1,16 @@
 """Plain-language findings from a parsed profile, in the spirit of the TF profiler's overview page.
 
 Each finding names the figure that triggered it, its value and the threshold (module constants below).
-Figures come from ``tasks.analysis.profile.ParsedProfile`` (xprof overview_page / framework_op_stats).
+Figures come from ``tasks.analysis.profile.ParsedProfile`` (xprof overview_page / framework_op_stats), and
+for ``diagnose_window`` from the profiled window's check against the measured steps
+(``tasks.analysis.profile.CrossCheck``).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tasks.analysis.profile import IDLE_OP, ParsedProfile
+from tasks.analysis.profile import IDLE_OP, CrossCheck, ParsedProfile
 
 #: Input share of step time (%, overview_page) at/above which the run is HIGHLY input-bound (xprof: 20).
 INPUT_BOUND_HIGH_PCT = 20.0
@@ -105,3 +107,30 @@ def diagnose(parsed: ParsedProfile) -> list[Finding]:
                 message=f"One op dominates {side} self-time: {top['op_name']} ({top['op_type']}) takes "
                         f"{pct:.1f}% (> {OP_DOMINANT_PCT:.0f}%)."))
     return out
+
+
+def diagnose_window(check: CrossCheck) -> list[Finding]:
+    """The ``unrepresentative_window`` warning when the profiled window's median step time (runner timer, or
+    xprof's) lies outside the band of the measured steps (``tasks.analysis.profile.cross_check``); empty when
+    it lies inside or could not be checked. ``value``: the window median / measured median; ``threshold``: the
+    band's edge it crossed, as the same ratio. Op figures of such a window (self-times, shares) describe a
+    slower or faster moment than the one measured."""
+    if check.representative is not False:
+        return []
+    med = check.measured_median_ms
+    runner_out = check.window_inside is False
+    x = check.window_median_ms if runner_out else check.profiler_median_ms
+    lo, hi = ((check.band_low_ms, check.band_high_ms) if runner_out
+              else (check.profiler_band_low_ms, check.profiler_band_high_ms))
+    edge = hi if x > hi else lo
+    who = "runner timer" if runner_out else "xprof"
+    return [Finding(
+        code="unrepresentative_window", severity=WARNING,
+        figure="cross_check.overhead_ratio" if runner_out else "cross_check.profiler_ratio",
+        value=x / med, threshold=edge / med,
+        message=f"The profiled window is not representative of the measured steps: its median step time "
+                f"({who}) is {x:.3f} ms = {x / med:.2f}x the measured median {med:.3f} ms, "
+                f"{'above' if x > hi else 'below'} the {check.confidence:.0%} band for a window of its length "
+                f"[{lo / med:.2f}x, {hi / med:.2f}x] (profiler overhead allowance "
+                f"+{check.overhead_allowance:.0%} included). Op self-times from this window describe another "
+                f"moment than the one measured; attribution scales them to the measured median.")]

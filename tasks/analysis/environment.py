@@ -2,8 +2,17 @@
 
 Pure functions over the fingerprint record (a nested JSON dict taken by ``tasks.runner.probe``):
 ``Fingerprint.from_data`` hashes it into ``fingerprint_id`` (everything but the ``recorded``
-section) and ``comparability_key`` (only :data:`COMPARABILITY_FIELDS`: a change there starts a new
-history); :func:`diff_fingerprints` lists what differs between two records.
+section) and ``comparability_key`` (only :data:`COMPARABILITY_FIELDS` and the set variables of
+:data:`PERFORMANCE_ENV_VARS`: a change there starts a new history); :func:`diff_fingerprints`
+lists what differs between two records.
+
+Environment variables: the probe records every ``TF_*`` variable that is set, but only those that
+can change step time enter the comparability key (:data:`PERFORMANCE_ENV_VARS`); the rest
+(``TF_CPP_MIN_LOG_LEVEL``, ``CUDA_VISIBLE_DEVICES``, ...) are recorded for information only.
+
+An environment whose NVML reading failed (:func:`not_comparable_reason`) is comparable with no other:
+its key is made unique with the reading's ``recorded.probe_id``, so a GPU host with a broken driver
+never joins (or becomes the baseline of) a CPU-only history, nor another broken reading's.
 """
 
 from __future__ import annotations
@@ -15,6 +24,41 @@ from typing import Any
 import pydantic
 
 ABSENT = "absent"  #: the probe's value for a thing that does not exist here (same string in tasks.runner.probe)
+
+# Environment variables that can change step time. Each one that is set enters the comparability key
+# (``env_vars.<NAME>``); an unset one adds nothing, so adding a name here keeps every stored key.
+# The first seven are also in COMPARABILITY_FIELDS below, where unset reads "absent" (as keys have
+# been computed since the first store: never take them out). Recorded for information only, never
+# in the key: TF_CPP_MIN_LOG_LEVEL (which log lines print), CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER
+# (their effect, which and how many GPUs are visible, is in gpu.count and gpu.devices.*, which are
+# in the key; the spelling, index or UUID, is not), and every other TF_* variable the probe records.
+PERFORMANCE_ENV_VARS: tuple[str, ...] = (
+    "XLA_FLAGS",  # XLA compiler flags
+    "TF_XLA_FLAGS",  # XLA auto-clustering (--tf_xla_auto_jit) and its flags
+    "TF_ENABLE_ONEDNN_OPTS",  # oneDNN kernels on/off
+    "TF_DETERMINISTIC_OPS",  # deterministic (slower) kernels
+    "TF_ENABLE_AUTO_MIXED_PRECISION",  # float16 graph rewrite
+    "NVIDIA_TF32_OVERRIDE",  # TF32 math on Ampere and later
+    "OMP_NUM_THREADS",  # CPU threads of OpenMP-backed kernels
+    "TF_NUM_INTRAOP_THREADS",  # TF's own thread pools
+    "TF_NUM_INTEROP_THREADS",
+    "TF_GPU_THREAD_MODE",  # GPU launch threads (gpu_private, gpu_shared)
+    "TF_GPU_THREAD_COUNT",
+    "TF_GPU_ALLOCATOR",  # cuda_malloc_async vs the BFC allocator
+    "TF_FORCE_GPU_ALLOW_GROWTH",  # GPU memory grown on demand (fragmentation)
+    "TF_CUDNN_DETERMINISTIC",  # deterministic cuDNN algorithms
+    "TF_CUDNN_USE_AUTOTUNE",  # cuDNN algorithm autotuning on/off
+    "TF_CUDNN_WORKSPACE_LIMIT_IN_MB",  # limits which cuDNN algorithms can run
+    "TF_USE_LEGACY_KERAS",  # Keras 2 (tf_keras) instead of Keras 3
+    "TF_CPP_MAX_VLOG_LEVEL",  # verbose C++ logging slows every op
+    "TF_CPP_VMODULE",
+    "CUDA_LAUNCH_BLOCKING",  # synchronous kernel launches
+    "CUDA_DEVICE_MAX_CONNECTIONS",  # concurrent GPU work queues
+    "KMP_AFFINITY",  # Intel OpenMP thread placement and spin time
+    "KMP_BLOCKTIME",
+    "MKL_NUM_THREADS",  # MKL threads
+)
+_ALWAYS_IN_KEY_ENV = PERFORMANCE_ENV_VARS[:7]
 
 # THE comparability split, in one place. A change in any of these fields starts a new history;
 # every other field is only recorded (shown by diff_fingerprints, part of fingerprint_id, not of
@@ -46,13 +90,7 @@ COMPARABILITY_FIELDS: tuple[str, ...] = (
     "packages.tensorflow-cpu",
     "packages.keras",
     "packages.numpy",
-    "env_vars.XLA_FLAGS",  # compiler flags
-    "env_vars.TF_XLA_FLAGS",
-    "env_vars.TF_ENABLE_ONEDNN_OPTS",
-    "env_vars.TF_DETERMINISTIC_OPS",
-    "env_vars.TF_ENABLE_AUTO_MIXED_PRECISION",  # precision-relevant
-    "env_vars.NVIDIA_TF32_OVERRIDE",  # precision-relevant
-    "env_vars.OMP_NUM_THREADS",  # CPU threading
+    *(f"env_vars.{name}" for name in _ALWAYS_IN_KEY_ENV),  # see PERFORMANCE_ENV_VARS
 )
 
 class Fingerprint(pydantic.BaseModel):
@@ -69,13 +107,35 @@ class Fingerprint(pydantic.BaseModel):
 
     @classmethod
     def from_data(cls, data: dict) -> Fingerprint:
-        """Build a fingerprint from a record, computing both hashes. Raises TypeError if not JSON-able."""
+        """Build a fingerprint from a record, computing both hashes. Raises TypeError if not JSON-able.
+
+        When :func:`not_comparable_reason` finds an NVML failure, the key also hashes the reading's
+        ``recorded.probe_id`` (or, lacking one, the whole record): no other reading shares it.
+        """
         body = {k: v for k, v in data.items() if k != "recorded"}
+        keyed: Any = comparability_fields(data)
+        if (reason := not_comparable_reason(data)) is not None:
+            recorded = data.get("recorded") if isinstance(data.get("recorded"), dict) else {}
+            keyed = {"fields": keyed, "not_comparable": reason, "reading": recorded.get("probe_id") or data}
         return cls(
             data=data,
             fingerprint_id=hashlib.sha256(_canonical(body)).hexdigest(),
-            comparability_key=hashlib.sha256(_canonical(comparability_fields(data))).hexdigest()[:16],
+            comparability_key=hashlib.sha256(_canonical(keyed)).hexdigest()[:16],
         )
+
+
+def not_comparable_reason(data: dict) -> str | None:
+    """Why the environment of record ``data`` can be compared with no other, or None.
+
+    NVML failed while reading a GPU fact that decides comparability (a ``gpu.*`` comparability field
+    reads ``"unknown: NVMLError..."``, e.g. ``NVMLError_LibRmVersionMismatch`` from ``nvmlInit``,
+    nvidia-smi's "Driver/library version mismatch", or a GPU lost): the driver and GPUs in use are unknown. Returns ``"<field>: <value>"`` of the
+    first such field. A missing NVML library or driver (``"absent"``) is a CPU host, not a failure.
+    """
+    for path, value in comparability_fields(data).items():
+        if path.startswith("gpu.") and isinstance(value, str) and value.startswith("unknown: NVMLError"):
+            return f"{path}: {value}"
+    return None
 
 
 class FieldChange(pydantic.BaseModel):
@@ -99,19 +159,27 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: obj}
 
 
+_PERF_ENV_PATHS = frozenset(f"env_vars.{name}" for name in PERFORMANCE_ENV_VARS)
+
+
 def is_comparability(path: str) -> bool:
+    """Whether dotted ``path`` is a comparability field (COMPARABILITY_FIELDS or a PERFORMANCE_ENV_VARS variable)."""
+    if path in _PERF_ENV_PATHS:
+        return True
     parts = path.split(".")
     return any(len(p := pat.split(".")) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
                for pat in COMPARABILITY_FIELDS)
 
 
 def comparability_fields(data: dict) -> dict:
-    """Dotted path -> value for the comparability group only (see COMPARABILITY_FIELDS).
+    """Dotted path -> value for the comparability group only (COMPARABILITY_FIELDS, PERFORMANCE_ENV_VARS).
 
-    Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry.
+    Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry; a
+    variable of PERFORMANCE_ENV_VARS outside COMPARABILITY_FIELDS is included only when it is set.
     """
     flat = flatten(data)
-    out = {p: v for p, v in flat.items() if is_comparability(p)}
+    out = {p: v for p, v in flat.items()
+           if is_comparability(p) and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)}
     out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
     return dict(sorted(out.items()))
 

@@ -1,18 +1,45 @@
 """The verdict of baseline-compare, decided from plain values (no store, no files, no GX).
 
 ``decide`` takes the candidate's measured step times (ms, our timer), the baseline runs' samples as
-``tasks.store.reads.CompareInputs`` gathered them, and for a paired gate the ABBA blocks of the
-baseline version (A) and the candidate (B), and returns the verdict with its estimate, interval,
-the GX step-time ceiling and the evidence:
+``tasks.store.reads.CompareInputs`` gathered them, for a paired gate the ABBA blocks of the baseline
+version (A) and the candidate (B) with the gate's record, and the measurement's noise
+(``calibration.assess_noise``), and returns the **final** verdict with its estimate, interval and
+evidence. Every rule that can change a verdict is here (the GX suites of ``tasks.stages.expectations``
+only validate it), so a benchmark that calls ``decide`` runs the verdict as the product does:
 
 * same-environment lookback history: ``stats.compare_to_history`` with the calibrated drift prior
   (``calibration.prior_for_case``), method ``history-lookback``;
 * no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
   ``env-changed`` naming the comparability fields that changed;
 * neither: ``no-baseline``;
-* paired gate: ``stats.compare_paired`` on the block pairs (method ``paired-abba``) with the
-  process-level offset (``calibration.paired_offset_for_case``); the history verdict is kept as
-  ``evidence["history"]`` and the ceiling then applies to the paired samples.
+* paired gate: :func:`paired_comparison` (the sequential gate's final repeated confidence interval,
+  ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
+  ``paired-abba``; the history verdict is kept as ``evidence["history"]``;
+* then the **noise rule**: when the measurement ran on a busy host (``noise["busy"]``), a ``pass``,
+  ``regression`` or ``improvement`` becomes ``inconclusive`` with the reason "host busy: ..."; the
+  statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
+
+Thresholds are tests on the interval (``stats.verdict_from_ci``); a fraction of single steps over a
+line never makes a regression.
+
+Evidence keys that other tools read (stable; all JSON):
+
+* ``evidence["paired"]`` (paired gates): the ``stats.Comparison`` fields (``verdict``, ``method``,
+  ``ratio``, ``ci_low``, ``ci_high``, ``confidence``, ``tolerance``, ``n_candidate`` = ``n_baseline`` =
+  pairs analysed, ``needed_samples`` = pairs that would decide when undecided, ``reason``,
+  ``details``: ``sd_log_ratio``, ``se_log_ratio``, ``sd_pair`` (per-pair sd implied by the batch
+  means), ``batch_pairs``, ``offset_sd``, ``df``, and for sequential gates ``boundary``,
+  ``boundary_z``), the layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``,
+  ``pairs_wall_s``, ``orders``, ``stopped_by``, ``rounds``), ``baseline_version``,
+  ``baseline_digest``, ``a_median_ms``, ``b_median_ms``, ``host_busy`` (bool: the noise rule fired),
+  ``sequential`` (``design``, ``looks``: per look pairs / ratio / ci_low / ci_high / verdict,
+  ``stopped``: ``decided`` | ``budget`` | ``fixed``, ``method``), ``spent`` (``pairs``,
+  ``timed_steps``, ``wall_s``: the cost actually spent) and ``cost`` (the same in words);
+* ``evidence["noise"]``: ``calibration.Noise`` (``busy``, ``reason``, ``host_load``, ``gate_sd``,
+  ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
+  assessed;
+* ``evidence["paired_offset"]``: ``calibration.Offset``; ``evidence["history"]``: the history verdict
+  of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule.
 """
 
 from __future__ import annotations
@@ -23,29 +50,34 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.analysis import calibration, stats
+from tasks.analysis import calibration, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
 
-DEFAULT_MAX_RATIO = 1.10  #: the GX ceiling is never below this × the baseline median
-HARD_MAX_RATIO = 1.50  #: ... and never above this, whatever the statistical uncertainty
+DECIDED = ("pass", "regression", "improvement")  #: the verdicts the noise rule turns into inconclusive
 
 
 @dataclass(frozen=True)
 class PairedBlocks:
-    """A paired gate's measurement: per-step ms of each block of A (baseline) and B (candidate), and the
-    layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``orders``)."""
+    """A paired gate's measurement: per-step ms of each block of A (baseline) and B (candidate), the
+    layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``pairs_wall_s``, ``orders``,
+    ``stopped_by``, ``rounds``), the gate record written before the first pair (``design``: the
+    ``sequential.Design`` fields or None for a fixed gate, ``look_pairs``, ``offset``,
+    ``calibrated_noise``; None: an old result without one) and the host load over the pairs."""
 
     a: list[list[float]]
     b: list[list[float]]
     layout: dict[str, Any]
+    gate: dict[str, Any] | None = None
+    host_load: dict[str, Any] | None = None
 
 
 @dataclass
 class Decision:
-    """What the statistics decided, before GX validates it.
+    """What the statistics and the noise rule decided, before GX validates it.
 
-    ``limit``: the GX step-time ceiling (ms) or None without a baseline; ``paired_b``: the candidate's
-    paired step times (ms) that the ceiling applies to (None for an unpaired run).
+    ``limit``: the step time (ms) at the tolerance threshold, ``(1 + tolerance) x`` the reference median
+    (the baseline history's, or the paired A samples'); None without a comparison. ``reason``: the
+    verdict in one sentence.
     """
 
     verdict: str
@@ -55,24 +87,8 @@ class Decision:
     ci_low: float | None = None
     ci_high: float | None = None
     limit: float | None = None
-    paired_b: list[float] | None = None
+    reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
-
-
-def ceiling_ms(reference_ms: float, result: stats.Comparison, max_ratio: float = DEFAULT_MAX_RATIO,
-               hard_ratio: float = HARD_MAX_RATIO) -> float:
-    """The GX step-time ceiling (ms) passed to the suite as ``median_limit_ms``.
-
-    ``reference_ms × min(hard_ratio, max(max_ratio, (1 + tolerance) × ci_high / ratio))``: at least
-    the fixed ceiling (110% by default), widened by the comparison's own upper uncertainty so
-    that it is breached only by a median beyond the tolerance *and* beyond what the measured
-    noise and drift explain — a plain 110% rule against drift-prone history raised 18–22% false
-    alarms on this machine (``bench/detection.py``) — but never above ``hard_ratio`` (150%): a
-    median half again the baseline's is a regression even when too few baseline runs exist to
-    estimate the drift (6 sd of the drift measured here).
-    """
-    widen = (1 + result.tolerance) * (result.ci_high / result.ratio) if result.ci_high and result.ratio else 1.0
-    return reference_ms * min(hard_ratio, max(max_ratio, widen))
 
 
 def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
@@ -95,13 +111,60 @@ def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> 
     return good, skipped
 
 
+def paired_comparison(paired: PairedBlocks, case: Any,
+                      offset: calibration.Offset) -> tuple[stats.Comparison, sequential.GateAnalysis | None]:
+    """The paired gate's comparison: the final repeated confidence interval of a sequential gate
+    (``paired.gate["design"]`` set: ``sequential.analyse`` over its ``look_pairs``), else the fixed
+    batch-means t interval of ``stats.compare_paired`` with ``offset``. ``details["sd_pair"]`` is the
+    per-pair sd of the log ratios implied by the batch means (what ``calibration.assess_noise`` judges).
+
+    Raises:
+        ValueError: unequal block counts, an empty block, a NaN/non-positive step time (named
+            ``a_blocks[i]``/``b_blocks[i]``), or look points that do not fit the blocks.
+    """
+    design = (paired.gate or {}).get("design")
+    if not design:
+        res = stats.compare_paired(paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence,
+                                   offset_sd=offset.sd)
+        n = res.n_candidate
+        return res.model_copy(update={"details": {**res.details,
+                                                  "sd_pair": res.details["se_log_ratio"] * math.sqrt(n)}}), None
+    a = stats._block_medians(paired.a, "a_blocks")
+    b = stats._block_medians(paired.b, "b_blocks")
+    if a.size != b.size:
+        raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
+    d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
+    dz = sequential.Design(**design)
+    g = sequential.analyse(d, paired.gate["look_pairs"], dz)
+    f = g.final
+    what = (f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
+            f"({g.stopped}; {f.df + 1} batches of {f.batch}, boundary {f.boundary:.2f})")
+    reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
+    if f.verdict == "inconclusive":
+        reason += (f" About {g.needed_pairs} pairs (now {f.pairs}) would give a decisive interval at this noise."
+                   if g.needed_pairs else f" More pairs cannot help: the process-level offset (sd {dz.offset_sd:.3f}) "
+                                          "alone is wider than the tolerance allows.")
+    sd_all = statistics.stdev(d[: f.pairs])
+    res = stats.Comparison(verdict=f.verdict, method="paired-abba", ratio=f.ratio, ci_low=f.ci_low, ci_high=f.ci_high,
+                           confidence=dz.confidence, tolerance=dz.tolerance, n_candidate=f.pairs, n_baseline=f.pairs,
+                           needed_samples=g.needed_pairs, reason=reason,
+                           details={"sd_log_ratio": sd_all, "se_log_ratio": f.se_log_ratio, "sd_pair": f.sd_pair,
+                                    "batch_pairs": float(f.batch), "offset_sd": dz.offset_sd, "df": float(f.df),
+                                    "boundary": f.boundary, "boundary_z": f.boundary_z})
+    return res, g
+
+
 def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_env: list[int],
            other_env_data: Mapping[str, Any] | None, env_data: Mapping[str, Any],
            samples: Mapping[int, list[float]], calibration_runs: Sequence[tuple[str, float]] = (),
            aa_gates: Sequence[dict[str, Any]] = (), paired: PairedBlocks | None = None,
            baseline_version: str | None = None, baseline_digest: str | None = None,
-           max_ratio: float = DEFAULT_MAX_RATIO) -> Decision:
-    """Decide the verdict (see the module docstring); ``case`` is a ``tasks.records.Case``.
+           noise: Mapping[str, Any] | None = None) -> Decision:
+    """Decide the final verdict (see the module docstring); ``case`` is a ``tasks.records.Case``.
+
+    Args:
+        noise: ``calibration.Noise`` as a dict (``ProfiledRun.noise``): its ``busy`` applies the noise
+            rule; None: not assessed (no rule, no ``evidence["noise"]``).
 
     Raises:
         ValueError: the paired blocks are unequal in number or hold a NaN/non-positive step time
@@ -120,9 +183,9 @@ def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_e
                                           confidence=case.confidence, prior_between_sd=prior.between_sd,
                                           prior_df=prior.prior_df)
         ref = statistics.median(statistics.median(samples[i]) for i in same)
-        d.verdict, d.method = result.verdict, result.method
+        d.verdict, d.method, d.reason = result.verdict, result.method, result.reason
         d.ratio, d.ci_low, d.ci_high = result.ratio, result.ci_low, result.ci_high
-        d.limit = ceiling_ms(ref, result, max_ratio)
+        d.limit = ref * (1 + case.tolerance)
         evidence.update(stats=result.model_dump(mode="json"), baseline_median_ms=ref)
     elif other:
         est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
@@ -130,37 +193,57 @@ def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_e
                    if c.affects_comparability]
         d.verdict, d.method = "env-changed", "cross-environment"
         d.ratio, d.ci_low, d.ci_high = est.ratio, est.low, est.high
+        d.reason = "the environment changed" + (": " + ", ".join(c["field"] for c in changes) if changes else "")
         evidence.update(stats=est.model_dump(mode="json"), env_changes=changes,
                         baseline_median_ms=statistics.median(samples[other[0]]))
     elif evidence.get("skipped_baselines"):
         evidence["reason"] = "every baseline run was skipped: " + "; ".join(
             f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"])
+        d.reason = evidence["reason"]
     if paired is not None:
-        _decide_paired(d, measured, case, paired, aa_gates, baseline_version, baseline_digest, max_ratio)
+        _decide_paired(d, measured, case, paired, aa_gates, baseline_version, baseline_digest, noise)
+    if noise is not None:
+        evidence["noise"] = dict(noise)
+        if noise.get("busy") and d.verdict in DECIDED:
+            evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
+            d.verdict = "inconclusive"
+            d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
     return d
 
 
 def _decide_paired(d: Decision, measured: Sequence[float], case: Any, paired: PairedBlocks,
                    aa_gates: Sequence[dict[str, Any]], baseline_version: str | None, baseline_digest: str | None,
-                   max_ratio: float) -> None:
+                   noise: Mapping[str, Any] | None) -> None:
     ev = d.evidence
     ev["history"] = {"verdict": d.verdict, "method": d.method, "ratio": d.ratio, "ci_low": d.ci_low,
-                     "ci_high": d.ci_high, "median_limit_ms": d.limit}
-    offset = calibration.paired_offset_for_case(case, aa_gates)
+                     "ci_high": d.ci_high}
+    recorded = (paired.gate or {}).get("offset")
+    offset = (calibration.Offset.model_validate(recorded) if recorded
+              else calibration.paired_offset_for_case(case, aa_gates))
     ev["paired_offset"] = offset.model_dump(mode="json")
-    res = stats.compare_paired(paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence,
-                               offset_sd=offset.sd)
-    d.verdict, d.method = res.verdict, res.method
+    res, gate = paired_comparison(paired, case, offset)
+    d.verdict, d.method, d.reason = res.verdict, res.method, res.reason
     d.ratio, d.ci_low, d.ci_high = res.ratio, res.ci_low, res.ci_high
     a_all = [t for blk in paired.a for t in blk]
-    d.paired_b = [t for blk in paired.b for t in blk]
-    d.limit = ceiling_ms(statistics.median(a_all), res, max_ratio)
+    b_all = [t for blk in paired.b[: res.n_candidate] for t in blk]
+    d.limit = statistics.median(a_all) * (1 + case.tolerance)
     layout = paired.layout
+    pairs, block_steps = len(paired.a), layout.get("block_steps") or 1
+    timed = layout.get("timed_steps") or 2 * pairs * block_steps
+    wall = layout.get("pairs_wall_s") or layout.get("wall_s") or 0.0
+    design = (paired.gate or {}).get("design")
+    seq = None
+    if gate is not None:
+        seq = {"design": design, "method": gate.method, "stopped": gate.stopped,
+               "looks": [{"pairs": x.pairs, "ratio": x.ratio, "ci_low": x.ci_low, "ci_high": x.ci_high,
+                          "boundary": x.boundary, "verdict": x.verdict} for x in gate.looks]}
+    budget = design["max_pairs"] if design else pairs
     ev["paired"] = {**res.model_dump(mode="json"), **layout, "baseline_version": baseline_version,
                     "baseline_digest": baseline_digest, "a_median_ms": statistics.median(a_all),
-                    "b_median_ms": statistics.median(d.paired_b),
-                    "cost": f"{layout['timed_steps']} extra timed steps ({layout['blocks']} ABBA block "
-                            f"pairs x {layout['block_steps']} steps x 2 versions) = "
-                            f"{layout['timed_steps'] / max(len(measured), 1):.1f}x the {len(measured)} "
-                            f"measured steps, plus a second model load and warm-up; "
-                            f"{layout['wall_s'] or 0:.1f} s wall"}
+                    "b_median_ms": statistics.median(b_all),
+                    "host_busy": bool(noise.get("busy")) if noise is not None else None,
+                    "sequential": seq if seq else {"stopped": "fixed"},
+                    "spent": {"pairs": pairs, "max_pairs": budget, "timed_steps": timed, "wall_s": wall},
+                    "cost": f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
+                            f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
+                            f"measured steps) in {wall:.1f} s, plus a second model load and warm-up"}

@@ -31,8 +31,8 @@ def baseline_frame(db_url: str, model: str, case: str | None = None) -> pd.DataF
     """Every accepted run of ``model`` (optionally one case), active first, then newest first.
 
     Columns: baseline_id, active (bool), case, env_key (comparability key, 12 hex), run_id, version,
-    run_verdict (the run's own verdict), median_step_ms (ms, our timer), accepted_at (UTC),
-    accepted_by, reason, superseded_at (UTC or None).
+    run_verdict (the run's own verdict), median_step_ms (ms, our timer), accepted_at (UTC datetime),
+    accepted_by, reason, superseded_at (UTC datetime, or None for the active baseline).
 
     Raises:
         BaselineError: ``model`` is not in the store (lists the models there are).
@@ -56,6 +56,10 @@ def baseline_frame(db_url: str, model: str, case: str | None = None) -> pd.DataF
     df["active"] = df["superseded_at"].isna()
     df["env_key"] = df["env_key"].str[:12]
     df = df.sort_values(["active", "accepted_at", "baseline_id"], ascending=False)
+    for col in ("accepted_at", "superseded_at"):  # missing as None, never NaT (which no renderer can format)
+        stamps = pd.to_datetime(df[col], utc=True)
+        df[col] = pd.Series([t.to_pydatetime() if pd.notna(t) else None for t in stamps], index=df.index,
+                            dtype=object)
     return df[COLUMNS].reset_index(drop=True)
 
 

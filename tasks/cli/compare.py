@@ -14,8 +14,9 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from tasks.analysis.attribution import Attribution, attribute
+from tasks.analysis.attribution import Attribution, attribute, window_warnings
 from tasks.cli.render import Format, render
+from tasks.records import canonical_version
 from tasks.store import reads
 
 #: Shown op columns; the (long) op name last, so the table form keeps it readable.
@@ -80,10 +81,13 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
     """Compare the latest successful run of ``from_version`` with that of ``to_version`` of ``model``.
 
     ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the case of the newest successful
-    run of ``to_version``, which ``from_version`` must also have. Op self-times are per profiled step (µs,
-    each run's ``params.profiled_steps``); the step-time change is xprof's average step time (ms) over the
-    profiled windows (op self-time when either lacks it). ``top_n``: how many ops the summary names; the
-    ``ops`` frame holds every op.
+    run of ``to_version``, which ``from_version`` must also have. Op times are µs per step: each op's share of
+    its run's profiled-window op self-time (per profiled step, ``params.profiled_steps``) scaled to the run's
+    measured median step time (profiler off), so the op deltas add up to the change of the measured medians
+    that the headline reports (``tasks.analysis.attribution.attribute``; raw window self-times when a run
+    lacks its median). The attribution's warnings name a profiled window that is not representative of its
+    run's measured steps (``tasks.analysis.attribution.window_warnings``). ``top_n``: how many ops the
+    summary names; the ``ops`` frame holds every op.
 
     Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
     ValueError when a run records no ``profiled_steps``.
@@ -104,10 +108,12 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
         steps[side] = _profiled_steps(r["params"])
         if steps[side] is None:
             raise ValueError(f"run {r['run_id']} ({side} version {r['version']}) records no profiled_steps")
-    a = attribute(reads.op_table(db_url, sides["from"]["run_id"]), reads.op_table(db_url, sides["to"]["run_id"]),
-                  baseline_steps=steps["from"], candidate_steps=steps["to"],
-                  baseline_step_ms=sides["from"]["profiler_avg_step_ms"],
-                  candidate_step_ms=sides["to"]["profiler_avg_step_ms"], top_n=top_n)
+    run_ops = {side: reads.run_ops(db_url, r["run_id"]) for side, r in sides.items()}
+    a = attribute(run_ops["from"].ops, run_ops["to"].ops, baseline_steps=steps["from"], candidate_steps=steps["to"],
+                  baseline_measured_ms=sides["from"]["median_step_ms"],
+                  candidate_measured_ms=sides["to"]["median_step_ms"], top_n=top_n,
+                  warnings=window_warnings({f"{side} run {sides[side]['run_id']} (v{sides[side]['version']})":
+                                            run_ops[side].window_check for side in sides}))
     headline = pd.DataFrame([{"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k != "side"}}
                              for side, r in sides.items()], columns=HEADLINE_COLUMNS)
     ops = a.ops_frame().sort_values("delta_us_per_step", ascending=False, kind="stable").reset_index(drop=True)
@@ -143,10 +149,15 @@ def register(app: typer.Typer) -> None:
         """Compare the latest successful runs of two versions: step time, throughput and verdicts; the ops
         whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
         step-time change; the change by op category; the diagnosis findings of each run."""
+        from tasks.cli.history import unknown_model_message
         from tasks.cli.main import _settings
 
         try:
-            vc = compare_versions(_settings().database_url, model, from_version, to_version, case, top_n=top or 10)
+            url = _settings().database_url
+            if msg := unknown_model_message(url, model):
+                raise ComparisonUnavailable(msg)
+            from_version, to_version = canonical_version(from_version), canonical_version(to_version)
+            vc = compare_versions(url, model, from_version, to_version, case, top_n=top or 10)
         except (ComparisonUnavailable, ValueError) as e:
             typer.echo(f"perfwatch compare: {e}", err=True)
             raise typer.Exit(1) from e

@@ -85,7 +85,8 @@ def env_change_summary(verdict: dict[str, Any]) -> str | None:
     """One readable line for an ``env-changed`` verdict (a ``CompareRecord`` as a dict), else None.
 
     Names the comparability fields that changed against the baseline run, with old and new
-    values, and the cross-environment step-time ratio (candidate/baseline median) when known.
+    values, and the cross-environment step-time ratio (candidate/baseline median) when known; says
+    so when NVML failed (``"unknown: NVMLError..."``: comparable with no other environment).
     """
     if verdict.get("verdict") != "env-changed":
         return None
@@ -94,6 +95,10 @@ def env_change_summary(verdict: dict[str, Any]) -> str | None:
     changes = evidence.get("env_changes") or []
     text = f"environment changed since baseline run {base}: " + (
         format_env_changes(changes) if changes else "no comparability field differs (comparability key changed)")
+    nvml = [c for c in changes if str(c.get("new", "")).startswith("unknown: NVMLError")]
+    if nvml:
+        text += ("; NVML failed on this host (driver and GPUs unknown): this run is comparable with no other "
+                 "until the driver is fixed")
     if verdict.get("ratio") is not None:
         text += f"; step-time ratio across environments {verdict['ratio']:.3f}"
         if verdict.get("ci_low") is not None and verdict.get("ci_high") is not None:

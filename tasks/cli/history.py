@@ -20,6 +20,9 @@ that version and exits with
 
 ``--strict`` also turns ``no-baseline`` into 2, for pipelines that must never ship unmeasured.
 A regression anywhere wins over an inconclusive case (1 before 2).
+
+A model the store does not know (a typo) is an error in every command that takes one: ``unknown
+model X; models: ...`` on stderr, exit 2 for ``gate`` and 1 for the others.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pandas as pd
 import typer
 
 from tasks.cli.render import Format, render
+from tasks.records import canonical_version
 from tasks.settings import Settings
 from tasks.store import migrate, queries, redact
 
@@ -64,9 +68,73 @@ def _db_url() -> str:
     return url
 
 
-def _fail(e: Exception, code: int = 1) -> typer.Exit:
+def _fail(e: Exception | str, code: int = 1) -> typer.Exit:
     typer.echo(f"error: {e}", err=True)
     return typer.Exit(code)
+
+
+def _names_message(kind: str, name: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    return (f"unknown {kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; {kind}s: {', '.join(names) or 'none'}")
+
+
+def unknown_model_message(db_url: str, model: str) -> str | None:
+    """``unknown model 'X' (did you mean 'Y'?); models: a, b`` when the store (its ``models`` table)
+    has no model ``model``; None when it has."""
+    from sqlalchemy import select
+
+    from tasks.store import Model, session_scope
+
+    with session_scope(db_url) as s:
+        names = list(s.scalars(select(Model.name).order_by(Model.name)))
+    return None if model in names else _names_message("model", model, names)
+
+
+def check_in_model_store(store_uri: str, model: str, version: str) -> None:
+    """Before ``perfwatch run`` records anything: ``model`` and ``version`` must exist in the model store.
+
+    Raises:
+        typer.BadParameter: unknown model (names the models there, exit 2) or version (lists the
+            versions). Which directory ``latest`` is, and a store that cannot be read, are left to the
+            pull stage, which records its failure.
+    """
+    from tasks.stages.pull import ModelNotFoundError, UnknownModelError, resolve_version_dir, version_dirs
+
+    try:
+        if version == "latest":
+            version_dirs(store_uri, model)
+        else:
+            resolve_version_dir(store_uri, model, version)
+    except UnknownModelError as e:
+        raise typer.BadParameter(str(e), param_hint="MODEL") from None
+    except ModelNotFoundError as e:
+        raise typer.BadParameter(str(e), param_hint="--version") from None
+    except Exception:  # noqa: BLE001, S110 - unreadable store: the pull stage fails and records it
+        pass
+
+
+def validation_message(e: Any, names: dict[str, str] | None = None) -> str:
+    """A pydantic ValidationError of a ``Case`` in the user's terms: each error as ``--option-name: why``
+    (``names`` maps a field to what the user typed instead, e.g. ``{"model": "MODEL"}``); an error of
+    the whole case (two fields together) is its message alone."""
+    parts = []
+    for err in e.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        field = ".".join(map(str, err["loc"]))
+        parts.append(f"{(names or {}).get(field, '--' + field.replace('_', '-'))}: {msg}" if field else msg)
+    return "; ".join(parts)
+
+
+def _known(model: str | None, code: int = 1) -> str:
+    """The migrated store's URL (``_db_url``); exits ``code`` with ``unknown model ...`` when ``model``
+    is given and the store does not know it."""
+    url = _db_url()
+    if model is not None and (msg := unknown_model_message(url, model)):
+        raise _fail(msg, code)
+    return url
 
 
 def _since(since: str | None) -> Any:
@@ -76,6 +144,20 @@ def _since(since: str | None) -> Any:
 HISTORY_TABLE_COLUMNS = ["run_id", "started_at", "case_name", "version", "status", "verdict", "median_step_ms",
                          "p10_step_ms", "p90_step_ms", "throughput_eps", "method", "ratio", "ci_low", "ci_high",
                          "baseline_median_ms", "env_key", "env_changed"]
+
+
+def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
+    """A history frame (``tasks.store.queries.history``, oldest first) whose ``env_changed`` is 1 where the
+    run's comparability key (``env_key``) differs from the previous fingerprinted run of its case: a new
+    baseline history starts there. The query's own flag, 1 where any fingerprint field changed (e.g.
+    only ``TF_CPP_MIN_LOG_LEVEL``, recorded for information only), is kept as ``fingerprint_changed``."""
+    out = df.rename(columns={"env_changed": "fingerprint_changed"})
+    changed = pd.Series(0, index=out.index, dtype="int64")
+    if not out.empty:
+        keyed = out[out["env_key"].notna()]
+        prev = keyed.groupby("case_name")["env_key"].shift()
+        changed.loc[keyed.index[(prev.notna() & (prev != keyed["env_key"])).to_numpy()]] = 1
+    return out.assign(env_changed=changed)
 
 
 def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
@@ -113,7 +195,8 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     Per case: the median step time (ms, our timer) with its p10–p90 band over the run's measured
     samples, the compared baseline's median (dashed steps), regressions as red crosses, failed
     runs as black ticks on the time axis, and vertical lines where the version (dotted, labelled)
-    or the environment fingerprint (dashed, red) changed.
+    or the environment's comparability key (dashed, red: a new baseline history; ``with_env_changes``)
+    changed. A fingerprint change outside the key (e.g. ``TF_CPP_MIN_LOG_LEVEL``) draws no line.
 
     Raises:
         ValueError: ``df`` has no run with a step time to draw.
@@ -126,6 +209,8 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     ok = df[df["median_step_ms"].notna()]
     if ok.empty:
         raise ValueError("no successful run with a step time to plot")
+    if "fingerprint_changed" not in df.columns:
+        df = with_env_changes(df)
     fig, ax = plt.subplots(figsize=(11, 5), layout="constrained")
     for case, g in df.groupby("case_name", sort=True):
         good = g[g["median_step_ms"].notna()]
@@ -180,13 +265,16 @@ def register(app: typer.Typer) -> None:
         """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90)."""
         try:
             url = _db_url()
+            if msg := unknown_model_message(url, model):
+                raise _fail(msg)
             df = queries.history(model, case, url, limit=last)
         except queries.QueryError as e:
             raise _fail(e) from None
         if df.empty:
-            known = queries.run_query("runs", url, limit=None)["model"].unique()
-            raise _fail(ValueError(f"no runs of model {model!r}" + (f" case {case!r}" if case else "")
-                                   + f" in the store; models with runs: {', '.join(sorted(known)) or 'none'}"))
+            cases = sorted(queries.history(model, None, url)["case_name"].unique())
+            raise _fail(f"no runs of model {model!r}" + (f" case {case!r}" if case else "")
+                        + f" in the store; its cases: {', '.join(cases) or 'none'}")
+        df = with_env_changes(df)
         shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
         render(shown, fmt, title=f"{model}: step time per run (ms)")
         if plot is not None:
@@ -201,7 +289,7 @@ def register(app: typer.Typer) -> None:
                         fmt: FormatOpt = Format.table) -> None:
         """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
         try:
-            df = queries.regressions(_since(since), until, model, _db_url())
+            df = queries.regressions(_since(since), until, model, _known(model))
         except queries.QueryError as e:
             raise _fail(e) from None
         render(df, fmt, title="regressions")
@@ -214,7 +302,7 @@ def register(app: typer.Typer) -> None:
                      fmt: FormatOpt = Format.table) -> None:
         """Runs that failed and why: the stage that failed and the error, newest first."""
         try:
-            df = queries.failures(_since(since), until, model, _db_url(), limit=last)
+            df = queries.failures(_since(since), until, model, _known(model), limit=last)
         except queries.QueryError as e:
             raise _fail(e) from None
         if not full:
@@ -226,7 +314,7 @@ def register(app: typer.Typer) -> None:
                         fmt: FormatOpt = Format.table) -> None:
         """Environment changes in a time window: runs whose fingerprint differs from the previous run."""
         try:
-            df = queries.env_changes(_since(since), until, model, _db_url())
+            df = queries.env_changes(_since(since), until, model, _known(model))
         except queries.QueryError as e:
             raise _fail(e) from None
         if fmt is Format.table:
@@ -242,8 +330,10 @@ def register(app: typer.Typer) -> None:
         """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
         run of each case of MODEL VERSION in the store."""
         try:
-            rows = queries.run_query("gate", _db_url(), model=model, version=version, case_name=case)
-        except queries.QueryError as e:
+            version = canonical_version(version)
+            rows = queries.run_query("gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version,
+                                     case_name=case)
+        except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)
         if not rows.empty:

@@ -12,14 +12,32 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+from typer.core import TyperGroup
 
 from tasks.cli.render import Format, render
 from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.settings import Settings
 from tasks.store import migrate
+from tasks.store.engine import StoreError
+
+STORE_ERROR_EXIT = 3
+"""Exit code of any command when the store cannot be used (unreachable, or migrated by a newer perfwatch)."""
+
+
+class _StoreErrorsInOneLine(TyperGroup):
+    """Every command: a ``StoreError`` (store unreachable, schema newer than this perfwatch) is printed as
+    one line on stderr, exit code ``STORE_ERROR_EXIT``, instead of a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StoreError as e:
+            typer.echo(f"perfwatch: {e}", err=True)
+            raise typer.Exit(STORE_ERROR_EXIT) from e
+
 
 app = typer.Typer(help="perfwatch: scheduled TensorFlow profiling and step-time regression gates.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=_StoreErrorsInOneLine)
 demo_app = typer.Typer(help="The demo's model store.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
@@ -45,8 +63,15 @@ def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -
 def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
          last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
          fmt: FormatOpt = Format.table) -> None:
-    """List runs from the store: run id, model, version, median step time (ms), throughput, verdict."""
-    df = runs_frame(_settings().database_url, model, last)
+    """List runs from the store: run id, model, version, median step time (ms), throughput, verdict.
+    An unknown --model exits 1 naming the models there are."""
+    from tasks.cli.history import unknown_model_message
+
+    url = _settings().database_url
+    if model is not None and (msg := unknown_model_message(url, model)):
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(1)
+    df = runs_frame(url, model, last)
     render(df, fmt, title="perfwatch runs")
 
 
@@ -62,7 +87,9 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     """Run the seven stages for one model version in this process, without Airflow.
 
     Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
-    error are recorded in the store, as a DAG run's would be).
+    error are recorded in the store, as a DAG run's would be) or the input is wrong: an option out
+    of range (named as given, e.g. ``--measured-steps``), a model or version that is not in the
+    model store (nothing is recorded then; the message lists what there is).
     """
     import datetime as dt
 
@@ -74,14 +101,28 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
         case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
                     profiled_steps=profiled_steps, paired=paired)
     except ValidationError as e:
-        raise typer.BadParameter("; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())) from e
+        from tasks.cli.history import validation_message
+
+        raise typer.BadParameter(validation_message(e, {"model": "MODEL"})) from e
+    from tasks.cli.history import check_in_model_store
+
+    check_in_model_store(Settings.from_env().model_store, model, case.version)  # typo: nothing is recorded
     ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
                      trigger="cli", case=case)
     try:
         bundle = run_case(ctx, _settings())
-    except Exception as e:  # noqa: BLE001 - every stage error is reported, and already recorded
-        typer.echo(f"error: {type(e).__name__}: {e}\n(recorded in the store as a failed run of "
-                   f"{model!r}; see `perfwatch failures`)", err=True)
+    except StoreError:
+        raise  # one line, exit STORE_ERROR_EXIT (_StoreErrorsInOneLine)
+    except Exception as e:  # noqa: BLE001 - every stage error is reported, and said whether it was recorded
+        from tasks.stages.pipeline import failure_note
+
+        note = failure_note(e)
+        if note is not None and note.run_id is not None:
+            where = f"recorded in the store as failed run {note.run_id} of {model!r}; see `perfwatch failures`"
+        else:
+            where = ("the failure could NOT be recorded in the store"
+                     + (f": {note.detail}" if note is not None and note.detail else ""))
+        typer.echo(f"error: {type(e).__name__}: {e}\n({where})", err=True)
         raise typer.Exit(2) from e
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
@@ -129,22 +170,8 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
                "version 2 flagged as a regression")
 
 
-db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-
-
-@db_app.command("upgrade")
-def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")] = "head") -> None:
-    """Migrate the store (PERFWATCH_DATABASE_URL) to the latest schema; idempotent."""
-    from tasks.store import redact
-
-    url = Settings.from_env().database_url
-    migrate(url, revision)
-    typer.echo(f"store at {redact(url)} is at revision {revision}")
-
-
 # Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
-_COMMAND_MODULES: tuple[str, ...] = ("env", "compare", "history", "baseline")
+_COMMAND_MODULES: tuple[str, ...] = ("env", "compare", "history", "baseline", "db", "changes", "ingest", "calibrate")
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.cli.{_name}").register(app)
 

@@ -2,7 +2,8 @@
 
 Everything here runs in the *runner's* interpreter (``PERFWATCH_RUNNER_PYTHON``: the project venv by
 default, a separate TF/GPU venv or image in production) except ``launch``, the parent side that
-starts it. Modules: ``spec`` (what to run; the JSON contract), ``launch`` (parent side),
+starts it, and ``session``, the parent side of a paired gate in rounds. Modules: ``spec`` (what to
+run; the JSON contract), ``launch`` (parent side), ``session`` (parent side, round by round),
 ``process`` (the measurement itself), ``steady`` (the warm-up rule), ``probe`` (the environment
 facts, ``python -m tasks.runner.probe``), ``zoo`` (model builders for the demo store).
 

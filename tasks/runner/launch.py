@@ -8,22 +8,40 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from tasks.runner.spec import RunnerError, RunnerSpec
 
+#: The pipeline stage each runner mode belongs to, as error messages name it.
+STAGE_OF_MODE = {"warmup": "warm-up", "profile": "profiled run", "paired": "paired run"}
 
-def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800) -> dict[str, Any]:
+
+def stderr_tail(stderr: str | bytes | None, lines: int = 15) -> str:
+    """The last ``lines`` non-empty lines of a child's stderr (bytes decoded), or ``(nothing)``."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+    return "\n".join(tail) if tail else "(nothing)"
+
+
+def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
+           limit_note: str | None = None) -> dict[str, Any]:
     """Run ``spec`` in a fresh ``python -m tasks.runner`` process and return its result dict.
 
-    Raises:
-        RunnerError: the process failed or timed out; the message carries the runner's own
-            error (e.g. the model that failed to load, the exception of the training step) or
-            the tail of its stderr.
-    """
-    import subprocess
+    Args:
+        timeout_s: the process's time limit (s); past it the process is killed.
+        limit_note: how the limit was made (e.g. ``"PERFWATCH_WARMUP_TIMEOUT_S=1800 s"``), quoted in
+            the timeout error so the reader knows which setting to raise.
 
+    The process's stderr is kept in ``<out_dir>/<mode>_stderr.log`` (also when it timed out).
+
+    Raises:
+        RunnerError: the process failed or timed out; the message names the stage, the model and,
+            for a timeout, the limit and how it was made; it carries the runner's own error (e.g.
+            the model that failed to load, the exception of the training step) or the tail of its
+            stderr.
+    """
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / f"{spec.mode}_spec.json"
@@ -32,19 +50,23 @@ def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800) ->
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     project_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
+    stage = STAGE_OF_MODE.get(spec.mode, spec.mode)
+    log = out / f"{spec.mode}_stderr.log"
     try:
         proc = subprocess.run([python_executable, "-m", "tasks.runner", str(spec_path)], capture_output=True,
                               text=True, timeout=timeout_s, env=env, cwd=project_root)
     except subprocess.TimeoutExpired as e:
-        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} timed out after {timeout_s:.0f} s") from e
+        tail = stderr_tail(e.stderr)
+        log.write_text(e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or ""))
+        raise RunnerError(f"{stage} timed out: the runner process for {spec.model_path} ran past its limit of "
+                          f"{timeout_s:.0f} s ({limit_note or 'timeout_s'}) and was killed; stderr tail:\n{tail}") from e
     except OSError as e:
-        raise RunnerError(f"cannot start runner interpreter {python_executable!r}: {e}") from e
-    (out / f"{spec.mode}_stderr.log").write_text(proc.stderr)
+        raise RunnerError(f"{stage}: cannot start runner interpreter {python_executable!r}: {e}") from e
+    log.write_text(proc.stderr)
     result_file = out / "result.json"
     if not result_file.exists():
-        tail = proc.stderr.strip().splitlines()[-15:]
-        raise RunnerError(f"runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a result; "
-                          "stderr tail:\n" + "\n".join(tail))
+        raise RunnerError(f"{stage}: runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a "
+                          f"result; stderr tail:\n{stderr_tail(proc.stderr)}")
     result = json.loads(result_file.read_text())
     if result.get("status") != "ok":
         raise RunnerError(f"runner ({spec.mode}) failed: {result.get('error')}")

@@ -6,9 +6,18 @@ does not exist here: no NVML, no GPU, TF not installed, env var unset) or ``"unk
 (it exists but reading it failed), never a crash and never a missing key.
 
 TF facts belong to the *runner's* interpreter, so the env-fingerprint stage runs
-``python -m tasks.runner.probe`` there (JSON ``{"data": record}`` on stdout); hashing and comparing
+``python -m tasks.runner.probe`` there (JSON ``{"data": record}`` on stdout, and on stderr one line
+per step it starts, so a probe killed by its time limit shows where it was); hashing and comparing
 records is ``tasks.analysis.environment``'s job. TensorFlow is imported lazily, only in
-:func:`collect`.
+:func:`collect`. Importing it is most of the probe's time (10-25 s on the dev machine); the
+facts recorded are the ones *in effect* in that interpreter (oneDNN, XLA JIT, determinism, TF32,
+the git version of the C++ core), which only the imported library can tell, so the import stays.
+
+NVML: no library or no driver is ``"absent"`` (a CPU host); any other NVML failure (e.g. a
+driver/library version mismatch after a driver upgrade without a reboot) records
+``"unknown: NVMLError_...: ..."`` in ``nvml``, ``driver_version``, ``cuda_driver_version``,
+``count`` and ``physical_count``, never ``absent``/0, so such a host never looks like a CPU host
+(``tasks.analysis.environment`` then makes it comparable with no other environment).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import platform
 import re
 import socket
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,11 +42,17 @@ import psutil
 
 ABSENT = "absent"
 
-# Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too.
+# Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too, and so
+# is each of ENV_VARS_WHEN_SET that is set. Which of them enter the comparability key is decided in
+# tasks.analysis.environment.PERFORMANCE_ENV_VARS (tests/test_inputs_faults.py checks that every
+# one of those is recorded here).
 PERF_ENV_VARS: tuple[str, ...] = (
     "XLA_FLAGS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS",
     "TF_ENABLE_ONEDNN_OPTS", "TF_DETERMINISTIC_OPS", "TF_ENABLE_AUTO_MIXED_PRECISION",
     "NVIDIA_TF32_OVERRIDE",
+)
+ENV_VARS_WHEN_SET: tuple[str, ...] = (
+    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "KMP_AFFINITY", "KMP_BLOCKTIME", "MKL_NUM_THREADS",
 )
 # TF_* names that belong to Terraform, not TensorFlow (TF_VAR_*/TF_TOKEN_* may hold secrets): never recorded.
 _TERRAFORM_ENV = re.compile(r"TF_(VAR_|TOKEN_|CLI_|LOG|WORKSPACE$|IN_AUTOMATION$|INPUT$|DATA_DIR$|"
@@ -185,8 +201,12 @@ def _gpu_section() -> dict:
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
-        absent = isinstance(exc, nv.NVMLError_LibraryNotFound | nv.NVMLError_DriverNotLoaded)
-        return {**out, "nvml": ABSENT if absent else _unknown(exc)}
+        if isinstance(exc, nv.NVMLError_LibraryNotFound | nv.NVMLError_DriverNotLoaded):
+            return {**out, "nvml": ABSENT}
+        # NVML is there but broken (e.g. NVMLError_LibRmVersionMismatch after a driver upgrade): the driver and GPUs
+        # are unknown, not absent; a CPU host's "absent"/0 here would let this run join a CPU history.
+        return {**out, **dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count",
+                                        "physical_count"), _unknown(exc))}
     try:
         out["driver_version"] = _safe(nv.nvmlSystemGetDriverVersion)
         version = _safe(nv.nvmlSystemGetCudaDriverVersion_v2)
@@ -274,19 +294,35 @@ def _packages_section() -> dict:
 
 
 def _env_section() -> dict:
-    names = set(PERF_ENV_VARS) | {k for k in os.environ if k.startswith("TF_") and not _TERRAFORM_ENV.match(k)}
+    names = (set(PERF_ENV_VARS) | {k for k in ENV_VARS_WHEN_SET if k in os.environ}
+             | {k for k in os.environ if k.startswith("TF_") and not _TERRAFORM_ENV.match(k)})
     return {k: os.environ.get(k, ABSENT) for k in sorted(names)}
 
 
-def collect(*, include_tensorflow: bool = True) -> dict[str, Any]:
+def _say(step: str) -> None:
+    """One progress line on stderr: what the probe is doing (shown if it is killed by its time limit)."""
+    sys.stderr.write(f"perfwatch probe: {step}\n")
+    sys.stderr.flush()
+
+
+def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[str, Any]:
     """The fingerprint record of this interpreter and host (about 0.1-0.3 s plus the TF import).
 
     With ``include_tensorflow=False`` TF is not imported and its fields read
-    ``"unknown: not collected ..."``. Never raises for missing hardware or libraries.
+    ``"unknown: not collected ..."``. ``recorded.probe_id`` is a random id of this reading (it tells
+    apart environments that must not be compared with any other). ``progress``: say each step on
+    stderr. Never raises for missing hardware or libraries.
     """
+    say = _say if progress else (lambda _step: None)
+    if include_tensorflow:
+        say("importing TensorFlow (10-25 s on a 2-core host, longer under load)")
+    tensorflow = _tensorflow_section(include_tensorflow)
+    say("reading NVML (driver and GPUs)")
+    gpu = _gpu_section()
+    say("reading host, packages and environment variables")
     data = {
-        "tensorflow": _tensorflow_section(include_tensorflow),
-        "gpu": _gpu_section(),
+        "tensorflow": tensorflow,
+        "gpu": gpu,
         "host": _host_section(),
         "packages": _packages_section(),
         "env_vars": _env_section(),
@@ -294,6 +330,7 @@ def collect(*, include_tensorflow: bool = True) -> dict[str, Any]:
             "hostname": socket.gethostname(),
             "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "python_executable": sys.executable,
+            "probe_id": uuid.uuid4().hex,
         },
     }
     return data
@@ -304,9 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tasks.runner.probe", description=main.__doc__)
     parser.add_argument("--no-tensorflow", action="store_true", help="do not import TensorFlow")
     args = parser.parse_args(argv)
-    data = collect(include_tensorflow=not args.no_tensorflow)
+    data = collect(include_tensorflow=not args.no_tensorflow, progress=True)
     sys.stdout.write(json.dumps({"data": data}) + "\n")
-
 
 
 if __name__ == "__main__":

@@ -16,7 +16,21 @@ training steps. Three modes:
   even i, B then A for odd i: A B B A A B ...), so process-level drift cancels within a pair and a
   linear trend cancels over each ABBA quadruple. Cost: ``2 * blocks * block_steps`` timed steps
   (plus two warm-ups): about twice the measured steps of a normal run when
-  ``blocks * block_steps`` is about ``measured_steps``.
+  ``blocks * block_steps`` is about ``measured_steps``. With ``round_pairs`` set, the pairs are
+  measured in rounds and the *parent* decides after each one whether to go on (a sequential gate,
+  ``tasks.runner.session``): the runner writes the round as one line ``ROUND_PREFIX + JSON`` on
+  stdout (``{"round", "pairs", "blocks": [the round's block pairs], "host_load", "wall_s",
+  "final"}``) and reads one line on stdin, ``more`` or ``stop``; it stops by itself once ``blocks``
+  pairs are done (``final``: true, nothing is read) and treats a closed stdin as ``stop``. The
+  decision never lives here: the runner only measures.
+
+Host load (:class:`HostLoad`, psutil): during the measured steps (profile mode) and during the paired
+phase (every round and all of it), the 1-minute load average at start and end; the CPU time the
+other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from
+/proc/stat) - this process's CPU time``, as a share of ``wall x logical CPUs``; the steal time
+(hypervisor) as the same share; and, where NVML answers, the most processes other than this one
+seen on any GPU (the key is absent without NVML, never 0 by default). The load average counts this
+process's own threads too, so it is recorded, not judged here (``tasks.analysis.calibration`` judges).
 
 Every step is timed by our timer (``time.perf_counter``) and ends only when its loss is on the
 host (``.numpy()``), so asynchronous dispatch cannot make a step look short. The result is
@@ -35,8 +49,89 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tasks.runner.spec import RunnerError, RunnerSpec
+from tasks.runner.spec import MORE, ROUND_PREFIX, STOP, RunnerError, RunnerSpec
 from tasks.runner.steady import SteadyDetector
+
+
+def _gpu_other_processes() -> int | None:
+    """Processes other than this one on any GPU (compute and graphics, NVML), the most on one device;
+    ``None`` when NVML is not there (no driver, no pynvml, or it fails)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses (no driver, no GPU)
+        return None
+    try:
+        me, most = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
+            pids |= {p.pid for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)}
+            most = max(most, len(pids - {me}))
+        return most
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class HostLoad:
+    """How busy the host was over a window of this process's life (module docstring), from psutil.
+
+    ``start()`` takes the first reading, ``result()`` the second and returns a JSON-safe dict:
+    ``wall_s``; ``cpus`` (logical); ``load1_start``, ``load1_end`` (1-min load average);
+    ``other_cpu_s`` (CPU seconds other processes used) and ``other_cpu_share`` (that over ``wall_s x
+    cpus``, 0..1); ``steal_share`` (likewise, steal time); ``own_cpu_share`` (this process);
+    ``gpu_other_processes`` only where NVML answers (the most seen at start or end). Without psutil,
+    ``{"error": ...}``.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = self._sys0 = self._me0 = None
+        self._load0 = 0.0
+        self._gpu0: int | None = None
+
+    def start(self) -> HostLoad:
+        try:
+            import psutil
+        except ImportError:
+            return self
+        self._psutil = psutil
+        self._t0 = time.perf_counter()
+        self._sys0, self._me0 = psutil.cpu_times(), psutil.Process().cpu_times()
+        self._load0 = os.getloadavg()[0]
+        self._gpu0 = _gpu_other_processes()
+        return self
+
+    def result(self) -> dict[str, Any]:
+        if self._t0 is None:
+            return {"error": "psutil is not installed in the runner's interpreter: host load not recorded"}
+        psutil = self._psutil
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        sys1, me1 = psutil.cpu_times(), psutil.Process().cpu_times()
+        cpus = psutil.cpu_count() or 1
+
+        def busy(t) -> float:
+            return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+
+        own = (me1.user + me1.system) - (self._me0.user + self._me0.system)
+        other = max(0.0, busy(sys1) - busy(self._sys0) - own)
+        steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(self._sys0, "steal", 0.0))
+        out: dict[str, Any] = {"wall_s": wall, "cpus": cpus, "load1_start": self._load0,
+                               "load1_end": os.getloadavg()[0], "other_cpu_s": other,
+                               "other_cpu_share": min(1.0, other / (wall * cpus)),
+                               "steal_share": min(1.0, steal / (wall * cpus)),
+                               "own_cpu_share": min(1.0, max(0.0, own) / (wall * cpus))}
+        gpu = [g for g in (self._gpu0, _gpu_other_processes()) if g is not None]
+        if gpu:
+            out["gpu_other_processes"] = max(gpu)
+        return out
 
 
 def _peak_rss_bytes() -> int:
@@ -173,20 +268,47 @@ def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
     cold_b = _cold_step(step_b, spec.model_path)
     warm_a = [step_a() for _ in range(spec.warmup_steps)]
     warm_b = [step_b() for _ in range(spec.warmup_steps)]
-    blocks = []
-    for i in range(spec.blocks):
-        order = "AB" if i % 2 == 0 else "BA"
-        times: dict[str, list[float]] = {}
-        for who in order:
-            step = step_a if who == "A" else step_b
-            times[who] = [step() for _ in range(spec.block_steps)]
-        blocks.append({"pair": i, "order": order, "a_ms": times["A"], "b_ms": times["B"]})
+    blocks: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
+    per_round = spec.round_pairs or spec.blocks
+    stopped_by = "budget"
+    t_pairs = time.perf_counter()
+    phase = HostLoad().start()
+    while len(blocks) < spec.blocks:
+        load = HostLoad().start()
+        first = len(blocks)
+        for i in range(first, min(spec.blocks, first + per_round)):
+            order = "AB" if i % 2 == 0 else "BA"
+            times: dict[str, list[float]] = {}
+            for who in order:
+                step = step_a if who == "A" else step_b
+                times[who] = [step() for _ in range(spec.block_steps)]
+            blocks.append({"pair": i, "order": order, "a_ms": times["A"], "b_ms": times["B"]})
+        final = len(blocks) >= spec.blocks
+        info = {"round": len(rounds), "pairs": len(blocks), "host_load": load.result(),
+                "wall_s": time.perf_counter() - t_pairs, "final": final}
+        rounds.append(info)
+        if spec.round_pairs is None:
+            continue
+        sys.stdout.write(ROUND_PREFIX + json.dumps({**info, "blocks": blocks[first:]}) + "\n")
+        sys.stdout.flush()
+        if final:
+            break
+        command = sys.stdin.readline().strip()
+        if command in ("", STOP):  # "" is a closed stdin: the parent is gone
+            stopped_by = "parent" if command else "stdin closed"
+            break
+        if command != MORE:
+            raise RunnerError(f"paired mode: unknown command {command!r} on stdin after round {info['round']}; "
+                              f"expected {MORE!r} or {STOP!r}")
     return {"mode": "paired", "batch_size": spec.batch_size, "seed": spec.seed,
             "deterministic": spec.deterministic, "baseline_model_path": spec.baseline_model_path,
             "candidate_model_path": spec.model_path, "cold_step_ms": cold_b, "a_cold_step_ms": cold_a,
             "b_cold_step_ms": cold_b, "a_warmup_step_times_ms": warm_a, "b_warmup_step_times_ms": warm_b,
-            "block_steps": spec.block_steps, "blocks": blocks,
-            "timed_steps": 2 * spec.blocks * spec.block_steps,
+            "block_steps": spec.block_steps, "blocks": blocks, "max_blocks": spec.blocks,
+            "round_pairs": spec.round_pairs, "rounds": rounds, "stopped_by": stopped_by,
+            "host_load": phase.result(), "pairs_wall_s": time.perf_counter() - t_pairs,
+            "timed_steps": 2 * len(blocks) * spec.block_steps,
             "peak_rss_bytes": _peak_rss_bytes(), "peak_device_bytes": _device_peak_bytes(),
             "wall_s": time.perf_counter() - t_start}
 
@@ -195,7 +317,11 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     """Execute ``spec`` in this process and return the result dict (all times in ms, our timer).
 
     Paired mode returns ``blocks``: a list of ``{"pair", "order" ("AB"|"BA"), "a_ms", "b_ms"}``
-    with the per-step times of the baseline (A) and candidate (B) block of each pair.
+    with the per-step times of the baseline (A) and candidate (B) block of each pair (as many as were
+    measured: ``blocks`` of the spec at most), ``rounds`` (per round: pairs so far, ``host_load``,
+    wall s since the first pair), ``stopped_by`` (``budget``, ``parent`` or ``stdin closed``),
+    ``host_load`` over all pairs and ``timed_steps`` actually spent. Profile mode adds ``host_load``
+    over the measured steps. See :class:`HostLoad` for its keys.
 
     Raises:
         RunnerError: a model failed to load or its training step failed (names the model).
@@ -222,7 +348,9 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
                       final_cv=res.final_cv, reason=res.reason)
     else:
         warm = [step() for _ in range(spec.warmup_steps)]
+        load = HostLoad().start()
         measured = [step() for _ in range(spec.measured_steps)]
+        result["host_load"] = load.result()
         logdir = Path(spec.out_dir) / "profile"
         logdir.mkdir(parents=True, exist_ok=True)
         profiled: list[float] = []

@@ -30,13 +30,23 @@ class RunnerSpec(BaseModel):
     profiled_steps: int = 5
     baseline_model_path: str | None = None  # paired mode: the baseline version (A)
     block_steps: int = Field(10, ge=1, le=10_000)  # paired mode: timed steps per block
-    blocks: int = Field(8, ge=2, le=10_000)  # paired mode: block pairs (blocks per version)
+    blocks: int = Field(8, ge=2, le=100_000)  # paired mode: block pairs at most, the step budget (Case allows 100000)
+    # paired mode: block pairs per round. None: all ``blocks`` pairs in one go (a fixed gate). Set: after
+    # every round the runner writes the round as one ``ROUND_PREFIX`` JSON line on stdout and reads one
+    # command line on stdin (``more`` or ``stop``), until the parent says stop or ``blocks`` are done.
+    round_pairs: int | None = Field(None, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:
         if self.mode == "paired" and not self.baseline_model_path:
             raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
         return self
+
+
+#: prefix of the runner's per-round lines on stdout (paired mode with rounds); the JSON object follows it
+ROUND_PREFIX = "PERFWATCH_ROUND "
+#: the commands the parent answers a round with, one per line on the runner's stdin
+MORE, STOP = "more", "stop"
 
 
 class RunnerError(RuntimeError):

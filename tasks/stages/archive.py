@@ -1,20 +1,34 @@
 """archive: keep the evidence — one SQL transaction and a TensorBoard-openable profile archive.
 
 The profile directory is copied to ``<archive>/<model>/<run dir>/plugins/profile/...`` so that
-``tensorboard --logdir <archive>/<model>`` lists every run of the model. The copy is written under
-a temporary name and renamed into place only after the store transaction commits; if the
-transaction fails the copy is deleted, so neither a half-written archive nor an orphan artifact
-is left. A regression never stops the archive: the DAG run fails after this stage.
+``tensorboard --logdir <archive>/<model>`` lists every run of the model. Staging, copy, the store
+transaction and the cleanup sit in one guarded block: the copy is written to ``<run dir>.partial``
+(with an owner file naming host, pid and start time), moved into place inside the store
+transaction, and on any failure (a full disk, a lost store, an interrupt) the partial copy is
+deleted, so neither a half-written archive nor an orphan artifact is left. A copy left by a killed
+process (``kill -9`` leaves no chance to clean up) is swept by the next archive on any model, or by
+``perfwatch db check --repair``: at once when its writer is known dead on this host, else after
+``STALE_PARTIAL_S``.
+
+Archiving is idempotent: a run already stored as a success is returned as stored and nothing is
+copied or written again. A regression never stops the archive: the DAG run fails after this stage.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import logging
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import fsspec
+import psutil
 
 from tasks.records import (
     ArchiveRecord,
@@ -27,7 +41,16 @@ from tasks.records import (
     WarmupRecord,
     safe_name,
 )
-from tasks.store.writes import store_run
+from tasks.store.reads import RunLocation, stored_run
+from tasks.store.writes import SuccessAlreadyStored, store_run
+
+log = logging.getLogger(__name__)
+
+PARTIAL_SUFFIX = ".partial"
+OWNER_FILE = ".perfwatch-partial.json"
+STALE_PARTIAL_S = 3600.0
+"""A partial copy whose writer cannot be checked (another host, no owner file) is stale after this
+many seconds; an archive copy takes seconds to minutes."""
 
 
 def _sha256(path: Path) -> str:
@@ -38,53 +61,223 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _owner() -> dict[str, Any]:
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": me.pid, "pid_started": me.create_time(),
+            "started_at": dt.datetime.now(dt.UTC).isoformat()}
+
+
+def _writer_alive(owner: dict[str, Any]) -> bool:
+    """Whether the process named in an owner file still runs (same pid and start time)."""
+    try:
+        return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["pid_started"])) < 1.0
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def _age_s(fs, path: str, owner: dict[str, Any] | None) -> float | None:
+    """Seconds since ``path`` was started (owner file) or last modified; None when unknown."""
+    if owner and owner.get("started_at"):
+        try:
+            return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(owner["started_at"])).total_seconds()
+        except (TypeError, ValueError):
+            pass
+    try:
+        modified = fs.modified(path)
+    except (NotImplementedError, OSError, ValueError, FileNotFoundError):
+        return None
+    if modified.tzinfo is None:
+        return time.time() - modified.timestamp()
+    return (dt.datetime.now(dt.UTC) - modified).total_seconds()
+
+
+def partial_state(fs, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[bool, str]:
+    """Whether the partial copy at ``path`` is stale (its writer is gone), and why.
+
+    Stale when its owner file names a process on this host that no longer runs (pid and start
+    time), or when the writer cannot be checked (another host, no owner file) and it is older than
+    ``grace_s`` seconds. A partial of unknown age whose writer cannot be checked is kept.
+    """
+    owner = None
+    try:
+        owner = json.loads(fs.cat_file(f"{path}/{OWNER_FILE}"))
+    except (OSError, ValueError, FileNotFoundError):
+        pass
+    if owner and owner.get("host") == socket.gethostname():
+        if _writer_alive(owner):
+            return False, f"being written by pid {owner.get('pid')} on this host"
+        return True, f"its writer, pid {owner.get('pid')} on this host, is gone"
+    age = _age_s(fs, path, owner)
+    where = f"written on host {owner.get('host')}" if owner else "no owner file"
+    if age is None:
+        return False, f"{where}, age unknown: kept"
+    if age > grace_s:
+        return True, f"{where}, {age / 3600:.1f} h old (stale after {grace_s / 3600:.1f} h)"
+    return False, f"{where}, {age:.0f} s old (stale after {grace_s:.0f} s)"
+
+
+def _remove(fs, path: str) -> None:
+    """Remove ``path`` if it exists; a failure is logged, never raised (cleanup must not mask the cause)."""
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except OSError as e:
+        log.warning("could not remove %s: %s", path, e)
+
+
+def sweep_partials(archive_root: str, *, grace_s: float = STALE_PARTIAL_S) -> list[str]:
+    """Remove the stale partial copies (``<archive>/<model>/<run dir>.partial``, see ``partial_state``)
+    of every model; returns the paths removed. Errors are logged, never raised."""
+    fs, root = fsspec.core.url_to_fs(archive_root)
+    removed = []
+    try:
+        partials = fs.glob(f"{root.rstrip('/')}/*/*{PARTIAL_SUFFIX}")
+    except OSError as e:
+        log.warning("could not list partial archive copies under %s: %s", archive_root, e)
+        return removed
+    for path in partials:
+        stale, why = partial_state(fs, path, grace_s=grace_s)
+        if stale:
+            log.warning("removing a half-written archive copy %s (%s)", path, why)
+            _remove(fs, path)
+            removed.append(path)
+    return removed
+
+
 def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
                 warmup: WarmupRecord, run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord,
                 *, auto_accept: bool = True, extra_dirs: dict[str, str] | None = None) -> ArchiveRecord:
     """Write everything about a finished run into the store (one transaction) and the archive.
+
+    Idempotent: when the run (dag_id, dag_run_id, case) is already stored as a success, that run is
+    returned and nothing is read, copied or written. Before copying, stale partial copies of earlier
+    runs are swept (``sweep_partials``).
 
     Args:
         extra_dirs: name -> local directory also copied into the run's archive dir (e.g. the
             Great Expectations Data Docs as ``gx``).
 
     Returns:
-        ArchiveRecord with the new run id and the archive URI of the run directory.
+        ArchiveRecord with the run id and the archive URI of the run directory.
 
     Raises:
+        FileNotFoundError: the run's samples, parsed tables or profile are not where the records say.
+        OSError: the copy failed (e.g. no space left on the archive's disk); the partial copy is removed.
+        tasks.store.engine.StoreUnreachable: the store cannot be reached (nothing is written or kept).
         sqlalchemy.exc.SQLAlchemyError: the store transaction failed (the archive copy is removed).
     """
+    done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+    if done is not None and done.status == "success":
+        return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
     samples = json.loads(Path(run.samples_path).read_text())
     parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
-    run_dir_name = safe_name(f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}")
-    fs, root = fsspec.core.url_to_fs(archive_root)
-    final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
-    staging = final + ".partial"
-    if fs.exists(staging):
-        fs.rm(staging, recursive=True)
-    fs.makedirs(staging, exist_ok=True)
-    fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
-    for name, local in (extra_dirs or {}).items():
-        fs.put(local, f"{staging}/{name}", recursive=True)
-    archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
     xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
     gx_result = (json.loads(Path(verdict.gx_results_path).read_text()) if verdict.gx_results_path
                  else verdict.evidence.get("gx", {}))
-
+    run_dir_name = safe_name(f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}")
+    fs, root = fsspec.core.url_to_fs(archive_root)
+    final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
+    staging = final + PARTIAL_SUFFIX
+    archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
     artifacts = [("xplane", f"{archive_uri}/{x.relative_to(run.profile_dir).as_posix()}", x.stat().st_size,
                   _sha256(x)) for x in xplanes]
+    sweep_partials(archive_root)
+    moved = False
 
-    def move_into_place() -> None:
-        if fs.exists(final):
+    def move_into_place() -> None:  # inside the store transaction; again on a retried transaction
+        nonlocal moved
+        if moved:
+            return
+        fs.rm(f"{staging}/{OWNER_FILE}")
+        if fs.exists(final):  # an orphan copy of an earlier attempt that died before its commit
             fs.rm(final, recursive=True)
         fs.mv(staging, final, recursive=True)
+        moved = True
 
     try:
+        _remove(fs, staging)  # this run's own earlier attempt
+        fs.makedirs(staging, exist_ok=True)
+        fs.pipe_file(f"{staging}/{OWNER_FILE}", json.dumps(_owner()).encode())
+        fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
+        for name, local in (extra_dirs or {}).items():
+            fs.put(local, f"{staging}/{name}", recursive=True)
         run_id = store_run(db_url, ctx, pulled, env, warmup, run, parsed, verdict, samples=samples,
                            parsed_tables=parsed_tables, gx_result=gx_result, artifacts=artifacts,
                            archive_uri=archive_uri, auto_accept=auto_accept, before_commit=move_into_place)
-    except Exception:
-        for path in (staging, final):
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
+    except SuccessAlreadyStored:  # a concurrent attempt stored it first: keep theirs
+        _remove(fs, staging)
+        done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+        return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
+    except BaseException:
+        _remove(fs, staging)
+        if moved:  # moved into place, then the commit failed
+            _remove(fs, final)
         raise
     return ArchiveRecord(run_id=run_id, archive_uri=archive_uri, verdict=verdict.verdict)
+
+
+# ------------------------------------------------------------------------------------- perfwatch db check
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Something on disk or in the store that a finished or killed run should not have left.
+
+    Attributes:
+        kind: ``partial`` (a half-written archive copy), ``orphan-archive`` (an archive directory no
+            stored run points to), ``missing-archive`` (a successful run whose archive directory is
+            gone), ``scratch`` (a run's work directory under ``PERFWATCH_WORK``).
+        path: the directory (or, for ``missing-archive``, the run's archive URI).
+        detail: why it is reported, in words.
+        repairable: ``perfwatch db check --repair`` removes it (a stored run's history never is).
+        run_id: the stored run it belongs to, when there is one.
+    """
+
+    kind: Literal["partial", "orphan-archive", "missing-archive", "scratch"]
+    path: str
+    detail: str
+    repairable: bool
+    run_id: int | None = None
+
+
+def check_archive(archive_root: str, runs: Iterable[RunLocation], *,
+                  grace_s: float = STALE_PARTIAL_S) -> list[Leftover]:
+    """The archive's leftovers: stale partial copies (``partial_state``), run directories no stored run
+    points to (older than ``grace_s`` seconds: a younger one may be an archive in flight, between its
+    move and its commit), and successful runs whose archive directory is missing. What is in flight
+    is not reported."""
+    fs, root = fsspec.core.url_to_fs(archive_root)
+    root = root.rstrip("/")
+    runs = list(runs)
+    referenced = {r.archive_uri.rstrip("/") for r in runs if r.archive_uri}
+    out: list[Leftover] = []
+    for path in sorted(fs.glob(f"{root}/*/*") if fs.isdir(root) else []):
+        if not fs.isdir(path):
+            continue
+        if path.endswith(PARTIAL_SUFFIX):
+            stale, why = partial_state(fs, path, grace_s=grace_s)
+            if stale:
+                out.append(Leftover("partial", path, f"half-written archive copy: {why}", True))
+        elif path not in referenced and fs.unstrip_protocol(path) not in referenced:
+            age = _age_s(fs, path, None)
+            if age is None or age > grace_s:  # a younger one may be between its move and its commit
+                out.append(Leftover("orphan-archive", path, "archive directory without a stored run", True))
+    for r in runs:
+        if r.status != "success" or not r.archive_uri:
+            continue
+        rfs, rpath = fsspec.core.url_to_fs(r.archive_uri)
+        if not rfs.exists(rpath):
+            out.append(Leftover("missing-archive", r.archive_uri,
+                                f"run {r.run_id} ({r.model} {r.case_name}) is stored but its archive directory is "
+                                "gone; its samples and summaries are kept (never removed)", False, r.run_id))
+    return out
+
+
+def remove_leftover(item: Leftover) -> bool:
+    """Remove a repairable leftover directory; True when it is gone afterwards."""
+    if not item.repairable or item.kind == "missing-archive":
+        return False
+    fs, path = fsspec.core.url_to_fs(item.path)
+    _remove(fs, path)
+    return not fs.exists(path)
+

@@ -1,8 +1,10 @@
 """baseline-compare: gather → decide → validate → explain.
 
 1. gather: one read of the store (``tasks.store.reads.gather_compare_inputs``);
-2. decide: the statistics, pure (``tasks.analysis.verdict.decide``);
-3. validate: the Great Expectations suites on the samples and the op table (``tasks.stages.expectations``);
+2. decide: the final verdict, pure (``tasks.analysis.verdict.decide``): the statistics, then the noise rule;
+3. validate: the Great Expectations suites (``tasks.stages.expectations``) on the samples' data quality,
+   the op table, and the **verdict's result table** (ratio, interval, host_busy) with the step-time
+   threshold ``1 + tolerance`` as a suite parameter;
 4. explain: op-level attribution against the newest baseline run (``tasks.analysis.attribution``).
 
 The baseline is the lookback history of accepted runs (``baselines`` rows, newest first) of the
@@ -10,12 +12,15 @@ same model, case and environment comparability key. Without one, the latest acce
 same model and case in another environment is compared anyway and the verdict is
 ``env-changed``, naming the fingerprint fields that differ. With neither, ``no-baseline``.
 
-The statistics (``tasks.analysis.stats``) decide ``pass``/``regression``/``improvement``/``inconclusive``
-within the tolerance; Great Expectations (``tasks.stages.expectations``) enforces the data-quality
-expectations and the step-time ceiling (``tasks.analysis.verdict.ceiling_ms``: between 110% and 150% of the baseline
-median, widened within that by the comparison's own uncertainty), passed to the suite as a
-parameter. A ceiling breach turns a statistically undecided run into a ``regression``; a failed
-data-quality expectation fails the stage.
+Thresholds are tests: the statistics (``tasks.analysis.stats.verdict_from_ci``) decide
+``pass``/``regression``/``improvement``/``inconclusive`` from the interval against the no-change line 1
+and the tolerance threshold ``1 + tolerance``, and GX enforces the same threshold on the same interval
+(``expectations.validate_verdict``: where the interval lies above 1 on a quiet host, its upper end must
+stay within the threshold; it fails exactly for a ``regression``). Nothing else changes a verdict: GX
+never overturns one, and a per-step check over a line is not a test of a change in the median. A
+failed data-quality expectation (too few rows, nulls, non-positive step times) fails the stage
+(``MeasurementRejected``); ``gx_success`` is true when every suite passed, i.e. the data are sound and
+the threshold holds (false for a ``regression`` or bad data).
 
 The history comparison's prior for process-to-process drift comes from ``tasks.analysis.calibration``
 (the Case's ``prior_between_sd``, else estimated from the store's accepted runs in the same
@@ -24,15 +29,17 @@ are unusable (fewer than ``stats.MIN_STEPS`` measured steps, a NaN or non-positi
 left out of the lookback and named in ``evidence["skipped_baselines"]``; if none is left the
 verdict is ``no-baseline`` with that reason.
 
-Paired gates (release trigger or ``Case.paired``; ``run.paired_path`` is set by the profiled-run
-stage) are judged by ``stats.compare_paired`` on the ABBA block pairs of the baseline version
-(A) and the candidate (B) measured in one process: method ``paired-abba``. The history verdict
-is kept as evidence (``evidence["history"]``), and the GX ceiling is then applied to the paired
-samples, ``median(B) <= max_ratio x median(A)`` (same process, same time window), not to the
-drift-prone history; the paired interval includes the process-level offset
-(``tasks.analysis.calibration.paired_offset_for_case``, in ``evidence["paired_offset"]``). Cost (in
-``evidence["paired"]["cost"]``): ``2 x blocks x block_steps`` extra timed steps, twice the
-measured steps with the defaults.
+Paired gates (``run.paired_path`` is set by the profiled-run stage) are judged on the ABBA block pairs
+of the baseline version (A) and the candidate (B) measured in one process, method ``paired-abba``:
+the sequential gate's final repeated confidence interval as the profiled-run stage stopped on it
+(``tasks.analysis.sequential``; its design and looks are in ``evidence["paired"]["sequential"]``, the
+cost actually spent in ``evidence["paired"]["spent"]``). The history verdict is kept as evidence
+(``evidence["history"]``); the process-level offset the gate used is in ``evidence["paired_offset"]``.
+
+Noise (``run.noise``, judged by the profiled-run stage, ``tasks.analysis.calibration.assess_noise``): on
+a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
+``CompareRecord.reason`` and ``evidence["noise"]``), the statistics' own verdict kept in
+``evidence["verdict_statistics"]``.
 """
 
 
@@ -44,48 +51,39 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.analysis import calibration
+from tasks.analysis import calibration, sequential
 from tasks.analysis.attribution import attribute_against_run
-from tasks.analysis.verdict import DEFAULT_MAX_RATIO, Decision, PairedBlocks, decide
+from tasks.analysis.verdict import Decision, decide
 from tasks.records import Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.stages import expectations
+from tasks.stages.profiled_run import read_paired
 from tasks.store import reads
+
+#: methods whose verdict is the threshold rule on an interval (GX validates their result table)
+THRESHOLD_METHODS = ("history-lookback", "paired-abba")
 
 
 class MeasurementRejected(ValueError):
     """The run's samples fail a data-quality expectation (too few rows, nulls, non-positive)."""
 
 
-def paired_blocks(path: str | Path) -> PairedBlocks:
-    """The A (baseline) and B (candidate) per-step ms of each block pair from the paired runner result
-    at ``path``, and its layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``orders``).
-
-    Raises:
-        ValueError: the file holds no ``blocks`` (names the path).
-    """
-    r = json.loads(Path(path).read_text())
-    blocks = r.get("blocks")
-    if not blocks:
-        raise ValueError(f"{path}: paired result holds no 'blocks' (expected the runner's paired-mode output)")
-    layout = {"blocks": len(blocks), "block_steps": r.get("block_steps"), "timed_steps": r.get("timed_steps"),
-              "wall_s": r.get("wall_s"), "orders": "".join(b["order"] for b in blocks)}
-    return PairedBlocks(a=[b["a_ms"] for b in blocks], b=[b["b_ms"] for b in blocks], layout=layout)
-
-
-def _validate(d: Decision, case: Case, measured: list[float], parsed_tables: dict[str, Any],
-              gx_dir: Path) -> tuple[dict[str, expectations.GxOutcome], Path]:
-    """Run the GX suites (step samples with the ceiling, paired B samples, op table), render Data Docs under
-    ``gx_dir`` and write the full results to ``gx_dir/validation_results.json``."""
-    paired_steps = None
-    if d.paired_b is not None:
-        paired_steps = expectations.validate_step_times(d.paired_b, min_rows=case.paired_blocks * case.paired_block_steps,
-                                                        median_limit_ms=d.limit)
-    steps = expectations.validate_step_times(measured, min_rows=case.measured_steps,
-                                             median_limit_ms=None if paired_steps else d.limit)
-    ops = expectations.validate_op_table(pd.DataFrame(parsed_tables.get("op_stats", []),
-                                                      columns=["op_name", "op_type", "total_self_time_us",
-                                                               "occurrences"]))
-    outcomes = {"step_times": steps, "op_stats": ops, **({"paired_b_steps": paired_steps} if paired_steps else {})}
+def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list[float] | None,
+              parsed_tables: dict[str, Any], gx_dir: Path) -> tuple[dict[str, expectations.GxOutcome], Path]:
+    """Run the GX suites (step samples' data quality, paired blocks' data quality, the verdict's result
+    table, op table), render Data Docs under ``gx_dir`` and write the full results to
+    ``gx_dir/validation_results.json``."""
+    outcomes = {"step_times": expectations.validate_step_times(measured, min_rows=case.measured_steps)}
+    if paired_steps is not None:
+        # a sequential gate may stop at its first look: at least that many pairs, both versions
+        first_look = min(case.paired_blocks, sequential.MIN_LOOK_PAIRS)
+        outcomes["paired_steps"] = expectations.validate_step_times(
+            paired_steps, min_rows=2 * first_look * case.paired_block_steps)
+    if d.method in THRESHOLD_METHODS and d.ratio is not None:
+        outcomes["verdict"] = expectations.validate_verdict(
+            d.ratio, d.ci_low, d.ci_high, tolerance=case.tolerance,
+            host_busy=bool((d.evidence.get("noise") or {}).get("busy")))
+    outcomes["op_stats"] = expectations.validate_op_table(pd.DataFrame(
+        parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]))
     expectations.render_data_docs(outcomes, gx_dir)
     # The full GX validation results (KBs each) go to a file archived with the run and into the
     # store by the archive stage; the verdict that travels through XCom carries their summary.
@@ -95,7 +93,7 @@ def _validate(d: Decision, case: Case, measured: list[float], parsed_tables: dic
 
 
 def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, parsed: ParseRecord,
-                     work_dir: str | Path, *, max_ratio: float = DEFAULT_MAX_RATIO) -> CompareRecord:
+                     work_dir: str | Path) -> CompareRecord:
     """Compare the run's measured step times with its baseline and validate them with GX.
 
     Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run). Whenever a baseline
@@ -111,30 +109,31 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
     inputs = reads.gather_compare_inputs(db_url, case.model, case.name, env.comparability_key,
                                          lookback=case.lookback, calibration_window=calibration.CALIBRATION_WINDOW)
     base = run.baseline_model
+    paired = read_paired(run.paired_path) if run.paired_path else None
     d = decide(measured, case, same_env=inputs.same_env, other_env=inputs.other_env,
                other_env_data=inputs.other_env_data, env_data=env.data, samples=inputs.samples,
-               calibration_runs=inputs.calibration_runs, aa_gates=inputs.aa_gates,
-               paired=paired_blocks(run.paired_path) if run.paired_path else None,
+               calibration_runs=inputs.calibration_runs, aa_gates=inputs.aa_gates, paired=paired,
                baseline_version=base.version if base else None, baseline_digest=base.digest if base else None,
-               max_ratio=max_ratio)
+               noise=run.noise)
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
-    outcomes, gx_results = _validate(d, case, measured, parsed_tables, Path(work_dir) / "gx")
+    paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
+    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx")
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
     evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]
-    steps, paired_steps = outcomes["step_times"], outcomes.get("paired_b_steps")
-    quality = [f for o in (steps, paired_steps) if o for f in o.failures if not f.is_limit]
+    quality = [f for k in ("step_times", "paired_steps", "verdict") if k in outcomes
+               for f in outcomes[k].failures if not f.is_limit]
     if quality:
         raise MeasurementRejected("step-time samples failed data-quality expectations: "
                                   + "; ".join(f.text for f in quality))
     verdict = d.verdict
-    ceiling = paired_steps or steps
-    if d.limit is not None and not ceiling.success and verdict == "inconclusive":
-        evidence["ceiling_breached"] = True
-        verdict = "regression"
+    if d.reason:
+        evidence.setdefault("reason", d.reason)
     if d.baseline_run_ids:  # op-level attribution against the newest baseline run, whatever the verdict
+        # op shares of each profiled window scaled to measured medians: the deltas add up to the verdict's change
         evidence["attribution"] = attribute_against_run(inputs.baseline_ops, d.baseline_run_ids[0], parsed_tables,
-                                                        case.profiled_steps, parsed.avg_step_time_ms)
+                                                        case.profiled_steps, run.median_step_ms, ratio=d.ratio,
+                                                        ratio_source=d.method)
     return CompareRecord(verdict=verdict, method=d.method, baseline_run_ids=d.baseline_run_ids, ratio=d.ratio,
                          ci_low=d.ci_low, ci_high=d.ci_high, median_limit_ms=d.limit, gx_results_path=str(gx_results),
-                         gx_success=all(o.success for o in outcomes.values()), evidence=evidence)
+                         gx_success=all(o.success for o in outcomes.values()), evidence=evidence, reason=d.reason)

@@ -1,9 +1,17 @@
 """Data-quality checks with Great Expectations Core 1.x, run directly inside a task.
 
-* :func:`validate_step_times` -- the measured step times (ms) of a run: enough rows, no nulls,
-  all > 0, and, with a baseline, median <= limit and ``mostly`` of the steps <= limit. The
-  limit is a *suite parameter* (``$PARAMETER: median_limit_ms``) supplied at validate time, so
-  the suite itself is the same for every run.
+* :func:`validate_step_times` -- the data quality of measured step times (ms): enough rows, no
+  nulls, all > 0. No per-step threshold: a fraction of single steps over a line is not a test of a
+  change in the median (under load 18-45% of an unchanged model's steps exceed 110% of its median),
+  so it must not make a verdict.
+* :func:`validate_verdict` -- the step-time threshold, enforced on the comparison's estimate *with its
+  interval*: a one-row result table (``ratio``, ``ci_low``, ``ci_high``, ``host_busy``) must be a sound
+  interval (one row, no nulls, all > 0, ``ci_low <= ratio <= ci_high``) and, where the interval lies
+  above the no-change line 1 on a quiet host, its upper end must stay within the threshold
+  ``1 + tolerance`` (a *suite parameter*, ``$PARAMETER: threshold_ratio``, supplied at validate time,
+  so the suite is the same for every run). That expectation fails exactly when
+  ``tasks.analysis.stats.verdict_from_ci`` says ``regression`` and the noise rule lets it stand, so GX
+  and the verdict cannot disagree.
 * :func:`validate_op_table` -- the parsed xprof op table: non-empty, the expected columns,
   self-times and occurrence counts non-negative.
 * :func:`render_data_docs` -- GX Data Docs HTML for any of these results, written only under
@@ -33,13 +41,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["GxFailure", "GxOutcome", "render_data_docs", "step_time_expectations", "validate_op_table", "validate_step_times",
-           "STEP_SUITE", "OP_SUITE", "STEP_COLUMN", "OP_COLUMNS"]
+           "validate_verdict", "verdict_expectations", "STEP_SUITE", "OP_SUITE", "VERDICT_SUITE", "STEP_COLUMN",
+           "OP_COLUMNS", "VERDICT_COLUMNS", "THRESHOLD_PARAM"]
 
 STEP_SUITE = "perfwatch_step_times"
 OP_SUITE = "perfwatch_op_table"
 STEP_COLUMN = "step_time_ms"
 OP_COLUMNS = ("op_name", "op_type", "total_self_time_us", "occurrences")
-LIMIT_PARAM = "median_limit_ms"
+VERDICT_SUITE = "perfwatch_verdict"
+VERDICT_COLUMNS = ("ratio", "ci_low", "ci_high", "host_busy")
+THRESHOLD_PARAM = "threshold_ratio"  #: 1 + tolerance, the step-time threshold as a ratio to the baseline
+NO_CHANGE = 1.0  #: the no-change line of the verdict rule (a constant of the rule, not a setting)
 
 
 class GxFailure(BaseModel):
@@ -51,7 +63,7 @@ class GxFailure(BaseModel):
         observed_value: GX's observed value, or for column-map expectations a dict of
             ``element_count``, ``unexpected_count``, ``unexpected_percent``, ``partial_unexpected_list``.
         kwargs: the expectation's arguments with suite parameters resolved (``batch_id`` dropped).
-        is_limit: it is one of the baseline-limit expectations (not a data-quality one).
+        is_limit: it is the step-time threshold expectation (not a data-quality one).
         text: one sentence naming the expectation, its arguments and the observation.
     """
 
@@ -129,62 +141,92 @@ def _run(df: pd.DataFrame, suite_name: str, expectations: list, params: dict[str
                      failures=[_failure(r) for r in d["results"] if not r["success"]])
 
 
-def step_time_expectations(min_rows: int, *, with_limit: bool, mostly: float = 0.9) -> list:
-    """The expectations of the ``perfwatch_step_times`` suite (see :func:`validate_step_times`).
-
-    The limit expectations take ``max_value={"$PARAMETER": "median_limit_ms"}``, resolved from
-    ``expectation_parameters`` at validate time, and carry ``meta={"perfwatch": "limit"}``
-    (their failures have ``is_limit=True``).
-    """
+def step_time_expectations(min_rows: int) -> list:
+    """The expectations of the ``perfwatch_step_times`` suite: data quality only (see :func:`validate_step_times`)."""
     import great_expectations as gx
 
     E, col = gx.expectations, STEP_COLUMN
-    exps = [E.ExpectTableRowCountToBeBetween(min_value=min_rows),
+    return [E.ExpectTableRowCountToBeBetween(min_value=min_rows),
             E.ExpectColumnValuesToNotBeNull(column=col),
             E.ExpectColumnValuesToBeBetween(column=col, min_value=0, strict_min=True)]
-    if with_limit:
-        limit, meta = {"$PARAMETER": LIMIT_PARAM}, {"perfwatch": "limit"}
-        exps += [E.ExpectColumnMedianToBeBetween(column=col, max_value=limit, meta=meta),
-                 E.ExpectColumnValuesToBeBetween(column=col, max_value=limit, mostly=mostly, meta=meta)]
-    return exps
 
 
-def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int, median_limit_ms: float | None,
-                        mostly: float = 0.9) -> GxOutcome:
-    """Validate measured step times (ms) with the ``perfwatch_step_times`` suite.
+def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int) -> GxOutcome:
+    """Validate the data quality of step times (ms) with the ``perfwatch_step_times`` suite.
 
-    Expectations on column ``step_time_ms``: row count >= ``min_rows``; no nulls; every value
-    > 0; and, when ``median_limit_ms`` is given, median <= limit and at least ``mostly`` of the
-    values <= limit (limit passed as suite parameter ``median_limit_ms``). NaN/None step times
-    are validated as nulls, not rejected.
+    Expectations on column ``step_time_ms``: row count >= ``min_rows``; no nulls; every value > 0.
+    NaN/None step times are validated as nulls, not rejected.
 
     Args:
         step_times_ms: shape (n,), per-step times in ms.
-        min_rows: the configured number of measured steps (>= 0).
-        median_limit_ms: limit derived from the baseline (ms, > 0), or ``None`` when there is no
-            baseline (the two limit expectations are then left out).
-        mostly: fraction of steps that must be <= the limit, in (0, 1].
+        min_rows: the configured number of steps (>= 0).
 
     Returns:
         GxOutcome; each failure names the expectation, column and observed value.
 
     Raises:
-        ValueError: ``min_rows < 0``, a non-finite or non-positive ``median_limit_ms``, or
-            ``mostly`` outside (0, 1].
+        ValueError: ``min_rows < 0``.
     """
     import pandas as pd
 
     if min_rows < 0:
         raise ValueError(f"min_rows = {min_rows}: must be >= 0")
-    if median_limit_ms is not None and not (math.isfinite(median_limit_ms) and median_limit_ms > 0):
-        raise ValueError(f"median_limit_ms = {median_limit_ms!r}: must be finite and > 0 ms (or None)")
-    if not 0 < mostly <= 1:
-        raise ValueError(f"mostly = {mostly}: must be in (0, 1]")
     df = pd.DataFrame({STEP_COLUMN: pd.Series([math.nan if v is None else v for v in step_times_ms],
                                               dtype="float64")})
-    exps = step_time_expectations(min_rows, with_limit=median_limit_ms is not None, mostly=mostly)
-    params = None if median_limit_ms is None else {LIMIT_PARAM: float(median_limit_ms)}
-    return _run(df, STEP_SUITE, exps, params)
+    return _run(df, STEP_SUITE, step_time_expectations(min_rows), None)
+
+
+def verdict_expectations() -> list:
+    """The expectations of the ``perfwatch_verdict`` suite (see :func:`validate_verdict`). The threshold
+    expectation takes ``max_value={"$PARAMETER": "threshold_ratio"}`` and carries
+    ``meta={"perfwatch": "limit"}`` (its failure has ``is_limit=True``)."""
+    import great_expectations as gx
+    from great_expectations.expectations.row_conditions import Column
+
+    E = gx.expectations
+    exps: list = [E.ExpectTableRowCountToEqual(value=1)]
+    for c in ("ratio", "ci_low", "ci_high"):
+        exps += [E.ExpectColumnValuesToNotBeNull(column=c),
+                 E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)]
+    exps += [E.ExpectColumnValuesToNotBeNull(column="host_busy"),
+             E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
+             E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
+             E.ExpectColumnValuesToBeBetween(
+                 column="ci_high", max_value={"$PARAMETER": THRESHOLD_PARAM},
+                 row_condition=(Column("ci_low") > NO_CHANGE) & (Column("host_busy") == False),  # noqa: E712
+                 meta={"perfwatch": "limit"},
+                 notes="Step-time threshold as a test: where the interval lies above 1 (significantly slower) "
+                       "on a quiet host, its upper end must stay within 1 + tolerance; fails exactly for a "
+                       "regression.")]
+    return exps
+
+
+def validate_verdict(ratio: float, ci_low: float, ci_high: float, *, tolerance: float,
+                     host_busy: bool = False) -> GxOutcome:
+    """Validate a comparison's result (candidate/baseline step-time ratio and its interval) with the
+    ``perfwatch_verdict`` suite: a sound interval, and the threshold ``1 + tolerance`` (suite
+    parameter ``threshold_ratio``) not exceeded by an interval that lies above 1 on a quiet host.
+
+    Args:
+        ratio, ci_low, ci_high: the estimate and its interval (ratios, > 0; NaN/None are validated as nulls).
+        tolerance: the case's tolerance t in (0, 1); the threshold is ``1 + t``.
+        host_busy: the measurement ran on a busy host (``calibration.Noise.busy``): the threshold is then
+            not tested (the verdict is ``inconclusive``).
+
+    Returns:
+        GxOutcome; the threshold failure has ``is_limit=True`` and names the observed ``ci_high``.
+
+    Raises:
+        ValueError: ``tolerance`` outside (0, 1).
+    """
+    import pandas as pd
+
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance = {tolerance}: must be in (0, 1)")
+    row = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high}
+    df = pd.DataFrame({k: pd.Series([math.nan if v is None else v], dtype="float64") for k, v in row.items()})
+    df["host_busy"] = pd.Series([bool(host_busy)], dtype="bool")
+    return _run(df, VERDICT_SUITE, verdict_expectations(), {THRESHOLD_PARAM: 1.0 + tolerance})
 
 
 def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tasks.analysis.environment import Fingerprint
 from tasks.runner import probe
+from tasks.runner.launch import stderr_tail
+from tasks.settings import Settings
 
 
 def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
@@ -26,29 +28,41 @@ def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
     return Fingerprint.from_data(probe.collect(include_tensorflow=include_tensorflow))
 
 
-def take_fingerprint_in(python_executable: str, timeout_s: float = 120,
+def take_fingerprint_in(python_executable: str, timeout_s: float | None = None,
                         env: Mapping[str, str] | None = None) -> Fingerprint:
     """Run ``python -m tasks.runner.probe`` under another interpreter (the runner's) and parse it.
 
     ``env`` (default: this process's environment) is the runner's environment; this package's root
-    is prepended to PYTHONPATH. Raises RuntimeError naming the interpreter, with the stderr tail,
-    if it cannot start, exits non-zero, exceeds ``timeout_s`` seconds or prints no valid JSON.
+    is prepended to PYTHONPATH. ``timeout_s`` (s) defaults to ``PERFWATCH_FINGERPRINT_TIMEOUT_S``
+    (:data:`tasks.settings.TIMEOUT_DEFAULTS`: importing TensorFlow takes 10-25 s on the dev machine,
+    several times that under load).
+
+    Raises:
+        RuntimeError: the interpreter cannot start, exits non-zero, runs past its limit (the message
+            names the stage, the limit and its setting) or prints no valid JSON; the message names
+            the interpreter and ends with the tail of the probe's stderr (the probe says there what
+            it is doing, e.g. importing TensorFlow).
     """
+    how = "timeout_s"
+    if timeout_s is None:
+        timeout_s, how = Settings.from_env().runner_limit("env-fingerprint")
     env = dict(os.environ if env is None else env)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.run([python_executable, "-m", "tasks.runner.probe"], capture_output=True,
                               text=True, timeout=timeout_s, env=env, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        tail = getattr(exc, "stderr", None) or ""
-        tail = (tail.decode(errors="replace") if isinstance(tail, bytes) else tail)[-2000:]
-        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; stderr tail:\n{tail}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"env-fingerprint timed out: the probe in {python_executable!r} ran past its limit of "
+                           f"{timeout_s:.0f} s ({how}) and was killed; stderr tail:\n"
+                           f"{stderr_tail(exc.stderr)}") from exc
+    except OSError as exc:
+        raise RuntimeError(f"env-fingerprint: cannot start the probe in {python_executable!r}: {exc}") from exc
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     try:
         if proc.returncode != 0:
             raise ValueError(f"exit status {proc.returncode}")
         return Fingerprint.from_data(json.loads(lines[-1])["data"])
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise RuntimeError(f"fingerprint in {python_executable!r} failed: {exc}; "
-                           f"stderr tail:\n{proc.stderr[-2000:]}") from exc
+        raise RuntimeError(f"env-fingerprint in {python_executable!r} failed: {exc}; "
+                           f"stderr tail:\n{stderr_tail(proc.stderr)}") from exc

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tasks.analysis.diagnose import diagnose
+from tasks.analysis.diagnose import diagnose, diagnose_window
 from tasks.analysis.profile import (
     IDLE_OP,
     INPUT_OP_COLUMNS,
@@ -357,17 +357,27 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
 def parse_run(run: ProfiledRun, work_dir: str | Path, *,
               max_full_parse_bytes: int = 200 * 2**20) -> ParseRecord:
     """The pipeline's parse stage: parse ``run.profile_dir`` (a ``tasks.records.ProfiledRun``), diagnose it,
-    cross-check xprof's average step time against the runner's ``profiled_step_times_ms`` (ms, read from
-    ``run.samples_path``), and write every table to ``<work_dir>/parse/parsed.json`` (ParsedProfile
-    fields plus ``findings`` and ``cross_check``). Returns a ``tasks.records.ParseRecord``.
+    check the profiled window against the measured steps it stands for (``tasks.analysis.profile.cross_check``:
+    the runner's ``profiled_step_times_ms`` and xprof's per-step step times against the distribution of the
+    runner's ``measured_step_times_ms``, all ms, read from ``run.samples_path``; an unrepresentative window
+    adds the ``unrepresentative_window`` finding), and write every table to ``<work_dir>/parse/parsed.json``
+    (ParsedProfile fields plus ``findings`` and ``cross_check``). Returns a ``tasks.records.ParseRecord`` whose
+    ``cross_check_ratio`` is the window's median / the measured median (runner timer) and ``cross_check_ok``
+    whether the window is representative (None: not checkable).
 
-    Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), and OSError / ValueError
-    when the runner's samples file is missing or unreadable.
+    Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), OSError when the runner's
+    samples file is missing or unreadable, and ValueError when it lacks the measured or profiled step times
+    (names the file and the key) or holds a non-positive one.
     """
     parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
-    findings = diagnose(parsed)
     samples = json.loads(Path(run.samples_path).read_text())
-    check = cross_check(parsed.avg_step_time_ms, samples.get("profiled_step_times_ms") or [])
+    for key in ("measured_step_times_ms", "profiled_step_times_ms"):
+        if not samples.get(key):
+            raise ValueError(f"{run.samples_path}: no {key!r} (expected the runner's profile-mode result)")
+    check = cross_check(samples["measured_step_times_ms"], samples["profiled_step_times_ms"],
+                        [s["step_time_ms"] for s in parsed.step_breakdown],
+                        profiler_avg_step_ms=parsed.avg_step_time_ms)
+    findings = diagnose(parsed) + diagnose_window(check)
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tables = {**parsed.model_dump(mode="json"), "findings": [f.model_dump(mode="json") for f in findings],
@@ -376,4 +386,4 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *,
     return ParseRecord(parsed_path=str(out), avg_step_time_ms=parsed.avg_step_time_ms,
                        input_bound_pct=parsed.input_bound_pct, n_ops=len(parsed.op_stats),
                        findings=[f"{f.code}: {f.message}" for f in findings],
-                       cross_check_ratio=check.ratio, cross_check_ok=check.agrees)
+                       cross_check_ratio=check.overhead_ratio, cross_check_ok=check.representative)

@@ -1,17 +1,31 @@
 """The seven stages glued for Airflow (one function per DAG task) and for a plain in-process run.
 
 Each stage function takes the run's *bundle* — a JSON dict ``{"ctx": RunContext, <stage>: record,
-...}`` as it travels through XCom — adds its own record and returns the bundle. Any exception is
-first recorded in the store as a failed run (stage and error), then re-raised, so a failed stage
-always leaves a run record with its error.
+...}`` as it travels through XCom — adds its own record and returns the bundle.
+
+Every stage is safe to retry at any time (an operator clearing a task of a finished DAG run):
+
+* a run already stored as a success is final: each stage of it is a no-op that returns the bundle
+  with ``archived`` (the stored run) added, removes a scratch dir it may have left, and writes
+  nothing;
+* any exception is first recorded in the store as a failed run (stage and error; an earlier failed
+  attempt is replaced, its error kept below), then the run's scratch dir under ``PERFWATCH_WORK`` is
+  removed and the exception re-raised with a note saying so. When the failure could NOT be recorded
+  (store unreachable) the note says that instead, and the scratch dir is kept for a retry
+  (``failure_note`` reads the outcome). A failure record never replaces a stored success.
+* a stage whose inputs (earlier stages' files in the scratch dir) are gone says which file and from
+  which task to clear the run.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +43,21 @@ from tasks.records import (
     RunContext,
     Trigger,
     WarmupRecord,
+    run_slug,
 )
 from tasks.settings import Settings
 from tasks.stages import parse as parse_stage
-from tasks.stages.archive import archive_run
+from tasks.stages.archive import Leftover, archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.stages.fingerprint import take_fingerprint_in
-from tasks.stages.profiled_run import profiled_run
-from tasks.stages.pull import pull_model_version
+from tasks.stages.profiled_run import gate_setup, profiled_run
+from tasks.stages.pull import CorruptModelError, pull_model_version
 from tasks.stages.warmup import warm_up
 from tasks.store import migrate
-from tasks.store.reads import baseline_version
-from tasks.store.writes import record_failure
+from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
+from tasks.store.writes import SuccessAlreadyStored, record_failure
+
+log = logging.getLogger(__name__)
 
 STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
 
@@ -101,11 +118,33 @@ def trigger_kind(run_type: str, requested: str | None) -> Trigger:
     return "release" if requested == "release" else "manual"
 
 
+def scratch_dir(settings: Settings, ctx: RunContext) -> Path:
+    """The run's local work directory (not created): ``<PERFWATCH_WORK>/<RunContext.slug>``."""
+    return settings.work_root / ctx.slug
+
+
 def work_dir(settings: Settings, ctx: RunContext) -> Path:
     """The run's local work directory (created)."""
-    d = settings.work_root / ctx.slug
+    d = scratch_dir(settings, ctx)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@dataclass(frozen=True)
+class FailureNote:
+    """What became of a failed stage's error: ``run_id`` of the failed run stored for it, or None
+    when it could not be stored; ``detail`` says why not (or that a stored success was kept)."""
+
+    run_id: int | None
+    detail: str | None = None
+
+
+_NOTE_ATTR = "perfwatch_failure"
+
+
+def failure_note(e: BaseException) -> FailureNote | None:
+    """Whether a stage's exception was recorded in the store (None: it did not come from a stage)."""
+    return getattr(e, _NOTE_ATTR, None)
 
 
 @contextmanager
@@ -115,22 +154,74 @@ def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunCon
         yield ctx
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
+        scratch = scratch_dir(settings, ctx)
         try:
-            record_failure(settings.database_url, ctx, stage, msg + "\n" + traceback.format_exc()[-3000:])
+            resolved = ((bundle.get("pulled") or {}).get("version")
+                        or (e.version if isinstance(e, CorruptModelError) else None))
+            run_id = record_failure(settings.database_url, ctx, stage, msg + "\n" + traceback.format_exc()[-3000:],
+                                    version=str(resolved) if resolved is not None else None)
+        except SuccessAlreadyStored as kept:
+            note = FailureNote(None, f"run {kept.run_id} of this DAG run is already stored as a success and is "
+                                     "kept; this failure was not recorded over it")
+            shutil.rmtree(scratch, ignore_errors=True)  # the scratch of a finished run
+            e.add_note(note.detail)
         except Exception as store_error:  # noqa: BLE001 - the original error matters more
-            e.add_note(f"(recording the failure in the store also failed: {store_error})")
+            note = FailureNote(None, f"{type(store_error).__name__}: {store_error}")
+            e.add_note(f"the failure could NOT be recorded in the store ({note.detail}); the run's scratch dir "
+                       f"{scratch} is kept for a retry")
+        else:
+            note = FailureNote(run_id)
+            shutil.rmtree(scratch, ignore_errors=True)
+            e.add_note(f"recorded in the store as failed run {run_id} (stage {stage}); scratch dir removed")
+        setattr(e, _NOTE_ATTR, note)
         raise
+
+
+_PRODUCER = {"pulled": "pull-model-version", "run": "profiled-run", "parsed": "parse", "verdict": "baseline-compare"}
+
+
+class StageInputMissing(FileNotFoundError):
+    """A stage's input file from an earlier stage is gone (the run's scratch dir was removed after the
+    run failed or finished); the message names the file and the task to clear the run from."""
+
+
+def _need(bundle: Bundle, stage: str) -> None:
+    """Check that the files this stage reads from earlier stages are still there."""
+    wanted: list[tuple[str, str | None]] = []
+    if stage in ("warm-up", "profiled-run"):
+        wanted.append(("pulled", bundle["pulled"]["local_path"]))
+    if stage == "parse":
+        wanted.append(("run", bundle["run"]["profile_dir"]))
+    if stage in ("baseline-compare", "archive"):
+        wanted += [("run", bundle["run"]["samples_path"]), ("parsed", bundle["parsed"]["parsed_path"])]
+    if stage == "archive":
+        wanted.append(("run", bundle["run"]["profile_dir"]))
+    for key, path in wanted:
+        if path and not Path(path).exists():
+            raise StageInputMissing(
+                f"{stage}: {path} (written by {_PRODUCER[key]}) is gone: this run's scratch dir was removed "
+                f"(its earlier attempt failed, or a restart cleaned it); clear the DAG run's tasks from "
+                f"{_PRODUCER[key]} on")
 
 
 def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any]):
     def run(bundle: Bundle, settings: Settings | None = None) -> Bundle:
         settings = settings or Settings.from_env()
         with _recorded(bundle, name, settings) as ctx:
+            done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+            if done is not None and done.status == "success":
+                log.warning("%s: run %s of %s %s (%s) is already archived; nothing to do", name, done.run_id,
+                            ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+                shutil.rmtree(scratch_dir(settings, ctx), ignore_errors=True)
+                return {**bundle, "archived": ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "",
+                                                            verdict=done.verdict or "").to_xcom()}
+            _need(bundle, name)
             record = fn(bundle, ctx, settings)
         return {**bundle, key: record.to_xcom()}
 
     run.__name__ = key
-    run.__doc__ = f"Stage {name}: adds ``{key}`` to the bundle; a failure is recorded, then re-raised."
+    run.__doc__ = (f"Stage {name}: adds ``{key}`` to the bundle; a no-op for a run already stored as a success; "
+                   "a failure is recorded, then re-raised.")
     return run
 
 
@@ -143,26 +234,63 @@ fingerprint = _stage("env-fingerprint", "env", lambda b, ctx, st: EnvRecord(
 warmup = _stage("warm-up", "warmup", lambda b, ctx, st: warm_up(
     PulledModel.model_validate(b["pulled"]), ctx.case, work_dir(st, ctx), st.runner_python))
 
-def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings) -> PulledModel | None:
-    """For a paired gate (release trigger or ``Case.paired``): pull the baseline's model version (the
-    version of the baseline run found by ``tasks.store.reads.baseline_version``) into ``<work dir>/baseline``.
-    ``None`` when the run is not paired or there is no baseline yet (the normal path then decides)."""
-    if not ctx.wants_paired:
-        return None
+def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings,
+                         pulled: PulledModel | None = None) -> PulledModel | None:
+    """For a paired gate: pull the version to re-measure as A into ``<work dir>/baseline`` -- the
+    baseline's (the version of the baseline run found by ``tasks.store.reads.baseline_version``), or
+    ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
+    ``RunContext.pairs_with`` says so: a release trigger or ``Case.paired``, or a scheduled run whose
+    resolved version (``pulled.version``) differs from the baseline's. ``None`` otherwise, and when
+    there is no baseline yet (the normal path then decides)."""
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
-    if found is None:
+    if not ctx.pairs_with(pulled.version if pulled else None, found[0] if found else None):
         return None
-    return pull_model_version(settings.model_store, ctx.case.model, found[0], work_dir(settings, ctx) / "baseline")
+    version = ctx.paired_version or found[0]
+    return pull_model_version(settings.model_store, ctx.case.model, version, work_dir(settings, ctx) / "baseline")
 
 
 def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
     pulled = PulledModel.model_validate(b["pulled"])
-    baseline = pull_paired_baseline(ctx, EnvRecord.model_validate(b["env"]), st)
+    env = EnvRecord.model_validate(b["env"])
+    baseline = pull_paired_baseline(ctx, env, st, pulled)
+    setup = gate_setup(st.database_url, ctx.case, env.comparability_key) if baseline else None
     return profiled_run(pulled, ctx.case, WarmupRecord.model_validate(b["warmup"]), work_dir(st, ctx),
-                        st.runner_python, baseline=baseline)
+                        st.runner_python, baseline=baseline, setup=setup)
 
 
 profile = _stage("profiled-run", "run", _profile)
+
+
+class HostBusy(RuntimeError):
+    """The host was busier than the documented bounds while the run measured
+    (``tasks.analysis.calibration.assess_noise``); the message gives the figures."""
+
+
+def _will_be_compared(bundle: Bundle, settings: Settings) -> bool:
+    """The run's verdict depends on its noise: a paired gate ran, or the store holds a baseline of the
+    model and case in this environment (a first run is ``no-baseline`` however busy the host was)."""
+    if bundle["run"].get("paired_path"):
+        return True
+    ctx = RunContext.model_validate(bundle["ctx"])
+    found = gather_compare_inputs(settings.database_url, ctx.case.model, ctx.case.name,
+                                  bundle["env"]["comparability_key"], lookback=1, calibration_window=1)
+    return bool(found.same_env)
+
+
+def profile_unless_busy(bundle: Bundle, settings: Settings | None = None, *, retry_left: bool) -> Bundle:
+    """The profiled-run stage for a task that Airflow retries later on a busy host: when the measurement's
+    noise is beyond the bounds, ``retry_left`` and the verdict depends on it (a paired gate, or a baseline
+    to compare with), raise :class:`HostBusy` instead of handing a busy measurement on (nothing is
+    stored; the scratch dir is kept, so the retry measures again from the warm-up's record). Without
+    ``retry_left`` (the last try, or ``perfwatch run``) the busy measurement goes on to baseline-compare,
+    which says ``inconclusive`` ("host busy: ..."), and archive."""
+    settings = settings or Settings.from_env()
+    out = profile(bundle, settings)
+    noise = (out.get("run") or {}).get("noise") or {}
+    if retry_left and noise.get("busy") and _will_be_compared(out, settings):
+        ctx = RunContext.model_validate(bundle["ctx"])
+        raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): {noise.get('reason')}; measuring again later")
+    return out
 
 parse = _stage("parse", "parsed", lambda b, ctx, st: parse_stage.parse_run(
     ProfiledRun.model_validate(b["run"]), work_dir(st, ctx)))
@@ -187,12 +315,69 @@ def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
 archive = _stage("archive", "archived", _archive)
 
 
+SCRATCH_STALE_S = 24 * 3600.0
+"""A scratch dir of a run that is not stored as a success counts as left over after this many seconds
+without a write (a long profiled run writes nothing there for a while)."""
+
+
+def _tree_age_s(path: Path) -> float:
+    """Seconds since anything under ``path`` was last written."""
+    newest = path.stat().st_mtime
+    for p in path.rglob("*"):
+        try:
+            newest = max(newest, p.lstat().st_mtime)
+        except OSError:
+            continue
+    return time.time() - newest
+
+
+def check_scratch(settings: Settings, runs: list[RunLocation], *, grace_s: float = SCRATCH_STALE_S) -> list[Leftover]:
+    """Scratch dirs under ``PERFWATCH_WORK`` that no run needs any more: the scratch of a run stored as
+    a success (archive removes it), and any other untouched for ``grace_s`` seconds (a failed run's
+    that could not be cleaned, a killed run's). Younger ones may belong to a run in progress: not reported."""
+    root = settings.work_root
+    if not root.is_dir():
+        return []
+    by_slug = {run_slug(r.dag_id, r.dag_run_id, r.model, r.case_name): r for r in runs}
+    out = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        r = by_slug.get(d.name)
+        if r is not None and r.status == "success":
+            out.append(Leftover("scratch", str(d), f"scratch of run {r.run_id}, which is archived", True, r.run_id))
+            continue
+        age = _tree_age_s(d)
+        if age > grace_s:
+            whose = (f"run {r.run_id} failed" if r is not None else "no stored run: a killed or abandoned run")
+            out.append(Leftover("scratch", str(d), f"untouched for {age / 3600:.1f} h; {whose}", True,
+                                r.run_id if r else None))
+    return out
+
+
+def raise_on_host_busy(bundle: Bundle) -> None:
+    """After archiving: raise :class:`HostBusy` when the archived verdict is ``inconclusive`` because the host
+    was busy (``evidence["noise"]["busy"]``), so that the run goes red with the reason instead of passing
+    silently undecided."""
+    verdict = bundle.get("verdict") or {}
+    noise = (verdict.get("evidence") or {}).get("noise") or {}
+    if verdict.get("verdict") == "inconclusive" and noise.get("busy"):
+        ctx = RunContext.model_validate(bundle["ctx"])
+        raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): verdict inconclusive, {noise.get('reason')}; archived "
+                       f"as run {bundle['archived']['run_id']}")
+
+
 def raise_on_regression(bundle: Bundle) -> None:
     """After archiving: raise RegressionDetected when the verdict is ``regression``; the message names the
-    three ops whose self-time per step grew most (``evidence["attribution"]``)."""
-    verdict = bundle["verdict"]
+    three ops whose self-time per step grew most (``evidence["attribution"]``). For a retried task of a
+    run already archived (its bundle may lack the verdict) the stored run's verdict decides."""
+    verdict = bundle.get("verdict")
+    ctx = RunContext.model_validate(bundle["ctx"])
+    if verdict is None:
+        archived = bundle["archived"]
+        if archived["verdict"] == "regression":
+            raise RegressionDetected(f"{ctx.case.model} ({ctx.case.name}) regressed: archived as run "
+                                     f"{archived['run_id']} (`perfwatch compare` shows the evidence)")
+        return
     if verdict["verdict"] == "regression":
-        ctx = RunContext.model_validate(bundle["ctx"])
         raise RegressionDetected(
             f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed ({verdict['method']}"
             + (f", median over the GX ceiling {verdict['median_limit_ms']:.2f} ms"

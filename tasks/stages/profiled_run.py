@@ -5,46 +5,76 @@ against the baseline); the profiled window runs after them with step markers so 
 split step time into compute, input and other. The ratio of the two medians is the profiler's
 overhead, reported with the run.
 
-Release gates (and cases with ``paired=True``) then run the paired (A/B) measurement in another
-fresh process: the baseline's model version (A) and the candidate (B) loaded together, each warmed
-up, measured in ABBA blocks (``tasks.runner``'s ``paired`` mode). Cost: ``2 * paired_blocks *
-paired_block_steps`` more timed steps (by default 1-step blocks and ``paired_blocks =
-measured_steps``: twice the measured steps, 640 for the default 320) plus a second model load,
-cold step and warm-up.
+Paired gates (release triggers, cases with ``paired=True``, nightly runs of a new version:
+``RunContext.pairs_with``) then run the paired (A/B) measurement in another fresh process: the
+baseline's model version (A) and the candidate (B) loaded together, each warmed up, measured in ABBA
+blocks (``tasks.runner``'s ``paired`` mode). The gate is **sequential**: the runner measures
+``Case.paired_round_pairs`` pairs per round and, after each, this stage asks
+``tasks.analysis.sequential`` whether the interval decides; the runner stops at the first decisive
+look or at the budget (``Case.paired_blocks`` pairs), so a x2 slowdown costs a few dozen pairs and an
+undecidable gate the whole budget. The design (confidence, tolerance, budget, round, the process
+offset calibrated from the store's quiet A/A gates) is fixed before the first pair and written with
+the runner's result (``gate``), so baseline-compare recomputes the very interval that stopped the
+gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look at the end.
+
+Noise: the runner records the host's load during the measured steps and the paired phase
+(``tasks.runner.process.HostLoad``); this stage judges it, with the gate's own pair noise against
+the case's calibrated noise, by ``tasks.analysis.calibration.assess_noise`` and records the result in
+``ProfiledRun.noise`` (the verdict becomes ``inconclusive``, "host busy: ...", when a bound is passed).
+
+Cost actually spent: ``2 x pairs x paired_block_steps`` timed steps of the paired gate, plus a second
+model load, cold step and warm-up per version (stated in the verdict's ``evidence["paired"]["spent"]``).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from tasks.analysis import calibration, sequential
+from tasks.analysis.verdict import PairedBlocks, paired_comparison
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerSpec, launch
+from tasks.runner.session import run_rounds
+from tasks.stages.warmup import limit_after_warmup
+from tasks.store import reads
 
 
-def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: WarmupRecord, work_dir: str | Path,
-               runner_python: str, timeout_s: float = 3600) -> tuple[str, float]:
-    """Run the paired (A/B) measurement in ``<work_dir>/paired``: A = ``baseline``, B = ``pulled``.
+@dataclass(frozen=True)
+class GateSetup:
+    """What a paired gate takes from the store before its first pair: the process-level offset
+    (``calibration.paired_offset_for_case``) and the case's calibrated gate noise
+    (``calibration.calibrated_noise``). ``GateSetup()`` is a fresh store's: default offset, no noise."""
 
-    Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
+    offset: calibration.Offset = field(default_factory=lambda: calibration.Offset(
+        sd=calibration.DEFAULT_PAIRED_OFFSET_SD, source="default"))
+    noise: calibration.NoiseCalibration = field(default_factory=lambda: calibration.NoiseCalibration(
+        sd_pair=None, n_gates=0))
 
-    Returns:
-        (path of the runner's JSON result with ``blocks``, the process's wall time in s).
 
-    Raises:
-        RunnerError: the runner failed, returned fewer blocks or fewer steps per block than asked,
-            or a non-positive/NaN step time (names the block and version).
-    """
-    out = Path(work_dir) / "paired"
-    spec = RunnerSpec(mode="paired", model_path=pulled.local_path, baseline_model_path=baseline.local_path,
-                      out_dir=str(out), batch_size=case.batch_size, seed=case.seed,
-                      deterministic=case.deterministic, warmup_steps=warmup.warmup_steps,
-                      blocks=case.paired_blocks, block_steps=case.paired_block_steps)
-    r = launch(spec, runner_python, timeout_s)
-    blocks = r["blocks"]
-    if len(blocks) < case.paired_blocks:
-        raise RunnerError(f"paired runner returned {len(blocks)} block pairs, {case.paired_blocks} were asked")
-    for i, b in enumerate(blocks):
+def gate_setup(db_url: str, case: Case, comparability_key: str) -> GateSetup:
+    """Read the store once (``tasks.store.reads.gather_compare_inputs``) for the gate's offset and noise."""
+    inputs = reads.gather_compare_inputs(db_url, case.model, case.name, comparability_key, lookback=case.lookback,
+                                         calibration_window=calibration.CALIBRATION_WINDOW)
+    return GateSetup(offset=calibration.paired_offset_for_case(case, inputs.aa_gates),
+                     noise=calibration.calibrated_noise(inputs.paired_gates))
+
+
+def gate_design(case: Case, offset_sd: float) -> sequential.Design | None:
+    """The sequential design of ``case``'s gate, or ``None`` for a budget under ``sequential.MIN_LOOK_PAIRS``
+    pairs (one fixed look at the end, ``stats.compare_paired``)."""
+    if case.paired_blocks < sequential.MIN_LOOK_PAIRS:
+        return None
+    return sequential.Design(confidence=case.confidence, tolerance=case.tolerance, max_pairs=case.paired_blocks,
+                             round_pairs=case.paired_round_pairs, offset_sd=offset_sd)
+
+
+def _check_blocks(blocks: list[dict[str, Any]], case: Case, first: int = 0) -> None:
+    for i, b in enumerate(blocks, start=first):
         for who, key in (("A (baseline)", "a_ms"), ("B (candidate)", "b_ms")):
             if len(b[key]) < case.paired_block_steps:
                 raise RunnerError(f"paired block {i} of {who} has {len(b[key])} steps, "
@@ -53,30 +83,115 @@ def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: W
             if bad:
                 raise RunnerError(f"paired block {i} of {who}: non-positive or NaN step time(s) at (index, ms) "
                                   f"{bad[:5]}")
-    return str(out / "result.json"), float(r["wall_s"])
+
+
+def _log_ratio(block: dict[str, Any]) -> float:
+    return math.log(statistics.median(block["b_ms"]) / statistics.median(block["a_ms"]))
+
+
+def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: WarmupRecord, work_dir: str | Path,
+               runner_python: str, timeout_s: float | None = None, *,
+               setup: GateSetup | None = None) -> tuple[str, float]:
+    """Run the paired (A/B) gate in ``<work_dir>/paired``: A = ``baseline``, B = ``pulled`` (module docstring).
+
+    Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
+    The runner's result gets a ``gate`` record: ``design`` (``sequential.Design`` fields, None for a
+    fixed gate), ``look_pairs`` (pairs at each look), ``offset`` and ``calibrated_noise`` (``setup``).
+
+    Returns:
+        (path of the runner's JSON result with ``blocks`` and ``gate``, the process's wall time in s).
+
+    Raises:
+        RunnerError: the runner failed or timed out, a fixed gate returned fewer blocks than asked, a
+            block has fewer steps than asked or a non-positive/NaN step time (names the block and version).
+    """
+    setup = setup or GateSetup()
+    design = gate_design(case, setup.offset.sd)
+    out = Path(work_dir) / "paired"
+    spec = RunnerSpec(mode="paired", model_path=pulled.local_path, baseline_model_path=baseline.local_path,
+                      out_dir=str(out), batch_size=case.batch_size, seed=case.seed,
+                      deterministic=case.deterministic, warmup_steps=warmup.warmup_steps,
+                      blocks=case.paired_blocks, block_steps=case.paired_block_steps,
+                      round_pairs=case.paired_round_pairs if design else None)
+    limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
+    looks: list[int] = []
+    if design is None:
+        r = launch(spec, runner_python, limit, limit_note=how)
+        if len(r["blocks"]) < case.paired_blocks:
+            raise RunnerError(f"paired runner returned {len(r['blocks'])} block pairs, {case.paired_blocks} were asked")
+        _check_blocks(r["blocks"], case)
+        looks.append(len(r["blocks"]))
+    else:
+        d: list[float] = []
+
+        def on_round(info: dict[str, Any]) -> bool:
+            _check_blocks(info["blocks"], case, first=len(d))
+            d.extend(_log_ratio(b) for b in info["blocks"])
+            if len(d) < sequential.MIN_LOOK_PAIRS and not info.get("final"):
+                return True
+            looks.append(len(d))
+            return sequential.look(d, looks, design).verdict == "inconclusive"
+
+        r = run_rounds(spec, runner_python, on_round, limit, limit_note=how)
+        if len(r["blocks"]) != len(d):
+            raise RunnerError(f"paired runner's result holds {len(r['blocks'])} block pairs but its rounds held "
+                              f"{len(d)}")
+    r["gate"] = {"design": design.model_dump(mode="json") if design else None, "look_pairs": looks,
+                 "offset": setup.offset.model_dump(mode="json"),
+                 "calibrated_noise": setup.noise.model_dump(mode="json")}
+    path = out / "result.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(r))
+    tmp.replace(path)
+    return str(path), float(r["wall_s"])
+
+
+def read_paired(path: str | Path) -> PairedBlocks:
+    """The A (baseline) and B (candidate) per-step ms of each block pair from a paired runner result, its
+    layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``pairs_wall_s``, ``orders``,
+    ``stopped_by``, ``rounds``) and ``gate`` record (None in a result written without one).
+
+    Raises:
+        ValueError: the file holds no ``blocks`` (names the path).
+    """
+    r = json.loads(Path(path).read_text())
+    blocks = r.get("blocks")
+    if not blocks:
+        raise ValueError(f"{path}: paired result holds no 'blocks' (expected the runner's paired-mode output)")
+    layout = {"blocks": len(blocks), "block_steps": r.get("block_steps"), "timed_steps": r.get("timed_steps"),
+              "wall_s": r.get("wall_s"), "pairs_wall_s": r.get("pairs_wall_s"),
+              "orders": "".join(b["order"] for b in blocks), "stopped_by": r.get("stopped_by"),
+              "rounds": len(r.get("rounds") or []) or None}
+    return PairedBlocks(a=[b["a_ms"] for b in blocks], b=[b["b_ms"] for b in blocks], layout=layout,
+                        gate=r.get("gate"), host_load=r.get("host_load"))
 
 
 def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir: str | Path,
-                 runner_python: str, timeout_s: float = 3600, *,
-                 baseline: PulledModel | None = None) -> ProfiledRun:
+                 runner_python: str, timeout_s: float | None = None, *,
+                 baseline: PulledModel | None = None, setup: GateSetup | None = None) -> ProfiledRun:
     """Run the measured and profiled steps in ``<work_dir>/run`` and return where the files are.
 
     With ``baseline`` (the baseline's model version, pulled), also run :func:`paired_run` after
-    them and record its result file in ``paired_path``.
+    them and record its result file in ``paired_path``. ``setup``: the gate's offset and calibrated
+    noise from the store (:func:`gate_setup`; default: a fresh store's).
 
     Returns:
         ProfiledRun: median step time (ms) and throughput (examples/s) of the measured steps,
-        profiler overhead ratio, peak host RSS (bytes) and device memory (bytes, GPU only).
+        profiler overhead ratio, peak host RSS (bytes) and device memory (bytes, GPU only), and
+        ``noise``: the paired gate's (else the measured steps') noise against the bounds.
 
     Raises:
         RunnerError: the runner failed, or returned fewer measured steps than asked, or a
             non-positive step time (never stored as a measurement), or wrote no xplane.
     """
+    setup = setup or GateSetup()
     out = Path(work_dir) / "run"
     spec = RunnerSpec(mode="profile", model_path=pulled.local_path, out_dir=str(out), batch_size=case.batch_size,
                       seed=case.seed, deterministic=case.deterministic, warmup_steps=warmup.warmup_steps,
                       measured_steps=case.measured_steps, profiled_steps=case.profiled_steps)
-    r = launch(spec, runner_python, timeout_s)
+    limit, how = limit_after_warmup("profiled-run", warmup,
+                                    warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s)
+    r = launch(spec, runner_python, limit, limit_note=how)
     measured = r["measured_step_times_ms"]
     if len(measured) < case.measured_steps:
         raise RunnerError(f"runner returned {len(measured)} measured steps, {case.measured_steps} were asked")
@@ -89,11 +204,17 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     median = statistics.median(measured)
     prof_median = statistics.median(r["profiled_step_times_ms"])
     paired_path = paired_wall = None
+    noise = calibration.assess_noise(r.get("host_load"), max_other_cpu_share=case.max_other_cpu_share)
     if baseline is not None:
-        paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner_python, timeout_s)
+        paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner_python, timeout_s,
+                                              setup=setup)
+        paired = read_paired(paired_path)
+        comparison, _ = paired_comparison(paired, case, setup.offset)
+        noise = calibration.assess_noise(paired.host_load, gate_sd=comparison.details["sd_pair"],
+                                         calibration=setup.noise, max_other_cpu_share=case.max_other_cpu_share)
     return ProfiledRun(work_dir=str(work_dir), samples_path=str(out / "result.json"), profile_dir=r["profile_dir"],
                        measured_steps=len(measured), median_step_ms=median,
                        throughput_eps=case.batch_size / (median / 1000.0),
                        profile_overhead_ratio=prof_median / median, peak_rss_bytes=r["peak_rss_bytes"],
                        peak_device_bytes=r["peak_device_bytes"], wall_s=r["wall_s"], paired_path=paired_path,
-                       baseline_model=baseline, paired_wall_s=paired_wall)
+                       baseline_model=baseline, paired_wall_s=paired_wall, noise=noise.model_dump(mode="json"))

@@ -7,24 +7,45 @@ variation; its step count is what the profiled run then uses as warm-up.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from tasks.records import Case, PulledModel, WarmupRecord
 from tasks.runner import RunnerSpec, launch
+from tasks.settings import RunnerStage, Settings
 
 
 def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str,
-            timeout_s: float = 1800) -> WarmupRecord:
+            timeout_s: float | None = None) -> WarmupRecord:
     """Run the warm-up in ``<work_dir>/warmup`` and return its record (our timer, ms).
 
+    ``timeout_s`` (s) defaults to ``PERFWATCH_WARMUP_TIMEOUT_S`` (``tasks.settings.TIMEOUT_DEFAULTS``).
+
     Raises:
-        tasks.runner.RunnerError: the model failed to load or to train (message names the model).
+        tasks.runner.RunnerError: the model failed to load or to train (message names the model), or
+            the process ran past its limit (message names the stage, the limit and its setting, and
+            ends with the process's stderr tail).
     """
+    how = "timeout_s"
+    if timeout_s is None:
+        timeout_s, how = Settings.from_env().runner_limit("warm-up")
     spec = RunnerSpec(mode="warmup", model_path=pulled.local_path, out_dir=str(Path(work_dir) / "warmup"),
                       batch_size=case.batch_size, seed=case.seed, deterministic=case.deterministic,
                       warmup_window=case.warmup_window, warmup_cv_max=case.warmup_cv_max,
                       warmup_max_steps=case.warmup_max_steps)
-    r = launch(spec, runner_python, timeout_s)
+    r = launch(spec, runner_python, timeout_s, limit_note=how)
     return WarmupRecord(warmup_steps=r["warmup_steps"], steady=r["steady"], final_cv=r["final_cv"],
                         cold_step_ms=r["cold_step_ms"], step_times_ms=r["warmup_step_times_ms"],
                         wall_s=r["wall_s"])
+
+
+def limit_after_warmup(stage: RunnerStage, warmup: WarmupRecord, timed_steps: int,
+                       timeout_s: float | None = None) -> tuple[float, str]:
+    """The time limit (s) of a measuring stage's process (``profiled-run``, ``paired-run``) and how it
+    was made: ``timeout_s`` when given, else the stage's setting plus ``STEP_ALLOWANCE`` times the
+    warm-up's median step time (ms; its cold step if it timed none) for each of ``timed_steps``
+    (``tasks.settings.Settings.runner_limit``)."""
+    if timeout_s is not None:
+        return timeout_s, "timeout_s"
+    step_ms = statistics.median(warmup.step_times_ms) if warmup.step_times_ms else warmup.cold_step_ms
+    return Settings.from_env().runner_limit(stage, timed_steps=timed_steps, step_ms=step_ms)

@@ -1,6 +1,7 @@
 """The store: the SQL side of perfwatch (SQLAlchemy 2, Alembic), and nothing else.
 
-Modules: ``schema`` (ORM tables), ``engine`` (engines, transactions, migrations), ``queries`` (the
+Modules: ``schema`` (ORM tables), ``engine`` (engines, transactions, serialised migrations, URL normalisation,
+the typed store errors: unreachable, schema too new), ``queries`` (the
 named comparison queries in ``sql/queries/*.sql``), ``reads`` (what the stages read back: baselines,
 samples, op tables, calibration history), ``writes`` (the archive's transaction, failure records,
 baselines). May import ``tasks.records``, ``tasks.settings`` and ``tasks.analysis``; never a stage,
@@ -9,7 +10,17 @@ the runner or the command line.
 The schema and engine names are re-exported here: ``from tasks.store import Run, session_scope``.
 """
 
-from tasks.store.engine import MIGRATIONS_DIR, get_engine, migrate, redact, session_scope
+from tasks.store.engine import (
+    MIGRATIONS_DIR,
+    StoreError,
+    StoreSchemaTooNew,
+    StoreUnreachable,
+    get_engine,
+    migrate,
+    normalize_url,
+    redact,
+    session_scope,
+)
 from tasks.store.schema import (
     Artifact,
     Base,
@@ -28,6 +39,6 @@ from tasks.store.schema import (
 
 __all__ = [
     "MIGRATIONS_DIR", "Artifact", "Base", "Baseline", "Comparison", "Environment", "Model", "ModelVersion",
-    "OpStat", "Run", "RunTable", "StepBreakdown", "StepSample", "get_engine", "migrate", "redact",
-    "session_scope", "utcnow",
+    "OpStat", "Run", "RunTable", "StepBreakdown", "StepSample", "StoreError", "StoreSchemaTooNew", "StoreUnreachable",
+    "get_engine", "migrate", "normalize_url", "redact", "session_scope", "utcnow",
 ]

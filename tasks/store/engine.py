@@ -2,19 +2,63 @@
 
 SQLite file by default, PostgreSQL in docker-compose and production; the schema lives in
 ``tasks.store.schema`` and its migrations in ``sql/migrations``.
+
+Store URLs are normalised in one place, ``normalize_url``: ``postgres://`` and ``postgresql://``
+(as hosting platforms and Airflow connections hand them out) mean ``postgresql+psycopg://``, the
+driver perfwatch ships. Two kinds of store trouble become typed errors with a one-line message
+(the command line prints it and exits non-zero): ``StoreUnreachable`` (cannot connect, or the
+connection was lost; names host and port, password masked) and ``StoreSchemaTooNew`` (the store
+was migrated by a newer perfwatch).
 """
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "sql" / "migrations"
+
+MIGRATION_LOCK_KEY = 0x7065_7266_7761_7463  # "perfwatc": the pg_advisory_lock key that serialises migrations
+"""PostgreSQL advisory-lock key held while ``migrate`` runs (any 64-bit integer unique to perfwatch)."""
+
+
+class StoreError(SQLAlchemyError):
+    """The store cannot be used as it is; the message is one line meant for a person. A database error
+    (``sqlalchemy.exc.SQLAlchemyError``), so code that reports database errors reports these too; never
+    retried as a busy store is (not an ``OperationalError``)."""
+
+
+class StoreUnreachable(StoreError):
+    """No connection to the store (refused, unknown host, file not openable), or it was lost mid-use."""
+
+
+class StoreSchemaTooNew(StoreError):
+    """The store's ``alembic_version`` names a revision this perfwatch does not know (a newer perfwatch
+    migrated it). ``revision`` is the store's revision, ``head`` this perfwatch's newest."""
+
+    def __init__(self, message: str, revision: str, head: str | None) -> None:
+        super().__init__(message)
+        self.revision, self.head = revision, head
+
+
+def normalize_url(url: str | URL) -> str:
+    """The store URL as perfwatch connects to it: ``postgres://`` and driverless ``postgresql://``
+    become ``postgresql+psycopg://`` (psycopg 3 is the driver perfwatch ships); others are unchanged.
+
+    Raises:
+        sqlalchemy.exc.ArgumentError: ``url`` is not a URL.
+    """
+    u = make_url(url)
+    if u.drivername in ("postgres", "postgresql"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u.render_as_string(hide_password=False)
 
 
 def redact(url: str) -> str:
@@ -22,16 +66,41 @@ def redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def describe(url: str) -> str:
+    """Where the store is, for one-line messages: ``host H port P (URL)`` for a server (the driver's
+    default port 5432 when the URL has none), ``file F`` for SQLite; the password is masked."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return f"SQLite file {u.database or ':memory:'}"
+    port = u.port or (5432 if u.get_backend_name() == "postgresql" else None)
+    return f"host {u.host or 'localhost'} port {port} ({redact(url)})"
+
+
+def _first_line(e: BaseException, password: str | None) -> str:
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return line.replace(password, "***") if password else line
+
+
 _engines: dict[str, Engine] = {}
 
 
 def get_engine(url: str) -> Engine:
-    """A cached engine for ``url``; SQLite gets foreign keys on and a busy timeout (30 s)."""
+    """A cached engine for ``url`` (normalised by ``normalize_url``); SQLite gets foreign keys on,
+    WAL and a busy timeout (30 s).
+
+    Errors while connecting, and a connection lost mid-use, are raised as ``StoreUnreachable``
+    (never retried as a busy store would be); every other database error is SQLAlchemy's own.
+    """
+    url = normalize_url(url)
     if url not in _engines:
         u = make_url(url)
         if u.get_backend_name() == "sqlite":
             if u.database and u.database != ":memory:":
-                Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise StoreUnreachable(f"cannot connect to the store at {describe(url)}: cannot create its "
+                                           f"directory: {e}") from e
             engine = create_engine(url, connect_args={"timeout": 30})
 
             @event.listens_for(engine, "connect")
@@ -42,6 +111,21 @@ def get_engine(url: str) -> Engine:
                 cur.close()
         else:
             engine = create_engine(url, pool_pre_ping=True)
+
+        password, is_sqlite = u.password, u.get_backend_name() == "sqlite"
+
+        @event.listens_for(engine, "handle_error")
+        def _unreachable(ctx):
+            if ctx.is_pre_ping:  # the pool reconnects on its own
+                return None
+            detail = _first_line(ctx.original_exception, password)
+            if is_sqlite and "unable to open" not in detail:  # e.g. "database is locked": busy, retried by writers
+                return None
+            if ctx.connection is None or ctx.is_disconnect:
+                what = "cannot connect to" if ctx.connection is None else "lost the connection to"
+                return StoreUnreachable(f"{what} the store at {describe(url)}: {detail}")
+            return None
+
         _engines[url] = engine
     return _engines[url]
 
@@ -54,12 +138,85 @@ def session_scope(url: str) -> Iterator[Session]:
         yield session
 
 
-def migrate(url: str, revision: str = "head") -> None:
-    """Upgrade the database at ``url`` to ``revision`` with the Alembic migrations in ``sql/migrations``."""
-    from alembic import command
+@contextmanager
+def _sqlite_file_lock(database: str | None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<database>.migrate.lock`` beside a SQLite file (none in memory)."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    lock_path = Path(database).with_name(Path(database).name + ".migrate.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _script():
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.attributes["engine"] = get_engine(url)
-    command.upgrade(cfg, revision)
+    return cfg, ScriptDirectory.from_config(cfg)
+
+
+def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
+    """The store's current revisions; raises StoreSchemaTooNew when one is unknown to ``script``."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util import CommandError
+
+    current = MigrationContext.configure(conn).get_current_heads()
+    for rev in current:
+        try:
+            known = script.get_revision(rev)
+        except CommandError:
+            known = None
+        if known is None:
+            head = script.get_current_head()
+            raise StoreSchemaTooNew(
+                f"the store at {describe(url)} has schema revision {rev!r}, which this perfwatch does not know "
+                f"(its newest is {head!r}): the store was migrated by a newer perfwatch; upgrade perfwatch",
+                revision=rev, head=head)
+    return current
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision`` with the Alembic migrations in ``sql/migrations``.
+
+    Serialised across processes and threads: a PostgreSQL advisory lock (``pg_advisory_lock``,
+    key ``MIGRATION_LOCK_KEY``) held on the migrating connection, or an exclusive file lock on
+    ``<sqlite file>.migrate.lock`` beside a SQLite file; whoever comes second finds the schema at
+    head and does nothing. A store already at ``revision`` is left untouched (no DDL, no Alembic run).
+
+    Raises:
+        StoreSchemaTooNew: the store's revision is unknown here (migrated by a newer perfwatch).
+        StoreUnreachable: the store cannot be reached.
+    """
+    from alembic import command
+
+    url = normalize_url(url)
+    cfg, script = _script()
+    engine = get_engine(url)
+    u = make_url(url)
+    is_pg = u.get_backend_name() == "postgresql"
+    target = script.get_current_head() if revision == "head" else revision
+    with (_sqlite_file_lock(u.database) if u.get_backend_name() == "sqlite" else nullcontext()), \
+            engine.connect() as conn:
+        if is_pg:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            conn.commit()
+        try:
+            current = _check_known(url, conn, script)
+            conn.commit()  # end the read's transaction before Alembic begins its own
+            if tuple(current) == (target,):
+                return
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+        finally:
+            if is_pg and not conn.closed and not conn.invalidated:
+                conn.rollback()
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
+                conn.commit()

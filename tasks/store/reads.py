@@ -48,6 +48,9 @@ class CompareInputs:
             and environment (``tasks.analysis.calibration.prior_for_case``'s input).
         aa_gates: stored paired gates of the case and environment whose baseline bytes equal the
             candidate's (A/A gates): their ``evidence["paired"]`` dicts, newest first.
+        paired_gates: every stored paired gate of the case and environment (any versions, A/A ones
+            included), ``evidence["paired"]`` dicts, newest first: the calibrated gate noise
+            (``tasks.analysis.calibration.calibrated_noise``).
         baseline_ops: the op table and profiled-window facts of the newest baseline run whose samples
             are usable (``tasks.analysis.verdict.usable_baselines``), for attribution; None without one.
     """
@@ -59,6 +62,7 @@ class CompareInputs:
     calibration_runs: list[tuple[str, float]] = field(default_factory=list)
     aa_gates: list[dict[str, Any]] = field(default_factory=list)
     baseline_ops: RunOps | None = None
+    paired_gates: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _model_id(s: Session, model: str) -> int | None:
@@ -102,7 +106,9 @@ def _calibration_runs(s: Session, model_id: int, case_name: str, comparability_k
     return [(str(v), float(m)) for v, m in rows]
 
 
-def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:
+def _paired_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
+                  window: int) -> list[tuple[dict[str, Any], str]]:
+    """(``evidence["paired"]``, the candidate's digest) of the newest ``window`` paired gates."""
     rows = s.execute(
         select(Comparison.evidence, ModelVersion.digest)
         .join(Run, Run.id == Comparison.run_id)
@@ -111,19 +117,26 @@ def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
         .where(Run.model_id == model_id, Run.case_name == case_name, Comparison.method == "paired-abba",
                Environment.comparability_key == comparability_key)
         .order_by(Run.id.desc()).limit(window)).all()
-    return [p for ev, digest in rows if (p := (ev or {}).get("paired")) and p.get("baseline_digest") == digest]
+    return [(p, digest) for ev, digest in rows if (p := (ev or {}).get("paired"))]
+
+
+def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:
+    return [p for p, digest in _paired_gates(s, model_id, case_name, comparability_key, window)
+            if p.get("baseline_digest") == digest]
 
 
 def _run_ops(s: Session, run_id: int) -> RunOps | None:
-    base = s.execute(select(Run.params, Run.profiler_avg_step_ms).where(Run.id == run_id)).first()
+    base = s.execute(select(Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id == run_id)).first()
     if base is None:
         return None
     rows = s.execute(select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS])
                      .where(OpStat.run_id == run_id).order_by(OpStat.id)).all()
+    check = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "cross_check"))
     steps = (base.params or {}).get("profiled_steps")
     return RunOps(run_id=run_id, ops=pd.DataFrame([tuple(r) for r in rows], columns=OP_STATS_COLUMNS),
                   profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
-                  profiler_avg_step_ms=base.profiler_avg_step_ms)
+                  profiler_avg_step_ms=base.profiler_avg_step_ms, measured_median_ms=base.median_step_ms,
+                  window_check=(check or {}).get("cross_check"))
 
 
 def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability_key: str, *, lookback: int,
@@ -141,11 +154,13 @@ def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability
         ids = same or other
         samples = _measured_samples(s, ids) if ids else {}
         usable = usable_baselines(samples, same)[0] or usable_baselines(samples, other)[0]
+        gates = _paired_gates(s, model_id, case_name, comparability_key, calibration_window)
         return CompareInputs(
             same_env=same, other_env=other, other_env_data=other_data,
             samples=samples,
             calibration_runs=_calibration_runs(s, model_id, case_name, comparability_key, calibration_window),
-            aa_gates=_aa_gates(s, model_id, case_name, comparability_key, calibration_window),
+            aa_gates=[p for p, digest in gates if p.get("baseline_digest") == digest],
+            paired_gates=[p for p, _ in gates],
             baseline_ops=_run_ops(s, usable[0]) if usable else None)
 
 
@@ -254,3 +269,59 @@ def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list
         if case:
             q = q.where(Run.case_name == case)
         return [dict(r) for r in s.execute(q).mappings()]
+
+
+# ------------------------------------------------------------------------------- runs as the stages see them
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What the store holds for one run identity (dag_id, dag_run_id, case): enough for a retried
+    stage to decide whether there is anything left to do.
+
+    Attributes:
+        run_id: the row's id; status: ``success`` or ``failed``; failed_stage: the stage that failed
+        (failed runs); archive_uri: the run's archive directory (successful runs); verdict: the
+        baseline-compare verdict (successful runs).
+    """
+
+    run_id: int
+    status: str
+    failed_stage: str | None
+    archive_uri: str | None
+    verdict: str | None
+
+
+def stored_run(db_url: str, dag_id: str, dag_run_id: str, case_name: str) -> StoredRun | None:
+    """The stored run of a (dag_id, dag_run_id, case) identity, or None when it has none yet."""
+    with session_scope(db_url) as s:
+        row = s.execute(select(Run.id, Run.status, Run.failed_stage, Run.archive_uri, Run.verdict)
+                        .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id,
+                               Run.case_name == case_name)).first()
+    return None if row is None else StoredRun(*row)
+
+
+@dataclass(frozen=True)
+class RunLocation:
+    """One stored run and where its files are (for ``perfwatch db check``).
+
+    ``archive_uri`` is None for a failed run (it has no archive); ``finished_at`` is UTC.
+    """
+
+    run_id: int
+    dag_id: str
+    dag_run_id: str
+    model: str
+    case_name: str
+    status: str
+    archive_uri: str | None
+    finished_at: Any
+
+
+def run_locations(db_url: str) -> list[RunLocation]:
+    """Every stored run with its identity, status and archive directory, oldest first."""
+    with session_scope(db_url) as s:
+        rows = s.execute(select(Run.id, Run.dag_id, Run.dag_run_id, Model.name, Run.case_name, Run.status,
+                                Run.archive_uri, Run.finished_at)
+                         .join(Model, Model.id == Run.model_id).order_by(Run.id)).all()
+    return [RunLocation(*r) for r in rows]

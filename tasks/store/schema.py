@@ -74,6 +74,17 @@ class Environment(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+INGEST_DAG_ID = "perfwatch_ingest"
+"""``dag_id`` of the runs ``perfwatch ingest`` stores: profiles of users' own jobs (``runs.source`` external)."""
+
+
+def run_source(context: Any) -> str:
+    """Default of ``runs.source`` for a new row (0003): ``external`` for a run stored by ``perfwatch ingest``
+    (``dag_id`` :data:`INGEST_DAG_ID`: a user's own job, its step times are xprof's), else ``perfwatch``
+    (measured by perfwatch's runner, step times by its own timer with the profiler off)."""
+    return "external" if context.get_current_parameters().get("dag_id") == INGEST_DAG_ID else "perfwatch"
+
+
 class Run(Base):
     """One DAG run of one case: its identity, outcome and summary figures.
 
@@ -119,6 +130,7 @@ class Run(Base):
     input_bound_pct: Mapped[float | None] = mapped_column(Float)
     verdict: Mapped[str | None] = mapped_column(String(16), index=True)
     archive_uri: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16), default=run_source, server_default="perfwatch")  # 0003
 
 
 class StepSample(Base):

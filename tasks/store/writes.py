@@ -4,6 +4,12 @@ Every write retries on a concurrent-writer conflict (two first archives creating
 row, a busy SQLite file, a PostgreSQL deadlock). The file side of the archive (the profile copy)
 is ``tasks.stages.archive``'s; it hands in ``before_commit`` to move its copy into place inside
 the transaction, so a failure of either undoes both.
+
+A run is identified by (dag_id, dag_run_id, case). A stored *success* is final: writing that run
+again raises ``SuccessAlreadyStored`` and changes nothing, so a retried Airflow task can never
+replace a success, neither by a failure record nor by a second archive. A stored *failure* is
+replaced by the next attempt (success or failure); a failure replacing a failure keeps the
+earlier attempts' errors under its own.
 """
 
 from __future__ import annotations
@@ -48,6 +54,17 @@ ACCEPTED_VERDICTS = frozenset({"pass", "no-baseline", "improvement", "env-change
 inconclusive run never moves the baseline."""
 
 _RETRIES = 5
+_ERROR_CHARS = 20000  # a failed run's stored error is cut to this many characters
+
+
+class SuccessAlreadyStored(RuntimeError):
+    """The run (dag_id, dag_run_id, case) is already stored as a success, which is never replaced;
+    ``run_id`` is the stored run's id."""
+
+    def __init__(self, run_id: int, ctx: RunContext) -> None:
+        super().__init__(f"run {run_id} ({ctx.dag_id} {ctx.dag_run_id} {ctx.case.name}) is already stored as a "
+                         "success and is kept unchanged")
+        self.run_id = run_id
 
 
 def get_or_create_model(s: Session, name: str) -> Model:
@@ -67,16 +84,26 @@ def lock_model(s: Session, model_id: int) -> None:
     s.execute(select(Model.id).where(Model.id == model_id).with_for_update())
 
 
-def _replace_run(s: Session, ctx: RunContext) -> None:
-    """Delete an earlier row with the same (dag_id, dag_run_id, case): a retry replaces, never duplicates."""
-    old = s.scalar(select(Run.id).where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id,
-                                        Run.case_name == ctx.case.name))
-    if old is not None:
-        for table in (StepSample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
-            s.execute(delete(table).where(table.run_id == old))
-        s.execute(update(Comparison).where(Comparison.baseline_run_id == old).values(baseline_run_id=None))
-        s.execute(delete(Run).where(Run.id == old))
-        s.flush()
+def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
+    """Delete an earlier *failed* row with the same (dag_id, dag_run_id, case), so a retry replaces it and
+    never duplicates it; returns that row's stored error (None when there was none).
+
+    Raises:
+        SuccessAlreadyStored: the identity is stored as a success (nothing is deleted).
+    """
+    old = s.execute(select(Run.id, Run.status, Run.failed_stage, Run.error)
+                    .where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id,
+                           Run.case_name == ctx.case.name).with_for_update()).first()
+    if old is None:
+        return None
+    if old.status == "success":
+        raise SuccessAlreadyStored(old.id, ctx)
+    for table in (StepSample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
+        s.execute(delete(table).where(table.run_id == old.id))
+    s.execute(update(Comparison).where(Comparison.baseline_run_id == old.id).values(baseline_run_id=None))
+    s.execute(delete(Run).where(Run.id == old.id))
+    s.flush()
+    return f"[{old.failed_stage}] {old.error or ''}"
 
 
 def _with_retries(fn):
@@ -92,20 +119,31 @@ def _with_retries(fn):
     raise AssertionError("unreachable")
 
 
-def record_failure(db_url: str, ctx: RunContext, stage: str, error: str) -> int:
+def record_failure(db_url: str, ctx: RunContext, stage: str, error: str, *, version: str | None = None) -> int:
     """Store a failed run with the stage that failed and its error; returns the run id.
 
-    Nothing else is written for a failed run: no samples, no summary, no zero step time.
+    ``version``: the version the request resolved to, when the run got that far (``latest`` -> ``2``);
+    it is stored as the row's version (``runs.version_requested``; the params keep what was asked).
+
+    Nothing else is written for a failed run: no samples, no summary, no zero step time. An earlier
+    failed attempt of the same run is replaced, its error kept below the new one ("earlier attempt");
+    the stored error is cut at 20000 characters.
+
+    Raises:
+        SuccessAlreadyStored: the run is already stored as a success; it is kept and nothing is written.
+        tasks.store.engine.StoreUnreachable: the store cannot be reached (nothing is written).
     """
 
     def tx() -> int:
         with session_scope(db_url) as s:
-            _replace_run(s, ctx)
             model = get_or_create_model(s, ctx.case.model)
+            lock_model(s, model.id)
+            earlier = _replace_failed_run(s, ctx)
+            text = error if earlier is None else f"{error}\n\n--- an earlier attempt failed at {earlier}"
             run = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
-                      version_requested=ctx.case.version, trigger=ctx.trigger, status="failed",
-                      failed_stage=stage, error=error[:20000], params=ctx.case.to_xcom(), started_at=ctx.started_at,
-                      finished_at=utcnow())
+                      version_requested=version or ctx.case.version, trigger=ctx.trigger, status="failed",
+                      failed_stage=stage, error=text[:_ERROR_CHARS], params=ctx.case.to_xcom(),
+                      started_at=ctx.started_at, finished_at=utcnow())
             s.add(run)
             s.flush()
             return run.id
@@ -126,9 +164,13 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
     ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
     ``measured_step_times_ms``, ``profiled_step_times_ms``); ``parsed_tables``: the parse stage's
     ``parsed.json``; ``artifacts``: (kind, uri, size in bytes, sha256) rows; ``before_commit`` runs
-    last inside the transaction (the archive moves its copy into place there).
+    last inside the transaction (the archive moves its copy into place there; it may run again when
+    the transaction is retried, so it must be idempotent). An earlier failed row of the run is replaced.
 
     Raises:
+        SuccessAlreadyStored: the run is already stored as a success (nothing is written; ``before_commit``
+            is not called).
+        tasks.store.engine.StoreUnreachable: the store cannot be reached or the connection was lost.
         sqlalchemy.exc.SQLAlchemyError: the transaction failed after its retries (nothing is written).
     """
     measured = samples["measured_step_times_ms"]
@@ -137,7 +179,7 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
         with session_scope(db_url) as s:
             model = get_or_create_model(s, ctx.case.model)
             lock_model(s, model.id)  # before any row that references it: see accept_baseline
-            _replace_run(s, ctx)
+            _replace_failed_run(s, ctx)
             mv = s.scalar(select(ModelVersion).where(ModelVersion.model_id == model.id,
                                                      ModelVersion.version == pulled.version,
                                                      ModelVersion.digest == pulled.digest))

@@ -1,0 +1,261 @@
+"""Watch the trend: change points in a nightly series, and the creep guard. Pure functions over plain values.
+
+A per-run verdict judges one run against a baseline that moves with every accepted run, so it misses
+two things that only the series shows: a step change hidden in the run-to-run noise (sd about 8%
+between processes on the 2-core dev machine) and a slow creep that the auto-accepted baselines follow.
+
+* **Change points** (:func:`detect_change_points`): Apache Otava's E-divisive means with its
+  Student t significance test (``otava.analysis.compute_change_points``: Hunter, Fleming et al. 2023,
+  https://doi.org/10.1145/3578244.3583719 — split the series in sliding windows, then merge away
+  the points that are not significant at ``max_pvalue`` or smaller than ``min_magnitude``), run on the
+  series of per-run values (median step time ms, p90 ms, throughput examples/s). Each change point
+  gets the ratio of the segment after it to the segment before it (geometric means, the segments
+  between its neighbouring change points) with a Welch t interval on the logs (scipy), and Otava's
+  p-value. :func:`new_change_points` is what a nightly check alerts on: the points of the series that
+  the series without its newest run did not have.
+* **Creep guard** (:func:`creep_guard`): the level of the active baseline (the median step times of
+  the newest accepted runs) against the level of the baseline that was active a window ago (e.g.
+  30 days): ratio of geometric means with a one-sided Welch t bound. ``creep`` when the lower bound
+  lies above ``1 + tolerance``; ``ok`` when the upper bound lies below it; else ``inconclusive``
+  (as every perfwatch threshold: a test on an estimate with its interval).
+
+How well this works on this machine's real noise: ``bench/changes.py`` (the defaults below come from it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as sps
+
+#: metric -> +1 when a higher value is slower (times), -1 when a lower value is slower (throughput).
+METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "throughput_eps": -1}
+
+#: Otava's significance threshold for the final change points (bench/changes.py: false alarms per series).
+DEFAULT_MAX_PVALUE = 2e-5
+#: Smallest relative change of the segment means reported as a change point (Otava's ``min_magnitude``).
+DEFAULT_MIN_MAGNITUDE = 0.02
+#: Otava's sliding window (runs) of the split step.
+DEFAULT_WINDOW = 30
+#: Fewest runs in a series before change points are looked for.
+MIN_POINTS = 8
+#: Two change points this many runs apart or closer are the same change seen on different nights.
+SAME_CHANGE_RUNS = 2
+#: Confidence of the ratio intervals of change points (two-sided).
+DEFAULT_CONFIDENCE = 0.95
+
+#: Creep guard defaults: relative level change that counts, one-sided confidence of the bound, how many
+#: accepted runs make a level, how far back the old baseline is.
+CREEP_TOLERANCE = 0.05
+CREEP_CONFIDENCE = 0.995
+CREEP_RUNS = 7
+CREEP_WINDOW_DAYS = 30
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """One change point of a series.
+
+    Attributes:
+        metric: the series (``median_step_ms``, ``p90_step_ms``: ms; ``throughput_eps``: examples/s).
+        index: position in the series of the first run after the change.
+        run_id: that run's id.
+        before, after: geometric means of the segments before and after (the series' unit).
+        ratio: ``after / before``; ``ci_low``, ``ci_high``: its ``confidence`` interval (Welch t on the logs).
+        p_value: Otava's two-sided t-test p-value of the split (segment means).
+        n_before, n_after: runs in the two segments.
+        slower: the change makes the model slower (a time went up, or throughput went down).
+    """
+
+    metric: str
+    index: int
+    run_id: int
+    before: float
+    after: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_before: int
+    n_after: int
+    slower: bool
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def to_json(self) -> dict[str, Any]:
+        """The change point as a JSON-safe dict."""
+        return asdict(self)
+
+
+def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.ndarray:
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: expected one of {sorted(METRICS)}")
+    if len(values) != len(run_ids):
+        raise ValueError(f"{len(values)} values but {len(run_ids)} run ids: expected one run id per value")
+    x = np.asarray(values, dtype=float)
+    bad = np.flatnonzero(~np.isfinite(x) | (x <= 0))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{metric}[{i}] = {values[i]!r} (run {run_ids[i]}): expected a finite value > 0")
+    return x
+
+
+def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    lb, la = np.log(before), np.log(after)
+    ratio = float(np.exp(la.mean() - lb.mean()))
+    if len(lb) < 2 or len(la) < 2:
+        return ratio, 0.0, math.inf
+    ci = sps.ttest_ind(la, lb, equal_var=False).confidence_interval(confidence)
+    return ratio, float(np.exp(ci.low)), float(np.exp(ci.high))
+
+
+def detect_change_points(values: Sequence[float], run_ids: Sequence[int], *, metric: str = "median_step_ms",
+                         max_pvalue: float = DEFAULT_MAX_PVALUE, min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
+                         window_len: int = DEFAULT_WINDOW, confidence: float = DEFAULT_CONFIDENCE,
+                         min_points: int = MIN_POINTS) -> list[ChangePoint]:
+    """Change points of one series of runs, oldest first (Apache Otava's E-divisive means + t-test).
+
+    Args:
+        values: one value per run (``metric``'s unit: ms, or examples/s for throughput), oldest first.
+        run_ids: the run of each value.
+        metric: a key of :data:`METRICS` (which direction is slower).
+        max_pvalue, min_magnitude, window_len: Otava's significance threshold, smallest relative change of
+            the segment means, and split window (runs).
+        confidence: of the ratio intervals (two-sided).
+        min_points: a shorter series has no change points (empty list).
+
+    Returns:
+        The change points, in series order.
+
+    Raises:
+        ValueError: lengths differ, a value is not finite and > 0 (names its index and run), an unknown metric.
+    """
+    x = _series(values, run_ids, metric)
+    if len(x) < max(min_points, 4):
+        return []
+    from otava.analysis import compute_change_points
+
+    # a list, not an ndarray: otava 0.8 slices its windows only from lists (ChangePointDetector)
+    found, _weak = compute_change_points(x.tolist(), window_len=window_len, max_pvalue=max_pvalue,
+                                         min_magnitude=min_magnitude)
+    cuts = [int(cp.index) for cp in found]
+    out = []
+    for k, (cp, cut) in enumerate(zip(found, cuts, strict=True)):
+        lo = cuts[k - 1] if k > 0 else 0
+        hi = cuts[k + 1] if k + 1 < len(cuts) else len(x)
+        before, after = x[lo:cut], x[cut:hi]
+        ratio, ci_low, ci_high = _ratio_ci(before, after, confidence)
+        out.append(ChangePoint(metric=metric, index=cut, run_id=int(run_ids[cut]),
+                               before=float(np.exp(np.log(before).mean())), after=float(np.exp(np.log(after).mean())),
+                               ratio=ratio, ci_low=ci_low, ci_high=ci_high, p_value=float(cp.stats.pvalue),
+                               n_before=len(before), n_after=len(after),
+                               slower=(ratio > 1) == (METRICS[metric] > 0), confidence=confidence))
+    return out
+
+
+def new_change_points(values: Sequence[float], run_ids: Sequence[int], **kwargs: Any) -> list[ChangePoint]:
+    """The change points of the series that the same series without its newest run did not have (none
+    within :data:`SAME_CHANGE_RUNS` runs of it): what a nightly check alerts on once, when the evidence
+    for a change first suffices. Takes the arguments of :func:`detect_change_points`."""
+    now = detect_change_points(values, run_ids, **kwargs)
+    if not now:
+        return []
+    return unseen(now, detect_change_points(values[:-1], run_ids[:-1], **kwargs))
+
+
+def unseen(now: Sequence[ChangePoint], before: Sequence[ChangePoint]) -> list[ChangePoint]:
+    """The points of ``now`` with no point of ``before`` within :data:`SAME_CHANGE_RUNS` runs (same series)."""
+    return [cp for cp in now if all(abs(cp.index - b.index) > SAME_CHANGE_RUNS for b in before)]
+
+
+@dataclass(frozen=True)
+class CreepCheck:
+    """The creep guard's result for one model and case.
+
+    Attributes:
+        verdict: ``creep`` (the lower bound of ``ratio`` lies above ``1 + tolerance``), ``ok`` (the upper
+            bound lies below it), ``inconclusive``, or ``no-history`` (fewer than 2 runs on a side).
+        ratio: level now / level a window ago (geometric means of the runs' median step times, ms);
+            ``ci_low``/``ci_high``: one-sided ``confidence`` bounds (Welch t on the logs).
+        now_ms, then_ms: the two levels (ms).
+        now_runs, then_runs: the accepted runs that make each level, newest first.
+        reason: one line in words.
+    """
+
+    verdict: Literal["creep", "ok", "inconclusive", "no-history"]
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    now_ms: float | None
+    then_ms: float | None
+    tolerance: float
+    confidence: float
+    now_runs: list[int] = field(default_factory=list)
+    then_runs: list[int] = field(default_factory=list)
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The check as a JSON-safe dict."""
+        return asdict(self)
+
+
+def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: Sequence[int] = (),
+                then_runs: Sequence[int] = (), tolerance: float = CREEP_TOLERANCE,
+                confidence: float = CREEP_CONFIDENCE) -> CreepCheck:
+    """Has the accepted baseline crept? Compares the active baseline's level with the level a window ago.
+
+    Args:
+        now_ms: median step times (ms) of the runs of the active baseline (newest accepted runs).
+        then_ms: median step times (ms) of the runs that were the accepted baseline a window ago.
+        now_runs, then_runs: their run ids (reported, not used in the arithmetic).
+        tolerance: relative level change that counts (0.05 = 5%).
+        confidence: one-sided confidence of the bounds on the ratio.
+
+    Raises:
+        ValueError: a step time is not finite and > 0 (names which side and index), or a bad tolerance/confidence.
+    """
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance = {tolerance!r}: expected a fraction between 0 and 1 (0.05 = 5%)")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
+    for name, xs in (("now_ms", now_ms), ("then_ms", then_ms)):
+        for i, v in enumerate(xs):
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name}[{i}] = {v!r}: expected a median step time in ms, finite and > 0")
+    base = dict(tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs))
+    if len(now_ms) < 2 or len(then_ms) < 2:
+        return CreepCheck("no-history", None, None, None,
+                          float(np.exp(np.mean(np.log(now_ms)))) if len(now_ms) else None,
+                          float(np.exp(np.mean(np.log(then_ms)))) if len(then_ms) else None,
+                          reason=f"{len(now_ms)} accepted run(s) now and {len(then_ms)} a window ago: "
+                                 "need at least 2 on each side", **base)
+    ln, lt = np.log(np.asarray(now_ms, float)), np.log(np.asarray(then_ms, float))
+    ratio = float(np.exp(ln.mean() - lt.mean()))
+    ci = sps.ttest_ind(ln, lt, equal_var=False).confidence_interval(2 * confidence - 1)
+    low, high = float(np.exp(ci.low)), float(np.exp(ci.high))
+    limit = 1 + tolerance
+    if low > limit:
+        verdict, why = "creep", f"the baseline is {100 * (ratio - 1):+.1f}% (bound {100 * (low - 1):+.1f}%) " \
+                                f"above its level a window ago, beyond the {100 * tolerance:g}% tolerance"
+    elif high < limit:
+        verdict, why = "ok", f"level {100 * (ratio - 1):+.1f}% (bound {100 * (high - 1):+.1f}%), within the " \
+                             f"{100 * tolerance:g}% tolerance"
+    else:
+        verdict, why = "inconclusive", f"level {100 * (ratio - 1):+.1f}% [{100 * (low - 1):+.1f}%, " \
+                                       f"{100 * (high - 1):+.1f}%]: the bounds straddle the {100 * tolerance:g}% " \
+                                       "tolerance"
+    return CreepCheck(verdict, ratio, low, high, float(np.exp(ln.mean())), float(np.exp(lt.mean())),
+                      reason=why, **base)
+
+
+def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None) -> list[str]:
+    """What a nightly trend check alerts on, one line each: every new change point that makes the model
+    slower (a faster one is reported, never alerted), and a ``creep`` verdict of the guard."""
+    out = [f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} [{cp.ci_low:.3f}, {cp.ci_high:.3f}] "
+           f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)" for cp in new_points if cp.slower]
+    if creep is not None and creep.verdict == "creep":
+        out.append(f"creep: {creep.reason}")
+    return out

@@ -1,0 +1,99 @@
+"""``perfwatch db upgrade`` and ``perfwatch db check [--repair]``: the store's schema and its consistency
+with the archive and the scratch space.
+
+``db check`` reports what finished, failed or killed runs should not have left behind:
+
+* ``partial``: a half-written archive copy (``<archive>/<model>/<run dir>.partial``) whose writer is gone
+  (a killed process on this host, or older than the grace period when it cannot be checked);
+* ``orphan-archive``: an archive run directory no stored run points to;
+* ``missing-archive``: a successful run whose archive directory is gone (its samples and summaries stay:
+  ``--repair`` never deletes history);
+* ``scratch``: a run's scratch dir under ``PERFWATCH_WORK`` that no run needs any more.
+
+With ``--repair`` it removes the first, second and fourth kinds. Exit code: 0 when nothing is left
+(after repair), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pandas as pd
+import typer
+
+from tasks.cli.render import Format, render
+from tasks.settings import Settings
+from tasks.store import migrate, redact
+
+
+def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> list:
+    """Every leftover (``tasks.stages.archive.Leftover``) of the store at ``settings.database_url``, its
+    archive and its scratch space.
+
+    ``grace_hours``: age after which something whose writer cannot be checked counts as left over
+    (default: 1 h for archive copies, ``STALE_PARTIAL_S``; 24 h for scratch dirs, ``SCRATCH_STALE_S``).
+
+    Raises:
+        tasks.store.engine.StoreError: the store cannot be reached or is newer than this perfwatch.
+    """
+    from tasks.stages.archive import STALE_PARTIAL_S, check_archive
+    from tasks.stages.pipeline import SCRATCH_STALE_S, check_scratch  # imported here: it pulls in every stage
+    from tasks.store.reads import run_locations
+
+    runs = run_locations(settings.database_url)
+    archive_grace = STALE_PARTIAL_S if grace_hours is None else grace_hours * 3600
+    scratch_grace = SCRATCH_STALE_S if grace_hours is None else grace_hours * 3600
+    return (check_archive(settings.archive_root, runs, grace_s=archive_grace)
+            + check_scratch(settings, runs, grace_s=scratch_grace))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``db`` command group (``upgrade``, ``check``) to the perfwatch CLI."""
+    db_app = typer.Typer(help="The store's schema, and its consistency with the archive and scratch space.",
+                         no_args_is_help=True)
+    app.add_typer(db_app, name="db")
+
+    @db_app.command("upgrade")
+    def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")] = "head") -> None:
+        """Migrate the store (PERFWATCH_DATABASE_URL) to the latest schema; idempotent, and safe to run
+        from several processes at once (migrations are serialised by a lock)."""
+        url = Settings.from_env().database_url
+        migrate(url, revision)
+        typer.echo(f"store at {redact(url)} is at revision {revision}")
+
+    @db_app.command("check")
+    def db_check(repair: Annotated[bool, typer.Option("--repair", help="Remove the stale partial copies, orphan "
+                                                                       "archive directories and scratch leftovers "
+                                                                       "found (never a stored run).")] = False,
+                 grace_hours: Annotated[float | None, typer.Option(
+                     "--grace-hours", min=0,
+                     help="Age (h) after which what may still be in use counts as left over "
+                          "(default 1 for archive copies, 24 for scratch dirs).")] = None,
+                 fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+                 = Format.table) -> None:
+        """Report half-written archive copies, archive directories without a run, runs whose archive is
+        missing, and scratch leftovers; --repair removes all but the runs. Exit 1 when something is left."""
+        from tasks.stages.archive import remove_leftover
+
+        settings = Settings.from_env()
+        migrate(settings.database_url)
+        found = find_leftovers(settings, grace_hours=grace_hours)
+        removed = [remove_leftover(f) if repair else False for f in found]
+        df = pd.DataFrame([{"kind": f.kind, "path": f.path, "run_id": f.run_id, "removed": r, "detail": f.detail}
+                           for f, r in zip(found, removed, strict=True)],
+                          columns=["kind", "path", "run_id", "removed", "detail"])
+        left = len(found) - sum(removed)
+        if fmt is Format.table:
+            typer.echo(f"store {redact(settings.database_url)}, archive {settings.archive_root}, "
+                       f"scratch {settings.work_root}")
+            if df.empty:
+                typer.echo("nothing left over: every archive directory belongs to a stored run and every "
+                           "successful run has its archive")
+                return
+        render(df, fmt, title="perfwatch db check")
+        if fmt is Format.table:
+            typer.echo(f"{len(found)} found, {sum(removed)} removed, {left} left"
+                       + ("" if repair or not any(f.repairable for f in found) else
+                          "; `perfwatch db check --repair` removes the repairable ones"))
+        if left:
+            raise typer.Exit(1)

@@ -1,0 +1,116 @@
+"""watch-trend: after archiving, look at each case's nightly series, not only at tonight's run.
+
+For each model and case a DAG run stored, :func:`watch_case` reads the series of successful runs
+(``tasks.store.series.run_series``) and
+
+* finds the change points of the median step time that the series did not have before tonight's run
+  (``tasks.analysis.changes.new_change_points``: Apache Otava's E-divisive means with a t-test) — only
+  when tonight's run is the newest of the series, so a case whose run failed tonight alerts nothing twice;
+* runs the creep guard (``tasks.analysis.changes.creep_guard``): the level of the active baseline
+  (the newest ``creep_runs`` accepted runs) against the level of the baseline accepted
+  ``window_days`` days ago, in the same environment.
+
+:func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown and creep
+(``tasks.analysis.changes.alerts``), so the DAG run goes red and Airflow's alerting fires; a faster
+change point is reported, not alerted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tasks.analysis import changes
+from tasks.settings import Settings
+from tasks.store.series import baseline_levels, dag_run_cases, run_series
+
+log = logging.getLogger(__name__)
+
+
+class TrendAlert(RuntimeError):
+    """A new change point that makes a model slower, or a baseline creep; the message names each."""
+
+
+@dataclass(frozen=True)
+class TrendReport:
+    """The trend check of one model and case (JSON for XCom via ``to_json``).
+
+    Attributes:
+        model, case_name: what was checked; run_id: tonight's run (None when it stored none).
+        runs: runs in the series (successful, with a median step time).
+        new_change_points: ``ChangePoint.to_json()`` of each new change point (median step time, ms).
+        creep: ``CreepCheck.to_json()`` of the creep guard.
+        alerts: one line per alert (empty: nothing to alert on).
+    """
+
+    model: str
+    case_name: str
+    run_id: int | None
+    runs: int
+    new_change_points: list[dict[str, Any]] = field(default_factory=list)
+    creep: dict[str, Any] = field(default_factory=dict)
+    alerts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-safe dict."""
+        return asdict(self)
+
+
+def creep_check(db_url: str, model: str, case_name: str, *, now: dt.datetime | None = None,
+                window_days: float = changes.CREEP_WINDOW_DAYS, creep_runs: int = changes.CREEP_RUNS,
+                tolerance: float = changes.CREEP_TOLERANCE,
+                confidence: float = changes.CREEP_CONFIDENCE) -> changes.CreepCheck:
+    """The creep guard of one case at ``now`` (UTC, default now): the ``creep_runs`` newest accepted runs
+    against the ``creep_runs`` accepted runs that formed the baseline ``window_days`` days earlier, in the
+    environment of the active baseline. Raises LookupError for an unknown model."""
+    now = now or dt.datetime.now(dt.UTC)
+    key, cur = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now)
+    _, old = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now - dt.timedelta(days=window_days),
+                             comparability_key=key) if key else (None, [])
+    old = [r for r in old if r[0] not in {c[0] for c in cur}]  # a run is on one side only
+    return changes.creep_guard([m for _, m in cur], [m for _, m in old], now_runs=[r for r, _ in cur],
+                               then_runs=[r for r, _ in old], tolerance=tolerance, confidence=confidence)
+
+
+def watch_case(db_url: str, model: str, case_name: str, run_id: int | None = None, *, new_points: bool = True,
+               now: dt.datetime | None = None, **creep_kwargs: Any) -> TrendReport:
+    """The trend check of one case (module docstring). ``run_id``: tonight's run; new change points are
+    looked for only when it is the newest run of the series (None: the newest run, whichever it is), and
+    not at all with ``new_points=False`` (tonight's run failed). ``creep_kwargs`` go to :func:`creep_check`.
+    Raises LookupError for an unknown model."""
+    series = run_series(db_url, model, case_name)
+    ids = [r.run_id for r in series]
+    new: list[changes.ChangePoint] = []
+    if new_points and ids and (run_id is None or ids[-1] == run_id):
+        new = changes.new_change_points([r.median_step_ms for r in series], ids, metric="median_step_ms")
+    creep = creep_check(db_url, model, case_name, now=now, **creep_kwargs)
+    return TrendReport(model=model, case_name=case_name, run_id=run_id, runs=len(series),
+                       new_change_points=[cp.to_json() for cp in new], creep=creep.to_json(),
+                       alerts=changes.alerts(new, creep))
+
+
+def watch_dag_run(db_url: str, dag_id: str, dag_run_id: str, **kwargs: Any) -> list[TrendReport]:
+    """:func:`watch_case` for every model and case the DAG run stored (successful or failed)."""
+    return [watch_case(db_url, model, case, run_id, new_points=status == "success", **kwargs)
+            for model, case, run_id, status in dag_run_cases(db_url, dag_id, dag_run_id)]
+
+
+def raise_on_trend_alert(reports: list[TrendReport]) -> None:
+    """Raise :class:`TrendAlert` when any report has an alert (the message lists them by model and case)."""
+    lines = [f"{r.model} ({r.case_name}): {a}" for r in reports for a in r.alerts]
+    if lines:
+        raise TrendAlert("trend alert: " + "; ".join(lines) + " (`perfwatch changes MODEL` shows the series)")
+
+
+def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """The DAG's watch-trend task: :func:`watch_dag_run` on the store of ``settings`` (default: from the
+    environment), then :func:`raise_on_trend_alert`. Returns the reports (``TrendReport.to_json``)."""
+    settings = settings or Settings.from_env()
+    reports = watch_dag_run(settings.database_url, dag_id, dag_run_id)
+    for r in reports:
+        log.info("trend %s (%s): %d runs, %d new change point(s), creep %s%s", r.model, r.case_name, r.runs,
+                 len(r.new_change_points), r.creep.get("verdict"), f": {r.creep.get('reason')}" if r.creep else "")
+    raise_on_trend_alert(reports)
+    return [r.to_json() for r in reports]

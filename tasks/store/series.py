@@ -1,0 +1,189 @@
+"""The store's reads for watching the trend: nightly series, baseline levels over time, the metrics snapshot.
+
+* :func:`run_series`: the successful runs of a model (and case) oldest first, with the figures a change
+  point detector reads (median and p90 step time ms, throughput examples/s) and the version and
+  environment at each run;
+* :func:`baseline_levels`: the accepted runs that formed a case's baseline at a given time (the creep
+  guard's two sides);
+* :func:`metrics_snapshot`: what ``/perfwatch/metrics`` exposes (latest figures, counts, freshness).
+
+One session per call; times are UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from tasks.settings import Settings
+from tasks.store.engine import session_scope
+from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run
+
+
+@dataclass(frozen=True)
+class SeriesRun:
+    """One successful run in a series.
+
+    Attributes:
+        run_id, started_at (UTC), case_name, version (the pulled version), source (``perfwatch`` or
+        ``external``), fingerprint_id and comparability_key of its environment, verdict;
+        median_step_ms, p90_step_ms (ms: perfwatch's timer, profiler off; xprof's step time for external
+        runs), throughput_eps (examples/s; None when unknown).
+    """
+
+    run_id: int
+    started_at: dt.datetime
+    case_name: str
+    version: str | None
+    source: str
+    fingerprint_id: str | None
+    comparability_key: str | None
+    median_step_ms: float
+    p90_step_ms: float | None
+    throughput_eps: float | None
+    verdict: str | None
+
+
+def _model_id(s, model: str) -> int:
+    mid = s.scalar(select(Model.id).where(Model.name == model))
+    if mid is None:
+        known = sorted(s.scalars(select(Model.name)))
+        raise LookupError(f"no model {model!r} in the store (models: {', '.join(known) or 'none'})")
+    return mid
+
+
+def run_series(db_url: str, model: str, case_name: str | None = None,
+               since: dt.datetime | None = None) -> list[SeriesRun]:
+    """The successful runs (with a median step time) of ``model``, optionally one case and from ``since``
+    (UTC, inclusive), oldest first (``started_at``, then id).
+
+    Raises:
+        LookupError: no model of that name in the store (names the models it has).
+    """
+    with session_scope(db_url) as s:
+        mid = _model_id(s, model)
+        q = (select(Run.id, Run.started_at, Run.case_name, ModelVersion.version, Run.source, Environment.fingerprint_id,
+                    Environment.comparability_key, Run.median_step_ms, Run.p90_step_ms, Run.throughput_eps,
+                    Run.verdict)
+             .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+             .outerjoin(Environment, Environment.id == Run.environment_id)
+             .where(Run.model_id == mid, Run.status == "success", Run.median_step_ms.is_not(None))
+             .order_by(Run.started_at, Run.id))
+        if case_name is not None:
+            q = q.where(Run.case_name == case_name)
+        if since is not None:
+            q = q.where(Run.started_at >= since)
+        return [SeriesRun(*r) for r in s.execute(q)]
+
+
+def baseline_levels(db_url: str, model: str, case_name: str, *, runs: int, at: dt.datetime | None = None,
+                    comparability_key: str | None = None) -> tuple[str | None, list[tuple[int, float]]]:
+    """The accepted runs that formed the baseline of ``model`` / ``case_name`` at time ``at`` (UTC; None: now).
+
+    The ``runs`` newest ``baselines`` rows accepted at or before ``at`` in one environment (comparability
+    key): ``comparability_key`` when given, else that of the newest such row.
+
+    Returns:
+        (the comparability key, [(run id, median step time ms)] newest first); (None, []) without any.
+
+    Raises:
+        LookupError: no model of that name in the store.
+    """
+    with session_scope(db_url) as s:
+        mid = _model_id(s, model)
+        q = (select(Baseline.comparability_key, Run.id, Run.median_step_ms)
+             .join(Run, Run.id == Baseline.run_id)
+             .where(Baseline.model_id == mid, Baseline.case_name == case_name, Run.median_step_ms.is_not(None))
+             .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()))
+        if at is not None:
+            q = q.where(Baseline.accepted_at <= at)
+        if comparability_key is None:
+            first = s.execute(q.limit(1)).first()
+            if first is None:
+                return None, []
+            comparability_key = first[0]
+        rows = s.execute(q.where(Baseline.comparability_key == comparability_key).limit(runs)).all()
+    return comparability_key, [(int(r[1]), float(r[2])) for r in rows]
+
+
+@dataclass(frozen=True)
+class LatestRun:
+    """The newest successful run of one model and case (``metrics_snapshot``): figures in ms and
+    examples/s, times UTC."""
+
+    model: str
+    case_name: str
+    run_id: int
+    version: str | None
+    source: str
+    finished_at: dt.datetime | None
+    median_step_ms: float | None
+    p90_step_ms: float | None
+    throughput_eps: float | None
+    verdict: str | None
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The store at one moment, for ``/perfwatch/metrics``.
+
+    Attributes:
+        latest: the newest successful run of each model and case.
+        runs_by_status: ``(model, case, status) -> runs`` (status ``success`` or ``failed``).
+        regressions: ``(model, case) -> runs whose verdict is regression``.
+        newest_finished_at: when the newest run (any status) finished, UTC; None for an empty store.
+        baseline_ms: ``(model, case) -> median step time (ms)`` of the newest active baseline run.
+    """
+
+    latest: list[LatestRun]
+    runs_by_status: dict[tuple[str, str, str], int]
+    regressions: dict[tuple[str, str], int]
+    newest_finished_at: dt.datetime | None
+    baseline_ms: dict[tuple[str, str], float]
+
+
+def _utc(t: dt.datetime | None) -> dt.datetime | None:
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=dt.UTC)  # SQLite returns naive UTC
+
+
+def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
+    """Read the figures ``/perfwatch/metrics`` exposes, in one session (grouped queries); ``db_url``
+    defaults to ``PERFWATCH_DATABASE_URL`` (``tasks.settings``). The store is read as it is, not migrated."""
+    db_url = db_url or Settings.from_env().database_url
+    ranked = (select(Run.id, Run.model_id, Run.case_name,
+                     func.row_number().over(partition_by=(Run.model_id, Run.case_name),
+                                            order_by=(Run.started_at.desc(), Run.id.desc())).label("rn"))
+              .where(Run.status == "success").subquery())
+    with session_scope(db_url) as s:
+        latest = [LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver) for m, c, rid, v, src, fin, med, p90, thr, ver in
+                  s.execute(select(Model.name, Run.case_name, Run.id, ModelVersion.version, Run.source, Run.finished_at,
+                                   Run.median_step_ms, Run.p90_step_ms, Run.throughput_eps, Run.verdict)
+                            .join(ranked, (ranked.c.id == Run.id) & (ranked.c.rn == 1))
+                            .join(Model, Model.id == Run.model_id)
+                            .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+                            .order_by(Model.name, Run.case_name))]
+        by_status = {(m, c, st): int(n) for m, c, st, n in s.execute(
+            select(Model.name, Run.case_name, Run.status, func.count()).join(Model, Model.id == Run.model_id)
+            .group_by(Model.name, Run.case_name, Run.status))}
+        regressions = {(m, c): int(n) for m, c, n in s.execute(
+            select(Model.name, Run.case_name, func.count()).join(Model, Model.id == Run.model_id)
+            .where(Run.verdict == "regression").group_by(Model.name, Run.case_name))}
+        newest = s.scalar(select(func.max(Run.finished_at)))
+        baseline_ms: dict[tuple[str, str], float] = {}
+        for m, c, med in s.execute(
+                select(Model.name, Baseline.case_name, Run.median_step_ms).join(Model, Model.id == Baseline.model_id)
+                .join(Run, Run.id == Baseline.run_id)
+                .where(Baseline.superseded_at.is_(None), Run.median_step_ms.is_not(None))
+                .order_by(Baseline.accepted_at, Baseline.id)):
+            baseline_ms[(m, c)] = float(med)  # the newest active one wins (one per environment may be active)
+    return MetricsSnapshot(latest, by_status, regressions, _utc(newest), baseline_ms)
+
+
+def dag_run_cases(db_url: str, dag_id: str, dag_run_id: str) -> list[tuple[str, str, int, str]]:
+    """The runs one DAG run stored, any status: ``(model, case, run id, status)`` in run id order."""
+    with session_scope(db_url) as s:
+        return [tuple(r) for r in s.execute(
+            select(Model.name, Run.case_name, Run.id, Run.status).join(Model, Model.id == Run.model_id)
+            .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id).order_by(Run.id))]
