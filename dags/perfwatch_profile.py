@@ -20,10 +20,11 @@ from airflow.sdk.exceptions import AirflowFailException
 MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/test_dag.py checks); DAG parsing imports no tasks.*
 
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
-# A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often;
-# the last try archives the verdict as inconclusive ("host busy: ...") and the run goes red.
-HOST_BUSY_RETRIES = 2
-HOST_BUSY_RETRY_DELAY = pendulum.duration(minutes=10)
+# A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often and
+# this long after (settings, read at DAG parse time); the last try archives the verdict as
+# inconclusive ("host busy: ...") and the run goes red.
+HOST_BUSY_RETRIES = int(os.environ.get("PERFWATCH_HOST_BUSY_RETRIES", "2"))
+HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATCH_HOST_BUSY_RETRY_DELAY_S", "600")))
 # The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
 # Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")

@@ -27,12 +27,14 @@ print(json.dumps({
     "schedule": dag.timetable.expression, "catchup": dag.catchup,
     "params": sorted(dag.params.keys()),
     "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline") if m in sys.modules],
+    "busy_retries": dag.get_task("profiled_run").retries,
+    "busy_retry_delay_s": dag.get_task("profiled_run").retry_delay.total_seconds(),
 }))
 """
 
 
-def _probe() -> dict:
-    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(ROOT)}
+def _probe(**extra_env: str) -> dict:
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(ROOT), **extra_env}
     env.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
     out = subprocess.run([sys.executable, "-c", _PROBE, str(ROOT / "dags")], capture_output=True, text=True, env=env,
                          check=True, cwd=ROOT)
@@ -55,3 +57,13 @@ def test_measured_steps_param_default_is_the_case_default():
 
     text = (ROOT / "dags" / "perfwatch_profile.py").read_text()
     assert int(re.search(r"^MEASURED_STEPS = (\d+)", text, re.M).group(1)) == DEFAULT_MEASURED_STEPS
+
+
+def test_host_busy_retries_are_settings(monkeypatch):
+    """``profiled_run`` measures again on a busy host: 2 retries 600 s apart unless the settings say otherwise."""
+    monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRIES", raising=False)
+    monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRY_DELAY_S", raising=False)
+    got = _probe()
+    assert (got["busy_retries"], got["busy_retry_delay_s"]) == (2, 600.0)
+    got = _probe(PERFWATCH_HOST_BUSY_RETRIES="0", PERFWATCH_HOST_BUSY_RETRY_DELAY_S="5")
+    assert (got["busy_retries"], got["busy_retry_delay_s"]) == (0, 5.0)
