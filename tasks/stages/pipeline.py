@@ -380,9 +380,7 @@ def raise_on_regression(bundle: Bundle) -> None:
     if verdict["verdict"] == "regression":
         raise RegressionDetected(
             f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed ({verdict['method']}"
-            + (f", median over the GX ceiling {verdict['median_limit_ms']:.2f} ms"
-               if verdict["evidence"].get("ceiling_breached") else "")
-            + f"): step-time ratio {verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] "
+            f"): step-time ratio {verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] "
             f"vs baseline run(s) "
             f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}; "
             + top_ops_text(verdict.get("evidence", {}).get("attribution")))
