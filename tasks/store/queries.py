@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
+from tasks.store.engine import normalize_url
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
@@ -327,10 +328,7 @@ def sqlalchemy_url(uri: str) -> str:
         QueryError: ``uri`` is not a URL (the message shows it with the password masked).
     """
     try:
-        url = make_url(uri)
+        return normalize_url(uri)
     except (ArgumentError, ValueError) as e:
         shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", uri)
         raise QueryError(f"{shown!r} is not a database URL (expected e.g. postgresql://user@host:5432/db)") from e
-    if url.drivername in ("postgres", "postgresql"):
-        url = url.set(drivername="postgresql+psycopg")
-    return url.render_as_string(hide_password=False)
