@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import unicodedata
 from typing import Any, Literal
 
@@ -113,6 +114,44 @@ class Record(BaseModel):
 DEFAULT_MEASURED_STEPS = 320
 
 
+Mode = Literal["train", "infer", "tflite"]
+Precision = Literal["fp32", "mixed_float16", "mixed_bfloat16"]
+Strategy = Literal["none", "mirrored"]
+Quantization = Literal["none", "dynamic", "int8"]
+
+
+class InputSpec(Record):
+    """How to feed one model input (``Case.inputs[name]``): the user's word where the model's own
+    signature is not enough (a ``None`` dimension, an integer range such as a vocabulary).
+
+    Attributes:
+        shape: the shape of one example, without the batch dimension, e.g. ``[224, 224, 3]``; every
+            dimension a positive integer (a ``None`` of the model must be given here).
+        dtype: numpy/TF dtype name (``float32``, ``int32``...); None: the model's declared dtype.
+        min, max: integer inputs only: synthetic values are drawn uniformly from ``[min, max)``
+            (e.g. ``0`` and the vocabulary size for token ids); None: inferred by the runner (an
+            ``Embedding`` that consumes the input), else refused with a message asking for them.
+    """
+
+    shape: list[int] | None = None
+    dtype: str | None = None
+    min: int | None = None
+    max: int | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any((not isinstance(d, int)) or d < 1 for d in v):
+            raise ValueError(f"input shape {v} must list positive integers (one example, without the batch dimension)")
+        return v
+
+    @model_validator(mode="after")
+    def _range(self) -> InputSpec:
+        if self.min is not None and self.max is not None and self.max <= self.min:
+            raise ValueError(f"input range min={self.min}, max={self.max}: max must be greater than min")
+        return self
+
+
 class Case(Record):
     """One benchmark case: which model, and how it is measured.
 
@@ -163,6 +202,25 @@ class Case(Record):
             ``tasks.analysis.calibration``).
         auto_accept: a run whose verdict is pass / no-baseline / improvement / env-changed
             becomes the active baseline automatically (a regression never does).
+        mode: ``train`` (a training step: forward, backward, update), ``infer`` (a forward pass with
+            ``training=False``, or a SavedModel's ``signature``; per-batch latency percentiles) or
+            ``tflite`` (the model converted by ``tf.lite.TFLiteConverter``, timed in the interpreter).
+        inputs: per model input name, how to feed it (:class:`InputSpec`); None: the model's own
+            input signature (a ``None`` dimension there is then an error naming the input).
+        input_fn: ``"package.module:function"`` importable in the runner's interpreter, returning a
+            ``tf.data.Dataset`` of model-ready batches of ``batch_size`` (step time then includes the
+            input pipeline); None: synthetic in-memory batches built from the input specs.
+        signature: the SavedModel signature called in ``infer`` mode (default ``serving_default``).
+        safe_mode: Keras ``safe_mode`` when loading a ``.keras`` file; ``False`` only for models whose
+            code (``Lambda`` layers) the owner trusts. Recorded with the run.
+        precision: Keras mixed-precision policy: ``fp32``, ``mixed_float16`` (with a loss-scaling
+            optimizer) or ``mixed_bfloat16``.
+        xla: compile the step with XLA (``jit_compile=True``).
+        strategy: ``none``, or ``mirrored`` (``tf.distribute.MirroredStrategy`` over the visible devices).
+        quantization: ``tflite`` mode only: ``none``, ``dynamic`` (dynamic-range) or ``int8`` (full
+            integer, with a representative dataset drawn from the case's input spec).
+        telemetry_interval_ms: how often the runner samples device telemetry during the measured
+            steps (NVML per GPU, else host CPU and RSS via psutil), ms. Not part of the case identity.
     """
 
     model: str
@@ -186,6 +244,16 @@ class Case(Record):
     paired_round_pairs: int = Field(16, ge=2, le=MAX_TIMED_STEPS)
     max_other_cpu_share: float = Field(0.25, gt=0, le=1)
     auto_accept: bool = True
+    mode: Mode = "train"
+    inputs: dict[str, InputSpec] | None = None
+    input_fn: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    signature: str = Field("serving_default", min_length=1, max_length=128)
+    safe_mode: bool = True
+    precision: Precision = "fp32"
+    xla: bool = False
+    strategy: Strategy = "none"
+    quantization: Quantization = "none"
+    telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
 
     @model_validator(mode="before")
     @classmethod
@@ -211,6 +279,12 @@ class Case(Record):
                              f"is {per_version} timed steps per version; at most {MAX_TIMED_STEPS}, as for measured_steps")
         return self
 
+    @model_validator(mode="after")
+    def _mode_options(self) -> Case:
+        if self.quantization != "none" and self.mode != "tflite":
+            raise ValueError(f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})")
+        return self
+
     @field_validator("model")
     @classmethod
     def _model_name(cls, v: str) -> str:
@@ -223,8 +297,30 @@ class Case(Record):
 
     @property
     def name(self) -> str:
-        """The case key runs are compared within, e.g. ``train-bs16``."""
-        return f"train-bs{self.batch_size}" + ("-det" if self.deterministic else "")
+        """The case key runs are compared within (each name has its own history and baseline), built
+        from the axes that change what is measured, in this order, defaults left out:
+        ``<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-det][-in<8 hex>]``,
+        e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8``. The ``-in`` part is
+        the sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input
+        shapes or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
+        """
+        parts = [self.mode, f"bs{self.batch_size}"]
+        if self.precision != "fp32":
+            parts.append(self.precision)
+        if self.xla:
+            parts.append("xla")
+        if self.strategy != "none":
+            parts.append(self.strategy)
+        if self.quantization != "none":
+            parts.append(self.quantization)
+        if self.deterministic:
+            parts.append("det")
+        if self.inputs or self.input_fn or self.signature != "serving_default":
+            ident = {"inputs": {k: v.to_xcom() for k, v in sorted((self.inputs or {}).items())},
+                     "input_fn": self.input_fn,
+                     "signature": None if self.signature == "serving_default" else self.signature}
+            parts.append("in" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8])
+        return "-".join(parts)
 
     @property
     def paired_timed_steps(self) -> int:

@@ -6,7 +6,7 @@ process that reads it. Needs only pydantic, so it loads in a bare TF/GPU venv.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,6 +35,18 @@ class RunnerSpec(BaseModel):
     # every round the runner writes the round as one ``ROUND_PREFIX`` JSON line on stdout and reads one
     # command line on stdin (``more`` or ``stop``), until the parent says stop or ``blocks`` are done.
     round_pairs: int | None = Field(None, ge=1, le=100_000)
+    # What is measured (the Case fields of the same names, ``tasks.records.Case``; plain values here so
+    # the runner needs only pydantic): the step kind, how inputs are fed, and the execution options.
+    case_mode: Literal["train", "infer", "tflite"] = "train"
+    inputs: dict[str, dict[str, Any]] | None = None  # name -> {"shape", "dtype", "min", "max"} (InputSpec)
+    input_fn: str | None = None  # "package.module:function" returning a tf.data.Dataset of batches
+    signature: str = "serving_default"
+    safe_mode: bool = True
+    precision: Literal["fp32", "mixed_float16", "mixed_bfloat16"] = "fp32"
+    xla: bool = False
+    strategy: Literal["none", "mirrored"] = "none"
+    quantization: Literal["none", "dynamic", "int8"] = "none"
+    telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:

@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 from tasks.records import Case, PulledModel, WarmupRecord
 from tasks.runner import RunnerSpec, launch
 from tasks.settings import RunnerStage, Settings
+
+
+def case_options(case: Case) -> dict[str, Any]:
+    """The ``RunnerSpec`` fields that say what a case measures and how (mode, inputs, input_fn,
+    signature, safe_mode, precision, xla, strategy, quantization, telemetry interval): one place, so
+    warm-up, the profiled run and the paired gate run the same thing."""
+    return {"batch_size": case.batch_size, "seed": case.seed, "deterministic": case.deterministic,
+            "case_mode": case.mode,
+            "inputs": None if case.inputs is None else {k: v.to_xcom() for k, v in case.inputs.items()},
+            "input_fn": case.input_fn, "signature": case.signature, "safe_mode": case.safe_mode,
+            "precision": case.precision, "xla": case.xla, "strategy": case.strategy,
+            "quantization": case.quantization, "telemetry_interval_ms": case.telemetry_interval_ms}
 
 
 def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str,
@@ -30,8 +43,7 @@ def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python
     if timeout_s is None:
         timeout_s, how = Settings.from_env().runner_limit("warm-up")
     spec = RunnerSpec(mode="warmup", model_path=pulled.local_path, out_dir=str(Path(work_dir) / "warmup"),
-                      batch_size=case.batch_size, seed=case.seed, deterministic=case.deterministic,
-                      warmup_window=case.warmup_window, warmup_cv_max=case.warmup_cv_max,
+                      **case_options(case), warmup_window=case.warmup_window, warmup_cv_max=case.warmup_cv_max,
                       warmup_max_steps=case.warmup_max_steps)
     r = launch(spec, runner_python, timeout_s, limit_note=how)
     return WarmupRecord(warmup_steps=r["warmup_steps"], steady=r["steady"], final_cv=r["final_cv"],
