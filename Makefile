@@ -19,16 +19,26 @@ PERFWATCH := $(VENV)/bin/perfwatch
 DEMO_MODEL := demo_mobilenet
 # The demo asks for 100 measured steps (default 320, sized for 5% on this noisy CPU): its v2 is x1.7 slower.
 DEMO_STEPS := 100
+# What a DAG run is doing, read from its log as it is written (the full log stays in the file): each task's
+# start and end, and perfwatch's own lines (each stage's start, warm-up / measured-step / profiling / paired-round
+# progress) with their UTC time.
+DEMO_FOLLOW := sed -u -n -E \
+  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] starting task_id=([^ ]+).*/   \1 task \2: started/p' \
+  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] end task task_id=([^ ]+).*/   \1 task \2: ended/p' \
+  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] Error running task .*/   \1 the task FAILED (traceback in the log)/p' \
+  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] (.*[^ ]) +\[tasks\.[a-z_.]+\].*/   \1     \2/p'
 
-.PHONY: demo test bootstrap airflow-init lint bench clean
+.PHONY: demo test bootstrap airflow-init airflow ui env lint bench clean
 
 $(UV):
 	$(PY) -m venv $(ROOT)/.venv-uv
 	$(ROOT)/.venv-uv/bin/pip install -q uv
 
+# Quiet: uv prints only errors (a fresh sync lists ~200 packages otherwise).
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --python $(PY)
-	touch $@
+	@echo "== installing the locked environment into .venv (uv sync --frozen; the first time downloads TensorFlow and Airflow, a few minutes)"
+	@$(UV) sync --frozen --quiet --python $(PY)
+	@touch $@
 
 bootstrap: $(VENV)/.synced
 
@@ -40,14 +50,53 @@ $(AIRFLOW_HOME)/.initialised: $(VENV)/.synced
 
 airflow-init: $(AIRFLOW_HOME)/.initialised
 
+# The Airflow UI on this machine (alias: make ui): api-server, scheduler and dag-processor with this Makefile's
+# environment (LocalExecutor with 4 task slots, not 32 idle processes; the SQLite metadata DB in AIRFLOW_HOME),
+# each logging to $(AIRFLOW_HOME)/logs/.
+# Ctrl-C stops all three (each in its own process group: SIGTERM, after 30 s SIGKILL). Another port: make airflow AIRFLOW_PORT=8081
+AIRFLOW_PORT ?= 8080
+AIRFLOW_PASSWORDS := $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated
+airflow ui: airflow-init
+	@mkdir -p $(AIRFLOW_HOME)/logs
+	@export AIRFLOW__API__PORT=$(AIRFLOW_PORT) AIRFLOW__CORE__PARALLELISM=$${AIRFLOW__CORE__PARALLELISM:-4}; \
+	pids=; stop() { kill -TERM -- $$(printf ' -%s' $$pids) 2> /dev/null || true; \
+	  for _ in $$(seq 30); do kill -0 $$pids 2> /dev/null || break; sleep 1; done; \
+	  kill -KILL -- $$(printf ' -%s' $$pids) 2> /dev/null || true; }; \
+	trap stop EXIT; trap 'echo "== stopping Airflow"; exit 0' INT TERM; \
+	for c in api-server scheduler dag-processor; do setsid $(AIRFLOW) $$c > $(AIRFLOW_HOME)/logs/$$c.log 2>&1 & pids="$$pids $$!"; done; \
+	echo "== starting Airflow's api-server, scheduler and dag-processor (logs: $(AIRFLOW_HOME)/logs/<name>.log)"; \
+	until $(VENV)/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$(AIRFLOW_PORT)/api/v2/monitor/health', timeout=2)" 2> /dev/null; do \
+	  if [ "$$(jobs -r | wc -l)" -lt 3 ]; then echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1; fi; sleep 2; \
+	done; \
+	echo "== Airflow UI: http://localhost:$(AIRFLOW_PORT)"; \
+	echo "   login: user admin, password $$($(VENV)/bin/python -c "import json; print(json.load(open('$(AIRFLOW_PASSWORDS)'))['admin'])")"; \
+	echo "   (the simple auth manager generated it on first start; it is kept in $(AIRFLOW_PASSWORDS))"; \
+	echo "   The DAG perfwatch_profile starts paused: unpause it with its toggle (Dags page; this also starts the"; \
+	echo "   latest nightly run over config/perfwatch.yaml), then trigger it with the play button (Params: model,"; \
+	echo "   version, ...), or from another shell in this directory:"; \
+	echo "     eval \"\$$(make -s env)\"; airflow dags unpause perfwatch_profile"; \
+	echo "     airflow dags trigger perfwatch_profile -c '{\"model\": \"$(DEMO_MODEL)\", \"version\": \"1\"}'"; \
+	echo "   (make demo builds the $(DEMO_MODEL) model store). Ctrl-C stops Airflow."; \
+	wait -n || true; echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1
+
+# eval "$$(make -s env)": this shell gets the make targets' environment (AIRFLOW_HOME, DAGS_FOLDER, ...) and
+# .venv/bin on PATH, so that `airflow ...` and `perfwatch ...` commands work as the README writes them.
+# (Setting up, make airflow-init's messages go to stderr: stdout is only the exports.)
+env:
+	@$(MAKE) --no-print-directory airflow-init >&2
+	@export -p | grep -E '^declare -x (PERFWATCH_[A-Z_]+|AIRFLOW_HOME|AIRFLOW__[A-Z_]+|TF_CPP_MIN_LOG_LEVEL|GX_ANALYTICS_ENABLED|PYTHONPATH)='
+	@echo 'export PATH="$(VENV)/bin:$$PATH"'
+
 demo: airflow-init
 	$(PERFWATCH) demo build-store
 	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline; later runs join its history)"
-	$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' > $(PERFWATCH_HOME)/demo-v1.log 2>&1 \
-	  || (tail -40 $(PERFWATCH_HOME)/demo-v1.log; exit 1)
+	@echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"
+	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	  | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) || (tail -40 $(PERFWATCH_HOME)/demo-v1.log; exit 1)
 	@echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"
-	$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' > $(PERFWATCH_HOME)/demo-v2.log 2>&1 \
-	  || echo "   (DAG run 2 ended failed — see $(PERFWATCH_HOME)/demo-v2.log)"
+	@echo "   (full log: $(PERFWATCH_HOME)/demo-v2.log)"
+	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	  | tee $(PERFWATCH_HOME)/demo-v2.log | $(DEMO_FOLLOW) || echo "   (DAG run 2 ended failed — see $(PERFWATCH_HOME)/demo-v2.log)"
 	$(PERFWATCH) demo check --model $(DEMO_MODEL)
 	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2
 

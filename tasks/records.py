@@ -128,9 +128,10 @@ class InputSpec(Record):
         shape: the shape of one example, without the batch dimension, e.g. ``[224, 224, 3]``; every
             dimension a positive integer (a ``None`` of the model must be given here).
         dtype: numpy/TF dtype name (``float32``, ``int32``...); None: the model's declared dtype.
-        min, max: integer inputs only: synthetic values are drawn uniformly from ``[min, max)``
+        min, max: integer inputs: synthetic values are drawn uniformly from ``[min, max)``
             (e.g. ``0`` and the vocabulary size for token ids); None: inferred by the runner (an
             ``Embedding`` that consumes the input), else refused with a message asking for them.
+            Floating inputs: uniform in ``[min, max)`` when both are given, else standard normal.
     """
 
     shape: list[int] | None = None
@@ -283,6 +284,9 @@ class Case(Record):
     def _mode_options(self) -> Case:
         if self.quantization != "none" and self.mode != "tflite":
             raise ValueError(f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})")
+        if self.inputs and self.input_fn:
+            raise ValueError(f"give inputs or input_fn, not both: the batches of input_fn {self.input_fn!r} decide "
+                             "the shapes and values fed")
         return self
 
     @field_validator("model")
@@ -420,7 +424,7 @@ class ProfiledRun(Record):
     measured_steps: int
     median_step_ms: float
     throughput_eps: float  # examples/s at the median step time
-    profile_overhead_ratio: float  # median profiled step / median measured step
+    profile_overhead_ratio: float | None  # median profiled / median measured step; None: no window (tflite)
     peak_rss_bytes: int
     peak_device_bytes: int | None
     wall_s: float
@@ -430,6 +434,9 @@ class ProfiledRun(Record):
     #: the measurement's noise against the bounds (``tasks.analysis.calibration.Noise`` as a dict): of the
     #: paired gate when there is one, else of the measured steps; None when not assessed
     noise: dict[str, Any] | None = None
+    #: ``infer`` mode: per-batch latency of the measured batches, ``p50``/``p90``/``p99``/``max`` (ms, our
+    #: timer) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.process.latency_summary``)
+    latency_ms: dict[str, float] | None = None
 
 
 class ParseRecord(Record):

@@ -23,9 +23,9 @@ _SCRIPT = textwrap.dedent("""
         x = keras.layers.Conv2D(64, 3, activation="relu")(x)
         x = keras.layers.GlobalAveragePooling2D()(x)
         out = keras.layers.Dense(3)(x)
-    elif kind == "bad_embedding":  # trains on int inputs 0..1, but the table has one row: the step fails
-        inp = keras.Input((4,), dtype="int32")
-        x = keras.layers.Embedding(input_dim=1, output_dim=2)(inp)
+    elif kind == "bad_embedding":  # float ids x100, cast to int by Embedding: outside its 1 row, the step fails
+        inp = keras.Input((4,))
+        x = keras.layers.Embedding(input_dim=1, output_dim=2)(keras.layers.Rescaling(100.0)(inp))
         out = keras.layers.Dense(1)(keras.layers.Flatten()(x))
     else:
         raise SystemExit("unknown kind " + kind)

@@ -79,6 +79,21 @@ def test_no_step_markers_synthetic():
     assert f.figure == "avg_step_time_ms" and f.value is None and msg in f.message and "_r=1" in f.message
 
 
+@pytest.mark.parametrize("markers, says", [([0, 1, 2], "although perfwatch's step markers are in the profile "
+                                                           "(3 marked steps, step_num 0..2)"),
+                                             ([], "holds none of the step markers")])
+def test_steps_not_found_in_a_runner_profile_gives_no_marker_advice(markers, says):
+    msg = "No step marker observed and hence the step time is unknown."
+    p = _profile(avg_step_time_ms=None, breakdown_avg_ms=None, input_bound_pct=None, num_steps=0, marker_steps=markers,
+                 diagnostics=[Diagnostic(tool="overview_page", severity="WARNING", message=msg)])
+    codes = _codes(p)
+    f = codes["steps_not_found"]
+    assert "no_step_markers" not in codes and f.value == len(markers) and f.figure == "marker_steps"
+    assert says in f.message and "runner's timer" in f.message
+    assert "_r=1" not in f.message and "Trace(" not in f.message and msg not in f.message  # no advice to add markers
+    assert "steps_not_found" not in _codes(_profile(marker_steps=[0, 1]))  # xprof found the steps: nothing to say
+
+
 @pytest.mark.slow
 def test_real_profiles(tmp_path_factory):
     profiles = session_profiles(tmp_path_factory)

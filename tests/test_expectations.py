@@ -123,11 +123,10 @@ def test_render_data_docs_only_under_target(tmp_path):
     index = render_data_docs({"nightly step times": ok, "ops": bad.result_json, "verdict": verdict},
                              tmp_path / "docs")
     assert index == (tmp_path / "docs" / "index.html").resolve() and index.is_file()
-    pages = sorted(p.relative_to(tmp_path / "docs").parts[:3] for p in (tmp_path / "docs").rglob("*.html")
-                   if p.name != "index.html")
-    assert pages == [("validations", "perfwatch_op_table", "ops"),
-                     ("validations", "perfwatch_step_times", "nightly_step_times"),
-                     ("validations", "perfwatch_verdict", "verdict")]
+    pages = sorted((p.relative_to(tmp_path / "docs").parts[1], p.stem)  # validations/<suite>/<run>/<time>/<name>
+                   for p in (tmp_path / "docs" / "validations").rglob("*.html"))
+    assert pages == [("perfwatch_op_table", "ops"), ("perfwatch_step_times", "nightly_step_times"),
+                     ("perfwatch_verdict", "verdict")]
     page = next((tmp_path / "docs" / "validations" / "perfwatch_verdict").rglob("*.html")).read_text()
     assert "ci_high" in page and "Failed" in page
     assert [p.name for p in tmp_path.iterdir()] == ["docs"]

@@ -201,17 +201,55 @@ def test_tensorflow_not_importable_is_absent(monkeypatch):
     assert "tensorflow.build.cuda_version" in envm.flatten({"tensorflow": tf})
 
 
-def test_tensorflow_field_failures_are_isolated(monkeypatch):
-    fake = types.ModuleType("tensorflow")
-    fake.__version__ = "9.9.9"
-    fake.sysconfig = types.SimpleNamespace(get_build_info=lambda: {"cuda_version": "12.5", "is_cuda_build": True})
-    monkeypatch.setitem(sys.modules, "tensorflow", fake)
+def fake_tf_package(root: Path, *, setup: str | None = "_VERSION = '9.9.9-rc0'\n",
+                    build_info: str | None = "import collections\nbuild_info = collections.OrderedDict("
+                                             "[('cuda_version', '12.5'), ('is_cuda_build', True)])\n") -> Path:
+    """A ``tensorflow`` package dir with the two text files the probe reads (no extension modules)."""
+    pkg = root / "tensorflow"
+    (pkg / "tools" / "pip_package").mkdir(parents=True)
+    (pkg / "python" / "platform").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('the probe must not import tensorflow')\n")
+    if setup is not None:
+        (pkg / "tools" / "pip_package" / "setup.py").write_text(setup)
+    if build_info is not None:
+        (pkg / "python" / "platform" / "build_info.py").write_text(build_info)
+    return pkg
+
+
+def test_tensorflow_facts_read_from_package_files_failures_isolated(monkeypatch, tmp_path):
+    """Version and build info come from the package's text files (never executed); a missing extension
+    module makes only its own fields unknown."""
+    fake_tf_package(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     tf = fpm.take_fingerprint().data["tensorflow"]
-    assert tf["version"] == "9.9.9"
-    assert tf["git_version"].startswith("unknown: AttributeError")
-    assert tf["onednn_enabled"].startswith("unknown: ModuleNotFoundError")
+    assert tf["version"] == "9.9.9-rc0" and tf["xla_jit"] == "off"
+    assert tf["onednn_enabled"].startswith("unknown: FileNotFoundError: no extension module")
+    assert tf["op_determinism"].startswith("unknown: FileNotFoundError")
     assert tf["build"] == {"cuda_version": "12.5", "cudnn_version": "absent", "is_cuda_build": True,
                            "is_rocm_build": "absent", "is_tensorrt_build": "absent"}
+    assert "tensorflow" not in sys.modules
+
+
+def test_tensorflow_unreadable_files_are_unknown(monkeypatch, tmp_path):
+    fake_tf_package(tmp_path, setup="print('no version here')\n", build_info=None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    tf = fpm.take_fingerprint().data["tensorflow"]
+    assert tf["version"].startswith("unknown: LookupError: no literal assignment to _VERSION")
+    assert set(tf["build"].values()) == {tf["build"]["cuda_version"]}
+    assert tf["build"]["cuda_version"].startswith("unknown: FileNotFoundError")
+
+
+def test_collect_reads_tensorflow_without_importing_it():
+    """The real package: the TF facts are read, yet ``import tensorflow`` never ran in the probe."""
+    code = ("import json, sys; from tasks.runner import probe; tf = probe.collect()['tensorflow']; "
+            "print(json.dumps([tf, 'tensorflow' in sys.modules, 'keras' in sys.modules]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    tf, imported_tf, imported_keras = json.loads(proc.stdout.splitlines()[-1])
+    assert not imported_tf and not imported_keras
+    assert isinstance(tf["onednn_enabled"], bool) and isinstance(tf["built_with_xla"], bool)
+    assert tf["version"][0].isdigit() and isinstance(tf["build"]["is_cuda_build"], bool)
 
 
 def test_cpu_governor(monkeypatch, tmp_path):
@@ -318,5 +356,39 @@ def test_take_fingerprint_in_real_tensorflow():
     fp = fpm.take_fingerprint_in(sys.executable)
     tf, pkgs = fp.data["tensorflow"], fp.data["packages"]
     assert tf["version"] in (pkgs["tensorflow"], pkgs["tensorflow-cpu"])
-    assert tf["git_version"].startswith("v") and isinstance(tf["build"]["is_cuda_build"], bool)
+    assert isinstance(tf["built_with_xla"], bool) and isinstance(tf["build"]["is_cuda_build"], bool)
     assert isinstance(tf["onednn_enabled"], bool) and isinstance(tf["tensor_float_32"], bool)
+
+
+_AS_IMPORTED = """
+import json
+from tasks.runner import probe
+import tensorflow as tf
+from tensorflow.python.framework import config
+from tensorflow.python.util import _pywrap_util_port
+imported = {"version": tf.__version__, "built_with_xla": tf.test.is_built_with_xla(),
+            "xla_jit": tf.config.optimizer.get_jit() or "off", "onednn_enabled": _pywrap_util_port.IsMklEnabled(),
+            "op_determinism": config.is_op_determinism_enabled(),
+            "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "build": {k: tf.sysconfig.get_build_info().get(k, "absent") for k in probe._TF_BUILD_KEYS}}
+print(json.dumps(imported))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [{}, {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_DETERMINISTIC_OPS": "1",
+                                      "NVIDIA_TF32_OVERRIDE": "0"}])
+def test_tensorflow_facts_equal_what_imported_tensorflow_reports(env):
+    """Keys stay comparable with runs fingerprinted by importing TF: every TF field read from the package
+    equals the imported library's answer, also with the variables that change them set."""
+    import os
+
+    out = []
+    for code in ("import json; from tasks.runner import probe; print(json.dumps(probe.collect()['tensorflow']))",
+                 _AS_IMPORTED):  # two interpreters: the reading must not lean on an imported TF
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                              timeout=900, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out.append(json.loads(proc.stdout.splitlines()[-1]))
+    read, imported = out
+    assert read == imported

@@ -161,7 +161,8 @@ def test_dag_retries_the_profiled_run_later_for_a_busy_host():
     probe = ("import sys, json\nfrom airflow.dag_processing.dagbag import DagBag\n"
              "t = DagBag(dag_folder=sys.argv[1]).get_dag('perfwatch_profile').get_task('profiled_run')\n"
              "print(json.dumps({'retries': t.retries, 'delay_s': t.retry_delay.total_seconds()}))")
-    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(root)}
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "PYTHONPATH": os.pathsep.join([str(root), str(root / "dags")])}  # as Airflow's DAG bundle does
     env.setdefault("AIRFLOW_HOME", str(root / ".airflow"))
     out = subprocess.run([sys.executable, "-c", probe, str(root / "dags")], capture_output=True, text=True, env=env,
                          check=True, cwd=root)

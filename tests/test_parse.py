@@ -17,7 +17,14 @@ import pytest
 
 from tasks.analysis.profile import OP_STATS_COLUMNS, STEP_COLUMNS, ParsedProfile, cross_check
 from tasks.records import ProfiledRun
-from tasks.stages.parse import ALL_TOOLS, ProfileNotFoundError, ProfileParseError, parse_profile, parse_run
+from tasks.stages.parse import (
+    ALL_TOOLS,
+    ProfileNotFoundError,
+    ProfileParseError,
+    marker_steps,
+    parse_profile,
+    parse_run,
+)
 from tests.xplane_factory import session_profiles
 
 pytestmark = pytest.mark.slow
@@ -275,3 +282,24 @@ def test_parse_run_flags_a_window_unlike_the_measured_steps(profiles, tmp_path):
 def test_parse_run_needs_the_measured_steps(profiles, tmp_path):
     with pytest.raises(ValueError, match="no 'measured_step_times_ms'"):
         parse_run(_profiled(tmp_path, profiles["markers"], None), tmp_path)
+
+
+def test_marker_steps_read_from_the_trace(profiles, tmp_path):
+    session = _copy_session(profiles["markers"], tmp_path / "run")
+    before = _listing(tmp_path / "run")
+    assert marker_steps(sorted(session.glob("*.xplane.pb"))) == [0, 1, 2, 3, 4]  # Trace("train", step_num=i, _r=1)
+    assert _listing(tmp_path / "run") == before  # xprof's caches stay out of the profile dir
+    assert marker_steps(profiles["no_markers"].xplane_paths) == []
+
+
+def test_parse_run_without_steps_says_so_and_keeps_the_runner_timer(profiles, tmp_path):
+    """A runner profile in which xprof finds no steps: the run keeps its timings, the finding gives no advice to
+    add markers (here the trace truly holds none: the factory's run without Trace)."""
+    prof = profiles["no_markers"]
+    rec = parse_run(_profiled(tmp_path, prof, _measured_around(statistics.median(prof.step_ms))), tmp_path)
+    tables = json.loads(Path(rec.parsed_path).read_text())
+    assert rec.avg_step_time_ms is None and tables["marker_steps"] == []
+    [f] = [f for f in tables["findings"] if f["code"] == "steps_not_found"]
+    assert "holds none of the step markers" in f["message"] and "_r=1" not in f["message"]
+    assert not any(f.startswith("no_step_markers") for f in rec.findings)
+    assert tables["cross_check"]["window_steps"] == len(prof.step_ms)  # the runner's window is still checked

@@ -161,8 +161,9 @@ def test_failures_and_why(db_url, story):
 
 def test_runs_frame_keeps_its_contract(db_url, story):
     df = runs_frame(db_url, "m")
-    assert list(df.columns) == ["run_id", "started_at", "model", "version", "case", "status", "trigger",
-                                "median_step_ms", "throughput_eps", "verdict", "error"]
+    assert list(df.columns) == ["run_id", "started_at", "model", "version", "case", "mode", "batch_size",
+                                "precision", "xla", "strategy", "quantization", "inputs", "safe_mode", "status",
+                                "trigger", "median_step_ms", "throughput_eps", "verdict", "error"]
     assert list(df["run_id"]) == [story["r1"], story["r2"], story["f"], story["r3"]]  # oldest first
     assert df.iloc[2].verdict == "failed@warm-up" and df.iloc[2].error == "RunnerError: training step failed"
     assert list(runs_frame(db_url, None, last=2)["run_id"]) == [story["r3"], story["o1"]]

@@ -2,6 +2,9 @@
 -- The newest runs (optionally of one model), newest first: status, version (as pulled; the
 -- requested one when the run failed before the pull), median step time (ms, our timer),
 -- throughput (examples/s), verdict, and for failed runs the stage and error (cut at 500 characters).
+-- params is the run's Case as JSON (its axes: mode, batch_size, precision, xla, strategy, quantization);
+-- fed is what the runner fed the model (run_tables tool 'inputs': per input shape, dtype, range; NULL
+-- for failed runs and runs stored before it was kept).
 -- params: model text optional, limit integer
 -- psql:
 --   psql "$DB" -v model=NULL -v limit=50 -f sql/queries/runs.sql
@@ -11,6 +14,8 @@ SELECT r.id AS run_id,
        m.name AS model,
        COALESCE(mv.version, r.version_requested) AS version,
        r.case_name,
+       r.params,
+       it.data AS fed,
        r.status,
        r.trigger,
        r.median_step_ms,
@@ -21,6 +26,7 @@ SELECT r.id AS run_id,
 FROM runs r
 JOIN models m ON m.id = r.model_id
 LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+LEFT JOIN run_tables it ON it.run_id = r.id AND it.tool = 'inputs'
 WHERE (CAST(:model AS VARCHAR(128)) IS NULL OR m.name = :model)
 ORDER BY r.id DESC
 LIMIT :limit;

@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-from scipy import stats as sps
+if TYPE_CHECKING:  # numpy and scipy are imported where used: `perfwatch --help` reads this module's defaults
+    import numpy as np
 
 #: metric -> +1 when a higher value is slower (times), -1 when a lower value is slower (throughput).
 METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "throughput_eps": -1}
@@ -91,6 +91,8 @@ class ChangePoint:
 
 
 def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.ndarray:
+    import numpy as np
+
     if metric not in METRICS:
         raise ValueError(f"metric {metric!r}: expected one of {sorted(METRICS)}")
     if len(values) != len(run_ids):
@@ -104,10 +106,14 @@ def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.
 
 
 def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    import numpy as np
+
     lb, la = np.log(before), np.log(after)
     ratio = float(np.exp(la.mean() - lb.mean()))
     if len(lb) < 2 or len(la) < 2:
         return ratio, 0.0, math.inf
+    from scipy import stats as sps
+
     ci = sps.ttest_ind(la, lb, equal_var=False).confidence_interval(confidence)
     return ratio, float(np.exp(ci.low)), float(np.exp(ci.high))
 
@@ -133,6 +139,8 @@ def detect_change_points(values: Sequence[float], run_ids: Sequence[int], *, met
     Raises:
         ValueError: lengths differ, a value is not finite and > 0 (names its index and run), an unknown metric.
     """
+    import numpy as np
+
     x = _series(values, run_ids, metric)
     if len(x) < max(min_points, 4):
         return []
@@ -217,6 +225,8 @@ def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: 
     Raises:
         ValueError: a step time is not finite and > 0 (names which side and index), or a bad tolerance/confidence.
     """
+    import numpy as np
+
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance = {tolerance!r}: expected a fraction between 0 and 1 (0.05 = 5%)")
     if not 0.5 < confidence < 1:
@@ -234,6 +244,8 @@ def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: 
                                  "need at least 2 on each side", **base)
     ln, lt = np.log(np.asarray(now_ms, float)), np.log(np.asarray(then_ms, float))
     ratio = float(np.exp(ln.mean() - lt.mean()))
+    from scipy import stats as sps
+
     ci = sps.ttest_ind(ln, lt, equal_var=False).confidence_interval(2 * confidence - 1)
     low, high = float(np.exp(ci.low)), float(np.exp(ci.high))
     limit = 1 + tolerance

@@ -46,11 +46,15 @@ def _share_pct(avg: dict[str, float], *keys: str) -> float:
 
 
 def diagnose(parsed: ParsedProfile) -> list[Finding]:
-    """Return findings for ``parsed`` (possibly empty). Codes: ``no_step_markers``, ``cpu_only``,
+    """Return findings for ``parsed`` (possibly empty). Codes: ``no_step_markers`` (a user job's profile
+    without steps: says how to mark them), ``steps_not_found`` (xprof found no steps in a profile the runner
+    marked, ``parsed.marker_steps`` set: says so, no advice), ``cpu_only``,
     ``device_idle``, ``input_bound``, ``host_bound``, ``compile_time_large``, ``op_dominates``.
     Raises nothing for missing figures: a rule whose figure is unknown is not evaluated."""
     out: list[Finding] = []
-    if parsed.avg_step_time_ms is None:
+    if parsed.avg_step_time_ms is None and parsed.marker_steps is not None:
+        out.append(_steps_not_found(parsed.marker_steps))
+    elif parsed.avg_step_time_ms is None:
         xprof_says = next((d.message for d in parsed.diagnostics if "step marker" in d.message.lower()), "")
         out.append(Finding(
             code="no_step_markers", severity=WARNING, figure="avg_step_time_ms",
@@ -107,6 +111,22 @@ def diagnose(parsed: ParsedProfile) -> list[Finding]:
                 message=f"One op dominates {side} self-time: {top['op_name']} ({top['op_type']}) takes "
                         f"{pct:.1f}% (> {OP_DOMINANT_PCT:.0f}%)."))
     return out
+
+
+def _steps_not_found(marker_steps: list[int]) -> Finding:
+    """The ``steps_not_found`` finding: xprof found no steps in a profile whose every step the perfwatch runner
+    marked. ``value``: how many distinct marked steps the trace holds (``ParsedProfile.marker_steps``)."""
+    if marker_steps:
+        what = (f"although perfwatch's step markers are in the profile ({len(marker_steps)} marked steps, "
+                f"step_num {marker_steps[0]}..{marker_steps[-1]}): its step detection did not group them, as "
+                "happens with loops inside the step (an LSTM's while loop)")
+    else:
+        what = "and the trace holds none of the step markers the runner wraps each profiled step in"
+    return Finding(
+        code="steps_not_found", severity=INFO, figure="marker_steps", value=float(len(marker_steps)),
+        message=f"xprof found no steps in this profile {what}. The step time is the runner's timer over the "
+                "measured steps (profiler off), as for every run; xprof's per-step breakdown and input-bound "
+                "share are unknown for it, and op self-times are over the whole profiled window.")
 
 
 def diagnose_window(check: CrossCheck) -> list[Finding]:

@@ -69,6 +69,9 @@ class ParsedProfile(BaseModel):
     device_type: str | None = None  # overview_page, e.g. "CPU", "GPU"
     device_core_count: int | None = None  # overview_page; 0 on CPU-only profiles (no device planes)
     num_steps: int = 0  # steps xprof found (rows of the step table)
+    #: step numbers of the step markers in the trace (``tasks.stages.parse.marker_steps``), looked up only when
+    #: xprof found no steps in a profile the perfwatch runner marked; None: not looked (a user job's profile)
+    marker_steps: list[int] | None = None
     avg_step_time_ms: float | None = None  # mean of overview_page per-step "Step time"; None without steps
     step_time_stddev_ms: float | None = None
     step_breakdown: list[dict[str, Any]] = Field(default_factory=list)  # per step: int step + ms columns
@@ -91,6 +94,8 @@ class ParsedProfile(BaseModel):
     kernel_stats: list[dict[str, Any]] | None = None  # GPU kernels (µs); None when absent
     kernel_stats_absent_reason: str | None = None
     skipped_tools: list[SkippedTool] = Field(default_factory=list)
+    #: all-reduce / collective time per step (``tasks.analysis.collectives.collective_time``); None: not parsed
+    collectives: dict[str, Any] | None = None
     parse_seconds: float = 0.0
 
     @property
@@ -255,7 +260,7 @@ def cross_check(measured_step_ms: Sequence[float], runner_profiled_step_ms: Sequ
                      + (f": {'inside' if p_in else 'OUTSIDE'} [{p_lo:.3f}, {p_hi:.3f}] ms" if check else "")
                      + f"; xprof/runner over the window {p_med / w_med:.3f}")
     else:
-        parts.append("xprof reported no per-step times (no step markers?): only the runner's window checked")
+        parts.append("xprof reported no per-step times: only the runner's window checked")
     if not check:
         verdict = f"not checked ({len(measured)} measured steps, need {MIN_CHECK_MEASURED_STEPS})"
     else:

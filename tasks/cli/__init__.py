@@ -6,3 +6,8 @@ of commands each; ``render`` the table/csv/json/markdown output; ``history.plot_
 Rule: the command line may import every room; nothing in ``tasks/`` imports it (the Airflow UI
 plugin, outside ``tasks/``, reuses its plot).
 """
+
+#: ``tasks.records.DEFAULT_MEASURED_STEPS`` written out: option defaults are read when ``perfwatch --help``
+#: starts, and importing ``tasks.records`` (pydantic building the records) would double that start-up
+#: (``tests/test_cli_startup.py`` checks the two agree).
+DEFAULT_MEASURED_STEPS = 320

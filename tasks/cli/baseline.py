@@ -9,15 +9,14 @@ slowdown, even a run whose verdict was ``regression`` — recorded with who and 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
-from sqlalchemy import select
 
 from tasks.cli.render import Format, render
-from tasks.store import Baseline, Environment, Model, ModelVersion, Run, session_scope
-from tasks.store.writes import accept_baseline
+
+if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
+    import pandas as pd
 
 COLUMNS = ["baseline_id", "active", "case", "env_key", "run_id", "version", "run_verdict", "median_step_ms",
            "accepted_at", "accepted_by", "reason", "superseded_at"]
@@ -37,6 +36,11 @@ def baseline_frame(db_url: str, model: str, case: str | None = None) -> pd.DataF
     Raises:
         BaselineError: ``model`` is not in the store (lists the models there are).
     """
+    import pandas as pd
+    from sqlalchemy import select
+
+    from tasks.store import Baseline, Model, ModelVersion, Run, session_scope
+
     with session_scope(db_url) as s:
         if s.scalar(select(Model.id).where(Model.name == model)) is None:
             names = sorted(s.scalars(select(Model.name)))
@@ -77,6 +81,11 @@ def accept_run(db_url: str, run_id: int, by: str, reason: str) -> dict[str, Any]
         BaselineError: empty ``by`` or ``reason``; no run ``run_id``; the run failed or has no
             environment (nothing measured to compare against).
     """
+    from sqlalchemy import select
+
+    from tasks.store import Baseline, Environment, Model, Run, session_scope
+    from tasks.store.writes import accept_baseline
+
     if not by.strip() or not reason.strip():
         raise BaselineError("--by and --reason must be non-empty: who accepts the baseline, and why")
     with session_scope(db_url) as s:

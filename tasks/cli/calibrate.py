@@ -16,14 +16,16 @@ Gates measured on a busy host are archived (inconclusive, "host busy") but never
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
+from tasks.cli import DEFAULT_MEASURED_STEPS
 from tasks.cli.render import Format, render
-from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.settings import Settings
+
+if TYPE_CHECKING:  # the records are imported where used: `perfwatch --help` must stay quick
+    from tasks.records import Case
 
 
 def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict:
@@ -72,9 +74,12 @@ def register(app: typer.Typer) -> None:
 
         Exit code: 0 done; 2 a gate failed (recorded in the store) or the input is wrong.
         """
+        import pandas as pd
         from pydantic import ValidationError
 
         from tasks.cli.history import check_in_model_store, validation_message
+        from tasks.cli.main import progress_shown
+        from tasks.records import Case, RunContext
         from tasks.stages.pipeline import run_case
         from tasks.store import migrate
 
@@ -92,7 +97,8 @@ def register(app: typer.Typer) -> None:
             ctx = RunContext(dag_id="perfwatch_calibrate", dag_run_id=f"calibrate__{stamp}__{i}", trigger="calibrate",
                              case=case, paired_version=case.version)
             try:
-                bundle = run_case(ctx, settings)
+                with progress_shown():
+                    bundle = run_case(ctx, settings)
             except Exception as e:  # noqa: BLE001 - every stage error is reported (and recorded by the stage)
                 typer.echo(f"error: gate {i + 1} of {gates}: {type(e).__name__}: {e}", err=True)
                 raise typer.Exit(2) from e

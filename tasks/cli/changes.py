@@ -13,15 +13,16 @@ model or a bad option value, 0 otherwise (also when nothing is found).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
 from tasks.analysis import changes
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
-from tasks.store import migrate
+
+if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
+    import pandas as pd
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 CaseOpt = Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")]
@@ -32,6 +33,8 @@ CHANGE_COLUMNS = ["case_name", "metric", "run_id", "started_at", "version", "pre
 
 
 def _url() -> str:
+    from tasks.store import migrate
+
     url = Settings.from_env().database_url
     migrate(url)
     return url
@@ -56,6 +59,8 @@ def change_table(db_url: str, model: str, case: str | None = None, since: dt.dat
     Raises:
         LookupError: unknown model (names the models of the store).
     """
+    import pandas as pd
+
     from tasks.store.series import run_series
 
     runs = run_series(db_url, model, case, since)
@@ -127,6 +132,8 @@ def register(app: typer.Typer) -> None:
                   fmt: FormatOpt = Format.table) -> None:
         """Creep guard: each case's active baseline level (median step time of its newest accepted runs)
         against the baseline of WINDOW-DAYS ago, with a one-sided 99.5% bound."""
+        import pandas as pd
+
         from tasks.stages.trend import creep_check
         from tasks.store.series import run_series
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 
-from tasks.analysis.attribution import Attribution, attribute, window_warnings
 from tasks.cli.render import Format, render
-from tasks.records import canonical_version
-from tasks.store import reads
+
+if TYPE_CHECKING:  # the store, pandas and the analysis are imported where used: `perfwatch --help` must stay quick
+    import pandas as pd
+
+    from tasks.analysis.attribution import Attribution
 
 #: Shown op columns; the (long) op name last, so the table form keeps it readable.
 OPS_COLUMNS = ["delta_us_per_step", "relative_change", "share_of_change", "status", "baseline_us_per_step",
@@ -34,6 +35,8 @@ def _profiled_steps(params: Any) -> int | None:
 
 
 def _latest(db_url: str, model: str, version: str, case: str | None) -> list[Any]:
+    from tasks.store import reads
+
     try:
         return reads.latest_runs(db_url, model, version, case)
     except LookupError as e:
@@ -92,6 +95,11 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
     Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
     ValueError when a run records no ``profiled_steps``.
     """
+    import pandas as pd
+
+    from tasks.analysis.attribution import attribute, window_warnings
+    from tasks.store import reads
+
     to_runs = _latest(db_url, model, to_version, case)
     if not to_runs:
         raise ComparisonUnavailable(f"no successful run of {model} version {to_version}"
@@ -149,8 +157,11 @@ def register(app: typer.Typer) -> None:
         """Compare the latest successful runs of two versions: step time, throughput and verdicts; the ops
         whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
         step-time change; the change by op category; the diagnosis findings of each run."""
+        import pandas as pd
+
         from tasks.cli.history import unknown_model_message
         from tasks.cli.main import _settings
+        from tasks.records import canonical_version
 
         try:
             url = _settings().database_url

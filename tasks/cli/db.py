@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
-from tasks.store import migrate, redact
 
 
 def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> list:
@@ -57,6 +55,8 @@ def register(app: typer.Typer) -> None:
     def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")] = "head") -> None:
         """Migrate the store (PERFWATCH_DATABASE_URL) to the latest schema; idempotent, and safe to run
         from several processes at once (migrations are serialised by a lock)."""
+        from tasks.store import migrate, redact
+
         url = Settings.from_env().database_url
         migrate(url, revision)
         typer.echo(f"store at {redact(url)} is at revision {revision}")
@@ -73,7 +73,10 @@ def register(app: typer.Typer) -> None:
                  = Format.table) -> None:
         """Report half-written archive copies, archive directories without a run, runs whose archive is
         missing, and scratch leftovers; --repair removes all but the runs. Exit 1 when something is left."""
+        import pandas as pd
+
         from tasks.stages.archive import remove_leftover
+        from tasks.store import migrate, redact
 
         settings = Settings.from_env()
         migrate(settings.database_url)

@@ -12,16 +12,17 @@ table of the store named by ``PERFWATCH_DATABASE_URL``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
-from sqlalchemy import select
 
-from tasks.analysis.environment import Fingerprint, diff_fingerprints, flatten, is_comparability
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
-from tasks.store import Environment, Run, migrate, redact, session_scope
+
+if TYPE_CHECKING:  # the store, pandas and pydantic are imported where used: `perfwatch --help` must stay quick
+    import pandas as pd
+
+    from tasks.analysis.environment import Fingerprint
 
 env_app = typer.Typer(help="Environment fingerprints of stored runs: show one, diff two.", no_args_is_help=True)
 
@@ -36,6 +37,11 @@ def run_environment(db_url: str, run_id: int) -> Fingerprint:
         LookupError: no run ``run_id`` in the store, or the run has no fingerprint (it failed
             before its environment was archived); the message names the run id and the store.
     """
+    from sqlalchemy import select
+
+    from tasks.analysis.environment import Fingerprint
+    from tasks.store import Environment, Run, redact, session_scope
+
     with session_scope(db_url) as s:
         row = s.execute(select(Run.id, Run.status, Run.failed_stage, Environment.fingerprint_id,
                                Environment.comparability_key, Environment.data)
@@ -55,6 +61,10 @@ def fingerprint_frame(env: Fingerprint, *, comparability_only: bool = False) -> 
     The first two rows are the hashes (``fingerprint_id``, ``comparability_key``); then every leaf
     of ``env.data`` in record order. Values keep their JSON types (str, int, bool).
     """
+    import pandas as pd
+
+    from tasks.analysis.environment import flatten, is_comparability
+
     rows = [{"field": "fingerprint_id", "value": env.fingerprint_id, "affects_comparability": False},
             {"field": "comparability_key", "value": env.comparability_key, "affects_comparability": True}]
     rows += [{"field": path, "value": value, "affects_comparability": is_comparability(path)}
@@ -72,6 +82,10 @@ def diff_frame(old: Fingerprint, new: Fingerprint, *, include_recorded: bool = F
     missing on one side reads ``"absent"`` there. The ``recorded`` section is left out unless
     ``include_recorded``.
     """
+    import pandas as pd
+
+    from tasks.analysis.environment import diff_fingerprints
+
     changes = diff_fingerprints(old, new, include_recorded=include_recorded)
     return pd.DataFrame([c.model_dump() for c in changes], columns=["field", "old", "new", "affects_comparability"])
 
@@ -115,6 +129,8 @@ def _load(db_url: str, run_id: int) -> Fingerprint:
 
 
 def _db_url() -> str:
+    from tasks.store import migrate
+
     url = Settings.from_env().database_url
     migrate(url)
     return url

@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 
 from tasks.cli.render import Format, render
-from tasks.records import canonical_version
 from tasks.settings import Settings
-from tasks.store import migrate, queries, redact
+
+if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
+    import pandas as pd
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 SinceOpt = Annotated[str | None, typer.Option(
@@ -59,6 +59,8 @@ GATE_CODES: dict[str, int] = {
 
 def _db_url() -> str:
     """The store URL from settings, migrated to the latest schema; errors name it with the password masked."""
+    from tasks.store import migrate, queries, redact
+
     url = Settings.from_env().database_url
     try:
         migrate(url)
@@ -151,6 +153,8 @@ def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
     run's comparability key (``env_key``) differs from the previous fingerprinted run of its case: a new
     baseline history starts there. The query's own flag, 1 where any fingerprint field changed (e.g.
     only ``TF_CPP_MIN_LOG_LEVEL``, recorded for information only), is kept as ``fingerprint_changed``."""
+    import pandas as pd
+
     out = df.rename(columns={"env_changed": "fingerprint_changed"})
     changed = pd.Series(0, index=out.index, dtype="int64")
     if not out.empty:
@@ -166,6 +170,10 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
     Returns:
         (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
     """
+    import pandas as pd
+
+    from tasks.store import queries
+
     if rows.empty:
         return GATE_INCONCLUSIVE, ["no run of this version in the store"]
     codes, reasons = [], []
@@ -263,6 +271,8 @@ def register(app: typer.Typer) -> None:
                         help="Also draw step time, its p10–p90 band and the baseline over time to this PNG.")] = None,
                     fmt: FormatOpt = Format.table) -> None:
         """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90)."""
+        from tasks.store import queries
+
         try:
             url = _db_url()
             if msg := unknown_model_message(url, model):
@@ -288,6 +298,8 @@ def register(app: typer.Typer) -> None:
     def regressions_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
                         fmt: FormatOpt = Format.table) -> None:
         """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
+        from tasks.store import queries
+
         try:
             df = queries.regressions(_since(since), until, model, _known(model))
         except queries.QueryError as e:
@@ -301,6 +313,8 @@ def register(app: typer.Typer) -> None:
                      = False,
                      fmt: FormatOpt = Format.table) -> None:
         """Runs that failed and why: the stage that failed and the error, newest first."""
+        from tasks.store import queries
+
         try:
             df = queries.failures(_since(since), until, model, _known(model), limit=last)
         except queries.QueryError as e:
@@ -313,6 +327,8 @@ def register(app: typer.Typer) -> None:
     def env_changes_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
                         fmt: FormatOpt = Format.table) -> None:
         """Environment changes in a time window: runs whose fingerprint differs from the previous run."""
+        from tasks.store import queries
+
         try:
             df = queries.env_changes(_since(since), until, model, _known(model))
         except queries.QueryError as e:
@@ -329,6 +345,9 @@ def register(app: typer.Typer) -> None:
                  fmt: FormatOpt = Format.table) -> None:
         """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
         run of each case of MODEL VERSION in the store."""
+        from tasks.records import canonical_version
+        from tasks.store import queries
+
         try:
             version = canonical_version(version)
             rows = queries.run_query("gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version,
@@ -350,6 +369,8 @@ def register(app: typer.Typer) -> None:
                       "--param", "-p", help="NAME=VALUE, repeatable; e.g. -p model=tiny -p limit=10.")] = None,
                   fmt: FormatOpt = Format.table) -> None:
         """Run a named query of sql/queries with bound parameters (no name: list the queries)."""
+        from tasks.store import queries
+
         if name is None:
             render(queries.list_queries(), fmt, title="named queries (sql/queries)")
             return

@@ -2,23 +2,29 @@
 
 Every listing takes ``--format table|csv|json|markdown``. Commands read the store named by
 ``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``).
+
+Start-up: importing this module (what ``perfwatch --help`` pays) loads typer and rich but
+never pandas, SQLAlchemy (the store), scipy, Great Expectations, TensorFlow or the pydantic records; every
+command imports what it needs in its body (``tests/test_cli_startup.py`` checks it; ``bench/cli_startup.py`` times it).
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Annotated
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 from typer.core import TyperGroup
 
+from tasks.cli import DEFAULT_MEASURED_STEPS
 from tasks.cli.render import Format, render
-from tasks.records import DEFAULT_MEASURED_STEPS, Case, RunContext
 from tasks.settings import Settings
-from tasks.store import migrate
-from tasks.store.engine import StoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STORE_ERROR_EXIT = 3
 """Exit code of any command when the store cannot be used (unreachable, or migrated by a newer perfwatch)."""
@@ -31,7 +37,10 @@ class _StoreErrorsInOneLine(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except StoreError as e:
+        except Exception as e:
+            engine = sys.modules.get("tasks.store.engine")  # not loaded: no command touched the store
+            if engine is None or not isinstance(e, engine.StoreError):
+                raise
             typer.echo(f"perfwatch: {e}", err=True)
             raise typer.Exit(STORE_ERROR_EXIT) from e
 
@@ -45,9 +54,42 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, j
 
 
 def _settings() -> Settings:
+    from tasks.store import migrate
+
     s = Settings.from_env()
     migrate(s.database_url)
     return s
+
+
+@contextmanager
+def progress_shown(stream=None) -> Iterator[None]:
+    """Show a run's progress while the block runs: the stage log lines (``tasks.*`` loggers, INFO) and the
+    runner's phases (``tasks.runner.progress``: warm-up step and CV, measured steps n/N with the running
+    median, profiling, paired rounds) on ``stream`` (default stderr): as rich progress bars and log lines on
+    a terminal, as plain ``time level logger: message`` lines otherwise."""
+    import logging
+
+    from tasks.runner import progress
+
+    stream = stream or sys.stderr
+    logger = logging.getLogger("tasks")
+    level, logger.level = logger.level, logging.INFO
+    with ExitStack() as stack:
+        if stream.isatty():
+            from rich.logging import RichHandler
+
+            bar = stack.enter_context(progress.RichProgress())
+            stack.enter_context(progress.reporting(bar))
+            handler: logging.Handler = RichHandler(console=bar.progress.console, show_path=False)
+        else:
+            handler = logging.StreamHandler(stream)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.level = level
 
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
@@ -78,12 +120,18 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
 @app.command("run")
 def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model store.")],
             version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
-            batch_size: Annotated[int, typer.Option(help="Examples per training step.")] = 16,
+            batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
             measured_steps: Annotated[int, typer.Option(help="Steps timed with the profiler off (a paired gate "
                                                                  "times as many of each version).")] = DEFAULT_MEASURED_STEPS,
             profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
             paired: Annotated[bool, typer.Option(help="Re-measure the baseline version in the same process "
-                                                      "(A/B), as a release gate does.")] = False) -> None:
+                                                      "(A/B), as a release gate does.")] = False,
+            mode: Annotated[str, typer.Option(help="What a step is: train (forward, backward, update), infer "
+                                                   "(one batch's forward pass; prints latency p50/p90/p99 and "
+                                                   "throughput) or tflite.")] = "train",
+            safe_mode: Annotated[bool, typer.Option(help="Keras safe_mode when loading a .keras file; "
+                                                         "--no-safe-mode only for a model whose code (Lambda "
+                                                         "layers) you trust. Recorded with the run.")] = True) -> None:
     """Run the seven stages for one model version in this process, without Airflow.
 
     Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
@@ -95,11 +143,13 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
 
     from pydantic import ValidationError
 
+    from tasks.records import Case, RunContext
     from tasks.stages.pipeline import RegressionDetected, raise_on_regression, run_case
+    from tasks.store.engine import StoreError
 
     try:
         case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
-                    profiled_steps=profiled_steps, paired=paired)
+                    profiled_steps=profiled_steps, paired=paired, mode=mode, safe_mode=safe_mode)
     except ValidationError as e:
         from tasks.cli.history import validation_message
 
@@ -110,7 +160,8 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
                      trigger="cli", case=case)
     try:
-        bundle = run_case(ctx, _settings())
+        with progress_shown():
+            bundle = run_case(ctx, _settings())
     except StoreError:
         raise  # one line, exit STORE_ERROR_EXIT (_StoreErrorsInOneLine)
     except Exception as e:  # noqa: BLE001 - every stage error is reported, and said whether it was recorded
@@ -126,6 +177,10 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
         raise typer.Exit(2) from e
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
+    if lat := bundle["run"].get("latency_ms"):  # infer mode: the measured batches' latency (our timer)
+        typer.echo(f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
+                   f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
+                   f"throughput {lat['throughput_eps']:.1f} examples/s")
     from tasks.cli.env import env_change_summary
 
     if note := env_change_summary(bundle["verdict"]):
@@ -144,6 +199,34 @@ def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing 
 
     for p in build_store(Settings.from_env().model_store, force=force):
         typer.echo(f"model file: {p}")
+
+
+@demo_app.command("build-zoo")
+def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing models and images.")] = False) -> None:
+    """Write the model zoo (a dynamic-shape CNN, a BERT-like encoder, an SSD-like detector, an LSTM, an
+    export-only SavedModel, a Lambda-layer model: version 1 of ``zoo_*`` each) under PERFWATCH_MODEL_STORE,
+    the example TFRecord images the ``tasks.runner.pipelines`` input functions read (PERFWATCH_IMAGES, else
+    <PERFWATCH_HOME>/data/images), and ``<PERFWATCH_HOME>/zoo.yaml``: every zoo case, a config for the nightly
+    DAG (``PERFWATCH_CONFIG``)."""
+    import yaml
+
+    from tasks.records import Case
+    from tasks.runner.pipelines import images_dir
+    from tasks.runner.zoo import ZOO, build_zoo, write_images, zoo_cases
+
+    settings = Settings.from_env()
+    cases = zoo_cases()
+    for c in cases:
+        Case.model_validate(c)  # a zoo case the Case would refuse fails here, before anything is built
+    for name, path in build_zoo(settings.model_store, force=force).items():
+        typer.echo(f"{name}: {path}  ({ZOO[name].about}; modes {', '.join(ZOO[name].modes)})")
+    files = write_images(images_dir(), force=force)
+    typer.echo(f"example images: {len(files)} TFRecord files in {images_dir()}")
+    config = settings.home / "zoo.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(yaml.safe_dump({"models": cases}, sort_keys=False, default_flow_style=None))
+    typer.echo(f"zoo cases: {config} ({len(cases)} cases; run them all with PERFWATCH_CONFIG={config} and the "
+               "nightly DAG, or one with e.g. `perfwatch run zoo_lstm --mode infer`)")
 
 
 @demo_app.command("check")
@@ -171,7 +254,8 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
 
 
 # Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
-_COMMAND_MODULES: tuple[str, ...] = ("env", "compare", "history", "baseline", "db", "changes", "ingest", "calibrate")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "env", "compare", "history", "baseline", "db", "changes", "ingest", "calibrate", "publish", "sweep")
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.cli.{_name}").register(app)
 

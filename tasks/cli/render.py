@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:  # pandas is imported where a table is rendered: `perfwatch --help` must not pay for it
+    import pandas as pd
 
 
 class Format(StrEnum):
@@ -24,9 +26,7 @@ class Format(StrEnum):
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and math.isnan(v):
         return None
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    if hasattr(v, "isoformat"):
+    if hasattr(v, "isoformat"):  # datetime, pandas.Timestamp
         return v.isoformat()
     return v
 
@@ -38,6 +38,8 @@ def render(df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | N
     Floats are shown with 3 significant decimals in the table and markdown forms; csv and json
     carry full precision, None for missing values (never 0).
     """
+    import pandas as pd
+
     fmt = Format(fmt)
     console = console or Console(width=200)
     if fmt is Format.json:

@@ -1,7 +1,8 @@
 """The parent side of the runner: start ``python -m tasks.runner SPEC.json`` in a fresh interpreter.
 
 Never imports TensorFlow; the interpreter is the configured runner Python (``PERFWATCH_RUNNER_PYTHON``),
-so production can point it at a separate TF/GPU venv or container image.
+so production can point it at a separate TF/GPU venv or container image. The runner's progress lines
+(``tasks.runner.progress``) are relayed while it runs: log lines, or a progress bar on a terminal.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
+from tasks.runner import progress
 from tasks.runner.spec import RunnerError, RunnerSpec
 
 #: The pipeline stage each runner mode belongs to, as error messages name it.
@@ -34,7 +37,8 @@ def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
         limit_note: how the limit was made (e.g. ``"PERFWATCH_WARMUP_TIMEOUT_S=1800 s"``), quoted in
             the timeout error so the reader knows which setting to raise.
 
-    The process's stderr is kept in ``<out_dir>/<mode>_stderr.log`` (also when it timed out).
+    The process's stderr is kept in ``<out_dir>/<mode>_stderr.log`` (also when it timed out); its
+    progress lines on stdout are handed to ``tasks.runner.progress.report`` as they come.
 
     Raises:
         RunnerError: the process failed or timed out; the message names the stage, the model and,
@@ -52,21 +56,29 @@ def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
     stage = STAGE_OF_MODE.get(spec.mode, spec.mode)
     log = out / f"{spec.mode}_stderr.log"
-    try:
-        proc = subprocess.run([python_executable, "-m", "tasks.runner", str(spec_path)], capture_output=True,
-                              text=True, timeout=timeout_s, env=env, cwd=project_root)
-    except subprocess.TimeoutExpired as e:
-        tail = stderr_tail(e.stderr)
-        log.write_text(e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or ""))
-        raise RunnerError(f"{stage} timed out: the runner process for {spec.model_path} ran past its limit of "
-                          f"{timeout_s:.0f} s ({limit_note or 'timeout_s'}) and was killed; stderr tail:\n{tail}") from e
-    except OSError as e:
-        raise RunnerError(f"{stage}: cannot start runner interpreter {python_executable!r}: {e}") from e
-    log.write_text(proc.stderr)
+    with open(log, "w") as err:
+        try:
+            proc = subprocess.Popen([python_executable, "-m", "tasks.runner", str(spec_path)], stdout=subprocess.PIPE,
+                                    stderr=err, text=True, bufsize=1, env=env, cwd=project_root)
+        except OSError as e:
+            raise RunnerError(f"{stage}: cannot start runner interpreter {python_executable!r}: {e}") from e
+        reader = threading.Thread(target=progress.relay, args=(proc.stdout,), daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            proc.kill()
+            proc.wait()
+            raise RunnerError(f"{stage} timed out: the runner process for {spec.model_path} ran past its limit of "
+                              f"{timeout_s:.0f} s ({limit_note or 'timeout_s'}) and was killed; stderr tail:\n"
+                              f"{stderr_tail(log.read_text(errors='replace'))}") from e
+        finally:
+            reader.join(timeout=10)
+            proc.stdout.close()  # type: ignore[union-attr]
     result_file = out / "result.json"
     if not result_file.exists():
         raise RunnerError(f"{stage}: runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a "
-                          f"result; stderr tail:\n{stderr_tail(proc.stderr)}")
+                          f"result; stderr tail:\n{stderr_tail(log.read_text(errors='replace'))}")
     result = json.loads(result_file.read_text())
     if result.get("status") != "ok":
         raise RunnerError(f"runner ({spec.mode}) failed: {result.get('error')}")

@@ -8,10 +8,31 @@ does not exist here: no NVML, no GPU, TF not installed, env var unset) or ``"unk
 TF facts belong to the *runner's* interpreter, so the env-fingerprint stage runs
 ``python -m tasks.runner.probe`` there (JSON ``{"data": record}`` on stdout, and on stderr one line
 per step it starts, so a probe killed by its time limit shows where it was); hashing and comparing
-records is ``tasks.analysis.environment``'s job. TensorFlow is imported lazily, only in
-:func:`collect`. Importing it is most of the probe's time (10-25 s on the dev machine); the
-facts recorded are the ones *in effect* in that interpreter (oneDNN, XLA JIT, determinism, TF32,
-the git version of the C++ core), which only the imported library can tell, so the import stays.
+records is ``tasks.analysis.environment``'s job.
+
+TensorFlow is **not imported** (that took 15-30 s on the dev machine, most of the stage): the TF facts
+are read from the installed package that ``import tensorflow`` would load (found with
+``importlib.util.find_spec``, which imports nothing), giving the values the imported library reports:
+
+* ``version``: ``_VERSION`` of ``tensorflow/tools/pip_package/setup.py`` (the semver string TF's build
+  writes there and compiles in as ``tf.__version__``), else the distribution's version;
+* ``build``: the ``build_info`` literal of ``tensorflow/python/platform/build_info.py`` (what
+  ``tf.sysconfig.get_build_info()`` returns: CUDA/cuDNN versions, CUDA/ROCm/TensorRT build flags);
+* ``built_with_xla``, ``onednn_enabled``, ``op_determinism``, ``tensor_float_32``: TF's own C++ answers,
+  from its small pybind11 extensions (``_pywrap_util_port``, ``_pywrap_determinism``,
+  ``_pywrap_tensor_float_32_execution``) loaded on their own (about 1 s: they link the TF framework
+  library), the functions ``tf.test.is_built_with_xla``, ``IsMklEnabled``,
+  ``tf.config.experimental.is_op_determinism_enabled`` and ``tensor_float_32_execution_enabled`` call;
+  the environment variables that change them are read by that same C++ code;
+* ``xla_jit``: ``"off"``: ``tf.config.optimizer.get_jit()`` reports only a ``set_jit`` call of the same
+  process, which a fresh interpreter has not made (``tensorflow/python/eager/context.py``), so the
+  old probe read ``"off"`` every time too; XLA asked for by ``TF_XLA_FLAGS`` is in ``env_vars``, by a
+  case in its ``xla`` axis.
+
+The comparability key of an environment is therefore unchanged. ``git_version`` (not a comparability
+field) is no longer recorded: only TF's session library holds it (another second or more to load); a
+diff against an older run lists it as gone. If TensorFlow is already imported in this interpreter, its
+loaded extensions are reused.
 
 NVML: no library or no driver is ``"absent"`` (a CPU host); any other NVML failure (e.g. a
 driver/library version mismatch after a driver upgrade without a reboot) records
@@ -23,10 +44,13 @@ driver/library version mismatch after a driver upgrade without a reboot) records
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import datetime as dt
 import hashlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -88,36 +112,93 @@ def _safe(fn: Callable[..., Any], *args: Any) -> Any:
 # ---------------------------------------------------------------- tensorflow
 
 
+#: TF facts answered by TF's own C++ code: field -> (extension module under ``tensorflow/python``, function).
+_TF_NATIVE: dict[str, tuple[str, str]] = {
+    "built_with_xla": ("util._pywrap_util_port", "IsBuiltWithXLA"),
+    "onednn_enabled": ("util._pywrap_util_port", "IsMklEnabled"),
+    "op_determinism": ("util._pywrap_determinism", "is_enabled"),
+    "tensor_float_32": ("util._pywrap_tensor_float_32_execution", "is_enabled"),
+}
+_TF_FIELDS = ("version", "built_with_xla", "xla_jit", "onednn_enabled", "op_determinism", "tensor_float_32")
+
+
+def _tf_package_dir() -> Path | None:
+    """The directory of the ``tensorflow`` package ``import tensorflow`` would load, found without
+    importing it; None when there is none (also when ``sys.modules["tensorflow"]`` is None)."""
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _assigned_literal(path: Path, name: str) -> Any:
+    """The literal assigned to ``name`` at the top level of the Python file ``path``, read with ``ast``
+    (never executed); a call such as ``collections.OrderedDict([...])`` gives its first argument.
+
+    Raises:
+        FileNotFoundError: no such file; LookupError: no literal assignment to ``name`` there.
+    """
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value.args[0] if isinstance(node.value, ast.Call) and node.value.args else node.value
+            return ast.literal_eval(value)
+    raise LookupError(f"no literal assignment to {name} in {path}")
+
+
+def _tf_version(pkg: Path) -> str:
+    try:
+        return str(_assigned_literal(pkg / "tools" / "pip_package" / "setup.py", "_VERSION"))
+    except FileNotFoundError:
+        for dist in ("tensorflow", "tensorflow-cpu"):  # a wheel without setup.py: pip's spelling of it
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                return importlib.metadata.version(dist)
+        raise
+
+
+def _tf_native(pkg: Path, module: str) -> Any:
+    """TF's extension module ``tensorflow.python.<module>`` loaded from ``pkg`` on its own, without the
+    ``tensorflow`` package's Python code (registered under its full name, so a later ``import
+    tensorflow`` in this process uses it; an already loaded one is reused).
+
+    Raises:
+        FileNotFoundError: the package has no such extension; ImportError: it does not load.
+    """
+    full = f"tensorflow.python.{module}"
+    if (loaded := sys.modules.get(full)) is not None:
+        return loaded
+    where = pkg.joinpath("python", *module.split("."))
+    path = next((p for s in importlib.machinery.EXTENSION_SUFFIXES if (p := where.with_name(where.name + s)).exists()),
+                None)
+    if path is None:
+        raise FileNotFoundError(f"no extension module {where}.so in the TensorFlow package")
+    spec = importlib.util.spec_from_file_location(full, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules[full] = mod
+    return mod
+
+
 def _tensorflow_section(include: bool) -> dict:
-    getters: dict[str, Callable[[Any], Any]] = {
-        "version": lambda tf: tf.__version__,
-        "git_version": lambda tf: tf.version.GIT_VERSION,
-        "built_with_xla": lambda tf: tf.test.is_built_with_xla(),
-        "xla_jit": lambda tf: tf.config.optimizer.get_jit() or "off",
-        "onednn_enabled": lambda tf: __import__(
-            "tensorflow.python.util._pywrap_util_port", fromlist=["_"]).IsMklEnabled(),
-        "op_determinism": lambda tf: __import__(
-            "tensorflow.python.framework.config", fromlist=["_"]).is_op_determinism_enabled(),
-        "tensor_float_32": lambda tf: tf.config.experimental.tensor_float_32_execution_enabled(),
-    }
     marker = None if include else "unknown: not collected (include_tensorflow=False)"
+    pkg = None
     if include:
         try:
-            import tensorflow as tf  # lazy: never at module import time
-        except ModuleNotFoundError as exc:
-            marker = ABSENT if exc.name == "tensorflow" else _unknown(exc)
+            pkg = _tf_package_dir()
+            marker = ABSENT if pkg is None else None
         except Exception as exc:  # noqa: BLE001 - a broken TF install is recorded, not raised
             marker = _unknown(exc)
     if marker is not None:
-        return {**dict.fromkeys(getters, marker), "build": dict.fromkeys(_TF_BUILD_KEYS, marker)}
-    out = {name: _safe(get, tf) for name, get in getters.items()}
+        return {**dict.fromkeys(_TF_FIELDS, marker), "build": dict.fromkeys(_TF_BUILD_KEYS, marker)}
+    out: dict[str, Any] = {"version": _safe(_tf_version, pkg), "xla_jit": "off"}
+    for field, (module, fn) in _TF_NATIVE.items():
+        out[field] = _safe(lambda m=module, f=fn: getattr(_tf_native(pkg, m), f)())
     try:
-        info: Any = dict(tf.sysconfig.get_build_info())
+        info: Any = dict(_assigned_literal(pkg / "python" / "platform" / "build_info.py", "build_info"))
     except Exception as exc:  # noqa: BLE001
         info = _unknown(exc)
     out["build"] = {k: _jsonable(info.get(k, ABSENT)) if isinstance(info, dict) else info
                     for k in _TF_BUILD_KEYS}
-    return out
+    return {k: out[k] for k in (*_TF_FIELDS, "build")}
 
 
 # ---------------------------------------------------------------- gpu (NVML)
@@ -306,16 +387,17 @@ def _say(step: str) -> None:
 
 
 def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[str, Any]:
-    """The fingerprint record of this interpreter and host (about 0.1-0.3 s plus the TF import).
+    """The fingerprint record of this interpreter and host (about 0.1-0.3 s, plus about 1 s to load TF's
+    framework library for its C++ settings; TensorFlow's Python package is never imported).
 
-    With ``include_tensorflow=False`` TF is not imported and its fields read
+    With ``include_tensorflow=False`` TF is not read and its fields read
     ``"unknown: not collected ..."``. ``recorded.probe_id`` is a random id of this reading (it tells
     apart environments that must not be compared with any other). ``progress``: say each step on
     stderr. Never raises for missing hardware or libraries.
     """
     say = _say if progress else (lambda _step: None)
     if include_tensorflow:
-        say("importing TensorFlow (10-25 s on a 2-core host, longer under load)")
+        say("reading TensorFlow's version, build info and C++ settings from its package (about 1 s)")
     tensorflow = _tensorflow_section(include_tensorflow)
     say("reading NVML (driver and GPUs)")
     gpu = _gpu_section()
@@ -339,7 +421,7 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
 def main(argv: list[str] | None = None) -> None:
     """CLI: print the fingerprint as one line of JSON on stdout."""
     parser = argparse.ArgumentParser(prog="python -m tasks.runner.probe", description=main.__doc__)
-    parser.add_argument("--no-tensorflow", action="store_true", help="do not import TensorFlow")
+    parser.add_argument("--no-tensorflow", action="store_true", help="do not read TensorFlow's facts")
     args = parser.parse_args(argv)
     data = collect(include_tensorflow=not args.no_tensorflow, progress=True)
     sys.stdout.write(json.dumps({"data": data}) + "\n")

@@ -1,17 +1,42 @@
 """The runner process: ``python -m tasks.runner SPEC.json`` — the only code that runs TensorFlow.
 
-One process per measurement (PerfZero's rule): a fresh interpreter loads the model, builds
-synthetic inputs from its input signature through ``tf.data`` with prefetch, and runs
-training steps. Three modes:
+One process per measurement (PerfZero's rule): a fresh interpreter loads the model (a ``.keras`` file
+with the case's ``safe_mode``, or a SavedModel), feeds it the inputs it declares -- synthetic batches
+through ``tf.data`` with prefetch, shaped and ranged by the case's ``inputs``, or the case's own
+``input_fn`` pipeline (``tasks.runner.inputs``) -- and times one kind of step, the case's ``case_mode``:
+
+* ``train``: forward + backward + SGD update of a Keras model; the synthetic loss is the mean square of
+  its floating outputs (integer/string outputs stay out). A SavedModel has no training function (its
+  signatures are inference functions): refused with an error that says to use ``infer``.
+* ``infer``: the forward pass, Keras ``model(x, training=False)`` or the SavedModel's ``signature``
+  (default ``serving_default``); a step is one batch and ends when all its outputs are on the host, so
+  the step times ARE per-batch latencies (history, paired gate and GX thresholds apply unchanged), and
+  profile mode adds ``latency_ms``: p50/p90/p99/max (ms) and throughput (examples/s) of the measured
+  batches.
+* ``tflite``: the model converted with the case's ``quantization`` and one TFLite interpreter invocation
+  per batch (``tasks.runner.tflite``); latency as for ``infer``, ``tflite`` records sizes before/after and
+  the agreement with TF; no profiler window (``profile_absent_reason``).
+
+``train`` and ``infer`` run with the case's ``precision``, ``xla`` and ``strategy``
+(``tasks.runner.execution``: the loaded model rebuilt in the mixed-precision policy, the step compiled
+with XLA, the model built and run under ``MirroredStrategy``; ``PERFWATCH_CPU_LOGICAL_DEVICES`` splits
+the CPU before TF starts); ``execution`` in the result says what was built (compute dtypes, replicas,
+devices, optimizer). In profile mode the measured steps are sampled by ``tasks.runner.telemetry`` every
+``telemetry_interval_ms`` (``telemetry``: host CPU and RSS, per-GPU NVML series where NVML answers).
+
+Every result (warm-up, profile, paired) records ``case_mode``, ``inputs`` (per input name: the shape
+fed with the batch dimension, dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``),
+``safe_mode`` and ``signature``. Three runner modes:
 
 * ``warmup``: run steps until step time is steady (``tasks.runner.steady.SteadyDetector``), report
   the cold first step (tracing/compilation) and how many warm-up steps steady state took.
 * ``profile``: cold step + ``warmup_steps`` steps, then ``measured_steps`` steps timed with the
   profiler OFF, then ``profiled_steps`` steps under ``tf.profiler.experimental`` with every step
-  wrapped in ``Trace("train", step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
+  wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
 * ``paired``: the A/B release gate. Loads the baseline version (A, ``baseline_model_path``) and the
   candidate (B, ``model_path``) in this ONE process, each with its own ``tf.data`` iterator,
-  optimizer and compiled train step; runs each one's cold step and ``warmup_steps`` warm-up steps,
+  optimizer and compiled train step (which of the two is set up first is drawn per gate, ``first_built``);
+  runs each one's cold step and ``warmup_steps`` warm-up steps,
   then ``blocks`` block pairs of ``block_steps`` steps each in ABBA order (pair i is A then B for
   even i, B then A for odd i: A B B A A B ...), so process-level drift cancels within a pair and a
   linear trend cancels over each ABBA quadruple. Cost: ``2 * blocks * block_steps`` timed steps
@@ -42,15 +67,22 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tasks.runner import execution, progress
+from tasks.runner import inputs as inputs_mod
+from tasks.runner import tflite as tflite_mod
 from tasks.runner.spec import MORE, ROUND_PREFIX, STOP, RunnerError, RunnerSpec
 from tasks.runner.steady import SteadyDetector
+from tasks.runner.telemetry import Sampler
 
 
 def _gpu_other_processes() -> int | None:
@@ -139,8 +171,28 @@ def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _load(model_path: str):
-    """Load a ``.keras`` file or a SavedModel dir; return (step_fn_factory inputs)."""
+@dataclass
+class Loaded:
+    """A loaded model: ``kind`` (``keras`` or ``saved_model``), ``obj``, its inputs ``sig``, ``variables``
+    (trainable), ``forward(inputs, training)`` (inputs in ``sig``'s structure), and ``no_training``: why it
+    cannot train (None: it can)."""
+
+    kind: str
+    obj: Any
+    sig: inputs_mod.Signature
+    variables: list[Any]
+    forward: Callable[[Any, bool], Any]
+    no_training: str | None = None
+
+
+def _load(model_path: str, spec: RunnerSpec) -> Loaded:
+    """Load a ``.keras`` file (with ``spec.safe_mode``) or a SavedModel dir (its ``spec.signature``).
+
+    Raises:
+        RunnerError: nothing loadable there, the load failed (names the file; a ``safe_mode`` refusal says
+            how a trusted model is loaded), or the SavedModel has no signature ``spec.signature`` (lists
+            those it has).
+    """
     import keras
     import tensorflow as tf
 
@@ -148,96 +200,169 @@ def _load(model_path: str):
     files = [p] if p.is_file() else sorted(p.glob("*.keras"))
     if files:
         try:
-            model = keras.models.load_model(files[0], compile=False)
+            model = keras.models.load_model(files[0], compile=False, safe_mode=spec.safe_mode)
         except Exception as e:  # noqa: BLE001 - re-raised with the file named
-            raise RunnerError(f"cannot load Keras model {files[0]}: {type(e).__name__}: {e}") from e
-        specs = [(tuple(t.shape), t.dtype) for t in model.inputs]
-        return "keras", model, specs, model.trainable_variables, lambda xs: model(
-            xs if len(xs) > 1 else xs[0], training=True
-        )
+            hint = ("; if you trust this model's code (e.g. a Lambda layer), set safe_mode: false in its case "
+                    "(perfwatch run --no-safe-mode)") if spec.safe_mode and "safe_mode" in str(e) else ""
+            raise RunnerError(f"cannot load Keras model {files[0]}: {type(e).__name__}: {e}{hint}") from e
+        return Loaded("keras", model, inputs_mod.keras_signature(model), list(model.trainable_variables),
+                      lambda x, training: model(x, training=training))
     if (p / "saved_model.pb").exists():
         try:
             loaded = tf.saved_model.load(str(p))
-            fn = loaded.signatures["serving_default"]
         except Exception as e:  # noqa: BLE001
             raise RunnerError(f"cannot load SavedModel {p}: {type(e).__name__}: {e}") from e
-        names = sorted(fn.structured_input_signature[1])
-        sig = fn.structured_input_signature[1]
-        specs = [(tuple(sig[n].shape), sig[n].dtype.name) for n in names]
-        variables = list(loaded.trainable_variables)
-        return "saved_model", loaded, specs, variables, lambda xs: fn(**dict(zip(names, xs, strict=True)))
+        if spec.signature not in loaded.signatures:
+            raise RunnerError(f"SavedModel {p} has no signature {spec.signature!r}; its signatures are "
+                              f"{sorted(loaded.signatures)}")
+        fn = loaded.signatures[spec.signature]
+        why = (f"SavedModel {p} has no training function: its signatures {sorted(loaded.signatures)} are "
+               "inference functions (model.export, tf.saved_model.save), and a gradient through one is not "
+               "the model's training step; measure it with mode: infer (or bring the .keras model to time "
+               "training)")
+        return Loaded("saved_model", loaded, inputs_mod.function_signature(fn), list(fn.trainable_variables),
+                      lambda x, training: fn(**x), no_training=why)
     raise RunnerError(f"no model at {model_path}: expected a *.keras file or a SavedModel (saved_model.pb)")
 
 
-def _synthetic_batch(specs, batch_size: int, rng):
-    import numpy as np
+def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature):
+    """The batches the step pulls (``{input name: tensor}``) and the feeds they hold: the case's
+    ``input_fn`` pipeline as it is, else 4 distinct synthetic batches cycled through ``tf.data`` with
+    prefetch (``tasks.runner.inputs``)."""
+    import tensorflow as tf
 
-    xs = []
-    for shape, dtype in specs:
-        full = (batch_size, *[d if d is not None else 1 for d in shape[1:]])
-        dt = np.dtype(str(dtype))
-        if np.issubdtype(dt, np.integer):
-            xs.append(rng.integers(0, 2, size=full).astype(dt))
-        else:
-            xs.append(rng.standard_normal(full).astype(dt))
-    return xs
+    if spec.input_fn:
+        return inputs_mod.user_dataset(spec.input_fn, sig, spec.batch_size, spec.seed)
+    feeds = inputs_mod.resolve(sig, spec.inputs, spec.batch_size)
+    pool = 4  # distinct synthetic batches, cycled
+    xs = inputs_mod.synthetic(feeds, spec.batch_size * pool, spec.seed)
+    ds = (tf.data.Dataset.from_tensor_slices(xs).repeat().batch(spec.batch_size, drop_remainder=True)
+          .prefetch(tf.data.AUTOTUNE))
+    return ds, feeds
 
 
-def _build_step(spec: RunnerSpec, model_path: str | None = None):
-    """Return ``step()`` for the model at ``model_path`` (default ``spec.model_path``): one call runs
-    one compiled training step (a ``tf.function`` pulling from its own tf.data iterator) and returns
-    its time in ms, the loss on the host."""
+def _synthetic_loss(outputs):
+    """Mean square of every floating output, summed (a scalar float32): the step's cost is the model's
+    forward + backward + update; the value itself means nothing. Integer, bool and string outputs (labels,
+    argmax ids) are left out.
+
+    Raises:
+        RunnerError: the model has no floating output.
+    """
+    import tensorflow as tf
+
+    floats = [o for o in tf.nest.flatten(outputs) if o.dtype.is_floating]
+    if not floats:
+        raise RunnerError(f"the model has no floating output to build a synthetic training loss from (outputs: "
+                          f"{[o.dtype.name for o in tf.nest.flatten(outputs)]}); measure it with mode: infer")
+    return tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in floats])
+
+
+@dataclass
+class Step:
+    """One timed step: ``step()`` runs it and returns its time in ms (our timer, ends when its result is on
+    the host); ``inputs``: the feeds it takes (input name -> ``{"shape", "dtype", "min", "max"}``, batch
+    dimension first); ``source``: ``synthetic`` or the ``input_fn`` reference."""
+
+    run: Callable[[], float]
+    inputs: dict[str, dict[str, Any]]
+    source: str
+    extra: dict[str, Any] = field(default_factory=dict)  # more for the result: execution, tflite
+
+    def __call__(self) -> float:
+        return self.run()
+
+
+def _build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
+    """The step of ``spec.case_mode`` for the model at ``model_path`` (default ``spec.model_path``), a
+    ``tf.function`` pulling from its own tf.data iterator: ``train`` runs forward + backward + SGD update
+    (synthetic loss of the floating outputs) and ends when the loss is on the host; ``infer`` runs the
+    forward pass (Keras ``training=False``, or the SavedModel's ``signature``) and ends when every output
+    is on the host.
+
+    Raises:
+        RunnerError: the model cannot be loaded or fed (``tasks.runner.inputs``), cannot train in ``train``
+            mode (a SavedModel, no trainable variables: says to use ``infer``), or the mode is not here.
+    """
     import keras
-    import numpy as np
     import tensorflow as tf
 
     keras.utils.set_random_seed(spec.seed)
     if spec.deterministic:
         tf.config.experimental.enable_op_determinism()
     model_path = model_path or spec.model_path
-    kind, obj, specs, variables, forward = _load(model_path)
-    if not variables:
-        raise RunnerError(f"model {model_path} has no trainable variables: nothing to train")
-    rng = np.random.default_rng(spec.seed)
-    pool = 4  # distinct synthetic batches, cycled
-    xs = _synthetic_batch(specs, spec.batch_size * pool, rng)
-    ds = (
-        tf.data.Dataset.from_tensor_slices(tuple(xs))
-        .repeat()
-        .batch(spec.batch_size, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    iterator = iter(ds)
-    optimizer = keras.optimizers.SGD(learning_rate=1e-4)
+    if spec.case_mode == "tflite" and (spec.precision, spec.xla, spec.strategy) != ("fp32", False, "none"):
+        raise RunnerError(f"mode tflite times the TFLite interpreter: precision {spec.precision}, xla {spec.xla}, "
+                          f"strategy {spec.strategy} do not apply (use quantization); give fp32, no xla, none")
+    ex = execution.Execution(spec.precision, spec.xla, spec.strategy)
+    with ex.scope():  # the model's variables live on the strategy's devices
+        m = _in_precision(_load(model_path, spec), ex, model_path)
+    ds, feeds = _dataset(spec, m.sig)
+    inputs = {f.name: f.record() for f in feeds}
+    source = spec.input_fn or "synthetic"
 
-    @tf.function
-    def train_step(it):
-        batch = next(it)
+    if spec.case_mode == "tflite":
+        name = "model.tflite" if model_path == spec.model_path else "baseline.tflite"  # paired: A is the baseline
+        lite = tflite_mod.build(model_path, m.obj if m.kind == "keras" else None,
+                                lambda b: m.forward(m.sig.pack(b), False), ds, spec.quantization, spec.signature,
+                                Path(spec.out_dir) / name)
+        return Step(lite.run, inputs, source, extra={"tflite": lite.record})
+    ds = ex.distribute(ds)
+    if spec.case_mode == "infer":
+        infer_step = ex.step_function(lambda batch: m.forward(m.sig.pack(batch), False), ds, combine="concat")
+
+        def step() -> float:
+            t0 = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), infer_step())  # the batch ends on the host
+            return (time.perf_counter() - t0) * 1000.0
+
+        return Step(step, inputs, source, extra={"execution": ex.describe()})
+
+    if m.no_training:
+        raise RunnerError(m.no_training)
+    if not m.variables:
+        raise RunnerError(f"model {model_path} has no trainable variables: nothing to train; measure it with "
+                          "mode: infer")
+    with ex.scope():
+        optimizer = ex.optimizer(keras.optimizers.SGD(learning_rate=1e-4), m.variables)
+
+    def compute(batch):  # one replica's step (all of it without a strategy); tasks.runner.execution
         with tf.GradientTape() as tape:
-            out = forward(list(batch))
-            outs = tf.nest.flatten(out)
-            # Synthetic objective: mean square of every float output (the step's cost is the
-            # model's forward + backward + update; the loss value itself is meaningless).
-            loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in outs])
-        grads = tape.gradient(loss, variables)
-        pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
-        if kind == "keras":
-            optimizer.apply_gradients(pairs)
-        else:
-            for g, v in pairs:
-                v.assign_sub(1e-4 * g)
+            loss = _synthetic_loss(m.forward(m.sig.pack(batch), True))
+            scaled = ex.scaled(loss, optimizer)  # / replicas; x loss scale under mixed_float16
+        grads = tape.gradient(scaled, m.variables)
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, m.variables, strict=True) if g is not None])
         return loss
+
+    train_step = ex.step_function(compute, ds)
 
     def step() -> float:
         t0 = time.perf_counter()
-        loss = train_step(iterator)
+        loss = train_step()
         value = float(loss.numpy())  # sync: the step ends when its output is on the host
         elapsed = (time.perf_counter() - t0) * 1000.0
         if value != value:  # NaN loss means the step computed garbage
             raise RunnerError("training step produced a NaN loss")
         return elapsed
 
-    return step
+    return Step(step, inputs, source, extra={"execution": ex.describe()})
+
+
+def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded:
+    """``m`` computing in ``ex``'s precision: a Keras model rebuilt in its dtype policy
+    (``execution.with_precision``); a SavedModel only in fp32 (its graph fixes its dtypes).
+
+    Raises:
+        RunnerError: a SavedModel with a precision other than fp32, or the model cannot be rebuilt.
+    """
+    if m.kind != "keras":
+        ex.check_graph_model(model_path)
+        return m
+    model = ex.prepare_model(m.obj)
+    if model is m.obj:
+        return m
+    return replace(m, obj=model, sig=inputs_mod.keras_signature(model), variables=list(model.trainable_variables),
+                   forward=lambda x, training: model(x, training=training))
 
 
 def _device_peak_bytes() -> int | None:
@@ -248,26 +373,60 @@ def _device_peak_bytes() -> int | None:
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
-def _cold_step(step, model_path: str) -> float:
-    """The first (tracing/compiling) step, its failure re-raised naming the model."""
+def _cold_step(step, model_path: str, case_mode: str = "train") -> float:
+    """The first (tracing/compiling) step, its failure re-raised naming the model and the step kind."""
     try:
         return step()
     except RunnerError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise RunnerError(f"training step failed for model {model_path}: {type(e).__name__}: {e}") from e
+        kind = "inference" if case_mode == "infer" else "training"
+        raise RunnerError(f"{kind} step failed for model {model_path}: {type(e).__name__}: {e}") from e
+
+
+def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
+    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; numpy's linear interpolation):
+    ``p50``, ``p90``, ``p99``, ``max``, and ``throughput_eps``: examples/s over all of them
+    (``batch_size x len(times_ms) / total seconds``).
+
+    Raises:
+        RunnerError: ``times_ms`` is empty.
+    """
+    import numpy as np
+
+    if not times_ms:
+        raise RunnerError("no timed batches to summarise")
+    t = np.asarray(times_ms, dtype=float)
+    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
+    return {"p50": p50, "p90": p90, "p99": p99, "max": float(t.max()),
+            "throughput_eps": batch_size * len(t) / (float(t.sum()) / 1000.0)}
+
+
+def _case_record(spec: RunnerSpec, step: Step) -> dict[str, Any]:
+    """What was measured, for the result: ``case_mode``, ``inputs`` (name -> shape with batch dimension,
+    dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``), ``safe_mode``, ``signature``."""
+    return {"case_mode": spec.case_mode, "inputs": step.inputs, "input_source": step.source,
+            "safe_mode": spec.safe_mode, "signature": spec.signature, **step.extra}
 
 
 def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
     """Paired mode (module docstring): both models in this process, ABBA blocks; times in ms."""
     t_start = time.perf_counter()
     assert spec.baseline_model_path is not None  # checked by RunnerSpec
-    step_a = _build_step(spec, spec.baseline_model_path)
-    step_b = _build_step(spec, spec.model_path)
-    cold_a = _cold_step(step_a, spec.baseline_model_path)
-    cold_b = _cold_step(step_b, spec.model_path)
-    warm_a = [step_a() for _ in range(spec.warmup_steps)]
-    warm_b = [step_b() for _ in range(spec.warmup_steps)]
+    # Which version is loaded, traced and warmed up first is drawn for each gate (``first_built``): in A/A
+    # gates on the 2-core dev machine the version set up first ran about 1% faster (issue 12). A fixed order
+    # would put that bias on every gate in one direction, unseen by A/A calibration; drawn per gate it is
+    # zero-mean gate-to-gate spread, which the calibrated offset (``paired_offset_sd``) covers.
+    first_built = random.SystemRandom().choice("AB")
+    paths = {"A": spec.baseline_model_path, "B": spec.model_path}
+    setup_order = sorted("AB", key=lambda w: w != first_built)
+    steps = {who: _build_step(spec, paths[who]) for who in setup_order}
+    cold = {who: _cold_step(steps[who], paths[who], spec.case_mode) for who in setup_order}
+    warm = {}
+    for who in setup_order:
+        warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
+    step_a, step_b = steps["A"], steps["B"]
+    cold_a, cold_b, warm_a, warm_b = cold["A"], cold["B"], warm["A"], warm["B"]
     blocks: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     per_round = spec.round_pairs or spec.blocks
@@ -301,10 +460,12 @@ def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
         if command != MORE:
             raise RunnerError(f"paired mode: unknown command {command!r} on stdin after round {info['round']}; "
                               f"expected {MORE!r} or {STOP!r}")
-    return {"mode": "paired", "batch_size": spec.batch_size, "seed": spec.seed,
+    return {"mode": "paired", **_case_record(spec, step_b), "a_inputs": step_a.inputs,
+            "batch_size": spec.batch_size, "seed": spec.seed,
             "deterministic": spec.deterministic, "baseline_model_path": spec.baseline_model_path,
             "candidate_model_path": spec.model_path, "cold_step_ms": cold_b, "a_cold_step_ms": cold_a,
-            "b_cold_step_ms": cold_b, "a_warmup_step_times_ms": warm_a, "b_warmup_step_times_ms": warm_b,
+            "b_cold_step_ms": cold_b, "first_built": first_built, "a_warmup_step_times_ms": warm_a,
+            "b_warmup_step_times_ms": warm_b,
             "block_steps": spec.block_steps, "blocks": blocks, "max_blocks": spec.blocks,
             "round_pairs": spec.round_pairs, "rounds": rounds, "stopped_by": stopped_by,
             "host_load": phase.result(), "pairs_wall_s": time.perf_counter() - t_pairs,
@@ -328,40 +489,56 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     """
     import tensorflow as tf
 
+    execution.configure_devices()  # PERFWATCH_CPU_LOGICAL_DEVICES, before TF initialises
+    progress.emit("start", text=f"{spec.mode}: TensorFlow imported; loading the model and tracing its first step")
     if spec.mode == "paired":
         return _run_paired(spec)
     t_start = time.perf_counter()
     step = _build_step(spec)
-    cold_ms = _cold_step(step, spec.model_path)
-    result: dict[str, Any] = {"mode": spec.mode, "cold_step_ms": cold_ms, "batch_size": spec.batch_size,
-                              "seed": spec.seed, "deterministic": spec.deterministic}
+    cold_ms = _cold_step(step, spec.model_path, spec.case_mode)
+    result: dict[str, Any] = {"mode": spec.mode, **_case_record(spec, step), "cold_step_ms": cold_ms,
+                              "batch_size": spec.batch_size, "seed": spec.seed, "deterministic": spec.deterministic}
     if spec.mode == "warmup":
         det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max,
                              max_steps=spec.warmup_max_steps)
         times = []
+        ticker = progress.Ticker("warm-up", spec.warmup_max_steps, open_ended=True, cv_max=spec.warmup_cv_max)
         while True:
             times.append(step())
-            if det.add(times[-1]):
+            over = det.add(times[-1])
+            ticker.tick(times[-1], cv=det.result().final_cv)
+            if over:
                 break
         res = det.result()
+        ticker.done(cv=res.final_cv)
         result.update(warmup_step_times_ms=times, warmup_steps=res.warmup_steps, steady=res.steady,
                       final_cv=res.final_cv, reason=res.reason)
     else:
-        warm = [step() for _ in range(spec.warmup_steps)]
+        warm = progress.run_steps("warm-up", step, spec.warmup_steps)
         load = HostLoad().start()
-        measured = [step() for _ in range(spec.measured_steps)]
+        sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
+        counted = sampler.count(step)
+        measured = progress.run_steps("measure", counted, spec.measured_steps)
+        result["telemetry"] = sampler.stop()
         result["host_load"] = load.result()
+        if spec.case_mode in ("infer", "tflite"):
+            result["latency_ms"] = latency_summary(measured, spec.batch_size)
         logdir = Path(spec.out_dir) / "profile"
         logdir.mkdir(parents=True, exist_ok=True)
         profiled: list[float] = []
         t_prof = time.perf_counter()
-        tf.profiler.experimental.start(str(logdir))
-        try:
-            for i in range(spec.profiled_steps):
-                with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
-                    profiled.append(step())
-        finally:
-            tf.profiler.experimental.stop()
+        if spec.case_mode == "tflite":  # the TF profiler cannot see the TFLite interpreter: no window
+            result["profile_absent_reason"] = tflite_mod.PROFILE_ABSENT_REASON
+        else:
+            progress.emit("profile", n=0, of=spec.profiled_steps,
+                          text=f"{spec.profiled_steps} steps under the TF profiler, then writing the XSpace")
+            tf.profiler.experimental.start(str(logdir))
+            try:
+                for i in range(spec.profiled_steps):
+                    with tf.profiler.experimental.Trace(spec.case_mode, step_num=i, _r=1):
+                        profiled.append(step())
+            finally:
+                tf.profiler.experimental.stop()
         result.update(warmup_step_times_ms=warm, measured_step_times_ms=measured,
                       profiled_step_times_ms=profiled, profile_dir=str(logdir),
                       profiled_window_s=time.perf_counter() - t_prof)

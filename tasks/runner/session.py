@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tasks.runner import progress
 from tasks.runner.spec import MORE, ROUND_PREFIX, STOP, RunnerError, RunnerSpec
 
 
@@ -97,6 +98,9 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
                                       f"({limit_note or 'timeout_s'}) and was killed; stderr tail:\n{_tail(log)}") from None
                 if line is None:
                     break
+                if (event := progress.parse_line(line)) is not None:
+                    progress.report(event)  # the runner's warm-up progress (tasks.runner.progress)
+                    continue
                 if not line.startswith(ROUND_PREFIX):
                     continue
                 try:
@@ -104,6 +108,8 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
                 except json.JSONDecodeError as e:
                     raise RunnerError(f"{what} wrote a malformed round line ({e}): {line[:200]!r}") from e
                 go_on = on_round(info)
+                progress.report({"phase": "paired", "round": info.get("round"), "n": info.get("pairs"), "of": spec.blocks,
+                                 "decision": None if info.get("final") or go_on else "the interval decides: stopping"})
                 if not info.get("final"):
                     proc.stdin.write((MORE if go_on else STOP) + "\n")  # type: ignore[union-attr]
                     proc.stdin.flush()  # type: ignore[union-attr]

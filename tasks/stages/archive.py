@@ -1,8 +1,11 @@
 """archive: keep the evidence — one SQL transaction and a TensorBoard-openable profile archive.
 
 The profile directory is copied to ``<archive>/<model>/<run dir>/plugins/profile/...`` so that
-``tensorboard --logdir <archive>/<model>`` lists every run of the model. Staging, copy, the store
-transaction and the cleanup sit in one guarded block: the copy is written to ``<run dir>.partial``
+``tensorboard --logdir <archive>/<model>`` lists every run of the model, each as a session named
+by :func:`run_dir_name` (``run000123_20261130T1500_v2_train-bs16_1a2b3c4d``: run id first, so the
+sessions sort by time; directories archived under the earlier ``<case>__v<version>__<dag>__<run>``
+names stay where they are and their stored URIs keep pointing there). Staging, copy, the store
+transaction and the cleanup sit in one guarded block: the copy is written to ``<staging>.partial``
 (with an owner file naming host, pid and start time), moved into place inside the store
 transaction, and on any failure (a full disk, a lost store, an interrupt) the partial copy is
 deleted, so neither a half-written archive nor an orphan artifact is left. A copy left by a killed
@@ -116,6 +119,22 @@ def partial_state(fs, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[b
     return False, f"{where}, {age:.0f} s old (stale after {grace_s:.0f} s)"
 
 
+def run_key(ctx: RunContext) -> str:
+    """8 hex digits of the sha256 of the run's identity (dag_id, dag_run_id, case): the last part of
+    its archive directory's name, by which a retried archive finds the copy an earlier attempt of the
+    same run moved into place without committing."""
+    return hashlib.sha256(f"{ctx.dag_id}\0{ctx.dag_run_id}\0{ctx.case.name}".encode()).hexdigest()[:8]
+
+
+def run_dir_name(run_id: int, ctx: RunContext, version: str) -> str:
+    """The archive directory (and TensorBoard session) name of a stored run:
+    ``run<run id, 6+ digits>_<DAG run start, UTC, %Y%m%dT%H%M>_v<version>_<case>_<run_key>``, e.g.
+    ``run000123_20261130T1500_v2_train-bs16_1a2b3c4d``; names sort by run id, i.e. by when the runs
+    were stored (``safe_name`` keeps it one directory name)."""
+    stamp = ctx.started_at.astimezone(dt.UTC).strftime("%Y%m%dT%H%M")
+    return safe_name(f"run{run_id:06d}_{stamp}_v{version}_{ctx.case.name}_{run_key(ctx)}")
+
+
 def _remove(fs, path: str) -> None:
     """Remove ``path`` if it exists; a failure is logged, never raised (cleanup must not mask the cause)."""
     try:
@@ -174,36 +193,47 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
     xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
     gx_result = (json.loads(Path(verdict.gx_results_path).read_text()) if verdict.gx_results_path
                  else verdict.evidence.get("gx", {}))
-    run_dir_name = safe_name(f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}")
     fs, root = fsspec.core.url_to_fs(archive_root)
-    final = f"{root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
-    staging = final + PARTIAL_SUFFIX
-    archive_uri = final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{run_dir_name}"
-    artifacts = [("xplane", f"{archive_uri}/{x.relative_to(run.profile_dir).as_posix()}", x.stat().st_size,
-                  _sha256(x)) for x in xplanes]
+    model_dir = f"{root.rstrip('/')}/{ctx.case.model}"
+    staging = f"{model_dir}/{safe_name(f'{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}')}"
+    staging += PARTIAL_SUFFIX
+    key = run_key(ctx)
+    artifacts = [("xplane", x.relative_to(run.profile_dir).as_posix(), x.stat().st_size, _sha256(x)) for x in xplanes]
     sweep_partials(archive_root)
-    moved = False
+    final: str | None = None  # the directory named after the run id (known inside the store transaction)
+    moved: str | None = None  # where the copy lies once moved into place
+
+    def name_for(run_id: int) -> str:  # called by store_run with the new run's id
+        nonlocal final
+        name = run_dir_name(run_id, ctx, pulled.version)
+        final = f"{model_dir}/{name}"
+        return final if "://" not in archive_root else f"{archive_root.rstrip('/')}/{ctx.case.model}/{name}"
 
     def move_into_place() -> None:  # inside the store transaction; again on a retried transaction
         nonlocal moved
-        if moved:
+        if moved == final:
             return
-        fs.rm(f"{staging}/{OWNER_FILE}")
-        if fs.exists(final):  # an orphan copy of an earlier attempt that died before its commit
+        if moved is None:
+            fs.rm(f"{staging}/{OWNER_FILE}")
+        if fs.exists(final):  # an orphan copy that died before its commit with the same run id
             fs.rm(final, recursive=True)
-        fs.mv(staging, final, recursive=True)
-        moved = True
+        fs.mv(moved or staging, final, recursive=True)  # a retried transaction may bring a new run id
+        moved = final
+        for other in fs.ls(model_dir, detail=False):  # copies of earlier attempts of this run, never committed
+            if other.rstrip("/").endswith(f"_{key}") and other.rstrip("/") != final:
+                _remove(fs, other)
 
     try:
         _remove(fs, staging)  # this run's own earlier attempt
         fs.makedirs(staging, exist_ok=True)
         fs.pipe_file(f"{staging}/{OWNER_FILE}", json.dumps(_owner()).encode())
-        fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
+        if (Path(run.profile_dir) / "plugins").is_dir():  # a tflite run has no profile to keep
+            fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
         for name, local in (extra_dirs or {}).items():
             fs.put(local, f"{staging}/{name}", recursive=True)
         run_id = store_run(db_url, ctx, pulled, env, warmup, run, parsed, verdict, samples=samples,
                            parsed_tables=parsed_tables, gx_result=gx_result, artifacts=artifacts,
-                           archive_uri=archive_uri, auto_accept=auto_accept, before_commit=move_into_place)
+                           archive_uri=name_for, auto_accept=auto_accept, before_commit=move_into_place)
     except SuccessAlreadyStored:  # a concurrent attempt stored it first: keep theirs
         _remove(fs, staging)
         done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
@@ -211,9 +241,9 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
     except BaseException:
         _remove(fs, staging)
         if moved:  # moved into place, then the commit failed
-            _remove(fs, final)
+            _remove(fs, moved)
         raise
-    return ArchiveRecord(run_id=run_id, archive_uri=archive_uri, verdict=verdict.verdict)
+    return ArchiveRecord(run_id=run_id, archive_uri=name_for(run_id), verdict=verdict.verdict)
 
 
 # ------------------------------------------------------------------------------------- perfwatch db check

@@ -68,9 +68,10 @@ class MeasurementRejected(ValueError):
 
 
 def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list[float] | None,
-              parsed_tables: dict[str, Any], gx_dir: Path) -> tuple[dict[str, expectations.GxOutcome], Path]:
+              parsed_tables: dict[str, Any], gx_dir: Path,
+              docs_title: str | None) -> tuple[dict[str, expectations.GxOutcome], Path]:
     """Run the GX suites (step samples' data quality, paired blocks' data quality, the verdict's result
-    table, op table), render Data Docs under ``gx_dir`` and write the full results to
+    table, op table), render Data Docs (named ``docs_title``) under ``gx_dir`` and write the full results to
     ``gx_dir/validation_results.json``."""
     outcomes = {"step_times": expectations.validate_step_times(measured, min_rows=case.measured_steps)}
     if paired_steps is not None:
@@ -84,7 +85,7 @@ def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list
             host_busy=bool((d.evidence.get("noise") or {}).get("busy")))
     outcomes["op_stats"] = expectations.validate_op_table(pd.DataFrame(
         parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]))
-    expectations.render_data_docs(outcomes, gx_dir)
+    expectations.render_data_docs(outcomes, gx_dir, title=docs_title)
     # The full GX validation results (KBs each) go to a file archived with the run and into the
     # store by the archive stage; the verdict that travels through XCom carries their summary.
     gx_results = gx_dir / "validation_results.json"
@@ -93,10 +94,11 @@ def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list
 
 
 def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, parsed: ParseRecord,
-                     work_dir: str | Path) -> CompareRecord:
+                     work_dir: str | Path, *, docs_title: str | None = None) -> CompareRecord:
     """Compare the run's measured step times with its baseline and validate them with GX.
 
-    Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run). Whenever a baseline
+    Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run), headed ``docs_title``
+    (``expectations.data_docs_title``: model, version, case and DAG run). Whenever a baseline
     run exists (any verdict), ``evidence["attribution"]`` holds the op-level attribution of the change
     against the newest one (``tasks.analysis.attribution.attribute_against_run``: µs per profiled step).
 
@@ -117,7 +119,8 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
                noise=run.noise)
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
-    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx")
+    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx",
+                                   docs_title)
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
     evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,12 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.records import RunContext
+
 os.environ["GX_ANALYTICS_ENABLED"] = "false"  # must be set before great_expectations is imported
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["GxFailure", "GxOutcome", "render_data_docs", "step_time_expectations", "validate_op_table", "validate_step_times",
+__all__ = ["GxFailure", "GxOutcome", "data_docs_title", "render_data_docs", "step_time_expectations", "validate_op_table", "validate_step_times",
            "validate_verdict", "verdict_expectations", "STEP_SUITE", "OP_SUITE", "VERDICT_SUITE", "STEP_COLUMN",
            "OP_COLUMNS", "VERDICT_COLUMNS", "THRESHOLD_PARAM"]
 
@@ -254,14 +257,24 @@ def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:
     return _run(op_df, OP_SUITE, exps, None)
 
 
-def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | Path) -> Path:
+def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | Path, *,
+                     title: str | None = None) -> Path:
     """Write GX Data Docs HTML for validation results into ``target_dir``; return its index.html.
+
+    The index is headed "Data Docs | <title>"; every result page names ``title`` as its run name and the
+    outcome's name as its data asset; each suite's page (``expectations/<suite>.html``, linked from the
+    index and the result pages) is built from the expectations the result holds, so every link between
+    the pages resolves inside ``target_dir`` (all relative: the site can be moved or archived whole).
+    Two results of one suite with different expectations (e.g. ``min_rows``) get a page each, the
+    second suite named ``<suite>_<name>``.
 
     Args:
         outcomes: name -> a :class:`GxOutcome`, a GX ``ExpectationSuiteValidationResult``, or
-            its ``to_json_dict()`` dict. The name becomes the run name (and the file name) of
-            the result's page under ``validations/<suite>/<name>/``.
+            its ``to_json_dict()`` dict. The name becomes the batch id (and the file name) of the
+            result's page under ``validations/<suite>/<title>/<time>/<name>.html``.
         target_dir: directory for the site (created if missing); nothing is written elsewhere.
+        title: what the results are of, e.g. :func:`data_docs_title`'s "resnet v2 train-bs16, DAG run
+            perfwatch_profile/manual__2026-11-30T15:00:00+00:00"; default "perfwatch".
 
     Returns:
         Path of ``<target_dir>/index.html``.
@@ -269,6 +282,7 @@ def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | 
     Raises:
         ValueError: ``outcomes`` is empty or an entry is not a validation result.
     """
+    import great_expectations as gx
     from great_expectations.core import ExpectationSuiteValidationResult
     from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResultSchema
     from great_expectations.core.run_identifier import RunIdentifier
@@ -279,26 +293,61 @@ def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | 
 
     if not outcomes:
         raise ValueError("outcomes: nothing to render")
+    title = title or "perfwatch"
     target = Path(target_dir).resolve()
     target.mkdir(parents=True, exist_ok=True)
     ctx = _context()
-    ctx.variables.data_docs_sites = {"perfwatch": {  # replaces the default site (a temp dir)
+    ctx.variables.data_docs_sites = {title: {  # replaces the default site (a temp dir); its name heads the index
         "class_name": "SiteBuilder",
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(target)}}}
     now = datetime.now(UTC)
+    run_name = _file_part(title)
+    suites: dict[str, list] = {}
     for name, item in outcomes.items():
         raw = item.result_json if isinstance(item, GxOutcome) else item
-        if isinstance(raw, dict):
-            try:
-                raw = ExpectationSuiteValidationResultSchema().load(raw)
-            except Exception as e:  # noqa: BLE001 - marshmallow/GX errors vary
-                raise ValueError(f"outcomes[{name!r}]: not a GX validation result ({e})") from e
-        if not isinstance(raw, ExpectationSuiteValidationResult):
+        if isinstance(raw, ExpectationSuiteValidationResult):
+            raw = raw.to_json_dict()
+        if not isinstance(raw, dict):
             raise ValueError(f"outcomes[{name!r}]: not a GX validation result ({type(item).__name__})")
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)) or "result"
-        key = ValidationResultIdentifier(ExpectationSuiteIdentifier(raw.suite_name or "suite"),
-                                         RunIdentifier(run_name=safe, run_time=now), safe)
+        try:
+            raw = ExpectationSuiteValidationResultSchema().load(json.loads(json.dumps(raw, default=str)))
+        except Exception as e:  # noqa: BLE001 - marshmallow/GX errors vary
+            raise ValueError(f"outcomes[{name!r}]: not a GX validation result ({e})") from e
+        safe = _file_part(name) or "result"
+        configs = [{k: v for k, v in r.expectation_config.to_json_dict().items() if k in ("type", "kwargs", "meta", "notes")}
+                   for r in raw.results]
+        for c in configs:
+            c["kwargs"] = {k: v for k, v in c["kwargs"].items() if k != "batch_id"}
+        suite = raw.suite_name or "suite"
+        if suites.get(suite, configs) != configs:
+            suite = f"{suite}_{safe}"
+        if suite not in suites:
+            suites[suite] = configs
+            ctx.suites.add(gx.ExpectationSuite(name=suite, expectations=configs))
+        raw.suite_name = suite
+        raw.meta["run_id"] = RunIdentifier(run_name=title, run_time=now)
+        raw.meta["batch_spec"] = {**(raw.meta.get("batch_spec") or {}), "data_asset_name": name}
+        key = ValidationResultIdentifier(ExpectationSuiteIdentifier(suite), RunIdentifier(run_name=run_name, run_time=now),
+                                         safe)
         ctx.validation_results_store.set(key, raw)
-    ctx.build_data_docs(site_names=["perfwatch"])
+    ctx.build_data_docs(site_names=[title])
+    # GX 1.x's result pages (validations/<suite>/<run>/<time>/<name>.html) link the favicon one level too
+    # high, at validations/static/images/ (GX issue #1943): put a copy there so every link resolves.
+    icon = target / "static" / "images" / "favicon.ico"
+    if icon.is_file():
+        (target / "validations" / "static" / "images").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(icon, target / "validations" / "static" / "images" / "favicon.ico")
     return target / "index.html"
+
+
+def _file_part(text: str) -> str:
+    """``text`` as an ASCII file-name part: runs of other characters become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_")
+
+
+def data_docs_title(ctx: RunContext, version: str) -> str:
+    """The name a run's Data Docs carry: ``"<model> v<version> <case>, DAG run <dag_id>/<dag_run_id>"``
+    (``version``: the version pulled, e.g. ``2`` for a requested ``latest``), e.g.
+    ``"resnet v2 train-bs16, DAG run perfwatch_profile/manual__2026-11-30T15:00:00+00:00"``."""
+    return f"{ctx.case.model} v{version} {ctx.case.name}, DAG run {ctx.dag_id}/{ctx.dag_run_id}"

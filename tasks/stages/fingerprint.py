@@ -2,7 +2,9 @@
 
 The record comes from ``python -m tasks.runner.probe`` run by the configured runner Python (TF facts
 belong to that interpreter, not to the Airflow worker); ``tasks.analysis.environment`` hashes it into
-``fingerprint_id`` and ``comparability_key``.
+``fingerprint_id`` and ``comparability_key``. The probe reads TensorFlow's facts from its installed
+package without importing it (``tasks.runner.probe``), so the stage costs a few seconds, not the
+15-30 s of ``import tensorflow`` (``bench/fingerprint.py`` times the whole subprocess).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from tasks.settings import Settings
 def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
     """Fingerprint this interpreter and host in-process (``tasks.runner.probe.collect``, hashed).
 
-    With ``include_tensorflow=False`` TF is not imported and its fields read
-    ``"unknown: not collected ..."``. Never raises for missing hardware or libraries.
+    TensorFlow is read from its package files, never imported; with ``include_tensorflow=False`` it is
+    not read and its fields read ``"unknown: not collected ..."``. Never raises for missing hardware or
+    libraries.
     """
     return Fingerprint.from_data(probe.collect(include_tensorflow=include_tensorflow))
 
@@ -34,8 +37,8 @@ def take_fingerprint_in(python_executable: str, timeout_s: float | None = None,
 
     ``env`` (default: this process's environment) is the runner's environment; this package's root
     is prepended to PYTHONPATH. ``timeout_s`` (s) defaults to ``PERFWATCH_FINGERPRINT_TIMEOUT_S``
-    (:data:`tasks.settings.TIMEOUT_DEFAULTS`: importing TensorFlow takes 10-25 s on the dev machine,
-    several times that under load).
+    (:data:`tasks.settings.TIMEOUT_DEFAULTS`; the probe takes 2-4 s on the dev machine, several times
+    that under load).
 
     Raises:
         RuntimeError: the interpreter cannot start, exits non-zero, runs past its limit (the message

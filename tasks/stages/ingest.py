@@ -55,6 +55,7 @@ from tasks.records import (
 from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
+from tasks.stages.expectations import data_docs_title
 from tasks.stages.parse import ProfileNotFoundError, find_xplanes, parse_profile
 from tasks.store import migrate
 from tasks.store.reads import stored_run
@@ -226,7 +227,8 @@ def ingest_profile(logdir: str | Path, model: str, version: str, *, case_name: s
                                 findings=[f"{f.code}: {f.message}" for f in findings], cross_check_ratio=None,
                                 cross_check_ok=None)
         stage = "baseline-compare"
-        verdict = baseline_compare(settings.database_url, ctx.case, env, run, parse_rec, work)
+        verdict = baseline_compare(settings.database_url, ctx.case, env, run, parse_rec, work,
+                                   docs_title=data_docs_title(ctx, case.version))
         verdict = verdict.model_copy(update={"evidence": {**verdict.evidence, "step_time_source": STEP_TIME_SOURCE,
                                                           "source": "external"}})
         stage = "archive"

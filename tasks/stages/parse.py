@@ -27,10 +27,12 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tasks.analysis.collectives import collective_time
 from tasks.analysis.diagnose import diagnose, diagnose_window
 from tasks.analysis.profile import (
     IDLE_OP,
@@ -47,6 +49,8 @@ from tasks.records import ParseRecord, ProfiledRun
 OVERVIEW, OP_STATS, INPUT_PIPELINE, MEMORY, KERNELS = (
     "overview_page", "framework_op_stats", "input_pipeline_analyzer", "memory_profile", "kernel_stats")
 ALL_TOOLS: tuple[str, ...] = (OVERVIEW, OP_STATS, INPUT_PIPELINE, MEMORY, KERNELS)
+#: Trace events (step markers), read only when overview_page found no steps in a runner's profile.
+TRACE = "trace_viewer"
 #: Tools still run on profiles over ``max_full_parse_bytes`` (the summary tables).
 SUMMARY_TOOLS: frozenset[str] = frozenset({OVERVIEW, OP_STATS})
 #: Tools whose failure fails the parse; failures of the others are recorded in ``skipped_tools``.
@@ -257,6 +261,38 @@ def _memory_records(host: str, data: Any) -> list[dict[str, Any]]:
     return recs
 
 
+@contextmanager
+def _private_links(paths: Sequence[Path]) -> Iterator[list[Path]]:
+    """Symlinks (copies where links are unavailable) to ``paths`` in a private temporary directory, removed
+    afterwards: xprof's converters write caches next to what they read, and the archive must stay clean."""
+    with tempfile.TemporaryDirectory(prefix="perfwatch-parse-") as work:
+        links = []
+        for p in paths:
+            link = Path(work) / Path(p).name
+            try:
+                os.symlink(Path(p).resolve(), link)
+            except OSError:
+                shutil.copyfile(p, link)
+            links.append(link)
+        yield links
+
+
+def marker_steps(xplane_paths: Sequence[str | Path]) -> list[int]:
+    """The step numbers of the step markers in a profile: the trace events with a ``step_num`` argument, as
+    ``tf.profiler.experimental.Trace(name, step_num=i, _r=1)`` records them, read from xprof's own
+    ``trace_viewer`` converter (never by parsing XSpace by hand); sorted, each once. Empty when the trace
+    holds none. Used when overview_page found no steps in a profile whose steps perfwatch marked, to tell
+    "xprof could not group the marked steps" (loops inside the step, e.g. an LSTM) from "no markers".
+
+    Raises ProfileParseError (with xprof's message) when the converter fails.
+    """
+    with _private_links([Path(p) for p in xplane_paths]) as links:
+        trace = _run_tool(links, TRACE) or {}
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else []
+    nums = (str((e.get("args") or {}).get("step_num", "")) for e in events if isinstance(e, dict))
+    return sorted({int(n) for n in nums if n.isdigit()})
+
+
 # --------------------------------------------------------------------------------------------- API
 
 
@@ -304,15 +340,7 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
         else:
             run.append(tool)
 
-    with tempfile.TemporaryDirectory(prefix="perfwatch-parse-") as work:
-        links = []
-        for p in paths:  # converters write caches next to what they read: keep that out of the archive
-            link = Path(work) / p.name
-            try:
-                os.symlink(p.resolve(), link)
-            except OSError:
-                shutil.copyfile(p, link)
-            links.append(link)
+    with _private_links(paths) as links:
         for tool in run:
             if tool == KERNELS and out.get("hardware_type") == "CPU_ONLY":  # overview_page ran first
                 out["kernel_stats_absent_reason"] = "CPU-only profile (overview_page hardware type CPU_ONLY): " \
@@ -350,6 +378,10 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
                                       (KERNELS, "kernel_stats", "kernel_stats_absent_reason")):
         if out.get(field) is None and not out.get(reason_field):
             out[reason_field] = next((f"not run: {s.reason}" for s in skipped if s.tool == tool), "not run")
+    has_device = bool(out.get("device_core_count")) and out.get("hardware_type") not in (None, "CPU_ONLY")
+    out["collectives"] = collective_time(out.get("op_stats", []), out.get("num_steps", 0),
+                                         [s["device_collectives_ms"] for s in out.get("step_breakdown", [])]
+                                         if has_device else None)
     out["parse_seconds"] = time.perf_counter() - t0
     return ParsedProfile(**out)
 
@@ -357,20 +389,33 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
 def parse_run(run: ProfiledRun, work_dir: str | Path, *,
               max_full_parse_bytes: int = 200 * 2**20) -> ParseRecord:
     """The pipeline's parse stage: parse ``run.profile_dir`` (a ``tasks.records.ProfiledRun``), diagnose it,
-    check the profiled window against the measured steps it stands for (``tasks.analysis.profile.cross_check``:
+    look for the runner's step markers when xprof found no steps (:func:`marker_steps`, in ``marker_steps`` of the
+    parsed profile: the ``steps_not_found`` finding then says so instead of advising markers), check the
+    profiled window against the measured steps it stands for (``tasks.analysis.profile.cross_check``:
     the runner's ``profiled_step_times_ms`` and xprof's per-step step times against the distribution of the
     runner's ``measured_step_times_ms``, all ms, read from ``run.samples_path``; an unrepresentative window
     adds the ``unrepresentative_window`` finding), and write every table to ``<work_dir>/parse/parsed.json``
     (ParsedProfile fields plus ``findings`` and ``cross_check``). Returns a ``tasks.records.ParseRecord`` whose
     ``cross_check_ratio`` is the window's median / the measured median (runner timer) and ``cross_check_ok``
-    whether the window is representative (None: not checkable).
+    whether the window is representative (None: not checkable). A run whose runner says it ran no profiler
+    window (``profile_absent_reason``, a tflite run) gets a record with every profile figure None and the
+    ``no_profile`` finding, never zeros. The parsed profile's ``collectives`` holds the all-reduce /
+    collective time per step (``tasks.analysis.collectives``; None where the profile has none).
 
     Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), OSError when the runner's
     samples file is missing or unreadable, and ValueError when it lacks the measured or profiled step times
     (names the file and the key) or holds a non-positive one.
     """
-    parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
     samples = json.loads(Path(run.samples_path).read_text())
+    if samples.get("profile_absent_reason"):  # the runner ran no profiler window (a tflite run)
+        return _no_profile(samples["profile_absent_reason"], work_dir)
+    parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
+    if parsed.avg_step_time_ms is None:  # xprof found no steps, though the runner marks every profiled step
+        try:
+            parsed = parsed.model_copy(update={"marker_steps": marker_steps(parsed.xplane_paths)})
+        except ProfileParseError as e:
+            parsed = parsed.model_copy(update={"diagnostics": [*parsed.diagnostics, Diagnostic(
+                tool=TRACE, severity="WARNING", message=f"could not look for the runner's step markers: {e}")]})
     for key in ("measured_step_times_ms", "profiled_step_times_ms"):
         if not samples.get(key):
             raise ValueError(f"{run.samples_path}: no {key!r} (expected the runner's profile-mode result)")
@@ -387,3 +432,13 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *,
                        input_bound_pct=parsed.input_bound_pct, n_ops=len(parsed.op_stats),
                        findings=[f"{f.code}: {f.message}" for f in findings],
                        cross_check_ratio=check.overhead_ratio, cross_check_ok=check.representative)
+
+
+def _no_profile(reason: str, work_dir: str | Path) -> ParseRecord:
+    """The parse of a run whose runner had no profiler window (``profile_absent_reason`` in its result, e.g.
+    a tflite run): ``parsed.json`` holds the reason and no tables, every profile figure is None (absent)."""
+    out = Path(work_dir) / "parse" / "parsed.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"profile_absent_reason": reason, "findings": []}))
+    return ParseRecord(parsed_path=str(out), avg_step_time_ms=None, input_bound_pct=None, n_ops=0,
+                       findings=[f"no_profile: {reason}"], cross_check_ratio=None, cross_check_ok=None)

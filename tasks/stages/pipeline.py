@@ -49,7 +49,9 @@ from tasks.settings import Settings
 from tasks.stages import parse as parse_stage
 from tasks.stages.archive import Leftover, archive_run
 from tasks.stages.compare import baseline_compare
+from tasks.stages.expectations import data_docs_title
 from tasks.stages.fingerprint import take_fingerprint_in
+from tasks.stages.matrix import config_cases, select_cases
 from tasks.stages.profiled_run import gate_setup, profiled_run
 from tasks.stages.pull import CorruptModelError, pull_model_version
 from tasks.stages.warmup import warm_up
@@ -60,6 +62,14 @@ from tasks.store.writes import SuccessAlreadyStored, record_failure
 log = logging.getLogger(__name__)
 
 STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
+#: what each stage does, as its start line in the log says (a DAG task log, or `perfwatch run` on stderr)
+DOING = {"pull-model-version": "copying and hashing the model version",
+         "env-fingerprint": "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
+         "warm-up": "fresh runner process: steps until step time is steady",
+         "profiled-run": "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
+         "parse": "xprof converts the XSpace: step-time breakdown, op self-times, memory",
+         "baseline-compare": "finding the comparable baseline; statistics and the Great Expectations suites",
+         "archive": "writing run, samples and verdict in one transaction; moving the profile to the archive"}
 
 Bundle = dict[str, Any]
 
@@ -68,46 +78,51 @@ class RegressionDetected(RuntimeError):
     """Raised after archiving when the verdict is ``regression``: the run must go red."""
 
 
-def load_config(path: str | Path) -> list[Case]:
-    """The cases of the nightly schedule from the YAML config (``models:`` list of Case fields).
+def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> list[Case]:
+    """The cases of the nightly schedule from the YAML config (``models:`` list of Case fields under
+    ``defaults:``; an entry's ``matrix:``/``exclude:`` expands into one case per combination,
+    ``tasks.stages.matrix``). ``overrides`` (Case fields, not matrix axes) apply to every case.
 
     Raises:
         FileNotFoundError: no config at ``path``.
-        ValueError: the YAML is not a mapping with a ``models`` list, or an entry is invalid
-            (the message names the entry index and field).
+        ValueError: the YAML is not a mapping with a ``models`` list, an entry or its matrix is
+            invalid (the message names the entry index, model and field), or two cases of a model
+            share a name.
     """
-    data = yaml.safe_load(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
-        raise ValueError(f"{path}: expected a mapping with a 'models:' list of cases")
-    defaults = data.get("defaults") or {}
-    cases = []
-    for i, entry in enumerate(data["models"]):
-        try:
-            cases.append(Case.model_validate({**defaults, **entry}))
-        except Exception as e:
-            raise ValueError(f"{path}: models[{i}] is invalid: {e}") from e
-    return cases
+    return config_cases(yaml.safe_load(Path(path).read_text()), where=str(path), overrides=overrides)
 
 
 def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any],
                settings: Settings | None = None) -> list[Bundle]:
     """One bundle per case: the Param-given model when set (the other Params fill its Case), else
-    every model of the YAML config exactly as configured there (the nightly run).
+    every case of the YAML config exactly as configured there (the nightly run). With Params ``model``
+    and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
+    ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
+    ``version`` and ``measured_steps``. Each bundle's ``label`` (``<model> <case name>``) names its
+    mapped task instances in the Airflow grid.
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
     Raises:
-        pydantic.ValidationError: a Param is out of range; ValueError/FileNotFoundError: bad config.
+        pydantic.ValidationError: a Param is out of range; ValueError/FileNotFoundError: bad config,
+            ``case`` without ``model``, or a ``case`` the model's config entries do not have.
     """
     settings = settings or Settings.from_env()
     migrate(settings.database_url)
-    if params.get("model"):
+    if params.get("case"):
+        if not params.get("model"):
+            raise ValueError(f"the case Param {params['case']!r} needs the model Param: it names a case of that "
+                             "model's config entry")
+        overrides = {k: params[k] for k in ("version", "measured_steps") if params.get(k) not in (None, "")}
+        cases = select_cases(load_config(settings.config_path, overrides=overrides), params["model"],
+                             params["case"], where=str(settings.config_path))
+    elif params.get("model"):
         case_fields = {k: v for k, v in params.items() if k in Case.model_fields and v not in (None, "")}
         cases = [Case.model_validate(case_fields)]
     else:
         cases = load_config(settings.config_path)
-    return [{"ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom()}
-            for c in cases]
+    return [{"ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom(),
+             "label": f"{c.model} {c.name}"} for c in cases]
 
 
 def trigger_kind(run_type: str, requested: str | None) -> Trigger:
@@ -216,7 +231,11 @@ def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any
                 return {**bundle, "archived": ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "",
                                                             verdict=done.verdict or "").to_xcom()}
             _need(bundle, name)
+            t0 = time.monotonic()
+            log.info("%s: %s (%s v%s, %s)", name, DOING.get(name, "running"), ctx.case.model, ctx.case.version,
+                     ctx.case.name)
             record = fn(bundle, ctx, settings)
+            log.info("%s: done in %.1f s", name, time.monotonic() - t0)
         return {**bundle, key: record.to_xcom()}
 
     run.__name__ = key
@@ -297,7 +316,8 @@ parse = _stage("parse", "parsed", lambda b, ctx, st: parse_stage.parse_run(
 
 compare = _stage("baseline-compare", "verdict", lambda b, ctx, st: baseline_compare(
     st.database_url, ctx.case, EnvRecord.model_validate(b["env"]), ProfiledRun.model_validate(b["run"]),
-    ParseRecord.model_validate(b["parsed"]), work_dir(st, ctx)))
+    ParseRecord.model_validate(b["parsed"]), work_dir(st, ctx),
+    docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version)))
 
 
 def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:

@@ -181,7 +181,8 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
 
     Raises:
         RunnerError: the runner failed, or returned fewer measured steps than asked, or a
-            non-positive step time (never stored as a measurement), or wrote no xplane.
+            non-positive step time (never stored as a measurement), or wrote no xplane (a tflite run has
+            no profiler window: its result says why, ``profile_absent_reason``, and its overhead ratio is None).
     """
     setup = setup or GateSetup()
     out = Path(work_dir) / "run"
@@ -198,10 +199,10 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     if bad:
         raise RunnerError(f"non-positive or NaN measured step time(s) at (index, ms) {bad[:5]}")
     xplanes = sorted(Path(r["profile_dir"]).glob("plugins/profile/*/*.xplane.pb"))
-    if not xplanes:
+    if not xplanes and not r.get("profile_absent_reason"):  # a tflite run has no profiler window, and says so
         raise RunnerError(f"the profiler wrote no *.xplane.pb under {r['profile_dir']}/plugins/profile/*/")
     median = statistics.median(measured)
-    prof_median = statistics.median(r["profiled_step_times_ms"])
+    prof_median = statistics.median(r["profiled_step_times_ms"]) if r["profiled_step_times_ms"] else None
     paired_path = paired_wall = None
     noise = calibration.assess_noise(r.get("host_load"), max_other_cpu_share=case.max_other_cpu_share)
     if baseline is not None:
@@ -214,6 +215,8 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     return ProfiledRun(work_dir=str(work_dir), samples_path=str(out / "result.json"), profile_dir=r["profile_dir"],
                        measured_steps=len(measured), median_step_ms=median,
                        throughput_eps=case.batch_size / (median / 1000.0),
-                       profile_overhead_ratio=prof_median / median, peak_rss_bytes=r["peak_rss_bytes"],
+                       profile_overhead_ratio=None if prof_median is None else prof_median / median,
+                       peak_rss_bytes=r["peak_rss_bytes"],
                        peak_device_bytes=r["peak_device_bytes"], wall_s=r["wall_s"], paired_path=paired_path,
-                       baseline_model=baseline, paired_wall_s=paired_wall, noise=noise.model_dump(mode="json"))
+                       baseline_model=baseline, paired_wall_s=paired_wall, noise=noise.model_dump(mode="json"),
+                       latency_ms=r.get("latency_ms"))

@@ -34,11 +34,12 @@ from tasks.store.schema import (
     RunTable,
     StepBreakdown,
     StepSample,
+    TelemetrySample,
     utcnow,
 )
 
 __all__ = [
     "MIGRATIONS_DIR", "Artifact", "Base", "Baseline", "Comparison", "Environment", "Model", "ModelVersion",
     "OpStat", "Run", "RunTable", "StepBreakdown", "StepSample", "StoreError", "StoreSchemaTooNew", "StoreUnreachable",
-    "get_engine", "migrate", "normalize_url", "redact", "session_scope", "utcnow",
+    "TelemetrySample", "get_engine", "migrate", "normalize_url", "redact", "session_scope", "utcnow",
 ]

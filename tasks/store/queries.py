@@ -295,18 +295,94 @@ def first_line(e: Any) -> str | None:
     return line if len(line) <= 120 else line[:119] + "…"
 
 
+AXIS_COLUMNS: tuple[str, ...] = ("mode", "batch_size", "precision", "xla", "strategy", "quantization")
+"""The case axes read back from a run's ``params`` (its Case as JSON) by :func:`case_axes`."""
+
+
+def case_axes(params: Any) -> dict[str, Any]:
+    """The ``AXIS_COLUMNS`` of one run from its stored ``params`` (a dict, or its JSON text as SQLite
+    returns it through a named query); an axis the params lack (a run stored before it existed) is the
+    Case default (e.g. ``mode`` ``train``, ``precision`` ``fp32``), which is what that run measured.
+
+    Raises:
+        QueryError: ``params`` is neither a mapping nor JSON text of one.
+    """
+    import json
+
+    from tasks.records import Case
+
+    if isinstance(params, str):
+        params = json.loads(params)
+    if not isinstance(params, dict):
+        raise QueryError(f"a run's params must be its Case as a JSON object, got {type(params).__name__}")
+    return {k: params.get(k, Case.model_fields[k].default) for k in AXIS_COLUMNS}
+
+
+def with_case_axes(df: pd.DataFrame, after: str) -> pd.DataFrame:
+    """``df`` with its ``params`` column (runs' Case JSON) replaced by the ``AXIS_COLUMNS``, placed after
+    column ``after``."""
+    axes = pd.DataFrame([case_axes(p) for p in df["params"]], columns=list(AXIS_COLUMNS), index=df.index)
+    df = df.drop(columns=["params"])
+    at = df.columns.get_loc(after) + 1
+    return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
+
+
+def _json_object(v: Any) -> dict[str, Any] | None:
+    """A JSON column read through a named query: a dict (PostgreSQL), its JSON text (SQLite) or None."""
+    import json
+
+    return json.loads(v) if isinstance(v, str) else v
+
+
+def case_safe_mode(params: Any) -> bool:
+    """A run's Keras ``safe_mode`` from its stored ``params`` (its Case; True when the params predate it)."""
+    return bool((_json_object(params) or {}).get("safe_mode", True))
+
+
+def fed_summary(fed: Any) -> str | None:
+    """One line of what a run fed its model, from its ``run_tables`` row ``inputs`` (``fed`` in
+    ``runs.sql``; ``tasks.store.writes.RUN_INPUT_KEYS``): per input ``name shape dtype`` with the batch
+    dimension first and an integer range as ``[min,max)``, then `` via <input_fn>`` for a pipeline, e.g.
+    ``tokens 2x6 int32 [0,1000); mask 2x6 int32 [0,2)``. None when nothing was stored (a failed run, or one
+    stored before it was kept)."""
+    fed = _json_object(fed)
+    if not fed or not fed.get("inputs"):
+        return None
+    parts = []
+    for name, f in fed["inputs"].items():
+        rng = f" [{f['min']:g},{f['max']:g})" if f.get("min") is not None and f.get("max") is not None else ""
+        parts.append(f"{name} {'x'.join(str(d) for d in f['shape'])} {f['dtype']}{rng}")
+    source = fed.get("input_source")
+    return "; ".join(parts) + (f" via {source}" if source and source != "synthetic" else "")
+
+
 def runs(model: str | None = None, last: int | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest ``last`` runs (all when None) of ``model`` (or every model), oldest first:
-    run_id, started_at, model, version, case, status, trigger, median_step_ms (ms, our timer),
+    run_id, started_at, model, version, case, the case's axes (``AXIS_COLUMNS``: mode, batch_size,
+    precision, xla, strategy, quantization), inputs (what was fed: :func:`fed_summary`), safe_mode (Keras
+    ``safe_mode`` of the case; False for a trusted model), status, trigger, median_step_ms (ms, our timer),
     throughput_eps (examples/s), verdict (``failed@<stage>`` for a failed run), error (first line).
     See ``sql/queries/runs.sql``."""
-    df = run_query("runs", db_url, model=model, limit=last)
+    raw = run_query("runs", db_url, model=model, limit=last)
+    safe = [case_safe_mode(p) for p in raw["params"]]
+    df = with_case_axes(raw, after="case_name")
+    at = df.columns.get_loc(AXIS_COLUMNS[-1]) + 1
+    df.insert(at, "inputs", [fed_summary(f) for f in df.pop("fed")])
+    df.insert(at + 1, "safe_mode", safe)
     failed = df["status"] == "failed"
     df["verdict"] = df["verdict"].astype(object)
     df.loc[failed, "verdict"] = "failed@" + df.loc[failed, "failed_stage"].astype(str)
     df["error"] = df["error"].map(first_line)
     df = df.rename(columns={"case_name": "case"}).drop(columns=["failed_stage"])
     return df.iloc[::-1].reset_index(drop=True)
+
+
+def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:
+    """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
+    run_id, started_at, case_name, version, the case's axes (``AXIS_COLUMNS``), median_step_ms and
+    p99_step_ms (ms, our timer; nearest-rank p99 of the measured steps) and throughput_eps (examples/s).
+    The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
+    return with_case_axes(run_query("sweep", db_url, model=model, version=version), after="case_name")
 
 
 def list_queries() -> pd.DataFrame:

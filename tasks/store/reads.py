@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tasks.analysis.attribution import RunOps
 from tasks.analysis.profile import OP_STATS_COLUMNS
 from tasks.analysis.verdict import usable_baselines
+from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
     Baseline,
@@ -269,6 +270,25 @@ def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list
         if case:
             q = q.where(Run.case_name == case)
         return [dict(r) for r in s.execute(q).mappings()]
+
+
+def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[str, Any]]:
+    """What the history pages show and link for each of ``run_ids`` (absent ids are left out) in the store
+    at ``db_url`` (default: the settings', ``PERFWATCH_DATABASE_URL``): run_id,
+    dag_id, dag_run_id, model, version (as pulled, else as requested), case, status, verdict,
+    failed_stage, error (failed runs, full text), started_at and finished_at (UTC), median_step_ms (ms,
+    our timer), throughput_eps (examples/s) and archive_uri (successful runs: the run's archive directory)."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        rows = s.execute(
+            select(Run.id.label("run_id"), Run.dag_id, Run.dag_run_id, Model.name.label("model"),
+                   func.coalesce(ModelVersion.version, Run.version_requested).label("version"),
+                   Run.case_name.label("case"), Run.status, Run.verdict, Run.failed_stage, Run.error, Run.started_at,
+                   Run.finished_at, Run.median_step_ms, Run.throughput_eps, Run.archive_uri)
+            .join(Model, Model.id == Run.model_id).outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .where(Run.id.in_(run_ids))).mappings().all()
+    return {r["run_id"]: dict(r) for r in rows}
 
 
 # ------------------------------------------------------------------------------- runs as the stages see them

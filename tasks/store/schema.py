@@ -143,6 +143,26 @@ class StepSample(Base):
     step_time_ms: Mapped[float] = mapped_column(Float)
 
 
+class TelemetrySample(Base):
+    """One device telemetry sample of the measured steps (0004; ``tasks.runner.telemetry``). ``device``:
+    ``host`` (CPU utilization %, process RSS bytes) or ``gpu<i>`` (NVML: utilization %, memory used bytes,
+    power W, SM clock MHz, temperature °C, throttle-reason bitmask); ``t_s``: s since sampling began;
+    ``step``: measured steps finished by then. A quantity the device does not report is NULL, never 0."""
+
+    __tablename__ = "telemetry_samples"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    device: Mapped[str] = mapped_column(String(16), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    t_s: Mapped[float] = mapped_column(Float)
+    step: Mapped[int] = mapped_column(Integer)
+    utilization_pct: Mapped[float | None] = mapped_column(Float)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    throttle_reasons: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class OpStat(Base):
     """One op row of xprof's framework_op_stats tool (self-times in µs over the profiled window)."""
 

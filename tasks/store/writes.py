@@ -24,6 +24,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
     CompareRecord,
     EnvRecord,
@@ -46,6 +47,7 @@ from tasks.store.schema import (
     RunTable,
     StepBreakdown,
     StepSample,
+    TelemetrySample,
     utcnow,
 )
 
@@ -98,7 +100,7 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
         return None
     if old.status == "success":
         raise SuccessAlreadyStored(old.id, ctx)
-    for table in (StepSample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
+    for table in (StepSample, TelemetrySample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
         s.execute(delete(table).where(table.run_id == old.id))
     s.execute(update(Comparison).where(Comparison.baseline_run_id == old.id).values(baseline_run_id=None))
     s.execute(delete(Run).where(Run.id == old.id))
@@ -158,12 +160,16 @@ def _percentile(xs: list[float], q: float) -> float:
 def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord, warmup: WarmupRecord,
               run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord, *, samples: dict[str, Any],
               parsed_tables: dict[str, Any], gx_result: Any, artifacts: list[tuple[str, str, int, str]],
-              archive_uri: str, auto_accept: bool = True, before_commit: Callable[[], None] | None = None) -> int:
+              archive_uri: str | Callable[[int], str], auto_accept: bool = True,
+              before_commit: Callable[[], None] | None = None) -> int:
     """Write a finished run in one transaction; returns its run id.
 
     ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
     ``measured_step_times_ms``, ``profiled_step_times_ms``); ``parsed_tables``: the parse stage's
-    ``parsed.json``; ``artifacts``: (kind, uri, size in bytes, sha256) rows; ``before_commit`` runs
+    ``parsed.json``; ``artifacts``: (kind, path relative to the run's archive directory, size in bytes,
+    sha256) rows, stored with the directory's URI in front; ``archive_uri``: the run's archive directory,
+    or a function of the new run id that names it (the archive names its directories after the run id,
+    known only once the row is flushed; it is called again on a retried transaction); ``before_commit`` runs
     last inside the transaction (the archive moves its copy into place there; it may run again when
     the transaction is retried, so it must be idempotent). An earlier failed row of the run is replaced.
 
@@ -202,25 +208,35 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
                     cold_step_ms=warmup.cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
                     profile_overhead_ratio=run.profile_overhead_ratio, peak_rss_bytes=run.peak_rss_bytes,
                     peak_device_bytes=run.peak_device_bytes, profiler_avg_step_ms=parsed.avg_step_time_ms,
-                    input_bound_pct=parsed.input_bound_pct, verdict=verdict.verdict, archive_uri=archive_uri)
+                    input_bound_pct=parsed.input_bound_pct, verdict=verdict.verdict)
             s.add(r)
             s.flush()
+            r.archive_uri = uri = archive_uri(r.id) if callable(archive_uri) else archive_uri
             for phase, key in (("warmup", "warmup_step_times_ms"), ("measured", "measured_step_times_ms"),
                                ("profiled", "profiled_step_times_ms")):
                 s.add_all(StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t)
                           for i, t in enumerate(samples.get(key) or []))
+            if samples.get("telemetry"):  # the measured steps' device telemetry (tasks.runner.telemetry)
+                tel = samples["telemetry"]
+                s.add_all(TelemetrySample(run_id=r.id, seq=i, **row) for i, row in enumerate(tel["samples"]))
+                s.add(RunTable(run_id=r.id, tool="telemetry", data=summarize_telemetry(tel, ctx.case.batch_size)))
+            s.add_all(RunTable(run_id=r.id, tool=key, data=samples[key])  # how it ran; a tflite run's figures
+                      for key in ("execution", "tflite") if samples.get(key))
             s.add_all(OpStat(run_id=r.id, **{k: row[k] for k in _OP_COLUMNS}) for row in parsed_tables.get("op_stats", []))
             s.add_all(StepBreakdown(run_id=r.id, step_num=int(row["step"]), component=comp, ms=float(ms))
                       for row in parsed_tables.get("step_breakdown", [])
                       for comp, ms in row.items() if comp != "step" and ms is not None)
             s.add_all(RunTable(run_id=r.id, tool=tool, data=data) for tool, data in group_tables(parsed_tables).items())
+            if samples.get("inputs") is not None:  # what the runner fed the model, and how (RUN_INPUT_KEYS)
+                fed = {k: samples[k] for k in RUN_INPUT_KEYS if k in samples}
+                s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
             s.add(Comparison(run_id=r.id, baseline_run_id=(verdict.baseline_run_ids or [None])[0],
                              method=verdict.method, verdict=verdict.verdict, ratio=verdict.ratio,
                              ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
                              gx_success=verdict.gx_success, gx_result=gx_result,
                              evidence=verdict.evidence))
-            s.add_all(Artifact(run_id=r.id, kind=kind, uri=uri, size_bytes=size, sha256=sha)
-                      for kind, uri, size, sha in artifacts)
+            s.add_all(Artifact(run_id=r.id, kind=kind, uri=f"{uri}/{rel}", size_bytes=size, sha256=sha)
+                      for kind, rel, size, sha in artifacts)
             if auto_accept and verdict.verdict in ACCEPTED_VERDICTS:
                 accept_baseline(s, r, env.comparability_key, accepted_by="perfwatch",
                                 reason=f"automatic: verdict {verdict.verdict}")
@@ -231,6 +247,12 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
 
     return _with_retries(tx)
 
+
+RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature", "latency_ms")
+"""What the runner's result says it measured (``tasks.runner.process``), kept as the run's ``run_tables``
+row ``inputs``: the step kind, per input the shape fed (batch dimension first), dtype and value range,
+``synthetic`` or the ``input_fn``, Keras ``safe_mode``, the SavedModel signature, and in ``infer`` mode
+the per-batch latency percentiles (ms) and throughput (examples/s)."""
 
 RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {
     "overview_page": ("hardware_type", "device_type", "device_core_count", "num_steps", "avg_step_time_ms",

@@ -1,0 +1,108 @@
+"""Sweep curves of a benchmark matrix: throughput and latency along one axis, and the best operating point.
+
+Input: the latest successful run of each case of a model (``sql/queries/sweep.sql``), one plain dict
+per case with its axes (``mode``, ``batch_size``, ``precision``, ``xla``, ``strategy``,
+``quantization``), ``median_step_ms`` and ``p99_step_ms`` (ms, our timer, profiler off: a training
+step, or one batch's latency in ``infer``/``tflite`` mode) and ``throughput_eps`` (examples/s at the
+median step time). The cases that agree on every other axis form a *series*, a curve along the
+swept axis; the **knee** of a series is its case of highest throughput whose p99 step time is within
+the latency budget (without a budget: its highest throughput).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One case on its series' curve.
+
+    Attributes:
+        series: the other axes' values that vary between the model's cases, e.g. ``mode=train
+            precision=fp32``; ``all`` when only the swept axis varies.
+        value: the case's value of the swept axis (e.g. batch size 16).
+        case, run_id, version: the case name and the run it is read from.
+        median_step_ms, p99_step_ms: step time (ms, our timer): median and p99 (nearest rank) of the
+            run's measured steps; p99 None when the run kept no samples.
+        throughput_eps: examples/s at the median step time.
+        within_budget: p99 step time <= the latency budget; None without a budget or a p99.
+        knee: the series' best operating point (highest throughput within the budget).
+    """
+
+    series: str
+    value: Any
+    case: str
+    run_id: int
+    version: str
+    median_step_ms: float
+    p99_step_ms: float | None
+    throughput_eps: float
+    within_budget: bool | None
+    knee: bool
+
+
+def _order(v: Any) -> tuple:
+    """Sort key for axis values of mixed kinds: numbers and bools by value, then text."""
+    return (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
+
+
+def sweep(points: Sequence[Mapping[str, Any]], axis: str, axes: Sequence[str],
+          latency_budget_ms: float | None = None) -> list[SweepPoint]:
+    """The sweep of ``points`` along ``axis``: one :class:`SweepPoint` per case, ordered by series and
+    then by the axis value, with each series' knee marked.
+
+    Args:
+        points: one mapping per case (the newest successful run of each): ``case``, ``run_id``,
+            ``version``, ``median_step_ms``, ``p99_step_ms`` (may be None), ``throughput_eps`` and every
+            name in ``axes``.
+        axis: the swept axis, one of ``axes`` (e.g. ``batch_size``).
+        axes: every axis a case has (the others define the series).
+        latency_budget_ms: highest p99 step time (ms) a knee may have; None: no budget.
+
+    Returns:
+        The points; a series with no case within the budget has no knee (every ``knee`` False there).
+
+    Raises:
+        ValueError: ``axis`` is not one of ``axes``; ``points`` is empty; ``latency_budget_ms`` is not
+            positive; a point lacks a field or has a median step time or throughput that is not positive.
+    """
+    if axis not in axes:
+        raise ValueError(f"unknown sweep axis {axis!r}; the axes are {', '.join(axes)}")
+    if not points:
+        raise ValueError("no successful run to sweep")
+    if latency_budget_ms is not None and not latency_budget_ms > 0:
+        raise ValueError(f"latency budget {latency_budget_ms!r} ms must be positive")
+    need = ("case", "run_id", "version", "median_step_ms", "p99_step_ms", "throughput_eps", *axes)
+    for p in points:
+        if missing := [k for k in need if k not in p]:
+            raise ValueError(f"sweep point {dict(p)} lacks {', '.join(missing)}")
+        if not (p["median_step_ms"] > 0 and p["throughput_eps"] > 0):
+            raise ValueError(f"case {p['case']!r}: median step time {p['median_step_ms']!r} ms and throughput "
+                             f"{p['throughput_eps']!r} examples/s must be positive")
+    others = [a for a in axes if a != axis and len({repr(p[a]) for p in points}) > 1]
+
+    def series_of(p: Mapping[str, Any]) -> str:
+        return " ".join(f"{a}={p[a]}" for a in others) or "all"
+
+    def within(p: Mapping[str, Any]) -> bool | None:
+        if latency_budget_ms is None or p["p99_step_ms"] is None:
+            return None
+        return p["p99_step_ms"] <= latency_budget_ms
+
+    out: list[SweepPoint] = []
+    by_series: dict[str, list[Mapping[str, Any]]] = {}
+    for p in points:
+        by_series.setdefault(series_of(p), []).append(p)
+    for series in sorted(by_series):
+        curve = sorted(by_series[series], key=lambda p: (_order(p[axis]), p["case"]))
+        eligible = [p for p in curve if (within(p) if latency_budget_ms is not None else True)]
+        best = max(eligible, key=lambda p: p["throughput_eps"]) if eligible else None
+        out += [SweepPoint(series=series, value=p[axis], case=p["case"], run_id=int(p["run_id"]),
+                           version=str(p["version"]), median_step_ms=float(p["median_step_ms"]),
+                           p99_step_ms=None if p["p99_step_ms"] is None else float(p["p99_step_ms"]),
+                           throughput_eps=float(p["throughput_eps"]), within_budget=within(p), knee=p is best)
+                for p in curve]
+    return out

@@ -1,0 +1,101 @@
+"""Summaries of the device telemetry a run sampled during its measured steps (``tasks.runner.telemetry``).
+
+Pure functions over the runner's telemetry record (``result["telemetry"]``): per device (``host``,
+``gpu0``...) utilization mean and p95 (%), peak memory (bytes), mean power (W), and where power exists
+the energy per example (J/example = mean power x window / examples) and the performance per watt
+(examples/s per W = throughput over the window / mean power). Memory growth is the slope of memory
+(host RSS, GPU memory used) over the measured steps in bytes/step, from the Theil-Sen estimator
+(``scipy.stats.theilslopes``, robust to the allocator's jumps) with its 95% interval; it is *flagged* as
+a leak trend only when the whole interval lies above :data:`MEMORY_GROWTH_BOUND_BYTES_PER_STEP`.
+A quantity no sample has is absent (``None``), never 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+#: memory growth (bytes per measured step) above which a run's memory counts as growing (a leak trend):
+#: 64 KiB/step is 64 MiB per 1000 steps, well above what a steady allocator drifts by in a run, and a
+#: 2-core host's RSS noise does not move the Theil-Sen interval's lower end past it
+MEMORY_GROWTH_BOUND_BYTES_PER_STEP = 64 * 1024
+#: fewest samples (at distinct step counts) a slope is fitted on
+MIN_SLOPE_POINTS = 3
+
+
+def _p95(xs: list[float]) -> float:
+    return xs[0] if len(xs) == 1 else statistics.quantiles(xs, n=100, method="inclusive")[94]
+
+
+def memory_growth(steps: list[int], memory_bytes: list[float], *,
+                  bound: float = MEMORY_GROWTH_BOUND_BYTES_PER_STEP) -> dict[str, Any]:
+    """Slope of ``memory_bytes`` against ``steps`` (measured steps finished at each sample), bytes/step.
+
+    Returns ``{"slope_bytes_per_step", "low", "high"`` (95% Theil-Sen interval)``, "bound", "flagged"``
+    (``low > bound``)``, "points"}``; the slope keys are ``None`` with a ``reason`` when fewer than
+    :data:`MIN_SLOPE_POINTS` samples at distinct step counts exist.
+
+    Raises:
+        ValueError: ``steps`` and ``memory_bytes`` differ in length.
+    """
+    from scipy.stats import theilslopes
+
+    if len(steps) != len(memory_bytes):
+        raise ValueError(f"memory_growth: {len(steps)} steps but {len(memory_bytes)} memory readings")
+    out: dict[str, Any] = {"bound": bound, "points": len(steps)}
+    if len(set(steps)) < MIN_SLOPE_POINTS:
+        return {**out, "slope_bytes_per_step": None, "low": None, "high": None, "flagged": None,
+                "reason": f"{len(set(steps))} distinct step counts sampled; a slope needs {MIN_SLOPE_POINTS}"}
+    res = theilslopes(memory_bytes, steps, alpha=0.95)
+    return {**out, "slope_bytes_per_step": float(res.slope), "low": float(res.low_slope),
+            "high": float(res.high_slope), "flagged": bool(res.low_slope > bound)}
+
+
+def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """Per-device summary of a runner telemetry record (module docstring) for ``batch_size`` examples/step.
+
+    Returns ``{"interval_ms", "window_s", "steps", "examples", "nvml", "devices": {device: {"samples",
+    "utilization_mean_pct", "utilization_p95_pct", "memory_peak_bytes", "power_mean_w", "energy_j",
+    "energy_per_example_j", "examples_per_s_per_w", "sm_clock_mean_mhz", "temperature_max_c",
+    "throttle_reasons_seen", "memory_growth"}}}``; a quantity without samples is ``None``.
+
+    Raises:
+        ValueError: the record lacks ``samples`` or ``window_s`` (names the key).
+    """
+    for key in ("samples", "window_s"):
+        if key not in telemetry:
+            raise ValueError(f"telemetry record has no {key!r} (expected the runner's Sampler.stop() record)")
+    window, steps = float(telemetry["window_s"]), int(telemetry.get("steps") or 0)
+    examples = steps * batch_size
+    gpus = {g["device"]: g for g in telemetry.get("gpus") or []}
+    by_device: dict[str, list[dict[str, Any]]] = {}
+    for row in telemetry["samples"]:
+        by_device.setdefault(row["device"], []).append(row)
+    devices = {}
+    for dev, rows in by_device.items():
+        def col(key: str, rows: list[dict[str, Any]] = rows) -> list[float]:
+            return [r[key] for r in rows if r.get(key) is not None]
+
+        util, mem, power = col("utilization_pct"), col("memory_bytes"), col("power_w")
+        clock, temp = col("sm_clock_mhz"), col("temperature_c")
+        mean_power = statistics.fmean(power) if power else None
+        energy = mean_power * window if mean_power is not None else None
+        with_mem = [r for r in rows if r.get("memory_bytes") is not None]
+        devices[dev] = {
+            "samples": len(rows),
+            "utilization_mean_pct": statistics.fmean(util) if util else None,
+            "utilization_p95_pct": _p95(util) if util else None,
+            "memory_peak_bytes": int(max(mem)) if mem else None,
+            "power_mean_w": mean_power,
+            "energy_j": energy,
+            "energy_per_example_j": energy / examples if energy is not None and examples else None,
+            "examples_per_s_per_w": (examples / window) / mean_power
+            if mean_power and examples and window > 0 else None,
+            "sm_clock_mean_mhz": statistics.fmean(clock) if clock else None,
+            "temperature_max_c": max(temp) if temp else None,
+            "throttle_reasons_seen": gpus.get(dev, {}).get("throttle_reasons_seen"),
+            "memory_growth": memory_growth([r["step"] for r in with_mem], [r["memory_bytes"] for r in with_mem])
+            if with_mem else None,
+        }
+    return {"interval_ms": telemetry.get("interval_ms"), "window_s": window, "steps": steps, "examples": examples,
+            "nvml": telemetry.get("nvml"), "devices": devices}

@@ -1,0 +1,158 @@
+"""``perfwatch sweep MODEL``: throughput and step time (latency) along one axis of a model's benchmark
+matrix, from the newest successful run of each case, with the best operating point (the knee: highest
+throughput within a latency budget) marked. Points from ``tasks.store.queries.sweep_points``; the
+computation is ``tasks.analysis.sweep.sweep``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tasks.cli.history import FormatOpt, _db_url, _fail, unknown_model_message
+from tasks.cli.render import Format, render
+
+if TYPE_CHECKING:  # pandas, the store and the analysis are imported where used: `perfwatch --help` stays quick
+    import pandas as pd
+
+
+def sweep_frame(model: str, axis: str, latency_budget_ms: float | None = None, version: str | None = None,
+                db_url: str | None = None) -> pd.DataFrame:
+    """The sweep of ``model`` along ``axis`` as a table: series, the axis value (column named after the
+    axis), case, run_id, version, median_step_ms, p99_step_ms (ms), throughput_eps (examples/s),
+    within_budget, knee. One row per case (its newest successful run, of ``version`` when given).
+
+    Raises:
+        ValueError: no successful run of the model (of that version), an unknown axis, a bad budget
+            (``tasks.analysis.sweep.sweep``).
+        tasks.store.queries.QueryError: the store refused the query.
+    """
+    from dataclasses import asdict
+
+    import pandas as pd
+
+    from tasks.analysis.sweep import sweep
+    from tasks.store import queries
+
+    df = queries.sweep_points(model, version, db_url)
+    if df.empty:
+        raise ValueError(f"no successful run of model {model!r}" + (f" version {version}" if version else "")
+                         + " in the store to sweep")
+    points = [{**r, "case": r["case_name"], "p99_step_ms": None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]}
+              for r in df.to_dict(orient="records")]
+    rows = [asdict(p) for p in sweep(points, axis, queries.AXIS_COLUMNS, latency_budget_ms)]
+    return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
+
+
+def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> list[str]:
+    """One line per series of a ``sweep_frame``: its knee (case, axis value, throughput, p99), or that no
+    case is within the budget (with the lowest p99 there is)."""
+    import pandas as pd
+
+    lines = []
+    for series, g in df.groupby("series", sort=True):
+        knee = g[g["knee"]]
+        if not knee.empty:
+            k = knee.iloc[0]
+            p99 = "—" if pd.isna(k.p99_step_ms) else f"{k.p99_step_ms:.2f} ms"
+            lines.append(f"{series}: knee {k.case} ({axis}={k[axis]}): {k.throughput_eps:.1f} examples/s, "
+                         f"median {k.median_step_ms:.2f} ms, p99 {p99}")
+        else:
+            lowest = g["p99_step_ms"].min()
+            lines.append(f"{series}: no case within the latency budget of {latency_budget_ms} ms (lowest p99 "
+                         + ("—" if pd.isna(lowest) else f"{lowest:.2f} ms") + ")")
+    return lines
+
+
+def plot_sweep(df: pd.DataFrame, axis: str, path: str | Path, *, title: str,
+               latency_budget_ms: float | None = None) -> Path:
+    """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): throughput (examples/s)
+    above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
+    categories), one line per series, the knee starred, the latency budget as a red line.
+
+    Raises:
+        ValueError: ``df`` is empty.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if df.empty:
+        raise ValueError("no sweep point to plot")
+    values = list(dict.fromkeys(sorted(df[axis], key=lambda v: (isinstance(v, str), v))))
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+    def xs(col: pd.Series) -> list:
+        return list(col) if numeric else [values.index(v) for v in col]
+
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 7), layout="constrained")
+    first = df["series"].min()
+    for series, g in df.groupby("series", sort=True):
+        (line,) = top.plot(xs(g[axis]), g["throughput_eps"], marker="o", label=series)
+        color = line.get_color()  # the series' colour below; the legend there names the line styles
+        bottom.plot(xs(g[axis]), g["median_step_ms"], marker="o", color=color,
+                    label="median (solid)" if series == first else None)
+        p99 = g[g["p99_step_ms"].notna()]
+        bottom.plot(xs(p99[axis]), p99["p99_step_ms"].astype(float), ls="--", marker=".", color=color,
+                    label="p99 (dashed)" if series == first else None)
+        knee = g[g["knee"]]
+        for ax, col in ((top, "throughput_eps"), (bottom, "p99_step_ms" if knee["p99_step_ms"].notna().all()
+                                                          else "median_step_ms")):
+            ax.scatter(xs(knee[axis]), knee[col].astype(float), marker="*", s=260, color=color, edgecolor="black",
+                       zorder=5, label="knee" if ax is top and series == first else None)
+    if latency_budget_ms is not None:
+        bottom.axhline(latency_budget_ms, color="red", ls=":", label=f"latency budget {latency_budget_ms} ms")
+    if not numeric:
+        bottom.set_xticks(range(len(values)), [str(v) for v in values])
+    top.set_ylabel("throughput (examples/s)")
+    bottom.set_ylabel("step time (ms)")
+    bottom.set_xlabel(axis)
+    top.set_ylim(bottom=0)
+    bottom.set_ylim(bottom=0)
+    top.set_title(title)
+    top.legend(fontsize=8, loc="best")
+    bottom.legend(fontsize=8, loc="best")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sweep`` to ``app``."""
+
+    @app.command("sweep")
+    def sweep_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
+                  axis: Annotated[str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, "
+                                                         "strategy or quantization.")] = "batch_size",
+                  latency_budget_ms: Annotated[float | None, typer.Option(
+                      help="Highest p99 step time (ms) the knee may have; default: no budget.")] = None,
+                  version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,
+                  plot: Annotated[Path | None, typer.Option(
+                      help="Also draw throughput and step time against the axis, knee marked, to this PNG.")] = None,
+                  fmt: FormatOpt = Format.table) -> None:
+        """Throughput and step time (latency) along one axis of MODEL's matrix, from the newest successful
+        run of each case; the knee (highest throughput within the latency budget) per series."""
+        from tasks.store import queries
+
+        try:
+            url = _db_url()
+            if msg := unknown_model_message(url, model):
+                raise _fail(msg)
+            df = sweep_frame(model, axis, latency_budget_ms, version, url)
+        except (queries.QueryError, ValueError) as e:
+            raise _fail(e) from None
+        render(df, fmt, title=f"{model}: sweep along {axis}")
+        for line in knee_lines(df, axis, latency_budget_ms):
+            typer.echo(line, err=True)
+        if plot is not None:
+            try:
+                out = plot_sweep(df, axis, plot, title=f"{model}: sweep along {axis}",
+                                 latency_budget_ms=latency_budget_ms)
+            except (ValueError, OSError) as e:
+                raise _fail(e) from None
+            typer.echo(f"plot: {out}", err=True)
