@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tasks.cli.render import Format, render
+from tasks.cli.render import Format, pyplot, render, save_figure
 from tasks.settings import Settings
 
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
@@ -209,10 +209,7 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     Raises:
         ValueError: ``df`` has no run with a step time to draw.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ok = df[df["median_step_ms"].notna()]
     if ok.empty:
@@ -253,11 +250,7 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     ax.set_title(title)
     ax.legend(loc="best", fontsize=8)
     fig.autofmt_xdate()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -69,3 +70,23 @@ def _cell(v: Any) -> str:
     if hasattr(v, "strftime"):
         return v.strftime("%Y-%m-%d %H:%M")
     return str(v)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (image files, no display), imported on first use so that
+    commands without ``--plot`` never load matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG, 110 dpi; parent directories made), close it, and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    pyplot().close(fig)
+    return out

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tasks.cli.history import FormatOpt, _db_url, _fail, unknown_model_message
-from tasks.cli.render import Format, render
+from tasks.cli.render import Format, pyplot, render, save_figure
 
 if TYPE_CHECKING:  # pandas, the store and the analysis are imported where used: `perfwatch --help` stays quick
     import pandas as pd
@@ -75,10 +75,7 @@ def plot_sweep(df: pd.DataFrame, axis: str, path: str | Path, *, title: str,
     Raises:
         ValueError: ``df`` is empty.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if df.empty:
         raise ValueError("no sweep point to plot")
@@ -115,11 +112,7 @@ def plot_sweep(df: pd.DataFrame, axis: str, path: str | Path, *, title: str,
     top.set_title(title)
     top.legend(fontsize=8, loc="best")
     bottom.legend(fontsize=8, loc="best")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def register(app: typer.Typer) -> None:
