@@ -529,6 +529,8 @@ def metrics() -> Response:
 #: the DAG a webhook alert triggers, and Airflow's API server (the same host by default)
 PROFILE_DAG_ID = "perfwatch_profile"
 _CASE = re.compile(r"^train-bs(\d{1,5})$")
+# any case name ``tasks.records.Case.name`` builds: <mode>-bs<N>[-<axis>...]
+_CASE_NAME = re.compile(r"^(train|infer|tflite)-bs\d{1,5}(-[a-z0-9_]+){0,8}$")
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # the DAG's ``model`` Param
 _VERSION = re.compile(r"^(latest|[0-9]+)$")
 
@@ -564,7 +566,8 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
     """The DAG run an alert asks for: ``({"dag_run_id", "conf", "note"}, None)``, or ``(None, why not)``.
 
     Labels: ``perfwatch_model`` (required), ``perfwatch_version`` (default ``latest``),
-    ``perfwatch_case`` (``train-bs<N>``: the batch size N; default the DAG's). The DAG run id is made from
+    ``perfwatch_case`` (``train-bs<N>``: the batch size N; another case name, e.g. ``infer-bs16-xla``: that
+    case of the model's config matrix, the DAG's Param ``case``; default the DAG's). The DAG run id is made from
     the alert's fingerprint and start, so Alertmanager's repeated notifications of one alert trigger one run.
     """
     labels = alert.labels
@@ -581,10 +584,13 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"perfwatch_version {version!r}: expected an integer version or 'latest'"
     conf["version"] = version
     if case := labels.get("perfwatch_case"):
-        m = _CASE.match(case)
-        if not m:
-            return None, f"perfwatch_case {case!r}: expected train-bs<N> (the batch size of a perfwatch case)"
-        conf["batch_size"] = int(m.group(1))
+        if m := _CASE.match(case):
+            conf["batch_size"] = int(m.group(1))
+        elif _CASE_NAME.match(case) and len(case) <= 64:
+            conf["case"] = case
+        else:
+            return None, (f"perfwatch_case {case!r}: expected a perfwatch case name, <mode>-bs<N>[-<axis>...] "
+                          "(train-bs<N> sets the batch size; another name picks that case of the model's config)")
     ident = alert.fingerprint or hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
     start = re.sub(r"[^0-9A-Za-z]", "", alert.startsAt)[:20]
     name = labels.get("alertname", "alert")

@@ -89,6 +89,15 @@ def payload(*alerts):
 HOOK = {"Authorization": "Bearer hook-token"}
 
 
+def test_a_matrix_case_label_picks_that_case_of_the_config():
+    mod = plugin_module()
+    req, why = mod.profile_request(mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16-mixed_bfloat16")))
+    assert why is None and req["conf"] == {"model": "resnet", "version": "latest", "trigger": "manual",
+                                           "case": "infer-bs16-mixed_bfloat16"}
+    req, why = mod.profile_request(mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16; drop")))
+    assert req is None and why.startswith("perfwatch_case 'infer-bs16; drop': expected a perfwatch case name")
+
+
 def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
     client = TestClient(plugin_module().standalone_app())
     body = payload(alert(perfwatch_model="resnet", perfwatch_version="3", perfwatch_case="train-bs32"),
@@ -103,7 +112,8 @@ def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
     assert run["conf"] == {"model": "resnet", "version": "3", "batch_size": 32, "trigger": "manual"}
     assert [s["reason"] for s in out["skipped"]] == [
         "no perfwatch_model label", "alert is 'resolved', not firing",
-        "perfwatch_case 'eval-bs8': expected train-bs<N> (the batch size of a perfwatch case)"]
+        "perfwatch_case 'eval-bs8': expected a perfwatch case name, <mode>-bs<N>[-<axis>...] (train-bs<N> sets "
+        "the batch size; another name picks that case of the model's config)"]
     token, trigger = airflow.requests
     assert token == {"path": "/auth/token", "auth": None, "body": {"username": "airflow", "password": "secret"}}
     assert trigger["path"] == "/api/v2/dags/perfwatch_profile/dagRuns" and trigger["auth"] == "Bearer tok-123"
