@@ -105,8 +105,10 @@ def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -
 def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
          last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
          fmt: FormatOpt = Format.table) -> None:
-    """List runs from the store: run id, model, version, median step time (ms), throughput, verdict.
-    An unknown --model exits 1 naming the models there are."""
+    """List runs from the store: run id, model, version, case, inputs fed, median step time (ms),
+    throughput, verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
+    quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``); csv, json and
+    markdown have every column. An unknown --model exits 1 naming the models there are."""
     from tasks.cli.history import unknown_model_message
 
     url = _settings().database_url
@@ -114,6 +116,8 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1)
     df = runs_frame(url, model, last)
+    if fmt == Format.table:
+        df = df.drop(columns=["batch_size", "precision", "xla", "strategy", "quantization"], errors="ignore")
     render(df, fmt, title="perfwatch runs")
 
 
