@@ -284,6 +284,9 @@ class Case(Record):
     def _mode_options(self) -> Case:
         if self.quantization != "none" and self.mode != "tflite":
             raise ValueError(f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})")
+        if self.mode == "tflite" and (self.precision, self.xla, self.strategy) != ("fp32", False, "none"):
+            raise ValueError(f"mode 'tflite' times the TFLite interpreter: precision={self.precision!r}, xla={self.xla}, "
+                             f"strategy={self.strategy!r} do not apply to it (give fp32, no xla, none; use quantization)")
         if self.inputs and self.input_fn:
             raise ValueError(f"give inputs or input_fn, not both: the batches of input_fn {self.input_fn!r} decide "
                              "the shapes and values fed")

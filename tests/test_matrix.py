@@ -99,12 +99,20 @@ def test_two_entries_with_one_case_name_are_refused():
 def test_every_axis_is_part_of_the_case_name():
     values = {"mode": "infer", "batch_size": 3, "precision": "mixed_float16", "xla": True, "strategy": "mirrored",
               "deterministic": True}
-    fields = {"model": "m", "mode": "tflite", "batch_size": 1}
-    base = expand_entry(fields)[0].name
-    for axis in AXES:
+    for axis in AXES:  # quantization applies to tflite only, precision/xla/strategy to train and infer only
+        fields = {"model": "m", "mode": "tflite" if axis == "quantization" else "train", "batch_size": 1}
+        base = expand_entry(fields)[0].name
         v = "int8" if axis == "quantization" else values[axis]
         entry = {**{k: f for k, f in fields.items() if k != axis}, "matrix": {axis: [v]}}
         assert expand_entry(entry)[0].name != base, axis
+
+
+def test_tflite_with_precision_xla_or_strategy_is_refused_when_planned():
+    with pytest.raises(ValueError, match="mode 'tflite' times the TFLite interpreter"):
+        expand_entry({"model": "m", "matrix": {"mode": ["tflite", "infer"], "xla": [False, True]}})
+    cases = expand_entry({"model": "m", "matrix": {"mode": ["tflite", "infer"], "xla": [False, True]},
+                          "exclude": [{"mode": "tflite", "xla": True}]})
+    assert [c.name for c in cases] == ["tflite-bs16", "infer-bs16", "infer-bs16-xla"]
 
 
 def test_nightly_plan_runs_the_whole_matrix(settings):

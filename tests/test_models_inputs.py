@@ -291,6 +291,27 @@ def test_perfwatch_run_infer_prints_latency_and_runs_shows_the_inputs(home, mode
                                                                           "input_layer 2x16x16x3 float32", True)
 
 
+def test_perfwatch_run_takes_the_case_fields_as_options(home, model_store):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+
+    cli = CliRunner()
+    bad = cli.invoke(app, ["run", "tiny", "--version", "1", "--inputs", "{shape: 1"])
+    assert bad.exit_code == 2 and "--inputs is not JSON" in bad.output
+    bad = cli.invoke(app, ["run", "tiny", "--version", "1", "--mode", "tflite", "--xla"])
+    assert bad.exit_code == 2 and "mode 'tflite' times the TFLite interpreter" in bad.output
+    res = cli.invoke(app, ["run", "tiny", "--version", "1", "--mode", "infer", "--batch-size", "2",
+                           "--measured-steps", "6", "--profiled-steps", "2",
+                           "--inputs", '{"input_layer": {"shape": [16, 16, 3], "dtype": "float32"}}'])
+    assert res.exit_code == 0, res.output
+    assert "verdict no-baseline" in res.output
+    (row,) = json.loads(cli.invoke(app, ["runs", "--format", "json"]).stdout)
+    assert row["case"].startswith("infer-bs2-in") and row["inputs"] == "input_layer 2x16x16x3 float32"
+
+
 # ------------------------------------------------------------------ input_fn
 
 

@@ -1,7 +1,7 @@
 -- name: gate
 -- The release gate's evidence: the newest run of each case of one model version, with its status,
 -- verdict, failed stage, median step time (ms) and the baseline-compare ratio and interval.
--- (perfwatch gate turns these rows into an exit code; see tasks/cli_history.py.)
+-- (perfwatch gate turns these rows into an exit code; see tasks/cli/history.py.)
 -- params: model text, version text, case_name text optional
 -- psql:
 --   psql "$DB" -v model="'tiny'" -v version="'2'" -v case_name=NULL -f sql/queries/gate.sql

@@ -11,6 +11,7 @@ command imports what it needs in its body (``tests/test_cli_startup.py`` checks 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -135,8 +136,20 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
                                                    "throughput) or tflite.")] = "train",
             safe_mode: Annotated[bool, typer.Option(help="Keras safe_mode when loading a .keras file; "
                                                          "--no-safe-mode only for a model whose code (Lambda "
-                                                         "layers) you trust. Recorded with the run.")] = True) -> None:
-    """Run the seven stages for one model version in this process, without Airflow.
+                                                         "layers) you trust. Recorded with the run.")] = True,
+            inputs: Annotated[str | None, typer.Option(
+                help="How to feed the model, as JSON per input name: shape without the batch dimension, "
+                     "dtype, integer range [min, max), e.g. '{\"image\": {\"shape\": [32, 32, 3]}}'.")] = None,
+            input_fn: Annotated[str | None, typer.Option(
+                help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
+                     "(e.g. tasks.runner.pipelines:images_fast).")] = None,
+            signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
+            precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
+            xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
+            strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
+            quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none") -> None:
+    """Run the seven stages for one model version in this process, without Airflow. The options are the
+    Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix").
 
     Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
     error are recorded in the store, as a DAG run's would be) or the input is wrong: an option out
@@ -152,8 +165,15 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     from tasks.store.engine import StoreError
 
     try:
+        feeds = json.loads(inputs) if inputs is not None else None
+    except json.JSONDecodeError as e:
+        raise typer.BadParameter(f"--inputs is not JSON ({e}); expected e.g. "
+                                 "'{\"image\": {\"shape\": [32, 32, 3]}}'") from e
+    try:
         case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
-                    profiled_steps=profiled_steps, paired=paired, mode=mode, safe_mode=safe_mode)
+                    profiled_steps=profiled_steps, paired=paired, mode=mode, safe_mode=safe_mode, inputs=feeds,
+                    input_fn=input_fn, signature=signature, precision=precision, xla=xla, strategy=strategy,
+                    quantization=quantization)
     except ValidationError as e:
         from tasks.cli.history import validation_message
 
@@ -179,8 +199,13 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
                      + (f": {note.detail}" if note is not None and note.detail else ""))
         typer.echo(f"error: {type(e).__name__}: {e}\n({where})", err=True)
         raise typer.Exit(2) from e
-    typer.echo(f"run {bundle['archived']['run_id']}: verdict {bundle['verdict']['verdict']}, "
+    v = bundle["verdict"]
+    judged = (f" (ratio {v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}], {v['method']})"
+              if v.get("ratio") is not None and v.get("ci_low") is not None else "")
+    typer.echo(f"run {bundle['archived']['run_id']}: verdict {v['verdict']}{judged}, "
                f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
+    if v.get("reason"):
+        typer.echo(f"  {v['reason']}")
     if lat := bundle["run"].get("latency_ms"):  # infer mode: the measured batches' latency (our timer)
         typer.echo(f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
                    f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
@@ -230,7 +255,8 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump({"models": cases}, sort_keys=False, default_flow_style=None))
     typer.echo(f"zoo cases: {config} ({len(cases)} cases; run them all with PERFWATCH_CONFIG={config} and the "
-               "nightly DAG, or one with e.g. `perfwatch run zoo_lstm --mode infer`)")
+               "nightly DAG, or one with e.g. `perfwatch run zoo_bert --mode infer --inputs "
+               "'{\"attention_mask\": {\"min\": 0, \"max\": 2}}'`; README: Models, inputs and modes)")
 
 
 @demo_app.command("check")

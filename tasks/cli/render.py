@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +44,8 @@ def render(df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | N
     import pandas as pd
 
     fmt = Format(fmt)
-    console = console or Console(width=200)
+    # a terminal's own width (or COLUMNS); piped into a file or a log, 200 columns rather than rich's 80
+    console = console or Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
     if fmt is Format.json:
         rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.astype(object).to_dict(orient="records")]
         text = json.dumps(rows, indent=2, default=str)
