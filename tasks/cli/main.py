@@ -74,7 +74,9 @@ def progress_shown(stream=None) -> Iterator[None]:
 
     stream = stream or sys.stderr
     logger = logging.getLogger("tasks")
-    level, logger.level = logger.level, logging.INFO
+    # not also to the root logger: a library that configures it (absl does) would print every line twice
+    level, propagate = logger.level, logger.propagate
+    logger.level, logger.propagate = logging.INFO, False
     with ExitStack() as stack:
         if stream.isatty():
             from rich.logging import RichHandler
@@ -90,7 +92,7 @@ def progress_shown(stream=None) -> Iterator[None]:
             yield
         finally:
             logger.removeHandler(handler)
-            logger.level = level
+            logger.level, logger.propagate = level, propagate
 
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
