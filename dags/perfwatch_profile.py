@@ -143,7 +143,8 @@ def perfwatch_profile():
 
     @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
     def warm_up(bundle: dict) -> dict:
-        """Fresh process: train until step time is steady; cold first step recorded."""
+        """Fresh process: train until step time is steady; cold first step recorded. An unchanged model
+        (same bytes, same environment) reuses its newest warm-up within the case's warmup_reuse_days."""
         from tasks.stages.pipeline import warmup
 
         return warmup(bundle)

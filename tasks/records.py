@@ -222,6 +222,12 @@ class Case(Record):
             integer, with a representative dataset drawn from the case's input spec).
         telemetry_interval_ms: how often the runner samples device telemetry during the measured
             steps (NVML per GPU, else host CPU and RSS via psutil), ms. Not part of the case identity.
+        warmup_reuse_days: the warm-up stage reuses the steady-state step count of the newest run of
+            the same case whose warm-up ran within this many days on the same model bytes (digest)
+            and environment (comparability key), instead of starting a warm-up process: the
+            nightly run of an unchanged model then pays one runner process, not two
+            (``tasks.stages.warmup.reusable_warm_up``). The profiled run still warms up in its own
+            process. 0: always a fresh warm-up. Not part of the case identity.
     """
 
     model: str
@@ -255,6 +261,7 @@ class Case(Record):
     strategy: Strategy = "none"
     quantization: Quantization = "none"
     telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
+    warmup_reuse_days: float = Field(7.0, ge=0, le=365)
 
     @model_validator(mode="before")
     @classmethod
@@ -398,7 +405,12 @@ class EnvRecord(Record):
 
 
 class WarmupRecord(Record):
-    """Output of warm-up (our timer, ms): steady-state step count and the cold first step."""
+    """Output of warm-up (our timer, ms): steady-state step count and the cold first step.
+
+    ``reused_from_run_id``: set when no warm-up process ran and the record is that stored run's warm-up
+    (``tasks.stages.warmup.reusable_warm_up``; ``wall_s`` is then 0); its ``step_times_ms`` only size the
+    next process's time limit and are not stored again with the new run.
+    """
 
     warmup_steps: int
     steady: bool
@@ -406,6 +418,7 @@ class WarmupRecord(Record):
     cold_step_ms: float
     step_times_ms: list[float]
     wall_s: float
+    reused_from_run_id: int | None = None
 
 
 class ProfiledRun(Record):

@@ -65,3 +65,20 @@ def test_missing_version_exits_1_with_reason(store):
     res = invoke("m", "--from", "1", "--to", "3")
     assert res.exit_code == 1
     assert "no successful run of m version 3" in res.stderr
+
+
+def test_byte_identical_versions_are_called_drift_not_a_change(store, tmp_path):
+    import hashlib
+
+    from tasks.stages.archive import archive_run
+    from tests.test_explain import records
+
+    assert "byte-identical" not in invoke("m", "--from", "1", "--to", "2").stdout
+    ctx, pulled, *rest = records(tmp_path, "v3", version="3", median=13.5)
+    pulled = pulled.model_copy(update={"digest": hashlib.sha256(b"1").hexdigest()})  # v1's bytes, republished
+    archive_run(Settings.from_env().database_url, str(tmp_path / "archive"), ctx, pulled, *rest)
+    res = invoke("m", "--from", "1", "--to", "3")
+    assert res.exit_code == 0, res.output
+    assert "note: v1 and v3 are byte-identical (same sha256): the x1.350 is drift" in res.stdout
+    assert "perfwatch run MODEL --version 3 --paired" in res.stdout
+    assert json.loads(invoke("m", "--from", "1", "--to", "3", "--format", "json").stdout)["identical_bytes"] is True

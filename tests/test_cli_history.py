@@ -112,3 +112,20 @@ def test_cli_errors_never_show_the_password(monkeypatch):
     assert "s3cret" not in res.output and "perf:***@127.0.0.1:1" in res.output
     res = CliRunner().invoke(app, ["history", "m"])
     assert res.exit_code == 1 and "s3cret" not in res.output
+
+
+def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path, monkeypatch):
+    """A mistyped PERFWATCH_HOME must not look like a store without runs."""
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+
+    for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "perfwach"))
+    first = CliRunner().invoke(app, ["runs"])
+    assert first.exit_code == 0, first.output
+    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in first.output
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in first.output
+    again = CliRunner().invoke(app, ["runs"])
+    assert again.exit_code == 0 and "no perfwatch store" not in again.output  # said once, when it was made

@@ -75,3 +75,24 @@ def test_store_error_is_still_one_line(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["runs"])
     assert res.exit_code == STORE_ERROR_EXIT, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("stage", ["pull", "fingerprint", "warmup", "profile", "archive"])
+def test_a_dag_task_imports_only_what_its_stage_uses(stage):
+    """Every Airflow task imports ``tasks.stages.pipeline``; the stage wrappers import their own module when they
+    run, so pulling in the pipeline (what every task pays) loads no pandas, scipy, numpy, Great Expectations or
+    xprof (parse and baseline-compare load those when they run); a stage's own module loads only what it uses."""
+    probe = ("import json, sys\nimport tasks.stages.pipeline as p\n"
+             "before = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules if m == h or m.startswith(h + '.')})\n"
+             "import importlib\nmods = {'pull': 'pull', 'fingerprint': 'fingerprint', 'warmup': 'warmup',\n"
+             "        'profile': 'profiled_run', 'archive': 'archive'}\n"
+             "importlib.import_module('tasks.stages.' + mods[sys.argv[2]])\n"
+             "after = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules if m == h or m.startswith(h + '.')})\n"
+             "print(json.dumps([before, after]))")
+    heavy = ["pandas", "scipy", "numpy", "great_expectations", "xprof", "tensorflow", "keras", "matplotlib"]
+    out = subprocess.run([sys.executable, "-c", probe, json.dumps(heavy), stage], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, check=True)
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [], f"importing tasks.stages.pipeline loaded {before}"
+    allowed = {"profile": {"scipy", "numpy"}}.get(stage, set())  # the paired gate's sequential statistics
+    assert set(after) <= allowed, f"the {stage} stage's module loaded {after}"

@@ -74,3 +74,28 @@ def test_model_failing_in_training_is_recorded_and_nothing_archived(home, model_
     assert (run.status, run.failed_stage) == ("failed", "warm-up")
     assert "InvalidArgumentError" in run.error
     assert not (home / "archive").exists() or not any((home / "archive").rglob("*.xplane.pb"))
+
+
+def test_an_unchanged_model_reuses_its_warm_up_and_runs_one_process(home, model_store, monkeypatch, caplog):
+    """The second run of the same bytes, case and environment starts no warm-up process: it reuses the
+    first run's steady-state step count; its stored cold step is its own profiled run's."""
+    import tasks.stages.warmup as warmup_stage
+    from tasks.store import RunTable
+
+    calls = []
+    real = warmup_stage.warm_up
+    monkeypatch.setattr(warmup_stage, "warm_up", lambda *a, **k: calls.append(a) or real(*a, **k))
+    first = run_case(_ctx("tiny", "1"))
+    ctx = RunContext(dag_id="t", dag_run_id="tiny-1-again", trigger="test", case=_ctx("tiny", "1").case)
+    with caplog.at_level("INFO", logger="tasks.stages.pipeline"):
+        second = run_case(ctx)
+    assert len(calls) == 1, "only the first run started a warm-up process"
+    first_id, second_id = first["archived"]["run_id"], second["archived"]["run_id"]
+    assert second["warmup"]["reused_from_run_id"] == first_id
+    assert f"reusing run {first_id}'s warm-up" in caplog.text
+    with session_scope(Settings.from_env().database_url) as s:
+        a, b = s.get(Run, first_id), s.get(Run, second_id)
+        assert b.warmup_steps == a.warmup_steps and b.steady
+        assert b.cold_step_ms > 0 and b.cold_step_ms != a.cold_step_ms  # its own process's first step
+        assert s.scalar(select(RunTable.data).where(RunTable.run_id == second_id,
+                                                    RunTable.tool == "warmup_reused")) == {"run_id": first_id}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tasks.runner import RunnerError, RunnerSpec, launch
-from tasks.runner.execution import CPU_DEVICES_ENV, configure_devices
+from tasks.runner.execution import CPU_DEVICES_ENV, XLA_CACHE_FLAG, configure_devices, configure_xla_cache
 from tasks.stages.parse import parse_profile
 
 pytestmark = pytest.mark.slow
@@ -71,3 +71,30 @@ def test_logical_cpu_setting_is_checked_before_tensorflow():
     for bad in ("zero", "0", "-2", "1.5"):
         with pytest.raises(RunnerError, match=f"{CPU_DEVICES_ENV}=.*expected a whole number"):
             configure_devices({CPU_DEVICES_ENV: bad})
+
+
+def test_xla_cache_flag_is_added_to_the_users_flags_and_never_replaces_their_cache(tmp_path):
+    env = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+    assert configure_xla_cache(str(tmp_path / "c"), env) == str(tmp_path / "c")
+    assert env["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=2 {XLA_CACHE_FLAG}={tmp_path / 'c'}"
+    assert (tmp_path / "c").is_dir()
+    own = {"TF_XLA_FLAGS": f"{XLA_CACHE_FLAG}=/theirs"}
+    assert configure_xla_cache(str(tmp_path / "d"), own) is None
+    assert own["TF_XLA_FLAGS"] == f"{XLA_CACHE_FLAG}=/theirs" and not (tmp_path / "d").exists()
+    none: dict[str, str] = {}
+    assert configure_xla_cache(None, none) is None and none == {}
+
+
+def test_the_profiled_run_loads_what_the_warm_up_compiled(model_files, tmp_path):
+    """An xla case's warm-up process fills the case's compilation cache; the profiled run's process loads the
+    executables from it instead of compiling and writing them again (their files are left untouched)."""
+    cache = tmp_path / "xla_cache"
+    warm = RunnerSpec(mode="warmup", model_path=str(model_files["tiny"]), out_dir=str(tmp_path / "warmup"),
+                      batch_size=8, xla=True, xla_cache_dir=str(cache), warmup_window=3, warmup_max_steps=6)
+    w = launch(warm, sys.executable, 900)
+    entries = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert entries and w["xla_cache"] == {"dir": str(cache), "entries_before": 0, "entries_after": len(entries)}
+    r = _profile(tmp_path, model_files["tiny"], xla=True, xla_cache_dir=str(cache))
+    assert r["xla_cache"]["entries_before"] == len(entries)
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == entries  # loaded, not compiled again
+    assert len(r["measured_step_times_ms"]) == 6 and all(t > 0 for t in r["measured_step_times_ms"])

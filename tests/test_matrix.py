@@ -73,13 +73,22 @@ def test_matrix_expands_in_order_minus_excludes(settings):
     ({"exclude": [{"xla": True}]}, "'exclude' without a 'matrix'"),
     ({"matrix": {"mode": ["train", "tflite"], "quantization": ["none", "int8"]}},
      "the combination {'mode': 'train', 'quantization': 'int8'} is not a valid case"),
-    ({"matrix": {"batch_size": [8, 0]}}, r"the combination {'batch_size': 0} is not a valid case"),
+    # a mistyped value or field is a typo to fix, never a combination to exclude
+    ({"matrix": {"batch_size": [8, 0]}}, "matrix value batch_size=0: Input should be greater than or equal to 1"),
+    ({"matrix": {"precision": ["fp32", "fp16"]}}, "matrix value precision='fp16': Input should be 'fp32', "),
+    ({"batchsize": 8, "matrix": {"xla": [False, True]}}, "batchsize: not a Case field (did you mean batch_size?)"),
 ])
 def test_bad_matrix_is_named(entry, message):
     with pytest.raises(MatrixError) as err:
         config_cases({"models": [{"model": "m"}, {"model": "mine", **entry}]}, where="cfg.yaml")
     assert err.value.args[0].startswith("cfg.yaml: models[1] (mine)")
     assert message in str(err.value)
+
+
+def test_a_typo_under_defaults_is_blamed_on_defaults():
+    with pytest.raises(ValueError) as err:
+        config_cases({"defaults": {"measured_step": 50}, "models": [{"model": "m"}]}, where="cfg.yaml")
+    assert str(err.value) == "cfg.yaml: defaults: measured_step: not a Case field (did you mean measured_steps?)"
 
 
 def test_invalid_combination_can_be_excluded():
@@ -152,3 +161,15 @@ def test_the_shipped_config_is_a_small_demo_matrix():
     assert len(cases) == 8  # what bench/matrix.py runs: at most 8 cases
     assert {c.mode for c in cases} == {"train", "infer"} and {c.precision for c in cases} == {"fp32", "mixed_bfloat16"}
     assert {c.xla for c in cases} == {False, True} and {c.batch_size for c in cases} == {8, 16}
+
+
+def test_a_yaml_syntax_error_names_the_config_file(tmp_path):
+    import yaml
+
+    from tasks.stages.pipeline import load_config
+
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("models:\n  - model: m\n    matrix: {batch_size: [8, 16}\n")
+    with pytest.raises(yaml.YAMLError) as err:
+        load_config(cfg)
+    assert f'in "{cfg}", line 3' in str(err.value) and "<unicode string>" not in str(err.value)

@@ -168,3 +168,34 @@ def test_concurrent_archives_keep_every_row_and_one_baseline(db_url, tmp_path):
 
 def test_redact_hides_password():
     assert "s3cret" not in redact("postgresql+psycopg://u:s3cret@db:5432/perfwatch")
+
+
+def test_a_warm_up_is_reused_only_for_the_same_bytes_environment_and_case_within_its_age(db_url, tmp_path):
+    import datetime as dt
+
+    from tasks.store.reads import warmup_to_reuse
+
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp_path)
+    first = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+    found = warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k1", 7)
+    assert found is not None and found.reused_from_run_id == first
+    assert (found.warmup_steps, found.steady, found.cold_step_ms, found.wall_s) == (2, True, 500.0, 0.0)
+    assert found.step_times_ms == [20.0, 15.0]  # the stored warm-up samples, for the next process's time limit
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "b" * 64, "k1", 7) is None  # other model bytes
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k2", 7) is None  # other environment
+    assert warmup_to_reuse(db_url, "m", "train-bs32", "a" * 64, "k1", 7) is None  # other case
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k1", 0) is None  # reuse switched off
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k1", 7, now=later) is None  # too old
+
+    # a run that reused it stores the profiled run's own cold step, and is never reused in its turn
+    ctx2, pulled2, env2, _, run2, parse2, comp2 = make_records(tmp_path, dag_run_id="r2")
+    Path(run2.samples_path).write_text(json.dumps({**json.loads(Path(run2.samples_path).read_text()),
+                                                   "cold_step_ms": 321.0}))
+    second = archive_run(db_url, str(tmp_path / "archive"), ctx2, pulled2, env2, found, run2, parse2, comp2).run_id
+    with session_scope(db_url) as s:
+        assert s.get(Run, second).cold_step_ms == 321.0
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k1", 7).reused_from_run_id == first
+    with session_scope(db_url) as s:
+        s.execute(Run.__table__.update().where(Run.id == first).values(steady=False))
+    assert warmup_to_reuse(db_url, "m", ctx.case.name, "a" * 64, "k1", 7) is None  # never from an unsteady one

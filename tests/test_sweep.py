@@ -153,3 +153,16 @@ def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, mon
     png = model_sweep_plot("demo")
     assert png.media_type == "image/png" and png.body[:8] == b"\x89PNG\r\n\x1a\n"
     assert _sweep_section(request, "nomodel") == ""  # no successful run: no section
+
+
+def test_sweep_says_when_its_points_come_from_more_than_one_version(cli, matrix_runs, db_url, tmp_path):
+    assert "more than one model version" not in cli("sweep", "demo").stderr
+    case = expand_entry({"model": "demo", "measured_steps": 10, "matrix": {"batch_size": [8]}})[0]
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp_path, dag_run_id="v2", model="demo", median=9.0)
+    ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=3)})
+    pulled = pulled.model_copy(update={"version": "2", "digest": "b" * 64})
+    archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp)
+    res = cli("sweep", "demo")
+    assert res.exit_code == 0, res.output
+    assert "note: the newest run of each case comes from more than one model version (1, 2)" in res.stderr
+    assert "more than one model version" not in cli("sweep", "demo", "--version", "1").stderr

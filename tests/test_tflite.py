@@ -128,3 +128,15 @@ def test_agreement_of_outputs():
     with pytest.raises(RunnerError, match="differs"):
         agreement([[np.zeros((2, 3))]], [[np.zeros((2, 4))]])
 
+
+
+def test_the_cli_line_of_a_tflite_record():
+    from tasks.cli.main import tflite_summary
+
+    line = tflite_summary({"quantization": "int8", "size_bytes_before": 8 * 2**20, "size_bytes_after": 2 * 2**20,
+                           "conversion_s": 4.25, "agreement": {"max_abs_diff": 0.0123, "top1_agreement": 0.984}})
+    assert line == ("tflite (int8): size 8.00 MiB -> 2.00 MiB (x0.25), converted in 4.2 s; agreement with TF: "
+                    "max |diff| 0.0123, top-1 98.4%")
+    bare = tflite_summary({"quantization": "none", "size_bytes_before": 100, "size_bytes_after": 90,
+                           "conversion_s": 1.0, "agreement": {"max_abs_diff": None, "top1_agreement": None}})
+    assert bare.endswith("max |diff| —, top-1 —")

@@ -51,7 +51,8 @@ class VersionComparison:
     timer), throughput_eps (examples/s), profiler_avg_step_ms (xprof), input_bound_pct, verdict.
     ops: op deltas (µs per profiled step) ranked by growth (largest Δ first); categories: by |Δ|;
     findings: diagnosis findings of both runs (side, run_id, code, severity, message, figure, value,
-    threshold); attribution: the full Attribution (summary text, top_share...).
+    threshold); attribution: the full Attribution (summary text, top_share...); identical_bytes: both runs
+    measured the same model bytes (equal sha256 digests), so any difference is drift between processes.
     """
 
     headline: pd.DataFrame
@@ -59,6 +60,7 @@ class VersionComparison:
     categories: pd.DataFrame
     findings: pd.DataFrame
     attribution: Attribution
+    identical_bytes: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution summary."""
@@ -69,6 +71,7 @@ class VersionComparison:
 
         return {"headline": recs(self.headline), "ops": recs(self.ops), "categories": recs(self.categories),
                 "findings": recs(self.findings), "summary": self.attribution.summary,
+                "identical_bytes": self.identical_bytes,
                 "step_time_change_us": self.attribution.step_time_change_us,
                 "step_time_change_source": self.attribution.step_time_change_source,
                 "top_share": self.attribution.top_share}
@@ -128,18 +131,26 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
     findings = pd.DataFrame([{"side": side, "run_id": r["run_id"], **{k: f.get(k) for k in FINDING_COLUMNS[2:]}}
                              for side, r in sides.items() for f in reads.run_findings(db_url, r["run_id"])],
                             columns=FINDING_COLUMNS)
+    digests = reads.run_digests(db_url, [r["run_id"] for r in sides.values()])
+    same = digests.get(sides["from"]["run_id"]) is not None and (
+        digests.get(sides["from"]["run_id"]) == digests.get(sides["to"]["run_id"]))
     return VersionComparison(headline=headline, ops=ops, categories=a.categories_frame(), findings=findings,
-                             attribution=a)
+                             attribution=a, identical_bytes=same)
 
 
 def _headline_text(vc: VersionComparison) -> str:
     h = vc.headline.set_index("side")
     f, t = h.loc["from"], h.loc["to"]
     ratio = t["median_step_ms"] / f["median_step_ms"] if f["median_step_ms"] else float("nan")
-    return (f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
+    text = (f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
             f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
             f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
             f"case {t['case']}")
+    if vc.identical_bytes:
+        text += (f"\nnote: v{f['version']} and v{t['version']} are byte-identical (same sha256): the x{ratio:.3f} is "
+                 "drift between the two runs' processes, not a change of the model. A paired gate measures both "
+                 f"in one process: perfwatch run MODEL --version {t['version']} --paired")
+    return text
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -55,10 +56,21 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, j
 
 
 def _settings() -> Settings:
+    """The settings from the environment, with the store migrated. When that creates a new SQLite store (no
+    file was at its path), says so on stderr with the path and ``PERFWATCH_HOME``: a mistyped home otherwise
+    looks like a store without runs."""
+    from sqlalchemy.engine import make_url
+
     from tasks.store import migrate
 
     s = Settings.from_env()
+    url = make_url(s.database_url)
+    fresh = url.get_backend_name() == "sqlite" and bool(url.database) and not Path(url.database).exists()
     migrate(s.database_url)
+    if fresh:
+        typer.echo(f"note: no perfwatch store was at {url.database}; a new empty one was made there "
+                   f"(PERFWATCH_HOME={s.home}). If you expected runs, check PERFWATCH_HOME or "
+                   "PERFWATCH_DATABASE_URL.", err=True)
     return s
 
 
@@ -149,7 +161,11 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
             precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
             xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
             strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
-            quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none") -> None:
+            quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
+            warmup_reuse_days: Annotated[float, typer.Option(
+                help="Reuse the steady-state step count of this case's newest warm-up on the same model bytes "
+                     "and environment within this many days instead of a warm-up process; 0: always warm "
+                     "up afresh.")] = 7.0) -> None:
     """Run the seven stages for one model version in this process, without Airflow. The options are the
     Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix").
 
@@ -175,7 +191,7 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
         case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
                     profiled_steps=profiled_steps, paired=paired, mode=mode, safe_mode=safe_mode, inputs=feeds,
                     input_fn=input_fn, signature=signature, precision=precision, xla=xla, strategy=strategy,
-                    quantization=quantization)
+                    quantization=quantization, warmup_reuse_days=warmup_reuse_days)
     except ValidationError as e:
         from tasks.cli.history import validation_message
 
@@ -205,13 +221,19 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     judged = (f" (ratio {v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}], {v['method']})"
               if v.get("ratio") is not None and v.get("ci_low") is not None else "")
     typer.echo(f"run {bundle['archived']['run_id']}: verdict {v['verdict']}{judged}, "
-               f"median {bundle['run']['median_step_ms']:.2f} ms, archive {bundle['archived']['archive_uri']}")
+               f"median {bundle['run']['median_step_ms']:.2f} ms, {bundle['run']['throughput_eps']:.1f} examples/s "
+               f"at the median (as `runs`, `sweep` and `compare` give it), archive {bundle['archived']['archive_uri']}")
     if v.get("reason"):
         typer.echo(f"  {v['reason']}")
     if lat := bundle["run"].get("latency_ms"):  # infer mode: the measured batches' latency (our timer)
         typer.echo(f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
                    f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
-                   f"throughput {lat['throughput_eps']:.1f} examples/s")
+                   f"{lat['throughput_eps']:.1f} examples/s over all batches")
+    if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
+        from tasks.store.reads import run_tool_tables
+
+        if lite := run_tool_tables(_settings().database_url, bundle["archived"]["run_id"]).get("tflite"):
+            typer.echo(tflite_summary(lite))
     from tasks.cli.env import env_change_summary
 
     if note := env_change_summary(bundle["verdict"]):
@@ -221,6 +243,21 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     except RegressionDetected as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from e
+
+
+def tflite_summary(lite: dict) -> str:
+    """One line of a tflite run's record (``tasks.runner.tflite``): quantization, model size in bytes before
+    and after conversion, conversion time (s), and the agreement with the TF model on the same batches (max
+    absolute difference; top-1 agreement, classifiers only)."""
+    before, after = lite.get("size_bytes_before"), lite.get("size_bytes_after")
+    size = (f"size {before / 2**20:.2f} MiB -> {after / 2**20:.2f} MiB (x{after / before:.2f})" if before and after
+            else "size —")
+    agree = lite.get("agreement") or {}
+    diff = agree.get("max_abs_diff")
+    top1 = agree.get("top1_agreement")
+    return (f"tflite ({lite.get('quantization')}): {size}, converted in {lite.get('conversion_s') or 0:.1f} s; "
+            f"agreement with TF: max |diff| {'—' if diff is None else f'{diff:.3g}'}, top-1 "
+            f"{'—' if top1 is None else f'{100 * top1:.1f}%'}")
 
 
 @demo_app.command("build-store")

@@ -140,6 +140,10 @@ def register(app: typer.Typer) -> None:
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
         render(df, fmt, title=f"{model}: sweep along {axis}")
+        versions = sorted({str(v) for v in df["version"]}, key=lambda v: (len(v), v))
+        if version is None and len(versions) > 1:
+            typer.echo(f"note: the newest run of each case comes from more than one model version ({', '.join(versions)}"
+                       f"): a curve may mix versions; give --version to sweep one", err=True)
         for line in knee_lines(df, axis, latency_budget_ms):
             typer.echo(line, err=True)
         if plot is not None:

@@ -482,11 +482,15 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     measured: ``blocks`` of the spec at most), ``rounds`` (per round: pairs so far, ``host_load``,
     wall s since the first pair), ``stopped_by`` (``budget``, ``parent`` or ``stdin closed``),
     ``host_load`` over all pairs and ``timed_steps`` actually spent. Profile mode adds ``host_load``
-    over the measured steps. See :class:`HostLoad` for its keys.
+    over the measured steps. Warm-up and profile modes add ``phases_s``: this process's wall time (s, our
+    timer) in ``import_tf``, ``load_model`` (load, precision rebuild, inputs), ``cold_step`` (trace/compile
+    and the first step), ``warmup_steps``, and in profile mode ``measured_steps`` and ``profiled_window``
+    (profiler start, the profiled steps, the XSpace written). See :class:`HostLoad` for its keys.
 
     Raises:
         RunnerError: a model failed to load or its training step failed (names the model).
     """
+    t_import = time.perf_counter()
     import tensorflow as tf
 
     execution.configure_devices()  # PERFWATCH_CPU_LOGICAL_DEVICES, before TF initialises
@@ -494,10 +498,15 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     if spec.mode == "paired":
         return _run_paired(spec)
     t_start = time.perf_counter()
+    # where this process's wall time went (s, our timer): what a case costs beyond its timed steps
+    phases = {"import_tf": t_start - t_import}
     step = _build_step(spec)
+    phases["load_model"] = time.perf_counter() - t_start
     cold_ms = _cold_step(step, spec.model_path, spec.case_mode)
+    phases["cold_step"] = time.perf_counter() - t_start - phases["load_model"]
     result: dict[str, Any] = {"mode": spec.mode, **_case_record(spec, step), "cold_step_ms": cold_ms,
-                              "batch_size": spec.batch_size, "seed": spec.seed, "deterministic": spec.deterministic}
+                              "batch_size": spec.batch_size, "seed": spec.seed, "deterministic": spec.deterministic,
+                              "phases_s": phases}
     if spec.mode == "warmup":
         det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max,
                              max_steps=spec.warmup_max_steps)
@@ -511,14 +520,19 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
                 break
         res = det.result()
         ticker.done(cv=res.final_cv)
+        phases["warmup_steps"] = sum(times) / 1000
         result.update(warmup_step_times_ms=times, warmup_steps=res.warmup_steps, steady=res.steady,
                       final_cv=res.final_cv, reason=res.reason)
     else:
+        t0 = time.perf_counter()
         warm = progress.run_steps("warm-up", step, spec.warmup_steps)
+        phases["warmup_steps"] = time.perf_counter() - t0
         load = HostLoad().start()
         sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
         counted = sampler.count(step)
+        t0 = time.perf_counter()
         measured = progress.run_steps("measure", counted, spec.measured_steps)
+        phases["measured_steps"] = time.perf_counter() - t0
         result["telemetry"] = sampler.stop()
         result["host_load"] = load.result()
         if spec.case_mode in ("infer", "tflite"):
@@ -539,9 +553,10 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
                         profiled.append(step())
             finally:
                 tf.profiler.experimental.stop()
+        phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
         result.update(warmup_step_times_ms=warm, measured_step_times_ms=measured,
                       profiled_step_times_ms=profiled, profile_dir=str(logdir),
-                      profiled_window_s=time.perf_counter() - t_prof)
+                      profiled_window_s=phases["profiled_window"])
     result.update(peak_rss_bytes=_peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(),
                   wall_s=time.perf_counter() - t_start)
     return result
@@ -558,7 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
+        xla_cache = execution.configure_xla_cache(spec.xla_cache_dir if spec.xla else None)  # before TF
+        cached = len(os.listdir(xla_cache)) if xla_cache else None
         result = {"status": "ok", **run(spec)}
+        if xla_cache:
+            result["xla_cache"] = {"dir": xla_cache, "entries_before": cached,
+                                   "entries_after": len(os.listdir(xla_cache))}
         code = 0
     except Exception as e:  # noqa: BLE001 - every failure is reported in result.json
         result = {"status": "error", "error": f"{type(e).__name__}: {e}" if not isinstance(e, RunnerError)

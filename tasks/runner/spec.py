@@ -47,6 +47,9 @@ class RunnerSpec(BaseModel):
     strategy: Literal["none", "mirrored"] = "none"
     quantization: Literal["none", "dynamic", "int8"] = "none"
     telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
+    # xla: XLA's persistent compilation cache directory, shared by the processes of one case's run
+    # (``tasks.runner.execution.configure_xla_cache``); None: every process compiles afresh
+    xla_cache_dir: str | None = None
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:

@@ -94,6 +94,32 @@ def _matches(combo: dict[str, Any], ex: dict[str, Any]) -> bool:
     return all(_same(combo[k], v) for k, v in ex.items())
 
 
+def field_errors(fields: Mapping[str, Any], keys: Any) -> list[str]:
+    """Pydantic's field-level errors of ``fields`` as a Case, for the fields named in ``keys`` only:
+    ``"<field>=<value>: <message>"`` (an unknown field name: ``"<field>: not a Case field (did you mean
+    <closest>?)"``). Errors between fields (a model validator's, e.g. quantization without tflite) are left out."""
+    import difflib
+
+    from pydantic import ValidationError
+
+    keys = set(keys)
+    try:
+        Case.model_validate({"model": "m", **fields})
+    except ValidationError as e:
+        out = []
+        for err in e.errors():
+            name = err["loc"][0] if err["loc"] else None
+            if name not in keys:
+                continue
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(str(name), list(Case.model_fields), n=1)
+                out.append(f"{name}: not a Case field" + (f" (did you mean {close[0]}?)" if close else ""))
+            else:
+                out.append(f"{name}={fields[name]!r}: {err['msg']}")
+        return out
+    return []
+
+
 def expand_entry(entry: Mapping[str, Any], defaults: Mapping[str, Any] | None = None, *, where: str = "entry",
                  overrides: Mapping[str, Any] | None = None) -> list[Case]:
     """The cases of one model entry of the config: one Case per combination of its ``matrix`` axes
@@ -127,6 +153,13 @@ def expand_entry(entry: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
         raise MatrixError(f"{where}: {', '.join(both)} is set both as a field and as a matrix axis; keep one")
     if clash := [a for a in axes if a in (overrides or {})]:
         raise MatrixError(f"{where}: {', '.join(clash)} is a matrix axis and cannot be overridden")
+    own = {k: v for k, v in entry.items() if k not in ("matrix", "exclude")}
+    if bad := field_errors(own, own):
+        raise MatrixError(f"{where}: " + "; ".join(bad))
+    for axis, values in axes.items():  # a mistyped value is a typo to fix, not a combination to exclude
+        for value in values:
+            if bad := field_errors({axis: value}, [axis]):
+                raise MatrixError(f"{where}: matrix value " + "; ".join(bad))
     excludes = _excludes(entry.get("exclude"), axes, where)
     combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     kept = [c for c in combos if not any(_matches(c, ex) for ex in excludes)]
@@ -156,6 +189,8 @@ def config_cases(data: Any, *, where: str, overrides: Mapping[str, Any] | None =
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict) or "matrix" in defaults or "exclude" in defaults:
         raise ValueError(f"{where}: 'defaults:' must be a mapping of Case fields (a matrix belongs to a model entry)")
+    if bad := field_errors(defaults, defaults):  # blamed on defaults, not on the first model entry
+        raise ValueError(f"{where}: defaults: " + "; ".join(bad))
     cases: list[Case] = []
     first: dict[tuple[str, str], int] = {}
     for i, entry in enumerate(data["models"]):

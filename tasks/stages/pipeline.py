@@ -27,11 +27,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tasks.analysis.attribution import top_ops_text
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -46,18 +45,17 @@ from tasks.records import (
     run_slug,
 )
 from tasks.settings import Settings
-from tasks.stages import parse as parse_stage
-from tasks.stages.archive import Leftover, archive_run
-from tasks.stages.compare import baseline_compare
-from tasks.stages.expectations import data_docs_title
-from tasks.stages.fingerprint import take_fingerprint_in
 from tasks.stages.matrix import config_cases, select_cases
-from tasks.stages.profiled_run import gate_setup, profiled_run
-from tasks.stages.pull import CorruptModelError, pull_model_version
-from tasks.stages.warmup import warm_up
 from tasks.store import migrate
 from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
 from tasks.store.writes import SuccessAlreadyStored, record_failure
+
+if TYPE_CHECKING:
+    from tasks.stages.archive import Leftover
+
+# Each stage's module is imported by its wrapper below, when it runs: every Airflow task imports this
+# module, and a warm-up task should not pay for xprof, pandas, scipy and Great Expectations, which only
+# parse and baseline-compare use (tests/test_rooms.py checks what importing this module pulls in).
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +87,9 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
             invalid (the message names the entry index, model and field), or two cases of a model
             share a name.
     """
-    return config_cases(yaml.safe_load(Path(path).read_text()), where=str(path), overrides=overrides)
+    with open(path, encoding="utf-8") as f:  # a file object: YAML's errors then name the file, not "<unicode string>"
+        data = yaml.safe_load(f)
+    return config_cases(data, where=str(path), overrides=overrides)
 
 
 def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any],
@@ -171,6 +171,8 @@ def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunCon
         msg = f"{type(e).__name__}: {e}"
         scratch = scratch_dir(settings, ctx)
         try:
+            from tasks.stages.pull import CorruptModelError
+
             resolved = ((bundle.get("pulled") or {}).get("version")
                         or (e.version if isinstance(e, CorruptModelError) else None))
             run_id = record_failure(settings.database_url, ctx, stage, msg + "\n" + traceback.format_exc()[-3000:],
@@ -244,14 +246,38 @@ def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any
     return run
 
 
-pull = _stage("pull-model-version", "pulled", lambda b, ctx, st: pull_model_version(
-    st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx)))
+def _pull(b: Bundle, ctx: RunContext, st: Settings) -> PulledModel:
+    from tasks.stages.pull import pull_model_version
 
-fingerprint = _stage("env-fingerprint", "env", lambda b, ctx, st: EnvRecord(
-    **take_fingerprint_in(st.runner_python).model_dump()))
+    return pull_model_version(st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx))
 
-warmup = _stage("warm-up", "warmup", lambda b, ctx, st: warm_up(
-    PulledModel.model_validate(b["pulled"]), ctx.case, work_dir(st, ctx), st.runner_python))
+
+pull = _stage("pull-model-version", "pulled", _pull)
+
+
+def _fingerprint(b: Bundle, ctx: RunContext, st: Settings) -> EnvRecord:
+    from tasks.stages.fingerprint import take_fingerprint_in
+
+    return EnvRecord(**take_fingerprint_in(st.runner_python).model_dump())
+
+
+fingerprint = _stage("env-fingerprint", "env", _fingerprint)
+
+
+def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
+    from tasks.stages.warmup import reusable_warm_up, warm_up
+
+    pulled = PulledModel.model_validate(b["pulled"])
+    reused = reusable_warm_up(st.database_url, pulled, b["env"]["comparability_key"], ctx.case)
+    if reused is not None:
+        log.info("warm-up: reusing run %s's warm-up (%d steps to steady state; same model bytes and environment "
+                 "within %g days): no warm-up process", reused.reused_from_run_id, reused.warmup_steps,
+                 ctx.case.warmup_reuse_days)
+        return reused
+    return warm_up(pulled, ctx.case, work_dir(st, ctx), st.runner_python)
+
+
+warmup = _stage("warm-up", "warmup", _warmup)
 
 def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings,
                          pulled: PulledModel | None = None) -> PulledModel | None:
@@ -261,6 +287,8 @@ def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings,
     ``RunContext.pairs_with`` says so: a release trigger or ``Case.paired``, or a scheduled run whose
     resolved version (``pulled.version``) differs from the baseline's. ``None`` otherwise, and when
     there is no baseline yet (the normal path then decides)."""
+    from tasks.stages.pull import pull_model_version
+
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
     if not ctx.pairs_with(pulled.version if pulled else None, found[0] if found else None):
         return None
@@ -269,6 +297,8 @@ def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings,
 
 
 def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
+    from tasks.stages.profiled_run import gate_setup, profiled_run
+
     pulled = PulledModel.model_validate(b["pulled"])
     env = EnvRecord.model_validate(b["env"])
     baseline = pull_paired_baseline(ctx, env, st, pulled)
@@ -311,16 +341,31 @@ def profile_unless_busy(bundle: Bundle, settings: Settings | None = None, *, ret
         raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): {noise.get('reason')}; measuring again later")
     return out
 
-parse = _stage("parse", "parsed", lambda b, ctx, st: parse_stage.parse_run(
-    ProfiledRun.model_validate(b["run"]), work_dir(st, ctx)))
+def _parse(b: Bundle, ctx: RunContext, st: Settings) -> ParseRecord:
+    from tasks.stages.parse import parse_run
 
-compare = _stage("baseline-compare", "verdict", lambda b, ctx, st: baseline_compare(
-    st.database_url, ctx.case, EnvRecord.model_validate(b["env"]), ProfiledRun.model_validate(b["run"]),
-    ParseRecord.model_validate(b["parsed"]), work_dir(st, ctx),
-    docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version)))
+    return parse_run(ProfiledRun.model_validate(b["run"]), work_dir(st, ctx))
+
+
+parse = _stage("parse", "parsed", _parse)
+
+
+def _compare(b: Bundle, ctx: RunContext, st: Settings) -> CompareRecord:
+    from tasks.stages.compare import baseline_compare
+    from tasks.stages.expectations import data_docs_title
+
+    return baseline_compare(st.database_url, ctx.case, EnvRecord.model_validate(b["env"]),
+                            ProfiledRun.model_validate(b["run"]), ParseRecord.model_validate(b["parsed"]),
+                            work_dir(st, ctx),
+                            docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version))
+
+
+compare = _stage("baseline-compare", "verdict", _compare)
 
 
 def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
+    from tasks.stages.archive import archive_run
+
     wd = work_dir(st, ctx)
     gx = wd / "gx"
     rec = archive_run(st.database_url, st.archive_root, ctx, PulledModel.model_validate(b["pulled"]),
@@ -355,6 +400,8 @@ def check_scratch(settings: Settings, runs: list[RunLocation], *, grace_s: float
     """Scratch dirs under ``PERFWATCH_WORK`` that no run needs any more: the scratch of a run stored as
     a success (archive removes it), and any other untouched for ``grace_s`` seconds (a failed run's
     that could not be cleaned, a killed run's). Younger ones may belong to a run in progress: not reported."""
+    from tasks.stages.archive import Leftover
+
     root = settings.work_root
     if not root.is_dir():
         return []
@@ -398,6 +445,8 @@ def raise_on_regression(bundle: Bundle) -> None:
                                      f"{archived['run_id']} (`perfwatch compare` shows the evidence)")
         return
     if verdict["verdict"] == "regression":
+        from tasks.analysis.attribution import top_ops_text
+
         raise RegressionDetected(
             f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed ({verdict['method']}"
             f"): step-time ratio {verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] "

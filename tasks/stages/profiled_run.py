@@ -40,7 +40,7 @@ from tasks.analysis.verdict import PairedBlocks, paired_comparison
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerSpec, launch
 from tasks.runner.session import run_rounds
-from tasks.stages.warmup import case_options, limit_after_warmup
+from tasks.stages.warmup import case_options, limit_after_warmup, xla_cache_dir
 from tasks.store import reads
 
 
@@ -111,7 +111,8 @@ def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: W
     spec = RunnerSpec(mode="paired", model_path=pulled.local_path, baseline_model_path=baseline.local_path,
                       out_dir=str(out), **case_options(case), warmup_steps=warmup.warmup_steps,
                       blocks=case.paired_blocks, block_steps=case.paired_block_steps,
-                      round_pairs=case.paired_round_pairs if design else None)
+                      round_pairs=case.paired_round_pairs if design else None,
+                      xla_cache_dir=xla_cache_dir(case, work_dir))
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     looks: list[int] = []
     if design is None:
@@ -188,7 +189,8 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     out = Path(work_dir) / "run"
     spec = RunnerSpec(mode="profile", model_path=pulled.local_path, out_dir=str(out), **case_options(case),
                       warmup_steps=warmup.warmup_steps,
-                      measured_steps=case.measured_steps, profiled_steps=case.profiled_steps)
+                      measured_steps=case.measured_steps, profiled_steps=case.profiled_steps,
+                      xla_cache_dir=xla_cache_dir(case, work_dir))
     limit, how = limit_after_warmup("profiled-run", warmup,
                                     warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s)
     r = launch(spec, runner_python, limit, limit_note=how)

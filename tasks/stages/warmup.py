@@ -3,6 +3,12 @@
 Fails fast when the model cannot run (load error, a training step that raises), before the
 longer profiled run. The steady-state rule is ``tasks.runner.steady``'s rolling coefficient of
 variation; its step count is what the profiled run then uses as warm-up.
+
+A nightly run of an unchanged model need not pay that process again: :func:`reusable_warm_up` finds the
+newest warm-up of the same case on the same model bytes and environment within ``Case.warmup_reuse_days``
+and the stage hands that record on instead (the model is known to run; the profiled run still warms up
+in its own process). pyperf's calibration, kept and reused for later runs of the same benchmark, is the
+same idea.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 from tasks.records import Case, PulledModel, WarmupRecord
 from tasks.runner import RunnerSpec, launch
 from tasks.settings import RunnerStage, Settings
+from tasks.store import reads
 
 
 def case_options(case: Case) -> dict[str, Any]:
@@ -26,6 +33,13 @@ def case_options(case: Case) -> dict[str, Any]:
             "input_fn": case.input_fn, "signature": case.signature, "safe_mode": case.safe_mode,
             "precision": case.precision, "xla": case.xla, "strategy": case.strategy,
             "quantization": case.quantization, "telemetry_interval_ms": case.telemetry_interval_ms}
+
+
+def xla_cache_dir(case: Case, work_dir: str | Path) -> str | None:
+    """The case's XLA compilation cache, ``<work_dir>/xla_cache``, for an ``xla`` case (else ``None``): the
+    warm-up process fills it, the profiled run and the paired gate of the same run load from it instead of
+    compiling again (``tasks.runner.execution.configure_xla_cache``)."""
+    return str(Path(work_dir) / "xla_cache") if case.xla else None
 
 
 def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str,
@@ -44,11 +58,23 @@ def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python
         timeout_s, how = Settings.from_env().runner_limit("warm-up")
     spec = RunnerSpec(mode="warmup", model_path=pulled.local_path, out_dir=str(Path(work_dir) / "warmup"),
                       **case_options(case), warmup_window=case.warmup_window, warmup_cv_max=case.warmup_cv_max,
-                      warmup_max_steps=case.warmup_max_steps)
+                      warmup_max_steps=case.warmup_max_steps, xla_cache_dir=xla_cache_dir(case, work_dir))
     r = launch(spec, runner_python, timeout_s, limit_note=how)
     return WarmupRecord(warmup_steps=r["warmup_steps"], steady=r["steady"], final_cv=r["final_cv"],
                         cold_step_ms=r["cold_step_ms"], step_times_ms=r["warmup_step_times_ms"],
                         wall_s=r["wall_s"])
+
+
+def reusable_warm_up(db_url: str, pulled: PulledModel, comparability_key: str, case: Case) -> WarmupRecord | None:
+    """A stored warm-up this run may reuse instead of starting a warm-up process, or ``None``.
+
+    The newest successful run of ``case`` (same model and case name) whose warm-up process ran and reached
+    steady state within ``case.warmup_reuse_days`` days, on the same model bytes (``pulled.digest``) in the
+    same environment (``comparability_key``): ``tasks.store.reads.warmup_to_reuse``. Its record says
+    ``reused_from_run_id``. Never for ``warmup_reuse_days`` 0.
+    """
+    return reads.warmup_to_reuse(db_url, case.model, case.name, pulled.digest, comparability_key,
+                                 case.warmup_reuse_days)
 
 
 def limit_after_warmup(stage: RunnerStage, warmup: WarmupRecord, timed_steps: int,

@@ -9,20 +9,19 @@ breakdown ms, the xprof tool tables) or the latest runs of a version.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tasks.analysis.attribution import RunOps
-from tasks.analysis.profile import OP_STATS_COLUMNS
-from tasks.analysis.verdict import usable_baselines
+from tasks.records import WarmupRecord
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
+    REUSED_WARMUP_TOOL,
     Baseline,
     Comparison,
     Environment,
@@ -34,6 +33,11 @@ from tasks.store.schema import (
     StepBreakdown,
     StepSample,
 )
+
+if TYPE_CHECKING:  # pandas, scipy and the analysis modules are imported where used: every stage reads
+    import pandas as pd  # this module (stored_run), and a DAG task should not pay for what it does not use
+
+    from tasks.analysis.attribution import RunOps
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,11 @@ def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
 
 
 def _run_ops(s: Session, run_id: int) -> RunOps | None:
+    import pandas as pd
+
+    from tasks.analysis.attribution import RunOps
+    from tasks.analysis.profile import OP_STATS_COLUMNS
+
     base = s.execute(select(Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id == run_id)).first()
     if base is None:
         return None
@@ -147,6 +156,8 @@ def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability
     ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
     and paired gates looked at for calibration.
     """
+    from tasks.analysis.verdict import usable_baselines
+
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
         if model_id is None:
@@ -212,18 +223,69 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     return None if pick is None else (str(pick[0]), int(pick[1]))
 
 
+def warmup_to_reuse(db_url: str, model: str, case_name: str, digest: str, comparability_key: str,
+                    max_age_days: float, *, now: dt.datetime | None = None) -> WarmupRecord | None:
+    """The warm-up of the newest successful perfwatch run of ``model`` and ``case_name`` whose warm-up
+    process ran (it has no ``run_tables`` row ``warmup_reused``: a reuse is never reused, so the age
+    counts from a real warm-up), reached steady state, finished within
+    ``max_age_days`` days of ``now`` (default: the current time, UTC), and measured the same model bytes
+    (``model_versions.digest`` = ``digest``) in the same environment (``environments.comparability_key``).
+
+    Returns its record with ``reused_from_run_id`` set and ``wall_s`` 0: ``warmup_steps``, ``steady``,
+    ``cold_step_ms`` from the run's row, ``step_times_ms`` its stored ``warmup`` step samples (the
+    profiled-run process's warm-up steps after its cold step, ms, our timer),
+    ``final_cv`` None (not stored). ``None`` when there is no such run, or ``max_age_days`` is 0.
+    """
+    if max_age_days <= 0:
+        return None
+    since = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=max_age_days)
+    reused = select(RunTable.run_id).where(RunTable.run_id == Run.id, RunTable.tool == REUSED_WARMUP_TOOL).exists()
+    q = (select(Run.id, Run.warmup_steps, Run.steady, Run.cold_step_ms)
+         .join(Model, Model.id == Run.model_id).join(ModelVersion, ModelVersion.id == Run.model_version_id)
+         .join(Environment, Environment.id == Run.environment_id)
+         .where(Model.name == model, Run.case_name == case_name, Run.status == "success",
+                Run.source == "perfwatch", Run.steady.is_(True), Run.warmup_steps.is_not(None),
+                Run.cold_step_ms.is_not(None), Run.finished_at >= since, ModelVersion.digest == digest,
+                Environment.comparability_key == comparability_key, ~reused)
+         .order_by(Run.finished_at.desc(), Run.id.desc()).limit(1))
+    with session_scope(db_url) as s:
+        row = s.execute(q).first()
+        if row is None:
+            return None
+        times = list(s.scalars(select(StepSample.step_time_ms).where(StepSample.run_id == row[0],
+                                                                      StepSample.phase == "warmup")
+                               .order_by(StepSample.step)))
+    return WarmupRecord(warmup_steps=int(row[1]), steady=bool(row[2]), final_cv=None, cold_step_ms=float(row[3]),
+                        step_times_ms=times, wall_s=0.0, reused_from_run_id=int(row[0]))
+
+
+def run_digests(db_url: str, run_ids: list[int]) -> dict[int, str]:
+    """The sha256 digest of the model bytes each run measured (``model_versions.digest``), by run id; runs
+    without a model version row are left out."""
+    with session_scope(db_url) as s:
+        rows = s.execute(select(Run.id, ModelVersion.digest).join(ModelVersion, ModelVersion.id == Run.model_version_id)
+                         .where(Run.id.in_(run_ids))).all()
+    return {int(r): str(d) for r, d in rows}
+
+
 # ------------------------------------------------------------------------------------- per-run tables
 
 
 def op_table(db_url: str, run_id: int) -> pd.DataFrame:
     """The run's framework_op_stats rows (``OP_STATS_COLUMNS``; self-times µs over the profiled window,
     ``self_time_share`` 0..1). Empty frame when the run has none."""
+    import pandas as pd
+
+    from tasks.analysis.profile import OP_STATS_COLUMNS
+
     ops = run_ops(db_url, run_id)
     return ops.ops if ops is not None else pd.DataFrame(columns=OP_STATS_COLUMNS)
 
 
 def step_breakdown_table(db_url: str, run_id: int) -> pd.DataFrame:
     """The run's overview_page per-step breakdown, wide: ``step`` plus one column per component (ms)."""
+    import pandas as pd
+
     with session_scope(db_url) as s:
         rows = s.execute(select(StepBreakdown.step_num, StepBreakdown.component, StepBreakdown.ms)
                          .where(StepBreakdown.run_id == run_id)).all()

@@ -74,6 +74,10 @@ class Environment(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+REUSED_WARMUP_TOOL = "warmup_reused"
+"""``run_tables.tool`` of a run whose warm-up stage reused another run's warm-up (``{"run_id": N}``;
+``tasks.store.reads.warmup_to_reuse``)."""
+
 INGEST_DAG_ID = "perfwatch_ingest"
 """``dag_id`` of the runs ``perfwatch ingest`` stores: profiles of users' own jobs (``runs.source`` external)."""
 

@@ -36,6 +36,7 @@ from tasks.records import (
 )
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
+    REUSED_WARMUP_TOOL,
     Artifact,
     Baseline,
     Comparison,
@@ -180,6 +181,9 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
         sqlalchemy.exc.SQLAlchemyError: the transaction failed after its retries (nothing is written).
     """
     measured = samples["measured_step_times_ms"]
+    # the run's cold start: the warm-up process's first step, or with a reused warm-up (no warm-up process
+    # ran) the profiled-run process's own first step, never the reused run's
+    cold_step_ms = warmup.cold_step_ms if warmup.reused_from_run_id is None else samples.get("cold_step_ms")
 
     def tx() -> int:
         with session_scope(db_url) as s:
@@ -205,7 +209,7 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
                     finished_at=utcnow(),
                     median_step_ms=run.median_step_ms, mean_step_ms=statistics.fmean(measured),
                     p90_step_ms=_percentile(measured, 90), throughput_eps=run.throughput_eps,
-                    cold_step_ms=warmup.cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
+                    cold_step_ms=cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
                     profile_overhead_ratio=run.profile_overhead_ratio, peak_rss_bytes=run.peak_rss_bytes,
                     peak_device_bytes=run.peak_device_bytes, profiler_avg_step_ms=parsed.avg_step_time_ms,
                     input_bound_pct=parsed.input_bound_pct, verdict=verdict.verdict)
@@ -220,6 +224,8 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
                 tel = samples["telemetry"]
                 s.add_all(TelemetrySample(run_id=r.id, seq=i, **row) for i, row in enumerate(tel["samples"]))
                 s.add(RunTable(run_id=r.id, tool="telemetry", data=summarize_telemetry(tel, ctx.case.batch_size)))
+            if warmup.reused_from_run_id is not None:  # tasks.store.reads.warmup_to_reuse
+                s.add(RunTable(run_id=r.id, tool=REUSED_WARMUP_TOOL, data={"run_id": warmup.reused_from_run_id}))
             s.add_all(RunTable(run_id=r.id, tool=key, data=samples[key])  # how it ran; a tflite run's figures
                       for key in ("execution", "tflite") if samples.get(key))
             s.add_all(OpStat(run_id=r.id, **{k: row[k] for k in _OP_COLUMNS}) for row in parsed_tables.get("op_stats", []))
