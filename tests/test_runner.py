@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -50,13 +49,3 @@ def test_missing_model_and_bad_interpreter(tmp_path):
     with pytest.raises(RunnerError, match="cannot start runner interpreter"):
         launch(spec, str(tmp_path / "no-python"))
 
-
-def test_the_runner_defers_matplotlib_pyplot_until_it_is_used():
-    """Keras imports matplotlib.pyplot when installed; the runner defers running it (``defer_imports``), and a
-    use of it (e.g. by a user's input_fn) still gets the real module."""
-    probe = ("import sys\nfrom tasks.runner.process import defer_imports\ndefer_imports()\n"
-             "import matplotlib.pyplot as plt\nprint(type(plt).__name__, 'matplotlib.figure' in sys.modules)\n"
-             "plt.figure\nprint(type(plt).__name__, 'matplotlib.figure' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
-    assert out.stdout.split() == ["_LazyModule", "False", "module", "True"]

@@ -65,8 +65,6 @@ then exits 1.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import json
 import os
 import random
@@ -564,40 +562,6 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     return result
 
 
-#: modules whose execution is deferred to their first use in the runner (``defer_imports``): Keras imports
-#: ``matplotlib.pyplot`` when it is installed, for plotting utilities a measurement never calls, and executing
-#: it was about a quarter of ``import tensorflow`` here (``python -X importtime``)
-DEFERRED_IMPORTS = ("matplotlib.pyplot",)
-
-
-class _Deferred(importlib.abc.MetaPathFinder):
-    """Finds ``names`` with the normal finders and hands back their specs with the loader wrapped in
-    ``importlib.util.LazyLoader`` (the standard library's lazy import): the module object exists at once and
-    runs its code on first attribute access. A user's ``input_fn`` that uses the module gets it loaded then."""
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in self.names:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = importlib.util.LazyLoader(spec.loader)
-                return spec
-        return None
-
-
-def defer_imports(names: tuple[str, ...] = DEFERRED_IMPORTS) -> None:
-    """Make ``names`` load lazily in this process (``_Deferred``); call before ``import tensorflow``. A name
-    already imported is left as it is."""
-    sys.meta_path.insert(0, _Deferred(tuple(n for n in names if n not in sys.modules)))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tasks.runner SPEC.json``; writes ``<out_dir>/result.json``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -608,7 +572,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    defer_imports()
     try:
         xla_cache = execution.configure_xla_cache(spec.xla_cache_dir if spec.xla else None)  # before TF
         cached = len(os.listdir(xla_cache)) if xla_cache else None
