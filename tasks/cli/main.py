@@ -202,8 +202,9 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
                      trigger="cli", case=case)
     try:
+        settings = _settings()
         with progress_shown():
-            bundle = run_case(ctx, _settings())
+            bundle = run_case(ctx, settings)
     except StoreError:
         raise  # one line, exit STORE_ERROR_EXIT (_StoreErrorsInOneLine)
     except Exception as e:  # noqa: BLE001 - every stage error is reported, and said whether it was recorded
@@ -232,7 +233,7 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables
 
-        if lite := run_tool_tables(_settings().database_url, bundle["archived"]["run_id"]).get("tflite"):
+        if lite := run_tool_tables(settings.database_url, bundle["archived"]["run_id"]).get("tflite"):
             typer.echo(tflite_summary(lite))
     from tasks.cli.env import env_change_summary
 

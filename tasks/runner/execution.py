@@ -15,7 +15,7 @@
   ``<work_dir>/xla_cache``), XLA's persistent compilation cache (``TF_XLA_FLAGS
   --tf_xla_persistent_cache_directory``) keeps what the warm-up process compiled, so the profiled run and
   the paired gate of the same DAG run load it instead of compiling again (on the 2-core dev machine the
-  demo model's training step compiles for about 20 s on a quiet host, about 2 min on a loaded one). The executable is the same, so step times are
+  demo model's XLA training cold step took 16.5-19.9 s on a quiet host, 5.6-8.1 s without XLA: ``bench/matrix.py``). The executable is the same, so step times are
   not changed by it; only the cold step is shorter (the warm-up's cold step, the one stored as the run's
   cold-start time, always starts from an empty cache unless the warm-up itself is retried).
 * **strategy** — ``none`` (TF's default strategy, one device) or ``mirrored``:
