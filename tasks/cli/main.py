@@ -131,8 +131,10 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1)
     df = runs_frame(url, model, last)
-    if fmt == Format.table:
-        df = df.drop(columns=["batch_size", "precision", "xla", "strategy", "quantization"], errors="ignore")
+    if fmt == Format.table:  # the case name spells these axes out; mode keeps its own column
+        from tasks.store.queries import AXIS_COLUMNS
+
+        df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
     render(df, fmt, title="perfwatch runs")
 
 
