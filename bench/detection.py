@@ -124,7 +124,7 @@ def _paired_process(model: str, base: str, out_dir: str, blocks: int, t0: float)
                       warmup_steps=WARMUP_STEPS, blocks=blocks, block_steps=1)
     r = launch(spec, sys.executable)
     return {"started": time.time() - t0, "load1": load, "host_load": r.get("host_load"),
-            "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
+            "first_built": r.get("first_built"), "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
 
 
 def collect(path: Path) -> dict:
