@@ -12,7 +12,7 @@ demo model (MobileNetV2 α=0.35, 96×96×3, batch 16, random weights):
 
 * ``history``: separate processes (mode ``profile``), a cold step, 10 warm-up steps, 100 measured steps;
 * ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA order with
-  1-step blocks, 256 block pairs each; ``load_level`` (busy processes per core started by the bench, absent
+  1-step blocks, 320 block pairs each (the product's default budget); ``load_level`` (busy processes per core started by the bench, absent
   for the quiet-host collection), ``load1`` (1-min load average at the start) and, for processes collected
   since the runner records it, ``host_load`` (the runner's ``HostLoad`` over the pairs);
 * ``heavy_history`` / ``heavy_paired``: the same for a heavier variant (input 98×98; B = heavy).
@@ -95,7 +95,7 @@ HISTORY_PER_ROUND = 2
 HEAVY_ROUNDS = (0, 2, 4)
 HISTORY_STEPS = 100
 WARMUP_STEPS = 10
-COLLECT_BLOCKS = 256  # block pairs per self-vs-self process
+COLLECT_BLOCKS = 320  # block pairs per self-vs-self process: the product's default budget, so no trial is cut
 HEAVY_BLOCKS = 128
 BATCH = 16
 
