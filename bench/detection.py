@@ -297,7 +297,8 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
                                 "calibrated_noise": setup.noise.model_dump(mode="json")},
                           host_load=host_load)
     comparison, _ = paired_comparison(paired, case, setup.offset)
-    noise = calibration.assess_noise(host_load, gate_sd=comparison.details["sd_pair"], calibration=setup.noise,
+    noise = calibration.assess_noise(host_load, gate_sd=comparison.details["scale_log_ratio"],
+                                     gate_pairs=comparison.n_candidate, calibration=setup.noise,
                                      max_other_cpu_share=case.max_other_cpu_share)
     d = decide(list(b[:n]), case, same_env=[], other_env=[], other_env_data=None, env_data={}, samples={},
                paired=paired, baseline_version="1", baseline_digest="same", noise=noise.model_dump(mode="json"))
@@ -475,8 +476,10 @@ def _real(data, runs, case, trials, rng, setups) -> None:
     setup = setups[0]
     verdicts = [judge(p.a[:n], p.b[:n], hcase, setup, p.host_load)["verdict"] for p in heavy]
     rp = paired_rates(heavy, [setup] * len(heavy), [0.0], trials, hcase, rng, centred=False)[0.0]["alarm"]
-    procs = processes(data["paired"])
-    ip = paired_rates(procs, setups, [true - 1], trials, hcase, rng, centred=False)[true - 1]["alarm"]
+    procs = processes(data["paired"])  # injected on the quiet-host processes only, as the heavy ones were quiet
+    quiet = [i for i, p in enumerate(procs) if p.load_class == "quiet"]
+    ip = paired_rates([procs[i] for i in quiet], [setups[i] for i in quiet], [true - 1], trials, hcase, rng,
+                      centred=False)[true - 1]["alarm"]
     heavy_runs = [np.asarray(p["steps_ms"]) for p in data["heavy_history"]]
     rh, rf = history_rates(runs, [0.0], max(100, trials // 2), case, rng, candidates=heavy_runs)
     ih, if_ = history_rates(runs, [true - 1], max(100, trials // 2), case, rng)

@@ -5,15 +5,17 @@ Airflow measures again later."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tasks.analysis import calibration
+from tasks.analysis import calibration, stats
 from tasks.analysis.calibration import NoiseCalibration, assess_noise, calibrated_noise
 from tasks.records import Case, RunContext
 from tasks.runner.process import HostLoad, _gpu_other_processes
@@ -52,14 +54,15 @@ def test_host_load_sees_the_cpu_other_processes_take():
     ({**QUIET, "other_cpu_share": 0.48}, None, None, True, ["other processes took 48% of the host's CPU time"]),
     ({**QUIET, "steal_share": 0.12}, None, None, True, ["stole 12%"]),
     ({**QUIET, "gpu_other_processes": 2}, None, None, True, ["2 other process(es) ran on the GPU"]),
-    (QUIET, 0.30, NoiseCalibration(sd_pair=0.14, n_gates=5), True, ["2.1x the calibrated 0.140", "5 quiet gates"]),
+    (QUIET, 0.30, NoiseCalibration(sd_pair=0.14, n_gates=5), True,
+     ["2.1x the calibrated 0.140", "over 320 pairs", "at least 1.9x at 95%", "5 quiet gates"]),
     (QUIET, 0.18, NoiseCalibration(sd_pair=0.14, n_gates=5), False, []),
     (QUIET, 0.30, NoiseCalibration(sd_pair=None, n_gates=2), False, []),  # not calibrated yet: not judged
     ({"error": "psutil is not installed"}, None, None, False, []),
     (None, None, None, False, []),
 ])
 def test_noise_bounds(load, gate_sd, cal, busy, words):
-    n = assess_noise(load, gate_sd=gate_sd, calibration=cal)
+    n = assess_noise(load, gate_sd=gate_sd, gate_pairs=320 if gate_sd is not None else None, calibration=cal)
     assert n.busy is busy and n.bounds["other_cpu_share"] == calibration.DEFAULT_MAX_OTHER_CPU_SHARE
     if busy:
         assert n.reason.startswith("host busy: ") and all(w in n.reason for w in words)
@@ -73,16 +76,46 @@ def test_the_bound_is_a_case_setting_and_bad_values_are_named():
     with pytest.raises(ValueError, match="max_other_cpu_share"):
         assess_noise(QUIET, max_other_cpu_share=0)
     with pytest.raises(ValueError, match="gate_sd"):
-        assess_noise(QUIET, gate_sd=float("nan"))
+        assess_noise(QUIET, gate_sd=float("nan"), gate_pairs=32)
+    with pytest.raises(ValueError, match="gate_pairs"):
+        assess_noise(QUIET, gate_sd=0.2)
 
 
-def _gate(sd, busy, n=320):
-    return {"details": {"se_log_ratio": sd / n**0.5}, "n_candidate": n, "host_busy": busy}
+def test_the_noise_rule_allows_for_the_scale_estimated_from_few_pairs():
+    """A gate stopped at 48 pairs with 1.8x the calibrated scale may be a quiet gate's chance high (its
+    lower 95% bound, 1.37x, is within the 1.5x bound); measured over 320 pairs the same 1.8x is busy."""
+    cal = NoiseCalibration(sd_pair=0.07, n_gates=5)
+    early = assess_noise(QUIET, gate_sd=0.126, gate_pairs=48, calibration=cal)
+    late = assess_noise(QUIET, gate_sd=0.126, gate_pairs=320, calibration=cal)
+    assert early.noise_ratio == pytest.approx(1.8) == late.noise_ratio
+    assert not early.busy and early.noise_ratio_low == pytest.approx(1.8 * math.exp(-1.645 * 1.166 / 48**0.5))
+    assert late.busy and late.noise_ratio_low > calibration.MAX_NOISE_RATIO and late.gate_pairs == 320
+
+
+def test_the_noise_scale_shrugs_off_stray_slow_steps_but_not_wider_noise():
+    """1.4826 x MAD: about the sd for normal log ratios; three 3x steps in 48 pairs double the sd but
+    move the scale little; noise twice as wide doubles both."""
+    rng = np.random.default_rng(3)
+    d = rng.normal(0, 0.07, 48)
+    spiky = d.copy()
+    spiky[[5, 20, 40]] += math.log(3)
+    assert stats.noise_scale(d) == pytest.approx(np.std(d, ddof=1), rel=0.25)
+    assert np.std(spiky, ddof=1) > 2 * np.std(d, ddof=1)
+    assert stats.noise_scale(spiky) < 1.2 * stats.noise_scale(d)
+    assert stats.noise_scale(2 * d) == pytest.approx(2 * stats.noise_scale(d))
+    with pytest.raises(ValueError, match="at least 2 finite"):
+        stats.noise_scale([0.1, float("nan")])
+
+
+def _gate(scale, busy, n=320):
+    return {"details": {"se_log_ratio": 2 * scale / n**0.5, "scale_log_ratio": scale}, "n_candidate": n,
+            "host_busy": busy}
 
 
 def test_calibrated_noise_is_the_median_of_quiet_gates():
     gates = [_gate(0.14, False), _gate(0.15, False), _gate(0.60, True), _gate(0.13, False),
-             {"details": {"se_log_ratio": 0.01}, "n_candidate": 320}]  # no noise record: not used
+             {"details": {"se_log_ratio": 0.01, "scale_log_ratio": 0.14}, "n_candidate": 320},  # no noise record
+             {"details": {"se_log_ratio": 0.01}, "n_candidate": 320, "host_busy": False}]  # stored before the scale
     cal = calibrated_noise(gates)
     assert cal.n_gates == 3 and cal.sd_pair == pytest.approx(0.14)
     assert calibrated_noise(gates[:2]).sd_pair is None  # fewer than MIN_NOISE_GATES

@@ -35,8 +35,9 @@ widened every later interval to about +-20%, after which no gate could decide an
 
 Noise awareness (:func:`assess_noise`): a measurement is judged against documented bounds on the
 host's load while it ran (``tasks.runner.process.HostLoad``) and, for a paired gate, on its own noise
-(per-pair sd of the log ratios) against the calibrated noise of the case (:func:`calibrated_noise`:
-the median per-pair sd of the newest quiet gates of the case and environment). Beyond a bound the
+(the robust per-pair scale of its log ratios, 1.4826 x MAD: ``tasks.analysis.stats.noise_scale``)
+against the calibrated noise of the case (:func:`calibrated_noise`: the median of that scale over the
+newest quiet gates of the case and environment). Beyond a bound the
 host counts as busy: ``tasks.analysis.verdict.decide`` then says ``inconclusive`` with the reason
 ("host busy: ..."), because a busy host biases step-time ratios, not only widens them (delays that
 other processes add to both versions alike pull the ratio towards 1, so a real slowdown can look
@@ -48,8 +49,18 @@ like a pass). The bounds:
   jobs, 0.70-0.81 with two busy-loop processes and 0.74-0.87 with four;
 * the hypervisor stole more than :data:`MAX_STEAL_SHARE` (5%) of it;
 * a GPU showed more than :data:`MAX_GPU_OTHER_PROCESSES` (0) other processes (only where NVML answers);
-* the gate's per-pair sd was more than :data:`MAX_NOISE_RATIO` (1.5) times the calibrated one
-  (only with at least :data:`MIN_NOISE_GATES` quiet gates in the store).
+* the gate's per-pair noise scale was more than :data:`MAX_NOISE_RATIO` (1.5) times the calibrated
+  one (only with at least :data:`MIN_NOISE_GATES` quiet gates in the store that recorded the scale).
+  The gate's scale is an estimate from the pairs it measured, so the rule compares its one-sided 95%
+  lower bound, ``scale x exp(-NOISE_Z x MAD_RELATIVE_SE / sqrt(pairs))`` (the MAD's asymptotic
+  standard error), with the bound: at 48 pairs the scale must reach 2.0x the calibrated one, at 320
+  pairs 1.7x. The scale is robust because the plain sd is not fit for the rule: a gate is judged at the look it
+  stops at, often 32-80 pairs, where a single 3x step doubles the plain sd. An earlier rule on the
+  batch-means sd (7-19 degrees of freedom, and the drift correlation, which varies from process to
+  process) turned 14-23% of quiet gates `inconclusive` on the dev machine's resampled real pairs
+  (``bench/detection.py``, quiet processes with no other process on the CPU), whatever the slowdown.
+  Real load raises the scale itself: quiet self-vs-self processes measured 0.09-0.12, processes
+  beside 1 and 3 busy loops per core 0.18-0.25 (plain sd of the pair log ratios).
 
 The 1-minute load average is recorded but not judged: it counts the runner's own threads (a quiet
 2-core host running a TF step reads about 2).
@@ -93,7 +104,11 @@ _CHI2_1_MEDIAN = float(stats.chi2.median(1))  # 0.4549: median of a squared stan
 DEFAULT_MAX_OTHER_CPU_SHARE = 0.25  #: share of the host's CPU time other processes may take (Case default)
 MAX_STEAL_SHARE = 0.05  #: share of the host's CPU time the hypervisor may steal
 MAX_GPU_OTHER_PROCESSES = 0  #: other processes allowed on a GPU during the measurement (NVML)
-MAX_NOISE_RATIO = 1.5  #: a gate's per-pair sd may be at most this many times the calibrated one
+MAX_NOISE_RATIO = 1.5  #: a gate's per-pair noise scale may be at most this many times the calibrated one
+#: asymptotic relative standard error of the normal-consistent MAD is MAD_RELATIVE_SE / sqrt(n) (its variance
+#: 1.3605 sigma^2 / n for normal data; Hampel, Ronchetti, Rousseeuw & Stahel 1986, sec. 2.3)
+MAD_RELATIVE_SE = 1.166
+NOISE_Z = 1.645  #: one-sided 95%: the noise rule fires when even the lower bound of the gate's scale is too high
 MIN_NOISE_GATES = 3  #: fewest quiet stored gates for a calibrated noise
 
 
@@ -250,8 +265,9 @@ def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
 
 
 class NoiseCalibration(BaseModel):
-    """The calibrated noise of a case's paired gates: ``sd_pair`` (median per-pair sd of the log ratios
-    of the newest quiet gates, log scale; ``None`` with fewer than :data:`MIN_NOISE_GATES`), ``n_gates``."""
+    """The calibrated noise of a case's paired gates: ``sd_pair`` (median robust per-pair scale of the log
+    ratios, ``details["scale_log_ratio"]``, of the newest quiet gates, log scale; ``None`` with fewer than
+    :data:`MIN_NOISE_GATES`), ``n_gates``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -261,8 +277,11 @@ class NoiseCalibration(BaseModel):
 
 def calibrated_noise(paired_gates: Iterable[dict]) -> NoiseCalibration:
     """:class:`NoiseCalibration` from stored gates (``evidence["paired"]`` dicts, newest first, any
-    versions; ``tasks.store.reads.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)."""
-    sds = [_gate_sd(p) for p in paired_gates if gate_is_quiet(p) and p.get("details") and p.get("n_candidate")]
+    versions; ``tasks.store.reads.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)
+    that recorded the robust scale (``details["scale_log_ratio"]``; older gates have only sds, which are
+    not comparable with it)."""
+    sds = [float(p["details"]["scale_log_ratio"]) for p in paired_gates
+           if gate_is_quiet(p) and "scale_log_ratio" in (p.get("details") or {})]
     sds = [s for s in sds if math.isfinite(s) and s > 0]
     if len(sds) < MIN_NOISE_GATES:
         return NoiseCalibration(sd_pair=None, n_gates=len(sds))
@@ -277,9 +296,10 @@ class Noise(BaseModel):
             figures (None when not busy).
         host_load: the runner's ``HostLoad`` dict over the measured steps or the paired phase (None
             when the runner recorded none).
-        gate_sd: the gate's per-pair sd of the log ratios (paired only); calibrated_sd,
+        gate_sd: the gate's robust per-pair noise scale of the log ratios (paired only); calibrated_sd,
             calibrated_gates: the case's calibrated value and how many quiet gates gave it.
-        noise_ratio: gate_sd / calibrated_sd (None without both).
+        noise_ratio: gate_sd / calibrated_sd (None without both); noise_ratio_low: its one-sided 95% lower
+            bound over ``gate_pairs`` pairs (what the rule compares with :data:`MAX_NOISE_RATIO`).
         bounds: the bounds applied (other_cpu_share, steal_share, gpu_other_processes, noise_ratio).
     """
 
@@ -292,10 +312,12 @@ class Noise(BaseModel):
     calibrated_sd: float | None = None
     calibrated_gates: int = 0
     noise_ratio: float | None = None
+    noise_ratio_low: float | None = None
+    gate_pairs: int | None = None
     bounds: dict[str, float]
 
 
-def assess_noise(host_load: dict | None, *, gate_sd: float | None = None,
+def assess_noise(host_load: dict | None, *, gate_sd: float | None = None, gate_pairs: int | None = None,
                  calibration: NoiseCalibration | None = None,
                  max_other_cpu_share: float = DEFAULT_MAX_OTHER_CPU_SHARE) -> Noise:
     """Judge a measurement's noise against the bounds (module docstring).
@@ -303,17 +325,23 @@ def assess_noise(host_load: dict | None, *, gate_sd: float | None = None,
     Args:
         host_load: ``HostLoad.result()`` of the runner (keys ``other_cpu_share``, ``steal_share``,
             optional ``gpu_other_processes``; a dict with ``error`` or None: nothing to judge).
-        gate_sd: a paired gate's per-pair sd of the log ratios (log scale), None for an unpaired run.
+        gate_sd: a paired gate's robust per-pair scale of the log ratios (``details["scale_log_ratio"]``,
+            log scale), None for an unpaired run.
+        gate_pairs: the pairs ``gate_sd`` was estimated from (its sampling error sets the allowance);
+            required with ``gate_sd``.
         calibration: the case's calibrated gate noise (:func:`calibrated_noise`).
         max_other_cpu_share: ``Case.max_other_cpu_share``, in (0, 1].
 
     Raises:
-        ValueError: ``max_other_cpu_share`` outside (0, 1], or a negative or non-finite ``gate_sd``.
+        ValueError: ``max_other_cpu_share`` outside (0, 1], a negative or non-finite ``gate_sd``, or
+            ``gate_sd`` without ``gate_pairs`` >= 2.
     """
     if not 0 < max_other_cpu_share <= 1:
         raise ValueError(f"max_other_cpu_share = {max_other_cpu_share}: must be in (0, 1]")
     if gate_sd is not None and not (math.isfinite(gate_sd) and gate_sd >= 0):
         raise ValueError(f"gate_sd = {gate_sd!r}: must be a finite sd >= 0 (log scale)")
+    if gate_sd is not None and (gate_pairs is None or gate_pairs < 2):
+        raise ValueError(f"gate_pairs = {gate_pairs!r}: a gate's noise scale needs the pairs it came from (>= 2)")
     bounds = {"other_cpu_share": max_other_cpu_share, "steal_share": MAX_STEAL_SHARE,
               "gpu_other_processes": MAX_GPU_OTHER_PROCESSES, "noise_ratio": MAX_NOISE_RATIO}
     why = []
@@ -330,9 +358,12 @@ def assess_noise(host_load: dict | None, *, gate_sd: float | None = None,
                        f"(bound {MAX_GPU_OTHER_PROCESSES})")
     cal_sd = calibration.sd_pair if calibration else None
     ratio = gate_sd / cal_sd if gate_sd is not None and cal_sd else None
-    if ratio is not None and ratio > MAX_NOISE_RATIO:
-        why.append(f"the gate's pair noise (sd {gate_sd:.3f} of the log ratios) is {ratio:.1f}x the calibrated "
-                   f"{cal_sd:.3f} of this case ({calibration.n_gates} quiet gates; bound {MAX_NOISE_RATIO}x)")
+    low = ratio * math.exp(-NOISE_Z * MAD_RELATIVE_SE / math.sqrt(gate_pairs)) if ratio is not None else None
+    if low is not None and low > MAX_NOISE_RATIO:
+        why.append(f"the gate's pair noise (scale {gate_sd:.3f} of the log ratios over {gate_pairs} pairs) is "
+                   f"{ratio:.1f}x the calibrated {cal_sd:.3f} of this case, at least {low:.1f}x at 95% "
+                   f"({calibration.n_gates} quiet gates; bound {MAX_NOISE_RATIO}x)")
     return Noise(busy=bool(why), reason=("host busy: " + "; ".join(why)) if why else None, host_load=host_load,
                  gate_sd=gate_sd, calibrated_sd=cal_sd, calibrated_gates=calibration.n_gates if calibration else 0,
-                 noise_ratio=ratio, bounds=bounds)
+                 noise_ratio=ratio, noise_ratio_low=low, gate_pairs=gate_pairs if gate_sd is not None else None,
+                 bounds=bounds)

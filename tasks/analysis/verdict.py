@@ -27,8 +27,9 @@ Evidence keys that other tools read (stable; all JSON):
 * ``evidence["paired"]`` (paired gates): the ``stats.Comparison`` fields (``verdict``, ``method``,
   ``ratio``, ``ci_low``, ``ci_high``, ``confidence``, ``tolerance``, ``n_candidate`` = ``n_baseline`` =
   pairs analysed, ``needed_samples`` = pairs that would decide when undecided, ``reason``,
-  ``details``: ``sd_log_ratio``, ``se_log_ratio``, ``sd_pair`` (per-pair sd implied by the batch
-  means), ``batch_pairs``, ``offset_sd``, ``df``, and for sequential gates ``boundary``,
+  ``details``: ``sd_log_ratio``, ``scale_log_ratio`` (1.4826 x MAD of the pair log ratios: the noise
+  the noise rule judges; gates stored before it lack it), ``se_log_ratio``, ``sd_pair`` (per-pair sd
+  implied by the batch means), ``batch_pairs``, ``offset_sd``, ``df``, and for sequential gates ``boundary``,
   ``boundary_z``), the layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``,
   ``pairs_wall_s``, ``orders``, ``stopped_by``, ``rounds``), ``baseline_version``,
   ``baseline_digest``, ``a_median_ms``, ``b_median_ms``, ``host_busy`` (bool: the noise rule fired),
@@ -116,7 +117,9 @@ def paired_comparison(paired: PairedBlocks, case: Any,
     """The paired gate's comparison: the final repeated confidence interval of a sequential gate
     (``paired.gate["design"]`` set: ``sequential.analyse`` over its ``look_pairs``), else the fixed
     batch-means t interval of ``stats.compare_paired`` with ``offset``. ``details["sd_pair"]`` is the
-    per-pair sd of the log ratios implied by the batch means (what ``calibration.assess_noise`` judges).
+    per-pair sd of the log ratios implied by the batch means (what the interval uses);
+    ``details["scale_log_ratio"]`` their robust scale (``stats.noise_scale``: what
+    ``calibration.assess_noise`` judges).
 
     Raises:
         ValueError: unequal block counts, an empty block, a NaN/non-positive step time (named
@@ -148,7 +151,8 @@ def paired_comparison(paired: PairedBlocks, case: Any,
     res = stats.Comparison(verdict=f.verdict, method="paired-abba", ratio=f.ratio, ci_low=f.ci_low, ci_high=f.ci_high,
                            confidence=dz.confidence, tolerance=dz.tolerance, n_candidate=f.pairs, n_baseline=f.pairs,
                            needed_samples=g.needed_pairs, reason=reason,
-                           details={"sd_log_ratio": sd_all, "se_log_ratio": f.se_log_ratio, "sd_pair": f.sd_pair,
+                           details={"sd_log_ratio": sd_all, "scale_log_ratio": stats.noise_scale(d[: f.pairs]),
+                                    "se_log_ratio": f.se_log_ratio, "sd_pair": f.sd_pair,
                                     "batch_pairs": float(f.batch), "offset_sd": dz.offset_sd, "df": float(f.df),
                                     "boundary": f.boundary, "boundary_z": f.boundary_z})
     return res, g

@@ -212,7 +212,8 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
                                               setup=setup)
         paired = read_paired(paired_path)
         comparison, _ = paired_comparison(paired, case, setup.offset)
-        noise = calibration.assess_noise(paired.host_load, gate_sd=comparison.details["sd_pair"],
+        noise = calibration.assess_noise(paired.host_load, gate_sd=comparison.details["scale_log_ratio"],
+                                         gate_pairs=comparison.n_candidate,
                                          calibration=setup.noise, max_other_cpu_share=case.max_other_cpu_share)
     return ProfiledRun(work_dir=str(work_dir), samples_path=str(out / "result.json"), profile_dir=r["profile_dir"],
                        measured_steps=len(measured), median_step_ms=median,
