@@ -7,7 +7,7 @@ accepted as a baseline. The store then holds what ``tasks.analysis.calibration``
 
 * the process-level **offset** between two copies (``paired_offset_for_case``: quiet A/A gates only,
   robust estimator, capped), which later gates add to their interval;
-* the case's calibrated **gate noise** (``calibrated_noise``: median per-pair sd of quiet gates), which
+* the case's calibrated **gate noise** (``calibrated_noise``: median robust per-pair scale, 1.4826 x MAD, of quiet gates), which
   later gates' noise is judged against ("host busy: ...").
 
 Gates measured on a busy host are archived (inconclusive, "host busy") but never calibrate anything.
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
                   fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
                   = Format.table) -> None:
         """Run GATES A/A paired gates of MODEL's VERSION against itself (archived, never a baseline), then
-        print each gate (verdict, ratio and interval, pairs spent, the gate's pair noise sd, the CPU share
+        print each gate (verdict, ratio and interval, pairs spent, the gate's pair noise scale, the CPU share
         other processes took, host busy) and the process offset and gate noise the store now calibrates.
 
         Exit code: 0 done; 2 a gate failed (recorded in the store) or the input is wrong.
@@ -110,6 +110,6 @@ def register(app: typer.Typer) -> None:
         off, noise = s["offset"], s["noise"]
         typer.echo(f"process offset sd {off['sd']:.4f} (log scale; source {off['source']}, {off['n_gates']} quiet A/A "
                    f"gates{', capped' if off['capped'] else ''}, {off['skipped_busy']} busy ones left out); "
-                   + (f"gate noise sd {noise['sd_pair']:.4f} per pair ({noise['n_gates']} quiet gates)"
+                   + (f"gate noise scale {noise['sd_pair']:.4f} per pair ({noise['n_gates']} quiet gates)"
                       if noise["sd_pair"] is not None else
                       f"gate noise not calibrated yet ({noise['n_gates']} quiet gates, need 3)"))
