@@ -12,7 +12,8 @@ demo model (MobileNetV2 α=0.35, 96×96×3, batch 16, random weights):
 
 * ``history``: separate processes (mode ``profile``), a cold step, 10 warm-up steps, 100 measured steps;
 * ``paired``: separate processes (mode ``paired``) measuring the model against ITSELF in ABBA order with
-  1-step blocks, 320 block pairs each (the product's default budget); ``load_level`` (busy processes per core started by the bench, absent
+  1-step blocks, 320 block pairs each (the product's default budget); ``first_built`` (which version the
+  runner drew to set up first); ``load_level`` (busy processes per core started by the bench, absent
   for the quiet-host collection), ``load1`` (1-min load average at the start) and, for processes collected
   since the runner records it, ``host_load`` (the runner's ``HostLoad`` over the pairs);
 * ``heavy_history`` / ``heavy_paired``: the same for a heavier variant (input 98×98; B = heavy).
@@ -124,7 +125,8 @@ def _paired_process(model: str, base: str, out_dir: str, blocks: int, t0: float)
                       warmup_steps=WARMUP_STEPS, blocks=blocks, block_steps=1)
     r = launch(spec, sys.executable)
     return {"started": time.time() - t0, "load1": load, "host_load": r.get("host_load"),
-            "first_built": r.get("first_built"), "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
+            "first_built": r.get("first_built"),
+            "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
 
 
 def collect(path: Path) -> dict:

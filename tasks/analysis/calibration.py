@@ -54,8 +54,8 @@ like a pass). The bounds:
   The gate's scale is an estimate from the pairs it measured, so the rule compares its one-sided 95%
   lower bound, ``scale x exp(-NOISE_Z x MAD_RELATIVE_SE / sqrt(pairs))`` (the MAD's asymptotic
   standard error), with the bound: at 48 pairs the scale must reach 2.0x the calibrated one, at 320
-  pairs 1.7x. The scale is robust because the plain sd is not fit for the rule: a gate is judged at the look it
-  stops at, often 32-80 pairs, where a single 3x step doubles the plain sd. An earlier rule on the
+  pairs 1.7x. The scale is robust because the plain sd is not fit for the rule: a gate is judged at
+  the look it stops at, often 32-80 pairs, where a single 3x step doubles the plain sd. An earlier rule on the
   batch-means sd (7-19 degrees of freedom, and the drift correlation, which varies from process to
   process) turned 14-23% of quiet gates `inconclusive` on the dev machine's resampled real pairs
   (``bench/detection.py``, quiet processes with no other process on the CPU), whatever the slowdown.

@@ -7,8 +7,8 @@ accepted as a baseline. The store then holds what ``tasks.analysis.calibration``
 
 * the process-level **offset** between two copies (``paired_offset_for_case``: quiet A/A gates only,
   robust estimator, capped), which later gates add to their interval;
-* the case's calibrated **gate noise** (``calibrated_noise``: median robust per-pair scale, 1.4826 x MAD, of quiet gates), which
-  later gates' noise is judged against ("host busy: ...").
+* the case's calibrated **gate noise** (``calibrated_noise``: median robust per-pair scale, 1.4826 x MAD,
+  of quiet gates), which later gates' noise is judged against ("host busy: ...").
 
 Gates measured on a busy host are archived (inconclusive, "host busy") but never calibrate anything.
 """
