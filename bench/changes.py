@@ -63,8 +63,13 @@ STEPS_PER_NIGHT = 100
 AFTER_STEP = 12  # nights after a step's start in a step series
 CREEP_START = 10
 CREEP_PER_NIGHT = 0.005
-SCENARIOS = {"none": ("none", 0.0), "step3": ("step", 0.03), "step5": ("step", 0.05), "step10": ("step", 0.10),
-             "creep": ("creep", CREEP_PER_NIGHT)}
+SCENARIOS = {
+    "none": ("none", 0.0),
+    "step3": ("step", 0.03),
+    "step5": ("step", 0.05),
+    "step10": ("step", 0.10),
+    "creep": ("creep", CREEP_PER_NIGHT),
+}
 
 
 def processes(path: Path = DATA) -> list[np.ndarray]:
@@ -107,11 +112,16 @@ def check_nightly(x: np.ndarray, start: int) -> dict:
         prev = now
         creep = None
         if n >= CREEP_WINDOW_DAYS + CREEP_RUNS:
-            creep = creep_guard(x[n - CREEP_RUNS:n].tolist(), x[n - CREEP_WINDOW_DAYS - CREEP_RUNS:n - CREEP_WINDOW_DAYS].tolist())
+            creep = creep_guard(
+                x[n - CREEP_RUNS : n].tolist(), x[n - CREEP_WINDOW_DAYS - CREEP_RUNS : n - CREEP_WINDOW_DAYS].tolist()
+            )
         if alerts(new, creep) and first_alert is None:
             first_alert = n
-        if first_found is None and n > start and any(cp.slower and abs(cp.index - start) <= SAME_CHANGE_RUNS
-                                                     for cp in new):
+        if (
+            first_found is None
+            and n > start
+            and any(cp.slower and abs(cp.index - start) <= SAME_CHANGE_RUNS for cp in new)
+        ):
             first_found = n - start
     return {"first_alert": first_alert, "found_after": first_found}
 
@@ -124,9 +134,13 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     procs = processes()
     meds = np.array([np.median(p) for p in procs])
-    print(f"data: {len(procs)} processes from {DATA.relative_to(ROOT)}; process medians {meds.min():.1f}–"
-          f"{meds.max():.1f} ms, sd of log medians {np.std(np.log(meds), ddof=1):.3f}")
-    print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); {args.trials} series per scenario, seed {args.seed}")
+    print(
+        f"data: {len(procs)} processes from {DATA.relative_to(ROOT)}; process medians {meds.min():.1f}–"
+        f"{meds.max():.1f} ms, sd of log medians {np.std(np.log(meds), ddof=1):.3f}"
+    )
+    print(
+        f"load average at start: {os.getloadavg()[0]:.2f} (1 min); {args.trials} series per scenario, seed {args.seed}"
+    )
     t0 = time.perf_counter()
     res: dict[str, list[dict]] = {}
     for name, (kind, size) in SCENARIOS.items():
@@ -139,9 +153,12 @@ def main() -> None:
         line = f"{name:>7}: any alert {100 * alarm:5.1f}%"
         if kind == "step":
             within5 = np.mean([r["found_after"] is not None and r["found_after"] <= 5 for r in res[name]])
-            line += (f" | change point at the step within 5 nights {100 * within5:5.1f}%, within {AFTER_STEP} "
-                     f"{100 * len(found) / len(res[name]):5.1f}%, median delay "
-                     + (f"{np.median(found):.0f}" if found else "—") + " nights")
+            line += (
+                f" | change point at the step within 5 nights {100 * within5:5.1f}%, within {AFTER_STEP} "
+                f"{100 * len(found) / len(res[name]):5.1f}%, median delay "
+                + (f"{np.median(found):.0f}" if found else "—")
+                + " nights"
+            )
         print(line, flush=True)
     false_alarm = 100 * np.mean([r["first_alert"] is not None for r in res["none"]])
     step5 = res["step5"]
@@ -149,8 +166,10 @@ def main() -> None:
     delays = [r["found_after"] for r in step5 if r["found_after"] is not None]
     creep = 100 * np.mean([r["first_alert"] is not None for r in res["creep"]])
     print(f"took {time.perf_counter() - t0:.0f} s; load average at end: {os.getloadavg()[0]:.2f}")
-    print(f"changes: false_alarm={false_alarm:.1f}% detect_step5={detect5:.1f}% "
-          f"median_delay={np.median(delays) if delays else float('nan'):.0f} detect_creep={creep:.1f}%")
+    print(
+        f"changes: false_alarm={false_alarm:.1f}% detect_step5={detect5:.1f}% "
+        f"median_delay={np.median(delays) if delays else float('nan'):.0f} detect_creep={creep:.1f}%"
+    )
 
 
 if __name__ == "__main__":

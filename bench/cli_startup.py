@@ -40,7 +40,9 @@ def main() -> None:
     cmd = command(shlex.split(opts.args))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     load_before = os.getloadavg()[0]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)  # warm the page cache
+    subprocess.run(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True
+    )  # warm the page cache
     times = []
     for i in range(opts.n):
         t = time.perf_counter()
@@ -49,9 +51,11 @@ def main() -> None:
         print(f"run {i + 1}: {times[-1]:.3f} s")
     load_after = os.getloadavg()[0]
     median = statistics.median(times)
-    print(f"`{' '.join(Path(cmd[0]).name if j == 0 else c for j, c in enumerate(cmd))}`: n={opts.n} "
-          f"min={min(times):.3f} s median={median:.3f} s max={max(times):.3f} s (target < {TARGET_S:.0f} s idle); "
-          f"1-min load {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"`{' '.join(Path(cmd[0]).name if j == 0 else c for j, c in enumerate(cmd))}`: n={opts.n} "
+        f"min={min(times):.3f} s median={median:.3f} s max={max(times):.3f} s (target < {TARGET_S:.0f} s idle); "
+        f"1-min load {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs"
+    )
     print(f"cli_startup: median={median:.3f} s load={max(load_before, load_after):.2f}")
 
 

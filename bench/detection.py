@@ -111,8 +111,12 @@ def _models(tmp: str) -> dict[str, str]:
     models = {}
     for name, side in (("base", 96), ("heavy", 98)):
         models[name] = str(Path(tmp) / f"{name}.keras")
-        subprocess.run([sys.executable, "-c", MODEL_SCRIPT, str(side), models[name]], check=True,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", MODEL_SCRIPT, str(side), models[name]],
+            check=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            capture_output=True,
+        )
     return models
 
 
@@ -121,12 +125,24 @@ def _paired_process(model: str, base: str, out_dir: str, blocks: int, t0: float)
     from tasks.runner import RunnerSpec, launch
 
     load = _load1()
-    spec = RunnerSpec(mode="paired", model_path=model, baseline_model_path=base, out_dir=out_dir, batch_size=BATCH,
-                      warmup_steps=WARMUP_STEPS, blocks=blocks, block_steps=1)
+    spec = RunnerSpec(
+        mode="paired",
+        model_path=model,
+        baseline_model_path=base,
+        out_dir=out_dir,
+        batch_size=BATCH,
+        warmup_steps=WARMUP_STEPS,
+        blocks=blocks,
+        block_steps=1,
+    )
     r = launch(spec, sys.executable)
-    return {"started": time.time() - t0, "load1": load, "host_load": r.get("host_load"),
-            "first_built": r.get("first_built"),
-            "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]]}
+    return {
+        "started": time.time() - t0,
+        "load1": load,
+        "host_load": r.get("host_load"),
+        "first_built": r.get("first_built"),
+        "blocks": [{"order": b["order"], "a_ms": b["a_ms"], "b_ms": b["b_ms"]} for b in r["blocks"]],
+    }
 
 
 def collect(path: Path) -> dict:
@@ -136,18 +152,34 @@ def collect(path: Path) -> dict:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="pw-detection-") as tmp:
         models = _models(tmp)
-        out: dict = {"meta": {"model": "MobileNetV2 alpha=0.35 96x96x3 batch 16 (heavy: 98x98x3)",
-                              "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                              "cpus": os.cpu_count(), "warmup_steps": WARMUP_STEPS,
-                              "history_steps": HISTORY_STEPS, "block_steps": 1,
-                              "blocks": COLLECT_BLOCKS, "heavy_blocks": HEAVY_BLOCKS},
-                     "history": [], "paired": [], "heavy_history": [], "heavy_paired": []}
+        out: dict = {
+            "meta": {
+                "model": "MobileNetV2 alpha=0.35 96x96x3 batch 16 (heavy: 98x98x3)",
+                "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "cpus": os.cpu_count(),
+                "warmup_steps": WARMUP_STEPS,
+                "history_steps": HISTORY_STEPS,
+                "block_steps": 1,
+                "blocks": COLLECT_BLOCKS,
+                "heavy_blocks": HEAVY_BLOCKS,
+            },
+            "history": [],
+            "paired": [],
+            "heavy_history": [],
+            "heavy_paired": [],
+        }
 
         def history(kind: str, i: int) -> None:
             load = _load1()
-            spec = RunnerSpec(mode="profile", model_path=models[kind], out_dir=f"{tmp}/h_{kind}_{i}",
-                              batch_size=BATCH, warmup_steps=WARMUP_STEPS, measured_steps=HISTORY_STEPS,
-                              profiled_steps=0)
+            spec = RunnerSpec(
+                mode="profile",
+                model_path=models[kind],
+                out_dir=f"{tmp}/h_{kind}_{i}",
+                batch_size=BATCH,
+                warmup_steps=WARMUP_STEPS,
+                measured_steps=HISTORY_STEPS,
+                profiled_steps=0,
+            )
             r = launch(spec, sys.executable)
             key = "history" if kind == "base" else "heavy_history"
             out[key].append({"started": time.time() - t0, "load1": load, "steps_ms": r["measured_step_times_ms"]})
@@ -159,8 +191,9 @@ def collect(path: Path) -> dict:
             out["paired"].append(_paired_process(models["base"], models["base"], f"{tmp}/p_{r}", COLLECT_BLOCKS, t0))
             if r in HEAVY_ROUNDS:
                 history("heavy", r)
-                out["heavy_paired"].append(_paired_process(models["heavy"], models["base"], f"{tmp}/ph_{r}",
-                                                           HEAVY_BLOCKS, t0))
+                out["heavy_paired"].append(
+                    _paired_process(models["heavy"], models["base"], f"{tmp}/ph_{r}", HEAVY_BLOCKS, t0)
+                )
         out["meta"]["collect_s"] = round(time.time() - t0, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, separators=(",", ":")))
@@ -186,11 +219,19 @@ def collect_load(path: Path, levels: Sequence[int], per_level: int) -> dict:
                     p["load_level"] = level
                     p["loadavg_end"] = loadavg()
                     data["paired"].append(p)
-                    print(f"  paired at load {level}/core [{i}]: load1 {p['load1']:.2f} -> {p['loadavg_end']}; "
-                          f"host load {json.dumps(p['host_load'])[:160]}", flush=True)
+                    print(
+                        f"  paired at load {level}/core [{i}]: load1 {p['load1']:.2f} -> {p['loadavg_end']}; "
+                        f"host load {json.dumps(p['host_load'])[:160]}",
+                        flush=True,
+                    )
     data["meta"].setdefault("load_collections", []).append(
-        {"at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "levels": list(levels),
-         "per_level": per_level, "collect_s": round(time.time() - t0, 1)})
+        {
+            "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "levels": list(levels),
+            "per_level": per_level,
+            "collect_s": round(time.time() - t0, 1),
+        }
+    )
     path.write_text(json.dumps(data, separators=(",", ":")))
     return data
 
@@ -235,8 +276,9 @@ def processes(rows: list[dict]) -> list[Process]:
         a = np.array([float(np.median(b["a_ms"])) for b in p["blocks"]])
         b = np.array([float(np.median(b["b_ms"])) for b in p["blocks"]])
         level = p.get("load_level")
-        out.append(Process(a=a, b=b, load_class="quiet" if level is None else f"load{level}",
-                           host_load=p.get("host_load")))
+        out.append(
+            Process(a=a, b=b, load_class="quiet" if level is None else f"load{level}", host_load=p.get("host_load"))
+        )
     return out
 
 
@@ -291,22 +333,54 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
 
     design = gate_design(case, setup.offset.sd)
     n, looks = stop_point(np.log(b / a), case, design)
-    paired = PairedBlocks(a=[[x] for x in a[:n]], b=[[x] for x in b[:n]],
-                          layout={"blocks": n, "block_steps": 1, "timed_steps": 2 * n, "wall_s": None,
-                                  "orders": "", "stopped_by": None, "rounds": None},
-                          gate={"design": design.model_dump(mode="json") if design else None, "look_pairs": looks,
-                                "offset": setup.offset.model_dump(mode="json"),
-                                "calibrated_noise": setup.noise.model_dump(mode="json")},
-                          host_load=host_load)
+    paired = PairedBlocks(
+        a=[[x] for x in a[:n]],
+        b=[[x] for x in b[:n]],
+        layout={
+            "blocks": n,
+            "block_steps": 1,
+            "timed_steps": 2 * n,
+            "wall_s": None,
+            "orders": "",
+            "stopped_by": None,
+            "rounds": None,
+        },
+        gate={
+            "design": design.model_dump(mode="json") if design else None,
+            "look_pairs": looks,
+            "offset": setup.offset.model_dump(mode="json"),
+            "calibrated_noise": setup.noise.model_dump(mode="json"),
+        },
+        host_load=host_load,
+    )
     comparison, _ = paired_comparison(paired, case, setup.offset)
-    noise = calibration.assess_noise(host_load, gate_sd=comparison.details["scale_log_ratio"],
-                                     gate_pairs=comparison.n_candidate, calibration=setup.noise,
-                                     max_other_cpu_share=case.max_other_cpu_share)
-    d = decide(list(b[:n]), case, same_env=[], other_env=[], other_env_data=None, env_data={}, samples={},
-               paired=paired, baseline_version="1", baseline_digest="same", noise=noise.model_dump(mode="json"))
+    noise = calibration.assess_noise(
+        host_load,
+        gate_sd=comparison.details["scale_log_ratio"],
+        gate_pairs=comparison.n_candidate,
+        calibration=setup.noise,
+        max_other_cpu_share=case.max_other_cpu_share,
+    )
+    d = decide(
+        list(b[:n]),
+        case,
+        same_env=[],
+        other_env=[],
+        other_env_data=None,
+        env_data={},
+        samples={},
+        paired=paired,
+        baseline_version="1",
+        baseline_digest="same",
+        noise=noise.model_dump(mode="json"),
+    )
     p = d.evidence["paired"]
-    return {"verdict": d.verdict, "statistics": (d.evidence.get("verdict_statistics") or {}).get("verdict", d.verdict),
-            "pairs": (p.get("spent") or {}).get("pairs", n), "paired": p}
+    return {
+        "verdict": d.verdict,
+        "statistics": (d.evidence.get("verdict_statistics") or {}).get("verdict", d.verdict),
+        "pairs": (p.get("spent") or {}).get("pairs", n),
+        "paired": p,
+    }
 
 
 def aa_setups(procs: Sequence[Process], case: Case) -> list[Setup]:
@@ -316,13 +390,18 @@ def aa_setups(procs: Sequence[Process], case: Case) -> list[Setup]:
     fresh = Setup(offset=calibration.paired_offset_for_case(case, []), noise=calibration.calibrated_noise([]))
     n = case.paired_blocks
     gates = [judge(p.a[:n], p.b[:n], case, fresh, p.host_load)["paired"] for p in procs]
-    return [Setup(offset=calibration.paired_offset_for_case(case, [g for j, g in enumerate(gates) if j != i]),
-                  noise=calibration.calibrated_noise([g for j, g in enumerate(gates) if j != i]))
-            for i in range(len(procs))]
+    return [
+        Setup(
+            offset=calibration.paired_offset_for_case(case, [g for j, g in enumerate(gates) if j != i]),
+            noise=calibration.calibrated_noise([g for j, g in enumerate(gates) if j != i]),
+        )
+        for i in range(len(procs))
+    ]
 
 
-def paired_rates(procs: Sequence[Process], setups: Sequence[Setup], levels, trials: int, case: Case, rng, *,
-                 centred: bool) -> dict[float, dict[str, Any]]:
+def paired_rates(
+    procs: Sequence[Process], setups: Sequence[Setup], levels, trials: int, case: Case, rng, *, centred: bool
+) -> dict[float, dict[str, Any]]:
     """Per injected level: alarm rate (final verdict ``regression``), verdict counts and median pairs spent. A
     trial draws one of ``procs``, bootstraps the gate's pairs from it and multiplies B by 1+s."""
     out = {}
@@ -334,13 +413,17 @@ def paired_rates(procs: Sequence[Process], setups: Sequence[Setup], levels, tria
             r = judge(a, b * (1 + s), case, setups[i], procs[i].host_load)
             verdicts.append(r["verdict"])
             pairs.append(r["pairs"])
-        out[s] = {"alarm": verdicts.count("regression") / trials, "pairs_median": float(np.median(pairs)),
-                  "counts": {v: verdicts.count(v) for v in sorted(set(verdicts))}}
+        out[s] = {
+            "alarm": verdicts.count("regression") / trials,
+            "pairs_median": float(np.median(pairs)),
+            "counts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        }
     return out
 
 
-def history_rates(runs: list[np.ndarray], levels, trials: int, case: Case, rng,
-                  candidates: list[np.ndarray] | None = None) -> tuple[dict, dict]:
+def history_rates(
+    runs: list[np.ndarray], levels, trials: int, case: Case, rng, candidates: list[np.ndarray] | None = None
+) -> tuple[dict, dict]:
     """Alarm rates of the history verdict (``decide``, method history-lookback) and of the fixed 110% rule.
 
     Each trial draws a candidate process and ``case.lookback`` distinct other processes as the accepted
@@ -360,17 +443,30 @@ def history_rates(runs: list[np.ndarray], levels, trials: int, case: Case, rng,
                 cand = candidates[rng.integers(len(candidates))]
             base = [int(j) for j in rng.choice(others, size=min(case.lookback, len(others)), replace=False)]
             cand = cand * (1 + s)
-            d = decide(list(cand), case, same_env=base, other_env=[], other_env_data=None, env_data={},
-                       samples={j: list(runs[j]) for j in base},
-                       calibration_runs=[("1", medians[j]) for j in others])
+            d = decide(
+                list(cand),
+                case,
+                same_env=base,
+                other_env=[],
+                other_env_data=None,
+                env_data={},
+                samples={j: list(runs[j]) for j in base},
+                calibration_runs=[("1", medians[j]) for j in others],
+            )
             h += d.verdict == "regression"
             f += np.median(cand) > 1.10 * np.median(runs[base[0]])
         hist[s], fixed[s] = h / trials, f / trials
     return hist, fixed
 
 
-def mde95(procs: Sequence[Process], setups: Sequence[Setup], trials: int, case: Case, rng,
-          grid: Sequence[float] = tuple(x / 100 for x in range(1, 31))) -> tuple[float | None, dict[float, float]]:
+def mde95(
+    procs: Sequence[Process],
+    setups: Sequence[Setup],
+    trials: int,
+    case: Case,
+    rng,
+    grid: Sequence[float] = tuple(x / 100 for x in range(1, 31)),
+) -> tuple[float | None, dict[float, float]]:
     """Smallest level of ``grid`` detected (raw trials) at least 95% of the time, by bisection (detection grows
     with the slowdown); None when even the largest is not. Also returns every probed level's rate."""
     probed: dict[float, float] = {}
@@ -407,64 +503,98 @@ def analyse(data: dict, trials: int, real: bool) -> None:
     meds = np.array([np.median(r) for r in runs])
     loads = [p["load1"] for p in data["history"] + data["paired"]]
     classes = {c: sum(p.load_class == c for p in procs) for c in sorted({p.load_class for p in procs})}
-    print(f"samples: {meta['model']}, collected {meta['collected_at']} on {meta['cpus']} CPUs"
-          + "".join(f"; + {c['per_level']} process(es) at load levels {c['levels']} per core ({c['at']})"
-                    for c in meta.get("load_collections", []))
-          + f"; 1-min load average at process start {min(loads):.1f}-{max(loads):.1f}")
-    print(f"history: {len(runs)} processes x {meta['history_steps']} measured steps; median step time "
-          f"{meds.min():.1f}-{meds.max():.1f} ms, sd of log median between processes {np.std(np.log(meds), ddof=1):.3f}")
-    print(f"paired (same model as A and B): {len(procs)} processes ({', '.join(f'{k} {v}' for k, v in classes.items())}) "
-          f"x {min(p.a.size for p in procs)}-{max(p.a.size for p in procs)} pairs of 1-step blocks; sd of pair log "
-          f"ratio per process {', '.join(f'{np.std(np.log(p.b / p.a), ddof=1):.3f}' for p in procs)}; mean B/A "
-          f"{', '.join(f'{math.exp(p.log_centre):.3f}' for p in procs)}")
-    print(f"gate: budget {case.paired_blocks} pairs (the product's {PRODUCT_BUDGET}, cut to the shortest process), "
-          f"rounds of {case.paired_round_pairs}, tolerance {case.tolerance:.0%}, confidence {case.confidence:.0%}; "
-          f"bootstrap blocks of {BOOT_BLOCK} pairs (statistic's batches at most {sequential.MAX_BATCH_PAIRS}); "
-          f"{trials} trials per level; alarm = final verdict (tasks.analysis.verdict.decide) regression")
+    print(
+        f"samples: {meta['model']}, collected {meta['collected_at']} on {meta['cpus']} CPUs"
+        + "".join(
+            f"; + {c['per_level']} process(es) at load levels {c['levels']} per core ({c['at']})"
+            for c in meta.get("load_collections", [])
+        )
+        + f"; 1-min load average at process start {min(loads):.1f}-{max(loads):.1f}"
+    )
+    print(
+        f"history: {len(runs)} processes x {meta['history_steps']} measured steps; median step time "
+        f"{meds.min():.1f}-{meds.max():.1f} ms, sd of log median between processes {np.std(np.log(meds), ddof=1):.3f}"
+    )
+    print(
+        f"paired (same model as A and B): {len(procs)} processes ({', '.join(f'{k} {v}' for k, v in classes.items())}) "
+        f"x {min(p.a.size for p in procs)}-{max(p.a.size for p in procs)} pairs of 1-step blocks; sd of pair log "
+        f"ratio per process {', '.join(f'{np.std(np.log(p.b / p.a), ddof=1):.3f}' for p in procs)}; mean B/A "
+        f"{', '.join(f'{math.exp(p.log_centre):.3f}' for p in procs)}"
+    )
+    print(
+        f"gate: budget {case.paired_blocks} pairs (the product's {PRODUCT_BUDGET}, cut to the shortest process), "
+        f"rounds of {case.paired_round_pairs}, tolerance {case.tolerance:.0%}, confidence {case.confidence:.0%}; "
+        f"bootstrap blocks of {BOOT_BLOCK} pairs (statistic's batches at most {sequential.MAX_BATCH_PAIRS}); "
+        f"{trials} trials per level; alarm = final verdict (tasks.analysis.verdict.decide) regression"
+    )
     rng = np.random.default_rng(20260601)
     setups = aa_setups(procs, case)
-    print("offset / calibrated noise per process (from the others as A/A gates): "
-          + ", ".join(f"{s.offset.sd:.4f} ({s.offset.source}) / {s.noise.sd_pair or float('nan'):.3f}" for s in setups))
+    print(
+        "offset / calibrated noise per process (from the others as A/A gates): "
+        + ", ".join(f"{s.offset.sd:.4f} ({s.offset.source}) / {s.noise.sd_pair or float('nan'):.3f}" for s in setups)
+    )
     quiet = [i for i, p in enumerate(procs) if p.load_class == "quiet"]
     q_procs, q_setups = [procs[i] for i in quiet], [setups[i] for i in quiet]
     raw = paired_rates(q_procs, q_setups, LEVELS, trials, case, rng, centred=False)
     cen = paired_rates(q_procs, q_setups, LEVELS, trials, case, rng, centred=True)
-    loaded = {c: paired_rates([p for p in procs if p.load_class == c],
-                              [s for p, s in zip(procs, setups, strict=True) if p.load_class == c],
-                              LEVELS, trials, case, rng, centred=False)
-              for c in classes if c != "quiet"}
+    loaded = {
+        c: paired_rates(
+            [p for p in procs if p.load_class == c],
+            [s for p, s in zip(procs, setups, strict=True) if p.load_class == c],
+            LEVELS,
+            trials,
+            case,
+            rng,
+            centred=False,
+        )
+        for c in classes
+        if c != "quiet"
+    }
     hist, fixed = history_rates(runs, LEVELS, max(100, trials // 2), case, rng)
     head = " | ".join(f"{c + ' raw':>10}" for c in loaded)
-    print(f"\n{'slowdown':>8} | {'quiet raw':>10} | {'centred':>8} | {'pairs':>6} | {head}{' | ' if loaded else ''}"
-          f"{'history':>8} | {'fixed110':>8} | quiet raw verdicts")
+    print(
+        f"\n{'slowdown':>8} | {'quiet raw':>10} | {'centred':>8} | {'pairs':>6} | {head}{' | ' if loaded else ''}"
+        f"{'history':>8} | {'fixed110':>8} | quiet raw verdicts"
+    )
     for s in LEVELS:
         r = raw[s]
         cols = " | ".join(f"{_pct(x[s]['alarm']):>9}%" for x in loaded.values())
-        print(f"{s:8.0%} | {_pct(r['alarm']):>9}% | {_pct(cen[s]['alarm']):>7}% | {r['pairs_median']:>6.0f} | "
-              f"{cols}{' | ' if loaded else ''}{_pct(hist[s]):>7}% | {_pct(fixed[s]):>7}% | "
-              + ", ".join(f"{k} {v}" for k, v in r["counts"].items()))
+        print(
+            f"{s:8.0%} | {_pct(r['alarm']):>9}% | {_pct(cen[s]['alarm']):>7}% | {r['pairs_median']:>6.0f} | "
+            f"{cols}{' | ' if loaded else ''}{_pct(hist[s]):>7}% | {_pct(fixed[s]):>7}% | "
+            + ", ".join(f"{k} {v}" for k, v in r["counts"].items())
+        )
     for c, x in loaded.items():
-        print(f"{c} raw verdicts: " + "; ".join(f"{s:.0%}: " + ", ".join(f"{k} {v}" for k, v in x[s]["counts"].items())
-                                                for s in LEVELS))
-    print("(row 0%: false-alarm rate; other rows: detection rate. quiet raw: moving-block bootstrap of the quiet-host "
-          "processes' pairs as measured; centred: the same pairs centred on ratio 1 first; pairs: median pairs spent by "
-          "the quiet raw gates; loadK raw: processes measured under K busy processes per core; history: the unpaired "
-          "history verdict; fixed110: median > 110% of one baseline)")
+        print(
+            f"{c} raw verdicts: "
+            + "; ".join(f"{s:.0%}: " + ", ".join(f"{k} {v}" for k, v in x[s]["counts"].items()) for s in LEVELS)
+        )
+    print(
+        "(row 0%: false-alarm rate; other rows: detection rate. quiet raw: moving-block bootstrap of the quiet-host "
+        "processes' pairs as measured; centred: the same pairs centred on ratio 1 first; pairs: median pairs spent by "
+        "the quiet raw gates; loadK raw: processes measured under K busy processes per core; history: the unpaired "
+        "history verdict; fixed110: median > 110% of one baseline)"
+    )
     mde, probed = mde95(q_procs, q_setups, trials, case, rng)
     mde_txt = f"{100 * mde:.0f}" if mde is not None else ">30"
-    print(f"paired mde95 (quiet raw, bisection on a 1% grid, {trials} trials per probe: "
-          + ", ".join(f"{100 * s:.0f}% {_pct(r)}%" for s, r in sorted(probed.items())) + f"): {mde_txt}%")
+    print(
+        f"paired mde95 (quiet raw, bisection on a 1% grid, {trials} trials per probe: "
+        + ", ".join(f"{100 * s:.0f}% {_pct(r)}%" for s, r in sorted(probed.items()))
+        + f"): {mde_txt}%"
+    )
     if real:
         _real(data, runs, case, trials, rng, setups)
     pairs = statistics.median([raw[0.0]["pairs_median"], raw[0.05]["pairs_median"]])
     loaded_fa = max((x[0.0]["alarm"] for x in loaded.values()), default=float("nan"))
     print(f"analysis took {time.perf_counter() - t0:.0f} s")
-    print(f"detection: false_alarm={_pct(raw[0.0]['alarm'])}% detect_5pct={_pct(raw[0.05]['alarm'])}% "
-          f"mde95={mde_txt}% centred_false_alarm={_pct(cen[0.0]['alarm'])}% "
-          f"centred_detect_5pct={_pct(cen[0.05]['alarm'])}% loaded_false_alarm_max={_pct(loaded_fa)}% "
-          f"pairs_median={pairs:.0f} | "
-          f"history: false_alarm={_pct(hist[0.0])}% detect_5pct={_pct(hist[0.05])}% | "
-          f"fixed110: false_alarm={_pct(fixed[0.0])}% detect_5pct={_pct(fixed[0.05])}%")
+    print(
+        f"detection: false_alarm={_pct(raw[0.0]['alarm'])}% detect_5pct={_pct(raw[0.05]['alarm'])}% "
+        f"mde95={mde_txt}% centred_false_alarm={_pct(cen[0.0]['alarm'])}% "
+        f"centred_detect_5pct={_pct(cen[0.05]['alarm'])}% loaded_false_alarm_max={_pct(loaded_fa)}% "
+        f"pairs_median={pairs:.0f} | "
+        f"history: false_alarm={_pct(hist[0.0])}% detect_5pct={_pct(hist[0.05])}% | "
+        f"fixed110: false_alarm={_pct(fixed[0.0])}% detect_5pct={_pct(fixed[0.05])}%"
+    )
 
 
 def _real(data, runs, case, trials, rng, setups) -> None:
@@ -480,14 +610,17 @@ def _real(data, runs, case, trials, rng, setups) -> None:
     rp = paired_rates(heavy, [setup] * len(heavy), [0.0], trials, hcase, rng, centred=False)[0.0]["alarm"]
     procs = processes(data["paired"])  # injected on the quiet-host processes only, as the heavy ones were quiet
     quiet = [i for i, p in enumerate(procs) if p.load_class == "quiet"]
-    ip = paired_rates([procs[i] for i in quiet], [setups[i] for i in quiet], [true - 1], trials, hcase, rng,
-                      centred=False)[true - 1]["alarm"]
+    ip = paired_rates(
+        [procs[i] for i in quiet], [setups[i] for i in quiet], [true - 1], trials, hcase, rng, centred=False
+    )[true - 1]["alarm"]
     heavy_runs = [np.asarray(p["steps_ms"]) for p in data["heavy_history"]]
     rh, rf = history_rates(runs, [0.0], max(100, trials // 2), case, rng, candidates=heavy_runs)
     ih, if_ = history_rates(runs, [true - 1], max(100, trials // 2), case, rng)
     print(f"\nreal heavier variant (input 98x98): true slowdown x{true:.3f} from {d.size} in-process pairs")
-    print(f"  paired ({n}-pair budget): verdicts of the {len(heavy)} real A/B processes {verdicts}; resampled real "
-          f"detection {_pct(rp)}% vs injected x{true:.3f} {_pct(ip)}%")
+    print(
+        f"  paired ({n}-pair budget): verdicts of the {len(heavy)} real A/B processes {verdicts}; resampled real "
+        f"detection {_pct(rp)}% vs injected x{true:.3f} {_pct(ip)}%"
+    )
     print(f"  history: real detection {_pct(rh[0.0])}% vs injected {_pct(ih[true - 1])}%")
     print(f"  fixed110: real detection {_pct(rf[0.0])}% vs injected {_pct(if_[true - 1])}%")
 
@@ -496,8 +629,11 @@ def main() -> None:
     """Parse flags, collect when asked, then analyse (see module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--collect", action="store_true", help="re-collect the quiet-host samples first")
-    parser.add_argument("--collect-load", action="store_true",
-                        help="add self-vs-self processes measured under a background load the bench starts")
+    parser.add_argument(
+        "--collect-load",
+        action="store_true",
+        help="add self-vs-self processes measured under a background load the bench starts",
+    )
     parser.add_argument("--load-levels", default="1,3", help="busy processes per core for --collect-load")
     parser.add_argument("--per-level", type=int, default=2, help="processes per load level for --collect-load")
     parser.add_argument("--collect-only", action="store_true", help=argparse.SUPPRESS)

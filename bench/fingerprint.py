@@ -33,8 +33,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=5, help="timed fingerprints (default 5)")
     parser.add_argument("--python", default=sys.executable, help="runner interpreter (default: this one)")
-    parser.add_argument("--no-import-reference", action="store_true",
-                        help="skip timing `import tensorflow` (15-30 s on the 2-core dev machine)")
+    parser.add_argument(
+        "--no-import-reference",
+        action="store_true",
+        help="skip timing `import tensorflow` (15-30 s on the 2-core dev machine)",
+    )
     opts = parser.parse_args()
     load_before = os.getloadavg()[0]
     times = []
@@ -45,17 +48,27 @@ def main() -> None:
         print(f"fingerprint {i + 1}: {times[-1]:.0f} ms (subprocess, whole stage call)")
     if not opts.no_import_reference:
         t = time.perf_counter()
-        subprocess.run([opts.python, "-c", "import tensorflow"], check=True, capture_output=True,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-        print(f"reference: a fresh `import tensorflow` takes {(time.perf_counter() - t) * 1e3:.0f} ms "
-              "(what the probe no longer pays)")
+        subprocess.run(
+            [opts.python, "-c", "import tensorflow"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        print(
+            f"reference: a fresh `import tensorflow` takes {(time.perf_counter() - t) * 1e3:.0f} ms "
+            "(what the probe no longer pays)"
+        )
     load_after = os.getloadavg()[0]
     median = statistics.median(times)
-    print(f"n={opts.n} min={min(times):.0f} ms median={median:.0f} ms max={max(times):.0f} ms "
-          f"budget={BUDGET_MS:.0f} ms {'OK' if median < BUDGET_MS else 'OVER BUDGET'}; "
-          f"1-min load {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
-    print(f"comparability_key={fp.comparability_key} tensorflow={fp.data['tensorflow']['version']} "
-          f"gpu.nvml={fp.data['gpu']['nvml']}")
+    print(
+        f"n={opts.n} min={min(times):.0f} ms median={median:.0f} ms max={max(times):.0f} ms "
+        f"budget={BUDGET_MS:.0f} ms {'OK' if median < BUDGET_MS else 'OVER BUDGET'}; "
+        f"1-min load {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"comparability_key={fp.comparability_key} tensorflow={fp.data['tensorflow']['version']} "
+        f"gpu.nvml={fp.data['gpu']['nvml']}"
+    )
     print(f"fingerprint: {median:.0f} ms load={max(load_before, load_after):.2f}")
 
 

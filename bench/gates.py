@@ -116,8 +116,12 @@ class BackgroundLoad:
 
     def start(self) -> BackgroundLoad:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.procs = [subprocess.Popen([sys.executable, "-c", BUSY_SCRIPT], env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL) for _ in range(self.n)]
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", BUSY_SCRIPT], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            for _ in range(self.n)
+        ]
         return self
 
     def stop(self) -> None:
@@ -173,8 +177,15 @@ class Gate:
     stage_s: dict[str, float] = field(default_factory=dict)  # wall s per stage function run for this gate
 
 
-def gate_from_verdict(verdict: Mapping[str, Any], *, load: int, variant: str, wall_s: float = 0.0,
-                      load1: float | None = None, stage_s: Mapping[str, float] | None = None) -> Gate:
+def gate_from_verdict(
+    verdict: Mapping[str, Any],
+    *,
+    load: int,
+    variant: str,
+    wall_s: float = 0.0,
+    load1: float | None = None,
+    stage_s: Mapping[str, float] | None = None,
+) -> Gate:
     """A ``Gate`` from baseline-compare's record (``bundle["verdict"]``), reading the evidence defensively:
     pairs spent from ``evidence["paired"]["spent"]["pairs"]``, else ``n_candidate``, else ``blocks``; the
     budget from ``spent["max_pairs"]`` else ``blocks``; the statistics' own verdict from
@@ -189,13 +200,24 @@ def gate_from_verdict(verdict: Mapping[str, Any], *, load: int, variant: str, wa
     if busy is None:
         busy = noise.get("busy")
     seq = p.get("sequential") or {}
-    return Gate(load=load, variant=variant, verdict=str(verdict.get("verdict")),
-                statistics_verdict=(ev.get("verdict_statistics") or {}).get("verdict") or verdict.get("verdict"),
-                ratio=verdict.get("ratio"), ci_low=verdict.get("ci_low"), ci_high=verdict.get("ci_high"),
-                pairs=int(pairs) if pairs else None, budget=spent.get("max_pairs") or p.get("blocks"),
-                stopped=seq.get("stopped") or p.get("stopped_by"), host_busy=busy, busy_reason=noise.get("reason"),
-                offset_sd=(ev.get("paired_offset") or {}).get("sd"), wall_s=wall_s, load1=load1,
-                stage_s=dict(stage_s or {}))
+    return Gate(
+        load=load,
+        variant=variant,
+        verdict=str(verdict.get("verdict")),
+        statistics_verdict=(ev.get("verdict_statistics") or {}).get("verdict") or verdict.get("verdict"),
+        ratio=verdict.get("ratio"),
+        ci_low=verdict.get("ci_low"),
+        ci_high=verdict.get("ci_high"),
+        pairs=int(pairs) if pairs else None,
+        budget=spent.get("max_pairs") or p.get("blocks"),
+        stopped=seq.get("stopped") or p.get("stopped_by"),
+        host_busy=busy,
+        busy_reason=noise.get("reason"),
+        offset_sd=(ev.get("paired_offset") or {}).get("sd"),
+        wall_s=wall_s,
+        load1=load1,
+        stage_s=dict(stage_s or {}),
+    )
 
 
 def _rate(gates: Sequence[Gate], verdict: str = "regression") -> float:
@@ -225,8 +247,10 @@ def summary_line(gates: Sequence[Gate], true_ratios: Mapping[str, float]) -> str
 
     pairs = [g.pairs for g in gates if g.pairs]
     med = f"{statistics.median(pairs):.0f}" if pairs else "nan"
-    return (f"gates: false_alarm_max={pct(max(fa)) if fa else 'nan'}% detect5_load0={pct(detect(0))}% "
-            f"detect5_load1={pct(detect(1))}% pairs_median={med} gates={len(gates)}")
+    return (
+        f"gates: false_alarm_max={pct(max(fa)) if fa else 'nan'}% detect5_load0={pct(detect(0))}% "
+        f"detect5_load1={pct(detect(1))}% pairs_median={med} gates={len(gates)}"
+    )
 
 
 def level_report(load: int, gates: Sequence[Gate], true_ratios: Mapping[str, float]) -> list[str]:
@@ -237,19 +261,23 @@ def level_report(load: int, gates: Sequence[Gate], true_ratios: Mapping[str, flo
         cell = [g for g in here if g.variant == variant]
         if not cell:
             continue
-        counts = {v: sum(g.verdict == v for g in cell) for v in
-                  ("regression", "inconclusive", "pass", "improvement", "error")}
+        counts = {
+            v: sum(g.verdict == v for g in cell) for v in ("regression", "inconclusive", "pass", "improvement", "error")
+        }
         busy = sum(bool(g.host_busy) for g in cell)
         pairs = [g.pairs for g in cell if g.pairs]
-        what = ("false alarms" if variant == AA else f"detection of x{true_ratios[variant]:.3f}")
+        what = "false alarms" if variant == AA else f"detection of x{true_ratios[variant]:.3f}"
         med = f"{statistics.median(pairs):.0f}" if pairs else "-"
-        out.append(f"  {variant:>6}: {what} {pct(_rate(cell))}% of {len(cell)}; "
-                   + ", ".join(f"{k} {n}" for k, n in counts.items() if n)
-                   + f"; host busy {busy}; pairs median {med}")
+        out.append(
+            f"  {variant:>6}: {what} {pct(_rate(cell))}% of {len(cell)}; "
+            + ", ".join(f"{k} {n}" for k, n in counts.items() if n)
+            + f"; host busy {busy}; pairs median {med}"
+        )
     pairs = [g.pairs for g in here if g.pairs]
     if pairs:
-        out.append(f"  pairs spent at this load: median {statistics.median(pairs):.0f}, "
-                   f"range {min(pairs)}-{max(pairs)}")
+        out.append(
+            f"  pairs spent at this load: median {statistics.median(pairs):.0f}, range {min(pairs)}-{max(pairs)}"
+        )
     return out
 
 
@@ -263,8 +291,12 @@ def build_models(store: Path, heads: Iterable[int]) -> dict[str, tuple[str, int]
     for version, head in enumerate([BASE_HEAD, *heads], start=1):
         path = store / MODEL / str(version) / "model.keras"
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-c", MODEL_SCRIPT, str(head), str(path)], check=True, capture_output=True,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        subprocess.run(
+            [sys.executable, "-c", MODEL_SCRIPT, str(head), str(path)],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
         if version > 1:
             out[f"h{head}"] = (str(version), head)
     return out
@@ -287,13 +319,29 @@ def measure_true_ratio(base: Path, variant: Path, pairs: int, work: Path, python
     from tasks.analysis import stats
     from tasks.runner import RunnerSpec, launch
 
-    r = launch(RunnerSpec(mode="paired", model_path=str(variant), baseline_model_path=str(base), out_dir=str(work),
-                          batch_size=BATCH, warmup_steps=20, blocks=pairs, block_steps=1), python)
+    r = launch(
+        RunnerSpec(
+            mode="paired",
+            model_path=str(variant),
+            baseline_model_path=str(base),
+            out_dir=str(work),
+            batch_size=BATCH,
+            warmup_steps=20,
+            blocks=pairs,
+            block_steps=1,
+        ),
+        python,
+    )
     a = [b["a_ms"] for b in r["blocks"]]
     b = [b["b_ms"] for b in r["blocks"]]
     res = stats.compare_paired(a, b, tolerance=0.05, confidence=0.95)
-    return TrueRatio(ratio=res.ratio, low=res.ci_low, high=res.ci_high, pairs=len(a),
-                     base_median_ms=statistics.median(t for blk in a for t in blk))
+    return TrueRatio(
+        ratio=res.ratio,
+        low=res.ci_low,
+        high=res.ci_high,
+        pairs=len(a),
+        base_median_ms=statistics.median(t for blk in a for t in blk),
+    )
 
 
 @dataclass
@@ -313,8 +361,15 @@ class Bench:
     def case(self, version: str, *, paired: bool):
         from tasks.records import Case
 
-        return Case(model=MODEL, version=version, batch_size=BATCH, measured_steps=MEASURED_STEPS, paired=paired,
-                    auto_accept=not paired, **({"paired_blocks": self.budget} if paired else {}))
+        return Case(
+            model=MODEL,
+            version=version,
+            batch_size=BATCH,
+            measured_steps=MEASURED_STEPS,
+            paired=paired,
+            auto_accept=not paired,
+            **({"paired_blocks": self.budget} if paired else {}),
+        )
 
     def baseline(self) -> dict[str, Any]:
         """Version 1 through every stage, unpaired: the store's first accepted baseline."""
@@ -334,8 +389,12 @@ class Bench:
         settings = self.settings()
         t0 = time.perf_counter()
         timing: dict[str, float] = {}
-        ctx = RunContext(dag_id="gatebench", dag_run_id=f"load{load}-{variant.replace('/', '')}-{index}",
-                         trigger="cli", case=self.case(version, paired=True))
+        ctx = RunContext(
+            dag_id="gatebench",
+            dag_run_id=f"load{load}-{variant.replace('/', '')}-{index}",
+            trigger="cli",
+            case=self.case(version, paired=True),
+        )
         try:
             bundle: dict[str, Any] = pipeline.pull({"ctx": ctx.to_xcom()}, settings)
             bundle["env"] = self.env_record  # the baseline run's fingerprint: same host, same packages
@@ -351,11 +410,23 @@ class Bench:
                 timing[stage.__name__] = time.perf_counter() - t
             self.prepared.setdefault((load, variant), {"warmup": bundle["warmup"]})
         except Exception as e:  # noqa: BLE001 - a failed gate is counted and shown, the bench goes on
-            return Gate(load=load, variant=variant, verdict="error", wall_s=time.perf_counter() - t0,
-                        load1=os.getloadavg()[0], error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
-                        stage_s=timing)
-        return gate_from_verdict(bundle["verdict"], load=load, variant=variant, wall_s=time.perf_counter() - t0,
-                                 load1=os.getloadavg()[0], stage_s=timing)
+            return Gate(
+                load=load,
+                variant=variant,
+                verdict="error",
+                wall_s=time.perf_counter() - t0,
+                load1=os.getloadavg()[0],
+                error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                stage_s=timing,
+            )
+        return gate_from_verdict(
+            bundle["verdict"],
+            load=load,
+            variant=variant,
+            wall_s=time.perf_counter() - t0,
+            load1=os.getloadavg()[0],
+            stage_s=timing,
+        )
 
 
 def _gate_line(g: Gate) -> str:
@@ -366,25 +437,40 @@ def _gate_line(g: Gate) -> str:
     ratio = f"{g.ratio:.3f}" if g.ratio is not None else "-"
     off = f" offset sd {g.offset_sd:.3f}" if g.offset_sd else ""
     stages = " + ".join(f"{k} {v:.0f}" for k, v in g.stage_s.items())
-    return (f"    load {g.load} {g.variant:>6}: {g.verdict}{stat} ratio {ratio} {ci}, pairs {g.pairs}/{g.budget} "
-            f"({g.stopped}){' HOST BUSY' if g.host_busy else ''}{off}; {g.wall_s:.0f} s ({stages}), "
-            + (f"load1 {g.load1:.2f}" if g.load1 is not None else "load1 -")
-            + (f"\n      {g.busy_reason}" if g.host_busy and g.busy_reason else ""))
+    return (
+        f"    load {g.load} {g.variant:>6}: {g.verdict}{stat} ratio {ratio} {ci}, pairs {g.pairs}/{g.budget} "
+        f"({g.stopped}){' HOST BUSY' if g.host_busy else ''}{off}; {g.wall_s:.0f} s ({stages}), "
+        + (f"load1 {g.load1:.2f}" if g.load1 is not None else "load1 -")
+        + (f"\n      {g.busy_reason}" if g.host_busy and g.busy_reason else "")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse flags, run the bench (module docstring) and print its figures; last line machine-readable."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gates", type=int, default=1, help="gates per (load, variant) cell (default 1)")
-    parser.add_argument("--loads", default=",".join(map(str, DEFAULT_LOADS)),
-                        help="busy processes per core, comma-separated (default 0,1,3)")
-    parser.add_argument("--heads", default=",".join(map(str, DEFAULT_HEADS)),
-                        help="classifier widths of the A/B variants (default 300,500,1000)")
-    parser.add_argument("--budget", type=int, default=None,
-                        help="pairs per gate at most (default: the product's, Case.paired_blocks = 320)")
+    parser.add_argument(
+        "--loads",
+        default=",".join(map(str, DEFAULT_LOADS)),
+        help="busy processes per core, comma-separated (default 0,1,3)",
+    )
+    parser.add_argument(
+        "--heads",
+        default=",".join(map(str, DEFAULT_HEADS)),
+        help="classifier widths of the A/B variants (default 300,500,1000)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="pairs per gate at most (default: the product's, Case.paired_blocks = 320)",
+    )
     parser.add_argument("--true-pairs", type=int, default=600, help="pairs of each true-ratio run (default 600)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: loads 0,1; the A/A and x1.05 variants; budget 96; 200 true pairs; 1 gate")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: loads 0,1; the A/A and x1.05 variants; budget 96; 200 true pairs; 1 gate",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bench's PERFWATCH_HOME (printed)")
     args = parser.parse_args(argv)
     from tasks.records import DEFAULT_MEASURED_STEPS
@@ -401,9 +487,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="pw-gates-")
     home = Path(tmp) / "home"
-    print(f"bench/gates.py {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}: {cpus} CPUs, loads {loads} busy "
-          f"processes per core, heads {heads}, budget {budget} pairs, {n_gates} gate(s) per cell; home {home}; "
-          f"/proc/loadavg {loadavg()}", flush=True)
+    print(
+        f"bench/gates.py {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}: {cpus} CPUs, loads {loads} busy "
+        f"processes per core, heads {heads}, budget {budget} pairs, {n_gates} gate(s) per cell; home {home}; "
+        f"/proc/loadavg {loadavg()}",
+        flush=True,
+    )
     bench = Bench(home=home, budget=budget)
     settings = bench.settings()
     variants = build_models(Path(settings.model_store), heads)
@@ -411,13 +500,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, (version, head) in variants.items():
         if name == AA:
             continue
-        true[name] = measure_true_ratio(Path(settings.model_store) / MODEL / "1" / "model.keras",
-                                        Path(settings.model_store) / MODEL / version / "model.keras", true_pairs,
-                                        Path(tmp) / f"true-{name}", settings.runner_python)
+        true[name] = measure_true_ratio(
+            Path(settings.model_store) / MODEL / "1" / "model.keras",
+            Path(settings.model_store) / MODEL / version / "model.keras",
+            true_pairs,
+            Path(tmp) / f"true-{name}",
+            settings.runner_python,
+        )
         t = true[name]
-        print(f"true ratio {name} (head {head} vs {BASE_HEAD}): x{t.ratio:.4f} (95% CI {t.low:.4f}-{t.high:.4f}, "
-              f"{t.pairs} pairs in one process; base median {t.base_median_ms:.1f} ms/step); loadavg {loadavg()}",
-              flush=True)
+        print(
+            f"true ratio {name} (head {head} vs {BASE_HEAD}): x{t.ratio:.4f} (95% CI {t.low:.4f}-{t.high:.4f}, "
+            f"{t.pairs} pairs in one process; base median {t.base_median_ms:.1f} ms/step); loadavg {loadavg()}",
+            flush=True,
+        )
     ratios = {k: v.ratio for k, v in true.items()}
     base = bench.baseline()
     print(f"baseline: version 1 {base['verdict']} (accepted); {time.perf_counter() - t_start:.0f} s so far", flush=True)
@@ -437,9 +532,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         mean1 = statistics.fmean(g.load1 for g in level if g.load1 is not None)
         print(f"load {load}: /proc/loadavg start {start}, end {end}; mean 1-min load at the gates' ends {mean1:.2f}")
         print("\n".join(level_report(load, gates, ratios)), flush=True)
-    print("\ntrue ratios: " + ", ".join(f"{k} x{v:.3f}" for k, v in ratios.items())
-          + f"; x1.05 stands for {nearest_variant(ratios)}; total {time.perf_counter() - t_start:.0f} s; "
-          f"/proc/loadavg {loadavg()}")
+    print(
+        "\ntrue ratios: "
+        + ", ".join(f"{k} x{v:.3f}" for k, v in ratios.items())
+        + f"; x1.05 stands for {nearest_variant(ratios)}; total {time.perf_counter() - t_start:.0f} s; "
+        f"/proc/loadavg {loadavg()}"
+    )
     if not args.keep:
         import shutil
 

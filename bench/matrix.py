@@ -33,7 +33,8 @@ matrix), with the first night's overhead beside it::
 Last run (2026-11-30, v1, 320 measured + 5 profiled steps, 1-min load 1.1-1.8, 2 CPUs, 33 min):
 ``matrix: cases=8 ok=8 wall=930 s overhead=28.8% first_night_overhead=40.6%``; with ``--measured-steps 100``
 (load 0.8-1.6, 17 min): ``overhead=50.4% first_night_overhead=67.1%``. What dominates the rest: TensorFlow's
-import in each runner process (about 12 s), then the cold steps (an XLA training case's is 16.5-19.9 s, trace and compile, against 5.6-8.1 s without XLA).
+import in each runner process (about 12 s), then the cold steps (an XLA training case's is 16.5-19.9 s, trace and
+compile, against 5.6-8.1 s without XLA).
 """
 
 from __future__ import annotations
@@ -79,9 +80,13 @@ def _telemetry(url: str, run_id: int) -> str:
     if "telemetry_samples" not in inspect(engine).get_table_names():
         return "absent (no telemetry table in this store)"
     with engine.connect() as c:
-        rows = c.execute(text("SELECT device, COUNT(*), AVG(utilization_pct), MAX(memory_bytes), AVG(power_w) "
-                              "FROM telemetry_samples WHERE run_id = :r GROUP BY device ORDER BY device"),
-                         {"r": run_id}).all()
+        rows = c.execute(
+            text(
+                "SELECT device, COUNT(*), AVG(utilization_pct), MAX(memory_bytes), AVG(power_w) "
+                "FROM telemetry_samples WHERE run_id = :r GROUP BY device ORDER BY device"
+            ),
+            {"r": run_id},
+        ).all()
     if not rows:
         return "absent (the run stored no telemetry samples)"
     parts = []
@@ -126,15 +131,30 @@ def run_one(case: Any, settings: Any, night: int) -> dict[str, Any]:
     from tasks.records import RunContext
     from tasks.stages import pipeline
 
-    ctx = RunContext(dag_id="bench_matrix", dag_run_id=f"night{night}__" + dt.datetime.now(dt.UTC).strftime(
-        "%Y%m%dT%H%M%S%f"), trigger="test", case=case)
+    ctx = RunContext(
+        dag_id="bench_matrix",
+        dag_run_id=f"night{night}__" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f"),
+        trigger="test",
+        case=case,
+    )
     stages: dict[str, float] = {}
     procs: dict[str, dict[str, float]] = {}
     bundle: dict[str, Any] = {"ctx": ctx.to_xcom()}
     t_case = time.perf_counter()
     error = None
-    for name, stage in zip(pipeline.STAGES, (pipeline.pull, pipeline.fingerprint, pipeline.warmup, pipeline.profile,
-                                             pipeline.parse, pipeline.compare, pipeline.archive), strict=True):
+    for name, stage in zip(
+        pipeline.STAGES,
+        (
+            pipeline.pull,
+            pipeline.fingerprint,
+            pipeline.warmup,
+            pipeline.profile,
+            pipeline.parse,
+            pipeline.compare,
+            pipeline.archive,
+        ),
+        strict=True,
+    ):
         t0 = time.perf_counter()
         try:
             bundle = stage(bundle, settings)
@@ -147,18 +167,33 @@ def run_one(case: Any, settings: Any, night: int) -> dict[str, Any]:
             procs["warm-up"] = _phases(pipeline.work_dir(settings, ctx) / "warmup" / "result.json")
         if name == "profiled-run":
             procs["profiled-run"] = _phases(Path(bundle["run"]["samples_path"]))
-    out = {"case": case.name, "mode": case.mode, "wall_s": time.perf_counter() - t_case, "stages": stages,
-           "procs": procs, "error": error, "steps_s": 0.0, "measured_s": 0.0, "profiled_s": 0.0,
-           "warmup_reused": bool((bundle.get("warmup") or {}).get("reused_from_run_id"))}
+    out = {
+        "case": case.name,
+        "mode": case.mode,
+        "wall_s": time.perf_counter() - t_case,
+        "stages": stages,
+        "procs": procs,
+        "error": error,
+        "steps_s": 0.0,
+        "measured_s": 0.0,
+        "profiled_s": 0.0,
+        "warmup_reused": bool((bundle.get("warmup") or {}).get("reused_from_run_id")),
+    }
     if error is None:
         run_id = bundle["archived"]["run_id"]
         steps = _steps(settings.database_url, run_id)
         measured = steps.get("measured", [])
-        out.update(run_id=run_id, median_ms=statistics.median(measured), p99_ms=_p99(measured),
-                   throughput_eps=bundle["run"]["throughput_eps"], verdict=bundle["verdict"]["verdict"],
-                   measured_s=sum(measured) / 1000, profiled_s=sum(steps.get("profiled", [])) / 1000,
-                   steps_s=(sum(measured) + sum(steps.get("profiled", []))) / 1000,
-                   telemetry=_telemetry(settings.database_url, run_id))
+        out.update(
+            run_id=run_id,
+            median_ms=statistics.median(measured),
+            p99_ms=_p99(measured),
+            throughput_eps=bundle["run"]["throughput_eps"],
+            verdict=bundle["verdict"]["verdict"],
+            measured_s=sum(measured) / 1000,
+            profiled_s=sum(steps.get("profiled", [])) / 1000,
+            steps_s=(sum(measured) + sum(steps.get("profiled", []))) / 1000,
+            telemetry=_telemetry(settings.database_url, run_id),
+        )
     return out
 
 
@@ -190,8 +225,9 @@ def breakdown(results: list[dict[str, Any]]) -> dict[str, float]:
             if stage == "profiled-run":
                 add("profiled-run: measuring loop beyond step times", ph.get("measured_steps", 0.0) - r["measured_s"])
                 add("profiled-run: profiler start/stop, XSpace write", ph.get("profiled_window", 0.0) - r["profiled_s"])
-            rest = ph["runner_wall"] - sum(ph.get(k, 0.0) for k in ("load_model", "cold_step", "warmup_steps",
-                                                                    "measured_steps", "profiled_window"))
+            rest = ph["runner_wall"] - sum(
+                ph.get(k, 0.0) for k in ("load_model", "cold_step", "warmup_steps", "measured_steps", "profiled_window")
+            )
             add(f"{stage}: rest of the process", rest)
     return out
 
@@ -201,13 +237,19 @@ def _print_case(r: dict[str, Any]) -> None:
     if r["error"]:
         print(f"  {r['case']:<30} FAILED after {r['wall_s']:.1f} s: {r['error']}\n    stages (s): {stages}", flush=True)
         return
-    figure = (f"p99 latency {r['p99_ms']:.2f} ms (median {r['median_ms']:.2f} ms)" if r["mode"] != "train"
-              else f"median step {r['median_ms']:.2f} ms (p99 {r['p99_ms']:.2f} ms)")
+    figure = (
+        f"p99 latency {r['p99_ms']:.2f} ms (median {r['median_ms']:.2f} ms)"
+        if r["mode"] != "train"
+        else f"median step {r['median_ms']:.2f} ms (p99 {r['p99_ms']:.2f} ms)"
+    )
     reused = ", warm-up reused" if r["warmup_reused"] else ""
-    print(f"  {r['case']:<30} run {r['run_id']}: {figure}, {r['throughput_eps']:.1f} examples/s, verdict "
-          f"{r['verdict']}; wall {r['wall_s']:.1f} s, steps {r['steps_s']:.1f} s "
-          f"({100 * r['steps_s'] / r['wall_s']:.0f}%){reused}\n    stages (s): {stages}\n"
-          f"    telemetry: {r['telemetry']}", flush=True)
+    print(
+        f"  {r['case']:<30} run {r['run_id']}: {figure}, {r['throughput_eps']:.1f} examples/s, verdict "
+        f"{r['verdict']}; wall {r['wall_s']:.1f} s, steps {r['steps_s']:.1f} s "
+        f"({100 * r['steps_s'] / r['wall_s']:.0f}%){reused}\n    stages (s): {stages}\n"
+        f"    telemetry: {r['telemetry']}",
+        flush=True,
+    )
 
 
 def night(n: int, cases: list[Any], settings: Any) -> tuple[int, int, float, float]:
@@ -226,8 +268,11 @@ def night(n: int, cases: list[Any], settings: Any) -> tuple[int, int, float, flo
     for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"    {k:<58} {v:8.1f}  {100 * v / wall:5.1f}%")
     ok = sum(1 for r in results if r["error"] is None)
-    print(f"night {n}: cases={len(results)} ok={ok} wall={wall:.0f} s overhead={overhead:.1f}%; host load at end "
-          f"{_loadavg()}", flush=True)
+    print(
+        f"night {n}: cases={len(results)} ok={ok} wall={wall:.0f} s overhead={overhead:.1f}%; host load at end "
+        f"{_loadavg()}",
+        flush=True,
+    )
     return len(results), ok, wall, overhead
 
 
@@ -239,9 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measured-steps", type=int, default=None, help="default: the config's (320 for the demo)")
     ap.add_argument("--profiled-steps", type=int, default=None, help="default: the config's")
     ap.add_argument("--version", default="1")
-    ap.add_argument("--nights", type=int, default=2,
-                    help="run the matrix this many times in one store (default 2: a first night, then a night "
-                         "on which nothing changed)")
+    ap.add_argument(
+        "--nights",
+        type=int,
+        default=2,
+        help="run the matrix this many times in one store (default 2: a first night, then a night "
+        "on which nothing changed)",
+    )
     args = ap.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix="perfwatch-bench-matrix-"))
@@ -255,19 +304,32 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     migrate(settings.database_url)
     overrides: dict[str, Any] = {"version": args.version}
-    overrides.update({k: v for k, v in (("measured_steps", args.measured_steps),
-                                        ("profiled_steps", args.profiled_steps)) if v is not None})
+    overrides.update(
+        {
+            k: v
+            for k, v in (("measured_steps", args.measured_steps), ("profiled_steps", args.profiled_steps))
+            if v is not None
+        }
+    )
     cases = [c for c in load_config(args.config, overrides=overrides) if c.model == args.model]
-    cases = cases[:min(args.cases, MAX_CASES)]
+    cases = cases[: min(args.cases, MAX_CASES)]
     if not cases:
         print(f"no case of model {args.model!r} in {args.config}", file=sys.stderr)
         return 2
-    print(f"host load at start: {_loadavg()}; {os.cpu_count()} CPUs; store {home}; {len(cases)} cases of "
-          f"{args.model} v{args.version}, {cases[0].measured_steps} measured + {cases[0].profiled_steps} profiled "
-          f"steps each, {args.nights} night(s)", flush=True)
+    print(
+        f"host load at start: {_loadavg()}; {os.cpu_count()} CPUs; store {home}; {len(cases)} cases of "
+        f"{args.model} v{args.version}, {cases[0].measured_steps} measured + {cases[0].profiled_steps} profiled "
+        f"steps each, {args.nights} night(s)",
+        flush=True,
+    )
     t0 = time.perf_counter()
-    subprocess.run([str(Path(sys.executable).parent / "perfwatch"), "demo", "build-store"], check=True, cwd=ROOT,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "perfwatch"), "demo", "build-store"],
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+    )
     print(f"model store built in {time.perf_counter() - t0:.1f} s (not counted below)", flush=True)
     nights = [night(n, cases, settings) for n in range(1, args.nights + 1)]
     n_cases, ok, wall, overhead = nights[-1]

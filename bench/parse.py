@@ -39,11 +39,11 @@ from tasks.stages.parse import ALL_TOOLS, parse_profile  # noqa: E402
 
 def _build_demo_store(store: Path) -> Path:
     """Build the demo store in a fresh process (TensorFlow never runs in this one); return v1's file."""
-    code = ("import sys; from tasks.runner.zoo import build_store; "
-            "print(build_store(sys.argv[1])[0])")
+    code = "import sys; from tasks.runner.zoo import build_store; print(build_store(sys.argv[1])[0])"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900
+    )
     if proc.returncode != 0:
         raise SystemExit(f"building the demo store failed:\n{proc.stderr[-3000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
@@ -63,9 +63,15 @@ def main() -> None:
         t0 = time.perf_counter()
         model_file = _build_demo_store(store)
         build_s = time.perf_counter() - t0
-        spec = RunnerSpec(mode="profile", model_path=str(model_file), out_dir=str(Path(tmp) / "run"),
-                          batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                          measured_steps=args.measured_steps, profiled_steps=args.profiled_steps)
+        spec = RunnerSpec(
+            mode="profile",
+            model_path=str(model_file),
+            out_dir=str(Path(tmp) / "run"),
+            batch_size=args.batch_size,
+            warmup_steps=args.warmup_steps,
+            measured_steps=args.measured_steps,
+            profiled_steps=args.profiled_steps,
+        )
         t0 = time.perf_counter()
         result = launch(spec, sys.executable)
         process_s = time.perf_counter() - t0
@@ -86,16 +92,24 @@ def main() -> None:
     wall_s, window_s = result["wall_s"], result["profiled_window_s"]
     parse_s = statistics.median(times)
     mb = parsed.xplane_bytes / 2**20
-    print(f"model: {DEMO_MODEL} v1 ({model_file.name}), batch {args.batch_size}, {args.warmup_steps} warm-up + "
-          f"{args.measured_steps} measured + {args.profiled_steps} profiled steps (store built in {build_s:.1f} s)")
-    print(f"profile: {parsed.xplane_bytes} bytes xplane ({mb:.3f} MiB), {len(parsed.op_stats)} ops, "
-          f"avg step {parsed.avg_step_time_ms:.2f} ms (xprof), median measured step "
-          f"{statistics.median(result['measured_step_times_ms']):.2f} ms (runner timer)")
-    print(f"runner: wall_s {wall_s:.2f} s (process work excl. interpreter start and TF import), profiled window "
-          f"{window_s:.2f} s, whole subprocess {process_s:.1f} s")
-    print(f"parse (all tools): cold {cold_s * 1e3:.1f} ms, warm median {parse_s * 1e3:.1f} ms "
-          f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, n={len(times)}); "
-          f"{100 * parse_s / window_s:.1f}% of the profiled window")
+    print(
+        f"model: {DEMO_MODEL} v1 ({model_file.name}), batch {args.batch_size}, {args.warmup_steps} warm-up + "
+        f"{args.measured_steps} measured + {args.profiled_steps} profiled steps (store built in {build_s:.1f} s)"
+    )
+    print(
+        f"profile: {parsed.xplane_bytes} bytes xplane ({mb:.3f} MiB), {len(parsed.op_stats)} ops, "
+        f"avg step {parsed.avg_step_time_ms:.2f} ms (xprof), median measured step "
+        f"{statistics.median(result['measured_step_times_ms']):.2f} ms (runner timer)"
+    )
+    print(
+        f"runner: wall_s {wall_s:.2f} s (process work excl. interpreter start and TF import), profiled window "
+        f"{window_s:.2f} s, whole subprocess {process_s:.1f} s"
+    )
+    print(
+        f"parse (all tools): cold {cold_s * 1e3:.1f} ms, warm median {parse_s * 1e3:.1f} ms "
+        f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, n={len(times)}); "
+        f"{100 * parse_s / window_s:.1f}% of the profiled window"
+    )
     print("per tool (one parse each): " + ", ".join(f"{t} {s * 1e3:.1f} ms" for t, s in per_tool.items()))
     print(f"parse: {parse_s * 1e3 / mb:.1f} ms/MB, {100 * parse_s / wall_s:.1f}% of profiled-run wall time")
 

@@ -71,12 +71,30 @@ def synthesize(seed: int = 7) -> dict[str, list[dict]]:
     """Rows of every table, as dicts keyed by column name, with explicit ids."""
     rng = random.Random(seed)
     models = [{"id": m, "name": f"model_{m:03d}", "created_at": T0} for m in range(1, N_MODELS + 1)]
-    versions = [{"id": (m - 1) * N_VERSIONS + v, "model_id": m, "version": str(v), "digest": f"{m:032x}{v:032x}",
-                 "source_uri": f"/models/model_{m:03d}/{v}", "format": "keras", "size_bytes": 1 << 20,
-                 "created_at": T0} for m in range(1, N_MODELS + 1) for v in range(1, N_VERSIONS + 1)]
-    envs = [{"id": e, "fingerprint_id": f"{e:064x}", "comparability_key": f"key{e:012d}",
-             "data": {"tf": {"version": f"2.{18 + e}.0"}, "gpu": {"count": 0}, "cpu": {"model": "bench"}},
-             "created_at": T0} for e in range(1, N_ENVS + 1)]
+    versions = [
+        {
+            "id": (m - 1) * N_VERSIONS + v,
+            "model_id": m,
+            "version": str(v),
+            "digest": f"{m:032x}{v:032x}",
+            "source_uri": f"/models/model_{m:03d}/{v}",
+            "format": "keras",
+            "size_bytes": 1 << 20,
+            "created_at": T0,
+        }
+        for m in range(1, N_MODELS + 1)
+        for v in range(1, N_VERSIONS + 1)
+    ]
+    envs = [
+        {
+            "id": e,
+            "fingerprint_id": f"{e:064x}",
+            "comparability_key": f"key{e:012d}",
+            "data": {"tf": {"version": f"2.{18 + e}.0"}, "gpu": {"count": 0}, "cpu": {"model": "bench"}},
+            "created_at": T0,
+        }
+        for e in range(1, N_ENVS + 1)
+    ]
     runs, comps, bases = [], [], []
     rid = 0
     for m in range(1, N_MODELS + 1):
@@ -89,37 +107,80 @@ def synthesize(seed: int = 7) -> dict[str, list[dict]]:
             env = 1 + (k // 25) % N_ENVS
             started = T0 + dt.timedelta(days=k, minutes=m)
             failed = rng.random() < 0.02
-            verdict = None if failed else ("no-baseline" if prev_ok is None else
-                                           "regression" if rng.random() < 0.05 else "pass")
+            verdict = (
+                None
+                if failed
+                else ("no-baseline" if prev_ok is None else "regression" if rng.random() < 0.05 else "pass")
+            )
             median = None if failed else base_ms * (1.3 if verdict == "regression" else 1.0) * rng.uniform(0.98, 1.02)
-            runs.append({"id": rid, "dag_id": "perfwatch_profile", "dag_run_id": f"scheduled__{started.isoformat()}",
-                         "case_name": "train-bs16", "model_id": m, "version_requested": str(version),
-                         "model_version_id": (m - 1) * N_VERSIONS + version, "environment_id": env,
-                         "trigger": "scheduled", "status": "failed" if failed else "success",
-                         "failed_stage": "warm-up" if failed else None,
-                         "error": "RunnerError: training step failed\nTraceback ..." if failed else None,
-                         "params": {"model": f"model_{m:03d}", "batch_size": 16}, "started_at": started,
-                         "finished_at": started + dt.timedelta(minutes=3), "median_step_ms": median,
-                         "mean_step_ms": median, "p90_step_ms": None if failed else median * 1.05,
-                         "throughput_eps": None if failed else 16_000 / median, "cold_step_ms": None,
-                         "warmup_steps": None, "steady": None, "profile_overhead_ratio": None,
-                         "peak_rss_bytes": None, "peak_device_bytes": None, "profiler_avg_step_ms": median,
-                         "input_bound_pct": None, "verdict": verdict, "archive_uri": None})
+            runs.append(
+                {
+                    "id": rid,
+                    "dag_id": "perfwatch_profile",
+                    "dag_run_id": f"scheduled__{started.isoformat()}",
+                    "case_name": "train-bs16",
+                    "model_id": m,
+                    "version_requested": str(version),
+                    "model_version_id": (m - 1) * N_VERSIONS + version,
+                    "environment_id": env,
+                    "trigger": "scheduled",
+                    "status": "failed" if failed else "success",
+                    "failed_stage": "warm-up" if failed else None,
+                    "error": "RunnerError: training step failed\nTraceback ..." if failed else None,
+                    "params": {"model": f"model_{m:03d}", "batch_size": 16},
+                    "started_at": started,
+                    "finished_at": started + dt.timedelta(minutes=3),
+                    "median_step_ms": median,
+                    "mean_step_ms": median,
+                    "p90_step_ms": None if failed else median * 1.05,
+                    "throughput_eps": None if failed else 16_000 / median,
+                    "cold_step_ms": None,
+                    "warmup_steps": None,
+                    "steady": None,
+                    "profile_overhead_ratio": None,
+                    "peak_rss_bytes": None,
+                    "peak_device_bytes": None,
+                    "profiler_avg_step_ms": median,
+                    "input_bound_pct": None,
+                    "verdict": verdict,
+                    "archive_uri": None,
+                }
+            )
             if failed:
                 continue
             ratio = None if prev_ok is None else median / prev_ok["median_step_ms"]
-            comps.append({"id": rid, "run_id": rid, "baseline_run_id": None if prev_ok is None else prev_ok["id"],
-                          "method": "none" if prev_ok is None else "history-lookback", "verdict": verdict,
-                          "ratio": ratio, "ci_low": None if ratio is None else ratio * 0.97,
-                          "ci_high": None if ratio is None else ratio * 1.03, "median_limit_ms": None,
-                          "gx_success": True, "gx_result": {}, "evidence": {}, "created_at": started})
+            comps.append(
+                {
+                    "id": rid,
+                    "run_id": rid,
+                    "baseline_run_id": None if prev_ok is None else prev_ok["id"],
+                    "method": "none" if prev_ok is None else "history-lookback",
+                    "verdict": verdict,
+                    "ratio": ratio,
+                    "ci_low": None if ratio is None else ratio * 0.97,
+                    "ci_high": None if ratio is None else ratio * 1.03,
+                    "median_limit_ms": None,
+                    "gx_success": True,
+                    "gx_result": {},
+                    "evidence": {},
+                    "created_at": started,
+                }
+            )
             if verdict != "regression":
                 key = envs[env - 1]["comparability_key"]
                 if env in active:
                     active[env]["superseded_at"] = started
-                b = {"id": len(bases) + 1, "model_id": m, "case_name": "train-bs16", "comparability_key": key,
-                     "run_id": rid, "accepted_at": started, "accepted_by": "perfwatch", "reason": "automatic",
-                     "superseded_at": None}
+                b = {
+                    "id": len(bases) + 1,
+                    "model_id": m,
+                    "case_name": "train-bs16",
+                    "comparability_key": key,
+                    "run_id": rid,
+                    "accepted_at": started,
+                    "accepted_by": "perfwatch",
+                    "reason": "automatic",
+                    "superseded_at": None,
+                }
                 bases.append(b)
                 active[env] = b
                 prev_ok = runs[-1]
@@ -140,15 +201,41 @@ def synthesize(seed: int = 7) -> dict[str, list[dict]]:
         for o in range(n_ops):
             opid += 1
             t = med * 1000 * PROFILED_PER_RUN / n_ops * rng.uniform(0.5, 1.5)
-            ops.append({"id": opid, "run_id": r, "host_or_device": "Host", "op_type": OP_TYPES[o % len(OP_TYPES)],
-                        "op_name": f"model/layer_{o:03d}/{OP_TYPES[o % len(OP_TYPES)]}", "occurrences": 2,
-                        "total_self_time_us": t, "avg_self_time_us": t / 2, "self_time_share": 1.0 / n_ops})
-    return {"models": models, "model_versions": versions, "environments": envs, "runs": runs,
-            "comparisons": comps, "baselines": bases, "step_samples": samples, "op_stats": ops}
+            ops.append(
+                {
+                    "id": opid,
+                    "run_id": r,
+                    "host_or_device": "Host",
+                    "op_type": OP_TYPES[o % len(OP_TYPES)],
+                    "op_name": f"model/layer_{o:03d}/{OP_TYPES[o % len(OP_TYPES)]}",
+                    "occurrences": 2,
+                    "total_self_time_us": t,
+                    "avg_self_time_us": t / 2,
+                    "self_time_share": 1.0 / n_ops,
+                }
+            )
+    return {
+        "models": models,
+        "model_versions": versions,
+        "environments": envs,
+        "runs": runs,
+        "comparisons": comps,
+        "baselines": bases,
+        "step_samples": samples,
+        "op_stats": ops,
+    }
 
 
-TABLES = {"models": Model, "model_versions": ModelVersion, "environments": Environment, "runs": Run,
-          "comparisons": Comparison, "baselines": Baseline, "step_samples": StepSample, "op_stats": OpStat}
+TABLES = {
+    "models": Model,
+    "model_versions": ModelVersion,
+    "environments": Environment,
+    "runs": Run,
+    "comparisons": Comparison,
+    "baselines": Baseline,
+    "step_samples": StepSample,
+    "op_stats": OpStat,
+}
 
 
 def fill_core(url: str, data: dict[str, list[dict]], batch: int = 50_000) -> None:
@@ -157,7 +244,7 @@ def fill_core(url: str, data: dict[str, list[dict]], batch: int = 50_000) -> Non
         for name, cls in TABLES.items():
             rows = data[name]
             for i in range(0, len(rows), batch):
-                conn.execute(insert(cls.__table__), rows[i:i + batch])
+                conn.execute(insert(cls.__table__), rows[i : i + batch])
         conn.exec_driver_sql("ANALYZE")
 
 
@@ -238,7 +325,10 @@ def store_size_mib(url: str) -> float:
     """SQLite file size or pg_database_size, MiB."""
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
-        return sum(Path(u.database + sfx).stat().st_size for sfx in ("", "-wal") if Path(u.database + sfx).exists()) / 2**20
+        return (
+            sum(Path(u.database + sfx).stat().st_size for sfx in ("", "-wal") if Path(u.database + sfx).exists())
+            / 2**20
+        )
     with get_engine(url).connect() as conn:
         return conn.scalar(text("SELECT pg_database_size(current_database())")) / 2**20
 
@@ -248,8 +338,10 @@ def bench_one(label: str, url: str, data: dict, repeats: int, tmp: Path) -> tupl
     t = time.perf_counter()
     migrate(url)
     (fill_copy if label == "postgresql" else fill_core)(url, data)
-    print(f"[{label}] {redact(url)}: filled in {time.perf_counter() - t:.1f} s; "
-          f"store size {store_size_mib(url):.1f} MiB", flush=True)
+    print(
+        f"[{label}] {redact(url)}: filled in {time.perf_counter() - t:.1f} s; store size {store_size_mib(url):.1f} MiB",
+        flush=True,
+    )
     results = time_queries(url, repeats)
     for name, (p50, p90, rows) in results.items():
         print(f"[{label}] {name:<20} p50 {p50:8.2f} ms  p90 {p90:8.2f} ms  ({rows} rows)", flush=True)
@@ -286,8 +378,11 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     data = synthesize()
-    print(f"synthesized {len(data['models'])} models, {len(data['runs'])} runs, {len(data['step_samples'])} step "
-          f"samples, {len(data['op_stats'])} op-stat rows in {time.perf_counter() - t:.1f} s", flush=True)
+    print(
+        f"synthesized {len(data['models'])} models, {len(data['runs'])} runs, {len(data['step_samples'])} step "
+        f"samples, {len(data['op_stats'])} op-stat rows in {time.perf_counter() - t:.1f} s",
+        flush=True,
+    )
     sqlite_path = tmp / "bench.db"
     for p in (sqlite_path, Path(f"{sqlite_path}-wal"), Path(f"{sqlite_path}-shm")):
         p.unlink(missing_ok=True)

@@ -113,11 +113,16 @@ class PerfwatchNotifier(BaseNotifier):
         if self.missing_data:
             return missing_data_alert(str(exc or context.get("reason") or "missing-data check failed"), base)
         ti = context.get("ti")
-        return dag_run_alert(context["dag"].dag_id, context["run_id"], failed=not self.only_noteworthy,
-                             base_url=base, reason=context.get("reason"),
-                             task=getattr(ti, "task_id", None),
-                             error=f"{type(exc).__name__}: {exc}" if exc is not None else None,
-                             log_url=getattr(ti, "log_url", None))
+        return dag_run_alert(
+            context["dag"].dag_id,
+            context["run_id"],
+            failed=not self.only_noteworthy,
+            base_url=base,
+            reason=context.get("reason"),
+            task=getattr(ti, "task_id", None),
+            error=f"{type(exc).__name__}: {exc}" if exc is not None else None,
+            log_url=getattr(ti, "log_url", None),
+        )
 
     def notify(self, context) -> None:
         """Build the alert and POST it (``tasks.stages.alerts.post_webhook``); raises AlertDeliveryError
@@ -132,8 +137,13 @@ class PerfwatchNotifier(BaseNotifier):
         try:
             conn = BaseHook.get_connection(self.conn_id)
         except Exception as e:  # noqa: BLE001 - Airflow raises AirflowNotFoundException, by version
-            log.warning("perfwatch alert NOT sent: no Airflow connection %r (%s: %s); the alert was:\n%s",
-                        self.conn_id, type(e).__name__, e, body["text"])
+            log.warning(
+                "perfwatch alert NOT sent: no Airflow connection %r (%s: %s); the alert was:\n%s",
+                self.conn_id,
+                type(e).__name__,
+                e,
+                body["text"],
+            )
             return
         url, headers = webhook_target(conn)
         post_webhook(url, body, headers)

@@ -54,8 +54,11 @@ NIGHTLY = "0 2 * * *"
 # Release triggers: one Asset per model of the nightly config (perfwatch://models/<model>, read when the DAG
 # is parsed); an event of one (`perfwatch publish`) runs the paired release gate of the published version.
 RELEASE_ASSETS = [Asset(name=name, uri=uri) for uri, name in release_asset_uris()]
-SCHEDULE = (AssetOrTimeSchedule(timetable=CronTriggerTimetable(NIGHTLY, timezone="UTC"),
-                                assets=AssetAny(*RELEASE_ASSETS)) if RELEASE_ASSETS else NIGHTLY)
+SCHEDULE = (
+    AssetOrTimeSchedule(timetable=CronTriggerTimetable(NIGHTLY, timezone="UTC"), assets=AssetAny(*RELEASE_ASSETS))
+    if RELEASE_ASSETS
+    else NIGHTLY
+)
 
 
 @dag(
@@ -71,43 +74,85 @@ SCHEDULE = (AssetOrTimeSchedule(timetable=CronTriggerTimetable(NIGHTLY, timezone
     on_failure_callback=PerfwatchNotifier(),
     on_success_callback=PerfwatchNotifier(only_noteworthy=True),
     params={
-        "model": Param(None, type=["null", "string"], minLength=1, maxLength=128,
-                       description="Model name in the store; empty profiles every model of the config."),
-        "version": Param("latest", type="string", pattern=r"^(latest|[0-9]+)$",
-                         description="Integer version directory, or 'latest'."),
+        "model": Param(
+            None,
+            type=["null", "string"],
+            minLength=1,
+            maxLength=128,
+            description="Model name in the store; empty profiles every model of the config.",
+        ),
+        "version": Param(
+            "latest", type="string", pattern=r"^(latest|[0-9]+)$", description="Integer version directory, or 'latest'."
+        ),
         "batch_size": Param(16, type="integer", minimum=1, maximum=65536),
-        "measured_steps": Param(MEASURED_STEPS, type="integer", minimum=5, maximum=100000,
-                                description="Steps timed with the profiler off (a paired release gate "
-                                            "times at most this many steps of each version, stopping as "
-                                            "soon as its interval decides)."),
-        "case": Param(None, type=["null", "string"], minLength=1, maxLength=64,
-                      description="With model: a case of the model's config entry (e.g. "
-                                  "train-bs32-mixed_bfloat16-xla), or 'all' for its whole matrix; its axes come "
-                                  "from the config, version and measured_steps from these Params. Empty: one "
-                                  "case from these Params."),
-        "trigger": Param("manual", type="string", enum=["manual", "release"],
-                         description="'release' marks a release-gate run."),
-        "mode": Param("train", type="string", enum=["train", "infer", "tflite"],
-                      description="What a step is: 'train' (forward, backward, update), 'infer' (one batch's "
-                                  "forward pass; step times are per-batch latencies) or 'tflite'."),
-        "inputs": Param(None, type=["null", "object"],
-                        additionalProperties={"type": "object", "additionalProperties": False, "properties": {
-                            "shape": {"type": ["null", "array"], "items": {"type": "integer", "minimum": 1}},
-                            "dtype": {"type": ["null", "string"]}, "min": {"type": ["null", "integer"]},
-                            "max": {"type": ["null", "integer"]}}},
-                        description="How to feed the model, per input name: {\"image\": {\"shape\": [224, 224, 3]}, "
-                                    "\"ids\": {\"dtype\": \"int32\", \"min\": 0, \"max\": 30522}}; shape without "
-                                    "the batch dimension (needed where the model has None), integer range [min, max). "
-                                    "Empty: the model's own input signature."),
-        "input_fn": Param(None, type=["null", "string"], pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-                          description="'package.module:function' (importable by the runner) returning a "
-                                      "tf.data.Dataset of model-ready batches; step time then includes that "
-                                      "pipeline. Empty: synthetic batches."),
-        "signature": Param("serving_default", type="string", minLength=1, maxLength=128,
-                           description="The SavedModel signature called in 'infer' mode."),
-        "safe_mode": Param(True, type="boolean",
-                           description="Keras safe_mode when loading a .keras file; turn off only for a "
-                                       "model whose code (Lambda layers) you trust. Recorded with the run."),
+        "measured_steps": Param(
+            MEASURED_STEPS,
+            type="integer",
+            minimum=5,
+            maximum=100000,
+            description="Steps timed with the profiler off (a paired release gate "
+            "times at most this many steps of each version, stopping as "
+            "soon as its interval decides).",
+        ),
+        "case": Param(
+            None,
+            type=["null", "string"],
+            minLength=1,
+            maxLength=64,
+            description="With model: a case of the model's config entry (e.g. "
+            "train-bs32-mixed_bfloat16-xla), or 'all' for its whole matrix; its axes come "
+            "from the config, version and measured_steps from these Params. Empty: one "
+            "case from these Params.",
+        ),
+        "trigger": Param(
+            "manual", type="string", enum=["manual", "release"], description="'release' marks a release-gate run."
+        ),
+        "mode": Param(
+            "train",
+            type="string",
+            enum=["train", "infer", "tflite"],
+            description="What a step is: 'train' (forward, backward, update), 'infer' (one batch's "
+            "forward pass; step times are per-batch latencies) or 'tflite'.",
+        ),
+        "inputs": Param(
+            None,
+            type=["null", "object"],
+            additionalProperties={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "shape": {"type": ["null", "array"], "items": {"type": "integer", "minimum": 1}},
+                    "dtype": {"type": ["null", "string"]},
+                    "min": {"type": ["null", "integer"]},
+                    "max": {"type": ["null", "integer"]},
+                },
+            },
+            description='How to feed the model, per input name: {"image": {"shape": [224, 224, 3]}, '
+            '"ids": {"dtype": "int32", "min": 0, "max": 30522}}; shape without '
+            "the batch dimension (needed where the model has None), integer range [min, max). "
+            "Empty: the model's own input signature.",
+        ),
+        "input_fn": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+            description="'package.module:function' (importable by the runner) returning a "
+            "tf.data.Dataset of model-ready batches; step time then includes that "
+            "pipeline. Empty: synthetic batches.",
+        ),
+        "signature": Param(
+            "serving_default",
+            type="string",
+            minLength=1,
+            maxLength=128,
+            description="The SavedModel signature called in 'infer' mode.",
+        ),
+        "safe_mode": Param(
+            True,
+            type="boolean",
+            description="Keras safe_mode when loading a .keras file; turn off only for a "
+            "model whose code (Lambda layers) you trust. Recorded with the run.",
+        ),
     },
     doc_md=__doc__,
 )
@@ -149,8 +194,13 @@ def perfwatch_profile():
 
         return warmup(bundle)
 
-    @task(map_index_template=CASE_LABEL, pool=PROFILE_POOL, queue=PROFILE_QUEUE, retries=HOST_BUSY_RETRIES,
-          retry_delay=HOST_BUSY_RETRY_DELAY)
+    @task(
+        map_index_template=CASE_LABEL,
+        pool=PROFILE_POOL,
+        queue=PROFILE_QUEUE,
+        retries=HOST_BUSY_RETRIES,
+        retry_delay=HOST_BUSY_RETRY_DELAY,
+    )
     def profiled_run(bundle: dict) -> dict:
         """Fresh process: measured steps with the profiler off, then a profiled window (and the paired
         gate). Retried later only when the host was busy; any other failure is final."""

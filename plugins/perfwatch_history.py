@@ -128,8 +128,9 @@ def metrics_access(authorization: str | None = Header(default=None)) -> None:
     token is required (401 without it)."""
     expected = os.environ.get("PERFWATCH_METRICS_TOKEN")
     if expected and not _bearer_ok(authorization, expected):
-        raise HTTPException(401, "missing or wrong bearer token (PERFWATCH_METRICS_TOKEN)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401, "missing or wrong bearer token (PERFWATCH_METRICS_TOKEN)", headers={"WWW-Authenticate": "Bearer"}
+        )
 
 
 class SlashRedirect:
@@ -145,7 +146,8 @@ class SlashRedirect:
         if scope["type"] == "http" and scope["path"].removeprefix(root) == URL_PREFIX:
             query = scope.get("query_string", b"").decode("latin-1")
             await RedirectResponse(f"{root}{URL_PREFIX}/" + (f"?{query}" if query else ""), status_code=307)(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         await self.app(scope, receive, send)
 
@@ -158,16 +160,29 @@ td.text{text-align:left}.regression,.failed{color:#b00020;font-weight:600}.pass{
 code,pre{background:#f6f6f6;padding:.1rem .3rem}dt{font-weight:600}dd{margin:0 0 .4rem 1rem}</style>"""
 
 MISSING = "—"  #: how a missing value (None, NaN, NaT) is shown
-_HEADERS = {"run_id": "run", "started_at": "started (UTC)", "median_step_ms": "median step (ms)",
-            "mean_step_ms": "mean step (ms)", "p10_step_ms": "p10 step (ms)", "p90_step_ms": "p90 step (ms)",
-            "baseline_median_ms": "baseline median (ms)", "throughput_eps": "throughput (examples/s)",
-            "case_name": "case", "n_measured": "steps measured", "finished_at": "finished (UTC)",
-            "failed_stage": "failed stage", "ci_low": "interval low", "ci_high": "interval high"}
+_HEADERS = {
+    "run_id": "run",
+    "started_at": "started (UTC)",
+    "median_step_ms": "median step (ms)",
+    "mean_step_ms": "mean step (ms)",
+    "p10_step_ms": "p10 step (ms)",
+    "p90_step_ms": "p90 step (ms)",
+    "baseline_median_ms": "baseline median (ms)",
+    "throughput_eps": "throughput (examples/s)",
+    "case_name": "case",
+    "n_measured": "steps measured",
+    "finished_at": "finished (UTC)",
+    "failed_stage": "failed stage",
+    "ci_low": "interval low",
+    "ci_high": "interval high",
+}
 
 
 def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                        f"{_STYLE}</head><body><h1>{html.escape(title)}</h1>{body}</body></html>")
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"{_STYLE}</head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
 
 
 def _missing(v: Any) -> bool:
@@ -233,7 +248,9 @@ def _table(request: Request, df, *, links: dict[int, dict[str, Any]] | None = No
         return "<p>No runs yet.</p>"
     base = _base(request)
     cols = list(df.columns)
-    head = "".join(f"<th>{html.escape(_HEADERS.get(c, c))}</th>" for c in cols) + ("<th>links</th>" if links is not None else "")
+    head = "".join(f"<th>{html.escape(_HEADERS.get(c, c))}</th>" for c in cols) + (
+        "<th>links</th>" if links is not None else ""
+    )
     rows = []
     for rec in df.to_dict("records"):
         cells = []
@@ -273,8 +290,12 @@ def index(request: Request) -> HTMLResponse:
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
     regs = _newest_first(queries.regressions(since))
     latest = _newest_first(queries.runs(last=50))
-    body = ("<h2>Regressions, last 7 days</h2>" + _table(request, regs, links=_run_rows(regs))
-            + "<h2>Latest runs</h2>" + _table(request, latest, links=_run_rows(latest)))
+    body = (
+        "<h2>Regressions, last 7 days</h2>"
+        + _table(request, regs, links=_run_rows(regs))
+        + "<h2>Latest runs</h2>"
+        + _table(request, latest, links=_run_rows(latest))
+    )
     return _page("perfwatch", body)
 
 
@@ -287,8 +308,10 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     base, e = _base(request), _q(model)
-    body = (f"<p>{_a(f'{base}/', 'all models')}</p><img src='{base}/models/{e}/plot.png' "
-            f"alt='step time of {html.escape(model)}'>" + _table(request, _newest_first(df), links=_run_rows(df)))
+    body = (
+        f"<p>{_a(f'{base}/', 'all models')}</p><img src='{base}/models/{e}/plot.png' "
+        f"alt='step time of {html.escape(model)}'>" + _table(request, _newest_first(df), links=_run_rows(df))
+    )
     return _page(f"perfwatch: {model}", body + _sweep_section(request, model))
 
 
@@ -304,8 +327,10 @@ def _sweep_section(request: Request, model: str) -> str:
     if df["batch_size"].nunique() < 2:
         return ""
     base, e = _base(request), _q(model)
-    return (f"<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
-            f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}'>" + _table(request, df))
+    return (
+        f"<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
+        f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}'>" + _table(request, df)
+    )
 
 
 @pages.get("/models/{model}/sweep.png")
@@ -357,8 +382,12 @@ def _archive_fs(run: dict[str, Any]):
     import fsspec
 
     if not run["archive_uri"]:
-        raise HTTPException(404, f"run {run['run_id']} has no archive ({run['status']}"
-                                 + (f" at {run['failed_stage']}" if run["failed_stage"] else "") + ")")
+        raise HTTPException(
+            404,
+            f"run {run['run_id']} has no archive ({run['status']}"
+            + (f" at {run['failed_stage']}" if run["failed_stage"] else "")
+            + ")",
+        )
     fs, path = fsspec.core.url_to_fs(run["archive_uri"])
     return fs, path.rstrip("/")
 
@@ -369,37 +398,66 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
     archived profile in TensorBoard or as files)."""
     run = _stored(run_id)
     base = _base(request)
-    facts = [("model", _a(f"{base}/models/{_q(run['model'])}", run["model"])),
-             *((k, html.escape(_text(run[k]))) for k in ("version", "case", "status", "verdict", "failed_stage",
-                                                          "started_at", "finished_at", "median_step_ms",
-                                                          "throughput_eps")),
-             ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}"))]
+    facts = [
+        ("model", _a(f"{base}/models/{_q(run['model'])}", run["model"])),
+        *(
+            (k, html.escape(_text(run[k])))
+            for k in (
+                "version",
+                "case",
+                "status",
+                "verdict",
+                "failed_stage",
+                "started_at",
+                "finished_at",
+                "median_step_ms",
+                "throughput_eps",
+            )
+        ),
+        ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
+    ]
     af = airflow_links(request, run)
-    facts.append(("Airflow", " · ".join([_a(af["dag_run"], "DAG run"), _a(af["task_log"], "task log")]) if af
-                  else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})"))
+    facts.append(
+        (
+            "Airflow",
+            " · ".join([_a(af["dag_run"], "DAG run"), _a(af["task_log"], "task log")])
+            if af
+            else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
+        )
+    )
     body = "<dl>" + "".join(f"<dt>{html.escape(_HEADERS.get(k, k))}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
     if run["error"]:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
     body += "<h2 id='datadocs'>GX Data Docs</h2>"
     if not run["archive_uri"]:
         why = f"no archive: the run failed at {run['failed_stage']}" if run["failed_stage"] else "no archive"
-        body += f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
+        body += (
+            f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
+        )
         return _page(f"perfwatch: run {run_id}", body)
     fs, root = _archive_fs(run)
     docs = fs.exists(f"{root}/gx/index.html")
-    body += (f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
-             f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>" if docs
-             else f"<p>{MISSING} (none archived with this run)</p>")
+    body += (
+        f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
+        f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>"
+        if docs
+        else f"<p>{MISSING} (none archived with this run)</p>"
+    )
     xplanes = sorted(p.removeprefix(root + "/") for p in fs.glob(f"{root}/plugins/profile/*/*.xplane.pb"))
     parent, name = run["archive_uri"].rstrip("/").rsplit("/", 1)
-    body += ("<h2 id='profile'>Profile</h2>"
-             f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
-             f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
-             f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
-             f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
-             "newest run id last).</p>"
-             + ("<ul>" + "".join(f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)}</li>" for x in xplanes)
-                + "</ul>" if xplanes else f"<p>xplane files: {MISSING} (not found in the archive)</p>"))
+    body += (
+        "<h2 id='profile'>Profile</h2>"
+        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
+        f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
+        f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
+        f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
+        "newest run id last).</p>"
+        + (
+            "<ul>" + "".join(f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)}</li>" for x in xplanes) + "</ul>"
+            if xplanes
+            else f"<p>xplane files: {MISSING} (not found in the archive)</p>"
+        )
+    )
     return _page(f"perfwatch: run {run_id}", body)
 
 
@@ -473,17 +531,27 @@ class StoreCollector:
         up.add_metric([], 1)
         yield up
         mc = ["model", "case"]
-        step = GaugeMetricFamily("perfwatch_step_time_seconds", "Step time of the newest successful run "
-                                 "(quantile 0.5: median, 0.9: p90)", labels=[*mc, "quantile", "source"])
-        thr = GaugeMetricFamily("perfwatch_throughput_examples_per_second",
-                                "Throughput of the newest successful run (examples/s at its median step time)",
-                                labels=[*mc, "source"])
-        verdict = GaugeMetricFamily("perfwatch_latest_verdict", "1 for the verdict of the newest successful run",
-                                    labels=[*mc, "verdict"])
-        info = GaugeMetricFamily("perfwatch_latest_run_info", "The newest successful run's model version and source",
-                                 labels=[*mc, "version", "source"])
-        last = GaugeMetricFamily("perfwatch_last_success_timestamp_seconds",
-                                 "When the newest successful run finished (Unix time)", labels=mc)
+        step = GaugeMetricFamily(
+            "perfwatch_step_time_seconds",
+            "Step time of the newest successful run (quantile 0.5: median, 0.9: p90)",
+            labels=[*mc, "quantile", "source"],
+        )
+        thr = GaugeMetricFamily(
+            "perfwatch_throughput_examples_per_second",
+            "Throughput of the newest successful run (examples/s at its median step time)",
+            labels=[*mc, "source"],
+        )
+        verdict = GaugeMetricFamily(
+            "perfwatch_latest_verdict", "1 for the verdict of the newest successful run", labels=[*mc, "verdict"]
+        )
+        info = GaugeMetricFamily(
+            "perfwatch_latest_run_info",
+            "The newest successful run's model version and source",
+            labels=[*mc, "version", "source"],
+        )
+        last = GaugeMetricFamily(
+            "perfwatch_last_success_timestamp_seconds", "When the newest successful run finished (Unix time)", labels=mc
+        )
         for r in snap.latest:
             key = [r.model, r.case_name]
             for q, ms in (("0.5", r.median_step_ms), ("0.9", r.p90_step_ms)):
@@ -496,20 +564,22 @@ class StoreCollector:
             info.add_metric([*key, r.version or "", r.source], 1.0)
             if r.finished_at is not None:
                 last.add_metric(key, r.finished_at.timestamp())
-        base = GaugeMetricFamily("perfwatch_baseline_step_time_seconds",
-                                 "Median step time of the active baseline run", labels=mc)
+        base = GaugeMetricFamily(
+            "perfwatch_baseline_step_time_seconds", "Median step time of the active baseline run", labels=mc
+        )
         for (m, c), ms in sorted(snap.baseline_ms.items()):
             base.add_metric([m, c], ms / 1000.0)
         runs = CounterMetricFamily("perfwatch_runs", "Runs stored, by status", labels=[*mc, "status"])
         for (m, c, st), n in sorted(snap.runs_by_status.items()):
             runs.add_metric([m, c, st], n)
         regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
-        for (m, c) in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
+        for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
             regs.add_metric([m, c], snap.regressions.get((m, c), 0))
         yield from (step, base, thr, verdict, info, last, runs, regs)
         if snap.newest_finished_at is not None:
-            age = GaugeMetricFamily("perfwatch_newest_data_age_seconds",
-                                    "Seconds since the newest run of any model finished")
+            age = GaugeMetricFamily(
+                "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"
+            )
             age.add_metric([], (dt.datetime.now(dt.UTC) - snap.newest_finished_at).total_seconds())
             yield age
 
@@ -589,13 +659,18 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
         elif _CASE_NAME.match(case) and len(case) <= 64:
             conf["case"] = case
         else:
-            return None, (f"perfwatch_case {case!r}: expected a perfwatch case name, <mode>-bs<N>[-<axis>...] "
-                          "(train-bs<N> sets the batch size; another name picks that case of the model's config)")
+            return None, (
+                f"perfwatch_case {case!r}: expected a perfwatch case name, <mode>-bs<N>[-<axis>...] "
+                "(train-bs<N> sets the batch size; another name picks that case of the model's config)"
+            )
     ident = alert.fingerprint or hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
     start = re.sub(r"[^0-9A-Za-z]", "", alert.startsAt)[:20]
     name = labels.get("alertname", "alert")
-    return {"dag_run_id": f"alert__{name}__{ident}__{start}"[:250], "conf": conf,
-            "note": f"Triggered by Alertmanager alert {name} ({alert.generatorURL or 'no generator URL'})"}, None
+    return {
+        "dag_run_id": f"alert__{name}__{ident}__{start}"[:250],
+        "conf": conf,
+        "note": f"Triggered by Alertmanager alert {name} ({alert.generatorURL or 'no generator URL'})",
+    }, None
 
 
 def _airflow_token(client, base: str) -> str | None:
@@ -605,8 +680,9 @@ def _airflow_token(client, base: str) -> str | None:
     return airflow_token(client, AirflowApi.from_env(base))
 
 
-def trigger_profile_run(requests: list[dict[str, Any]], *, base_url: str | None = None,
-                        timeout_s: float = 30.0) -> list[dict[str, Any]]:
+def trigger_profile_run(
+    requests: list[dict[str, Any]], *, base_url: str | None = None, timeout_s: float = 30.0
+) -> list[dict[str, Any]]:
     """Trigger a ``perfwatch_profile`` DAG run per request through Airflow's REST API
     (``POST /api/v2/dags/perfwatch_profile/dagRuns`` with ``logical_date`` null, the ``conf`` and a note).
 
@@ -642,8 +718,9 @@ def trigger_profile_run(requests: list[dict[str, Any]], *, base_url: str | None 
 
 
 @service.post("/alertmanager")
-def alertmanager_webhook(payload: AlertmanagerPayload,
-                         authorization: str | None = Header(default=None)) -> JSONResponse:
+def alertmanager_webhook(
+    payload: AlertmanagerPayload, authorization: str | None = Header(default=None)
+) -> JSONResponse:
     """Alertmanager's webhook: trigger a profiling DAG run for every firing alert labelled ``perfwatch_model``.
 
     Responses: 200 ``{"triggered": [...], "skipped": [{"alert", "reason"}]}``; 401 without the right bearer
@@ -652,8 +729,11 @@ def alertmanager_webhook(payload: AlertmanagerPayload,
     """
     expected = os.environ.get("PERFWATCH_ALERTMANAGER_TOKEN")
     if not expected:
-        raise HTTPException(503, "the Alertmanager webhook is off: set PERFWATCH_ALERTMANAGER_TOKEN and send it "
-                                 "as a bearer token (Alertmanager webhook_config http_config.authorization)")
+        raise HTTPException(
+            503,
+            "the Alertmanager webhook is off: set PERFWATCH_ALERTMANAGER_TOKEN and send it "
+            "as a bearer token (Alertmanager webhook_config http_config.authorization)",
+        )
     if not _bearer_ok(authorization, expected):
         raise HTTPException(401, "missing or wrong bearer token (PERFWATCH_ALERTMANAGER_TOKEN)")
     if payload.version != "4":
@@ -703,6 +783,7 @@ class PerfwatchPlugin(AirflowPlugin):
 
     name = "perfwatch"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "perfwatch history"}]
-    fastapi_root_middlewares = [{"middleware": SlashRedirect, "args": [], "kwargs": {},
-                                 "name": "perfwatch: /perfwatch -> /perfwatch/"}]
+    fastapi_root_middlewares = [
+        {"middleware": SlashRedirect, "args": [], "kwargs": {}, "name": "perfwatch: /perfwatch -> /perfwatch/"}
+    ]
     external_views = [{"name": "perfwatch", "href": "perfwatch/", "destination": "nav", "url_route": "perfwatch"}]

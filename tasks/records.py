@@ -43,11 +43,15 @@ def check_model_name(name: str) -> str:
     if sep := next((c for c in name if c in "/\\"), None):
         raise ValueError(f"model name {name!r} holds the path separator {sep!r}; expected one directory name")
     if bad := next((c for c in name if unicodedata.category(c) in _CONTROL), None):
-        raise ValueError(f"model name {name!r} holds the control character U+{ord(bad):04X}; "
-                         "expected a directory name without control characters")
+        raise ValueError(
+            f"model name {name!r} holds the control character U+{ord(bad):04X}; "
+            "expected a directory name without control characters"
+        )
     if len(name) > MAX_NAME_CHARS or len(name.encode("utf-8")) > 255:
-        raise ValueError(f"model name {name[:40]!r}... is {len(name)} characters ({len(name.encode('utf-8'))} "
-                         f"bytes) long; at most {MAX_NAME_CHARS} characters and 255 bytes")
+        raise ValueError(
+            f"model name {name[:40]!r}... is {len(name)} characters ({len(name.encode('utf-8'))} "
+            f"bytes) long; at most {MAX_NAME_CHARS} characters and 255 bytes"
+        )
     return name
 
 
@@ -69,7 +73,7 @@ def safe_name(raw: str) -> str:
         name = "_" + name
     if len(name.encode("utf-8")) > MAX_DIR_NAME_BYTES:
         suffix = "~" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-        cut = name.encode("utf-8")[:MAX_DIR_NAME_BYTES - len(suffix)].decode("utf-8", "ignore")
+        cut = name.encode("utf-8")[: MAX_DIR_NAME_BYTES - len(suffix)].decode("utf-8", "ignore")
         name = cut + suffix
     return name
 
@@ -94,8 +98,9 @@ def canonical_version(version: str) -> str:
     if v == "latest":
         return v
     if not (v.isascii() and v.isdigit()):
-        raise ValueError(f"version {version!r} must be a non-negative integer (a version directory such as 3 "
-                         "or 0003) or 'latest'")
+        raise ValueError(
+            f"version {version!r} must be a non-negative integer (a version directory such as 3 or 0003) or 'latest'"
+        )
     return str(int(v))
 
 
@@ -283,20 +288,28 @@ class Case(Record):
     def _paired_size(self) -> Case:
         per_version = self.paired_blocks * self.paired_block_steps
         if per_version > MAX_TIMED_STEPS:
-            raise ValueError(f"paired_blocks={self.paired_blocks} x paired_block_steps={self.paired_block_steps} "
-                             f"is {per_version} timed steps per version; at most {MAX_TIMED_STEPS}, as for measured_steps")
+            raise ValueError(
+                f"paired_blocks={self.paired_blocks} x paired_block_steps={self.paired_block_steps} "
+                f"is {per_version} timed steps per version; at most {MAX_TIMED_STEPS}, as for measured_steps"
+            )
         return self
 
     @model_validator(mode="after")
     def _mode_options(self) -> Case:
         if self.quantization != "none" and self.mode != "tflite":
-            raise ValueError(f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})")
+            raise ValueError(
+                f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})"
+            )
         if self.mode == "tflite" and (self.precision, self.xla, self.strategy) != ("fp32", False, "none"):
-            raise ValueError(f"mode 'tflite' times the TFLite interpreter: precision={self.precision!r}, xla={self.xla}, "
-                             f"strategy={self.strategy!r} do not apply to it (give fp32, no xla, none; use quantization)")
+            raise ValueError(
+                f"mode 'tflite' times the TFLite interpreter: precision={self.precision!r}, xla={self.xla}, "
+                f"strategy={self.strategy!r} do not apply to it (give fp32, no xla, none; use quantization)"
+            )
         if self.inputs and self.input_fn:
-            raise ValueError(f"give inputs or input_fn, not both: the batches of input_fn {self.input_fn!r} decide "
-                             "the shapes and values fed")
+            raise ValueError(
+                f"give inputs or input_fn, not both: the batches of input_fn {self.input_fn!r} decide "
+                "the shapes and values fed"
+            )
         return self
 
     @field_validator("model")
@@ -330,9 +343,11 @@ class Case(Record):
         if self.deterministic:
             parts.append("det")
         if self.inputs or self.input_fn or self.signature != "serving_default":
-            ident = {"inputs": {k: v.to_xcom() for k, v in sorted((self.inputs or {}).items())},
-                     "input_fn": self.input_fn,
-                     "signature": None if self.signature == "serving_default" else self.signature}
+            ident = {
+                "inputs": {k: v.to_xcom() for k, v in sorted((self.inputs or {}).items())},
+                "input_fn": self.input_fn,
+                "signature": None if self.signature == "serving_default" else self.signature,
+            }
             parts.append("in" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8])
         return "-".join(parts)
 

@@ -116,8 +116,9 @@ class Settings:
         var, default = TIMEOUT_DEFAULTS[stage]
         return _seconds(self.timeout_env, var, default)
 
-    def runner_limit(self, stage: RunnerStage, *, timed_steps: int = 0,
-                     step_ms: float | None = None) -> tuple[float, str]:
+    def runner_limit(
+        self, stage: RunnerStage, *, timed_steps: int = 0, step_ms: float | None = None
+    ) -> tuple[float, str]:
         """The time limit (s) of ``stage``'s child process and how it was made, for error messages.
 
         ``timed_steps`` steps of ``step_ms`` ms each (the warm-up's median step time) add

@@ -55,8 +55,7 @@ REDIS_URL = os.environ.get("PERFWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 GPU_STAGES = {"env_fingerprint", "warm_up", "profiled_run"}
 # Case fields of the trigger's conf: a tiny, short run. The Airflow services share this host with the
 # runner (on a real GPU worker they do not), so their CPU time must not turn the verdict inconclusive.
-TINY = {"model": "tiny", "batch_size": 4, "measured_steps": 10, "warmup_max_steps": 20,
-        "max_other_cpu_share": 1.0}
+TINY = {"model": "tiny", "batch_size": 4, "measured_steps": 10, "warmup_max_steps": 20, "max_other_cpu_share": 1.0}
 
 
 def compose() -> dict:
@@ -128,7 +127,7 @@ class Local:
         paths = {"/opt/perfwatch": ROOT, "/perfwatch": self.home, "/opt/tf-gpu/bin/python": Path(sys.executable)}
         for prefix, local in paths.items():
             if value == prefix or value.startswith(prefix + "/"):
-                return str(local) + value[len(prefix):]
+                return str(local) + value[len(prefix) :]
         assert not value.startswith("/"), f"{service}: {key}={value}: path has no local stand-in"
         return value
 
@@ -137,32 +136,47 @@ class Local:
         container has of its own (AIRFLOW_HOME, host name, log-server port) and pool sizes for 2 cores."""
         env = {k: self.value(service, k, v) for k, v in (spec.get("environment") or {}).items()}
         hook = self.tmp / "hostname_hook"
-        env.update({
-            "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",  # the image's PATH has its venv first
-            "HOME": os.environ.get("HOME", str(self.tmp)), "LANG": "C.UTF-8",
-            "AIRFLOW_HOME": str(self.tmp / "airflow" / service),
-            "PYTHONPATH": f"{env.get('PYTHONPATH', ROOT)}:{hook}",
-            # containers have their own host names: the task instances' `hostname` says which worker ran them
-            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "live_hostname.hostname", "PERFWATCH_LIVE_HOSTNAME": service,
-            # one host: the workers' log servers need ports of their own, the API server reads logs from disk
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.tmp / "task-logs"),
-            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(self.api_port),
-            "AIRFLOW__API__WORKERS": "1", "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-        })
+        env.update(
+            {
+                "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",  # the image's PATH has its venv first
+                "HOME": os.environ.get("HOME", str(self.tmp)),
+                "LANG": "C.UTF-8",
+                "AIRFLOW_HOME": str(self.tmp / "airflow" / service),
+                "PYTHONPATH": f"{env.get('PYTHONPATH', ROOT)}:{hook}",
+                # containers have their own host names: the task instances' `hostname` says which worker ran them
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "live_hostname.hostname",
+                "PERFWATCH_LIVE_HOSTNAME": service,
+                # one host: the workers' log servers need ports of their own, the API server reads logs from disk
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.tmp / "task-logs"),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.api_port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+            }
+        )
         hook.mkdir(exist_ok=True)
         (hook / "live_hostname.py").write_text(
-            "import os\n\n\ndef hostname():\n    return os.environ['PERFWATCH_LIVE_HOSTNAME']\n")
+            "import os\n\n\ndef hostname():\n    return os.environ['PERFWATCH_LIVE_HOSTNAME']\n"
+        )
         return env
 
 
 def test_compose_environment_is_made_local(tmp_path):
     """Every Airflow service's compose environment maps to this host (no service host name, no container
     path left), keeping compose's URL schemes; a host the mapping does not know fails, naming it."""
-    local = Local(tmp=tmp_path, home=tmp_path / "pw", redis_url="redis://127.0.0.1:6379/5", api_port=1234,
-                  databases={"airflow": "postgresql://u@127.0.0.1:5432/af", "perfwatch": "postgresql://u@127.0.0.1:5432/pw"})
-    envs = {s: local.env(s, spec) for s, spec in compose()["services"].items()
-            if spec.get("image") == "perfwatch-airflow:latest"}
+    local = Local(
+        tmp=tmp_path,
+        home=tmp_path / "pw",
+        redis_url="redis://127.0.0.1:6379/5",
+        api_port=1234,
+        databases={"airflow": "postgresql://u@127.0.0.1:5432/af", "perfwatch": "postgresql://u@127.0.0.1:5432/pw"},
+    )
+    envs = {
+        s: local.env(s, spec)
+        for s, spec in compose()["services"].items()
+        if spec.get("image") == "perfwatch-airflow:latest"
+    }
     for service, env in envs.items():
         text = json.dumps(env)
         assert not re.search(r"@(postgres|redis)\b|airflow-apiserver:|\"/(opt/|perfwatch)", text), (service, text)
@@ -228,8 +242,13 @@ class Services:
     def start(self, service: str, spec: dict, extra_args: tuple[str, ...] = ()) -> None:
         log = self.logs[service] = self.local.tmp / "service-logs" / f"{service}.log"
         self.procs[service] = subprocess.Popen(
-            self.command(spec) + list(extra_args), env=self.local.env(service, spec), cwd=ROOT,
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            self.command(spec) + list(extra_args),
+            env=self.local.env(service, spec),
+            cwd=ROOT,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def run(self, service: str, spec: dict, timeout: float) -> None:
         self.start(service, spec)
@@ -274,8 +293,9 @@ class Api:
         headers = {"Accept": accept, "Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(self.base + path, method=method, headers=headers,
-                                     data=None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(
+            self.base + path, method=method, headers=headers, data=None if body is None else json.dumps(body).encode()
+        )
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 return r.status, json.loads(r.read() or b"null")
@@ -313,14 +333,24 @@ def live(tmp_path, home, model_store):
     redis.Redis.from_url(REDIS_URL).flushdb()  # no Celery messages of an earlier run
     from tests.conftest import _fresh_pg_url
 
-    local = Local(tmp=tmp_path, home=home, redis_url=REDIS_URL, api_port=free_port(),
-                  databases={"airflow": _airflow_db_url(), "perfwatch": _fresh_pg_url()},
-                  shell={"AIRFLOW_JWT_SECRET": secrets.token_urlsafe(48),
-                         "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)})
+    local = Local(
+        tmp=tmp_path,
+        home=home,
+        redis_url=REDIS_URL,
+        api_port=free_port(),
+        databases={"airflow": _airflow_db_url(), "perfwatch": _fresh_pg_url()},
+        shell={"AIRFLOW_JWT_SECRET": secrets.token_urlsafe(48), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)},
+    )
     specs = compose()["services"]
     airflow_services = {s: spec for s, spec in specs.items() if spec.get("image") == "perfwatch-airflow:latest"}
-    assert {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-worker",
-            "airflow-worker-gpu"} <= set(airflow_services)
+    assert {
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-worker",
+        "airflow-worker-gpu",
+    } <= set(airflow_services)
     services = Services(local)
     try:
         services.run("airflow-init", airflow_services.pop("airflow-init"), timeout=900)
@@ -338,13 +368,15 @@ def live(tmp_path, home, model_store):
 
 def trigger(api: Api, run_id: str, conf: dict) -> None:
     """``POST /api/v2/dags/{dag_id}/dagRuns`` with ``conf`` (a manual DAG run named ``run_id``)."""
-    status, body = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                            {"dag_run_id": run_id, "logical_date": None, "conf": conf})
+    status, body = api.call(
+        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+    )
     assert status == 200, f"trigger {run_id}: {status} {body}"
 
 
 def wait_run(api: Api, services: Services, run_id: str, timeout: float = 1200) -> dict:
     """The DAG run once it is ``success`` or ``failed``."""
+
     def finished():
         run = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")[1]
         return run if run["state"] in ("success", "failed") else None
@@ -361,8 +393,10 @@ def task_instances(api: Api, run_id: str) -> dict[str, dict]:
 def task_log(api: Api, run_id: str, ti: dict) -> str:
     """The task instance's log through ``GET .../taskInstances/{task_id}/logs/{try_number}``, as text (the
     events, and each exception as ``type: message``)."""
-    path = (f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}"
-            f"?map_index={ti['map_index']}&full_content=true")
+    path = (
+        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}"
+        f"?map_index={ti['map_index']}&full_content=true"
+    )
     status, body = api.call("GET", path)
     assert status == 200, body
     lines = []
@@ -382,8 +416,12 @@ def test_dag_runs_on_a_live_celery_airflow(live, home):
     from tasks.store import Run, session_scope
 
     api, local, services = live
-    dag = wait_for(f"the dag-processor to parse {DAG_ID}",
-                   lambda: (r := api.call("GET", f"/api/v2/dags/{DAG_ID}"))[0] == 200 and r[1], services, 600)
+    dag = wait_for(
+        f"the dag-processor to parse {DAG_ID}",
+        lambda: (r := api.call("GET", f"/api/v2/dags/{DAG_ID}"))[0] == 200 and r[1],
+        services,
+        600,
+    )
     assert dag["is_paused"], "a new DAG starts paused"
     trigger(api, "live_v1", {**TINY, "version": "1"})  # queued while paused: runs once unpaused
     status, dag = api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
@@ -417,4 +455,9 @@ def test_dag_runs_on_a_live_celery_airflow(live, home):
     assert re.search(r"RegressionDetected: tiny v2 \(train-bs4\) regressed \(paired-abba\)", log), log[-3000:]
     with session_scope(local.databases["perfwatch"]) as s:
         run = s.scalars(select(Run).where(Run.dag_run_id == "live_v2")).one()
-        assert (run.status, run.verdict, run.trigger, run.version_requested) == ("success", "regression", "release", "2")
+        assert (run.status, run.verdict, run.trigger, run.version_requested) == (
+            "success",
+            "regression",
+            "release",
+            "2",
+        )

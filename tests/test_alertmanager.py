@@ -72,18 +72,31 @@ def airflow(monkeypatch):
 
 
 def alert(status="firing", **labels):
-    return {"status": status, "labels": {"alertname": "PerfwatchStepTimeRise", **labels},
-            "annotations": {"summary": "step time up"}, "startsAt": "2026-12-01T02:10:00.123Z",
-            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus:9090/graph?g0.expr=x",
-            "fingerprint": "c0ffee" + str(len(labels))}
+    return {
+        "status": status,
+        "labels": {"alertname": "PerfwatchStepTimeRise", **labels},
+        "annotations": {"summary": "step time up"},
+        "startsAt": "2026-12-01T02:10:00.123Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://prometheus:9090/graph?g0.expr=x",
+        "fingerprint": "c0ffee" + str(len(labels)),
+    }
 
 
 def payload(*alerts):
     """Alertmanager's webhook payload, version 4, as it documents it."""
-    return {"version": "4", "groupKey": '{}:{alertname="PerfwatchStepTimeRise"}', "truncatedAlerts": 0,
-            "status": "firing", "receiver": "perfwatch-profile", "groupLabels": {"alertname": "PerfwatchStepTimeRise"},
-            "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://alertmanager:9093",
-            "alerts": list(alerts)}
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="PerfwatchStepTimeRise"}',
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "perfwatch-profile",
+        "groupLabels": {"alertname": "PerfwatchStepTimeRise"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": list(alerts),
+    }
 
 
 HOOK = {"Authorization": "Bearer hook-token"}
@@ -91,19 +104,27 @@ HOOK = {"Authorization": "Bearer hook-token"}
 
 def test_a_matrix_case_label_picks_that_case_of_the_config():
     mod = plugin_module()
-    req, why = mod.profile_request(mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16-mixed_bfloat16")))
-    assert why is None and req["conf"] == {"model": "resnet", "version": "latest", "trigger": "manual",
-                                           "case": "infer-bs16-mixed_bfloat16"}
+    req, why = mod.profile_request(
+        mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16-mixed_bfloat16"))
+    )
+    assert why is None and req["conf"] == {
+        "model": "resnet",
+        "version": "latest",
+        "trigger": "manual",
+        "case": "infer-bs16-mixed_bfloat16",
+    }
     req, why = mod.profile_request(mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16; drop")))
     assert req is None and why.startswith("perfwatch_case 'infer-bs16; drop': expected a perfwatch case name")
 
 
 def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
     client = TestClient(plugin_module().standalone_app())
-    body = payload(alert(perfwatch_model="resnet", perfwatch_version="3", perfwatch_case="train-bs32"),
-                   alert(job="recsys"),  # no perfwatch_model label: not ours
-                   alert("resolved", perfwatch_model="resnet"),
-                   alert(perfwatch_model="resnet", perfwatch_case="eval-bs8"))
+    body = payload(
+        alert(perfwatch_model="resnet", perfwatch_version="3", perfwatch_case="train-bs32"),
+        alert(job="recsys"),  # no perfwatch_model label: not ours
+        alert("resolved", perfwatch_model="resnet"),
+        alert(perfwatch_model="resnet", perfwatch_case="eval-bs8"),
+    )
     r = client.post("/perfwatch/alertmanager", json=body, headers=HOOK)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -111,9 +132,11 @@ def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
     assert run["status"] == "triggered" and run["dag_run_id"].startswith("alert__PerfwatchStepTimeRise__c0ffee")
     assert run["conf"] == {"model": "resnet", "version": "3", "batch_size": 32, "trigger": "manual"}
     assert [s["reason"] for s in out["skipped"]] == [
-        "no perfwatch_model label", "alert is 'resolved', not firing",
+        "no perfwatch_model label",
+        "alert is 'resolved', not firing",
         "perfwatch_case 'eval-bs8': expected a perfwatch case name, <mode>-bs<N>[-<axis>...] (train-bs<N> sets "
-        "the batch size; another name picks that case of the model's config)"]
+        "the batch size; another name picks that case of the model's config)",
+    ]
     token, trigger = airflow.requests
     assert token == {"path": "/auth/token", "auth": None, "body": {"username": "airflow", "password": "secret"}}
     assert trigger["path"] == "/api/v2/dags/perfwatch_profile/dagRuns" and trigger["auth"] == "Bearer tok-123"
@@ -135,14 +158,18 @@ def test_webhook_refusals(airflow, monkeypatch):
     client = TestClient(plugin_module().standalone_app())
     body = payload(alert(perfwatch_model="resnet"))
     assert client.post("/perfwatch/alertmanager", json=body).status_code == 401
-    assert client.post("/perfwatch/alertmanager", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert (
+        client.post("/perfwatch/alertmanager", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+    )
     assert client.post("/perfwatch/alertmanager", json={**body, "version": "3"}, headers=HOOK).status_code == 400
     assert client.post("/perfwatch/alertmanager", json={"alerts": "x"}, headers=HOOK).status_code == 422
     airflow.fail = True  # Airflow refuses: 502, so Alertmanager retries
     r = client.post("/perfwatch/alertmanager", json=body, headers=HOOK)
     assert r.status_code == 502 and "HTTP 500" in r.json()["error"]
     monkeypatch.setenv("PERFWATCH_AIRFLOW_PASSWORD", "wrong")
-    assert "auth/token as 'airflow': HTTP 401" in client.post("/perfwatch/alertmanager", json=body,
-                                                               headers=HOOK).json()["error"]
+    assert (
+        "auth/token as 'airflow': HTTP 401"
+        in client.post("/perfwatch/alertmanager", json=body, headers=HOOK).json()["error"]
+    )
     monkeypatch.delenv("PERFWATCH_ALERTMANAGER_TOKEN")
     assert client.post("/perfwatch/alertmanager", json=body, headers=HOOK).status_code == 503

@@ -24,9 +24,18 @@ from tasks.store import Comparison, session_scope
 from tests.test_queries import T0, add_failure, add_run
 
 ROOT = Path(__file__).resolve().parent.parent
-ATTRIBUTION = {"available": True, "grew_most": [
-    {"op_name": "conv", "delta_us_per_step": 120.0, "relative_change": 0.4, "share_of_change": 0.35,
-     "status": "grew"}]}
+ATTRIBUTION = {
+    "available": True,
+    "grew_most": [
+        {
+            "op_name": "conv",
+            "delta_us_per_step": 120.0,
+            "relative_change": 0.4,
+            "share_of_change": 0.35,
+            "status": "grew",
+        }
+    ],
+}
 
 
 class Sink:
@@ -58,8 +67,10 @@ class Sink:
 @pytest.fixture
 def sink(monkeypatch):
     s = Sink()
-    monkeypatch.setenv("AIRFLOW_CONN_PERFWATCH_ALERTS",
-                       json.dumps({"conn_type": "http", "host": f"{s.url}/hooks/T1/B2", "password": "s3cret"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PERFWATCH_ALERTS",
+        json.dumps({"conn_type": "http", "host": f"{s.url}/hooks/T1/B2", "password": "s3cret"}),
+    )
     monkeypatch.setenv("PERFWATCH_UI_URL", "http://airflow.example:8080")
     monkeypatch.delenv("PERFWATCH_ALERT_CONN_ID", raising=False)
     monkeypatch.delenv("PERFWATCH_DB_CONN_ID", raising=False)
@@ -90,19 +101,22 @@ def dag_context(run_id: str, **extra):
 def test_a_regression_reaches_the_webhook(db_url, tmp_path, sink, notifier_module, monkeypatch):
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     base = add_run(db_url, tmp_path, "night1", verdict="no-baseline")
-    reg = add_run(db_url, tmp_path, "night2", version="2", verdict="regression", median=13.0, baseline=base,
-                  ratio=1.3)
+    reg = add_run(db_url, tmp_path, "night2", version="2", verdict="regression", median=13.0, baseline=base, ratio=1.3)
     set_evidence(db_url, reg, attribution=ATTRIBUTION)
     notifier_module.PerfwatchNotifier()(dag_context("night2", reason="task_failure"))
     (post,) = sink.posts
     assert post["path"] == "/hooks/T1/B2" and post["auth"] == "Bearer s3cret"
     body = post["body"]
-    assert body["blocks"][0] == {"type": "header", "text": {"type": "plain_text",
-                                                           "text": "perfwatch: d failed (regression)"}}
+    assert body["blocks"][0] == {
+        "type": "header",
+        "text": {"type": "plain_text", "text": "perfwatch: d failed (regression)"},
+    }
     (section,) = [b["text"]["text"] for b in body["blocks"] if b["type"] == "section"]
-    assert section.startswith(f"*m* v2 `{'train-bs16'}` (run {reg}): verdict *regression* (none): "
-                              "step-time ratio 1.300 [1.200, 1.400] vs baseline; top ops: conv (+120.0 µs/step, +40%, "
-                              "35% of the change)")
+    assert section.startswith(
+        f"*m* v2 `{'train-bs16'}` (run {reg}): verdict *regression* (none): "
+        "step-time ratio 1.300 [1.200, 1.400] vs baseline; top ops: conv (+120.0 µs/step, +40%, "
+        "35% of the change)"
+    )
     assert section.endswith(f"<http://airflow.example:8080/perfwatch/runs/{reg}|run page>")
     assert body["text"].startswith("perfwatch: d failed (regression)\n*m* v2")
     # the DAG run's first night (no-baseline) is not news
@@ -121,12 +135,15 @@ def test_env_changed_on_success_and_a_failed_stage(db_url, tmp_path, sink, notif
     assert env_alert["blocks"][0]["text"]["text"] == "perfwatch: d finished (env-changed)"
     assert "verdict *env-changed*: tf.version '2.20' → '2.21'" in env_alert["text"]
     assert fail_alert["blocks"][0]["text"]["text"] == "perfwatch: d failed (failed stage)"
-    assert (f"(run {failed}): failed at stage *warm-up*: RunnerError: training step failed\n"
-            f"<http://airflow.example:8080/perfwatch/runs/{failed}|run page>") in fail_alert["text"]
+    assert (
+        f"(run {failed}): failed at stage *warm-up*: RunnerError: training step failed\n"
+        f"<http://airflow.example:8080/perfwatch/runs/{failed}|run page>"
+    ) in fail_alert["text"]
 
 
-def test_a_busy_host_inconclusive_verdict_is_shown_when_it_failed_the_run(db_url, tmp_path, sink, notifier_module,
-                                                                           monkeypatch):
+def test_a_busy_host_inconclusive_verdict_is_shown_when_it_failed_the_run(
+    db_url, tmp_path, sink, notifier_module, monkeypatch
+):
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     base = add_run(db_url, tmp_path, "b1", verdict="no-baseline")
     run = add_run(db_url, tmp_path, "b2", verdict="inconclusive", baseline=base, ratio=1.02)
@@ -136,8 +153,10 @@ def test_a_busy_host_inconclusive_verdict_is_shown_when_it_failed_the_run(db_url
     notifier_module.PerfwatchNotifier()(dag_context("b2", reason="task_failure", ti=ti))
     (post,) = sink.posts
     assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: d failed (inconclusive)"
-    assert ("verdict *inconclusive* (none): step-time ratio 1.020 [0.920, 1.120] vs baseline; no op attribution; "
-            "host busy: other processes took 58% of the CPU") in post["body"]["text"]
+    assert (
+        "verdict *inconclusive* (none): step-time ratio 1.020 [0.920, 1.120] vs baseline; no op attribution; "
+        "host busy: other processes took 58% of the CPU"
+    ) in post["body"]["text"]
     assert "task *archive*" not in post["body"]["text"]  # the stored run explains the failure
 
 
@@ -150,7 +169,8 @@ def test_a_task_failure_without_a_stored_run_still_alerts(db_url, sink, notifier
     body = sink.posts[0]["body"]
     assert body["blocks"][1]["text"]["text"] == (
         "task *plan* failed: ValueError: config.yaml: models[0] is invalid: batch_size\n"
-        "<http://airflow.example:8080/dags/d/runs/x/tasks/plan|task log>")
+        "<http://airflow.example:8080/dags/d/runs/x/tasks/plan|task log>"
+    )
 
 
 def test_a_dag_test_callback_context_with_a_serialized_dag(db_url, sink, notifier_module, monkeypatch):
@@ -180,19 +200,35 @@ def test_delivery_errors_and_a_missing_connection(db_url, sink, notifier_module,
     assert "perfwatch: d failed" in caplog.text
 
 
-@pytest.mark.parametrize("conn, url, headers", [
-    ({"host": "https://hooks.slack.com/services/T/B/X"}, "https://hooks.slack.com/services/T/B/X", {}),
-    ({"host": "alerts.internal", "port": 8443, "extra": {"endpoint": "/v1/hook", "headers": {"X-Team": "ml"}}},
-     "https://alerts.internal:8443/v1/hook", {"X-Team": "ml"}),
-    ({"host": "127.0.0.1", "port": 9000, "schema": "http", "password": "tok"}, "http://127.0.0.1:9000",
-     {"Authorization": "Bearer tok"}),
-    ({"host": "127.0.0.1", "port": 9000, "schema": "hook/path"}, "https://127.0.0.1:9000/hook/path", {}),
-])
+@pytest.mark.parametrize(
+    "conn, url, headers",
+    [
+        ({"host": "https://hooks.slack.com/services/T/B/X"}, "https://hooks.slack.com/services/T/B/X", {}),
+        (
+            {"host": "alerts.internal", "port": 8443, "extra": {"endpoint": "/v1/hook", "headers": {"X-Team": "ml"}}},
+            "https://alerts.internal:8443/v1/hook",
+            {"X-Team": "ml"},
+        ),
+        (
+            {"host": "127.0.0.1", "port": 9000, "schema": "http", "password": "tok"},
+            "http://127.0.0.1:9000",
+            {"Authorization": "Bearer tok"},
+        ),
+        ({"host": "127.0.0.1", "port": 9000, "schema": "hook/path"}, "https://127.0.0.1:9000/hook/path", {}),
+    ],
+)
 def test_webhook_target_from_a_connection(notifier_module, conn, url, headers):
     from airflow.sdk import Connection
 
-    c = Connection(conn_id="perfwatch_alerts", conn_type="http", host=conn["host"], port=conn.get("port"),
-                   schema=conn.get("schema"), password=conn.get("password"), extra=json.dumps(conn.get("extra", {})))
+    c = Connection(
+        conn_id="perfwatch_alerts",
+        conn_type="http",
+        host=conn["host"],
+        port=conn.get("port"),
+        schema=conn.get("schema"),
+        password=conn.get("password"),
+        extra=json.dumps(conn.get("extra", {})),
+    )
     assert notifier_module.webhook_target(c) == (url, headers)
 
 
@@ -211,14 +247,20 @@ def test_missing_data_names_each_model_without_a_recent_success(db_url, tmp_path
     now = T0 + dt.timedelta(days=2, hours=12)
     with pytest.raises(alerts.MissingData) as e:
         alerts.check_missing_data(settings, window_h=36, now=now)
-    assert str(e.value).startswith("no successful perfwatch run in the last 36 h for: m (last success "
-                                   "2026-03-01 02:05 UTC), never (never succeeded);")
+    assert str(e.value).startswith(
+        "no successful perfwatch run in the last 36 h for: m (last success "
+        "2026-03-01 02:05 UTC), never (never succeeded);"
+    )
     assert [m.model for m in e.value.missing] == ["m", "never"]
-    assert alerts.missing_models(settings, 24 * 30, now) == (["m", "never", "other"],
-                                                             [alerts.MissingModel("never", None)])
+    assert alerts.missing_models(settings, 24 * 30, now) == (
+        ["m", "never", "other"],
+        [alerts.MissingModel("never", None)],
+    )
     cfg.write_text("models:\n  - {model: m}\n  - {model: other}\n")
-    assert alerts.check_missing_data(settings, window_h=72, now=now) == [{"model": "m", "window_h": 72},
-                                                                          {"model": "other", "window_h": 72}]
+    assert alerts.check_missing_data(settings, window_h=72, now=now) == [
+        {"model": "m", "window_h": 72},
+        {"model": "other", "window_h": 72},
+    ]
 
 
 def test_missing_data_window_setting(monkeypatch):
@@ -241,16 +283,32 @@ def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
     and its notifier POSTs the missing-data alert to the webhook."""
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text("models:\n  - {model: demo_mobilenet}\n")
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PERFWATCH_CONFIG": str(cfg), "GX_ANALYTICS_ENABLED": "false",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")])}
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, cwd=ROOT)
-    proc = subprocess.run([sys.executable, "-c", _WATCH_RUN, str(ROOT / "dags")], env=env, capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PERFWATCH_CONFIG": str(cfg),
+        "GX_ANALYTICS_ENABLED": "false",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
+    }
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _WATCH_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["state"] == "failed"
     (post,) = sink.posts
     assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: missing data"
-    assert ("no successful perfwatch run in the last 36 h for: demo_mobilenet (never succeeded)"
-            in post["body"]["text"])
+    assert "no successful perfwatch run in the last 36 h for: demo_mobilenet (never succeeded)" in post["body"]["text"]

@@ -44,7 +44,9 @@ def test_names_start_with_the_run_id_and_sort_by_time(db_url, tmp_path):
 
 def test_run_dir_name_from_a_local_time_is_utc_and_one_directory_name():
     ctx, *_ = make_records(Path("/nonexistent"), dag_run_id="manual__2026-11-30T15:00:00+00:00")
-    ctx = ctx.model_copy(update={"started_at": dt.datetime(2026, 11, 30, 16, 30, tzinfo=dt.timezone(dt.timedelta(hours=1)))})
+    ctx = ctx.model_copy(
+        update={"started_at": dt.datetime(2026, 11, 30, 16, 30, tzinfo=dt.timezone(dt.timedelta(hours=1)))}
+    )
     name = run_dir_name(1234567, ctx, "12")
     assert name.startswith("run1234567_20261130T1530_v12_train-bs16_") and "/" not in name
 

@@ -10,16 +10,42 @@ from tasks.analysis.profile import OP_STATS_COLUMNS
 
 
 def _table(rows):
-    return pd.DataFrame([{"host_or_device": "Device", "op_type": t, "op_name": n, "occurrences": 1,
-                          "total_self_time_us": us, "avg_self_time_us": us, "self_time_share": None}
-                         for t, n, us in rows], columns=OP_STATS_COLUMNS)
+    return pd.DataFrame(
+        [
+            {
+                "host_or_device": "Device",
+                "op_type": t,
+                "op_name": n,
+                "occurrences": 1,
+                "total_self_time_us": us,
+                "avg_self_time_us": us,
+                "self_time_share": None,
+            }
+            for t, n, us in rows
+        ],
+        columns=OP_STATS_COLUMNS,
+    )
 
 
-BASE = _table([("Conv2D", "conv", 500.0), ("MatMul", "dense", 300.0), ("Relu", "relu", 100.0),
-               ("ResourceApplyAdam", "adam", 50.0), ("IDLE", "IDLE", 9999.0)])
+BASE = _table(
+    [
+        ("Conv2D", "conv", 500.0),
+        ("MatMul", "dense", 300.0),
+        ("Relu", "relu", 100.0),
+        ("ResourceApplyAdam", "adam", 50.0),
+        ("IDLE", "IDLE", 9999.0),
+    ]
+)
 # twice as many steps: per-step conv +100 µs, dense unchanged, relu vanished, a new batch-norm op
-CAND = _table([("Conv2D", "conv", 1200.0), ("MatMul", "dense", 600.0), ("ResourceApplyAdam", "adam", 100.0),
-               ("FusedBatchNormV3", "bn", 80.0), ("IDLE", "IDLE", 1.0)])
+CAND = _table(
+    [
+        ("Conv2D", "conv", 1200.0),
+        ("MatMul", "dense", 600.0),
+        ("ResourceApplyAdam", "adam", 100.0),
+        ("FusedBatchNormV3", "bn", 80.0),
+        ("IDLE", "IDLE", 1.0),
+    ]
+)
 
 
 def test_ranks_by_change_per_step():
@@ -40,8 +66,15 @@ def test_ranks_by_change_per_step():
 
 def test_op_figures_are_scaled_to_the_measured_medians_and_add_up_to_their_change():
     # windows: baseline 190 µs/step of op self-time, candidate 198; measured medians 0.380 and 0.792 ms
-    a = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=0.380,
-                  candidate_measured_ms=0.792, top_n=1)
+    a = attribute(
+        BASE,
+        CAND,
+        baseline_steps=5,
+        candidate_steps=10,
+        baseline_measured_ms=0.380,
+        candidate_measured_ms=0.792,
+        top_n=1,
+    )
     assert a.step_time_change_source == "measured_median"
     assert a.step_time_change_us == pytest.approx(412.0)
     assert (a.baseline_scale, a.candidate_scale) == (pytest.approx(2.0), pytest.approx(4.0))
@@ -67,8 +100,15 @@ def test_a_slowdown_is_not_explained_as_a_speedup_by_unrepresentative_windows():
     raw = attribute(base, cand, baseline_steps=5, candidate_steps=5)
     assert raw.step_time_change_us < -100_000  # what the windows alone say: a large speed-up
     assert "need not add up" in raw.warnings[0] and raw.step_time_change_source == "op_self_time"
-    a = attribute(base, cand, baseline_steps=5, candidate_steps=5, baseline_measured_ms=50.0,
-                  candidate_measured_ms=102.0, warnings=["the profiled window of the baseline is not representative"])
+    a = attribute(
+        base,
+        cand,
+        baseline_steps=5,
+        candidate_steps=5,
+        baseline_measured_ms=50.0,
+        candidate_measured_ms=102.0,
+        warnings=["the profiled window of the baseline is not representative"],
+    )
     assert a.step_time_change_us == pytest.approx(52_000.0)
     ops = a.ops_frame().set_index("op_name")
     assert ops.loc["conv", "delta_us_per_step"] == pytest.approx(0.6 * 52_000.0)
@@ -80,8 +120,9 @@ def test_a_slowdown_is_not_explained_as_a_speedup_by_unrepresentative_windows():
 def test_measured_medians_must_be_step_times():
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="baseline_measured_ms"):
-            attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=bad,
-                      candidate_measured_ms=1.0)
+            attribute(
+                BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=bad, candidate_measured_ms=1.0
+            )
     one = attribute(BASE, CAND, baseline_steps=5, candidate_steps=10, candidate_measured_ms=1.0)
     assert one.step_time_change_source == "op_self_time" and "for the baseline" in one.warnings[0]
 
@@ -96,15 +137,32 @@ def test_categories():
     assert set(cats.index) <= set(CATEGORIES)
 
 
-@pytest.mark.parametrize("op_type, category", [
-    ("Conv2D", "convolution"), ("Conv2DBackpropFilter", "convolution"), ("_MklNativeFusedConv2D", "convolution"),
-    ("DepthwiseConv2dNative", "convolution"), ("MatMul", "matmul"), ("BatchMatMulV2", "matmul"),
-    ("Einsum", "matmul"), ("_MklMatMul", "matmul"), ("FusedBatchNormV3", "normalization"),
-    ("FusedBatchNormGradV3", "normalization"), ("IteratorGetNext", "data_input"), ("Dataset", "data_input"),
-    ("ResourceApplyAdam", "optimizer"), ("ApplyGradientDescent", "optimizer"),
-    ("AssignSubVariableOp", "optimizer"), ("Relu", "elementwise"), ("ReluGrad", "elementwise"),
-    ("AddV2", "elementwise"), ("BiasAddGrad", "elementwise"), ("Softmax", "other"), ("Transpose", "other"),
-])
+@pytest.mark.parametrize(
+    "op_type, category",
+    [
+        ("Conv2D", "convolution"),
+        ("Conv2DBackpropFilter", "convolution"),
+        ("_MklNativeFusedConv2D", "convolution"),
+        ("DepthwiseConv2dNative", "convolution"),
+        ("MatMul", "matmul"),
+        ("BatchMatMulV2", "matmul"),
+        ("Einsum", "matmul"),
+        ("_MklMatMul", "matmul"),
+        ("FusedBatchNormV3", "normalization"),
+        ("FusedBatchNormGradV3", "normalization"),
+        ("IteratorGetNext", "data_input"),
+        ("Dataset", "data_input"),
+        ("ResourceApplyAdam", "optimizer"),
+        ("ApplyGradientDescent", "optimizer"),
+        ("AssignSubVariableOp", "optimizer"),
+        ("Relu", "elementwise"),
+        ("ReluGrad", "elementwise"),
+        ("AddV2", "elementwise"),
+        ("BiasAddGrad", "elementwise"),
+        ("Softmax", "other"),
+        ("Transpose", "other"),
+    ],
+)
 def test_op_category(op_type, category):
     assert op_category(op_type) == category
 
@@ -122,9 +180,15 @@ def test_records_input_and_errors():
 
 def test_renamed_model_scope_is_matched_not_appeared():
     def table(scope, extra=()):
-        return _table([("Conv2D", f"{scope}/block_1/conv/Conv2D", 500.0),
-                       ("Conv2DBackpropFilter", f"gradient_tape/{scope}/block_1/conv/Conv2DBackpropFilter", 300.0),
-                       ("Relu", f"{scope}/block_1/relu/Relu", 100.0), ("AddN", "AddN_7", 10.0), *extra])
+        return _table(
+            [
+                ("Conv2D", f"{scope}/block_1/conv/Conv2D", 500.0),
+                ("Conv2DBackpropFilter", f"gradient_tape/{scope}/block_1/conv/Conv2DBackpropFilter", 300.0),
+                ("Relu", f"{scope}/block_1/relu/Relu", 100.0),
+                ("AddN", "AddN_7", 10.0),
+                *extra,
+            ]
+        )
 
     base = table("mobilenetv2_0.35_96_1")
     cand = table("mobilenetv2_0.75_96_1", [("MatMul", "head_1/dense/MatMul", 50.0)])
@@ -136,11 +200,14 @@ def test_renamed_model_scope_is_matched_not_appeared():
     assert "'mobilenetv2_0.75_96_1' of the candidate matched to 'mobilenetv2_0.35_96_1'" in a.summary
 
 
-@pytest.mark.parametrize("base, cand, expected", [
-    (["m1/a/x", "m1/b/y"], ["m2/a/x", "m2/b/y"], {"m2": "m1"}),
-    (["m1/a/x", "m1/b/y", "m1/c/z"], ["m2/q/x"], {}),  # nothing shared: not the same scope
-    (["m1/a/x", "keep/a/x"], ["m2/a/x", "keep/a/x"], {"m2": "m1"}),  # scopes in both runs are not renamed
-    (["Conv2D", "AddN_1"], ["MatMul"], {}),  # unscoped names
-])
+@pytest.mark.parametrize(
+    "base, cand, expected",
+    [
+        (["m1/a/x", "m1/b/y"], ["m2/a/x", "m2/b/y"], {"m2": "m1"}),
+        (["m1/a/x", "m1/b/y", "m1/c/z"], ["m2/q/x"], {}),  # nothing shared: not the same scope
+        (["m1/a/x", "keep/a/x"], ["m2/a/x", "keep/a/x"], {"m2": "m1"}),  # scopes in both runs are not renamed
+        (["Conv2D", "AddN_1"], ["MatMul"], {}),  # unscoped names
+    ],
+)
 def test_match_scopes(base, cand, expected):
     assert match_scopes(base, cand) == expected

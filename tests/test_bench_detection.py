@@ -15,8 +15,9 @@ from tasks.analysis import calibration, sequential
 
 pytestmark = pytest.mark.slow
 
-_spec = importlib.util.spec_from_file_location("bench_detection",
-                                               Path(__file__).resolve().parents[1] / "bench" / "detection.py")
+_spec = importlib.util.spec_from_file_location(
+    "bench_detection", Path(__file__).resolve().parents[1] / "bench" / "detection.py"
+)
 detection = sys.modules.setdefault("bench_detection", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(detection)
 
@@ -28,8 +29,10 @@ def _process(n: int, ratio: float = 1.0, seed: int = 0, host_load=None):
     return detection.Process(a=a, b=b, load_class="quiet", host_load=host_load)
 
 
-FRESH = detection.Setup(offset=calibration.Offset(sd=0.0, source="store", n_gates=5),
-                        noise=calibration.NoiseCalibration(sd_pair=0.14, n_gates=5))
+FRESH = detection.Setup(
+    offset=calibration.Offset(sd=0.0, source="store", n_gates=5),
+    noise=calibration.NoiseCalibration(sd_pair=0.14, n_gates=5),
+)
 
 
 def test_trials_are_no_longer_than_the_shortest_process():
@@ -63,8 +66,13 @@ def test_the_gate_stops_where_the_runner_would_and_decide_judges_it():
     case = detection.trial_case(procs)
     slow = detection.judge(procs[0].a, procs[0].b, case, FRESH, None)
     assert slow["verdict"] == "regression" and slow["pairs"] < case.paired_blocks  # a x1.5 stops early
-    design = sequential.Design(confidence=case.confidence, tolerance=case.tolerance, max_pairs=case.paired_blocks,
-                               round_pairs=case.paired_round_pairs, offset_sd=0.0)
+    design = sequential.Design(
+        confidence=case.confidence,
+        tolerance=case.tolerance,
+        max_pairs=case.paired_blocks,
+        round_pairs=case.paired_round_pairs,
+        offset_sd=0.0,
+    )
     d = np.log(procs[0].b / procs[0].a)
     n, looks = detection.stop_point(d, case, design)
     assert n == slow["pairs"] == looks[-1] and looks[0] == sequential.MIN_LOOK_PAIRS

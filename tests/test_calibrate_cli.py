@@ -25,10 +25,27 @@ def test_calibrate_runs_aa_gates_through_the_stages(model_store, home, monkeypat
 
     url = f"sqlite:///{home / 'pw.db'}"
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
-    r = CliRunner().invoke(app, ["calibrate", "tiny", "--version", "1", "--gates", "1", "--pairs", "32",
-                                 "--measured-steps", "5", "--batch-size", "4", "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "tiny",
+            "--version",
+            "1",
+            "--gates",
+            "1",
+            "--pairs",
+            "32",
+            "--measured-steps",
+            "5",
+            "--batch-size",
+            "4",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.stdout[r.stdout.index("["): r.stdout.rindex("]") + 1])
+    rows = json.loads(r.stdout[r.stdout.index("[") : r.stdout.rindex("]") + 1])
     assert len(rows) == 1 and rows[0]["pairs"] == 32 and rows[0]["gate_sd"] > 0
     assert rows[0]["host_busy"] in (True, False) and 0 <= rows[0]["other_cpu_share"] <= 1
     assert "process offset sd" in r.stdout and "gate noise" in r.stdout

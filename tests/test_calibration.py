@@ -20,14 +20,16 @@ from tests.test_store import make_records
 
 def prior_for_case(db_url, case, key):
     """The prior as baseline-compare computes it: the store's accepted runs read, then the pure rule."""
-    return calibration.prior_for_case(case, reads.calibration_runs(db_url, case.model, case.name, key,
-                                                                    CALIBRATION_WINDOW))
+    return calibration.prior_for_case(
+        case, reads.calibration_runs(db_url, case.model, case.name, key, CALIBRATION_WINDOW)
+    )
 
 
 def paired_offset_for_case(db_url, case, key):
     """The paired offset as baseline-compare computes it: the store's A/A gates read, then the pure rule."""
-    return calibration.paired_offset_for_case(case, reads.aa_gates(db_url, case.model, case.name, key,
-                                                                   CALIBRATION_WINDOW))
+    return calibration.paired_offset_for_case(
+        case, reads.aa_gates(db_url, case.model, case.name, key, CALIBRATION_WINDOW)
+    )
 
 
 def test_pooled_within_version_sd():
@@ -52,8 +54,11 @@ def test_bad_median_names_version(bad):
 
 def _accepted(db_url, tmp_path, medians, key="k1", start=0):
     for i, m in enumerate(medians):
-        archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id=f"r{start + i}",
-                                                                     verdict="pass", median=m, key=key))
+        archive_run(
+            db_url,
+            str(tmp_path / "archive"),
+            *make_records(tmp_path, dag_run_id=f"r{start + i}", verdict="pass", median=m, key=key),
+        )
 
 
 def test_prior_rule_case_then_store_then_default(db_url, tmp_path):
@@ -67,7 +72,12 @@ def test_prior_rule_case_then_store_then_default(db_url, tmp_path):
     assert prior.source == "store" and prior.n_runs == 7 and prior.df == 6 and prior.prior_df == 6.0
     assert prior.between_sd == pytest.approx(float(np.std(np.log(medians), ddof=1)))
     assert prior_for_case(db_url, case.model_copy(update={"prior_between_sd": 0.2}), "k1").model_dump() == {
-        "between_sd": 0.2, "prior_df": 2.0, "source": "case", "n_runs": 0, "df": 0}
+        "between_sd": 0.2,
+        "prior_df": 2.0,
+        "source": "case",
+        "n_runs": 0,
+        "df": 0,
+    }
 
 
 def test_store_estimate_reaches_the_verdict(db_url, tmp_path, monkeypatch):
@@ -116,13 +126,20 @@ def test_one_disturbed_gate_does_not_drive_the_offset():
     quiet = [(math.exp(z * 0.01), 0.01 * math.sqrt(64), 64) for z in (0.3, -0.6, 0.1, 0.5)]
     gates = [*quiet, (math.exp(0.3), 0.08, 64)]
     assert calibration.estimate_paired_offset(gates) == (0.0, 5)
-    mean_of_squares = math.sqrt(np.mean([math.log(r) ** 2 for r, _, _ in gates]) - np.mean([s**2 / n for _, s, n in gates]))
+    mean_of_squares = math.sqrt(
+        np.mean([math.log(r) ** 2 for r, _, _ in gates]) - np.mean([s**2 / n for _, s, n in gates])
+    )
     assert mean_of_squares > 0.1
 
 
 def _aa(log_ratio, *, busy=False, n=8, sd=0.0, digest="a" * 64):
-    return {"ratio": math.exp(log_ratio), "details": {"sd_log_ratio": sd}, "n_candidate": n,
-            "baseline_digest": digest, "host_busy": busy}
+    return {
+        "ratio": math.exp(log_ratio),
+        "details": {"sd_log_ratio": sd},
+        "n_candidate": n,
+        "baseline_digest": digest,
+        "host_busy": busy,
+    }
 
 
 def test_offset_is_calibrated_only_from_quiet_gates_and_capped():
@@ -146,16 +163,28 @@ def test_paired_offset_rule_case_then_aa_gates_then_default(db_url, tmp_path):
 
     case = Case(model="m", measured_steps=10)
     assert paired_offset_for_case(db_url, case, "k1").source == "default"
-    assert paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}),
-                                  "k1").model_dump() == {"sd": 0.02, "source": "case", "n_gates": 0,
-                                                         "capped": False, "skipped_busy": 0}
+    assert paired_offset_for_case(db_url, case.model_copy(update={"paired_offset_sd": 0.02}), "k1").model_dump() == {
+        "sd": 0.02,
+        "source": "case",
+        "n_gates": 0,
+        "capped": False,
+        "skipped_busy": 0,
+    }
     for i, log_ratio in enumerate([0.003, -0.003, 0.003, 0.2, 0.2]):
         ctx, pulled, env, warm, run, parse, _ = make_records(tmp_path, dag_run_id=f"aa{i}")
         # the 4th gate compares other bytes (a real A/B gate): it must not count as A/A; the 5th ran busy
         paired = _aa(log_ratio, digest=pulled.digest if i != 3 else "b" * 64, busy=i == 4)
-        verdict = CompareRecord(verdict="inconclusive", method="paired-abba", baseline_run_ids=[], ratio=1.0,
-                                ci_low=0.9, ci_high=1.1, median_limit_ms=None, gx_success=True,
-                                evidence={"paired": paired})
+        verdict = CompareRecord(
+            verdict="inconclusive",
+            method="paired-abba",
+            baseline_run_ids=[],
+            ratio=1.0,
+            ci_low=0.9,
+            ci_high=1.1,
+            median_limit_ms=None,
+            gx_success=True,
+            evidence={"paired": paired},
+        )
         archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
     got = paired_offset_for_case(db_url, case, "k1")
     assert (got.source, got.n_gates, got.skipped_busy) == ("store", 3, 1)

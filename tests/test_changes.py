@@ -100,8 +100,9 @@ def test_alerts_name_slowdowns_and_creep_only():
 # ------------------------------------------------------------------------------------------- store, stage, CLI
 
 
-def store_series(db_url: str, tmp_path, medians, *, model: str = "m", start: dt.datetime = T0,
-                 dag_id: str = "perfwatch_profile") -> list[int]:
+def store_series(
+    db_url: str, tmp_path, medians, *, model: str = "m", start: dt.datetime = T0, dag_id: str = "perfwatch_profile"
+) -> list[int]:
     """Archive one nightly run per median (ms), a day apart, each accepted as the baseline at its start."""
     ids = []
     for i, med in enumerate(medians):

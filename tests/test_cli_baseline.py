@@ -20,9 +20,10 @@ def store(db_url, home, tmp_path, monkeypatch):
     """Run 1 (no-baseline: auto-accepted), run 2 (regression: not accepted), run 3 failed."""
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     arch = str(tmp_path / "archive")
-    ids = [archive_run(db_url, arch, *make_records(tmp_path, dag_run_id="r1")).run_id,
-           archive_run(db_url, arch, *make_records(tmp_path, dag_run_id="r2", verdict="regression",
-                                                   median=12.0)).run_id]
+    ids = [
+        archive_run(db_url, arch, *make_records(tmp_path, dag_run_id="r1")).run_id,
+        archive_run(db_url, arch, *make_records(tmp_path, dag_run_id="r2", verdict="regression", median=12.0)).run_id,
+    ]
     ids.append(record_failure(db_url, make_records(tmp_path, dag_run_id="r3")[0], "warm-up", "RunnerError: boom"))
     return ids
 
@@ -42,10 +43,14 @@ def test_show_lists_active_baseline_with_who_and_why(store):
 
 
 def test_accept_moves_baseline_to_a_regression_and_keeps_history(store):
-    res = runner.invoke(app, ["baseline", "accept", str(store[1]), "--by", "alice",
-                              "--reason", "intended: larger input resolution"])
+    res = runner.invoke(
+        app, ["baseline", "accept", str(store[1]), "--by", "alice", "--reason", "intended: larger input resolution"]
+    )
     assert res.exit_code == 0, res.output
-    assert f"run {store[1]} is now the active baseline" in res.stdout and f"previous baseline run: {store[0]}" in res.stdout
+    assert (
+        f"run {store[1]} is now the active baseline" in res.stdout
+        and f"previous baseline run: {store[0]}" in res.stdout
+    )
     rows = _show("--case", "train-bs16")
     assert [(r["run_id"], r["active"]) for r in rows] == [(store[1], True), (store[0], False)]
     assert rows[0]["accepted_by"] == "alice" and rows[0]["reason"] == "intended: larger input resolution"

@@ -17,9 +17,10 @@ from tests.test_explain import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive
 def store(home, tmp_path) -> dict[str, int]:
     url = Settings.from_env().database_url
     migrate(url)
-    return {"from": archive(url, tmp_path, "v1", version="1", findings=[CPU_ONLY]),
-            "to": archive(url, tmp_path, "v2", version="2", ops=CAND_OPS, findings=[INPUT_BOUND], avg_ms=11.6,
-                          median=12.0)}
+    return {
+        "from": archive(url, tmp_path, "v1", version="1", findings=[CPU_ONLY]),
+        "to": archive(url, tmp_path, "v2", version="2", ops=CAND_OPS, findings=[INPUT_BOUND], avg_ms=11.6, median=12.0),
+    }
 
 
 def invoke(*args: str):
@@ -31,7 +32,9 @@ def test_json_lists_grown_ops_share_and_findings(store):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [(h["side"], h["run_id"], h["version"]) for h in out["headline"]] == [
-        ("from", store["from"], "1"), ("to", store["to"], "2")]
+        ("from", store["from"], "1"),
+        ("to", store["to"], "2"),
+    ]
     assert out["headline"][1]["median_step_ms"] == pytest.approx(12.0)
     conv = out["ops"][0]
     assert (conv["op_name"], conv["status"]) == ("conv", "both")
@@ -58,7 +61,11 @@ def test_table_and_csv_forms(store):
     assert "ops whose self-time per step grew most" in table.stdout and "input_bound" in table.stdout
     csv = invoke("m", "--from", "1", "--to", "2", "--format", "csv").stdout
     assert [ln for ln in csv.splitlines() if ln.startswith("# ")] == [
-        "# headline", "# ops", "# categories", "# findings"]
+        "# headline",
+        "# ops",
+        "# categories",
+        "# findings",
+    ]
 
 
 def test_missing_version_exits_1_with_reason(store):

@@ -43,7 +43,8 @@ def test_diff_lists_exactly_the_changed_fields(cli, two_runs):
     res = cli("env", "diff", base, cand, "--format", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == [
-        {"field": f, "old": old, "new": new, "affects_comparability": True} for f, (old, new) in CHANGED.items()]
+        {"field": f, "old": old, "new": new, "affects_comparability": True} for f, (old, new) in CHANGED.items()
+    ]
 
 
 def test_diff_all_adds_recorded_fields(cli, two_runs):
@@ -69,8 +70,14 @@ def test_diff_shows_non_comparability_changes_as_such(cli, db_url, tmp_path):
     a = archive_with_env(db_url, tmp_path, "a", BASELINE_FINGERPRINT)
     b = archive_with_env(db_url, tmp_path, "b", swapped)
     rows = json.loads(cli("env", "diff", a, b, "-f", "json").stdout)
-    assert rows == [{"field": "gpu.devices.0.uuid", "old": BASELINE_FINGERPRINT["gpu"]["devices"][0]["uuid"],
-                     "new": "GPU-swapped", "affects_comparability": False}]
+    assert rows == [
+        {
+            "field": "gpu.devices.0.uuid",
+            "old": BASELINE_FINGERPRINT["gpu"]["devices"][0]["uuid"],
+            "new": "GPU-swapped",
+            "affects_comparability": False,
+        }
+    ]
     assert "comparable (same comparability key)" in cli("env", "diff", a, b).stdout
 
 
@@ -90,8 +97,11 @@ def test_show_flattens_the_fingerprint(cli, two_runs):
     env = env_record(CANDIDATE_FINGERPRINT)
     assert rows["fingerprint_id"]["value"] == env.fingerprint_id
     assert rows["comparability_key"]["value"] == env.comparability_key
-    assert rows["gpu.driver_version"] == {"field": "gpu.driver_version", "value": "535.129.03",
-                                          "affects_comparability": True}
+    assert rows["gpu.driver_version"] == {
+        "field": "gpu.driver_version",
+        "value": "535.129.03",
+        "affects_comparability": True,
+    }
     assert rows["gpu.devices.0.name"]["value"] == "NVIDIA A100-SXM4-40GB"
     assert rows["gpu.devices.0.name"]["affects_comparability"] is True
     assert rows["gpu.devices.0.uuid"]["affects_comparability"] is False

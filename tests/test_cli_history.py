@@ -16,19 +16,40 @@ def releases(db_url, tmp_path) -> dict[str, int]:
     """m: v1 first run, v2 pass, v3 regression, v4 inconclusive, v5 env-changed, v6 improvement, v7 failed."""
     ids = {"1": add_run(db_url, tmp_path, "v1", version="1", verdict="no-baseline", day=0)}
     ids["2"] = add_run(db_url, tmp_path, "v2", version="2", verdict="pass", day=1, baseline=ids["1"], ratio=1.0)
-    ids["3"] = add_run(db_url, tmp_path, "v3", version="3", verdict="regression", median=13, day=2,
-                       baseline=ids["2"], ratio=1.3)
-    ids["4"] = add_run(db_url, tmp_path, "v4", version="4", verdict="inconclusive", day=3, baseline=ids["2"],
-                       ratio=1.04)
-    ids["5"] = add_run(db_url, tmp_path, "v5", version="5", verdict="env-changed", day=4, fp="e",
-                       env_data={"tf": {"version": "2.21"}}, baseline=ids["2"], ratio=1.0)
-    ids["6"] = add_run(db_url, tmp_path, "v6", version="6", verdict="improvement", median=8, day=5, fp="e",
-                       baseline=ids["5"], ratio=0.8)
+    ids["3"] = add_run(
+        db_url, tmp_path, "v3", version="3", verdict="regression", median=13, day=2, baseline=ids["2"], ratio=1.3
+    )
+    ids["4"] = add_run(
+        db_url, tmp_path, "v4", version="4", verdict="inconclusive", day=3, baseline=ids["2"], ratio=1.04
+    )
+    ids["5"] = add_run(
+        db_url,
+        tmp_path,
+        "v5",
+        version="5",
+        verdict="env-changed",
+        day=4,
+        fp="e",
+        env_data={"tf": {"version": "2.21"}},
+        baseline=ids["2"],
+        ratio=1.0,
+    )
+    ids["6"] = add_run(
+        db_url,
+        tmp_path,
+        "v6",
+        version="6",
+        verdict="improvement",
+        median=8,
+        day=5,
+        fp="e",
+        baseline=ids["5"],
+        ratio=0.8,
+    )
     return ids
 
 
-@pytest.mark.parametrize(("version", "code"), [("1", 0), ("2", 0), ("3", 1), ("4", 2), ("5", 2), ("6", 0),
-                                               ("99", 2)])
+@pytest.mark.parametrize(("version", "code"), [("1", 0), ("2", 0), ("3", 1), ("4", 2), ("5", 2), ("6", 0), ("99", 2)])
 def test_gate_exit_code_per_verdict(cli, releases, version, code):
     res = cli("gate", "m", version)
     assert res.exit_code == code, res.output
@@ -97,8 +118,18 @@ def test_regressions_failures_env_changes(cli, releases, db_url, tmp_path):
 
 
 def test_query_runs_any_named_query(cli, releases):
-    res = cli("query", "top_op_regressions", "-p", f"run_a={releases['1']}", "-p", f"run_b={releases['3']}",
-              "-p", "limit=5", "--format", "json")
+    res = cli(
+        "query",
+        "top_op_regressions",
+        "-p",
+        f"run_a={releases['1']}",
+        "-p",
+        f"run_b={releases['3']}",
+        "-p",
+        "limit=5",
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)[0]["op_name"] == "conv"
     assert "version_compare" in cli("query", "--format", "csv").stdout

@@ -19,8 +19,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Top-level packages (and perfwatch modules) that `perfwatch --help` must not import.
-HEAVY = ("pandas", "sqlalchemy", "scipy", "numpy", "great_expectations", "tensorflow", "keras", "xprof",
-         "matplotlib", "alembic", "tasks.store", "tasks.stages", "tasks.records", "tasks.runner")
+HEAVY = (
+    "pandas",
+    "sqlalchemy",
+    "scipy",
+    "numpy",
+    "great_expectations",
+    "tensorflow",
+    "keras",
+    "xprof",
+    "matplotlib",
+    "alembic",
+    "tasks.store",
+    "tasks.stages",
+    "tasks.records",
+    "tasks.runner",
+)
 
 _PROBE = """
 import json, sys
@@ -38,18 +52,26 @@ print("LOADED=" + json.dumps(loaded), file=sys.stderr)
 def loaded_after(*argv: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     """Which of ``heavy`` a fresh interpreter has imported after ``perfwatch ARGV...`` (help or an error)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(list(heavy)), *argv],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(heavy)), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED=")]
     assert line, f"probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return json.loads(line[-1].removeprefix("LOADED="))
 
 
-@pytest.mark.parametrize("argv", [("--help",), ("run", "--help"), ("env", "--help"), ("history", "--help"),
-                                  ("db", "check", "--help")])
+@pytest.mark.parametrize(
+    "argv", [("--help",), ("run", "--help"), ("env", "--help"), ("history", "--help"), ("db", "check", "--help")]
+)
 def test_help_imports_no_heavy_library(argv):
-    assert loaded_after(*argv) == [], f"`perfwatch {' '.join(argv)}` imports these at start-up; import them " \
-                                      "inside the command that uses them"
+    assert loaded_after(*argv) == [], (
+        f"`perfwatch {' '.join(argv)}` imports these at start-up; import them inside the command that uses them"
+    )
 
 
 def test_probe_sees_a_heavy_import():
@@ -82,16 +104,25 @@ def test_a_dag_task_imports_only_what_its_stage_uses(stage):
     """Every Airflow task imports ``tasks.stages.pipeline``; the stage wrappers import their own module when they
     run, so pulling in the pipeline (what every task pays) loads no pandas, scipy, numpy, Great Expectations or
     xprof (parse and baseline-compare load those when they run); a stage's own module loads only what it uses."""
-    probe = ("import json, sys\nimport tasks.stages.pipeline as p\n"
-             "before = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules if m == h or m.startswith(h + '.')})\n"
-             "import importlib\nmods = {'pull': 'pull', 'fingerprint': 'fingerprint', 'warmup': 'warmup',\n"
-             "        'profile': 'profiled_run', 'archive': 'archive'}\n"
-             "importlib.import_module('tasks.stages.' + mods[sys.argv[2]])\n"
-             "after = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules if m == h or m.startswith(h + '.')})\n"
-             "print(json.dumps([before, after]))")
+    probe = (
+        "import json, sys\nimport tasks.stages.pipeline as p\n"
+        "before = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules "
+        "if m == h or m.startswith(h + '.')})\n"
+        "import importlib\nmods = {'pull': 'pull', 'fingerprint': 'fingerprint', 'warmup': 'warmup',\n"
+        "        'profile': 'profiled_run', 'archive': 'archive'}\n"
+        "importlib.import_module('tasks.stages.' + mods[sys.argv[2]])\n"
+        "after = sorted({h for h in json.loads(sys.argv[1]) for m in sys.modules if m == h or m.startswith(h + '.')})\n"
+        "print(json.dumps([before, after]))"
+    )
     heavy = ["pandas", "scipy", "numpy", "great_expectations", "xprof", "tensorflow", "keras", "matplotlib"]
-    out = subprocess.run([sys.executable, "-c", probe, json.dumps(heavy), stage], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(heavy), stage],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        check=True,
+    )
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert before == [], f"importing tasks.stages.pipeline loaded {before}"
     allowed = {"profile": {"scipy", "numpy"}}.get(stage, set())  # the paired gate's sequential statistics

@@ -14,8 +14,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # Airflow puts the dags folder on sys.path when it parses it (its DAG bundles do): the DAG files import
 # their sibling perfwatch_alerts.py. A bare DagBag() does not, so the probes here add it.
 DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "dags")])
-STAGE_TASKS = ["pull_model_version", "env_fingerprint", "warm_up", "profiled_run", "parse", "baseline_compare",
-               "archive", "watch_trend", "outcome"]
+STAGE_TASKS = [
+    "pull_model_version",
+    "env_fingerprint",
+    "warm_up",
+    "profiled_run",
+    "parse",
+    "baseline_compare",
+    "archive",
+    "watch_trend",
+    "outcome",
+]
 CASE_TASKS = STAGE_TASKS[:7]  #: the mapped task group of one case
 
 _PROBE = """
@@ -34,9 +43,11 @@ print(json.dumps({
     "release_assets": sorted(a.uri for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])),
     "callbacks": [type(c).__name__ for c in (dag.on_failure_callback, dag.on_success_callback)],
     "watch": {"schedule": bag.get_dag("perfwatch_watch").timetable.expression,
-              "on_failure": type(bag.get_dag("perfwatch_watch").get_task("missing_data").on_failure_callback[0]).__name__},
+              "on_failure": type(
+                  bag.get_dag("perfwatch_watch").get_task("missing_data").on_failure_callback[0]).__name__},
     "params": sorted(dag.params.keys()),
-    "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline") if m in sys.modules],
+    "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline")
+              if m in sys.modules],
     "busy_retries": dag.get_task("profiled_run").retries,
     "busy_retry_delay_s": dag.get_task("profiled_run").retry_delay.total_seconds(),
 }))
@@ -46,8 +57,14 @@ print(json.dumps({
 def _probe(**extra_env: str) -> dict:
     env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": DAG_PYTHONPATH, **extra_env}
     env.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(ROOT / "dags")], capture_output=True, text=True, env=env,
-                         check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -57,8 +74,19 @@ def test_dag_imports_in_card_order_without_heavy_imports():
     assert info["chain"] == STAGE_TASKS
     assert info["heavy"] == []
     assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
-    assert info["params"] == ["batch_size", "case", "input_fn", "inputs", "measured_steps", "mode", "model",
-                              "safe_mode", "signature", "trigger", "version"]
+    assert info["params"] == [
+        "batch_size",
+        "case",
+        "input_fn",
+        "inputs",
+        "measured_steps",
+        "mode",
+        "model",
+        "safe_mode",
+        "signature",
+        "trigger",
+        "version",
+    ]
 
 
 def test_release_assets_and_alerts_are_wired(tmp_path):
@@ -66,7 +94,9 @@ def test_release_assets_and_alerts_are_wired(tmp_path):
     gate); failed DAG runs and noteworthy verdicts alert through PerfwatchNotifier; the missing-data check runs
     hourly with the same notifier. A config that cannot be read leaves the cron schedule alone."""
     cfg = tmp_path / "perfwatch.yaml"
-    cfg.write_text("models:\n  - {model: resnet}\n  - {model: bert, batch_size: 8}\n  - {model: resnet, batch_size: 4}\n")
+    cfg.write_text(
+        "models:\n  - {model: resnet}\n  - {model: bert, batch_size: 8}\n  - {model: resnet, batch_size: 4}\n"
+    )
     info = _probe(PERFWATCH_CONFIG=str(cfg))
     assert info["errors"] == {} and info["schedule"] == "0 2 * * *"
     assert info["release_assets"] == ["perfwatch://models/bert", "perfwatch://models/resnet"]
@@ -119,16 +149,36 @@ def test_a_failing_case_fails_only_itself(home, model_store, tmp_path):
     from tasks.store import Run, session_scope
 
     cfg = tmp_path / "perfwatch.yaml"
-    cfg.write_text("defaults: {measured_steps: 5, profiled_steps: 2, warmup_max_steps: 10}\nmodels:\n"
-                   "  - {model: tiny, version: '1', batch_size: 2}\n"
-                   "  - {model: tiny, version: '9', batch_size: 3}\n")  # no version 9: its pull fails
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-           "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": DAG_PYTHONPATH, "PERFWATCH_CONFIG": str(cfg),
-           "GX_ANALYTICS_ENABLED": "false"}
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, cwd=ROOT)
-    proc = subprocess.run([sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")], env=env, capture_output=True,
-                          text=True, cwd=ROOT, timeout=1500)
+    cfg.write_text(
+        "defaults: {measured_steps: 5, profiled_steps: 2, warmup_max_steps: 10}\nmodels:\n"
+        "  - {model: tiny, version: '1', batch_size: 2}\n"
+        "  - {model: tiny, version: '9', batch_size: 3}\n"
+    )  # no version 9: its pull fails
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_CONFIG": str(cfg),
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     by_case = {i: {t: state for t, idx, state, _ in got["tis"] if idx == i} for i in (0, 1)}

@@ -40,8 +40,12 @@ def messy(db_url, tmp_path, monkeypatch):
     """A store with one good run, one whose archive was deleted, and every kind of leftover beside
     things that are in use (a partial being written, a fresh scratch dir) and must not be reported."""
     st = settings_for(tmp_path, db_url)
-    for var, value in (("PERFWATCH_HOME", st.home), ("PERFWATCH_ARCHIVE", st.archive_root),
-                       ("PERFWATCH_WORK", st.work_root), ("PERFWATCH_MODEL_STORE", st.model_store)):
+    for var, value in (
+        ("PERFWATCH_HOME", st.home),
+        ("PERFWATCH_ARCHIVE", st.archive_root),
+        ("PERFWATCH_WORK", st.work_root),
+        ("PERFWATCH_MODEL_STORE", st.model_store),
+    ):
         monkeypatch.setenv(var, str(value))
     good = pipeline.archive(compared_bundle(st, "good"), st)["archived"]
     lost = pipeline.archive(compared_bundle(st, "lost"), st)["archived"]
@@ -55,24 +59,46 @@ def messy(db_url, tmp_path, monkeypatch):
     dead.wait()
     me = psutil.Process()
     here = socket.gethostname()
-    stale = _partial(arch, "killed", {"host": here, "pid": dead.pid, "pid_started": dead.create_time() - 5,
-                                      "started_at": "2026-01-01T00:00:00+00:00"})
-    other = _partial(arch, "other-host", {"host": "elsewhere", "pid": 1, "pid_started": 0,
-                                          "started_at": "2020-01-01T00:00:00+00:00"})
-    live = _partial(arch, "being-written", {"host": here, "pid": me.pid, "pid_started": me.create_time(),
-                                            "started_at": "2020-01-01T00:00:00+00:00"})
+    stale = _partial(
+        arch,
+        "killed",
+        {
+            "host": here,
+            "pid": dead.pid,
+            "pid_started": dead.create_time() - 5,
+            "started_at": "2026-01-01T00:00:00+00:00",
+        },
+    )
+    other = _partial(
+        arch, "other-host", {"host": "elsewhere", "pid": 1, "pid_started": 0, "started_at": "2020-01-01T00:00:00+00:00"}
+    )
+    live = _partial(
+        arch,
+        "being-written",
+        {"host": here, "pid": me.pid, "pid_started": me.create_time(), "started_at": "2020-01-01T00:00:00+00:00"},
+    )
     work = st.work_root
     good_scratch = work / "d__good__m__train-bs16"
     assert good_scratch.name == pipeline.RunContext.model_validate(
-        compared_bundle(st, "slugcheck")["ctx"]).slug.replace("slugcheck", "good")
+        compared_bundle(st, "slugcheck")["ctx"]
+    ).slug.replace("slugcheck", "good")
     shutil.rmtree(work / "d__slugcheck__m__train-bs16")
     good_scratch.mkdir(parents=True)
     abandoned = work / "d__abandoned__m__train-bs16"
     (abandoned / "run").mkdir(parents=True)
     _age(abandoned, 30 * HOUR)
     (work / "d__running__m__train-bs16").mkdir()
-    return {"st": st, "good": good, "lost": lost, "ghost": ghost, "stale": stale, "other": other, "live": live,
-            "good_scratch": good_scratch, "abandoned": abandoned}
+    return {
+        "st": st,
+        "good": good,
+        "lost": lost,
+        "ghost": ghost,
+        "stale": stale,
+        "other": other,
+        "live": live,
+        "good_scratch": good_scratch,
+        "abandoned": abandoned,
+    }
 
 
 def _check(cli, *args) -> tuple[int, list[dict]]:
@@ -84,10 +110,14 @@ def test_db_check_reports_every_kind_of_leftover_and_nothing_in_use(cli, messy):
     code, rows = _check(cli)
     assert code == 1
     found = {(r["kind"], r["path"]) for r in rows}
-    assert found == {("missing-archive", messy["lost"]["archive_uri"]),
-                     ("orphan-archive", str(messy["ghost"])),
-                     ("partial", str(messy["stale"])), ("partial", str(messy["other"])),
-                     ("scratch", str(messy["good_scratch"])), ("scratch", str(messy["abandoned"]))}
+    assert found == {
+        ("missing-archive", messy["lost"]["archive_uri"]),
+        ("orphan-archive", str(messy["ghost"])),
+        ("partial", str(messy["stale"])),
+        ("partial", str(messy["other"])),
+        ("scratch", str(messy["good_scratch"])),
+        ("scratch", str(messy["abandoned"])),
+    }
     assert not any(r["removed"] for r in rows)
     by_path = {r["path"]: r for r in rows}
     assert "is gone" in by_path[str(messy["stale"])]["detail"]

@@ -11,19 +11,46 @@ from tests.xplane_factory import session_profiles
 
 
 def _profile(**kw) -> ParsedProfile:
-    base = dict(profile_dir="p", xplane_paths=["p/h.xplane.pb"], xplane_bytes=1, hosts=["h"],
-                hardware_type="GPU", device_type="GPU", device_core_count=1, num_steps=5,
-                avg_step_time_ms=10.0, input_bound_pct=1.0, device_idle_pct=5.0,
-                breakdown_avg_ms={"step_time_ms": 10.0, "device_compute_ms": 8.0, "host_compute_ms": 1.0,
-                                  "kernel_launch_ms": 0.5, "input_ms": 0.1, "compile_ms": 0.0},
-                op_stats=[_op("Conv2D", "c", 40.0), _op("MatMul", "m", 35.0), _op("Relu", "r", 25.0),
-                          _op("IDLE", "IDLE", 10_000.0)])
+    base = dict(
+        profile_dir="p",
+        xplane_paths=["p/h.xplane.pb"],
+        xplane_bytes=1,
+        hosts=["h"],
+        hardware_type="GPU",
+        device_type="GPU",
+        device_core_count=1,
+        num_steps=5,
+        avg_step_time_ms=10.0,
+        input_bound_pct=1.0,
+        device_idle_pct=5.0,
+        breakdown_avg_ms={
+            "step_time_ms": 10.0,
+            "device_compute_ms": 8.0,
+            "host_compute_ms": 1.0,
+            "kernel_launch_ms": 0.5,
+            "input_ms": 0.1,
+            "compile_ms": 0.0,
+        },
+        op_stats=[
+            _op("Conv2D", "c", 40.0),
+            _op("MatMul", "m", 35.0),
+            _op("Relu", "r", 25.0),
+            _op("IDLE", "IDLE", 10_000.0),
+        ],
+    )
     return ParsedProfile(**{**base, **kw})
 
 
 def _op(op_type, name, total_us, side="Device"):
-    return {"host_or_device": side, "op_type": op_type, "op_name": name, "occurrences": 5,
-            "total_self_time_us": total_us, "avg_self_time_us": total_us / 5, "self_time_share": None}
+    return {
+        "host_or_device": side,
+        "op_type": op_type,
+        "op_name": name,
+        "occurrences": 5,
+        "total_self_time_us": total_us,
+        "avg_self_time_us": total_us / 5,
+        "self_time_share": None,
+    }
 
 
 def _codes(parsed):
@@ -34,10 +61,13 @@ def test_healthy_gpu_profile_has_no_findings():
     assert dg.diagnose(_profile()) == []
 
 
-@pytest.mark.parametrize("pct, severity, threshold", [
-    (dg.INPUT_BOUND_HIGH_PCT + 1, "warning", dg.INPUT_BOUND_HIGH_PCT),
-    (dg.INPUT_BOUND_MODERATE_PCT + 1, "info", dg.INPUT_BOUND_MODERATE_PCT),
-])
+@pytest.mark.parametrize(
+    "pct, severity, threshold",
+    [
+        (dg.INPUT_BOUND_HIGH_PCT + 1, "warning", dg.INPUT_BOUND_HIGH_PCT),
+        (dg.INPUT_BOUND_MODERATE_PCT + 1, "info", dg.INPUT_BOUND_MODERATE_PCT),
+    ],
+)
 def test_input_bound(pct, severity, threshold):
     f = _codes(_profile(input_bound_pct=pct))["input_bound"]
     assert (f.severity, f.figure, f.value, f.threshold) == (severity, "input_bound_pct", pct, threshold)
@@ -73,19 +103,34 @@ def test_device_idle():
 
 def test_no_step_markers_synthetic():
     msg = "No step marker observed and hence the step time is unknown."
-    p = _profile(avg_step_time_ms=None, breakdown_avg_ms=None, input_bound_pct=None, num_steps=0,
-                 diagnostics=[Diagnostic(tool="overview_page", severity="WARNING", message=msg)])
+    p = _profile(
+        avg_step_time_ms=None,
+        breakdown_avg_ms=None,
+        input_bound_pct=None,
+        num_steps=0,
+        diagnostics=[Diagnostic(tool="overview_page", severity="WARNING", message=msg)],
+    )
     f = _codes(p)["no_step_markers"]
     assert f.figure == "avg_step_time_ms" and f.value is None and msg in f.message and "_r=1" in f.message
 
 
-@pytest.mark.parametrize("markers, says", [([0, 1, 2], "although perfwatch's step markers are in the profile "
-                                                           "(3 marked steps, step_num 0..2)"),
-                                             ([], "holds none of the step markers")])
+@pytest.mark.parametrize(
+    "markers, says",
+    [
+        ([0, 1, 2], "although perfwatch's step markers are in the profile (3 marked steps, step_num 0..2)"),
+        ([], "holds none of the step markers"),
+    ],
+)
 def test_steps_not_found_in_a_runner_profile_gives_no_marker_advice(markers, says):
     msg = "No step marker observed and hence the step time is unknown."
-    p = _profile(avg_step_time_ms=None, breakdown_avg_ms=None, input_bound_pct=None, num_steps=0, marker_steps=markers,
-                 diagnostics=[Diagnostic(tool="overview_page", severity="WARNING", message=msg)])
+    p = _profile(
+        avg_step_time_ms=None,
+        breakdown_avg_ms=None,
+        input_bound_pct=None,
+        num_steps=0,
+        marker_steps=markers,
+        diagnostics=[Diagnostic(tool="overview_page", severity="WARNING", message=msg)],
+    )
     codes = _codes(p)
     f = codes["steps_not_found"]
     assert "no_step_markers" not in codes and f.value == len(markers) and f.figure == "marker_steps"

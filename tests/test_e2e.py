@@ -23,20 +23,38 @@ pytestmark = pytest.mark.slow
 
 
 def _airflow_env(home: Path, airflow_home: Path) -> dict[str, str]:
-    return {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(ROOT), "PERFWATCH_HOME": str(home),
-            "GX_ANALYTICS_ENABLED": "false"}
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": str(ROOT),
+        "PERFWATCH_HOME": str(home),
+        "GX_ANALYTICS_ENABLED": "false",
+    }
 
 
 def test_dag_run_end_to_end(home, model_store, tmp_path):
     env = _airflow_env(home, tmp_path / "airflow")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
     conf = {"model": "tiny", "version": "1", "batch_size": 4, "measured_steps": 10}
-    proc = subprocess.run([str(BIN / "airflow"), "dags", "test", "perfwatch_profile", "-c", json.dumps(conf)],
-                          env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", "perfwatch_profile", "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = subprocess.run([str(BIN / "perfwatch"), "runs", "--format", "json"], env=env, capture_output=True,
-                         text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [str(BIN / "perfwatch"), "runs", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     (row,) = json.loads(out.stdout)
     assert row["model"] == "tiny" and row["version"] == "1" and row["status"] == "success"
     assert row["verdict"] == "no-baseline" and row["trigger"] == "manual"
@@ -53,8 +71,12 @@ def test_dag_run_end_to_end(home, model_store, tmp_path):
 
 
 def _ctx(model: str, version: str) -> RunContext:
-    return RunContext(dag_id="t", dag_run_id=f"{model}-{version}", trigger="test",
-                      case=Case(model=model, version=version, batch_size=2, measured_steps=5, warmup_max_steps=10))
+    return RunContext(
+        dag_id="t",
+        dag_run_id=f"{model}-{version}",
+        trigger="test",
+        case=Case(model=model, version=version, batch_size=2, measured_steps=5, warmup_max_steps=10),
+    )
 
 
 def test_unknown_version_is_recorded_with_the_versions_there(home, model_store):
@@ -100,5 +122,6 @@ def test_an_unchanged_model_reuses_its_warm_up_and_runs_one_process(home, model_
         a, b = s.get(Run, first_id), s.get(Run, second_id)
         assert b.warmup_steps == a.warmup_steps and b.steady
         assert b.cold_step_ms > 0 and b.cold_step_ms != a.cold_step_ms  # its own process's first step
-        assert s.scalar(select(RunTable.data).where(RunTable.run_id == second_id,
-                                                    RunTable.tool == "warmup_reused")) == {"run_id": first_id}
+        assert s.scalar(
+            select(RunTable.data).where(RunTable.run_id == second_id, RunTable.tool == "warmup_reused")
+        ) == {"run_id": first_id}

@@ -15,8 +15,16 @@ pytestmark = pytest.mark.slow
 
 
 def _profile(tmp_path, model, monkeypatch=None, **kw):
-    spec = RunnerSpec(mode="profile", model_path=str(model), out_dir=str(tmp_path / "run"), batch_size=8,
-                      warmup_steps=1, measured_steps=6, profiled_steps=2, **kw)
+    spec = RunnerSpec(
+        mode="profile",
+        model_path=str(model),
+        out_dir=str(tmp_path / "run"),
+        batch_size=8,
+        warmup_steps=1,
+        measured_steps=6,
+        profiled_steps=2,
+        **kw,
+    )
     return launch(spec, sys.executable, 900)
 
 
@@ -89,8 +97,16 @@ def test_the_profiled_run_loads_what_the_warm_up_compiled(model_files, tmp_path)
     """An xla case's warm-up process fills the case's compilation cache; the profiled run's process loads the
     executables from it instead of compiling and writing them again (their files are left untouched)."""
     cache = tmp_path / "xla_cache"
-    warm = RunnerSpec(mode="warmup", model_path=str(model_files["tiny"]), out_dir=str(tmp_path / "warmup"),
-                      batch_size=8, xla=True, xla_cache_dir=str(cache), warmup_window=3, warmup_max_steps=6)
+    warm = RunnerSpec(
+        mode="warmup",
+        model_path=str(model_files["tiny"]),
+        out_dir=str(tmp_path / "warmup"),
+        batch_size=8,
+        xla=True,
+        xla_cache_dir=str(cache),
+        warmup_window=3,
+        warmup_max_steps=6,
+    )
     w = launch(warm, sys.executable, 900)
     entries = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     assert entries and w["xla_cache"] == {"dir": str(cache), "entries_before": 0, "entries_after": len(entries)}

@@ -44,8 +44,11 @@ def test_no_per_step_threshold_can_fail_the_samples():
 def test_bad_samples_fail_naming_expectation_and_value():
     o = validate_step_times([10.0, None, -1.0, float("nan")], min_rows=50)
     assert o.result_json["statistics"]["evaluated_expectations"] == 3
-    assert failed(o) == {"expect_table_row_count_to_be_between", "expect_column_values_to_not_be_null",
-                         "expect_column_values_to_be_between"}
+    assert failed(o) == {
+        "expect_table_row_count_to_be_between",
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_between",
+    }
     rows = next(f for f in o.failures if f.expectation == "expect_table_row_count_to_be_between")
     assert rows.observed_value == 4 and "observed 4" in rows.text
     assert not any(f.is_limit for f in o.failures)
@@ -58,9 +61,21 @@ def test_bad_arguments():
         validate_verdict(1.0, 0.9, 1.1, tolerance=0.0)
 
 
-@pytest.mark.parametrize(("low", "high", "busy"), [
-    (0.97, 1.03, False), (1.01, 1.04, False), (1.01, 1.08, False), (1.06, 1.10, False), (0.90, 0.99, False),
-    (0.97, 1.07, False), (0.93, 1.03, False), (1.00, 1.08, False), (1.01, 1.08, True), (1.30, 1.50, True)])
+@pytest.mark.parametrize(
+    ("low", "high", "busy"),
+    [
+        (0.97, 1.03, False),
+        (1.01, 1.04, False),
+        (1.01, 1.08, False),
+        (1.06, 1.10, False),
+        (0.90, 0.99, False),
+        (0.97, 1.07, False),
+        (0.93, 1.03, False),
+        (1.00, 1.08, False),
+        (1.01, 1.08, True),
+        (1.30, 1.50, True),
+    ],
+)
 def test_threshold_expectation_fails_exactly_for_a_regression(low, high, busy):
     """GX enforces the threshold on the interval: it fails where (and only where) the verdict rule says
     regression and the host was quiet; a busy host's interval is not tested (the verdict is inconclusive)."""
@@ -100,16 +115,21 @@ def test_unsound_result_table_is_a_data_quality_failure():
 
 
 def op_table(**over):
-    d = {"op_name": ["conv", "matmul"], "op_type": ["Conv2D", "MatMul"], "total_self_time_us": [120.0, 80.0],
-         "occurrences": [16, 16]}
+    d = {
+        "op_name": ["conv", "matmul"],
+        "op_type": ["Conv2D", "MatMul"],
+        "total_self_time_us": [120.0, 80.0],
+        "occurrences": [16, 16],
+    }
     return pd.DataFrame({**d, **over})
 
 
 def test_op_table():
     assert validate_op_table(op_table()).success
     o = validate_op_table(op_table(total_self_time_us=[120.0, -5.0]))
-    assert [(f.expectation, f.column) for f in o.failures] == [("expect_column_values_to_be_between",
-                                                                "total_self_time_us")]
+    assert [(f.expectation, f.column) for f in o.failures] == [
+        ("expect_column_values_to_be_between", "total_self_time_us")
+    ]
     assert "-5.0" in o.failures[0].text
     assert "expect_table_row_count_to_be_between" in failed(validate_op_table(op_table().iloc[:0]))
     missing = validate_op_table(op_table().drop(columns=["occurrences"]))
@@ -120,13 +140,17 @@ def test_render_data_docs_only_under_target(tmp_path):
     ok = validate_step_times(STEPS, min_rows=50)
     bad = validate_op_table(op_table(total_self_time_us=[1.0, -1.0]))
     verdict = validate_verdict(1.07, 1.02, 1.09, tolerance=0.05)
-    index = render_data_docs({"nightly step times": ok, "ops": bad.result_json, "verdict": verdict},
-                             tmp_path / "docs")
+    index = render_data_docs({"nightly step times": ok, "ops": bad.result_json, "verdict": verdict}, tmp_path / "docs")
     assert index == (tmp_path / "docs" / "index.html").resolve() and index.is_file()
-    pages = sorted((p.relative_to(tmp_path / "docs").parts[1], p.stem)  # validations/<suite>/<run>/<time>/<name>
-                   for p in (tmp_path / "docs" / "validations").rglob("*.html"))
-    assert pages == [("perfwatch_op_table", "ops"), ("perfwatch_step_times", "nightly_step_times"),
-                     ("perfwatch_verdict", "verdict")]
+    pages = sorted(
+        (p.relative_to(tmp_path / "docs").parts[1], p.stem)  # validations/<suite>/<run>/<time>/<name>
+        for p in (tmp_path / "docs" / "validations").rglob("*.html")
+    )
+    assert pages == [
+        ("perfwatch_op_table", "ops"),
+        ("perfwatch_step_times", "nightly_step_times"),
+        ("perfwatch_verdict", "verdict"),
+    ]
     page = next((tmp_path / "docs" / "validations" / "perfwatch_verdict").rglob("*.html")).read_text()
     assert "ci_high" in page and "Failed" in page
     assert [p.name for p in tmp_path.iterdir()] == ["docs"]

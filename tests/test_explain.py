@@ -31,38 +31,82 @@ def attribute_against_run(db_url, run_id, parsed_tables, steps, measured_ms, **k
 
 
 def op(name: str, op_type: str, total_us: float, side: str = "Host") -> dict[str, Any]:
-    return {"host_or_device": side, "op_type": op_type, "op_name": name, "occurrences": 5,
-            "total_self_time_us": total_us, "avg_self_time_us": total_us / 5, "self_time_share": 0.1}
+    return {
+        "host_or_device": side,
+        "op_type": op_type,
+        "op_name": name,
+        "occurrences": 5,
+        "total_self_time_us": total_us,
+        "avg_self_time_us": total_us / 5,
+        "self_time_share": 0.1,
+    }
 
 
 BASE_OPS = [op("conv", "Conv2D", 100.0), op("relu", "Relu", 50.0), op("dense", "MatMul", 30.0)]
 # per step (5 steps): conv 20 -> 120 µs, relu unchanged, dense vanished (-6), bn appeared (+5)
 CAND_OPS = [op("conv", "Conv2D", 600.0), op("relu", "Relu", 50.0), op("bn", "FusedBatchNormV3", 25.0)]
-CPU_ONLY = {"code": "cpu_only", "severity": "info", "message": "No device planes", "figure": "device_core_count",
-            "value": 0.0, "threshold": None}
-INPUT_BOUND = {"code": "input_bound", "severity": "warning", "message": "The run is HIGHLY input-bound",
-               "figure": "input_bound_pct", "value": 31.0, "threshold": 20.0}
+CPU_ONLY = {
+    "code": "cpu_only",
+    "severity": "info",
+    "message": "No device planes",
+    "figure": "device_core_count",
+    "value": 0.0,
+    "threshold": None,
+}
+INPUT_BOUND = {
+    "code": "input_bound",
+    "severity": "warning",
+    "message": "The run is HIGHLY input-bound",
+    "figure": "input_bound_pct",
+    "value": 31.0,
+    "threshold": 20.0,
+}
 
 
 def window(ratio: float, median: float = 10.0) -> dict[str, Any]:
     """A stored window check (``tasks.analysis.profile.cross_check``): a 5-step window at ``ratio`` x a
     measured median of ``median`` ms."""
-    return cross_check([median * (1 + 0.002 * (i - 20)) for i in range(41)], [median * ratio] * 5).model_dump(mode="json")
+    return cross_check([median * (1 + 0.002 * (i - 20)) for i in range(41)], [median * ratio] * 5).model_dump(
+        mode="json"
+    )
 
 
-def records(tmp: Path, dag_run_id: str, *, version: str = "1", ops=BASE_OPS, findings=(), avg_ms: float = 11.5,
-            profiled_steps: int = 5, median: float = 10.0, check: dict[str, Any] | None = None):
+def records(
+    tmp: Path,
+    dag_run_id: str,
+    *,
+    version: str = "1",
+    ops=BASE_OPS,
+    findings=(),
+    avg_ms: float = 11.5,
+    profiled_steps: int = 5,
+    median: float = 10.0,
+    check: dict[str, Any] | None = None,
+):
     """make_records' stage records with our op table, findings, version, xprof step time, step count and
     window check."""
     ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, median=median)
-    Path(parse.parsed_path).write_text(json.dumps({
-        "op_stats": list(ops), "findings": list(findings), "avg_step_time_ms": avg_ms,
-        "step_breakdown": [{"step": 0, "step_time_ms": avg_ms, "input_ms": 1.0}],
-        **({"cross_check": check} if check else {})}))
+    Path(parse.parsed_path).write_text(
+        json.dumps(
+            {
+                "op_stats": list(ops),
+                "findings": list(findings),
+                "avg_step_time_ms": avg_ms,
+                "step_breakdown": [{"step": 0, "step_time_ms": avg_ms, "input_ms": 1.0}],
+                **({"cross_check": check} if check else {}),
+            }
+        )
+    )
     case = ctx.case.model_copy(update={"version": version, "profiled_steps": profiled_steps})
-    return (ctx.model_copy(update={"case": case}),
-            pulled.model_copy(update={"version": version, "digest": hashlib.sha256(version.encode()).hexdigest()}),
-            env, warm, run, parse.model_copy(update={"avg_step_time_ms": avg_ms, "n_ops": len(ops)}), comp)
+    return (
+        ctx.model_copy(update={"case": case}),
+        pulled.model_copy(update={"version": version, "digest": hashlib.sha256(version.encode()).hexdigest()}),
+        env,
+        warm,
+        run,
+        parse.model_copy(update={"avg_step_time_ms": avg_ms, "n_ops": len(ops)}),
+        comp,
+    )
 
 
 def archive(db_url: str, tmp: Path, dag_run_id: str, **kw) -> int:
@@ -96,7 +140,9 @@ def test_attribute_against_run_names_ops_and_their_share(db_url, tmp_path):
     b, c = _scaled(BASE_PER_STEP, 10.0), _scaled(CAND_PER_STEP, 12.0)
     top = ev["top_ops"][0]
     assert (top["op_name"], top["category"], top["status"]) == ("conv", "convolution", "both")
-    assert top["baseline_us_per_step"] == pytest.approx(b["conv"]) and top["candidate_us_per_step"] == pytest.approx(c["conv"])
+    assert top["baseline_us_per_step"] == pytest.approx(b["conv"]) and top["candidate_us_per_step"] == pytest.approx(
+        c["conv"]
+    )
     assert top["delta_us_per_step"] == pytest.approx(c["conv"] - b["conv"])
     assert top["baseline_window_us_per_step"] == pytest.approx(20.0)
     assert top["share_of_change"] == pytest.approx((c["conv"] - b["conv"]) / 2000.0)
@@ -113,11 +159,23 @@ def test_attribute_against_run_names_ops_and_their_share(db_url, tmp_path):
 def test_attribution_adds_up_to_the_verdicts_change_and_warns_of_unrepresentative_windows(db_url, tmp_path):
     # the issue's case: a x2.04 slowdown explained from windows at 3.57x (baseline) and 0.49x (candidate)
     # their measured medians; unscaled the windows say the candidate got faster
-    base = archive(db_url, tmp_path, "base", ops=[op("conv", "Conv2D", 5 * 0.6 * 3.57 * 10_000),
-                                                   op("dense", "MatMul", 5 * 0.4 * 3.57 * 10_000)], check=window(3.57))
+    base = archive(
+        db_url,
+        tmp_path,
+        "base",
+        ops=[op("conv", "Conv2D", 5 * 0.6 * 3.57 * 10_000), op("dense", "MatMul", 5 * 0.4 * 3.57 * 10_000)],
+        check=window(3.57),
+    )
     cand = [op("conv", "Conv2D", 5 * 0.6 * 0.49 * 20_400), op("dense", "MatMul", 5 * 0.4 * 0.49 * 20_400)]
-    ev = attribute_against_run(db_url, base, {"op_stats": cand, "cross_check": window(0.49, 20.4)}, 5, 20.4,
-                               ratio=2.04, ratio_source="paired-abba")
+    ev = attribute_against_run(
+        db_url,
+        base,
+        {"op_stats": cand, "cross_check": window(0.49, 20.4)},
+        5,
+        20.4,
+        ratio=2.04,
+        ratio_source="paired-abba",
+    )
     assert ev["op_self_time_change_us"] < -20_000
     assert ev["step_time_change_us"] == pytest.approx(20.4 * (1 - 1 / 2.04) * 1e3)
     assert sum(x["delta_us_per_step"] for x in ev["categories"]) == pytest.approx(ev["step_time_change_us"])
@@ -125,7 +183,9 @@ def test_attribution_adds_up_to_the_verdicts_change_and_warns_of_unrepresentativ
     assert ev["grew_most"][0]["relative_change"] == pytest.approx(1.04)
     assert "x2.0400 (paired-abba)" in ev["change_basis"]
     assert [w.split(" is not representative")[0] for w in ev["warnings"]] == [
-        f"the profiled window of the baseline run {base}", "the profiled window of the candidate"]
+        f"the profiled window of the baseline run {base}",
+        "the profiled window of the candidate",
+    ]
     assert "3.57x its measured median" in ev["warnings"][0] and "0.49x" in ev["warnings"][1]
     assert (ev["baseline_window"]["representative"], ev["candidate_window"]["representative"]) == (False, False)
     assert "warning: the profiled window of the baseline run" in top_ops_text(ev)
@@ -137,15 +197,19 @@ def test_attribution_without_measured_medians_uses_op_self_time(db_url, tmp_path
     assert ev["step_time_change_source"] == "op_self_time"
     assert ev["step_time_change_us"] == pytest.approx(ev["op_self_time_change_us"]) == pytest.approx(99.0)
     assert any("no measured median step time was given for the candidate" in w for w in ev["warnings"])
-    assert any(w.endswith("was not checked against its measured steps (no window check stored)")
-               for w in ev["warnings"])
+    assert any(
+        w.endswith("was not checked against its measured steps (no window check stored)") for w in ev["warnings"]
+    )
 
 
 def test_attribution_unavailable_is_stated_not_raised(db_url, tmp_path):
     base = archive(db_url, tmp_path, "base")
     empty = archive(db_url, tmp_path, "empty", ops=[])
     assert attribute_against_run(db_url, 999, {"op_stats": CAND_OPS}, 5, 11.0) == {
-        "available": False, "baseline_run_id": 999, "reason": "baseline run 999 is not in the store"}
+        "available": False,
+        "baseline_run_id": 999,
+        "reason": "baseline run 999 is not in the store",
+    }
     assert "no op_stats rows" in attribute_against_run(db_url, empty, {"op_stats": CAND_OPS}, 5, 11.0)["reason"]
     no_cand = attribute_against_run(db_url, base, {"op_stats": []}, 5, 11.0)
     assert not no_cand["available"] and "candidate" in no_cand["reason"]
@@ -161,8 +225,9 @@ def test_verdict_evidence_carries_attribution_and_regression_names_top_ops(db_ur
     assert first.verdict == "no-baseline" and "attribution" not in first.evidence
     base = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, first).run_id
 
-    ctx, pulled, env, warm, run, parse, _ = records(tmp_path, "second", version="2", ops=CAND_OPS, avg_ms=31.5,
-                                                    median=30.0)
+    ctx, pulled, env, warm, run, parse, _ = records(
+        tmp_path, "second", version="2", ops=CAND_OPS, avg_ms=31.5, median=30.0
+    )
     verdict = baseline_compare(db_url, ctx.case, env, run, parse, tmp_path / "second" / "work")
     assert verdict.verdict == "regression"
     attribution = verdict.evidence["attribution"]
@@ -175,10 +240,16 @@ def test_verdict_evidence_carries_attribution_and_regression_names_top_ops(db_ur
     conv, bn = attribution["grew_most"][:2]
     assert (conv["op_name"], bn["op_name"], bn["status"]) == ("conv", "bn", "appeared")
     archived = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, verdict)
-    bundle = {"ctx": ctx.to_xcom(), "pulled": pulled.to_xcom(), "verdict": verdict.to_xcom(),
-              "archived": archived.to_xcom()}
-    expected = (f"top ops: conv ({conv['delta_us_per_step']:+.1f} µs/step, {conv['relative_change']:+.0%}, "
-                f"{conv['share_of_change']:.0%} of the change), bn ({bn['delta_us_per_step']:+.1f} µs/step, appeared")
+    bundle = {
+        "ctx": ctx.to_xcom(),
+        "pulled": pulled.to_xcom(),
+        "verdict": verdict.to_xcom(),
+        "archived": archived.to_xcom(),
+    }
+    expected = (
+        f"top ops: conv ({conv['delta_us_per_step']:+.1f} µs/step, {conv['relative_change']:+.0%}, "
+        f"{conv['share_of_change']:.0%} of the change), bn ({bn['delta_us_per_step']:+.1f} µs/step, appeared"
+    )
     with pytest.raises(RegressionDetected, match=re.escape(expected)):
         raise_on_regression(bundle)
 
@@ -189,8 +260,17 @@ def test_verdict_evidence_carries_attribution_and_regression_names_top_ops(db_ur
 def test_compare_versions_latest_successful_runs(db_url, tmp_path):
     archive(db_url, tmp_path, "v1-old", version="1", ops=[op("conv", "Conv2D", 1.0)])
     v1 = archive(db_url, tmp_path, "v1-new", version="1", findings=[CPU_ONLY], check=window(3.0))
-    v2 = archive(db_url, tmp_path, "v2", version="2", ops=CAND_OPS, findings=[CPU_ONLY, INPUT_BOUND], avg_ms=11.6,
-                 median=12.0, check=window(1.0, 12.0))
+    v2 = archive(
+        db_url,
+        tmp_path,
+        "v2",
+        version="2",
+        ops=CAND_OPS,
+        findings=[CPU_ONLY, INPUT_BOUND],
+        avg_ms=11.6,
+        median=12.0,
+        check=window(1.0, 12.0),
+    )
     failed_ctx = records(tmp_path, "v2-failed", version="2")[0]
     record_failure(db_url, failed_ctx, "warm-up", "RunnerError: boom")  # newest v2 run, but failed
 
@@ -213,7 +293,10 @@ def test_compare_versions_latest_successful_runs(db_url, tmp_path):
     assert warning.startswith(f"the profiled window of the from run {v1} (v1) is not representative")
     assert f"Warning: {warning}" in vc.attribution.summary
     assert list(zip(vc.findings["side"], vc.findings["code"], strict=True)) == [
-        ("from", "cpu_only"), ("to", "cpu_only"), ("to", "input_bound")]
+        ("from", "cpu_only"),
+        ("to", "cpu_only"),
+        ("to", "input_bound"),
+    ]
     out = vc.to_dict()
     json.dumps(out)
     assert out["headline"][1]["run_id"] == v2 and out["ops"][0]["op_name"] == "conv"
@@ -240,8 +323,11 @@ def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_pat
     ctx, pulled, env, warm, run, _, comp = make_records(tmp_path, dag_run_id="real")
     shutil.rmtree(run.profile_dir)
     shutil.copytree(prof.logdir, run.profile_dir)
-    Path(run.samples_path).write_text(json.dumps({"measured_step_times_ms": [10.0 + i * 0.01 for i in range(10)],
-                                                  "profiled_step_times_ms": prof.step_ms}))
+    Path(run.samples_path).write_text(
+        json.dumps(
+            {"measured_step_times_ms": [10.0 + i * 0.01 for i in range(10)], "profiled_step_times_ms": prof.step_ms}
+        )
+    )
     parsed = parse_run(run, tmp_path / "real" / "work")
     tables = json.loads(Path(parsed.parsed_path).read_text())
     run_id = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, comp).run_id
@@ -267,9 +353,21 @@ def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_pat
 
 
 def test_top_ops_text_says_when_scopes_were_renamed():
-    att = {"available": True, "scope_renames": {"net_0.75": "net_0.35"},
-           "grew_most": [{"op_name": "net_0.35/conv", "delta_us_per_step": 12.0, "relative_change": 0.5,
-                          "share_of_change": 0.25, "status": "both"}]}
-    assert top_ops_text(att) == ("top ops: net_0.35/conv (+12.0 µs/step, +50%, 25% of the change) "
-                                 "(this run's op scope 'net_0.75' is shown under the baseline's 'net_0.35')")
+    att = {
+        "available": True,
+        "scope_renames": {"net_0.75": "net_0.35"},
+        "grew_most": [
+            {
+                "op_name": "net_0.35/conv",
+                "delta_us_per_step": 12.0,
+                "relative_change": 0.5,
+                "share_of_change": 0.25,
+                "status": "both",
+            }
+        ],
+    }
+    assert top_ops_text(att) == (
+        "top ops: net_0.35/conv (+12.0 µs/step, +50%, 25% of the change) "
+        "(this run's op scope 'net_0.75' is shown under the baseline's 'net_0.35')"
+    )
     assert top_ops_text(None) == "no op attribution"

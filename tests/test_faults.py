@@ -42,23 +42,42 @@ from tests.test_store import make_records
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["pulled", "env", "warmup", "run", "parsed", "verdict"]
-STAGES = [pipeline.pull, pipeline.fingerprint, pipeline.warmup, pipeline.profile, pipeline.parse, pipeline.compare,
-          pipeline.archive]
+STAGES = [
+    pipeline.pull,
+    pipeline.fingerprint,
+    pipeline.warmup,
+    pipeline.profile,
+    pipeline.parse,
+    pipeline.compare,
+    pipeline.archive,
+]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
 
 
 def settings_for(tmp: Path, db_url: str, archive: Path | None = None) -> Settings:
-    return Settings.from_env({"PERFWATCH_HOME": str(tmp / "home"), "PERFWATCH_DATABASE_URL": db_url,
-                              "PERFWATCH_ARCHIVE": str(archive or tmp / "archive"),
-                              "PERFWATCH_WORK": str(tmp / "work"), "PERFWATCH_MODEL_STORE": str(tmp / "models")})
+    return Settings.from_env(
+        {
+            "PERFWATCH_HOME": str(tmp / "home"),
+            "PERFWATCH_DATABASE_URL": db_url,
+            "PERFWATCH_ARCHIVE": str(archive or tmp / "archive"),
+            "PERFWATCH_WORK": str(tmp / "work"),
+            "PERFWATCH_MODEL_STORE": str(tmp / "models"),
+        }
+    )
 
 
 def env_for(st: Settings) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PERFWATCH_HOME": str(st.home),
-            "PERFWATCH_DATABASE_URL": st.database_url, "PERFWATCH_ARCHIVE": st.archive_root,
-            "PERFWATCH_WORK": str(st.work_root), "PERFWATCH_MODEL_STORE": st.model_store}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PERFWATCH_HOME": str(st.home),
+        "PERFWATCH_DATABASE_URL": st.database_url,
+        "PERFWATCH_ARCHIVE": st.archive_root,
+        "PERFWATCH_WORK": str(st.work_root),
+        "PERFWATCH_MODEL_STORE": st.model_store,
+    }
 
 
 def xcom(bundle: dict) -> dict:
@@ -90,8 +109,11 @@ def count(url: str, table, *where) -> int:
 
 def files(root: Path | str) -> list[str]:
     root = Path(root)
-    return sorted(f"{p.relative_to(root)}:{p.stat().st_size}" for p in root.rglob("*") if p.is_file()) \
-        if root.exists() else []
+    return (
+        sorted(f"{p.relative_to(root)}:{p.stat().st_size}" for p in root.rglob("*") if p.is_file())
+        if root.exists()
+        else []
+    )
 
 
 def snapshot(st: Settings) -> dict:
@@ -99,10 +121,16 @@ def snapshot(st: Settings) -> dict:
     url = st.database_url
     with session_scope(url) as s:
         runs = sorted(s.execute(select(Run.id, Run.status, Run.failed_stage, Run.archive_uri)).all())
-    return {"runs": runs, "samples": count(url, StepSample), "ops": count(url, OpStat),
-            "artifacts": count(url, Artifact), "comparisons": count(url, Comparison),
-            "baselines": count(url, Baseline), "archive": files(st.archive_root),
-            "scratch": sorted(p.name for p in st.work_root.iterdir()) if st.work_root.exists() else []}
+    return {
+        "runs": runs,
+        "samples": count(url, StepSample),
+        "ops": count(url, OpStat),
+        "artifacts": count(url, Artifact),
+        "comparisons": count(url, Comparison),
+        "baselines": count(url, Baseline),
+        "archive": files(st.archive_root),
+        "scratch": sorted(p.name for p in st.work_root.iterdir()) if st.work_root.exists() else [],
+    }
 
 
 def partials(st: Settings) -> list[Path]:
@@ -177,8 +205,9 @@ def test_retries_of_a_failed_run_replace_its_record_and_keep_the_first_error(db_
 def test_a_failed_run_leaves_no_scratch_dir(db_url, tmp_path):
     st = settings_for(tmp_path, db_url)
     (Path(st.model_store) / "m" / "1").mkdir(parents=True)
-    ctx = make_records(tmp_path, dag_run_id="f1")[0].model_copy(update={"case": make_records(
-        tmp_path, dag_run_id="f1")[0].case.model_copy(update={"version": "7"})})
+    ctx = make_records(tmp_path, dag_run_id="f1")[0].model_copy(
+        update={"case": make_records(tmp_path, dag_run_id="f1")[0].case.model_copy(update={"version": "7"})}
+    )
     with pytest.raises(LookupError):
         pipeline.pull({"ctx": ctx.to_xcom()}, st)
     assert [r[1:3] for r in snapshot(st)["runs"]] == [("failed", "pull-model-version")]
@@ -220,8 +249,13 @@ def test_kill_9_during_archive_then_later_runs_and_db_check_clean_up(db_url, tmp
     bundle = compared_bundle(st, "killed")
     (tmp_path / "bundle.json").write_text(json.dumps(bundle))
     signal_file = tmp_path / "signal"
-    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(tmp_path / "bundle.json"), str(signal_file), where],
-                            env=env_for(st), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLABLE, str(tmp_path / "bundle.json"), str(signal_file), where],
+        env=env_for(st),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 180
         while not signal_file.exists():
@@ -240,8 +274,10 @@ def test_kill_9_during_archive_then_later_runs_and_db_check_clean_up(db_url, tmp
     else:  # moved into place, never committed: a directory without a run (young: may be in flight)
         assert partials(st) == [] and len([p for p in model_dir.iterdir()]) == 1
         assert find_leftovers(st) == []
-    assert {f.kind for f in find_leftovers(st, grace_hours=0)} == {"scratch", "partial" if where == "copied"
-                                                                   else "orphan-archive"}
+    assert {f.kind for f in find_leftovers(st, grace_hours=0)} == {
+        "scratch",
+        "partial" if where == "copied" else "orphan-archive",
+    }
     later = pipeline.archive(compared_bundle(st, "later"), st)  # a later run of any model sweeps the partial
     assert partials(st) == []
     retried = pipeline.archive(xcom(bundle), st)  # the killed task retried: its scratch dir is still there
@@ -258,8 +294,9 @@ def tiny_disk(tmp_path) -> Path:
     mnt = tmp_path / "tiny-disk"
     mnt.mkdir()
     try:
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         refused = proc.stderr.strip() if proc.returncode != 0 else None
     except OSError as e:
         refused = str(e)
@@ -320,9 +357,23 @@ def _race(st: Settings, tmp_path: Path, n: int = 4) -> list[subprocess.Completed
     for i in range(n):
         b = compared_bundle(st, f"race{i}", verdict="pass")
         (tmp_path / f"b{i}.json").write_text(json.dumps(b))
-        procs.append(subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path / f"b{i}.json"),
-                                       str(tmp_path / f"ready{i}"), str(tmp_path / "go")], env=env_for(st), cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _RACER,
+                    str(tmp_path / f"b{i}.json"),
+                    str(tmp_path / f"ready{i}"),
+                    str(tmp_path / "go"),
+                ],
+                env=env_for(st),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     deadline = time.monotonic() + 180
     while not all((tmp_path / f"ready{i}").exists() for i in range(n)):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
@@ -471,8 +522,9 @@ def test_postgres_scheme_urls_work_like_postgresql(db_url, cli, monkeypatch):
     if not db_url.startswith("postgresql"):
         pytest.skip("a postgres:// URL needs the PostgreSQL store")
     for scheme in ("postgres", "postgresql"):
-        monkeypatch.setenv("PERFWATCH_DATABASE_URL", make_url(db_url).set(drivername=scheme)
-                           .render_as_string(hide_password=False))
+        monkeypatch.setenv(
+            "PERFWATCH_DATABASE_URL", make_url(db_url).set(drivername=scheme).render_as_string(hide_password=False)
+        )
         res = cli("runs", "--format", "json")
         assert res.exit_code == 0 and json.loads(res.stdout) == [], res.output
 
@@ -571,8 +623,10 @@ def test_baseline_show_with_a_superseded_baseline(cli, db_url, tmp_path):
     assert table.exit_code == 0, table.output
     assert f"active baseline of m train-bs16 (env k1): run {second} v1" in table.output
     rows = json.loads(cli("baseline", "show", "m", "--format", "json").stdout)
-    assert [(r["run_id"], r["active"], r["superseded_at"] is None) for r in rows] == [(second, True, True),
-                                                                                      (first, False, False)]
+    assert [(r["run_id"], r["active"], r["superseded_at"] is None) for r in rows] == [
+        (second, True, True),
+        (first, False, False),
+    ]
     for fmt in ("csv", "markdown"):
         assert cli("baseline", "show", "m", "--format", fmt).exit_code == 0
 
@@ -595,8 +649,12 @@ def test_real_run_failed_at_archive_then_every_task_retried(tmp_path, model_file
     shutil.copy(model_files["tiny"], Path(st.model_store) / "tiny" / "1" / "model.keras")
     from tasks.records import Case, RunContext
 
-    ctx = RunContext(dag_id="perfwatch_profile", dag_run_id="manual__1", trigger="manual",
-                     case=Case(model="tiny", version="1", batch_size=2, measured_steps=5, warmup_max_steps=10))
+    ctx = RunContext(
+        dag_id="perfwatch_profile",
+        dag_run_id="manual__1",
+        trigger="manual",
+        case=Case(model="tiny", version="1", batch_size=2, measured_steps=5, warmup_max_steps=10),
+    )
     bundle = {"ctx": ctx.to_xcom()}
     for stage in STAGES[:-1]:
         bundle = xcom(stage(bundle, st))
@@ -625,8 +683,14 @@ def test_airflow_tasks_test_of_a_finished_runs_archive_keeps_it(home, model_stor
     env = _airflow_env(home, tmp_path / "airflow")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
     conf = {"model": "tiny", "version": "1", "batch_size": 2, "measured_steps": 5}
-    proc = subprocess.run([str(BIN / "airflow"), "dags", "test", "perfwatch_profile", "-c", json.dumps(conf)],
-                          env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", "perfwatch_profile", "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     st = Settings.from_env(env)
     before = snapshot(st)
@@ -634,8 +698,14 @@ def test_airflow_tasks_test_of_a_finished_runs_archive_keeps_it(home, model_stor
     assert status == "success" and before["scratch"] == [] and partials(st) == []
     with session_scope(st.database_url) as s:
         dag_run_id = s.scalar(select(Run.dag_run_id))
-    proc = subprocess.run([str(BIN / "airflow"), "tasks", "test", "perfwatch_profile", "archive", dag_run_id,
-                           "--map-index", "0"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    proc = subprocess.run(
+        [str(BIN / "airflow"), "tasks", "test", "perfwatch_profile", "archive", dag_run_id, "--map-index", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "already archived" in proc.stdout + proc.stderr
     assert snapshot(st) == before and partials(st) == []

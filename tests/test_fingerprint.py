@@ -1,4 +1,6 @@
-"""Tests for the env-fingerprint stage (tasks.runner.probe, tasks.analysis.environment). NVML is faked at the pynvml boundary; the real code runs CPU-only."""
+"""Tests for the env-fingerprint stage (tasks.runner.probe, tasks.analysis.environment).
+
+NVML is faked at the pynvml boundary; the real code runs CPU-only."""
 
 from __future__ import annotations
 
@@ -19,18 +21,35 @@ from tasks.stages import fingerprint as fpm
 
 REPO = Path(__file__).resolve().parent.parent
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa-1111", "mem": 85_899_345_920, "cc": (9, 0),
-        "power": 700_000, "app": {1: 1980, 2: 2619}, "max": {1: 1980, 2: 2619}, "ecc": [1, 1],
-        "persist": 1, "mig": [0, 0], "migs": []}
-A100 = {**H100, "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-bbbb-2222", "mem": 42_949_672_960,
-        "cc": (8, 0), "power": 400_000}
+H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "uuid": "GPU-aaaa-1111",
+    "mem": 85_899_345_920,
+    "cc": (9, 0),
+    "power": 700_000,
+    "app": {1: 1980, 2: 2619},
+    "max": {1: 1980, 2: 2619},
+    "ecc": [1, 1],
+    "persist": 1,
+    "mig": [0, 0],
+    "migs": [],
+}
+A100 = {
+    **H100,
+    "name": "NVIDIA A100-SXM4-40GB",
+    "uuid": "GPU-bbbb-2222",
+    "mem": 42_949_672_960,
+    "cc": (8, 0),
+    "power": 400_000,
+}
 
 
 class FakeNVML:
     """Replaces the pynvml functions fingerprint.py calls; ``errors`` maps a function name to an exception."""
 
-    def __init__(self, devices: list[dict], errors: dict[str, Exception] | None = None,
-                 init_error: Exception | None = None) -> None:
+    def __init__(
+        self, devices: list[dict], errors: dict[str, Exception] | None = None, init_error: Exception | None = None
+    ) -> None:
         self.devices, self.errors, self.init_error = devices, errors or {}, init_error
         self.shutdowns = 0
 
@@ -40,6 +59,7 @@ class FakeNVML:
                 if name in self.errors:
                     raise self.errors[name]
                 return fn(*args)
+
             mp.setattr(pynvml, name, wrapper)
 
         def init():
@@ -86,12 +106,22 @@ def test_one_gpu_all_fields_and_shutdown(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     g, fake = gpu(monkeypatch, [H100])
     assert (g["nvml"], g["driver_version"], g["cuda_driver_version"], g["count"]) == ("ok", "550.54.15", "12.4", 1)
-    assert g["devices"] == [{
-        "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa-1111", "memory_total_bytes": 85_899_345_920,
-        "compute_capability": "9.0", "power_limit_mw": 700_000,
-        "applications_clock_mhz": {"sm": 1980, "mem": 2619}, "max_clock_mhz": {"sm": 1980, "mem": 2619},
-        "ecc_mode": {"current": "enabled", "pending": "enabled"}, "persistence_mode": "enabled",
-        "mig_mode": {"current": "disabled", "pending": "disabled"}, "mig_devices": []}]
+    assert g["devices"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-aaaa-1111",
+            "memory_total_bytes": 85_899_345_920,
+            "compute_capability": "9.0",
+            "power_limit_mw": 700_000,
+            "applications_clock_mhz": {"sm": 1980, "mem": 2619},
+            "max_clock_mhz": {"sm": 1980, "mem": 2619},
+            "ecc_mode": {"current": "enabled", "pending": "enabled"},
+            "persistence_mode": "enabled",
+            "mig_mode": {"current": "disabled", "pending": "disabled"},
+            "mig_devices": [],
+        }
+    ]
     assert fake.shutdowns == 1
 
 
@@ -107,8 +137,11 @@ def test_two_different_gpus_are_both_comparability(monkeypatch):
 
 def test_mig_enabled_lists_slices_and_skips_empty_slots(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    slices = [{"name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "uuid": "MIG-1", "mem": 20 << 30}, None,
-              {"name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "uuid": "MIG-2", "mem": 5 << 30}]
+    slices = [
+        {"name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "uuid": "MIG-1", "mem": 20 << 30},
+        None,
+        {"name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "uuid": "MIG-2", "mem": 5 << 30},
+    ]
     g, _ = gpu(monkeypatch, [{**A100, "mig": [1, 1], "migs": slices}])
     dev = g["devices"][0]
     assert dev["mig_mode"] == {"current": "enabled", "pending": "enabled"}
@@ -120,10 +153,15 @@ def test_mig_enabled_lists_slices_and_skips_empty_slots(monkeypatch):
 
 def test_nvml_error_on_one_field_is_recorded_not_raised(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    g, fake = gpu(monkeypatch, [H100], errors={
-        "nvmlDeviceGetPowerManagementLimit": pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN),
-        "nvmlDeviceGetMigMode": pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED),
-        "nvmlSystemGetCudaDriverVersion_v2": pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)})
+    g, fake = gpu(
+        monkeypatch,
+        [H100],
+        errors={
+            "nvmlDeviceGetPowerManagementLimit": pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN),
+            "nvmlDeviceGetMigMode": pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED),
+            "nvmlSystemGetCudaDriverVersion_v2": pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND),
+        },
+    )
     assert g["cuda_driver_version"] == "11.8"  # fell back to the v1 entry point
     dev = g["devices"][0]
     assert dev["power_limit_mw"] == "unknown: NVMLError_Unknown: Unknown Error"
@@ -134,8 +172,9 @@ def test_nvml_error_on_one_field_is_recorded_not_raised(monkeypatch):
 
 def test_handle_error_keeps_device_entry(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    g, fake = gpu(monkeypatch, [H100], errors={
-        "nvmlDeviceGetHandleByIndex": pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)})
+    g, fake = gpu(
+        monkeypatch, [H100], errors={"nvmlDeviceGetHandleByIndex": pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)}
+    )
     dev = g["devices"][0]
     assert g["count"] == 1 and dev["index"] == 0
     assert dev["name"] == dev["ecc_mode"]["current"] == "unknown: NVMLError_GpuIsLost: GPU is lost"
@@ -145,8 +184,14 @@ def test_handle_error_keeps_device_entry(monkeypatch):
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded])
 def test_no_nvml_library_or_driver_is_absent(monkeypatch, error):
     g, fake = gpu(monkeypatch, [H100], init_error=error())
-    assert g == {"nvml": "absent", "driver_version": "absent", "cuda_driver_version": "absent",
-                 "count": 0, "physical_count": 0, "devices": []}
+    assert g == {
+        "nvml": "absent",
+        "driver_version": "absent",
+        "cuda_driver_version": "absent",
+        "count": 0,
+        "physical_count": 0,
+        "devices": [],
+    }
     assert fake.shutdowns == 0
 
 
@@ -161,9 +206,18 @@ def test_nvml_without_gpus(monkeypatch):
     assert fake.shutdowns == 1
 
 
-@pytest.mark.parametrize("spec, names", [
-    ("1", [A100["name"]]), ("GPU-bbbb", [A100["name"]]), ("1,0", [A100["name"], H100["name"]]),
-    ("0,7,1", [H100["name"]]), ("", []), ("-1", []), ("MIG-abc", [H100["name"], A100["name"]])])
+@pytest.mark.parametrize(
+    "spec, names",
+    [
+        ("1", [A100["name"]]),
+        ("GPU-bbbb", [A100["name"]]),
+        ("1,0", [A100["name"], H100["name"]]),
+        ("0,7,1", [H100["name"]]),
+        ("", []),
+        ("-1", []),
+        ("MIG-abc", [H100["name"], A100["name"]]),
+    ],
+)
 def test_cuda_visible_devices_selects_gpus(monkeypatch, spec, names):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", spec)
     g, _ = gpu(monkeypatch, [H100, A100])
@@ -201,9 +255,13 @@ def test_tensorflow_not_importable_is_absent(monkeypatch):
     assert "tensorflow.build.cuda_version" in envm.flatten({"tensorflow": tf})
 
 
-def fake_tf_package(root: Path, *, setup: str | None = "_VERSION = '9.9.9-rc0'\n",
-                    build_info: str | None = "import collections\nbuild_info = collections.OrderedDict("
-                                             "[('cuda_version', '12.5'), ('is_cuda_build', True)])\n") -> Path:
+def fake_tf_package(
+    root: Path,
+    *,
+    setup: str | None = "_VERSION = '9.9.9-rc0'\n",
+    build_info: str | None = "import collections\nbuild_info = collections.OrderedDict("
+    "[('cuda_version', '12.5'), ('is_cuda_build', True)])\n",
+) -> Path:
     """A ``tensorflow`` package dir with the two text files the probe reads (no extension modules)."""
     pkg = root / "tensorflow"
     (pkg / "tools" / "pip_package").mkdir(parents=True)
@@ -226,8 +284,13 @@ def test_tensorflow_facts_read_from_package_files_failures_isolated(monkeypatch,
     assert tf["version"] == "9.9.9-rc0" and tf["xla_jit"] == "off"
     assert tf["onednn_enabled"].startswith("unknown: FileNotFoundError: no extension module")
     assert tf["op_determinism"].startswith("unknown: FileNotFoundError")
-    assert tf["build"] == {"cuda_version": "12.5", "cudnn_version": "absent", "is_cuda_build": True,
-                           "is_rocm_build": "absent", "is_tensorrt_build": "absent"}
+    assert tf["build"] == {
+        "cuda_version": "12.5",
+        "cudnn_version": "absent",
+        "is_cuda_build": True,
+        "is_rocm_build": "absent",
+        "is_tensorrt_build": "absent",
+    }
     assert "tensorflow" not in sys.modules
 
 
@@ -243,8 +306,10 @@ def test_tensorflow_unreadable_files_are_unknown(monkeypatch, tmp_path):
 
 def test_collect_reads_tensorflow_without_importing_it():
     """The real package: the TF facts are read, yet ``import tensorflow`` never ran in the probe."""
-    code = ("import json, sys; from tasks.runner import probe; tf = probe.collect()['tensorflow']; "
-            "print(json.dumps([tf, 'tensorflow' in sys.modules, 'keras' in sys.modules]))")
+    code = (
+        "import json, sys; from tasks.runner import probe; tf = probe.collect()['tensorflow']; "
+        "print(json.dumps([tf, 'tensorflow' in sys.modules, 'keras' in sys.modules]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     tf, imported_tf, imported_keras = json.loads(proc.stdout.splitlines()[-1])
     assert not imported_tf and not imported_keras
@@ -298,8 +363,12 @@ def test_hashes_ignore_recorded_and_non_comparability(record):
     assert (other_host.fingerprint_id, other_host.comparability_key) == (base.fingerprint_id, base.comparability_key)
     swapped = envm.Fingerprint.from_data(changed(record, "gpu.devices.0.uuid", "GPU-new-card"))
     assert swapped.comparability_key == base.comparability_key and swapped.fingerprint_id != base.fingerprint_id
-    for path, value in [("gpu.devices.0.name", "NVIDIA H200"), ("gpu.driver_version", "560.1"),
-                        ("packages.numpy", "1.0.0"), ("env_vars.XLA_FLAGS", "--xla_gpu_autotune_level=0")]:
+    for path, value in [
+        ("gpu.devices.0.name", "NVIDIA H200"),
+        ("gpu.driver_version", "560.1"),
+        ("packages.numpy", "1.0.0"),
+        ("env_vars.XLA_FLAGS", "--xla_gpu_autotune_level=0"),
+    ]:
         assert envm.Fingerprint.from_data(changed(record, path, value)).comparability_key != base.comparability_key
 
 
@@ -310,8 +379,11 @@ def test_comparability_fields_fill_missing_paths():
 
 
 def test_diff_fingerprints(record):
-    new = changed(changed(changed(record, "gpu.devices.0.uuid", "GPU-x"), "gpu.driver_version", "560.1"),
-                  "recorded.hostname", "elsewhere")
+    new = changed(
+        changed(changed(record, "gpu.devices.0.uuid", "GPU-x"), "gpu.driver_version", "560.1"),
+        "recorded.hostname",
+        "elsewhere",
+    )
     new["gpu"]["devices"].append(copy.deepcopy(new["gpu"]["devices"][0]))
     changes = {c.field: c for c in envm.diff_fingerprints(record, envm.Fingerprint.from_data(new))}
     assert (changes["gpu.driver_version"].old, changes["gpu.driver_version"].new) == ("550.54.15", "560.1")
@@ -333,10 +405,14 @@ def test_take_fingerprint_in_parses_child(tmp_path, monkeypatch):
     assert fp == envm.Fingerprint.from_data(fp.data)
 
 
-@pytest.mark.parametrize("script, match", [
-    ("echo 'boom: bad venv' >&2; exit 3", "boom: bad venv"),
-    ("exec sleep 5", "timed out"),
-    ("echo not-json", "Expecting value")])
+@pytest.mark.parametrize(
+    "script, match",
+    [
+        ("echo 'boom: bad venv' >&2; exit 3", "boom: bad venv"),
+        ("exec sleep 5", "timed out"),
+        ("echo not-json", "Expecting value"),
+    ],
+)
 def test_take_fingerprint_in_failures(tmp_path, script, match):
     shim = tmp_path / "python"
     shim.write_text(f"#!/bin/sh\n{script}\n")
@@ -376,18 +452,27 @@ print(json.dumps(imported))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", [{}, {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_DETERMINISTIC_OPS": "1",
-                                      "NVIDIA_TF32_OVERRIDE": "0"}])
+@pytest.mark.parametrize(
+    "env", [{}, {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_DETERMINISTIC_OPS": "1", "NVIDIA_TF32_OVERRIDE": "0"}]
+)
 def test_tensorflow_facts_equal_what_imported_tensorflow_reports(env):
     """Keys stay comparable with runs fingerprinted by importing TF: every TF field read from the package
     equals the imported library's answer, also with the variables that change them set."""
     import os
 
     out = []
-    for code in ("import json; from tasks.runner import probe; print(json.dumps(probe.collect()['tensorflow']))",
-                 _AS_IMPORTED):  # two interpreters: the reading must not lean on an imported TF
-        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                              timeout=900, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+    for code in (
+        "import json; from tasks.runner import probe; print(json.dumps(probe.collect()['tensorflow']))",
+        _AS_IMPORTED,
+    ):  # two interpreters: the reading must not lean on an imported TF
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         out.append(json.loads(proc.stdout.splitlines()[-1]))
     read, imported = out

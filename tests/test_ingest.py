@@ -61,8 +61,13 @@ def job_logs(tmp_path_factory) -> Path:
     """Log dirs of real jobs: keras_tb (Keras profile_batch), keras_a/keras_b (perfwatch's Keras callback),
     loop (StepProfiler in a custom loop, PERFWATCH_PROFILE_STEPS=2:9)."""
     out = tmp_path_factory.mktemp("jobs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "PERFWATCH_PROFILE_STEPS": "2:9",
-           "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PERFWATCH_PROFILE_STEPS": "2:9",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     proc = subprocess.run([sys.executable, "-c", _JOBS, str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -83,12 +88,14 @@ def test_steps_variable_and_disabled_profiler():
 @pytest.mark.slow
 def test_ingested_job_profiles_join_the_history(job_logs, home, db_url, cli):
     assert list((job_logs / "keras_a" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))  # Keras layout
-    first = cli("ingest", job_logs / "keras_a", "--model", "recsys", "--version", "7", "--case", "fit-bs8",
-                "--batch-size", "8")
+    first = cli(
+        "ingest", job_logs / "keras_a", "--model", "recsys", "--version", "7", "--case", "fit-bs8", "--batch-size", "8"
+    )
     assert first.exit_code == 0, first.output
     assert "(source external): verdict no-baseline" in first.output and "step time is xprof's" in first.output
-    second = cli("ingest", job_logs / "keras_b", "--model", "recsys", "--version", "7", "--case", "fit-bs8",
-                 "--batch-size", "8")
+    second = cli(
+        "ingest", job_logs / "keras_b", "--model", "recsys", "--version", "7", "--case", "fit-bs8", "--batch-size", "8"
+    )
     assert second.exit_code in (0, 1), second.output
     assert "verdict no-baseline" not in second.output  # judged against the first ingested run
     again = cli("ingest", job_logs / "keras_b", "--model", "recsys", "--version", "7", "--case", "fit-bs8")
@@ -100,8 +107,17 @@ def test_ingested_job_profiles_join_the_history(job_logs, home, db_url, cli):
     assert [(r["case_name"], r["source"], r["version"]) for r in rows] == [("fit-bs8", "external", "7")] * 2
     assert rows[1]["method"] and rows[1]["baseline_median_ms"] == pytest.approx(rows[0]["median_step_ms"])
     with session_scope(db_url) as s:
-        runs = s.execute(select(Run.source, Run.dag_id, Run.median_step_ms, Run.throughput_eps, Run.cold_step_ms,
-                                Run.warmup_steps, Run.archive_uri).order_by(Run.id)).all()
+        runs = s.execute(
+            select(
+                Run.source,
+                Run.dag_id,
+                Run.median_step_ms,
+                Run.throughput_eps,
+                Run.cold_step_ms,
+                Run.warmup_steps,
+                Run.archive_uri,
+            ).order_by(Run.id)
+        ).all()
         evidence = s.scalars(select(Comparison.evidence).order_by(Comparison.id)).all()
     assert [r.source for r in runs] == ["external", "external"] and runs[0].dag_id == "perfwatch_ingest"
     assert runs[0].median_step_ms > 0 and runs[0].throughput_eps == pytest.approx(8000 / runs[0].median_step_ms)

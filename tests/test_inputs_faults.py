@@ -71,8 +71,9 @@ def test_a_bad_timeout_setting_is_named_when_its_stage_starts(raw):
 def test_measuring_stage_limits_grow_with_the_steps_they_time(monkeypatch):
     """100000 measured steps of a 60 ms model (the documented maximum) must not hit a fixed limit."""
     monkeypatch.setenv("PERFWATCH_PROFILE_TIMEOUT_S", "600")
-    warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=900.0,
-                        step_times_ms=[50.0, 60.0, 70.0], wall_s=1.0)
+    warm = WarmupRecord(
+        warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=900.0, step_times_ms=[50.0, 60.0, 70.0], wall_s=1.0
+    )
     limit, how = limit_after_warmup("profiled-run", warm, 100_000)
     assert limit == pytest.approx(600 + STEP_ALLOWANCE * 100_000 * 0.060)
     assert how == f"PERFWATCH_PROFILE_TIMEOUT_S=600 s + {STEP_ALLOWANCE:g} x 100000 steps x 60.0 ms"
@@ -86,27 +87,43 @@ def test_fingerprint_timeout_says_stage_limit_setting_and_what_the_probe_printed
     with pytest.raises(RuntimeError) as err:
         fpm.take_fingerprint_in(shim)
     msg = str(err.value)
-    assert msg.startswith(f"env-fingerprint timed out: the probe in {shim!r} ran past its limit of 1 s "
-                          "(PERFWATCH_FINGERPRINT_TIMEOUT_S=1 s)")
+    assert msg.startswith(
+        f"env-fingerprint timed out: the probe in {shim!r} ran past its limit of 1 s "
+        "(PERFWATCH_FINGERPRINT_TIMEOUT_S=1 s)"
+    )
     assert msg.endswith("stderr tail:\nperfwatch probe: importing TensorFlow")
 
 
 def test_the_probe_says_what_it_is_doing_on_stderr():
-    proc = subprocess.run([sys.executable, "-m", "tasks.runner.probe", "--no-tensorflow"], capture_output=True,
-                          text=True, cwd=REPO, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks.runner.probe", "--no-tensorflow"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     assert "perfwatch probe: reading NVML" in proc.stderr and proc.stdout.startswith('{"data": ')
 
 
 def test_warmup_timeout_says_stage_limit_setting_and_stderr_tail(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFWATCH_WARMUP_TIMEOUT_S", "1")
     shim = _shim(tmp_path, "echo 'loading model' >&2; echo 'tracing the training step' >&2; exec sleep 8")
-    pulled = PulledModel(model="m", version="1", source_uri="/s/m/1", local_path=str(tmp_path / "model"),
-                         format="keras", digest="a" * 64, size_bytes=1)
+    pulled = PulledModel(
+        model="m",
+        version="1",
+        source_uri="/s/m/1",
+        local_path=str(tmp_path / "model"),
+        format="keras",
+        digest="a" * 64,
+        size_bytes=1,
+    )
     with pytest.raises(RunnerError) as err:
         warm_up(pulled, Case(model="m"), tmp_path / "work", shim)
     msg = str(err.value)
-    assert msg.startswith(f"warm-up timed out: the runner process for {tmp_path / 'model'} ran past its limit of 1 s "
-                          "(PERFWATCH_WARMUP_TIMEOUT_S=1 s) and was killed")
+    assert msg.startswith(
+        f"warm-up timed out: the runner process for {tmp_path / 'model'} ran past its limit of 1 s "
+        "(PERFWATCH_WARMUP_TIMEOUT_S=1 s) and was killed"
+    )
     assert msg.endswith("stderr tail:\nloading model\ntracing the training step")
     assert (tmp_path / "work" / "warmup" / "warmup_stderr.log").read_text().startswith("loading model")  # kept
 
@@ -114,8 +131,11 @@ def test_warmup_timeout_says_stage_limit_setting_and_stderr_tail(tmp_path, monke
 def test_runner_exit_without_result_names_the_stage(tmp_path):
     shim = _shim(tmp_path, "echo 'Killed' >&2; exit 137")
     spec = RunnerSpec(mode="profile", model_path="/m", out_dir=str(tmp_path / "run"), batch_size=1)
-    with pytest.raises(RunnerError, match=r"^profiled run: runner \(profile\) for /m exited 137 without a result; "
-                                          r"stderr tail:\nKilled$"):
+    with pytest.raises(
+        RunnerError,
+        match=r"^profiled run: runner \(profile\) for /m exited 137 without a result; "
+        r"stderr tail:\nKilled$",
+    ):
         launch(spec, shim, 30)
 
 
@@ -127,16 +147,26 @@ def test_measured_steps_up_to_the_documented_maximum_need_no_other_setting():
     case = Case(model="m", measured_steps=20_000)
     assert (case.paired_blocks, case.paired_timed_steps) == (20_000, 40_000)
     assert Case(model="m", measured_steps=100_000, paired=True).paired_blocks == 100_000
-    RunnerSpec(mode="paired", model_path="/b", baseline_model_path="/a", out_dir="/o", batch_size=1,
-               blocks=case.paired_blocks, block_steps=1)  # the runner takes what the case allows
+    RunnerSpec(
+        mode="paired",
+        model_path="/b",
+        baseline_model_path="/a",
+        out_dir="/o",
+        batch_size=1,
+        blocks=case.paired_blocks,
+        block_steps=1,
+    )  # the runner takes what the case allows
 
 
 def test_an_out_of_range_value_is_named_as_given_never_as_a_derived_setting():
     with pytest.raises(ValidationError) as err:
         Case(model="m", measured_steps=200_000)
     assert [e["loc"] for e in err.value.errors()] == [("measured_steps",)]
-    with pytest.raises(ValidationError, match=r"paired_blocks=50000 x paired_block_steps=4 is 200000 timed steps "
-                                              r"per version; at most 100000"):
+    with pytest.raises(
+        ValidationError,
+        match=r"paired_blocks=50000 x paired_block_steps=4 is 200000 timed steps "
+        r"per version; at most 100000",
+    ):
         Case(model="m", paired_blocks=50_000, paired_block_steps=4)
 
 
@@ -160,17 +190,27 @@ def test_nvml_version_mismatch_is_unknown_not_absent(monkeypatch):
     data = _gpu_reading(monkeypatch, pynvml.NVMLError(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH))
     g = data["gpu"]
     marker = "unknown: NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch."
-    assert {k: g[k] for k in ("nvml", "driver_version", "cuda_driver_version", "count", "physical_count")} == \
-        dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count", "physical_count"), marker)
+    assert {
+        k: g[k] for k in ("nvml", "driver_version", "cuda_driver_version", "count", "physical_count")
+    } == dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count", "physical_count"), marker)
     assert envm.not_comparable_reason(data) == f"gpu.count: {marker}"
 
 
 def test_an_nvml_failure_is_comparable_with_no_other_reading(monkeypatch):
-    broken = [_gpu_reading(monkeypatch, pynvml.NVMLError(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH))
-              for _ in range(2)]
-    cpu = with_changes(broken[0], {"gpu": {"nvml": "absent", "driver_version": "absent",
-                                           "cuda_driver_version": "absent", "count": 0, "physical_count": 0,
-                                           "devices": []}})
+    broken = [_gpu_reading(monkeypatch, pynvml.NVMLError(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)) for _ in range(2)]
+    cpu = with_changes(
+        broken[0],
+        {
+            "gpu": {
+                "nvml": "absent",
+                "driver_version": "absent",
+                "cuda_driver_version": "absent",
+                "count": 0,
+                "physical_count": 0,
+                "devices": [],
+            }
+        },
+    )
     keys = {envm.Fingerprint.from_data(d).comparability_key for d in [*broken, cpu]}
     assert len(keys) == 3  # neither the CPU host's key nor the other broken reading's
     assert envm.not_comparable_reason(cpu) is None
@@ -179,9 +219,19 @@ def test_an_nvml_failure_is_comparable_with_no_other_reading(monkeypatch):
 
 
 def test_a_broken_driver_never_joins_a_cpu_history(db_url, tmp_path, monkeypatch):
-    cpu = with_changes(BASELINE_FINGERPRINT, {"gpu": {"nvml": "absent", "driver_version": "absent",
-                                                      "cuda_driver_version": "absent", "count": 0,
-                                                      "physical_count": 0, "devices": []}})
+    cpu = with_changes(
+        BASELINE_FINGERPRINT,
+        {
+            "gpu": {
+                "nvml": "absent",
+                "driver_version": "absent",
+                "cuda_driver_version": "absent",
+                "count": 0,
+                "physical_count": 0,
+                "devices": [],
+            }
+        },
+    )
     base = archive_with_env(db_url, tmp_path, "cpu", cpu)
     gpu = _gpu_reading(monkeypatch, pynvml.NVMLError(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH))["gpu"]
     broken = {**cpu, "gpu": gpu, "recorded": {**cpu["recorded"], "probe_id": "a" * 32}}
@@ -198,11 +248,21 @@ def test_only_performance_env_vars_enter_the_comparability_key():
     """Fault 11: a run outside Airflow differs from one inside only by TF_CPP_MIN_LOG_LEVEL."""
     base = envm.Fingerprint.from_data(BASELINE_FINGERPRINT)
     assert base.comparability_key == "2e0e9be660ebb330"  # the key stored before this change: histories continue
-    quiet = with_changes(BASELINE_FINGERPRINT, {"env_vars.TF_CPP_MIN_LOG_LEVEL": "2", "env_vars.TF_GPU_THREAD_MODE":
-                                                "absent", "env_vars.CUDA_VISIBLE_DEVICES": "GPU-5d1c0a6e"})
+    quiet = with_changes(
+        BASELINE_FINGERPRINT,
+        {
+            "env_vars.TF_CPP_MIN_LOG_LEVEL": "2",
+            "env_vars.TF_GPU_THREAD_MODE": "absent",
+            "env_vars.CUDA_VISIBLE_DEVICES": "GPU-5d1c0a6e",
+        },
+    )
     assert envm.Fingerprint.from_data(quiet).comparability_key == base.comparability_key
-    for name, value in [("TF_NUM_INTRAOP_THREADS", "1"), ("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
-                        ("CUDA_LAUNCH_BLOCKING", "1"), ("OMP_NUM_THREADS", "4")]:
+    for name, value in [
+        ("TF_NUM_INTRAOP_THREADS", "1"),
+        ("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
+        ("CUDA_LAUNCH_BLOCKING", "1"),
+        ("OMP_NUM_THREADS", "4"),
+    ]:
         changed = with_changes(BASELINE_FINGERPRINT, {f"env_vars.{name}": value})
         assert envm.Fingerprint.from_data(changed).comparability_key != base.comparability_key, name
         assert envm.is_comparability(f"env_vars.{name}")
@@ -267,10 +327,18 @@ def test_run_of_a_misspelled_model_records_nothing(typo_store, db_url):
         assert s.scalar(select(func.count()).select_from(Run)) == 1
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    (["runs", "--model", "resnt"], 1), (["gate", "resnt", "1"], 2), (["history", "resnt"], 1),
-    (["regressions", "--model", "resnt"], 1), (["failures", "--model", "resnt"], 1),
-    (["env-changes", "--model", "resnt"], 1), (["compare", "resnt", "--from", "1", "--to", "2"], 1)])
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["runs", "--model", "resnt"], 1),
+        (["gate", "resnt", "1"], 2),
+        (["history", "resnt"], 1),
+        (["regressions", "--model", "resnt"], 1),
+        (["failures", "--model", "resnt"], 1),
+        (["env-changes", "--model", "resnt"], 1),
+        (["compare", "resnt", "--from", "1", "--to", "2"], 1),
+    ],
+)
 def test_unknown_model_everywhere(typo_store, args, code):
     """Fault 12: `runs --model <typo>` printed an empty table and exited 0; `gate <typo> 2` said
     'no run of this version'."""
@@ -282,4 +350,3 @@ def test_unknown_model_everywhere(typo_store, args, code):
 def test_zero_padded_versions_name_the_same_version_in_queries(typo_store):
     res = typo_store("gate", "resnet", "0001")
     assert "gate resnet v1:" in res.output and "no run of this version" not in res.output
-

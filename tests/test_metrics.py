@@ -36,7 +36,8 @@ PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(
     PROMETHEUS is None and os.environ.get("CI") != "true",
-    reason="Prometheus is not installed (apt-get install prometheus; .ci/run installs it for CI)")
+    reason="Prometheus is not installed (apt-get install prometheus; .ci/run installs it for CI)",
+)
 
 
 def plugin_module():
@@ -50,19 +51,35 @@ def plugin_module():
 def fill_store(url: str, tmp: Path) -> None:
     """resnet: 10 ms (first), 10.2 ms (pass), 14 ms (regression); bert: 20 ms (pass) and a failed run."""
     migrate(url)
-    for i, (model, verdict, median) in enumerate([("resnet", "no-baseline", 10.0), ("resnet", "pass", 10.2),
-                                                  ("resnet", "regression", 14.0), ("bert", "no-baseline", 20.0)]):
-        archive_run(url, str(tmp / "archive"), *make_records(tmp, dag_run_id=f"r{i}", model=model, verdict=verdict,
-                                                             median=median))
-    record_failure(url, RunContext(dag_id="d", dag_run_id="r9", trigger="test", case=Case(model="bert")),
-                   "warm-up", "RunnerError: out of memory")
+    for i, (model, verdict, median) in enumerate(
+        [
+            ("resnet", "no-baseline", 10.0),
+            ("resnet", "pass", 10.2),
+            ("resnet", "regression", 14.0),
+            ("bert", "no-baseline", 20.0),
+        ]
+    ):
+        archive_run(
+            url,
+            str(tmp / "archive"),
+            *make_records(tmp, dag_run_id=f"r{i}", model=model, verdict=verdict, median=median),
+        )
+    record_failure(
+        url,
+        RunContext(dag_id="d", dag_run_id="r9", trigger="test", case=Case(model="bert")),
+        "warm-up",
+        "RunnerError: out of memory",
+    )
 
 
 def metric_values(text: str) -> dict[tuple[str, tuple], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
@@ -77,9 +94,12 @@ def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     v = metric_values(r.text)
     rn = (("case", "train-bs16"), ("model", "resnet"))
     assert v[("perfwatch_store_up", ())] == 1
-    assert v[("perfwatch_step_time_seconds", (*rn[:1], ("model", "resnet"), ("quantile", "0.5"),
-                                              ("source", "perfwatch")))] == pytest.approx(0.014)
-    assert v[("perfwatch_baseline_step_time_seconds", rn)] == pytest.approx(0.0102)  # a regression is never the baseline
+    assert v[
+        ("perfwatch_step_time_seconds", (*rn[:1], ("model", "resnet"), ("quantile", "0.5"), ("source", "perfwatch")))
+    ] == pytest.approx(0.014)
+    assert v[("perfwatch_baseline_step_time_seconds", rn)] == pytest.approx(
+        0.0102
+    )  # a regression is never the baseline
     assert v[("perfwatch_throughput_examples_per_second", (*rn, ("source", "perfwatch")))] == 1600.0
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "regression")))] == 1
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "pass")))] == 0
@@ -123,19 +143,38 @@ def prometheus(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
         app_port, prom_port = free_port(), free_port()
-        server = uvicorn.Server(uvicorn.Config(plugin_module().standalone_app(), host="127.0.0.1", port=app_port,
-                                               log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(plugin_module().standalone_app(), host="127.0.0.1", port=app_port, log_level="warning")
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         config = tmp / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ROOT / "prometheus" / "alerts.yml")],
-            "scrape_configs": [{"job_name": "perfwatch", "metrics_path": "/perfwatch/metrics",
-                                "static_configs": [{"targets": [f"127.0.0.1:{app_port}"]}]}]}))
+        config.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(ROOT / "prometheus" / "alerts.yml")],
+                    "scrape_configs": [
+                        {
+                            "job_name": "perfwatch",
+                            "metrics_path": "/perfwatch/metrics",
+                            "static_configs": [{"targets": [f"127.0.0.1:{app_port}"]}],
+                        }
+                    ],
+                }
+            )
+        )
         log = (tmp / "prometheus.log").open("w")
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         base = f"http://127.0.0.1:{prom_port}"
 
         def query(expr: str) -> list:
@@ -150,8 +189,10 @@ def prometheus(tmp_path_factory):
                     if query("count_over_time(perfwatch_store_up[1m]) >= 2"):
                         break
                 if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"Prometheus did not scrape perfwatch in 60 s (exit {proc.poll()}): "
-                                       + (tmp / "prometheus.log").read_text()[-2000:])
+                    raise RuntimeError(
+                        f"Prometheus did not scrape perfwatch in 60 s (exit {proc.poll()}): "
+                        + (tmp / "prometheus.log").read_text()[-2000:]
+                    )
                 time.sleep(0.5)
             yield query
         finally:
@@ -217,13 +258,16 @@ def test_the_example_rule_fires_on_a_step_time_rise(prometheus):
     deadline = time.time() + 30
     while not (alerts := prometheus('ALERTS{alertname="PerfwatchStepTimeRise"}')) and time.time() < deadline:
         time.sleep(0.5)
-    assert [(a["metric"]["perfwatch_model"], a["metric"]["perfwatch_case"]) for a in alerts] == [("resnet", "train-bs16")]
+    assert [(a["metric"]["perfwatch_model"], a["metric"]["perfwatch_case"]) for a in alerts] == [
+        ("resnet", "train-bs16")
+    ]
     assert alerts[0]["metric"]["alertstate"] == "pending"  # `for: 10m` has not passed yet
     assert not prometheus('ALERTS{alertname="PerfwatchDataStale"}')
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus)")
 def test_alert_rules_pass_promtool():
-    out = subprocess.run([PROMTOOL, "check", "rules", str(ROOT / "prometheus" / "alerts.yml")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [PROMTOOL, "check", "rules", str(ROOT / "prometheus" / "alerts.yml")], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr

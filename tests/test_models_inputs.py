@@ -70,8 +70,12 @@ def zoo(tmp_path_factory) -> Path:
 def _run(model: Path, tmp_path: Path, mode: str = "warmup", **options) -> dict:
     """The runner's result for ``model``: a short warm-up, or a profile run of 6 measured steps."""
     steps = {"warmup": {"warmup_max_steps": 10}, "profile": {"measured_steps": 6, "profiled_steps": 2}}[mode]
-    spec = RunnerSpec(mode=mode, model_path=str(model), out_dir=str(tmp_path / f"out{len(list(tmp_path.iterdir()))}"),
-                      **{"batch_size": 2, **steps, **options})
+    spec = RunnerSpec(
+        mode=mode,
+        model_path=str(model),
+        out_dir=str(tmp_path / f"out{len(list(tmp_path.iterdir()))}"),
+        **{"batch_size": 2, **steps, **options},
+    )
     return launch(spec, sys.executable, 600)
 
 
@@ -81,13 +85,19 @@ _IMG = Signature((Declared("image", (None, None, None, 3), "float32"),), "single
 
 
 def test_a_none_dimension_is_an_error_naming_the_input_and_dimension():
-    with pytest.raises(RunnerError, match=r"input 'image' has an unknown dimension 1 \(shape \(None, None, None, 3\)\).*"
-                                          r"inputs: \{image: \{shape: \[224, 224, 3\]\}\}"):
+    with pytest.raises(
+        RunnerError,
+        match=r"input 'image' has an unknown dimension 1 \(shape \(None, None, None, 3\)\).*"
+        r"inputs: \{image: \{shape: \[224, 224, 3\]\}\}",
+    ):
         resolve(_IMG, None, 8)
     [feed] = resolve(_IMG, {"image": {"shape": [32, 24, 3]}}, 8)
     assert (feed.shape, feed.dtype) == ((8, 32, 24, 3), "float32")
-    with pytest.raises(RunnerError, match=r"shape \[32, 24, 4\] contradicts the model's \(None, None, None, 3\) "
-                                          r"at dimension 3"):
+    with pytest.raises(
+        RunnerError,
+        match=r"shape \[32, 24, 4\] contradicts the model's \(None, None, None, 3\) "
+        r"at dimension 3",
+    ):
         resolve(_IMG, {"image": {"shape": [32, 24, 4]}}, 8)
     with pytest.raises(RunnerError, match=r"has 2 dimensions, the model's .* has 3"):
         resolve(_IMG, {"image": {"shape": [32, 24]}}, 8)
@@ -95,20 +105,30 @@ def test_a_none_dimension_is_an_error_naming_the_input_and_dimension():
 
 def test_unknown_input_names_list_the_models_inputs():
     sig = Signature((Declared("zeta", (None, 4), "float32"), Declared("alpha", (None, 8), "float32")), "dict")
-    with pytest.raises(RunnerError, match=r"inputs \['beta'\] are not inputs of the model; its inputs are "
-                                          r"\['zeta', 'alpha'\]"):
+    with pytest.raises(
+        RunnerError,
+        match=r"inputs \['beta'\] are not inputs of the model; its inputs are "
+        r"\['zeta', 'alpha'\]",
+    ):
         resolve(sig, {"beta": {"shape": [3]}}, 2)
 
 
 def test_integer_ranges_come_from_the_case_or_an_embedding_else_are_asked_for():
     tokens = Declared("tokens", (None, 6), "int32", vocab=1000)
     assert resolve(Signature((tokens,), "single"), None, 4)[0].record() == {
-        "shape": [4, 6], "dtype": "int32", "min": 0, "max": 1000}
+        "shape": [4, 6],
+        "dtype": "int32",
+        "min": 0,
+        "max": 1000,
+    }
     given = resolve(Signature((tokens,), "single"), {"tokens": {"min": 5, "max": 9}}, 4)[0]
     assert (given.low, given.high) == (5, 9)
     ids = Signature((Declared("ids", (None, 3), "int64"),), "single")
-    with pytest.raises(RunnerError, match=r"input 'ids' is int64 and no Embedding layer consumes it.*"
-                                          r"inputs: \{ids: \{min: 0, max: 30522\}\}"):
+    with pytest.raises(
+        RunnerError,
+        match=r"input 'ids' is int64 and no Embedding layer consumes it.*"
+        r"inputs: \{ids: \{min: 0, max: 30522\}\}",
+    ):
         resolve(ids, None, 2)
     with pytest.raises(RunnerError, match="string input .* give the case an input_fn"):
         resolve(Signature((Declared("text", (None,), "str"),), "single"), None, 2)
@@ -139,8 +159,10 @@ def test_dynamic_cnn_needs_its_shape_and_records_it(zoo, tmp_path):
 @pytest.mark.slow
 def test_dict_inputs_are_fed_by_name_and_only_floating_outputs_train(zoo, tmp_path):
     r = _run(zoo / "dict.keras", tmp_path)  # outputs: float scores and an int64 argmax label
-    assert r["inputs"] == {"zeta": {"shape": [2, 4], "dtype": "float32", "min": None, "max": None},
-                           "alpha": {"shape": [2, 8], "dtype": "float32", "min": None, "max": None}}
+    assert r["inputs"] == {
+        "zeta": {"shape": [2, 4], "dtype": "float32", "min": None, "max": None},
+        "alpha": {"shape": [2, 8], "dtype": "float32", "min": None, "max": None},
+    }
     assert r["cold_step_ms"] > 0 and all(t > 0 for t in r["warmup_step_times_ms"])
 
 
@@ -163,23 +185,41 @@ def test_string_label_savedmodel_infers_and_cannot_train(zoo, tmp_path):
 
 @pytest.mark.slow
 def test_export_only_savedmodel_train_says_use_infer_and_infer_works(zoo, tmp_path):
-    with pytest.raises(RunnerError, match=r"exported has no training function: its signatures \['serve', "
-                                          r"'serving_default'\] are inference functions.*measure it with mode: infer"):
+    with pytest.raises(
+        RunnerError,
+        match=r"exported has no training function: its signatures \['serve', "
+        r"'serving_default'\] are inference functions.*measure it with mode: infer",
+    ):
         _run(zoo / "exported", tmp_path)
     r = _run(zoo / "exported", tmp_path, case_mode="infer", signature="serve")
     assert r["case_mode"] == "infer" and r["signature"] == "serve" and r["warmup_step_times_ms"]
     with pytest.raises(RunnerError, match=r"no signature 'predict'; its signatures are \['serve', 'serving_default'\]"):
         _run(zoo / "exported", tmp_path, case_mode="infer", signature="predict")
-    paired = launch(RunnerSpec(mode="paired", model_path=str(zoo / "exported"), out_dir=str(tmp_path / "paired"),
-                               baseline_model_path=str(zoo / "exported"), batch_size=2, case_mode="infer",
-                               warmup_steps=1, blocks=2, block_steps=1), sys.executable, 600)
+    paired = launch(
+        RunnerSpec(
+            mode="paired",
+            model_path=str(zoo / "exported"),
+            out_dir=str(tmp_path / "paired"),
+            baseline_model_path=str(zoo / "exported"),
+            batch_size=2,
+            case_mode="infer",
+            warmup_steps=1,
+            blocks=2,
+            block_steps=1,
+        ),
+        sys.executable,
+        600,
+    )
     assert paired["case_mode"] == "infer" and [len(b["a_ms"]) for b in paired["blocks"]] == [1, 1]
 
 
 @pytest.mark.slow
 def test_lambda_layer_loads_only_with_safe_mode_off(zoo, tmp_path):
-    with pytest.raises(RunnerError, match=r"cannot load Keras model .*lambda.keras.*safe_mode.*"
-                                          r"set safe_mode: false in its case"):
+    with pytest.raises(
+        RunnerError,
+        match=r"cannot load Keras model .*lambda.keras.*safe_mode.*"
+        r"set safe_mode: false in its case",
+    ):
         _run(zoo / "lambda.keras", tmp_path)
     r = _run(zoo / "lambda.keras", tmp_path, safe_mode=False, case_mode="infer")
     assert r["safe_mode"] is False and r["warmup_step_times_ms"]
@@ -192,18 +232,29 @@ def test_dag_params_and_the_yaml_config_build_the_case(home, tmp_path):
     from tasks.settings import Settings
     from tasks.stages.pipeline import load_config, plan_cases
 
-    params = {"model": "bert", "version": "latest", "batch_size": 1, "measured_steps": 20, "trigger": "manual",
-              "case": None, "mode": "infer", "inputs": {"ids": {"shape": [128], "dtype": "int32", "max": 30522,
-                                                                  "min": 0}},
-              "input_fn": None, "signature": "serve", "safe_mode": False}
+    params = {
+        "model": "bert",
+        "version": "latest",
+        "batch_size": 1,
+        "measured_steps": 20,
+        "trigger": "manual",
+        "case": None,
+        "mode": "infer",
+        "inputs": {"ids": {"shape": [128], "dtype": "int32", "max": 30522, "min": 0}},
+        "input_fn": None,
+        "signature": "serve",
+        "safe_mode": False,
+    }
     (bundle,) = plan_cases("dag", "manual__1", "manual", params, Settings.from_env())
     case = Case.model_validate(bundle["ctx"]["case"])
     assert (case.mode, case.signature, case.safe_mode) == ("infer", "serve", False)
     assert case.inputs["ids"] == InputSpec(shape=[128], dtype="int32", min=0, max=30522)
     assert case.name.startswith("infer-bs1-in")
     cfg = tmp_path / "perfwatch.yaml"
-    cfg.write_text("models:\n  - model: cnn\n    mode: infer\n    inputs: {image: {shape: [64, 64, 3]}}\n"
-                   "  - model: lam\n    safe_mode: false\n    input_fn: my.pipe:batches\n")
+    cfg.write_text(
+        "models:\n  - model: cnn\n    mode: infer\n    inputs: {image: {shape: [64, 64, 3]}}\n"
+        "  - model: lam\n    safe_mode: false\n    input_fn: my.pipe:batches\n"
+    )
     cnn, lam = load_config(cfg)
     assert cnn.inputs["image"].shape == [64, 64, 3] and cnn.mode == "infer"
     assert lam.safe_mode is False and lam.input_fn == "my.pipe:batches"
@@ -232,14 +283,32 @@ def test_the_trigger_form_validates_the_new_params(tmp_path):
 
     from tests.test_dag import DAG_PYTHONPATH, ROOT
 
-    tried = [("inputs", {"image": {"shape": [224, 224, 3]}}), ("inputs", {"ids": {"min": 0, "max": 9}}),
-             ("inputs", {"image": {"shape": [0, 3]}}), ("inputs", {"image": {"colour": 1}}),
-             ("mode", "infer"), ("mode", "serve"), ("input_fn", "pkg.mod:fn"), ("input_fn", "pkg.mod"),
-             ("safe_mode", False), ("safe_mode", "no")]
-    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": DAG_PYTHONPATH,
-           "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow"))}
-    out = subprocess.run([sys.executable, "-c", _PARAMS_PROBE, str(ROOT / "dags"), json.dumps(tried)],
-                         capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    tried = [
+        ("inputs", {"image": {"shape": [224, 224, 3]}}),
+        ("inputs", {"ids": {"min": 0, "max": 9}}),
+        ("inputs", {"image": {"shape": [0, 3]}}),
+        ("inputs", {"image": {"colour": 1}}),
+        ("mode", "infer"),
+        ("mode", "serve"),
+        ("input_fn", "pkg.mod:fn"),
+        ("input_fn", "pkg.mod"),
+        ("safe_mode", False),
+        ("safe_mode", "no"),
+    ]
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", str(tmp_path / "airflow")),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _PARAMS_PROBE, str(ROOT / "dags"), json.dumps(tried)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
     info = json.loads(out.stdout.strip().splitlines()[-1])
     verdicts = [info["results"][json.dumps([n, v])][0] for n, v in tried]
     assert verdicts == ["ok", "ok", "refused", "refused", "ok", "refused", "ok", "refused", "ok", "refused"]
@@ -258,10 +327,17 @@ def test_what_was_fed_is_stored_with_the_run_and_shown(db_url, tmp_path):
     ctx = ctx.model_copy(update={"case": ctx.case.model_copy(update={"mode": "infer", "safe_mode": False})})
     samples = json.loads(Path(run.samples_path).read_text())
     latency = {"p50": 10.0, "p90": 10.1, "p99": 10.2, "max": 10.3, "throughput_eps": 99.0}
-    samples.update(case_mode="infer", input_source="synthetic", safe_mode=False, signature="serving_default",
-                   inputs={"tokens": {"shape": [16, 6], "dtype": "int32", "min": 0, "max": 1000},
-                           "mask": {"shape": [16, 6], "dtype": "float32", "min": None, "max": None}},
-                   latency_ms=latency)
+    samples.update(
+        case_mode="infer",
+        input_source="synthetic",
+        safe_mode=False,
+        signature="serving_default",
+        inputs={
+            "tokens": {"shape": [16, 6], "dtype": "int32", "min": 0, "max": 1000},
+            "mask": {"shape": [16, 6], "dtype": "float32", "min": None, "max": None},
+        },
+        latency_ms=latency,
+    )
     Path(run.samples_path).write_text(json.dumps(samples))
     run_id = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
     with session_scope(db_url) as s:
@@ -281,14 +357,33 @@ def test_perfwatch_run_infer_prints_latency_and_runs_shows_the_inputs(home, mode
     from tasks.cli.main import app
 
     cli = CliRunner()
-    res = cli.invoke(app, ["run", "tiny", "--version", "1", "--mode", "infer", "--batch-size", "2",
-                           "--measured-steps", "6", "--profiled-steps", "2"])
+    res = cli.invoke(
+        app,
+        [
+            "run",
+            "tiny",
+            "--version",
+            "1",
+            "--mode",
+            "infer",
+            "--batch-size",
+            "2",
+            "--measured-steps",
+            "6",
+            "--profiled-steps",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "latency per batch of 2: p50 " in res.output and " ms, p99 " in res.output
     assert "examples/s" in res.output
     (row,) = json.loads(cli.invoke(app, ["runs", "--format", "json"]).stdout)
-    assert (row["case"], row["mode"], row["inputs"], row["safe_mode"]) == ("infer-bs2", "infer",
-                                                                          "input_layer 2x16x16x3 float32", True)
+    assert (row["case"], row["mode"], row["inputs"], row["safe_mode"]) == (
+        "infer-bs2",
+        "infer",
+        "input_layer 2x16x16x3 float32",
+        True,
+    )
 
 
 def test_perfwatch_run_takes_the_case_fields_as_options(home, model_store):
@@ -303,9 +398,25 @@ def test_perfwatch_run_takes_the_case_fields_as_options(home, model_store):
     assert bad.exit_code == 2 and "--inputs is not JSON" in bad.output
     bad = cli.invoke(app, ["run", "tiny", "--version", "1", "--mode", "tflite", "--xla"])
     assert bad.exit_code == 2 and "mode 'tflite' times the TFLite interpreter" in bad.output
-    res = cli.invoke(app, ["run", "tiny", "--version", "1", "--mode", "infer", "--batch-size", "2",
-                           "--measured-steps", "6", "--profiled-steps", "2",
-                           "--inputs", '{"input_layer": {"shape": [16, 16, 3], "dtype": "float32"}}'])
+    res = cli.invoke(
+        app,
+        [
+            "run",
+            "tiny",
+            "--version",
+            "1",
+            "--mode",
+            "infer",
+            "--batch-size",
+            "2",
+            "--measured-steps",
+            "6",
+            "--profiled-steps",
+            "2",
+            "--inputs",
+            '{"input_layer": {"shape": [16, 16, 3], "dtype": "float32"}}',
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "verdict no-baseline" in res.output
     (row,) = json.loads(cli.invoke(app, ["runs", "--format", "json"]).stdout)
@@ -321,7 +432,8 @@ def dict_batches(batch_size, seed):
 
     g = tf.random.Generator.from_seed(seed)
     return tf.data.Dataset.from_tensor_slices({"zeta": g.normal((64, 4)), "alpha": g.normal((64, 8))}).batch(
-        batch_size, drop_remainder=True)
+        batch_size, drop_remainder=True
+    )
 
 
 def pairs(batch_size):
@@ -352,13 +464,21 @@ def test_input_fn_feeds_the_model_and_bad_ones_are_named(zoo, tmp_path):
     assert r["input_source"] == ref + "dict_batches"
     assert r["inputs"]["alpha"] == {"shape": [2, 8], "dtype": "float32", "min": None, "max": None}
     assert len(r["measured_step_times_ms"]) == 6  # 32 batches, repeated: never runs dry
-    for fn, error in (("nowhere.module:fn", r"cannot import module 'nowhere.module'"),
-                      (ref + "NOT_CALLABLE", r"has no callable 'NOT_CALLABLE' \(it is a int\)"),
-                      (ref + "not_a_dataset", r"returned a list; expected a tf.data.Dataset"),
-                      (ref + "fixed_three", r"batches hold \{'zeta': 3, 'alpha': 3\} examples per input; the "
-                                            r"case's batch_size is 2"),
-                      (ref + "pairs", r"yields tuples of 2; the model takes 1 input\(s\) \['f'\] \(labels are not "
-                                      r"used: map \(x, y\) pairs to x\)")):
+    for fn, error in (
+        ("nowhere.module:fn", r"cannot import module 'nowhere.module'"),
+        (ref + "NOT_CALLABLE", r"has no callable 'NOT_CALLABLE' \(it is a int\)"),
+        (ref + "not_a_dataset", r"returned a list; expected a tf.data.Dataset"),
+        (
+            ref + "fixed_three",
+            r"batches hold \{'zeta': 3, 'alpha': 3\} examples per input; the "
+            r"case's batch_size is 2",
+        ),
+        (
+            ref + "pairs",
+            r"yields tuples of 2; the model takes 1 input\(s\) \['f'\] \(labels are not "
+            r"used: map \(x, y\) pairs to x\)",
+        ),
+    ):
         model = zoo / ("exported" if fn.endswith("pairs") else "dict.keras")
         with pytest.raises(RunnerError, match=error):
             _run(model, tmp_path, input_fn=fn, case_mode="infer")

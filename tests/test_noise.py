@@ -25,8 +25,16 @@ from tasks.stages.compare import baseline_compare
 from tests.test_paired import _paired_file
 from tests.test_store import make_records
 
-QUIET = {"wall_s": 10.0, "cpus": 2, "load1_start": 2.0, "load1_end": 2.1, "other_cpu_s": 0.4,
-         "other_cpu_share": 0.02, "steal_share": 0.0, "own_cpu_share": 0.95}
+QUIET = {
+    "wall_s": 10.0,
+    "cpus": 2,
+    "load1_start": 2.0,
+    "load1_end": 2.1,
+    "other_cpu_s": 0.4,
+    "other_cpu_share": 0.02,
+    "steal_share": 0.0,
+    "own_cpu_share": 0.95,
+}
 
 
 def test_host_load_sees_the_cpu_other_processes_take():
@@ -49,18 +57,26 @@ def test_host_load_sees_the_cpu_other_processes_take():
     assert assess_noise(r).busy
 
 
-@pytest.mark.parametrize(("load", "gate_sd", "cal", "busy", "words"), [
-    (QUIET, None, None, False, []),
-    ({**QUIET, "other_cpu_share": 0.48}, None, None, True, ["other processes took 48% of the host's CPU time"]),
-    ({**QUIET, "steal_share": 0.12}, None, None, True, ["stole 12%"]),
-    ({**QUIET, "gpu_other_processes": 2}, None, None, True, ["2 other process(es) ran on the GPU"]),
-    (QUIET, 0.30, NoiseCalibration(sd_pair=0.14, n_gates=5), True,
-     ["2.1x the calibrated 0.140", "over 320 pairs", "at least 1.9x at 95%", "5 quiet gates"]),
-    (QUIET, 0.18, NoiseCalibration(sd_pair=0.14, n_gates=5), False, []),
-    (QUIET, 0.30, NoiseCalibration(sd_pair=None, n_gates=2), False, []),  # not calibrated yet: not judged
-    ({"error": "psutil is not installed"}, None, None, False, []),
-    (None, None, None, False, []),
-])
+@pytest.mark.parametrize(
+    ("load", "gate_sd", "cal", "busy", "words"),
+    [
+        (QUIET, None, None, False, []),
+        ({**QUIET, "other_cpu_share": 0.48}, None, None, True, ["other processes took 48% of the host's CPU time"]),
+        ({**QUIET, "steal_share": 0.12}, None, None, True, ["stole 12%"]),
+        ({**QUIET, "gpu_other_processes": 2}, None, None, True, ["2 other process(es) ran on the GPU"]),
+        (
+            QUIET,
+            0.30,
+            NoiseCalibration(sd_pair=0.14, n_gates=5),
+            True,
+            ["2.1x the calibrated 0.140", "over 320 pairs", "at least 1.9x at 95%", "5 quiet gates"],
+        ),
+        (QUIET, 0.18, NoiseCalibration(sd_pair=0.14, n_gates=5), False, []),
+        (QUIET, 0.30, NoiseCalibration(sd_pair=None, n_gates=2), False, []),  # not calibrated yet: not judged
+        ({"error": "psutil is not installed"}, None, None, False, []),
+        (None, None, None, False, []),
+    ],
+)
 def test_noise_bounds(load, gate_sd, cal, busy, words):
     n = assess_noise(load, gate_sd=gate_sd, gate_pairs=320 if gate_sd is not None else None, calibration=cal)
     assert n.busy is busy and n.bounds["other_cpu_share"] == calibration.DEFAULT_MAX_OTHER_CPU_SHARE
@@ -108,14 +124,22 @@ def test_the_noise_scale_shrugs_off_stray_slow_steps_but_not_wider_noise():
 
 
 def _gate(scale, busy, n=320):
-    return {"details": {"se_log_ratio": 2 * scale / n**0.5, "scale_log_ratio": scale}, "n_candidate": n,
-            "host_busy": busy}
+    return {
+        "details": {"se_log_ratio": 2 * scale / n**0.5, "scale_log_ratio": scale},
+        "n_candidate": n,
+        "host_busy": busy,
+    }
 
 
 def test_calibrated_noise_is_the_median_of_quiet_gates():
-    gates = [_gate(0.14, False), _gate(0.15, False), _gate(0.60, True), _gate(0.13, False),
-             {"details": {"se_log_ratio": 0.01, "scale_log_ratio": 0.14}, "n_candidate": 320},  # no noise record
-             {"details": {"se_log_ratio": 0.01}, "n_candidate": 320, "host_busy": False}]  # stored before the scale
+    gates = [
+        _gate(0.14, False),
+        _gate(0.15, False),
+        _gate(0.60, True),
+        _gate(0.13, False),
+        {"details": {"se_log_ratio": 0.01, "scale_log_ratio": 0.14}, "n_candidate": 320},  # no noise record
+        {"details": {"se_log_ratio": 0.01}, "n_candidate": 320, "host_busy": False},
+    ]  # stored before the scale
     cal = calibrated_noise(gates)
     assert cal.n_gates == 3 and cal.sd_pair == pytest.approx(0.14)
     assert calibrated_noise(gates[:2]).sd_pair is None  # fewer than MIN_NOISE_GATES
@@ -133,8 +157,9 @@ def baseline(db_url, tmp_path):
 def test_a_busy_host_makes_a_decided_gate_inconclusive_and_says_why(baseline, tmp_path):
     ctx, pulled, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand")
     case = ctx.case.model_copy(update={"paired_blocks": 64, "paired_block_steps": 1})
-    run = run.model_copy(update={"paired_path": _paired_file(tmp_path / "paired.json", 1.15), "baseline_model": pulled,
-                                 "noise": BUSY})
+    run = run.model_copy(
+        update={"paired_path": _paired_file(tmp_path / "paired.json", 1.15), "baseline_model": pulled, "noise": BUSY}
+    )
     v = baseline_compare(baseline, case, env, run, parsed, tmp_path / "cand" / "work")
     assert v.verdict == "inconclusive" and v.reason.startswith("host busy: other processes took 62%")
     assert v.reason.endswith("the statistics alone said regression")
@@ -156,8 +181,11 @@ def test_a_busy_host_makes_an_unpaired_verdict_inconclusive(baseline, tmp_path):
 
 def _bundle(noise, verdict=None, paired_path=None):
     """A pipeline bundle after profiled-run (and, with ``verdict``, after archive) with this noise."""
-    b = {"ctx": RunContext(dag_id="d", dag_run_id="r", case=Case(model="m", measured_steps=10)).to_xcom(),
-         "env": {"comparability_key": "k1"}, "run": {"noise": noise, "paired_path": paired_path}}
+    b = {
+        "ctx": RunContext(dag_id="d", dag_run_id="r", case=Case(model="m", measured_steps=10)).to_xcom(),
+        "env": {"comparability_key": "k1"},
+        "run": {"noise": noise, "paired_path": paired_path},
+    }
     if verdict:
         b.update(verdict={"verdict": verdict, "evidence": {"noise": noise}}, archived={"run_id": 7})
     return b
@@ -191,13 +219,19 @@ def test_an_archived_busy_verdict_turns_the_run_red():
 def test_dag_retries_the_profiled_run_later_for_a_busy_host():
     """The DAG's profiled_run task has retries with a delay (HostBusy is the only failure it retries)."""
     root = Path(__file__).resolve().parent.parent
-    probe = ("import sys, json\nfrom airflow.dag_processing.dagbag import DagBag\n"
-             "t = DagBag(dag_folder=sys.argv[1]).get_dag('perfwatch_profile').get_task('profiled_run')\n"
-             "print(json.dumps({'retries': t.retries, 'delay_s': t.retry_delay.total_seconds()}))")
-    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "PYTHONPATH": os.pathsep.join([str(root), str(root / "dags")])}  # as Airflow's DAG bundle does
+    probe = (
+        "import sys, json\nfrom airflow.dag_processing.dagbag import DagBag\n"
+        "t = DagBag(dag_folder=sys.argv[1]).get_dag('perfwatch_profile').get_task('profiled_run')\n"
+        "print(json.dumps({'retries': t.retries, 'delay_s': t.retry_delay.total_seconds()}))"
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "dags")]),
+    }  # as Airflow's DAG bundle does
     env.setdefault("AIRFLOW_HOME", str(root / ".airflow"))
-    out = subprocess.run([sys.executable, "-c", probe, str(root / "dags")], capture_output=True, text=True, env=env,
-                         check=True, cwd=root)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(root / "dags")], capture_output=True, text=True, env=env, check=True, cwd=root
+    )
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["retries"] >= 1 and info["delay_s"] >= 300

@@ -55,13 +55,27 @@ def _paired_file(path, ratio, *, budget=64, steps=1, sd=0.03, seed=0, bad=None, 
             if sequential.look(d, looks, design).verdict != "inconclusive":
                 break
         blocks = blocks[: looks[-1]]
-    gate = {"design": design.model_dump(mode="json") if design else None, "look_pairs": looks,
-            "calibrated_noise": {"sd_pair": None, "n_gates": 0}}
+    gate = {
+        "design": design.model_dump(mode="json") if design else None,
+        "look_pairs": looks,
+        "calibrated_noise": {"sd_pair": None, "n_gates": 0},
+    }
     if offset_sd is not None:
         gate["offset"] = {"sd": offset_sd, "source": "case", "n_gates": 0, "capped": False, "skipped_busy": 0}
-    path.write_text(json.dumps({"mode": "paired", "blocks": blocks, "block_steps": steps,
-                                "timed_steps": 2 * len(blocks) * steps, "wall_s": 3.0, "pairs_wall_s": 2.5,
-                                "stopped_by": "parent" if len(blocks) < budget else "budget", "gate": gate}))
+    path.write_text(
+        json.dumps(
+            {
+                "mode": "paired",
+                "blocks": blocks,
+                "block_steps": steps,
+                "timed_steps": 2 * len(blocks) * steps,
+                "wall_s": 3.0,
+                "pairs_wall_s": 2.5,
+                "stopped_by": "parent" if len(blocks) < budget else "budget",
+                "gate": gate,
+            }
+        )
+    )
     return str(path)
 
 
@@ -75,10 +89,16 @@ def baseline(db_url, tmp_path):
 def _paired_compare(db_url, tmp_path, ratio, offset_sd=0.0, noise=None, **kw):
     ctx, pulled, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand")
     budget = kw.get("budget", 64)
-    case = ctx.case.model_copy(update={"paired_blocks": budget, "paired_block_steps": kw.get("steps", 1),
-                                       "paired_offset_sd": offset_sd})
-    run = run.model_copy(update={"paired_path": _paired_file(tmp_path / "paired.json", ratio, offset_sd=offset_sd, **kw),
-                                 "baseline_model": pulled, "noise": noise})
+    case = ctx.case.model_copy(
+        update={"paired_blocks": budget, "paired_block_steps": kw.get("steps", 1), "paired_offset_sd": offset_sd}
+    )
+    run = run.model_copy(
+        update={
+            "paired_path": _paired_file(tmp_path / "paired.json", ratio, offset_sd=offset_sd, **kw),
+            "baseline_model": pulled,
+            "noise": noise,
+        }
+    )
     return baseline_compare(db_url, case, env, run, parsed, tmp_path / "cand" / "work")
 
 
@@ -145,16 +165,25 @@ def _zip_model(path):
         z.writestr("model.weights.h5", path.parent.name.encode())
 
 
-@pytest.mark.parametrize(("trigger", "paired", "candidate", "expect"), [
-    ("release", False, "2", "1"), ("scheduled", False, "1", None), ("manual", True, "2", "1"),
-    ("scheduled", False, "2", "1"),  # nightly: latest resolved to a new version -> paired against the baseline's
-    ("manual", False, "2", None)])
-def test_pipeline_pairs_against_the_baseline_version(baseline, home, monkeypatch, tmp_path, trigger, paired,
-                                                     candidate, expect):
+@pytest.mark.parametrize(
+    ("trigger", "paired", "candidate", "expect"),
+    [
+        ("release", False, "2", "1"),
+        ("scheduled", False, "1", None),
+        ("manual", True, "2", "1"),
+        ("scheduled", False, "2", "1"),  # nightly: latest resolved to a new version -> paired against the baseline's
+        ("manual", False, "2", None),
+    ],
+)
+def test_pipeline_pairs_against_the_baseline_version(
+    baseline, home, monkeypatch, tmp_path, trigger, paired, candidate, expect
+):
     for v in (1, 2):
         _zip_model(home / "models" / "m" / str(v) / "model.keras")
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", baseline)
-    ctx = RunContext(dag_id="d", dag_run_id="rel", trigger=trigger, case=Case(model="m", version="latest", paired=paired))
+    ctx = RunContext(
+        dag_id="d", dag_run_id="rel", trigger=trigger, case=Case(model="m", version="latest", paired=paired)
+    )
     env = make_records(tmp_path)[2]
     cand = make_records(tmp_path)[1].model_copy(update={"version": candidate})
     pulled = pull_paired_baseline(ctx, env, Settings.from_env(), cand)
@@ -168,8 +197,9 @@ def test_calibration_pairs_a_version_with_itself(db_url, home, monkeypatch, tmp_
     for v in (1, 2):
         _zip_model(home / "models" / "m" / str(v) / "model.keras")
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
-    ctx = RunContext(dag_id="d", dag_run_id="aa", trigger="calibrate", case=Case(model="m", version="2"),
-                     paired_version="2")
+    ctx = RunContext(
+        dag_id="d", dag_run_id="aa", trigger="calibrate", case=Case(model="m", version="2"), paired_version="2"
+    )
     pulled = pull_paired_baseline(ctx, make_records(tmp_path)[2], Settings.from_env())
     assert pulled.version == "2" and "/baseline/" in pulled.local_path
 
@@ -200,8 +230,16 @@ def test_full_gx_results_travel_by_file_and_land_in_the_store(baseline, tmp_path
 
 @pytest.mark.slow
 def test_runner_paired_mode_abba_on_tiny_models(model_files, tmp_path):
-    spec = RunnerSpec(mode="paired", model_path=str(model_files["wide"]), baseline_model_path=str(model_files["tiny"]),
-                      out_dir=str(tmp_path / "p"), batch_size=4, warmup_steps=2, blocks=4, block_steps=3)
+    spec = RunnerSpec(
+        mode="paired",
+        model_path=str(model_files["wide"]),
+        baseline_model_path=str(model_files["tiny"]),
+        out_dir=str(tmp_path / "p"),
+        batch_size=4,
+        warmup_steps=2,
+        blocks=4,
+        block_steps=3,
+    )
     r = launch(spec, sys.executable)
     assert [b["order"] for b in r["blocks"]] == ["AB", "BA", "AB", "BA"] and r["timed_steps"] == 24
     assert r["first_built"] in ("A", "B")  # drawn per gate (issue 12: the version set up first ran faster)
@@ -223,29 +261,51 @@ def test_parent_drives_the_runner_round_by_round(model_files, tmp_path):
         seen.append(info)
         return len(seen) < 2
 
-    spec = RunnerSpec(mode="paired", model_path=str(model_files["wide"]), baseline_model_path=str(model_files["tiny"]),
-                      out_dir=str(tmp_path / "s"), batch_size=4, warmup_steps=2, blocks=40, block_steps=1,
-                      round_pairs=4)
+    spec = RunnerSpec(
+        mode="paired",
+        model_path=str(model_files["wide"]),
+        baseline_model_path=str(model_files["tiny"]),
+        out_dir=str(tmp_path / "s"),
+        batch_size=4,
+        warmup_steps=2,
+        blocks=40,
+        block_steps=1,
+        round_pairs=4,
+    )
     r = run_rounds(spec, sys.executable, stop_after_two, 600)
     assert [x["pairs"] for x in seen] == [4, 8] and [len(x["blocks"]) for x in seen] == [4, 4]
     assert r["stopped_by"] == "parent" and len(r["blocks"]) == 8 and r["timed_steps"] == 16
     assert [b["pair"] for b in r["blocks"]] == list(range(8)) and len(r["rounds"]) == 2
     assert all({"other_cpu_share", "steal_share", "load1_start", "load1_end"} <= set(x["host_load"]) for x in seen)
-    full = run_rounds(spec.model_copy(update={"blocks": 6, "out_dir": str(tmp_path / "f")}), sys.executable,
-                      lambda info: True, 600)
+    full = run_rounds(
+        spec.model_copy(update={"blocks": 6, "out_dir": str(tmp_path / "f")}), sys.executable, lambda info: True, 600
+    )
     assert full["stopped_by"] == "budget" and len(full["blocks"]) == 6 and full["rounds"][-1]["final"] is True
 
 
 @pytest.mark.slow
 def test_session_errors_are_named(model_store, model_files, tmp_path):
     broken = str(model_store / "broken" / "1" / "model.keras")
-    spec = RunnerSpec(mode="paired", model_path=broken, baseline_model_path=str(model_files["tiny"]),
-                      out_dir=str(tmp_path / "b"), batch_size=2, warmup_steps=1, blocks=8, round_pairs=4)
+    spec = RunnerSpec(
+        mode="paired",
+        model_path=broken,
+        baseline_model_path=str(model_files["tiny"]),
+        out_dir=str(tmp_path / "b"),
+        batch_size=2,
+        warmup_steps=1,
+        blocks=8,
+        round_pairs=4,
+    )
     with pytest.raises(RunnerError, match=r"training step failed for model .*broken"):
         run_rounds(spec, sys.executable, lambda info: True, 600)
     with pytest.raises(RunnerError, match=r"ran past its limit of 1 s \(test limit\)"):
-        run_rounds(spec.model_copy(update={"out_dir": str(tmp_path / "t")}), sys.executable, lambda i: True, 1,
-                   limit_note="test limit")
+        run_rounds(
+            spec.model_copy(update={"out_dir": str(tmp_path / "t")}),
+            sys.executable,
+            lambda i: True,
+            1,
+            limit_note="test limit",
+        )
     with pytest.raises(RunnerError, match="cannot start runner interpreter"):
         run_rounds(spec, str(tmp_path / "no-python"), lambda i: True, 10)
     with pytest.raises(ValueError, match="round_pairs set"):
@@ -260,14 +320,23 @@ def test_release_gate_end_to_end(model_store, home, monkeypatch):
     from tasks.stages.pipeline import run_case
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{home / 'pw.db'}")
-    small = {"batch_size": 4, "measured_steps": 5, "profiled_steps": 1, "warmup_max_steps": 10,
-             "paired_blocks": 64, "paired_block_steps": 1, "max_other_cpu_share": 1.0}
-    first = run_case(RunContext(dag_id="d", dag_run_id="v1", trigger="release",
-                                case=Case(model="tiny", version="1", **small)))
+    small = {
+        "batch_size": 4,
+        "measured_steps": 5,
+        "profiled_steps": 1,
+        "warmup_max_steps": 10,
+        "paired_blocks": 64,
+        "paired_block_steps": 1,
+        "max_other_cpu_share": 1.0,
+    }
+    first = run_case(
+        RunContext(dag_id="d", dag_run_id="v1", trigger="release", case=Case(model="tiny", version="1", **small))
+    )
     assert first["verdict"]["verdict"] == "no-baseline" and first["run"]["paired_path"] is None
     assert first["verdict"]["evidence"]["noise"]["host_load"]["cpus"] >= 1
-    second = run_case(RunContext(dag_id="d", dag_run_id="v2", trigger="release",
-                                 case=Case(model="tiny", version="2", **small)))
+    second = run_case(
+        RunContext(dag_id="d", dag_run_id="v2", trigger="release", case=Case(model="tiny", version="2", **small))
+    )
     v = second["verdict"]
     assert (v["verdict"], v["method"]) == ("regression", "paired-abba")
     p = v["evidence"]["paired"]

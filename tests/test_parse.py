@@ -66,8 +66,7 @@ def test_step_time_and_breakdown(parsed, profiles):
     assert (parts - steps["step_time_ms"]).abs().max() < 0.01  # the breakdown adds up to the step time
     assert parsed.breakdown_avg_ms["host_compute_ms"] > 0
     assert 0 < parsed.input_bound_pct < 100
-    assert parsed.input_bound_pct == pytest.approx(
-        100 * steps["input_ms"].sum() / steps["step_time_ms"].sum())
+    assert parsed.input_bound_pct == pytest.approx(100 * steps["input_ms"].sum() / steps["step_time_ms"].sum())
     assert parsed.conclusion and "input" in parsed.conclusion
     stated = re.search(r"([\d.]+)% of the total step time sampled is waiting for input", parsed.conclusion)
     if stated:  # xprof words its conclusion by how input-bound the run was; when it states the share:
@@ -131,8 +130,12 @@ def test_no_step_markers(parsed_no_markers):
     assert p.input_bound_pct is None and p.breakdown_avg_ms is None
     assert any("No step marker observed" in d.message for d in p.diagnostics)
     assert len(p.op_stats) > 20  # op stats do not need step markers
-    check = cross_check([1.0 + 0.01 * i for i in range(40)], [1.2] * 5, [s["step_time_ms"] for s in p.step_breakdown],
-                        profiler_avg_step_ms=p.avg_step_time_ms)
+    check = cross_check(
+        [1.0 + 0.01 * i for i in range(40)],
+        [1.2] * 5,
+        [s["step_time_ms"] for s in p.step_breakdown],
+        profiler_avg_step_ms=p.avg_step_time_ms,
+    )
     assert check.profiler_median_ms is None and check.profiler_avg_step_ms is None and check.representative is True
 
 
@@ -168,8 +171,9 @@ def test_several_hosts(profiles, tmp_path):
 def test_newest_session_of_several(profiles, tmp_path):
     run = tmp_path / "run"
     session = _copy_session(profiles["markers"], run)
-    shutil.copytree(next((profiles["no_markers"].logdir / "plugins" / "profile").iterdir()),
-                    session.parent / "0000_older_session")
+    shutil.copytree(
+        next((profiles["no_markers"].logdir / "plugins" / "profile").iterdir()), session.parent / "0000_older_session"
+    )
     p = parse_profile(run)
     assert p.avg_step_time_ms is not None and len(p.xplane_paths) == 1
     assert any("2 profiling sessions" in d.message for d in p.diagnostics)
@@ -202,10 +206,13 @@ def test_non_ascii_path(profiles, parsed, tmp_path):
     assert _listing(run) == before
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b[: len(b) // 2], "Read less bytes than requested"),
-    (lambda b: b"\xff\x00garbage" * 50, "Can't parse"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[: len(b) // 2], "Read less bytes than requested"),
+        (lambda b: b"\xff\x00garbage" * 50, "Can't parse"),
+    ],
+)
 def test_corrupt_xplane_raises_with_xprof_message(profiles, tmp_path, damage, message):
     session = _copy_session(profiles["markers"], tmp_path / "run")
     xplane = next(session.glob("*.xplane.pb"))
@@ -227,13 +234,22 @@ def test_empty_xplane_and_missing_profile(tmp_path):
 
 
 def test_parse_stage_needs_no_tensorflow_or_airflow(profiles):
-    code = ("import sys; from tasks.stages.parse import parse_profile; import tasks.analysis.diagnose, tasks.analysis.attribution; "
-            f"p = parse_profile({str(profiles['markers'].logdir)!r}); assert p.avg_step_time_ms; "
-            "bad = [m for m in ('tensorflow', 'airflow', 'keras') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from tasks.stages.parse import parse_profile; "
+        "import tasks.analysis.diagnose, tasks.analysis.attribution; "
+        f"p = parse_profile({str(profiles['markers'].logdir)!r}); assert p.avg_step_time_ms; "
+        "bad = [m for m in ('tensorflow', 'airflow', 'keras') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -248,9 +264,18 @@ def _profiled(tmp_path: Path, prof, measured: list[float] | None) -> ProfiledRun
     if measured is not None:
         data["measured_step_times_ms"] = measured
     samples.write_text(json.dumps(data))
-    return ProfiledRun(work_dir=str(tmp_path), samples_path=str(samples), profile_dir=str(prof.logdir),
-                       measured_steps=len(measured or [1]), median_step_ms=1.0, throughput_eps=1.0,
-                       profile_overhead_ratio=1.0, peak_rss_bytes=1, peak_device_bytes=None, wall_s=1.0)
+    return ProfiledRun(
+        work_dir=str(tmp_path),
+        samples_path=str(samples),
+        profile_dir=str(prof.logdir),
+        measured_steps=len(measured or [1]),
+        median_step_ms=1.0,
+        throughput_eps=1.0,
+        profile_overhead_ratio=1.0,
+        peak_rss_bytes=1,
+        peak_device_bytes=None,
+        wall_s=1.0,
+    )
 
 
 def test_parse_run_writes_tables_and_record(profiles, tmp_path):
@@ -275,8 +300,7 @@ def test_parse_run_flags_a_window_unlike_the_measured_steps(profiles, tmp_path):
     [flag] = [f for f in rec.findings if f.startswith("unrepresentative_window")]
     assert "3.00x the measured median" in flag
     stored = json.loads(Path(rec.parsed_path).read_text())
-    assert [f["value"] for f in stored["findings"] if f["code"] == "unrepresentative_window"] == [
-        pytest.approx(3.0)]
+    assert [f["value"] for f in stored["findings"] if f["code"] == "unrepresentative_window"] == [pytest.approx(3.0)]
 
 
 def test_parse_run_needs_the_measured_steps(profiles, tmp_path):

@@ -56,13 +56,15 @@ def built(tmp_path_factory) -> dict:
     env = {**os.environ, "PERFWATCH_HOME": str(home), "TF_CPP_MIN_LOG_LEVEL": "3"}
     for var in ("PERFWATCH_MODEL_STORE", "PERFWATCH_IMAGES", "PERFWATCH_DATABASE_URL"):
         env.pop(var, None)
-    cli = subprocess.run([str(BIN / "perfwatch"), "demo", "build-zoo"], env=env, capture_output=True, text=True,
-                         timeout=900)
+    cli = subprocess.run(
+        [str(BIN / "perfwatch"), "demo", "build-zoo"], env=env, capture_output=True, text=True, timeout=900
+    )
     assert cli.returncode == 0, cli.stdout[-2000:] + cli.stderr[-3000:]
     empty = home / "empty"
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-c", _READ, str(empty)], env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", _READ, str(empty)], env=env, capture_output=True, text=True, timeout=900
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return {"home": home, "cli": cli.stdout, **json.loads(lines[-1].split(" ", 1)[1])}
@@ -102,7 +104,11 @@ def test_build_zoo_writes_every_model_and_a_config_of_valid_cases(built):
         assert name in built["cli"]
     cases = load_config(built["home"] / "zoo.yaml")
     assert [c.model_dump(exclude_defaults=True) for c in cases] == [
-        Case.model_validate(c).model_dump(exclude_defaults=True) for c in zoo_cases()]
+        Case.model_validate(c).model_dump(exclude_defaults=True) for c in zoo_cases()
+    ]
     assert {(c.model, c.mode) for c in cases} == {(n, m) for n, z in ZOO.items() for m in z.modes}
-    assert {c.input_fn for c in cases} == {None, "tasks.runner.pipelines:images_fast",
-                                           "tasks.runner.pipelines:images_slow"}
+    assert {c.input_fn for c in cases} == {
+        None,
+        "tasks.runner.pipelines:images_fast",
+        "tasks.runner.pipelines:images_slow",
+    }

@@ -20,7 +20,13 @@ models:
     version: "3"
 """
 
-PARAM_DEFAULTS = {"model": None, "version": "latest", "batch_size": 16, "measured_steps": DEFAULT_MEASURED_STEPS, "trigger": "manual"}
+PARAM_DEFAULTS = {
+    "model": None,
+    "version": "latest",
+    "batch_size": 16,
+    "measured_steps": DEFAULT_MEASURED_STEPS,
+    "trigger": "manual",
+}
 
 
 @pytest.fixture
@@ -38,7 +44,9 @@ def test_nightly_run_takes_the_config_as_written(settings):
     bundles = plan_cases("dag", "scheduled__1", "scheduled", PARAM_DEFAULTS, settings)
     cases = _cases(bundles)
     assert [(c.model, c.version, c.batch_size, c.measured_steps) for c in cases] == [
-        ("resnet", "latest", 8, 30), ("bert", "3", 4, 30)]  # the Params' defaults do not override the config
+        ("resnet", "latest", 8, 30),
+        ("bert", "3", 4, 30),
+    ]  # the Params' defaults do not override the config
     assert {RunContext.model_validate(b["ctx"]).trigger for b in bundles} == {"scheduled"}
 
 
@@ -71,8 +79,15 @@ def test_bad_param_and_bad_config_are_named(settings, tmp_path):
         load_config(bad)
 
 
-@pytest.mark.parametrize(("run_type", "requested", "expected"), [
-    ("scheduled", "manual", "scheduled"), ("DagRunType.SCHEDULED", None, "scheduled"),
-    ("manual", "release", "release"), ("manual", "manual", "manual"), ("asset_triggered", None, "manual")])
+@pytest.mark.parametrize(
+    ("run_type", "requested", "expected"),
+    [
+        ("scheduled", "manual", "scheduled"),
+        ("DagRunType.SCHEDULED", None, "scheduled"),
+        ("manual", "release", "release"),
+        ("manual", "manual", "manual"),
+        ("asset_triggered", None, "manual"),
+    ],
+)
 def test_trigger_kind(run_type, requested, expected):
     assert trigger_kind(run_type, requested) == expected

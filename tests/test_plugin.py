@@ -33,8 +33,10 @@ def airflow(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("airflow_plugin")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
-        mp.setenv("AIRFLOW__CORE__AUTH_MANAGER",
-                  "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+        mp.setenv(
+            "AIRFLOW__CORE__AUTH_MANAGER",
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        )
         mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin")
         mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
         mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(tmp / "passwords.json"))
@@ -45,10 +47,23 @@ def airflow(tmp_path_factory):
         archive = str(tmp / "archive")
         archive_run(url, archive, *make_records(tmp, dag_run_id="r1", model="resnet"))
         gx = _data_docs(tmp / "gx")
-        archive_run(url, archive, *make_records(tmp, dag_run_id="r2", model="resnet", verdict="regression",
-                                                median=14.0), extra_dirs={"gx": str(gx)})
-        record_failure(url, RunContext(dag_id="perfwatch_profile", dag_run_id="manual__2026-11-30T15:00:00+00:00",
-                                       trigger="manual", case=Case(model="bert")), "warm-up", "RunnerError: out of memory")
+        archive_run(
+            url,
+            archive,
+            *make_records(tmp, dag_run_id="r2", model="resnet", verdict="regression", median=14.0),
+            extra_dirs={"gx": str(gx)},
+        )
+        record_failure(
+            url,
+            RunContext(
+                dag_id="perfwatch_profile",
+                dag_run_id="manual__2026-11-30T15:00:00+00:00",
+                trigger="manual",
+                case=Case(model="bert"),
+            ),
+            "warm-up",
+            "RunnerError: out of memory",
+        )
         ctx, *rest = make_records(tmp, dag_run_id="cli__1", model="bert")
         archive_run(url, archive, ctx.model_copy(update={"dag_id": "perfwatch_cli"}), *rest)
 
@@ -66,8 +81,10 @@ def airflow(tmp_path_factory):
 def _data_docs(target: Path) -> Path:
     from tasks.stages import expectations
 
-    outcomes = {"step_times": expectations.validate_step_times([14.0, 14.1, 14.2], min_rows=3),
-                "verdict": expectations.validate_verdict(1.4, 1.35, 1.45, tolerance=0.05)}
+    outcomes = {
+        "step_times": expectations.validate_step_times([14.0, 14.1, 14.2], min_rows=3),
+        "verdict": expectations.validate_verdict(1.4, 1.35, 1.45, tolerance=0.05),
+    }
     title = expectations.data_docs_title(RunContext(dag_id="d", dag_run_id="r2", case=Case(model="resnet")), "1")
     expectations.render_data_docs(outcomes, target, title=title)
     return target
@@ -80,21 +97,30 @@ def _auth(token: str) -> dict[str, str]:
 def _rows(page: str, heading: str) -> list[list[str]]:
     """The rows (cell texts) of the table after ``<h2>heading</h2>``."""
     table = page.split(f"<h2>{heading}</h2>", 1)[1].split("</table>", 1)[0]
-    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-            for row in re.findall(r"<tr>(.*?)</tr>", table) if "<td" in row]
+    return [
+        [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)
+        if "<td" in row
+    ]
 
 
 def test_pages_sit_behind_airflows_login(airflow, monkeypatch):
     client, token, _, _ = airflow
     api = client.get("/perfwatch/", headers={"Accept": "application/json"}, follow_redirects=False)
     assert api.status_code == 401
-    for path in ("/perfwatch/models/resnet", "/perfwatch/runs/2", "/perfwatch/runs/2/archive/gx/index.html",
-                 "/perfwatch/models/resnet/plot.png"):
+    for path in (
+        "/perfwatch/models/resnet",
+        "/perfwatch/runs/2",
+        "/perfwatch/runs/2/archive/gx/index.html",
+        "/perfwatch/models/resnet/plot.png",
+    ):
         assert client.get(path, follow_redirects=False).status_code == 401, path
     assert client.get("/perfwatch/", headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
     browser = client.get("/perfwatch/models/resnet", headers={"Accept": "text/html"}, follow_redirects=False)
     assert browser.status_code == 307
-    assert browser.headers["location"] == "/api/v2/auth/login?next=http%3A%2F%2Ftestserver%2Fperfwatch%2Fmodels%2Fresnet"
+    assert (
+        browser.headers["location"] == "/api/v2/auth/login?next=http%3A%2F%2Ftestserver%2Fperfwatch%2Fmodels%2Fresnet"
+    )
     login = client.get(browser.headers["location"], follow_redirects=False)  # Airflow's own login redirect
     assert login.status_code == 307 and login.headers["location"].startswith("/auth/login?next=")
     assert unquote(login.headers["location"].split("next=", 1)[1]) == "http://testserver/perfwatch/models/resnet"
@@ -137,8 +163,10 @@ def test_newest_first_missing_values_and_links(airflow):
     # each run: its page, the Airflow task log (the failed stage's task, else archive), Data Docs, profile
     assert "<a href='/perfwatch/runs/2'>2</a>" in page
     assert "<a href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
-    assert ("<a href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00/tasks/warm_up/mapped'>"
-            "task log</a>") in page
+    assert (
+        "<a href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00/tasks/warm_up/mapped'>"
+        "task log</a>"
+    ) in page
     assert "<a href='/perfwatch/runs/2/archive/gx/index.html'>Data Docs</a>" in page
     assert "<a href='/perfwatch/runs/2#profile'>profile</a>" in page
     cli_links = latest[0][-1]
@@ -178,7 +206,8 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
         assert r.status_code == 200, f"{url}: {r.status_code}"
         if url.endswith(".html"):
             for link in re.findall(r"""(?:href|src)=\\?["']([^"'#\\]+)""", r.text) + re.findall(
-                    r"'_table_row_link_path': '([^']+)'", r.text):
+                r"'_table_row_link_path': '([^']+)'", r.text
+            ):
                 if "://" not in link:
                     todo.append(urljoin(url, link))
     assert len([u for u in seen if "/validations/" in u and u.endswith(".html")]) == 2
@@ -187,8 +216,12 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
     failed = client.get("/perfwatch/runs/3", headers=_auth(token)).text
     assert "RunnerError: out of memory" in failed and "no archive" in failed and "None" not in failed
     assert client.get("/perfwatch/runs/3/archive/gx/index.html", headers=_auth(token)).status_code == 404
-    for bad in ("/perfwatch/runs/2/archive/gx/%2E%2E/%2E%2E/r1", "/perfwatch/runs/2/archive/gx",
-                "/perfwatch/runs/2/archive/gx//index.html", "/perfwatch/runs/99/archive/gx/index.html"):
+    for bad in (
+        "/perfwatch/runs/2/archive/gx/%2E%2E/%2E%2E/r1",
+        "/perfwatch/runs/2/archive/gx",
+        "/perfwatch/runs/2/archive/gx//index.html",
+        "/perfwatch/runs/99/archive/gx/index.html",
+    ):
         assert client.get(bad, headers=_auth(token)).status_code == 404, bad
 
 
@@ -198,7 +231,9 @@ def test_standalone_app_takes_the_deployments_tokens_and_has_no_login_page(airfl
     import importlib.util
 
     _, token, _, _ = airflow
-    spec = importlib.util.spec_from_file_location("perfwatch_history_standalone", ROOT / "plugins" / "perfwatch_history.py")
+    spec = importlib.util.spec_from_file_location(
+        "perfwatch_history_standalone", ROOT / "plugins" / "perfwatch_history.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     client = TestClient(mod.standalone_app())

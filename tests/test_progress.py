@@ -50,13 +50,18 @@ def test_parse_and_describe():
     assert progress.parse_line("epoch 1/3 ...") is None
     assert progress.parse_line(progress.PROGRESS_PREFIX + "{not json") is None
     assert progress.parse_line(ROUND_PREFIX + "{}") is None
-    e = progress.parse_line(progress.PROGRESS_PREFIX + json.dumps({"phase": "measure", "n": 50, "of": 100,
-                                                                   "median_ms": 41.2}))
+    e = progress.parse_line(
+        progress.PROGRESS_PREFIX + json.dumps({"phase": "measure", "n": 50, "of": 100, "median_ms": 41.2})
+    )
     assert progress.describe(e) == "measure: 50/100 steps, running median 41.20 ms"
     warm = {"phase": "warm-up", "n": 12, "of": 60, "median_ms": 3.0, "cv": 0.083, "cv_max": 0.05, "open_ended": True}
-    assert progress.describe(warm) == "warm-up: step 12 (at most 60), running median 3.00 ms, CV 8.3% (steady below 5.0%)"
-    assert progress.describe({"phase": "paired", "round": 2, "n": 48, "of": 320}) == \
-        "paired gate: round 2, 48 of at most 320 ABBA pairs"
+    assert (
+        progress.describe(warm) == "warm-up: step 12 (at most 60), running median 3.00 ms, CV 8.3% (steady below 5.0%)"
+    )
+    assert (
+        progress.describe({"phase": "paired", "round": 2, "n": 48, "of": 320})
+        == "paired gate: round 2, 48 of at most 320 ABBA pairs"
+    )
 
 
 def test_reporting_swaps_the_reporter_and_a_failing_one_is_harmless(caplog):
@@ -86,37 +91,55 @@ def fake_runner(tmp_path: Path, body: str) -> str:
     """An interpreter stand-in for ``python -m tasks.runner SPEC``: runs ``body`` with ``spec`` (the spec
     dict) and ``out`` (its out_dir) set, then writes an ok result.json."""
     script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\n"
-                      "import json, sys, pathlib\n"
-                      "spec = json.loads(pathlib.Path(sys.argv[-1]).read_text())\n"
-                      "out = pathlib.Path(spec['out_dir'])\n"
-                      f"{body}\n"
-                      "(out / 'result.json').write_text(json.dumps({'status': 'ok'}))\n")
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, pathlib\n"
+        "spec = json.loads(pathlib.Path(sys.argv[-1]).read_text())\n"
+        "out = pathlib.Path(spec['out_dir'])\n"
+        f"{body}\n"
+        "(out / 'result.json').write_text(json.dumps({'status': 'ok'}))\n"
+    )
     script.chmod(0o755)
     return str(script)
 
 
 def test_launch_relays_progress_while_the_runner_runs(tmp_path):
-    body = ("from tasks.runner import progress\n"
-            "print('a line of TF chatter on stdout')\n"
-            "progress.run_steps('measure', lambda: 2.0, 4)\n"
-            "sys.stderr.write('stderr is kept\\n')")
+    body = (
+        "from tasks.runner import progress\n"
+        "print('a line of TF chatter on stdout')\n"
+        "progress.run_steps('measure', lambda: 2.0, 4)\n"
+        "sys.stderr.write('stderr is kept\\n')"
+    )
     spec = RunnerSpec(mode="profile", model_path="m", out_dir=str(tmp_path / "o"), batch_size=1)
     got = []
     with progress.reporting(got.append):
         assert launch(spec, fake_runner(tmp_path, body)) == {"status": "ok"}
-    assert [(e["phase"], e["n"]) for e in got] == [("measure", 1), ("measure", 2), ("measure", 3), ("measure", 4),
-                                                   ("measure", 4)]
+    assert [(e["phase"], e["n"]) for e in got] == [
+        ("measure", 1),
+        ("measure", 2),
+        ("measure", 3),
+        ("measure", 4),
+        ("measure", 4),
+    ]
     assert "stderr is kept" in (tmp_path / "o" / "profile_stderr.log").read_text()
 
 
 def test_paired_session_relays_progress_and_rounds(tmp_path):
-    body = ("from tasks.runner import progress\n"
-            "progress.run_steps('warm-up A', lambda: 1.0, 1)\n"
-            f"print({ROUND_PREFIX!r} + json.dumps({{'round': 0, 'pairs': 2, 'blocks': [], 'final': True}}), "
-            "flush=True)")
-    spec = RunnerSpec(mode="paired", model_path="b", baseline_model_path="a", out_dir=str(tmp_path / "o"),
-                      batch_size=1, blocks=2, round_pairs=2)
+    body = (
+        "from tasks.runner import progress\n"
+        "progress.run_steps('warm-up A', lambda: 1.0, 1)\n"
+        f"print({ROUND_PREFIX!r} + json.dumps({{'round': 0, 'pairs': 2, 'blocks': [], 'final': True}}), "
+        "flush=True)"
+    )
+    spec = RunnerSpec(
+        mode="paired",
+        model_path="b",
+        baseline_model_path="a",
+        out_dir=str(tmp_path / "o"),
+        batch_size=1,
+        blocks=2,
+        round_pairs=2,
+    )
     got = []
     with progress.reporting(got.append):
         run_rounds(spec, fake_runner(tmp_path, body), on_round=lambda info: True)

@@ -64,16 +64,24 @@ def test_saved_model_directory_and_the_digest_a_run_records(tmp_path):
     assert pub.format == "saved_model" and pub.size_bytes == 2 + 5 + 400
     pulled = pull_model_version(str(store), "enc", "latest", tmp_path / "work")
     assert (pulled.version, pulled.digest, pulled.format) == ("1", pub.digest, "saved_model")
-    assert pub.event_extra() == {"model": "enc", "version": "1", "digest": pub.digest,
-                                 "source": str(tmp_path / "export"), "format": "saved_model"}
+    assert pub.event_extra() == {
+        "model": "enc",
+        "version": "1",
+        "digest": pub.digest,
+        "source": str(tmp_path / "export"),
+        "format": "saved_model",
+    }
 
 
-@pytest.mark.parametrize("name, content, match", [
-    ("nothing.keras", None, "does not exist"),
-    ("x.h5", b"h5", "expected a Keras .keras file"),
-    ("x.keras", b"not a zip", "expected a Keras .keras file"),
-    ("empty", "dir", "neither a \\*.keras file nor a SavedModel"),
-])
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("nothing.keras", None, "does not exist"),
+        ("x.h5", b"h5", "expected a Keras .keras file"),
+        ("x.keras", b"not a zip", "expected a Keras .keras file"),
+        ("empty", "dir", "neither a \\*.keras file nor a SavedModel"),
+    ],
+)
 def test_what_is_not_a_model_is_refused_and_nothing_is_written(tmp_path, name, content, match):
     store, src = tmp_path / "models", tmp_path / name
     if content == "dir":
@@ -137,9 +145,11 @@ def test_asset_names_and_release_requests():
     assert publish.model_of_asset_uri(uri) == "модель v2"
     with pytest.raises(ValueError, match="path separator"):
         publish.model_asset("a/b")
-    events = [("perfwatch://models/resnet", {"model": "resnet", "version": "3", "from_rest_api": True}),
-              ("perfwatch://models/resnet", {"model": "resnet", "version": "3"}),  # the same release twice
-              ("perfwatch://models/bert", {})]  # made by hand in Airflow's UI: the Asset's model, latest
+    events = [
+        ("perfwatch://models/resnet", {"model": "resnet", "version": "3", "from_rest_api": True}),
+        ("perfwatch://models/resnet", {"model": "resnet", "version": "3"}),  # the same release twice
+        ("perfwatch://models/bert", {}),
+    ]  # made by hand in Airflow's UI: the Asset's model, latest
     assert publish.release_requests(events) == [("resnet", "3"), ("bert", "latest")]
     with pytest.raises(ValueError, match="integer version or 'latest'"):
         publish.release_requests([("perfwatch://models/resnet", {"version": "v3"})])
@@ -149,16 +159,34 @@ def test_asset_names_and_release_requests():
 
 def test_release_cases_are_the_config_cases_of_the_published_version(home, tmp_path, monkeypatch):
     cfg = tmp_path / "perfwatch.yaml"
-    cfg.write_text("defaults: {measured_steps: 40}\nmodels:\n  - {model: resnet, batch_size: 8}\n"
-                   "  - {model: resnet, batch_size: 32}\n  - {model: bert}\n")
+    cfg.write_text(
+        "defaults: {measured_steps: 40}\nmodels:\n  - {model: resnet, batch_size: 8}\n"
+        "  - {model: resnet, batch_size: 32}\n  - {model: bert}\n"
+    )
     monkeypatch.setenv("PERFWATCH_CONFIG", str(cfg))
-    bundles = publish.release_cases("perfwatch_profile", "asset_triggered__x",
-                                    [("perfwatch://models/resnet", {"model": "resnet", "version": "4"}),
-                                     ("perfwatch://models/other", {"model": "other", "version": "1"})])
-    got = [(b["ctx"]["trigger"], b["ctx"]["case"]["model"], b["ctx"]["case"]["version"],
-            b["ctx"]["case"]["batch_size"], b["ctx"]["case"]["measured_steps"]) for b in bundles]
-    assert got == [("release", "resnet", "4", 8, 40), ("release", "resnet", "4", 32, 40),
-                   ("release", "other", "1", 16, 320)]  # outside the config: the DAG's defaults
+    bundles = publish.release_cases(
+        "perfwatch_profile",
+        "asset_triggered__x",
+        [
+            ("perfwatch://models/resnet", {"model": "resnet", "version": "4"}),
+            ("perfwatch://models/other", {"model": "other", "version": "1"}),
+        ],
+    )
+    got = [
+        (
+            b["ctx"]["trigger"],
+            b["ctx"]["case"]["model"],
+            b["ctx"]["case"]["version"],
+            b["ctx"]["case"]["batch_size"],
+            b["ctx"]["case"]["measured_steps"],
+        )
+        for b in bundles
+    ]
+    assert got == [
+        ("release", "resnet", "4", 8, 40),
+        ("release", "resnet", "4", 32, 40),
+        ("release", "other", "1", 16, 320),
+    ]  # outside the config: the DAG's defaults
     assert all(b["ctx"]["dag_run_id"] == "asset_triggered__x" for b in bundles)
 
 
@@ -176,13 +204,16 @@ class FakeAirflowAssets:
 
             def do_GET(self):  # noqa: N802
                 fake.requests.append({"method": "GET", "path": self.path, "auth": self.headers.get("Authorization")})
-                self._reply(200, {"assets": [{"id": 7, "uri": known_uri}, {"id": 8, "uri": known_uri + "x"}],
-                                  "total_entries": 2})
+                self._reply(
+                    200,
+                    {"assets": [{"id": 7, "uri": known_uri}, {"id": 8, "uri": known_uri + "x"}], "total_entries": 2},
+                )
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"method": "POST", "path": self.path, "auth": self.headers.get("Authorization"),
-                                      "body": body})
+                fake.requests.append(
+                    {"method": "POST", "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
                 if self.path == "/auth/token":
                     ok = body == {"username": "ci", "password": "pw"}
                     return self._reply(201 if ok else 401, {"access_token": "jwt-1"} if ok else {"detail": "no"})
@@ -207,8 +238,12 @@ def cli_runner(home, monkeypatch):
 
     from tasks.cli.main import app
 
-    for var in ("PERFWATCH_AIRFLOW_API_URL", "PERFWATCH_AIRFLOW_TOKEN", "PERFWATCH_AIRFLOW_USERNAME",
-                "PERFWATCH_AIRFLOW_PASSWORD"):
+    for var in (
+        "PERFWATCH_AIRFLOW_API_URL",
+        "PERFWATCH_AIRFLOW_TOKEN",
+        "PERFWATCH_AIRFLOW_USERNAME",
+        "PERFWATCH_AIRFLOW_PASSWORD",
+    ):
         monkeypatch.delenv(var, raising=False)
     return lambda *args: CliRunner().invoke(app, [str(a) for a in args])
 
@@ -219,8 +254,9 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
     fake = FakeAirflowAssets("perfwatch://models/net")
     src = keras_file(tmp_path / "net.keras")
     try:
-        r = cli_runner("publish", "net", src, "--airflow-url", fake.url, "--airflow-user", "ci",
-                       "--airflow-password", "pw")
+        r = cli_runner(
+            "publish", "net", src, "--airflow-url", fake.url, "--airflow-user", "ci", "--airflow-password", "pw"
+        )
         assert r.exit_code == 0, r.output
         assert "published net version 1" in r.output and "Asset event 99 for perfwatch://models/net" in r.output
         token, lookup, event = fake.requests
@@ -240,8 +276,9 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
         assert r.exit_code == 2, r.output
         assert "no Asset perfwatch://models/other" in r.output and "--version 1 --no-copy" in r.output
         assert (home / "models" / "other" / "1").is_dir()
-        r = cli_runner("publish", "net", src, "--version", "1", "--no-copy", "--airflow-url", fake.url,
-                       "--airflow-token", "t")
+        r = cli_runner(
+            "publish", "net", src, "--version", "1", "--no-copy", "--airflow-url", fake.url, "--airflow-token", "t"
+        )
         assert r.exit_code == 0, r.output
         assert fake.requests[-1]["body"]["extra"]["version"] == "1" and fake.requests[-1]["auth"] == "Bearer t"
     finally:
@@ -314,40 +351,80 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
     from tasks.store import Comparison, Run
     from tests.test_alerts import Sink
 
-    small = {"batch_size": 4, "measured_steps": 5, "profiled_steps": 1, "warmup_max_steps": 10,
-             "paired_blocks": 64, "paired_block_steps": 1, "max_other_cpu_share": 1.0}
+    small = {
+        "batch_size": 4,
+        "measured_steps": 5,
+        "profiled_steps": 1,
+        "warmup_max_steps": 10,
+        "paired_blocks": 64,
+        "paired_block_steps": 1,
+        "max_other_cpu_share": 1.0,
+    }
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text(f"defaults: {json.dumps(small)}\nmodels:\n  - {{model: tiny}}\n")
     monkeypatch.setenv("PERFWATCH_CONFIG", str(cfg))
     # the baseline: version 1, measured as the nightly run of the config's case measures it
-    first = run_case(RunContext(dag_id="perfwatch_profile", dag_run_id="nightly_v1", trigger="scheduled",
-                                case=Case(model="tiny", version="1", **small)))
+    first = run_case(
+        RunContext(
+            dag_id="perfwatch_profile",
+            dag_run_id="nightly_v1",
+            trigger="scheduled",
+            case=Case(model="tiny", version="1", **small),
+        )
+    )
     assert first["verdict"]["verdict"] == "no-baseline"
 
     sink = Sink()
     airflow_home = tmp_path / "airflow"
     airflow_home.mkdir()
     (airflow_home / "passwords.json").write_text(json.dumps({"ci": "pw"}))
-    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "ci:admin",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
-           "AIRFLOW__API_AUTH__JWT_SECRET": "perfwatch-test-secret", "GX_ANALYTICS_ENABLED": "false",
-           "AIRFLOW_CONN_PERFWATCH_ALERTS": json.dumps({"conn_type": "http", "host": f"{sink.url}/hook"}),
-           "PERFWATCH_UI_URL": "http://airflow.example:8080"}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "ci:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": "perfwatch-test-secret",
+        "GX_ANALYTICS_ENABLED": "false",
+        "AIRFLOW_CONN_PERFWATCH_ALERTS": json.dumps({"conn_type": "http", "host": f"{sink.url}/hook"}),
+        "PERFWATCH_UI_URL": "http://airflow.example:8080",
+    }
     airflow = str(BIN / "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
     subprocess.run([airflow, "dags", "reserialize"], env=env, check=True, capture_output=True, cwd=ROOT)
     port = _free_port()
     log = tmp_path / "api-server.log"
     with log.open("w") as out:
-        api = subprocess.Popen([airflow, "api-server", "--apps", "core", "-H", "127.0.0.1", "-p", str(port)],
-                               env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        api = subprocess.Popen(
+            [airflow, "api-server", "--apps", "core", "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     try:
         _wait_for(f"http://127.0.0.1:{port}/api/v2/version", api, log)
-        pub = subprocess.run([str(BIN / "perfwatch"), "publish", "tiny", str(model_files["wide"]), "--airflow-url",
-                              f"http://127.0.0.1:{port}", "--airflow-user", "ci", "--airflow-password", "pw"],
-                             env=env, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        pub = subprocess.run(
+            [
+                str(BIN / "perfwatch"),
+                "publish",
+                "tiny",
+                str(model_files["wide"]),
+                "--airflow-url",
+                f"http://127.0.0.1:{port}",
+                "--airflow-user",
+                "ci",
+                "--airflow-password",
+                "pw",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
     finally:
         api.terminate()
         api.wait(timeout=60)
@@ -355,16 +432,26 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
     assert "published tiny version 3" in pub.stdout and "Asset event" in pub.stdout
     assert "for perfwatch://models/tiny" in pub.stdout
 
-    proc = subprocess.run([sys.executable, "-c", _RELEASE_RUN, str(ROOT / "dags")], env=env, capture_output=True,
-                          text=True, cwd=ROOT, timeout=1500)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RELEASE_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     dag_run = json.loads(proc.stdout.strip().splitlines()[-1])
     assert dag_run["state"] == "failed"  # a regression turns the DAG run red after archiving
     with session_scope_of(env) as s:
         run = s.scalar(select(Run).where(Run.dag_run_id == dag_run["run_id"]))
         comp = s.scalar(select(Comparison).where(Comparison.run_id == run.id))
-        assert (run.trigger, run.version_requested, run.case_name, run.status) == ("release", "3", "train-bs4",
-                                                                                   "success")
+        assert (run.trigger, run.version_requested, run.case_name, run.status) == (
+            "release",
+            "3",
+            "train-bs4",
+            "success",
+        )
         assert (comp.verdict, comp.method) == ("regression", "paired-abba")
         assert comp.evidence["paired"]["baseline_version"] == "1"
         run_id = run.id

@@ -49,7 +49,9 @@ def test_latest_is_highest_integer_version(store):
 def test_pull_copies_and_hashes(store, tmp_path):
     p = pull_model_version(str(store), "m", "latest", tmp_path / "work")
     assert p.version == "10" and p.format == "keras"
-    assert (tmp_path / "work" / "model" / "model.keras").read_bytes() == (store / "m" / "10" / "model.keras").read_bytes()
+    assert (tmp_path / "work" / "model" / "model.keras").read_bytes() == (
+        store / "m" / "10" / "model.keras"
+    ).read_bytes()
     assert p.digest == sha256_tree(store / "m" / "10")
     other = pull_model_version(str(store), "m", "1", tmp_path / "work2")
     assert other.digest != p.digest
@@ -65,8 +67,11 @@ def test_unknown_model_lists_models(store, tmp_path):
 
 
 def test_unknown_version_lists_versions(store, tmp_path):
-    with pytest.raises(ModelNotFoundError, match=r"version '7' of model 'm' not found in .*/store/m; versions there: "
-                                                 r"\[1, 2, 10\]"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"version '7' of model 'm' not found in .*/store/m; versions there: "
+        r"\[1, 2, 10\]",
+    ):
         pull_model_version(str(store), "m", "7", tmp_path / "w")
 
 
@@ -146,10 +151,19 @@ def test_two_models_of_one_dag_run_never_share_a_work_dir():
     assert len(slugs) == 3
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("..", "relative path"), (".", "relative path"), ("a/b", "path separator '/'"),
-    ("..\\x", "path separator"), ("a\nb", "control character U\\+000A"), ("a\x00", "control character U\\+0000"),
-    ("", "empty"), ("m" * 129, "at most 128 characters")])
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("..", "relative path"),
+        (".", "relative path"),
+        ("a/b", "path separator '/'"),
+        ("..\\x", "path separator"),
+        ("a\nb", "control character U\\+000A"),
+        ("a\x00", "control character U\\+0000"),
+        ("", "empty"),
+        ("m" * 129, "at most 128 characters"),
+    ],
+)
 def test_path_tricks_are_refused_by_name(name, why):
     with pytest.raises(ValidationError, match=why):
         Case(model=name)
@@ -162,8 +176,13 @@ def test_a_failed_pull_records_the_resolved_version(store, tmp_path, db_url):
     from tasks.stages import pipeline
     from tasks.store import Run, session_scope
 
-    settings = Settings.from_env({"PERFWATCH_HOME": str(tmp_path / "home"), "PERFWATCH_DATABASE_URL": db_url,
-                                  "PERFWATCH_MODEL_STORE": str(store)})
+    settings = Settings.from_env(
+        {
+            "PERFWATCH_HOME": str(tmp_path / "home"),
+            "PERFWATCH_DATABASE_URL": db_url,
+            "PERFWATCH_MODEL_STORE": str(store),
+        }
+    )
     ctx = RunContext(dag_id="d", dag_run_id="r", case=Case(model="corrupt", version="latest"), trigger="manual")
     with pytest.raises(CorruptModelError):
         pipeline.pull({"ctx": ctx.to_xcom()}, settings)

@@ -22,29 +22,72 @@ from tests.test_store import make_records
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
 
 
-def add_run(url: str, tmp: Path, name: str, *, model="m", version="1", verdict="pass", median=10.0, fp="f",
-            env_data=None, day=0, batch_size=16, baseline=None, ratio=None, ops=None) -> int:
+def add_run(
+    url: str,
+    tmp: Path,
+    name: str,
+    *,
+    model="m",
+    version="1",
+    verdict="pass",
+    median=10.0,
+    fp="f",
+    env_data=None,
+    day=0,
+    batch_size=16,
+    baseline=None,
+    ratio=None,
+    ops=None,
+) -> int:
     """Archive one run (make_records) with the given version, environment, day, verdict and comparison."""
-    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=name, verdict=verdict, model=model,
-                                                            median=median, key=f"key-{fp}")
-    ctx = ctx.model_copy(update={"started_at": T0 + dt.timedelta(days=day),
-                                 "case": ctx.case.model_copy(update={"batch_size": batch_size})})
+    ctx, pulled, env, warm, run, parse, comp = make_records(
+        tmp, dag_run_id=name, verdict=verdict, model=model, median=median, key=f"key-{fp}"
+    )
+    ctx = ctx.model_copy(
+        update={
+            "started_at": T0 + dt.timedelta(days=day),
+            "case": ctx.case.model_copy(update={"batch_size": batch_size}),
+        }
+    )
     pulled = pulled.model_copy(update={"version": version})
     env = env.model_copy(update={"fingerprint_id": fp * 64, "data": env_data or {"tf": {"version": "2.20"}}})
-    comp = comp.model_copy(update={"baseline_run_ids": [baseline] if baseline else [], "ratio": ratio,
-                                   "ci_low": ratio and ratio - 0.1, "ci_high": ratio and ratio + 0.1})
+    comp = comp.model_copy(
+        update={
+            "baseline_run_ids": [baseline] if baseline else [],
+            "ratio": ratio,
+            "ci_low": ratio and ratio - 0.1,
+            "ci_high": ratio and ratio + 0.1,
+        }
+    )
     if ops is not None:
         p = Path(parse.parsed_path)
         parsed = json.loads(p.read_text())
-        parsed["op_stats"] = [{"host_or_device": "Host", "op_type": t, "op_name": n, "occurrences": 2,
-                               "total_self_time_us": us, "avg_self_time_us": us / 2, "self_time_share": 0.5}
-                              for n, t, us in ops]
+        parsed["op_stats"] = [
+            {
+                "host_or_device": "Host",
+                "op_type": t,
+                "op_name": n,
+                "occurrences": 2,
+                "total_self_time_us": us,
+                "avg_self_time_us": us / 2,
+                "self_time_share": 0.5,
+            }
+            for n, t, us in ops
+        ]
         p.write_text(json.dumps(parsed))
     return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
 
 
-def add_failure(url: str, tmp: Path, name: str, *, model="m", day=0, stage="warm-up",
-                error="RunnerError: training step failed\nTraceback (most recent call last): ...") -> int:
+def add_failure(
+    url: str,
+    tmp: Path,
+    name: str,
+    *,
+    model="m",
+    day=0,
+    stage="warm-up",
+    error="RunnerError: training step failed\nTraceback (most recent call last): ...",
+) -> int:
     ctx = make_records(tmp, dag_run_id=name, model=model)[0]
     ctx = ctx.model_copy(update={"started_at": T0 + dt.timedelta(days=day)})
     return record_failure(url, ctx, stage, error)
@@ -56,8 +99,19 @@ def story(db_url, tmp_path) -> dict[str, int]:
     ids = {"r1": add_run(db_url, tmp_path, "r1", verdict="no-baseline", median=10.0, day=0)}
     ids["r2"] = add_run(db_url, tmp_path, "r2", median=10.5, day=1, baseline=ids["r1"], ratio=1.05)
     ids["f"] = add_failure(db_url, tmp_path, "f", day=2)
-    ids["r3"] = add_run(db_url, tmp_path, "r3", version="2", verdict="regression", median=13.0, day=3, fp="e",
-                        env_data={"tf": {"version": "2.21"}}, baseline=ids["r2"], ratio=1.3)
+    ids["r3"] = add_run(
+        db_url,
+        tmp_path,
+        "r3",
+        version="2",
+        verdict="regression",
+        median=13.0,
+        day=3,
+        fp="e",
+        env_data={"tf": {"version": "2.21"}},
+        baseline=ids["r2"],
+        ratio=1.3,
+    )
     ids["o1"] = add_run(db_url, tmp_path, "o1", model="other", verdict="no-baseline", median=99.0, day=3)
     return ids
 
@@ -138,8 +192,9 @@ def test_env_changes_names_the_changed_fields(db_url, story):
 
 def test_top_op_regressions_per_profiled_step(db_url, tmp_path):
     a = add_run(db_url, tmp_path, "a", ops=[("conv", "Conv2D", 100.0), ("relu", "Relu", 50.0)])
-    b = add_run(db_url, tmp_path, "b", day=1, ops=[("conv", "Conv2D", 300.0), ("relu", "Relu", 40.0),
-                                                   ("new", "MatMul", 20.0)])
+    b = add_run(
+        db_url, tmp_path, "b", day=1, ops=[("conv", "Conv2D", 300.0), ("relu", "Relu", 40.0), ("new", "MatMul", 20.0)]
+    )
     df = queries.top_op_regressions(a, b, db_url=db_url)
     assert list(df["op_name"]) == ["conv", "new", "relu"]
     conv, new = df.iloc[0], df.iloc[1]
@@ -161,17 +216,34 @@ def test_failures_and_why(db_url, story):
 
 def test_runs_frame_keeps_its_contract(db_url, story):
     df = runs_frame(db_url, "m")
-    assert list(df.columns) == ["run_id", "started_at", "model", "version", "case", "mode", "batch_size",
-                                "precision", "xla", "strategy", "quantization", "inputs", "safe_mode", "status",
-                                "trigger", "median_step_ms", "throughput_eps", "verdict", "error"]
+    assert list(df.columns) == [
+        "run_id",
+        "started_at",
+        "model",
+        "version",
+        "case",
+        "mode",
+        "batch_size",
+        "precision",
+        "xla",
+        "strategy",
+        "quantization",
+        "inputs",
+        "safe_mode",
+        "status",
+        "trigger",
+        "median_step_ms",
+        "throughput_eps",
+        "verdict",
+        "error",
+    ]
     assert list(df["run_id"]) == [story["r1"], story["r2"], story["f"], story["r3"]]  # oldest first
     assert df.iloc[2].verdict == "failed@warm-up" and df.iloc[2].error == "RunnerError: training step failed"
     assert list(runs_frame(db_url, None, last=2)["run_id"]) == [story["r3"], story["o1"]]
 
 
 def test_gate_rows_are_the_newest_run_per_case(db_url, story, tmp_path):
-    newer = add_run(db_url, tmp_path, "r4", version="2", verdict="pass", day=5, fp="e", baseline=story["r3"],
-                    ratio=1.0)
+    newer = add_run(db_url, tmp_path, "r4", version="2", verdict="pass", day=5, fp="e", baseline=story["r3"], ratio=1.0)
     rows = queries.run_query("gate", db_url, model="m", version="2")
     assert list(rows["run_id"]) == [newer] and rows.iloc[0].verdict == "pass"
     assert queries.run_query("gate", db_url, model="m", version="9").empty
@@ -201,16 +273,26 @@ def test_database_errors_never_show_the_password():
 
 
 def test_airflow_connection_uris_become_sqlalchemy_urls():
-    assert queries.sqlalchemy_url("postgres://perf:p%40ss@db:5432/perfwatch") == \
-        "postgresql+psycopg://perf:p%40ss@db:5432/perfwatch"
+    assert (
+        queries.sqlalchemy_url("postgres://perf:p%40ss@db:5432/perfwatch")
+        == "postgresql+psycopg://perf:p%40ss@db:5432/perfwatch"
+    )
     assert queries.sqlalchemy_url("postgresql://u@h/d?sslmode=require") == "postgresql+psycopg://u@h/d?sslmode=require"
     assert queries.sqlalchemy_url("sqlite:////var/perfwatch.db") == "sqlite:////var/perfwatch.db"
 
 
 def test_each_sql_file_declares_its_parameters_and_shows_psql():
     qs = queries.named_queries()
-    assert {"history", "version_compare", "regressions", "env_changes", "top_op_regressions", "failures",
-            "runs", "gate"} <= set(qs)
+    assert {
+        "history",
+        "version_compare",
+        "regressions",
+        "env_changes",
+        "top_op_regressions",
+        "failures",
+        "runs",
+        "gate",
+    } <= set(qs)
     for q in qs.values():
         declared = [p.name for p in q.params]
         assert set(text(q.sql).compile().params) == set(declared), q.name
@@ -237,7 +319,12 @@ def test_psql_runs_every_file_as_written(db_url, story):
         args = ["psql", url, "-X", "-q", "-v", "ON_ERROR_STOP=1"]
         for p in q.params:
             args += ["-v", f"{p.name}={_psql_value(p)}"]
-        out = subprocess.run([*args, "-f", str(q.path)], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "PGCONNECT_TIMEOUT": "10"})
+        out = subprocess.run(
+            [*args, "-f", str(q.path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PGCONNECT_TIMEOUT": "10"},
+        )
         assert out.returncode == 0, f"{q.name}: {out.stderr}"
         assert "rows)" in out.stdout or "row)" in out.stdout, q.name

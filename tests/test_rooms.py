@@ -92,24 +92,51 @@ def write(root: Path, rel: str, text: str) -> None:
     p.write_text(text)
 
 
-@pytest.mark.parametrize("rel, text, expected", [
-    ("tasks/analysis/stats.py", "def f():\n    from tasks.store import session_scope\n",
-     "tasks/analysis/stats.py:2: analysis may not import store (tasks.store)"),
-    ("tasks/store/reads.py", "from tasks.stages import compare\n",
-     "tasks/store/reads.py:1: store may not import stages (tasks.stages)"),
-    ("tasks/stages/pull.py", "import tasks.cli.main\n",
-     "tasks/stages/pull.py:1: stages may not import cli (tasks.cli.main)"),
-    ("tasks/runner/process.py", "from tasks.records import Case\n",
-     "tasks/runner/process.py:1: runner may not import records (tasks.records)"),
-    ("tasks/stages/parse.py", "def f():\n    import tensorflow as tf\n",
-     "tasks/stages/parse.py:2: stages may not import tensorflow (tensorflow)"),
-    ("tasks/cli/main.py", "from airflow.sdk import dag\n",
-     "tasks/cli/main.py:1: cli may not import airflow (airflow.sdk)"),
-    ("tasks/analysis/stats.py", "import sqlalchemy\n",
-     "tasks/analysis/stats.py:1: analysis may not import sqlalchemy (sqlalchemy)"),
-    ("dags/perfwatch_profile.py", "from tasks.cli.main import app\n",
-     "dags/perfwatch_profile.py:1: dags/ may not import cli (tasks.cli.main)"),
-])
+@pytest.mark.parametrize(
+    "rel, text, expected",
+    [
+        (
+            "tasks/analysis/stats.py",
+            "def f():\n    from tasks.store import session_scope\n",
+            "tasks/analysis/stats.py:2: analysis may not import store (tasks.store)",
+        ),
+        (
+            "tasks/store/reads.py",
+            "from tasks.stages import compare\n",
+            "tasks/store/reads.py:1: store may not import stages (tasks.stages)",
+        ),
+        (
+            "tasks/stages/pull.py",
+            "import tasks.cli.main\n",
+            "tasks/stages/pull.py:1: stages may not import cli (tasks.cli.main)",
+        ),
+        (
+            "tasks/runner/process.py",
+            "from tasks.records import Case\n",
+            "tasks/runner/process.py:1: runner may not import records (tasks.records)",
+        ),
+        (
+            "tasks/stages/parse.py",
+            "def f():\n    import tensorflow as tf\n",
+            "tasks/stages/parse.py:2: stages may not import tensorflow (tensorflow)",
+        ),
+        (
+            "tasks/cli/main.py",
+            "from airflow.sdk import dag\n",
+            "tasks/cli/main.py:1: cli may not import airflow (airflow.sdk)",
+        ),
+        (
+            "tasks/analysis/stats.py",
+            "import sqlalchemy\n",
+            "tasks/analysis/stats.py:1: analysis may not import sqlalchemy (sqlalchemy)",
+        ),
+        (
+            "dags/perfwatch_profile.py",
+            "from tasks.cli.main import app\n",
+            "dags/perfwatch_profile.py:1: dags/ may not import cli (tasks.cli.main)",
+        ),
+    ],
+)
 def test_a_deliberate_violation_is_caught(tmp_path, rel, text, expected):
     write(tmp_path, "tasks/records.py", "")
     write(tmp_path, "tasks/stages/compare.py", "from tasks.analysis import stats\nfrom tasks.store import reads\n")

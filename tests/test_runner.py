@@ -48,4 +48,3 @@ def test_missing_model_and_bad_interpreter(tmp_path):
         launch(spec, sys.executable)
     with pytest.raises(RunnerError, match="cannot start runner interpreter"):
         launch(spec, str(tmp_path / "no-python"))
-

@@ -134,15 +134,18 @@ def test_batches_shrink_while_pairs_are_few():
     assert sq.look(np.zeros(40) + np.linspace(0, 0.01, 40), [32], DESIGN).df == 15
 
 
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda: sq.boundaries((), 0.01), "at least one look"),
-    (lambda: sq.boundaries((0.5, 0.4), 0.01), "strictly increasing"),
-    (lambda: sq.boundaries((0.5, 1.2), 0.01), r"in \(0, 1\]"),
-    (lambda: sq.look([0.1, float("nan")] * 20, [32], DESIGN), r"log_ratios\[1\] = nan"),
-    (lambda: sq.look(np.zeros(20), [32], DESIGN), "look at 32 pairs but only 20"),
-    (lambda: sq.look(np.zeros(40), [16], DESIGN), r"each must be in \[32, 320\]"),
-    (lambda: sq.Design(max_pairs=10), "max_pairs"),
-])
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: sq.boundaries((), 0.01), "at least one look"),
+        (lambda: sq.boundaries((0.5, 0.4), 0.01), "strictly increasing"),
+        (lambda: sq.boundaries((0.5, 1.2), 0.01), r"in \(0, 1\]"),
+        (lambda: sq.look([0.1, float("nan")] * 20, [32], DESIGN), r"log_ratios\[1\] = nan"),
+        (lambda: sq.look(np.zeros(20), [32], DESIGN), "look at 32 pairs but only 20"),
+        (lambda: sq.look(np.zeros(40), [16], DESIGN), r"each must be in \[32, 320\]"),
+        (lambda: sq.Design(max_pairs=10), "max_pairs"),
+    ],
+)
 def test_bad_input_is_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -36,17 +36,20 @@ def abba_case(rng, effect, *, blocks=8, steps=50, cv=0.05, block_sd=0.01):
     return a, b
 
 
-@pytest.mark.parametrize(("low", "high", "expected"), [
-    (0.99, 1.03, "pass"),          # inside the ±5% band
-    (1.01, 1.04, "pass"),          # significant but within tolerance
-    (1.01, 1.08, "regression"),    # above 1, reaches past 1.05
-    (1.06, 1.10, "regression"),
-    (0.90, 0.99, "improvement"),
-    (0.97, 1.07, "inconclusive"),  # holds 1, reaches past the tolerance threshold
-    (0.93, 1.03, "pass"),          # holds 1 but lies below 1.05: not slower than the tolerance allows
-    (0.93, 1.05, "pass"),          # the threshold itself is within tolerance
-    (1.00, 1.08, "inconclusive"),  # touching 1 is not lying above it
-])
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (0.99, 1.03, "pass"),  # inside the ±5% band
+        (1.01, 1.04, "pass"),  # significant but within tolerance
+        (1.01, 1.08, "regression"),  # above 1, reaches past 1.05
+        (1.06, 1.10, "regression"),
+        (0.90, 0.99, "improvement"),
+        (0.97, 1.07, "inconclusive"),  # holds 1, reaches past the tolerance threshold
+        (0.93, 1.03, "pass"),  # holds 1 but lies below 1.05: not slower than the tolerance allows
+        (0.93, 1.05, "pass"),  # the threshold itself is within tolerance
+        (1.00, 1.08, "inconclusive"),  # touching 1 is not lying above it
+    ],
+)
 def test_verdict_rule(low, high, expected):
     assert verdict_from_ci(low, high, 0.05) == expected
 
@@ -133,8 +136,19 @@ def test_comparison_round_trips_json():
     rng = np.random.default_rng(4)
     c = compare_paired(*abba_case(rng, 1.05))
     assert Comparison.model_validate_json(c.model_dump_json()) == c
-    assert {"verdict", "method", "ratio", "ci_low", "ci_high", "confidence", "tolerance", "n_candidate",
-            "n_baseline", "needed_samples", "reason"} <= set(c.model_dump())
+    assert {
+        "verdict",
+        "method",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "confidence",
+        "tolerance",
+        "n_candidate",
+        "n_baseline",
+        "needed_samples",
+        "reason",
+    } <= set(c.model_dump())
 
 
 def test_fixed_threshold_rule():
@@ -147,20 +161,23 @@ def test_fixed_threshold_rule():
 GOOD = [10.0, 11.0, 10.5, 10.2, 9.9, 10.1]
 
 
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda: median_ratio_ci([], GOOD), r"candidate_ms: 0 step times"),
-    (lambda: median_ratio_ci(GOOD[:4], GOOD), r"candidate_ms: 4 step times, need at least 5"),
-    (lambda: median_ratio_ci(GOOD, [*GOOD[:3], float("nan"), 1.0]), r"baseline_ms\[3\] = nan"),
-    (lambda: compare_to_history([*GOOD, -2.0], [GOOD]), r"candidate_ms\[6\] = -2\.0"),
-    (lambda: compare_to_history(GOOD, [GOOD, [*GOOD, 0.0]]), r"baseline_runs\[1\]\[6\] = 0\.0"),
-    (lambda: compare_to_history(GOOD, []), r"baseline_runs: 0 runs"),
-    (lambda: compare_paired([10.0], [11.0]), r"a_blocks: 1 blocks, need at least 2"),
-    (lambda: compare_paired([10.0, 11.0], [11.0, 12.0, 13.0]), r"must pair up"),
-    (lambda: compare_paired([10.0, [1.0, float("inf")]], [11.0, 12.0]), r"a_blocks\[1\]\[1\] = inf"),
-    (lambda: compare_paired([10.0, 11.0], [11.0, []]), r"b_blocks\[1\]: 0 step times"),
-    (lambda: compare_paired([10.0, 11.0], [11.0, 12.0], tolerance=0), r"tolerance"),
-    (lambda: fixed_threshold_verdict(GOOD, GOOD, limit=0), r"limit"),
-])
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: median_ratio_ci([], GOOD), r"candidate_ms: 0 step times"),
+        (lambda: median_ratio_ci(GOOD[:4], GOOD), r"candidate_ms: 4 step times, need at least 5"),
+        (lambda: median_ratio_ci(GOOD, [*GOOD[:3], float("nan"), 1.0]), r"baseline_ms\[3\] = nan"),
+        (lambda: compare_to_history([*GOOD, -2.0], [GOOD]), r"candidate_ms\[6\] = -2\.0"),
+        (lambda: compare_to_history(GOOD, [GOOD, [*GOOD, 0.0]]), r"baseline_runs\[1\]\[6\] = 0\.0"),
+        (lambda: compare_to_history(GOOD, []), r"baseline_runs: 0 runs"),
+        (lambda: compare_paired([10.0], [11.0]), r"a_blocks: 1 blocks, need at least 2"),
+        (lambda: compare_paired([10.0, 11.0], [11.0, 12.0, 13.0]), r"must pair up"),
+        (lambda: compare_paired([10.0, [1.0, float("inf")]], [11.0, 12.0]), r"a_blocks\[1\]\[1\] = inf"),
+        (lambda: compare_paired([10.0, 11.0], [11.0, []]), r"b_blocks\[1\]: 0 step times"),
+        (lambda: compare_paired([10.0, 11.0], [11.0, 12.0], tolerance=0), r"tolerance"),
+        (lambda: fixed_threshold_verdict(GOOD, GOOD, limit=0), r"limit"),
+    ],
+)
 def test_bad_input_raises_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -49,8 +49,9 @@ def test_streaming_detector_matches_batch_rule():
     assert SteadyResult.model_validate_json(det.result().model_dump_json()) == det.result()
 
 
-@pytest.mark.parametrize(("bad", "match"), [(float("nan"), r"\[4\] = nan"), (0.0, r"\[4\] = 0\.0"),
-                                            (-3.0, r"\[4\] = -3\.0")])
+@pytest.mark.parametrize(
+    ("bad", "match"), [(float("nan"), r"\[4\] = nan"), (0.0, r"\[4\] = 0\.0"), (-3.0, r"\[4\] = -3\.0")]
+)
 def test_bad_step_times_raise_with_value_and_index(bad, match):
     with pytest.raises(ValueError, match=match):
         steady_state_index([20.0, 20.0, 20.0, 20.0, bad, 20.0])
@@ -61,8 +62,9 @@ def test_bad_step_times_raise_with_value_and_index(bad, match):
         det.add(bad)
 
 
-@pytest.mark.parametrize("kwargs", [{"window": 1}, {"cv_max": 0.0}, {"min_steps": -1},
-                                    {"window": 5, "min_steps": 3, "max_steps": 7}])
+@pytest.mark.parametrize(
+    "kwargs", [{"window": 1}, {"cv_max": 0.0}, {"min_steps": -1}, {"window": 5, "min_steps": 3, "max_steps": 7}]
+)
 def test_bad_rule_parameters(kwargs):
     with pytest.raises(ValueError):
         SteadyDetector(**kwargs)

@@ -40,28 +40,74 @@ def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m"
     prof = wd / "run" / "profile" / "plugins" / "profile" / "2026_01_01"
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "host.xplane.pb").write_bytes(b"xplane-bytes")
-    samples = {"measured_step_times_ms": [median + i * 0.01 for i in range(10)],
-               "warmup_step_times_ms": [20.0, 15.0], "profiled_step_times_ms": [11.0, 12.0]}
+    samples = {
+        "measured_step_times_ms": [median + i * 0.01 for i in range(10)],
+        "warmup_step_times_ms": [20.0, 15.0],
+        "profiled_step_times_ms": [11.0, 12.0],
+    }
     (wd / "run" / "result.json").write_text(json.dumps(samples))
-    parsed = {"op_stats": [{"host_or_device": "Host", "op_type": "Conv2D", "op_name": "conv", "occurrences": 2,
-                            "total_self_time_us": 100.0, "avg_self_time_us": 50.0, "self_time_share": 1.0}],
-              "step_breakdown": [{"step": 0, "step_time_ms": 11.0, "input_ms": 1.0, "other_ms": None}],
-              "overview_page": {"avg_step_time_ms": 11.5}}
+    parsed = {
+        "op_stats": [
+            {
+                "host_or_device": "Host",
+                "op_type": "Conv2D",
+                "op_name": "conv",
+                "occurrences": 2,
+                "total_self_time_us": 100.0,
+                "avg_self_time_us": 50.0,
+                "self_time_share": 1.0,
+            }
+        ],
+        "step_breakdown": [{"step": 0, "step_time_ms": 11.0, "input_ms": 1.0, "other_ms": None}],
+        "overview_page": {"avg_step_time_ms": 11.5},
+    }
     (wd / "parsed.json").write_text(json.dumps(parsed))
     ctx = RunContext(dag_id="d", dag_run_id=dag_run_id, trigger="test", case=Case(model=model, measured_steps=10))
-    pulled = PulledModel(model=model, version="1", source_uri="/s/m/1", local_path=str(wd / "model"), format="keras",
-                         digest="a" * 64, size_bytes=3)
+    pulled = PulledModel(
+        model=model,
+        version="1",
+        source_uri="/s/m/1",
+        local_path=str(wd / "model"),
+        format="keras",
+        digest="a" * 64,
+        size_bytes=3,
+    )
     env = EnvRecord(fingerprint_id="f" * 64, comparability_key=key, data={"gpu": {"count": 0}})
-    warm = WarmupRecord(warmup_steps=2, steady=True, final_cv=0.01, cold_step_ms=500.0, step_times_ms=[20, 15],
-                        wall_s=1.0)
-    run = ProfiledRun(work_dir=str(wd), samples_path=str(wd / "run" / "result.json"),
-                      profile_dir=str(wd / "run" / "profile"), measured_steps=10, median_step_ms=median,
-                      throughput_eps=1600.0, profile_overhead_ratio=1.1, peak_rss_bytes=1 << 30,
-                      peak_device_bytes=None, wall_s=2.0)
-    parse = ParseRecord(parsed_path=str(wd / "parsed.json"), avg_step_time_ms=11.5, input_bound_pct=3.0, n_ops=1,
-                        findings=[], cross_check_ratio=1.0, cross_check_ok=True)
-    comp = CompareRecord(verdict=verdict, method="none", baseline_run_ids=[], ratio=None, ci_low=None, ci_high=None,
-                         median_limit_ms=None, gx_success=True, evidence={"gx": {}})
+    warm = WarmupRecord(
+        warmup_steps=2, steady=True, final_cv=0.01, cold_step_ms=500.0, step_times_ms=[20, 15], wall_s=1.0
+    )
+    run = ProfiledRun(
+        work_dir=str(wd),
+        samples_path=str(wd / "run" / "result.json"),
+        profile_dir=str(wd / "run" / "profile"),
+        measured_steps=10,
+        median_step_ms=median,
+        throughput_eps=1600.0,
+        profile_overhead_ratio=1.1,
+        peak_rss_bytes=1 << 30,
+        peak_device_bytes=None,
+        wall_s=2.0,
+    )
+    parse = ParseRecord(
+        parsed_path=str(wd / "parsed.json"),
+        avg_step_time_ms=11.5,
+        input_bound_pct=3.0,
+        n_ops=1,
+        findings=[],
+        cross_check_ratio=1.0,
+        cross_check_ok=True,
+    )
+    comp = CompareRecord(
+        verdict=verdict,
+        method="none",
+        baseline_run_ids=[],
+        ratio=None,
+        ci_low=None,
+        ci_high=None,
+        median_limit_ms=None,
+        gx_success=True,
+        evidence={"gx": {}},
+    )
     return ctx, pulled, env, warm, run, parse, comp
 
 
@@ -72,8 +118,20 @@ def count(url, table, *where):
 
 def test_migrations_create_every_table(db_url):
     names = set(inspect(get_engine(db_url)).get_table_names())
-    assert {"models", "model_versions", "environments", "runs", "step_samples", "op_stats", "step_breakdown",
-            "run_tables", "comparisons", "baselines", "artifacts", "alembic_version"} <= names
+    assert {
+        "models",
+        "model_versions",
+        "environments",
+        "runs",
+        "step_samples",
+        "op_stats",
+        "step_breakdown",
+        "run_tables",
+        "comparisons",
+        "baselines",
+        "artifacts",
+        "alembic_version",
+    } <= names
 
 
 def test_archive_writes_everything_in_one_go(db_url, tmp_path):
@@ -190,8 +248,9 @@ def test_a_warm_up_is_reused_only_for_the_same_bytes_environment_and_case_within
 
     # a run that reused it stores the profiled run's own cold step, and is never reused in its turn
     ctx2, pulled2, env2, _, run2, parse2, comp2 = make_records(tmp_path, dag_run_id="r2")
-    Path(run2.samples_path).write_text(json.dumps({**json.loads(Path(run2.samples_path).read_text()),
-                                                   "cold_step_ms": 321.0}))
+    Path(run2.samples_path).write_text(
+        json.dumps({**json.loads(Path(run2.samples_path).read_text()), "cold_step_ms": 321.0})
+    )
     second = archive_run(db_url, str(tmp_path / "archive"), ctx2, pulled2, env2, found, run2, parse2, comp2).run_id
     with session_scope(db_url) as s:
         assert s.get(Run, second).cold_step_ms == 321.0

@@ -17,8 +17,14 @@ from tests.test_store import make_records
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
 AXES = queries.AXIS_COLUMNS
 # median step time (ms) per (precision, batch size); throughput = batch / median
-MEDIANS = {("fp32", 8): 10.0, ("fp32", 16): 18.0, ("fp32", 32): 40.0,
-           ("mixed_bfloat16", 8): 8.0, ("mixed_bfloat16", 16): 14.0, ("mixed_bfloat16", 32): 30.0}
+MEDIANS = {
+    ("fp32", 8): 10.0,
+    ("fp32", 16): 18.0,
+    ("fp32", 32): 40.0,
+    ("mixed_bfloat16", 8): 8.0,
+    ("mixed_bfloat16", 16): 14.0,
+    ("mixed_bfloat16", 32): 30.0,
+}
 
 
 def _store(url, tmp, case, median, day, name):
@@ -33,20 +39,40 @@ def matrix_runs(db_url, tmp_path):
     """The matrix batch_size 8/16/32 x precision fp32/mixed_bfloat16 of model 'demo', one run per case
     (samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09), an older run of one case and a
     newer failed run of another, which the sweep must skip."""
-    cases = expand_entry({"model": "demo", "measured_steps": 10,
-                          "matrix": {"precision": ["fp32", "mixed_bfloat16"], "batch_size": [8, 16, 32]}})
+    cases = expand_entry(
+        {
+            "model": "demo",
+            "measured_steps": 10,
+            "matrix": {"precision": ["fp32", "mixed_bfloat16"], "batch_size": [8, 16, 32]},
+        }
+    )
     older = _store(db_url, tmp_path, cases[0], 99.0, 0, "old")
-    ids = {c.name: _store(db_url, tmp_path, c, MEDIANS[(c.precision, c.batch_size)], 1, f"n{i}")
-           for i, c in enumerate(cases)}
+    ids = {
+        c.name: _store(db_url, tmp_path, c, MEDIANS[(c.precision, c.batch_size)], 1, f"n{i}")
+        for i, c in enumerate(cases)
+    }
     ctx = make_records(tmp_path, dag_run_id="failed", model="demo")[0]
-    record_failure(db_url, ctx.model_copy(update={"case": cases[1], "started_at": T0 + dt.timedelta(days=2)}),
-                   "warm-up", "RunnerError: boom")
+    record_failure(
+        db_url,
+        ctx.model_copy(update={"case": cases[1], "started_at": T0 + dt.timedelta(days=2)}),
+        "warm-up",
+        "RunnerError: boom",
+    )
     return {"older": older, **ids}
 
 
 def _point(case, value, median, p99, **axes):
-    return {"case": case, "run_id": 1, "version": "1", "median_step_ms": median, "p99_step_ms": p99,
-            "throughput_eps": value / median * 1000, **dict.fromkeys(AXES, None), "batch_size": value, **axes}
+    return {
+        "case": case,
+        "run_id": 1,
+        "version": "1",
+        "median_step_ms": median,
+        "p99_step_ms": p99,
+        "throughput_eps": value / median * 1000,
+        **dict.fromkeys(AXES, None),
+        "batch_size": value,
+        **axes,
+    }
 
 
 def test_knee_is_the_highest_throughput_within_the_budget():
@@ -62,24 +88,35 @@ def test_knee_is_the_highest_throughput_within_the_budget():
 
 
 def test_series_are_the_other_axes_that_vary():
-    pts = [_point("a", 8, 10.0, 11.0, precision="fp32", mode="train"),
-           _point("b", 16, 15.0, 16.0, precision="fp32", mode="train"),
-           _point("c", 8, 8.0, 9.0, precision="mixed_bfloat16", mode="train")]
+    pts = [
+        _point("a", 8, 10.0, 11.0, precision="fp32", mode="train"),
+        _point("b", 16, 15.0, 16.0, precision="fp32", mode="train"),
+        _point("c", 8, 8.0, 9.0, precision="mixed_bfloat16", mode="train"),
+    ]
     got = sweep(pts, "batch_size", AXES)
     assert [(p.series, p.case, p.knee) for p in got] == [
-        ("precision=fp32", "a", False), ("precision=fp32", "b", True), ("precision=mixed_bfloat16", "c", True)]
+        ("precision=fp32", "a", False),
+        ("precision=fp32", "b", True),
+        ("precision=mixed_bfloat16", "c", True),
+    ]
     assert {p.series for p in sweep(pts[:2], "batch_size", AXES)} == {"all"}
     by_precision = sweep(pts, "precision", AXES)  # along another axis: batch size makes the series
     assert [(p.series, p.value) for p in by_precision] == [
-        ("batch_size=16", "fp32"), ("batch_size=8", "fp32"), ("batch_size=8", "mixed_bfloat16")]
+        ("batch_size=16", "fp32"),
+        ("batch_size=8", "fp32"),
+        ("batch_size=8", "mixed_bfloat16"),
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"axis": "colour"}, "unknown sweep axis 'colour'; the axes are mode, batch_size"),
-    ({"latency_budget_ms": 0.0}, "latency budget 0.0 ms must be positive"),
-    ({"points": []}, "no successful run to sweep"),
-    ({"points": [{"case": "x"}]}, "lacks run_id"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"axis": "colour"}, "unknown sweep axis 'colour'; the axes are mode, batch_size"),
+        ({"latency_budget_ms": 0.0}, "latency budget 0.0 ms must be positive"),
+        ({"points": []}, "no successful run to sweep"),
+        ({"points": [{"case": "x"}]}, "lacks run_id"),
+    ],
+)
 def test_bad_sweep_input_is_named(kwargs, message):
     args = {"points": [_point("b8", 8, 10.0, 12.0)], "axis": "batch_size", "axes": AXES, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -91,8 +128,13 @@ def test_sweep_command_reads_the_newest_success_of_each_case(cli, matrix_runs, t
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert [(r["series"], r["batch_size"]) for r in rows] == [
-        ("precision=fp32", 8), ("precision=fp32", 16), ("precision=fp32", 32),
-        ("precision=mixed_bfloat16", 8), ("precision=mixed_bfloat16", 16), ("precision=mixed_bfloat16", 32)]
+        ("precision=fp32", 8),
+        ("precision=fp32", 16),
+        ("precision=fp32", 32),
+        ("precision=mixed_bfloat16", 8),
+        ("precision=mixed_bfloat16", 16),
+        ("precision=mixed_bfloat16", 32),
+    ]
     first = rows[0]
     assert first["run_id"] == matrix_runs["train-bs8"] != matrix_runs["older"]  # the newest run of the case
     assert (first["median_step_ms"], first["p99_step_ms"]) == (10.0, pytest.approx(10.09))
@@ -123,8 +165,14 @@ def test_runs_and_history_show_matrix_cases(cli, matrix_runs):
     rows = {r["run_id"]: r for r in json.loads(res.stdout)}
     row = rows[matrix_runs["train-bs32-mixed_bfloat16"]]
     assert {k: row[k] for k in ("case", *AXES)} == {
-        "case": "train-bs32-mixed_bfloat16", "mode": "train", "batch_size": 32, "precision": "mixed_bfloat16",
-        "xla": False, "strategy": "none", "quantization": "none"}
+        "case": "train-bs32-mixed_bfloat16",
+        "mode": "train",
+        "batch_size": 32,
+        "precision": "mixed_bfloat16",
+        "xla": False,
+        "strategy": "none",
+        "quantization": "none",
+    }
     res = cli("history", "demo", "--case", "train-bs16-mixed_bfloat16", "--format", "json")
     assert res.exit_code == 0, res.output
     (run,) = json.loads(res.stdout)
@@ -133,8 +181,14 @@ def test_runs_and_history_show_matrix_cases(cli, matrix_runs):
 
 def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
     old = {"model": "m", "batch_size": 16, "measured_steps": 320}  # a Case of before 0.x: no mode, no precision
-    assert queries.case_axes(json.dumps(old)) == {"mode": "train", "batch_size": 16, "precision": "fp32",
-                                                   "xla": False, "strategy": "none", "quantization": "none"}
+    assert queries.case_axes(json.dumps(old)) == {
+        "mode": "train",
+        "batch_size": 16,
+        "precision": "fp32",
+        "xla": False,
+        "strategy": "none",
+        "quantization": "none",
+    }
     with pytest.raises(queries.QueryError, match="must be its Case as a JSON object, got list"):
         queries.case_axes([1])
 
@@ -145,8 +199,16 @@ def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, mon
     from plugins.perfwatch_history import _sweep_section, model_sweep_plot
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
-    request = Request({"type": "http", "method": "GET", "path": "/perfwatch/models/demo", "root_path": "/perfwatch",
-                       "headers": [], "query_string": b""})
+    request = Request(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "/perfwatch/models/demo",
+            "root_path": "/perfwatch",
+            "headers": [],
+            "query_string": b"",
+        }
+    )
     html = _sweep_section(request, "demo")
     assert "<img src='/perfwatch/models/demo/sweep.png'" in html
     assert html.count("<tr>") == 1 + 6 and "train-bs16-mixed_bfloat16" in html  # header + one row per case

@@ -77,14 +77,17 @@ class _FakeGpu:
             return SimpleNamespace(used=2**30 + self.reads * 2**20, total=80 * 2**30, free=0)
 
         for name, fn in {
-            "nvmlInit": lambda: None, "nvmlShutdown": lambda: None, "nvmlDeviceGetCount": lambda: 2,
-            "nvmlDeviceGetHandleByIndex": lambda i: i, "nvmlDeviceGetName": lambda h: b"Fake H100",
+            "nvmlInit": lambda: None,
+            "nvmlShutdown": lambda: None,
+            "nvmlDeviceGetCount": lambda: 2,
+            "nvmlDeviceGetHandleByIndex": lambda i: i,
+            "nvmlDeviceGetName": lambda h: b"Fake H100",
             "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=90 - 10 * h, memory=40),
-            "nvmlDeviceGetMemoryInfo": memory, "nvmlDeviceGetPowerUsage": power,
+            "nvmlDeviceGetMemoryInfo": memory,
+            "nvmlDeviceGetPowerUsage": power,
             "nvmlDeviceGetClockInfo": lambda h, kind: 1980 if kind == pynvml.NVML_CLOCK_SM else 0,
             "nvmlDeviceGetTemperature": lambda h, sensor: 65,
-            "nvmlDeviceGetCurrentClocksEventReasons":
-                lambda h: pynvml.nvmlClocksEventReasonSwPowerCap if h == 0 else 0,
+            "nvmlDeviceGetCurrentClocksEventReasons": lambda h: pynvml.nvmlClocksEventReasonSwPowerCap if h == 0 else 0,
         }.items():
             monkeypatch.setattr(pynvml, name, fn)
 

@@ -21,9 +21,18 @@ from tasks.store import Artifact, Run, RunTable, StepSample, TelemetrySample, se
 
 
 def _tflite(tmp_path, model, quantization, batch_size=4, **kw):
-    spec = RunnerSpec(mode="profile", model_path=str(model), out_dir=str(tmp_path / f"run-{quantization}"),
-                      batch_size=batch_size, case_mode="tflite", quantization=quantization, warmup_steps=2,
-                      measured_steps=20, profiled_steps=2, **kw)
+    spec = RunnerSpec(
+        mode="profile",
+        model_path=str(model),
+        out_dir=str(tmp_path / f"run-{quantization}"),
+        batch_size=batch_size,
+        case_mode="tflite",
+        quantization=quantization,
+        warmup_steps=2,
+        measured_steps=20,
+        profiled_steps=2,
+        **kw,
+    )
     return launch(spec, sys.executable, 900)
 
 
@@ -52,8 +61,17 @@ def test_each_quantization_converts_times_and_agrees(model_files, tmp_path):
 @pytest.mark.slow
 def test_int8_on_the_demo_model(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    subprocess.run([sys.executable, "-c", "import sys; from tasks.runner.zoo import build_store; "
-                    "build_store(sys.argv[1])", str(tmp_path / "store")], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tasks.runner.zoo import build_store; build_store(sys.argv[1])",
+            str(tmp_path / "store"),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     model = tmp_path / "store" / "demo_mobilenet" / "1" / "model.keras"
     r = _tflite(tmp_path, model, "int8", batch_size=1)
     t = r["tflite"]
@@ -75,10 +93,17 @@ _DET = textwrap.dedent("""
 @pytest.mark.slow
 def test_conversion_failure_names_the_rejected_op(tmp_path):
     path = tmp_path / "det.keras"
-    subprocess.run([sys.executable, "-c", _DET, str(path)], check=True, capture_output=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    with pytest.raises(RunnerError, match=r"TFLite conversion \(quantization none\) of model .*det.keras failed: "
-                                          r"the converter rejected op\(s\) tf.MatrixDeterminant"):
+    subprocess.run(
+        [sys.executable, "-c", _DET, str(path)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    with pytest.raises(
+        RunnerError,
+        match=r"TFLite conversion \(quantization none\) of model .*det.keras failed: "
+        r"the converter rejected op\(s\) tf.MatrixDeterminant",
+    ):
         _tflite(tmp_path, path, "none")
 
 
@@ -90,8 +115,16 @@ def test_tflite_options_that_do_not_apply_are_refused(model_files, tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_stores_a_tflite_run_without_a_profile(home, model_store):
-    case = Case(model="tiny", version="1", batch_size=4, measured_steps=10, warmup_max_steps=12, mode="tflite",
-                quantization="int8", telemetry_interval_ms=10)
+    case = Case(
+        model="tiny",
+        version="1",
+        batch_size=4,
+        measured_steps=10,
+        warmup_max_steps=12,
+        mode="tflite",
+        quantization="int8",
+        telemetry_interval_ms=10,
+    )
     assert case.name == "tflite-bs4-int8"
     bundle = run_case(RunContext(dag_id="t", dag_run_id="lite", trigger="test", case=case))
     assert bundle["parsed"]["avg_step_time_ms"] is None and bundle["parsed"]["findings"][0].startswith("no_profile")
@@ -103,17 +136,23 @@ def test_pipeline_stores_a_tflite_run_without_a_profile(home, model_store):
         assert tables["tflite"]["quantization"] == "int8" and tables["tflite"]["size_bytes_after"] > 0
         assert tables["parse"]["profile_absent_reason"] == PROFILE_ABSENT_REASON
         assert tables["telemetry"]["devices"]["host"]["memory_peak_bytes"] > 0
-        assert s.scalar(select(StepSample.step).where(StepSample.phase == "measured").order_by(
-            StepSample.step.desc()).limit(1)) == 9
+        assert (
+            s.scalar(
+                select(StepSample.step).where(StepSample.phase == "measured").order_by(StepSample.step.desc()).limit(1)
+            )
+            == 9
+        )
         assert s.scalars(select(StepSample).where(StepSample.phase == "profiled")).all() == []
         assert s.scalars(select(TelemetrySample)).first() is not None
         assert s.scalars(select(Artifact).where(Artifact.kind == "xplane")).all() == []
 
 
 def test_rejected_ops_from_converter_messages():
-    msg = ("error: 'tf.MatrixDeterminant' op is neither a custom op nor a flex op\n"
-           "see current operation: 'tf.MatrixDeterminant' op ...\n"
-           "TF Select ops: Erf\nDetails:\n\ttf.Erf(tensor<?xf32>) -> (tensor<?xf32>) : {device = \"\"}")
+    msg = (
+        "error: 'tf.MatrixDeterminant' op is neither a custom op nor a flex op\n"
+        "see current operation: 'tf.MatrixDeterminant' op ...\n"
+        'TF Select ops: Erf\nDetails:\n\ttf.Erf(tensor<?xf32>) -> (tensor<?xf32>) : {device = ""}'
+    )
     assert rejected_ops(msg) == ["tf.MatrixDeterminant", "tf.Erf"]
     assert rejected_ops("Could not open file") == []
 
@@ -129,14 +168,29 @@ def test_agreement_of_outputs():
         agreement([[np.zeros((2, 3))]], [[np.zeros((2, 4))]])
 
 
-
 def test_the_cli_line_of_a_tflite_record():
     from tasks.cli.main import tflite_summary
 
-    line = tflite_summary({"quantization": "int8", "size_bytes_before": 8 * 2**20, "size_bytes_after": 2 * 2**20,
-                           "conversion_s": 4.25, "agreement": {"max_abs_diff": 0.0123, "top1_agreement": 0.984}})
-    assert line == ("tflite (int8): size 8.00 MiB -> 2.00 MiB (x0.25), converted in 4.2 s; agreement with TF: "
-                    "max |diff| 0.0123, top-1 98.4%")
-    bare = tflite_summary({"quantization": "none", "size_bytes_before": 100, "size_bytes_after": 90,
-                           "conversion_s": 1.0, "agreement": {"max_abs_diff": None, "top1_agreement": None}})
+    line = tflite_summary(
+        {
+            "quantization": "int8",
+            "size_bytes_before": 8 * 2**20,
+            "size_bytes_after": 2 * 2**20,
+            "conversion_s": 4.25,
+            "agreement": {"max_abs_diff": 0.0123, "top1_agreement": 0.984},
+        }
+    )
+    assert line == (
+        "tflite (int8): size 8.00 MiB -> 2.00 MiB (x0.25), converted in 4.2 s; agreement with TF: "
+        "max |diff| 0.0123, top-1 98.4%"
+    )
+    bare = tflite_summary(
+        {
+            "quantization": "none",
+            "size_bytes_before": 100,
+            "size_bytes_after": 90,
+            "conversion_s": 1.0,
+            "agreement": {"max_abs_diff": None, "top1_agreement": None},
+        }
+    )
     assert bare.endswith("max |diff| —, top-1 —")

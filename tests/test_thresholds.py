@@ -38,8 +38,9 @@ def test_an_unpaired_run_faster_than_its_baseline_is_never_a_regression(db_url, 
     steps = np.concatenate([9.1 * rng.lognormal(0, 0.01, 30), 9.1 * rng.uniform(1.3, 2.0, 10)])
     assert np.mean(steps > 11.0) >= 0.2 and np.median(steps) < 9.5
     ctx, _, env, _, run, parsed, _ = _with_samples(tmp_path, "cand", steps)
-    v = baseline_compare(db_url, ctx.case.model_copy(update={"measured_steps": 40}), env, run, parsed,
-                         tmp_path / "cand" / "work")
+    v = baseline_compare(
+        db_url, ctx.case.model_copy(update={"measured_steps": 40}), env, run, parsed, tmp_path / "cand" / "work"
+    )
     assert v.method == "history-lookback" and v.verdict != "regression"
     assert v.evidence["gx"]["verdict"]["success"] and v.evidence["gx"]["step_times"]["success"]
     assert "ceiling_breached" not in v.evidence

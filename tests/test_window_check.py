@@ -42,8 +42,7 @@ def test_window_band_covers_windows_drawn_like_the_measured_steps():
 
 
 def test_a_window_like_the_measured_steps_is_representative():
-    c = cross_check(MEASURED, [30.5, 29.8, 31.0, 30.2, 29.9], [30.4, 29.9, 31.1, 30.1, 29.8],
-                    profiler_avg_step_ms=30.3)
+    c = cross_check(MEASURED, [30.5, 29.8, 31.0, 30.2, 29.9], [30.4, 29.9, 31.1, 30.1, 29.8], profiler_avg_step_ms=30.3)
     assert c.representative is True and c.window_inside and c.profiler_inside
     assert c.overhead_ratio == pytest.approx(30.2 / MED)
     assert c.measured_steps == 320 and c.window_steps == c.profiler_steps == 5
@@ -102,12 +101,15 @@ def test_too_few_measured_steps_is_not_checked():
     assert cross_check(MEASURED[:MIN_CHECK_MEASURED_STEPS], [300.0] * 5).representative is False
 
 
-@pytest.mark.parametrize("measured, window, match", [
-    ([], [30.0], "measured_step_ms is empty"),
-    (MEASURED, [], "runner_profiled_step_ms is empty"),
-    (MEASURED, [30.0, float("nan")], r"runner_profiled_step_ms\[1\] = nan"),
-    ([30.0, 0.0] * 20, [30.0], r"measured_step_ms\[1\] = 0.0"),
-])
+@pytest.mark.parametrize(
+    "measured, window, match",
+    [
+        ([], [30.0], "measured_step_ms is empty"),
+        (MEASURED, [], "runner_profiled_step_ms is empty"),
+        (MEASURED, [30.0, float("nan")], r"runner_profiled_step_ms\[1\] = nan"),
+        ([30.0, 0.0] * 20, [30.0], r"measured_step_ms\[1\] = 0.0"),
+    ],
+)
 def test_bad_step_times_are_named(measured, window, match):
     with pytest.raises(ValueError, match=match):
         cross_check(measured, window)

@@ -32,11 +32,14 @@ RUNNER_LIMIT_S = "600"
 def zoo_dir(tmp_path_factory) -> Path:
     """``<dir>/models`` (the zoo as a model store) and ``<dir>/images`` (the example TFRecords)."""
     root = tmp_path_factory.mktemp("zoo")
-    script = ("import sys; from tasks.runner.zoo import build_zoo, write_images; "
-              "build_zoo(sys.argv[1] + '/models'); write_images(sys.argv[1] + '/images')")
+    script = (
+        "import sys; from tasks.runner.zoo import build_zoo, write_images; "
+        "build_zoo(sys.argv[1] + '/models'); write_images(sys.argv[1] + '/images')"
+    )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(root)], capture_output=True, text=True, env=env, timeout=900
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"building the zoo failed:\n{proc.stderr[-3000:]}")
     return root
@@ -58,19 +61,31 @@ _BUNDLES: dict[tuple[str, str], dict] = {}
 def _run(model: str, mode: str = "train", **fields) -> dict:
     """The final bundle of ``run_case`` for a zoo model (batch 4, 10 measured and 2 profiled steps, the zoo's
     Case fields updated by ``fields``), run once per module."""
-    case = Case(model=model, mode=mode, **{"batch_size": 4, "measured_steps": 10, "profiled_steps": 2,
-                                           "warmup_max_steps": 10, **ZOO[model].case, **fields})
+    case = Case(
+        model=model,
+        mode=mode,
+        **{
+            "batch_size": 4,
+            "measured_steps": 10,
+            "profiled_steps": 2,
+            "warmup_max_steps": 10,
+            **ZOO[model].case,
+            **fields,
+        },
+    )
     if (model, case.name) in _BUNDLES:
         return _BUNDLES[model, case.name]
     bundle = run_case(RunContext(dag_id="zoo", dag_run_id=f"{model}-{case.name}", trigger="test", case=case))
     _BUNDLES[model, case.name] = bundle
     run = bundle["run"]
     lat = run.get("latency_ms") or {}
-    print(f"\n{model:11s} {mode:5s} bs{case.batch_size}: median {run['median_step_ms']:.2f} ms, "
-          f"{run['throughput_eps']:.0f} examples/s"
-          + (f", latency p50 {lat['p50']:.2f} p90 {lat['p90']:.2f} p99 {lat['p99']:.2f} ms" if lat else "")
-          + f"; input-bound {bundle['parsed']['input_bound_pct']}%; findings "
-          + str([f.split(":")[0] for f in bundle["parsed"]["findings"]]))
+    print(
+        f"\n{model:11s} {mode:5s} bs{case.batch_size}: median {run['median_step_ms']:.2f} ms, "
+        f"{run['throughput_eps']:.0f} examples/s"
+        + (f", latency p50 {lat['p50']:.2f} p90 {lat['p90']:.2f} p99 {lat['p99']:.2f} ms" if lat else "")
+        + f"; input-bound {bundle['parsed']['input_bound_pct']}%; findings "
+        + str([f.split(":")[0] for f in bundle["parsed"]["findings"]])
+    )
     return bundle
 
 

@@ -83,8 +83,9 @@ class GeneratedProfile:
     subprocess_s: float
 
 
-def make_profiles(logdirs: dict[str, tuple[str | Path, bool]], *, steps: int = 5,
-                  timeout_s: float = 180) -> dict[str, GeneratedProfile]:
+def make_profiles(
+    logdirs: dict[str, tuple[str | Path, bool]], *, steps: int = 5, timeout_s: float = 180
+) -> dict[str, GeneratedProfile]:
     """Profile ``steps`` steps of the tiny model once per entry ``name -> (logdir, step_markers)``, all in
     ONE fresh Python process (one TF import), sequentially (one profiler session at a time).
 
@@ -95,20 +96,24 @@ def make_profiles(logdirs: dict[str, tuple[str | Path, bool]], *, steps: int = 5
     # without it the CPU allocator records no memory events, so memory_profile would depend on the CPU.
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "TF_ENABLE_ONEDNN_OPTS": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(steps), json.dumps(jobs)],
-                          capture_output=True, text=True, timeout=timeout_s, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(steps), json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+    )
     subprocess_s = time.perf_counter() - t0
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PERFWATCH_RESULT ")]
     out = {}
-    for (name, (logdir, _)), result in zip(logdirs.items(), json.loads(lines[-1].split(" ", 1)[1])
-                                           if proc.returncode == 0 and lines else [], strict=False):
+    for (name, (logdir, _)), result in zip(
+        logdirs.items(), json.loads(lines[-1].split(" ", 1)[1]) if proc.returncode == 0 and lines else [], strict=False
+    ):
         paths = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
         if paths:
-            out[name] = GeneratedProfile(Path(logdir), paths, result["step_ms"], result["window_s"],
-                                         subprocess_s)
+            out[name] = GeneratedProfile(Path(logdir), paths, result["step_ms"], result["window_s"], subprocess_s)
     if len(out) != len(logdirs):
-        raise RuntimeError(f"profile run failed (rc={proc.returncode}, made {sorted(out)}):\n"
-                           f"{proc.stderr[-3000:]}")
+        raise RuntimeError(f"profile run failed (rc={proc.returncode}, made {sorted(out)}):\n{proc.stderr[-3000:]}")
     return out
 
 
@@ -121,8 +126,7 @@ def session_profiles(tmp_path_factory) -> dict[str, GeneratedProfile]:
     Tests must treat them as read-only (copy before changing anything)."""
     if not _CACHE:
         base = tmp_path_factory.mktemp("xplanes")
-        _CACHE.update(make_profiles({"markers": (base / "markers", True),
-                                     "no_markers": (base / "no_markers", False)}))
+        _CACHE.update(make_profiles({"markers": (base / "markers", True), "no_markers": (base / "no_markers", False)}))
     return _CACHE
 
 

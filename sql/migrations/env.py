@@ -17,8 +17,9 @@ target_metadata = Base.metadata
 
 
 def _run(connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata,
-                      render_as_batch=connection.dialect.name == "sqlite")
+    context.configure(
+        connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite"
+    )
     with context.begin_transaction():
         context.run_migrations()
     connection.commit()

@@ -2,7 +2,8 @@
 
 Modules: ``stats`` (step-time comparisons with intervals), ``sequential`` (the sequential paired
 gate's repeated confidence intervals), ``calibration`` (drift prior, paired offset and gate noise from
-past runs, given as values; the noise bounds), ``verdict`` (the final verdict), ``attribution`` (op self-time deltas behind a step-time
+past runs, given as values; the noise bounds), ``verdict`` (the final verdict), ``attribution`` (op self-time deltas
+behind a step-time
 change), ``diagnose`` (findings from a parsed profile), ``profile`` (the parsed profile's tables),
 ``environment`` (fingerprint hashes and diffs).
 

@@ -24,17 +24,26 @@ from pydantic import BaseModel
 KEY = ["host_or_device", "op_type", "op_name"]
 #: (category, regex on the op type with TF's ``_Mkl``/``_MklNative``/``_`` prefixes stripped); first match wins.
 CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("data_input", re.compile(r"^(IteratorGetNext|Iterator|Dataset|.*Dataset(V\d)?$|OptionalGetValue|"
-                              r"MultiDeviceIterator)")),
+    (
+        "data_input",
+        re.compile(
+            r"^(IteratorGetNext|Iterator|Dataset|.*Dataset(V\d)?$|OptionalGetValue|"
+            r"MultiDeviceIterator)"
+        ),
+    ),
     ("convolution", re.compile(r"^(Fused)?(Conv[123]D|DepthwiseConv|Conv)")),
     ("matmul", re.compile(r"^(Fused)?(Batch)?MatMul|^Einsum")),
     ("normalization", re.compile(r"^(Fused)?BatchNorm|^FusedBatchNorm|^LayerNorm")),
     ("optimizer", re.compile(r"^(Resource)?(Sparse)?Apply|^Resource|^Assign(Add|Sub)VariableOp")),
-    ("elementwise", re.compile(
-        r"^(Add|AddV2|AddN|Sub|Mul|RealDiv|Div|DivNoNan|FloorDiv|Maximum|Minimum|Pow|Square|SquaredDifference|"
-        r"Sqrt|Rsqrt|Exp|Log|Log1p|Neg|Abs|Sign|Floor|Ceil|Round|Cast|Relu|Relu6|Elu|Selu|LeakyRelu|Gelu|"
-        r"Sigmoid|Tanh|Erf|Softplus|BiasAdd|Select|SelectV2|Equal|NotEqual|Greater|GreaterEqual|Less|"
-        r"LessEqual|LogicalAnd|LogicalOr|LogicalNot|Reciprocal|Inv|ZerosLike|OnesLike)(Grad|V\d)?$")),
+    (
+        "elementwise",
+        re.compile(
+            r"^(Add|AddV2|AddN|Sub|Mul|RealDiv|Div|DivNoNan|FloorDiv|Maximum|Minimum|Pow|Square|SquaredDifference|"
+            r"Sqrt|Rsqrt|Exp|Log|Log1p|Neg|Abs|Sign|Floor|Ceil|Round|Cast|Relu|Relu6|Elu|Selu|LeakyRelu|Gelu|"
+            r"Sigmoid|Tanh|Erf|Softplus|BiasAdd|Select|SelectV2|Equal|NotEqual|Greater|GreaterEqual|Less|"
+            r"LessEqual|LogicalAnd|LogicalOr|LogicalNot|Reciprocal|Inv|ZerosLike|OnesLike)(Grad|V\d)?$"
+        ),
+    ),
 ]
 CATEGORIES = [c for c, _ in CATEGORY_RULES] + ["other"]
 #: Fraction of the smaller scope's op paths two renamed top-level scopes must share to be paired.
@@ -125,11 +134,12 @@ def _split_scope(op_name: str) -> tuple[str, str, str] | None:
     i = 1 if parts[0] == "gradient_tape" and len(parts) > 2 else 0
     if len(parts) - i < 2:
         return None
-    return "".join(p + "/" for p in parts[:i]), parts[i], "/".join(parts[i + 1:])
+    return "".join(p + "/" for p in parts[:i]), parts[i], "/".join(parts[i + 1 :])
 
 
-def match_scopes(baseline_names: Sequence[str], candidate_names: Sequence[str],
-                 min_overlap: float = MIN_SCOPE_OVERLAP) -> dict[str, str]:
+def match_scopes(
+    baseline_names: Sequence[str], candidate_names: Sequence[str], min_overlap: float = MIN_SCOPE_OVERLAP
+) -> dict[str, str]:
     """Pair top-level op-name scopes that exist in only one run: candidate scope -> baseline scope.
 
     A model's name scope often changes between versions while its layers stay (Keras names a model after
@@ -137,6 +147,7 @@ def match_scopes(baseline_names: Sequence[str], candidate_names: Sequence[str],
     new. Scopes found in one run only are paired greedily by how many op paths below them they share; a
     pair needs at least ``min_overlap`` (fraction of the smaller scope's paths) in common.
     """
+
     def paths(names: Sequence[str]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for n in names:
@@ -149,8 +160,12 @@ def match_scopes(baseline_names: Sequence[str], candidate_names: Sequence[str],
     pairs = sorted(((len(base[b] & cand[c]), c, b) for b in base_only for c in cand_only), reverse=True)
     out: dict[str, str] = {}
     for shared, c, b in pairs:
-        if c not in out and b not in out.values() and shared >= min_overlap * min(len(base[b]), len(cand[c])) \
-                and shared > 0:
+        if (
+            c not in out
+            and b not in out.values()
+            and shared >= min_overlap * min(len(base[b]), len(cand[c]))
+            and shared > 0
+        ):
             out[c] = b
     return out
 
@@ -192,11 +207,17 @@ def _measured(value: float | None, name: str) -> float | None:
     return float(value)
 
 
-def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
-              candidate_ops: pd.DataFrame | Sequence[dict[str, Any]], *, baseline_steps: int,
-              candidate_steps: int, baseline_measured_ms: float | None = None,
-              candidate_measured_ms: float | None = None, top_n: int = 5,
-              warnings: Sequence[str] = ()) -> Attribution:
+def attribute(
+    baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
+    candidate_ops: pd.DataFrame | Sequence[dict[str, Any]],
+    *,
+    baseline_steps: int,
+    candidate_steps: int,
+    baseline_measured_ms: float | None = None,
+    candidate_measured_ms: float | None = None,
+    top_n: int = 5,
+    warnings: Sequence[str] = (),
+) -> Attribution:
     """Attribute a step-time change to ops and op categories.
 
     ``*_ops``: framework_op_stats tables (DataFrame or records, total_self_time_us in µs over the window);
@@ -226,12 +247,16 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
         base_scale, cand_scale = base_ms * 1e3 / base_total, cand_ms * 1e3 / cand_total
     else:
         base_scale = cand_scale = None
-        notes.append("op figures are the profiled windows' raw self-times per step: "
-                     + ("no measured median step time was given for "
-                        + " and ".join(n for n, v in (("the baseline", base_ms), ("the candidate", cand_ms))
-                                       if v is None)
-                        if base_ms is None or cand_ms is None else "a window holds no op self-time")
-                     + ", so the op deltas need not add up to the measured change")
+        notes.append(
+            "op figures are the profiled windows' raw self-times per step: "
+            + (
+                "no measured median step time was given for "
+                + " and ".join(n for n, v in (("the baseline", base_ms), ("the candidate", cand_ms)) if v is None)
+                if base_ms is None or cand_ms is None
+                else "a window holds no op self-time"
+            )
+            + ", so the op deltas need not add up to the measured change"
+        )
     raw = pd.concat({"b": base, "c": cand}, axis=1)
     status = pd.Series("both", index=raw.index)
     status[raw["b"].isna()] = "appeared"
@@ -247,33 +272,61 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
         change, source = (cand_ms - base_ms) * 1e3, "measured_median"
     else:
         change, source = op_change, "op_self_time"
-    ops = [OpDelta(host_or_device=k[0], op_type=k[1], op_name=k[2], category=op_category(k[1]),
-                   baseline_us_per_step=r.b, candidate_us_per_step=r.c, delta_us_per_step=r.d,
-                   relative_change=_rel(r.d, r.b), status=r.status,
-                   share_of_change=r.d / change if abs(change) > 1e-9 else None,
-                   baseline_window_us_per_step=r.rb, candidate_window_us_per_step=r.rc)
-           for k, r in zip(both.index, both.itertuples(index=False), strict=True)]
+    ops = [
+        OpDelta(
+            host_or_device=k[0],
+            op_type=k[1],
+            op_name=k[2],
+            category=op_category(k[1]),
+            baseline_us_per_step=r.b,
+            candidate_us_per_step=r.c,
+            delta_us_per_step=r.d,
+            relative_change=_rel(r.d, r.b),
+            status=r.status,
+            share_of_change=r.d / change if abs(change) > 1e-9 else None,
+            baseline_window_us_per_step=r.rb,
+            candidate_window_us_per_step=r.rc,
+        )
+        for k, r in zip(both.index, both.itertuples(index=False), strict=True)
+    ]
     top_delta = sum(o.delta_us_per_step for o in ops[:top_n])
     top_share = top_delta / change if abs(change) > 1e-9 else None
-    cats = pd.DataFrame([(o.category, o.baseline_us_per_step, o.candidate_us_per_step) for o in ops],
-                        columns=["category", "b", "c"]).groupby("category")[["b", "c"]].sum()
+    cats = (
+        pd.DataFrame(
+            [(o.category, o.baseline_us_per_step, o.candidate_us_per_step) for o in ops], columns=["category", "b", "c"]
+        )
+        .groupby("category")[["b", "c"]]
+        .sum()
+    )
     categories = sorted(
-        (CategoryDelta(category=c, baseline_us_per_step=r.b, candidate_us_per_step=r.c,
-                       delta_us_per_step=r.c - r.b, relative_change=_rel(r.c - r.b, r.b))
-         for c, r in zip(cats.index, cats.itertuples(index=False), strict=True)),
-        key=lambda c: -abs(c.delta_us_per_step))
+        (
+            CategoryDelta(
+                category=c,
+                baseline_us_per_step=r.b,
+                candidate_us_per_step=r.c,
+                delta_us_per_step=r.c - r.b,
+                relative_change=_rel(r.c - r.b, r.b),
+            )
+            for c, r in zip(cats.index, cats.itertuples(index=False), strict=True)
+        ),
+        key=lambda c: -abs(c.delta_us_per_step),
+    )
     appeared = [o.op_name for o in ops if o.status == "appeared"]
     vanished = [o.op_name for o in ops if o.status == "vanished"]
     if scaled:
-        lines = [f"Measured median step time changed by {change:+.1f} µs/step ({base_ms:.3f} -> {cand_ms:.3f} ms, "
-                 f"x{cand_ms / base_ms:.3f}); each op's share of its profiled window's op self-time is scaled to "
-                 f"its run's measured median (x{base_scale:.3f} baseline, x{cand_scale:.3f} candidate), so the op "
-                 f"deltas add up to that change. Unscaled, the windows' op self-time changed by "
-                 f"{op_change:+.1f} µs/step."]
+        lines = [
+            f"Measured median step time changed by {change:+.1f} µs/step ({base_ms:.3f} -> {cand_ms:.3f} ms, "
+            f"x{cand_ms / base_ms:.3f}); each op's share of its profiled window's op self-time is scaled to "
+            f"its run's measured median (x{base_scale:.3f} baseline, x{cand_scale:.3f} candidate), so the op "
+            f"deltas add up to that change. Unscaled, the windows' op self-time changed by "
+            f"{op_change:+.1f} µs/step."
+        ]
     else:
         lines = [f"Op self-time in the profiled windows changed by {op_change:+.1f} µs/step (unscaled)."]
-    lines += [f"Op scope {c!r} of the candidate matched to {b!r} of the baseline (shown by that name)."
-              for c, b in sorted(renames.items())]
+    lines += [
+        f"Op scope {c!r} of the candidate matched to {b!r} of the baseline (shown by that name)."
+        for c, b in sorted(renames.items())
+    ]
     if top_share is not None and ops:
         lines.append(f"The top {min(top_n, len(ops))} ops account for {top_share:.0%} of the change:")
     for o in ops[:top_n]:
@@ -285,13 +338,26 @@ def attribute(baseline_ops: pd.DataFrame | Sequence[dict[str, Any]],
     if appeared or vanished:
         lines.append(f"{len(appeared)} ops appeared, {len(vanished)} vanished.")
     lines += [f"Warning: {w}" for w in notes]
-    return Attribution(baseline_steps=baseline_steps, candidate_steps=candidate_steps,
-                       step_time_change_us=change, step_time_change_source=source,
-                       op_self_time_change_us=op_change, baseline_measured_ms=base_ms,
-                       candidate_measured_ms=cand_ms, baseline_scale=base_scale, candidate_scale=cand_scale,
-                       warnings=notes, top_n=top_n, top_share=top_share, ops=ops,
-                       appeared=appeared, vanished=vanished, categories=categories, scope_renames=renames,
-                       summary="\n".join(lines))
+    return Attribution(
+        baseline_steps=baseline_steps,
+        candidate_steps=candidate_steps,
+        step_time_change_us=change,
+        step_time_change_source=source,
+        op_self_time_change_us=op_change,
+        baseline_measured_ms=base_ms,
+        candidate_measured_ms=cand_ms,
+        baseline_scale=base_scale,
+        candidate_scale=cand_scale,
+        warnings=notes,
+        top_n=top_n,
+        top_share=top_share,
+        ops=ops,
+        appeared=appeared,
+        vanished=vanished,
+        categories=categories,
+        scope_renames=renames,
+        summary="\n".join(lines),
+    )
 
 
 def window_warnings(checks: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
@@ -305,16 +371,23 @@ def window_warnings(checks: Mapping[str, Mapping[str, Any] | None]) -> list[str]
     out = []
     for label, c in checks.items():
         if not c or "representative" not in c:
-            out.append(f"the profiled window of the {label} was not checked against its measured steps "
-                       "(no window check stored)")
+            out.append(
+                f"the profiled window of the {label} was not checked against its measured steps "
+                "(no window check stored)"
+            )
         elif c["representative"] is False:
             med = c["measured_median_ms"]
-            out.append(f"the profiled window of the {label} is not representative: median {c['window_median_ms']:.3f} ms "
-                       f"= {c['overhead_ratio']:.2f}x its measured median {med:.3f} ms"
-                       + (f" (xprof: {c['profiler_ratio']:.2f}x)" if c.get("profiler_ratio") is not None else "")
-                       + (f", band [{c['band_low_ms'] / med:.2f}x, {c['band_high_ms'] / med:.2f}x]"
-                          if c.get("band_low_ms") is not None else "")
-                       + "; its op shares may not hold for the measured steps")
+            out.append(
+                f"the profiled window of the {label} is not representative: median {c['window_median_ms']:.3f} ms "
+                f"= {c['overhead_ratio']:.2f}x its measured median {med:.3f} ms"
+                + (f" (xprof: {c['profiler_ratio']:.2f}x)" if c.get("profiler_ratio") is not None else "")
+                + (
+                    f", band [{c['band_low_ms'] / med:.2f}x, {c['band_high_ms'] / med:.2f}x]"
+                    if c.get("band_low_ms") is not None
+                    else ""
+                )
+                + "; its op shares may not hold for the measured steps"
+            )
     return out
 
 
@@ -347,9 +420,23 @@ class RunOps:
 
 
 def _op_brief(o: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: o[k] for k in ("op_name", "op_type", "category", "host_or_device", "baseline_us_per_step",
-                              "candidate_us_per_step", "delta_us_per_step", "relative_change", "status",
-                              "share_of_change", "baseline_window_us_per_step", "candidate_window_us_per_step")}
+    return {
+        k: o[k]
+        for k in (
+            "op_name",
+            "op_type",
+            "category",
+            "host_or_device",
+            "baseline_us_per_step",
+            "candidate_us_per_step",
+            "delta_us_per_step",
+            "relative_change",
+            "status",
+            "share_of_change",
+            "baseline_window_us_per_step",
+            "candidate_window_us_per_step",
+        )
+    }
 
 
 def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
@@ -368,32 +455,57 @@ def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict
     change = a.step_time_change_us
     grew_share = sum(o["delta_us_per_step"] for o in grew) / change if grew and abs(change) > 1e-9 else None
     return {
-        "step_time_change_us": change, "step_time_change_source": a.step_time_change_source,
-        "op_self_time_change_us": a.op_self_time_change_us, "baseline_measured_ms": a.baseline_measured_ms,
-        "candidate_measured_ms": a.candidate_measured_ms, "baseline_scale": a.baseline_scale,
-        "candidate_scale": a.candidate_scale, "warnings": list(a.warnings), "top_n": top_n,
-        "top_share": (sum(o["delta_us_per_step"] for o in ops[:top_n]) / change
-                      if ops and abs(change) > 1e-9 else None),
+        "step_time_change_us": change,
+        "step_time_change_source": a.step_time_change_source,
+        "op_self_time_change_us": a.op_self_time_change_us,
+        "baseline_measured_ms": a.baseline_measured_ms,
+        "candidate_measured_ms": a.candidate_measured_ms,
+        "baseline_scale": a.baseline_scale,
+        "candidate_scale": a.candidate_scale,
+        "warnings": list(a.warnings),
+        "top_n": top_n,
+        "top_share": (
+            sum(o["delta_us_per_step"] for o in ops[:top_n]) / change if ops and abs(change) > 1e-9 else None
+        ),
         "grew_share": grew_share,
         "top_ops": [_op_brief(o) for o in ops[:top_n]],
-        "grew_most": [_op_brief(o) for o in grew], "shrank_most": [_op_brief(o) for o in shrank],
-        "n_ops": len(ops), "n_appeared": len(a.appeared), "n_vanished": len(a.vanished),
-        "appeared": a.appeared[:EVIDENCE_NAMES_MAX], "vanished": a.vanished[:EVIDENCE_NAMES_MAX],
+        "grew_most": [_op_brief(o) for o in grew],
+        "shrank_most": [_op_brief(o) for o in shrank],
+        "n_ops": len(ops),
+        "n_appeared": len(a.appeared),
+        "n_vanished": len(a.vanished),
+        "appeared": a.appeared[:EVIDENCE_NAMES_MAX],
+        "vanished": a.vanished[:EVIDENCE_NAMES_MAX],
         "categories": [c.model_dump(mode="json") for c in a.categories],
-        "scope_renames": dict(a.scope_renames), "summary": a.summary,
+        "scope_renames": dict(a.scope_renames),
+        "summary": a.summary,
     }
 
 
 def _window_digest(c: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    keys = ("representative", "overhead_ratio", "profiler_ratio", "window_median_ms", "measured_median_ms",
-            "band_low_ms", "band_high_ms")
+    keys = (
+        "representative",
+        "overhead_ratio",
+        "profiler_ratio",
+        "window_median_ms",
+        "measured_median_ms",
+        "band_low_ms",
+        "band_high_ms",
+    )
     return {k: c.get(k) for k in keys} if c and "representative" in c else None
 
 
-def attribute_against_run(baseline: RunOps | None, baseline_run_id: int, parsed_tables: Mapping[str, Any],
-                          candidate_steps: int, candidate_measured_ms: float | None, *,
-                          ratio: float | None = None, ratio_source: str | None = None,
-                          top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
+def attribute_against_run(
+    baseline: RunOps | None,
+    baseline_run_id: int,
+    parsed_tables: Mapping[str, Any],
+    candidate_steps: int,
+    candidate_measured_ms: float | None,
+    *,
+    ratio: float | None = None,
+    ratio_source: str | None = None,
+    top_n: int = EVIDENCE_TOP_N,
+) -> dict[str, Any]:
     """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence.
 
     Baseline: ``baseline`` (``tasks.store.reads.run_ops``; None when the run is not in the store): its op
@@ -429,20 +541,37 @@ def attribute_against_run(baseline: RunOps | None, baseline_run_id: int, parsed_
         return {**unavailable, "reason": "the candidate's parsed profile has no op_stats rows"}
     if ratio is not None and candidate_measured_ms is not None:
         base_ms = _measured(candidate_measured_ms, "candidate_measured_ms") / ratio
-        basis = (f"the verdict's ratio x{ratio:.4f}" + (f" ({ratio_source})" if ratio_source else "")
-                 + ": baseline level = candidate's measured median / ratio")
+        basis = (
+            f"the verdict's ratio x{ratio:.4f}"
+            + (f" ({ratio_source})" if ratio_source else "")
+            + ": baseline level = candidate's measured median / ratio"
+        )
     else:
         base_ms = baseline.measured_median_ms
         basis = f"the measured medians of baseline run {baseline_run_id} and the candidate"
     cand_check = parsed_tables.get("cross_check")
     notes = window_warnings({f"baseline run {baseline_run_id}": baseline.window_check, "candidate": cand_check})
-    a = attribute(baseline.ops, cand_ops, baseline_steps=baseline.profiled_steps, candidate_steps=candidate_steps,
-                  baseline_measured_ms=base_ms, candidate_measured_ms=candidate_measured_ms, top_n=top_n,
-                  warnings=notes)
-    return {"available": True, "baseline_run_id": baseline_run_id, "baseline_profiled_steps": baseline.profiled_steps,
-            "candidate_profiled_steps": candidate_steps, "baseline_run_measured_ms": baseline.measured_median_ms,
-            "change_basis": basis, "baseline_window": _window_digest(baseline.window_check),
-            "candidate_window": _window_digest(cand_check), **attribution_evidence(a, top_n=top_n)}
+    a = attribute(
+        baseline.ops,
+        cand_ops,
+        baseline_steps=baseline.profiled_steps,
+        candidate_steps=candidate_steps,
+        baseline_measured_ms=base_ms,
+        candidate_measured_ms=candidate_measured_ms,
+        top_n=top_n,
+        warnings=notes,
+    )
+    return {
+        "available": True,
+        "baseline_run_id": baseline_run_id,
+        "baseline_profiled_steps": baseline.profiled_steps,
+        "candidate_profiled_steps": candidate_steps,
+        "baseline_run_measured_ms": baseline.measured_median_ms,
+        "change_basis": basis,
+        "baseline_window": _window_digest(baseline.window_check),
+        "candidate_window": _window_digest(cand_check),
+        **attribution_evidence(a, top_n=top_n),
+    }
 
 
 def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
@@ -462,8 +591,9 @@ def top_ops_text(attribution: Mapping[str, Any] | None, n: int = 3) -> str:
     if not parts:
         return "no op's self-time grew"
     renames = attribution.get("scope_renames") or {}
-    note = "".join(f" (this run's op scope {new!r} is shown under the baseline's {old!r})"
-                   for new, old in renames.items())
+    note = "".join(
+        f" (this run's op scope {new!r} is shown under the baseline's {old!r})" for new, old in renames.items()
+    )
     unrepresentative = [w for w in attribution.get("warnings") or [] if "not representative" in w]
     if unrepresentative:
         note += f" (warning: {'; '.join(unrepresentative)})"

@@ -80,11 +80,32 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import optimize, stats
 
-__all__ = ["CALIBRATION_WINDOW", "DEFAULT_MAX_OTHER_CPU_SHARE", "DEFAULT_PAIRED_OFFSET_SD", "DEFAULT_PRIOR_BETWEEN_SD",
-           "MAX_GPU_OTHER_PROCESSES", "MAX_NOISE_RATIO", "MAX_PAIRED_OFFSET_SD", "MAX_PRIOR_DF", "MAX_STEAL_SHARE",
-           "MIN_AA_GATES", "MIN_CALIBRATION_DF", "MIN_NOISE_GATES", "Noise", "NoiseCalibration", "Offset", "Prior",
-           "assess_noise", "calibrated_noise", "estimate_between_sd", "estimate_paired_offset", "gate_is_quiet",
-           "paired_offset_for_case", "prior_for_case", "prior_from_runs"]
+__all__ = [
+    "CALIBRATION_WINDOW",
+    "DEFAULT_MAX_OTHER_CPU_SHARE",
+    "DEFAULT_PAIRED_OFFSET_SD",
+    "DEFAULT_PRIOR_BETWEEN_SD",
+    "MAX_GPU_OTHER_PROCESSES",
+    "MAX_NOISE_RATIO",
+    "MAX_PAIRED_OFFSET_SD",
+    "MAX_PRIOR_DF",
+    "MAX_STEAL_SHARE",
+    "MIN_AA_GATES",
+    "MIN_CALIBRATION_DF",
+    "MIN_NOISE_GATES",
+    "Noise",
+    "NoiseCalibration",
+    "Offset",
+    "Prior",
+    "assess_noise",
+    "calibrated_noise",
+    "estimate_between_sd",
+    "estimate_paired_offset",
+    "gate_is_quiet",
+    "paired_offset_for_case",
+    "prior_for_case",
+    "prior_from_runs",
+]
 
 CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
 MIN_CALIBRATION_DF = 5  #: fewest within-version degrees of freedom for a store estimate
@@ -150,8 +171,9 @@ def estimate_between_sd(runs: Iterable[tuple[str, float]]) -> tuple[float | None
     groups: dict[str, list[float]] = {}
     for version, median in runs:
         if median is None or not math.isfinite(median) or median <= 0:
-            raise ValueError(f"accepted run of version {version!r} has median step time {median!r} ms; "
-                             "expected a finite value > 0")
+            raise ValueError(
+                f"accepted run of version {version!r} has median step time {median!r} ms; expected a finite value > 0"
+            )
         groups.setdefault(str(version), []).append(math.log(median))
     ss = sum(float(((np.asarray(y) - np.mean(y)) ** 2).sum()) for y in groups.values())
     df = sum(len(y) - 1 for y in groups.values())
@@ -175,8 +197,9 @@ def prior_for_case(case, runs: Iterable[tuple[str, float]]) -> Prior:
     its model, case and environment as ``(version, median step ms)``."""
     if case.prior_between_sd is not None:
         return Prior(between_sd=case.prior_between_sd, prior_df=DEFAULT_PRIOR_DF, source="case")
-    return prior_from_runs(runs) or Prior(between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF,
-                                          source="default")
+    return prior_from_runs(runs) or Prior(
+        between_sd=DEFAULT_PRIOR_BETWEEN_SD, prior_df=DEFAULT_PRIOR_DF, source="default"
+    )
 
 
 class Offset(BaseModel):
@@ -216,8 +239,10 @@ def estimate_paired_offset(gates: Iterable[tuple[float, float, int]]) -> tuple[f
     d2, v = [], []
     for i, (ratio, sd, n) in enumerate(gates):
         if not (math.isfinite(ratio) and ratio > 0) or n < 2 or not (math.isfinite(sd) and sd >= 0):
-            raise ValueError(f"A/A gate {i}: ratio {ratio!r}, per-pair sd {sd!r}, pairs {n!r}; expected a finite "
-                             "ratio > 0, a finite sd >= 0 and at least 2 pairs")
+            raise ValueError(
+                f"A/A gate {i}: ratio {ratio!r}, per-pair sd {sd!r}, pairs {n!r}; expected a finite "
+                "ratio > 0, a finite sd >= 0 and at least 2 pairs"
+            )
         d2.append(math.log(ratio) ** 2)
         v.append(sd**2 / n)
     if len(d2) < MIN_AA_GATES:
@@ -260,8 +285,13 @@ def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
     skipped = len(gates) - len(quiet)
     sd, n = estimate_paired_offset((p["ratio"], _gate_sd(p), p["n_candidate"]) for p in quiet)
     if sd is not None:
-        return Offset(sd=min(sd, MAX_PAIRED_OFFSET_SD), source="store", n_gates=n, capped=sd > MAX_PAIRED_OFFSET_SD,
-                      skipped_busy=skipped)
+        return Offset(
+            sd=min(sd, MAX_PAIRED_OFFSET_SD),
+            source="store",
+            n_gates=n,
+            capped=sd > MAX_PAIRED_OFFSET_SD,
+            skipped_busy=skipped,
+        )
     return Offset(sd=DEFAULT_PAIRED_OFFSET_SD, source="default", skipped_busy=skipped)
 
 
@@ -284,8 +314,11 @@ def calibrated_noise(paired_gates: Iterable[dict]) -> NoiseCalibration:
     versions; ``tasks.store.reads.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)
     that recorded the robust scale (``details["scale_log_ratio"]``; older gates have only sds, which are
     not comparable with it)."""
-    sds = [float(p["details"]["scale_log_ratio"]) for p in paired_gates
-           if gate_is_quiet(p) and "scale_log_ratio" in (p.get("details") or {})]
+    sds = [
+        float(p["details"]["scale_log_ratio"])
+        for p in paired_gates
+        if gate_is_quiet(p) and "scale_log_ratio" in (p.get("details") or {})
+    ]
     sds = [s for s in sds if math.isfinite(s) and s > 0]
     if len(sds) < MIN_NOISE_GATES:
         return NoiseCalibration(sd_pair=None, n_gates=len(sds))
@@ -321,9 +354,14 @@ class Noise(BaseModel):
     bounds: dict[str, float]
 
 
-def assess_noise(host_load: dict | None, *, gate_sd: float | None = None, gate_pairs: int | None = None,
-                 calibration: NoiseCalibration | None = None,
-                 max_other_cpu_share: float = DEFAULT_MAX_OTHER_CPU_SHARE) -> Noise:
+def assess_noise(
+    host_load: dict | None,
+    *,
+    gate_sd: float | None = None,
+    gate_pairs: int | None = None,
+    calibration: NoiseCalibration | None = None,
+    max_other_cpu_share: float = DEFAULT_MAX_OTHER_CPU_SHARE,
+) -> Noise:
     """Judge a measurement's noise against the bounds (module docstring).
 
     Args:
@@ -346,28 +384,45 @@ def assess_noise(host_load: dict | None, *, gate_sd: float | None = None, gate_p
         raise ValueError(f"gate_sd = {gate_sd!r}: must be a finite sd >= 0 (log scale)")
     if gate_sd is not None and (gate_pairs is None or gate_pairs < 2):
         raise ValueError(f"gate_pairs = {gate_pairs!r}: a gate's noise scale needs the pairs it came from (>= 2)")
-    bounds = {"other_cpu_share": max_other_cpu_share, "steal_share": MAX_STEAL_SHARE,
-              "gpu_other_processes": MAX_GPU_OTHER_PROCESSES, "noise_ratio": MAX_NOISE_RATIO}
+    bounds = {
+        "other_cpu_share": max_other_cpu_share,
+        "steal_share": MAX_STEAL_SHARE,
+        "gpu_other_processes": MAX_GPU_OTHER_PROCESSES,
+        "noise_ratio": MAX_NOISE_RATIO,
+    }
     why = []
     load = host_load if host_load and "error" not in host_load else None
     if load:
         if load.get("other_cpu_share", 0.0) > max_other_cpu_share:
-            why.append(f"other processes took {load['other_cpu_share']:.0%} of the host's CPU time "
-                       f"(bound {max_other_cpu_share:.0%}; 1-min load {load.get('load1_start', 0):.1f} -> "
-                       f"{load.get('load1_end', 0):.1f} on {load.get('cpus')} CPUs)")
+            why.append(
+                f"other processes took {load['other_cpu_share']:.0%} of the host's CPU time "
+                f"(bound {max_other_cpu_share:.0%}; 1-min load {load.get('load1_start', 0):.1f} -> "
+                f"{load.get('load1_end', 0):.1f} on {load.get('cpus')} CPUs)"
+            )
         if load.get("steal_share", 0.0) > MAX_STEAL_SHARE:
             why.append(f"the hypervisor stole {load['steal_share']:.0%} of the CPU time (bound {MAX_STEAL_SHARE:.0%})")
         if load.get("gpu_other_processes", 0) > MAX_GPU_OTHER_PROCESSES:
-            why.append(f"{load['gpu_other_processes']} other process(es) ran on the GPU "
-                       f"(bound {MAX_GPU_OTHER_PROCESSES})")
+            why.append(
+                f"{load['gpu_other_processes']} other process(es) ran on the GPU (bound {MAX_GPU_OTHER_PROCESSES})"
+            )
     cal_sd = calibration.sd_pair if calibration else None
     ratio = gate_sd / cal_sd if gate_sd is not None and cal_sd else None
     low = ratio * math.exp(-NOISE_Z * MAD_RELATIVE_SE / math.sqrt(gate_pairs)) if ratio is not None else None
     if low is not None and low > MAX_NOISE_RATIO:
-        why.append(f"the gate's pair noise (scale {gate_sd:.3f} of the log ratios over {gate_pairs} pairs) is "
-                   f"{ratio:.1f}x the calibrated {cal_sd:.3f} of this case, at least {low:.1f}x at 95% "
-                   f"({calibration.n_gates} quiet gates; bound {MAX_NOISE_RATIO}x)")
-    return Noise(busy=bool(why), reason=("host busy: " + "; ".join(why)) if why else None, host_load=host_load,
-                 gate_sd=gate_sd, calibrated_sd=cal_sd, calibrated_gates=calibration.n_gates if calibration else 0,
-                 noise_ratio=ratio, noise_ratio_low=low, gate_pairs=gate_pairs if gate_sd is not None else None,
-                 bounds=bounds)
+        why.append(
+            f"the gate's pair noise (scale {gate_sd:.3f} of the log ratios over {gate_pairs} pairs) is "
+            f"{ratio:.1f}x the calibrated {cal_sd:.3f} of this case, at least {low:.1f}x at 95% "
+            f"({calibration.n_gates} quiet gates; bound {MAX_NOISE_RATIO}x)"
+        )
+    return Noise(
+        busy=bool(why),
+        reason=("host busy: " + "; ".join(why)) if why else None,
+        host_load=host_load,
+        gate_sd=gate_sd,
+        calibrated_sd=cal_sd,
+        calibrated_gates=calibration.n_gates if calibration else 0,
+        noise_ratio=ratio,
+        noise_ratio_low=low,
+        gate_pairs=gate_pairs if gate_sd is not None else None,
+        bounds=bounds,
+    )

@@ -118,10 +118,17 @@ def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple
     return ratio, float(np.exp(ci.low)), float(np.exp(ci.high))
 
 
-def detect_change_points(values: Sequence[float], run_ids: Sequence[int], *, metric: str = "median_step_ms",
-                         max_pvalue: float = DEFAULT_MAX_PVALUE, min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
-                         window_len: int = DEFAULT_WINDOW, confidence: float = DEFAULT_CONFIDENCE,
-                         min_points: int = MIN_POINTS) -> list[ChangePoint]:
+def detect_change_points(
+    values: Sequence[float],
+    run_ids: Sequence[int],
+    *,
+    metric: str = "median_step_ms",
+    max_pvalue: float = DEFAULT_MAX_PVALUE,
+    min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
+    window_len: int = DEFAULT_WINDOW,
+    confidence: float = DEFAULT_CONFIDENCE,
+    min_points: int = MIN_POINTS,
+) -> list[ChangePoint]:
     """Change points of one series of runs, oldest first (Apache Otava's E-divisive means + t-test).
 
     Args:
@@ -147,8 +154,9 @@ def detect_change_points(values: Sequence[float], run_ids: Sequence[int], *, met
     from otava.analysis import compute_change_points
 
     # a list, not an ndarray: otava 0.8 slices its windows only from lists (ChangePointDetector)
-    found, _weak = compute_change_points(x.tolist(), window_len=window_len, max_pvalue=max_pvalue,
-                                         min_magnitude=min_magnitude)
+    found, _weak = compute_change_points(
+        x.tolist(), window_len=window_len, max_pvalue=max_pvalue, min_magnitude=min_magnitude
+    )
     cuts = [int(cp.index) for cp in found]
     out = []
     for k, (cp, cut) in enumerate(zip(found, cuts, strict=True)):
@@ -156,11 +164,23 @@ def detect_change_points(values: Sequence[float], run_ids: Sequence[int], *, met
         hi = cuts[k + 1] if k + 1 < len(cuts) else len(x)
         before, after = x[lo:cut], x[cut:hi]
         ratio, ci_low, ci_high = _ratio_ci(before, after, confidence)
-        out.append(ChangePoint(metric=metric, index=cut, run_id=int(run_ids[cut]),
-                               before=float(np.exp(np.log(before).mean())), after=float(np.exp(np.log(after).mean())),
-                               ratio=ratio, ci_low=ci_low, ci_high=ci_high, p_value=float(cp.stats.pvalue),
-                               n_before=len(before), n_after=len(after),
-                               slower=(ratio > 1) == (METRICS[metric] > 0), confidence=confidence))
+        out.append(
+            ChangePoint(
+                metric=metric,
+                index=cut,
+                run_id=int(run_ids[cut]),
+                before=float(np.exp(np.log(before).mean())),
+                after=float(np.exp(np.log(after).mean())),
+                ratio=ratio,
+                ci_low=ci_low,
+                ci_high=ci_high,
+                p_value=float(cp.stats.pvalue),
+                n_before=len(before),
+                n_after=len(after),
+                slower=(ratio > 1) == (METRICS[metric] > 0),
+                confidence=confidence,
+            )
+        )
     return out
 
 
@@ -210,9 +230,15 @@ class CreepCheck:
         return asdict(self)
 
 
-def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: Sequence[int] = (),
-                then_runs: Sequence[int] = (), tolerance: float = CREEP_TOLERANCE,
-                confidence: float = CREEP_CONFIDENCE) -> CreepCheck:
+def creep_guard(
+    now_ms: Sequence[float],
+    then_ms: Sequence[float],
+    *,
+    now_runs: Sequence[int] = (),
+    then_runs: Sequence[int] = (),
+    tolerance: float = CREEP_TOLERANCE,
+    confidence: float = CREEP_CONFIDENCE,
+) -> CreepCheck:
     """Has the accepted baseline crept? Compares the active baseline's level with the level a window ago.
 
     Args:
@@ -237,11 +263,16 @@ def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: 
                 raise ValueError(f"{name}[{i}] = {v!r}: expected a median step time in ms, finite and > 0")
     base = dict(tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs))
     if len(now_ms) < 2 or len(then_ms) < 2:
-        return CreepCheck("no-history", None, None, None,
-                          float(np.exp(np.mean(np.log(now_ms)))) if len(now_ms) else None,
-                          float(np.exp(np.mean(np.log(then_ms)))) if len(then_ms) else None,
-                          reason=f"{len(now_ms)} accepted run(s) now and {len(then_ms)} a window ago: "
-                                 "need at least 2 on each side", **base)
+        return CreepCheck(
+            "no-history",
+            None,
+            None,
+            None,
+            float(np.exp(np.mean(np.log(now_ms)))) if len(now_ms) else None,
+            float(np.exp(np.mean(np.log(then_ms)))) if len(then_ms) else None,
+            reason=f"{len(now_ms)} accepted run(s) now and {len(then_ms)} a window ago: need at least 2 on each side",
+            **base,
+        )
     ln, lt = np.log(np.asarray(now_ms, float)), np.log(np.asarray(then_ms, float))
     ratio = float(np.exp(ln.mean() - lt.mean()))
     from scipy import stats as sps
@@ -250,24 +281,36 @@ def creep_guard(now_ms: Sequence[float], then_ms: Sequence[float], *, now_runs: 
     low, high = float(np.exp(ci.low)), float(np.exp(ci.high))
     limit = 1 + tolerance
     if low > limit:
-        verdict, why = "creep", f"the baseline is {100 * (ratio - 1):+.1f}% (bound {100 * (low - 1):+.1f}%) " \
-                                f"above its level a window ago, beyond the {100 * tolerance:g}% tolerance"
+        verdict, why = (
+            "creep",
+            f"the baseline is {100 * (ratio - 1):+.1f}% (bound {100 * (low - 1):+.1f}%) "
+            f"above its level a window ago, beyond the {100 * tolerance:g}% tolerance",
+        )
     elif high < limit:
-        verdict, why = "ok", f"level {100 * (ratio - 1):+.1f}% (bound {100 * (high - 1):+.1f}%), within the " \
-                             f"{100 * tolerance:g}% tolerance"
+        verdict, why = (
+            "ok",
+            f"level {100 * (ratio - 1):+.1f}% (bound {100 * (high - 1):+.1f}%), within the "
+            f"{100 * tolerance:g}% tolerance",
+        )
     else:
-        verdict, why = "inconclusive", f"level {100 * (ratio - 1):+.1f}% [{100 * (low - 1):+.1f}%, " \
-                                       f"{100 * (high - 1):+.1f}%]: the bounds straddle the {100 * tolerance:g}% " \
-                                       "tolerance"
-    return CreepCheck(verdict, ratio, low, high, float(np.exp(ln.mean())), float(np.exp(lt.mean())),
-                      reason=why, **base)
+        verdict, why = (
+            "inconclusive",
+            f"level {100 * (ratio - 1):+.1f}% [{100 * (low - 1):+.1f}%, "
+            f"{100 * (high - 1):+.1f}%]: the bounds straddle the {100 * tolerance:g}% "
+            "tolerance",
+        )
+    return CreepCheck(verdict, ratio, low, high, float(np.exp(ln.mean())), float(np.exp(lt.mean())), reason=why, **base)
 
 
 def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None) -> list[str]:
     """What a nightly trend check alerts on, one line each: every new change point that makes the model
     slower (a faster one is reported, never alerted), and a ``creep`` verdict of the guard."""
-    out = [f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} [{cp.ci_low:.3f}, {cp.ci_high:.3f}] "
-           f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)" for cp in new_points if cp.slower]
+    out = [
+        f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} [{cp.ci_low:.3f}, {cp.ci_high:.3f}] "
+        f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)"
+        for cp in new_points
+        if cp.slower
+    ]
     if creep is not None and creep.verdict == "creep":
         out.append(f"creep: {creep.reason}")
     return out

@@ -20,11 +20,13 @@ from typing import Any
 COLLECTIVE_OP = re.compile(
     r"^(Nccl\w*|Collective\w*|_?HostCollective\w*|AllReduce\w*|AllGather\w*|ReduceScatter\w*|AllToAll\w*"
     r"|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
-def collective_time(op_stats: list[dict[str, Any]], num_steps: int,
-                    device_collectives_ms: list[float] | None = None) -> dict[str, Any]:
+def collective_time(
+    op_stats: list[dict[str, Any]], num_steps: int, device_collectives_ms: list[float] | None = None
+) -> dict[str, Any]:
     """Collective time per step (ms) of a profiled window (module docstring).
 
     Args:
@@ -38,8 +40,15 @@ def collective_time(op_stats: list[dict[str, Any]], num_steps: int,
         seen), "steps", "absent_reason"}``; figures ``None`` where absent.
     """
     ops = sorted({r["op_type"] for r in op_stats if COLLECTIVE_OP.match(str(r.get("op_type") or ""))})
-    out: dict[str, Any] = {"ms_per_step": None, "source": None, "device_ms_per_step": None,
-                           "op_self_ms_per_step": None, "ops": ops, "steps": num_steps, "absent_reason": None}
+    out: dict[str, Any] = {
+        "ms_per_step": None,
+        "source": None,
+        "device_ms_per_step": None,
+        "op_self_ms_per_step": None,
+        "ops": ops,
+        "steps": num_steps,
+        "absent_reason": None,
+    }
     if num_steps <= 0:
         out["absent_reason"] = "xprof found no steps in the profiled window: no per-step figure"
         return out
@@ -54,6 +63,7 @@ def collective_time(op_stats: list[dict[str, Any]], num_steps: int,
         out["ms_per_step"] = out["op_self_ms_per_step"]
         out["source"] = f"framework_op_stats self-time of {', '.join(ops)}"
     else:
-        out["absent_reason"] = ("no collective op (all-reduce, all-gather, broadcast) in the profile: "
-                                "a single-device step")
+        out["absent_reason"] = (
+            "no collective op (all-reduce, all-gather, broadcast) in the profile: a single-device step"
+        )
     return out

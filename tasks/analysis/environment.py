@@ -93,6 +93,7 @@ COMPARABILITY_FIELDS: tuple[str, ...] = (
     *(f"env_vars.{name}" for name in _ALWAYS_IN_KEY_ENV),  # see PERFORMANCE_ENV_VARS
 )
 
+
 class Fingerprint(pydantic.BaseModel):
     """One environment fingerprint.
 
@@ -129,7 +130,8 @@ def not_comparable_reason(data: dict) -> str | None:
 
     NVML failed while reading a GPU fact that decides comparability (a ``gpu.*`` comparability field
     reads ``"unknown: NVMLError..."``, e.g. ``NVMLError_LibRmVersionMismatch`` from ``nvmlInit``,
-    nvidia-smi's "Driver/library version mismatch", or a GPU lost): the driver and GPUs in use are unknown. Returns ``"<field>: <value>"`` of the
+    nvidia-smi's "Driver/library version mismatch", or a GPU lost): the driver and GPUs in use are unknown. Returns
+    ``"<field>: <value>"`` of the
     first such field. A missing NVML library or driver (``"absent"``) is a CPU host, not a failure.
     """
     for path, value in comparability_fields(data).items():
@@ -167,8 +169,10 @@ def is_comparability(path: str) -> bool:
     if path in _PERF_ENV_PATHS:
         return True
     parts = path.split(".")
-    return any(len(p := pat.split(".")) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
-               for pat in COMPARABILITY_FIELDS)
+    return any(
+        len(p := pat.split(".")) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
+        for pat in COMPARABILITY_FIELDS
+    )
 
 
 def comparability_fields(data: dict) -> dict:
@@ -178,21 +182,26 @@ def comparability_fields(data: dict) -> dict:
     variable of PERFORMANCE_ENV_VARS outside COMPARABILITY_FIELDS is included only when it is set.
     """
     flat = flatten(data)
-    out = {p: v for p, v in flat.items()
-           if is_comparability(p) and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)}
+    out = {
+        p: v
+        for p, v in flat.items()
+        if is_comparability(p) and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)
+    }
     out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
     return dict(sorted(out.items()))
 
 
-def diff_fingerprints(old: dict | Fingerprint, new: dict | Fingerprint, *,
-                      include_recorded: bool = False) -> list[FieldChange]:
+def diff_fingerprints(
+    old: dict | Fingerprint, new: dict | Fingerprint, *, include_recorded: bool = False
+) -> list[FieldChange]:
     """Fields that differ between two fingerprint records (or Fingerprint objects), sorted by path.
 
     The ``recorded`` section (hostname, timestamp) is skipped unless ``include_recorded``.
     A path present on one side only shows "absent" on the other.
     """
     a, b = (flatten(x.data if isinstance(x, Fingerprint) else x) for x in (old, new))
-    return [FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT),
-                        affects_comparability=is_comparability(p))
-            for p in sorted(a.keys() | b.keys())
-            if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))]
+    return [
+        FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT), affects_comparability=is_comparability(p))
+        for p in sorted(a.keys() | b.keys())
+        if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))
+    ]

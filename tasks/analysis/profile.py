@@ -23,22 +23,39 @@ IDLE_OP = "IDLE"
 #: framework_op_stats keeps at most this many rows (IDLE included), the ops with most self-time; seen on the
 #: demo model (499 ops + IDLE), where smaller ops are dropped.
 XPROF_MAX_OP_ROWS = 500
-OP_STATS_COLUMNS = ["host_or_device", "op_type", "op_name", "occurrences", "total_self_time_us",
-                    "avg_self_time_us", "self_time_share"]
+OP_STATS_COLUMNS = [
+    "host_or_device",
+    "op_type",
+    "op_name",
+    "occurrences",
+    "total_self_time_us",
+    "avg_self_time_us",
+    "self_time_share",
+]
 #: xprof step-table column id -> our name (all values in ms).
 STEP_COLUMNS = {
-    "stepnum": "step", "stepTimeMs": "step_time_ms", "deviceComputeTimeMs": "device_compute_ms",
-    "deviceToDeviceTimeMs": "device_to_device_ms", "deviceCollectivesTimeMs": "device_collectives_ms",
-    "hostComputeTimeMs": "host_compute_ms", "kernelLaunchTimeMs": "kernel_launch_ms",
-    "infeedTimeMs": "input_ms", "outfeedTimeMs": "output_ms", "compileTimeMs": "compile_ms",
+    "stepnum": "step",
+    "stepTimeMs": "step_time_ms",
+    "deviceComputeTimeMs": "device_compute_ms",
+    "deviceToDeviceTimeMs": "device_to_device_ms",
+    "deviceCollectivesTimeMs": "device_collectives_ms",
+    "hostComputeTimeMs": "host_compute_ms",
+    "kernelLaunchTimeMs": "kernel_launch_ms",
+    "infeedTimeMs": "input_ms",
+    "outfeedTimeMs": "output_ms",
+    "compileTimeMs": "compile_ms",
     "otherTimeMs": "other_ms",
 }
 #: xprof tf.data stage-table column id -> our name (times in ms, shares as fractions 0..1).
 INPUT_OP_COLUMNS = {
-    "opName": "op_name", "count": "count", "timeInMs": "total_time_ms", "timeInPercent": "total_time_share",
-    "selfTimeInMs": "self_time_ms", "selfTimeInPercent": "self_time_share", "category": "category",
+    "opName": "op_name",
+    "count": "count",
+    "timeInMs": "total_time_ms",
+    "timeInPercent": "total_time_share",
+    "selfTimeInMs": "self_time_ms",
+    "selfTimeInPercent": "self_time_share",
+    "category": "category",
 }
-
 
 
 class SkippedTool(BaseModel):
@@ -139,8 +156,9 @@ PROFILER_OVERHEAD_ALLOWANCE = 0.15
 MIN_CHECK_MEASURED_STEPS = 20
 
 
-def window_band(measured_ms: Sequence[float], n: int,
-                confidence: float = WINDOW_BAND_CONFIDENCE) -> tuple[float, float]:
+def window_band(
+    measured_ms: Sequence[float], n: int, confidence: float = WINDOW_BAND_CONFIDENCE
+) -> tuple[float, float]:
     """Where the median of ``n`` more steps falls, ``confidence`` of the time, if those steps are drawn from the
     same distribution as ``measured_ms``: a distribution-free prediction interval (ms).
 
@@ -214,10 +232,15 @@ def _positive(values: Sequence[float], name: str) -> list[float]:
     return out
 
 
-def cross_check(measured_step_ms: Sequence[float], runner_profiled_step_ms: Sequence[float],
-                profiler_step_ms: Sequence[float] = (), *, profiler_avg_step_ms: float | None = None,
-                confidence: float = WINDOW_BAND_CONFIDENCE,
-                overhead_allowance: float = PROFILER_OVERHEAD_ALLOWANCE) -> CrossCheck:
+def cross_check(
+    measured_step_ms: Sequence[float],
+    runner_profiled_step_ms: Sequence[float],
+    profiler_step_ms: Sequence[float] = (),
+    *,
+    profiler_avg_step_ms: float | None = None,
+    confidence: float = WINDOW_BAND_CONFIDENCE,
+    overhead_allowance: float = PROFILER_OVERHEAD_ALLOWANCE,
+) -> CrossCheck:
     """Check the profiled window against the measured steps (see ``CrossCheck``; all times ms).
 
     ``measured_step_ms``: the measured steps (profiler off, runner's timer); ``runner_profiled_step_ms``: the
@@ -250,15 +273,21 @@ def cross_check(measured_step_ms: Sequence[float], runner_profiled_step_ms: Sequ
     p_lo, p_hi, p_in = inside(p_med, len(prof)) if p_med is not None else (None, None, None)
     representative = None if not check else bool(w_in and p_in is not False)
     ratio = w_med / med
-    parts = [f"profiled window ({len(window)} steps, runner timer) median {w_med:.3f} ms = {ratio:.3f}x the "
-             f"measured median {med:.3f} ms ({len(measured)} steps, profiler off)"]
+    parts = [
+        f"profiled window ({len(window)} steps, runner timer) median {w_med:.3f} ms = {ratio:.3f}x the "
+        f"measured median {med:.3f} ms ({len(measured)} steps, profiler off)"
+    ]
     if check:
-        parts.append(f"{confidence:.0%} band for a {len(window)}-step median [{lo:.3f}, {hi:.3f}] ms (upper end "
-                     f"+{overhead_allowance:.0%} for profiler overhead): {'inside' if w_in else 'OUTSIDE'}")
+        parts.append(
+            f"{confidence:.0%} band for a {len(window)}-step median [{lo:.3f}, {hi:.3f}] ms (upper end "
+            f"+{overhead_allowance:.0%} for profiler overhead): {'inside' if w_in else 'OUTSIDE'}"
+        )
     if p_med is not None:
-        parts.append(f"xprof's per-step median {p_med:.3f} ms ({len(prof)} steps) = {p_med / med:.3f}x"
-                     + (f": {'inside' if p_in else 'OUTSIDE'} [{p_lo:.3f}, {p_hi:.3f}] ms" if check else "")
-                     + f"; xprof/runner over the window {p_med / w_med:.3f}")
+        parts.append(
+            f"xprof's per-step median {p_med:.3f} ms ({len(prof)} steps) = {p_med / med:.3f}x"
+            + (f": {'inside' if p_in else 'OUTSIDE'} [{p_lo:.3f}, {p_hi:.3f}] ms" if check else "")
+            + f"; xprof/runner over the window {p_med / w_med:.3f}"
+        )
     else:
         parts.append("xprof reported no per-step times: only the runner's window checked")
     if not check:
@@ -266,11 +295,24 @@ def cross_check(measured_step_ms: Sequence[float], runner_profiled_step_ms: Sequ
     else:
         verdict = "representative" if representative else "NOT representative of the measured steps"
     return CrossCheck(
-        measured_steps=len(measured), measured_median_ms=med, window_steps=len(window), window_median_ms=w_med,
-        overhead_ratio=ratio, band_low_ms=lo, band_high_ms=hi, window_inside=w_in, profiler_steps=len(prof),
+        measured_steps=len(measured),
+        measured_median_ms=med,
+        window_steps=len(window),
+        window_median_ms=w_med,
+        overhead_ratio=ratio,
+        band_low_ms=lo,
+        band_high_ms=hi,
+        window_inside=w_in,
+        profiler_steps=len(prof),
         profiler_avg_step_ms=profiler_avg_step_ms if profiler_avg_step_ms and profiler_avg_step_ms > 0 else None,
-        profiler_median_ms=p_med, profiler_ratio=p_med / med if p_med is not None else None,
-        profiler_band_low_ms=p_lo, profiler_band_high_ms=p_hi, profiler_inside=p_in,
-        profiler_vs_timer=p_med / w_med if p_med is not None else None, confidence=confidence,
-        overhead_allowance=overhead_allowance, representative=representative,
-        message="; ".join(parts) + f": {verdict}.")
+        profiler_median_ms=p_med,
+        profiler_ratio=p_med / med if p_med is not None else None,
+        profiler_band_low_ms=p_lo,
+        profiler_band_high_ms=p_hi,
+        profiler_inside=p_in,
+        profiler_vs_timer=p_med / w_med if p_med is not None else None,
+        confidence=confidence,
+        overhead_allowance=overhead_allowance,
+        representative=representative,
+        message="; ".join(parts) + f": {verdict}.",
+    )

@@ -67,8 +67,20 @@ from scipy import optimize, stats
 
 from tasks.analysis.stats import Verdict, verdict_from_ci
 
-__all__ = ["Design", "GateAnalysis", "Look", "MAX_BATCH_PAIRS", "MIN_BATCHES", "METHOD", "analyse", "batch_pairs",
-           "boundaries", "look", "needed_pairs", "spent_alpha"]
+__all__ = [
+    "Design",
+    "GateAnalysis",
+    "Look",
+    "MAX_BATCH_PAIRS",
+    "MIN_BATCHES",
+    "METHOD",
+    "analyse",
+    "batch_pairs",
+    "boundaries",
+    "look",
+    "needed_pairs",
+    "spent_alpha",
+]
 
 METHOD = "group-sequential RCI, Lan-DeMets O'Brien-Fleming spending, batch-means t"
 MAX_BATCH_PAIRS = 16  #: pairs per batch once there are enough pairs (the fixed gate's batch)
@@ -269,9 +281,20 @@ def look(d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Des
     mean = float(x.mean())
     h = b * math.sqrt(se**2 + design.offset_sd**2)
     low, high = math.exp(mean - h), math.exp(mean + h)
-    return Look(pairs=n, fraction=n / design.max_pairs, batch=m, df=k - 1, boundary_z=c, boundary=b,
-                se_log_ratio=se, sd_pair=sd_pair, ratio=math.exp(mean), ci_low=low, ci_high=high,
-                verdict=verdict_from_ci(low, high, design.tolerance))
+    return Look(
+        pairs=n,
+        fraction=n / design.max_pairs,
+        batch=m,
+        df=k - 1,
+        boundary_z=c,
+        boundary=b,
+        se_log_ratio=se,
+        sd_pair=sd_pair,
+        ratio=math.exp(mean),
+        ci_low=low,
+        ci_high=high,
+        verdict=verdict_from_ci(low, high, design.tolerance),
+    )
 
 
 def needed_pairs(sd_pair: float, design: Design, max_n: int = 1_000_000) -> int | None:
@@ -319,7 +342,9 @@ def analyse(d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: 
     looks = [look(d, look_pairs[: i + 1], design) for i in range(len(look_pairs))]
     early = [x.pairs for x in looks[:-1] if x.verdict != "inconclusive"]
     if early:
-        raise ValueError(f"look at {early[0]} pairs already decided: a sequential gate stops at its first decisive look")
+        raise ValueError(
+            f"look at {early[0]} pairs already decided: a sequential gate stops at its first decisive look"
+        )
     final = looks[-1]
     if final.verdict != "inconclusive":
         stopped, need = "decided", None

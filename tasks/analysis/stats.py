@@ -65,8 +65,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
-__all__ = ["Comparison", "RatioEstimate", "Verdict", "compare_paired", "compare_to_history",
-           "fixed_threshold_verdict", "median_ratio_ci", "verdict_from_ci", "MIN_STEPS", "MIN_BLOCKS"]
+__all__ = [
+    "Comparison",
+    "RatioEstimate",
+    "Verdict",
+    "compare_paired",
+    "compare_to_history",
+    "fixed_threshold_verdict",
+    "median_ratio_ci",
+    "verdict_from_ci",
+    "MIN_STEPS",
+    "MIN_BLOCKS",
+]
 
 Verdict = Literal["pass", "regression", "improvement", "inconclusive"]
 MIN_STEPS = 5  #: fewest step times accepted per run
@@ -125,6 +135,7 @@ class Comparison(BaseModel):
 
 # ---------------------------------------------------------------- input checks
 
+
 def _samples(x: ArrayLike, name: str, min_n: int = MIN_STEPS) -> np.ndarray:
     """``x`` as a 1-D float array of finite, positive step times, at least ``min_n`` long."""
     a = np.asarray(x, dtype=float)
@@ -152,12 +163,20 @@ def _log_median(x: np.ndarray) -> float:
 
 def _log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Generator) -> float:
     """Bootstrap variance of the log-median of one run (step-to-step noise only)."""
-    res = stats.bootstrap((np.log(x),), np.median, n_resamples=n_resamples, vectorized=True,
-                          method="percentile", batch=max(1, 2_000_000 // x.size), rng=rng)
+    res = stats.bootstrap(
+        (np.log(x),),
+        np.median,
+        n_resamples=n_resamples,
+        vectorized=True,
+        method="percentile",
+        batch=max(1, 2_000_000 // x.size),
+        rng=rng,
+    )
     return float(res.standard_error) ** 2
 
 
 # ---------------------------------------------------------------- verdict rule
+
 
 def verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     """Apply the verdict rule (module docstring) to a ratio CI ``[low, high]`` and tolerance t.
@@ -178,24 +197,33 @@ def verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     return "inconclusive"
 
 
-def _reason(verdict: Verdict, ratio: float, low: float, high: float, confidence: float,
-            tolerance: float, what: str) -> str:
-    head = (f"{what}: median step-time ratio {ratio:.3f} (candidate/baseline), "
-            f"{confidence:.0%} CI [{low:.3f}, {high:.3f}], tolerance band "
-            f"[{1 / (1 + tolerance):.3f}, {1 + tolerance:.3f}]")
-    tail = {"pass": ("the CI lies inside the band: any change is within tolerance" if low >= 1 / (1 + tolerance)
-                     else f"the CI lies below {1 + tolerance:.3f}: not slower than the tolerance allows"),
-            "regression": "the CI lies above 1 and reaches past the band: slower, possibly by more "
-                          f"than {tolerance:.0%}",
-            "improvement": "the CI lies below 1 and reaches past the band: faster",
-            "inconclusive": "the CI holds 1 and reaches past the tolerance: too wide to decide"}[verdict]
+def _reason(
+    verdict: Verdict, ratio: float, low: float, high: float, confidence: float, tolerance: float, what: str
+) -> str:
+    head = (
+        f"{what}: median step-time ratio {ratio:.3f} (candidate/baseline), "
+        f"{confidence:.0%} CI [{low:.3f}, {high:.3f}], tolerance band "
+        f"[{1 / (1 + tolerance):.3f}, {1 + tolerance:.3f}]"
+    )
+    tail = {
+        "pass": (
+            "the CI lies inside the band: any change is within tolerance"
+            if low >= 1 / (1 + tolerance)
+            else f"the CI lies below {1 + tolerance:.3f}: not slower than the tolerance allows"
+        ),
+        "regression": f"the CI lies above 1 and reaches past the band: slower, possibly by more than {tolerance:.0%}",
+        "improvement": "the CI lies below 1 and reaches past the band: faster",
+        "inconclusive": "the CI holds 1 and reaches past the tolerance: too wide to decide",
+    }[verdict]
     return f"{head}; {tail}."
 
 
 # ---------------------------------------------------------------- estimators
 
-def median_ratio_ci(candidate_ms: ArrayLike, baseline_ms: ArrayLike, confidence: float = 0.99,
-                    n_resamples: int = 9999, seed: int = 0) -> RatioEstimate:
+
+def median_ratio_ci(
+    candidate_ms: ArrayLike, baseline_ms: ArrayLike, confidence: float = 0.99, n_resamples: int = 9999, seed: int = 0
+) -> RatioEstimate:
     """Ratio of medians with a two-sample percentile bootstrap CI (step-to-step noise only).
 
     Percentile rather than BCa: BCa's acceleration comes from the jackknife, which is
@@ -222,17 +250,39 @@ def median_ratio_ci(candidate_ms: ArrayLike, baseline_ms: ArrayLike, confidence:
     def stat(x, y, axis=-1):
         return np.median(x, axis=axis) - np.median(y, axis=axis)
 
-    res = stats.bootstrap((c, b), stat, n_resamples=n_resamples, vectorized=True, paired=False,
-                          confidence_level=confidence, method="percentile",
-                          batch=max(1, 2_000_000 // max(c.size, b.size)), rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (c, b),
+        stat,
+        n_resamples=n_resamples,
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        method="percentile",
+        batch=max(1, 2_000_000 // max(c.size, b.size)),
+        rng=np.random.default_rng(seed),
+    )
     lo, hi = res.confidence_interval
-    return RatioEstimate(ratio=math.exp(stat(c, b)), low=math.exp(lo), high=math.exp(hi),
-                         confidence=confidence, method="percentile-bootstrap")
+    return RatioEstimate(
+        ratio=math.exp(stat(c, b)),
+        low=math.exp(lo),
+        high=math.exp(hi),
+        confidence=confidence,
+        method="percentile-bootstrap",
+    )
 
 
-def compare_to_history(candidate_ms: ArrayLike, baseline_runs: Sequence[ArrayLike], tolerance: float = 0.05,
-                       confidence: float = 0.99, *, prior_between_sd: float = 0.03, prior_df: float = 2.0,
-                       min_between_sd: float = 0.005, n_resamples: int = 999, seed: int = 0) -> Comparison:
+def compare_to_history(
+    candidate_ms: ArrayLike,
+    baseline_runs: Sequence[ArrayLike],
+    tolerance: float = 0.05,
+    confidence: float = 0.99,
+    *,
+    prior_between_sd: float = 0.03,
+    prior_df: float = 2.0,
+    min_between_sd: float = 0.005,
+    n_resamples: int = 999,
+    seed: int = 0,
+) -> Comparison:
     """Compare one candidate run with the last K accepted baseline runs (unpaired, ``history-lookback``).
 
     Model (random effects, DerSimonian & Laird 1986) on log-medians ``y``: baseline run j has
@@ -309,17 +359,35 @@ def compare_to_history(candidate_ms: ArrayLike, baseline_runs: Sequence[ArrayLik
             needed = math.ceil(v_c * cand.size / room)
             extra = f" About {needed} candidate steps (now {cand.size}) would give a decisive CI."
         else:
-            extra = (f" Run-to-run drift (tau {math.sqrt(tau2):.3f} on the log scale, K={k} runs) alone keeps "
-                     "the CI wider than the tolerance: more steps cannot decide; add baseline runs or use "
-                     "the paired ABBA gate.")
-    reason = _reason(verdict, math.exp(delta), low, high, confidence, tolerance,
-                     f"history-lookback vs {k} baseline runs") + extra
-    return Comparison(verdict=verdict, method="history-lookback", ratio=math.exp(delta), ci_low=low,
-                      ci_high=high, confidence=confidence, tolerance=tolerance, n_candidate=cand.size,
-                      n_baseline=k, needed_samples=needed, reason=reason,
-                      details={"between_run_sd": math.sqrt(tau2), "between_run_sd_data": math.sqrt(tau2_mm),
-                               "candidate_within_sd": math.sqrt(v_c),
-                               "baseline_within_sd": math.sqrt(float(v.mean())), "df": df})
+            extra = (
+                f" Run-to-run drift (tau {math.sqrt(tau2):.3f} on the log scale, K={k} runs) alone keeps "
+                "the CI wider than the tolerance: more steps cannot decide; add baseline runs or use "
+                "the paired ABBA gate."
+            )
+    reason = (
+        _reason(verdict, math.exp(delta), low, high, confidence, tolerance, f"history-lookback vs {k} baseline runs")
+        + extra
+    )
+    return Comparison(
+        verdict=verdict,
+        method="history-lookback",
+        ratio=math.exp(delta),
+        ci_low=low,
+        ci_high=high,
+        confidence=confidence,
+        tolerance=tolerance,
+        n_candidate=cand.size,
+        n_baseline=k,
+        needed_samples=needed,
+        reason=reason,
+        details={
+            "between_run_sd": math.sqrt(tau2),
+            "between_run_sd_data": math.sqrt(tau2_mm),
+            "candidate_within_sd": math.sqrt(v_c),
+            "baseline_within_sd": math.sqrt(float(v.mean())),
+            "df": df,
+        },
+    )
 
 
 def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> np.ndarray:
@@ -335,8 +403,14 @@ def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> np.ndarray
     return np.array(out)
 
 
-def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[ArrayLike | float],
-                   tolerance: float = 0.05, confidence: float = 0.99, *, offset_sd: float = 0.0) -> Comparison:
+def compare_paired(
+    a_blocks: Sequence[ArrayLike | float],
+    b_blocks: Sequence[ArrayLike | float],
+    tolerance: float = 0.05,
+    confidence: float = 0.99,
+    *,
+    offset_sd: float = 0.0,
+) -> Comparison:
     """Paired A/B comparison of ABBA blocks measured in one process (``paired-abba``).
 
     Block i of A (baseline version) and block i of B (candidate) are adjacent in time
@@ -395,17 +469,42 @@ def compare_paired(a_blocks: Sequence[ArrayLike | float], b_blocks: Sequence[Arr
     needed, extra = None, ""
     if verdict == "inconclusive":
         needed = _paired_needed_blocks(sd, offset_sd, confidence, math.log1p(tolerance) / 2)
-        extra = (f" About {needed} blocks per version (now {n}) would give a decisive CI." if needed
-                 else " More blocks cannot help: the process-level offset (sd "
-                      f"{offset_sd:.3f}) alone is wider than the tolerance allows.")
-    reason = _reason(verdict, math.exp(mean), low, high, confidence, tolerance,
-                     f"paired-abba over {n} block pairs ({k} batches of {m})")
-    return Comparison(verdict=verdict, method="paired-abba", ratio=math.exp(mean), ci_low=low, ci_high=high,
-                      confidence=confidence, tolerance=tolerance, n_candidate=n, n_baseline=n,
-                      needed_samples=needed, reason=reason + extra,
-                      details={"sd_log_ratio": float(d.std(ddof=1)), "scale_log_ratio": noise_scale(d),
-                               "se_log_ratio": sd / math.sqrt(n), "batch_pairs": float(m), "offset_sd": offset_sd,
-                               "df": df})
+        extra = (
+            f" About {needed} blocks per version (now {n}) would give a decisive CI."
+            if needed
+            else " More blocks cannot help: the process-level offset (sd "
+            f"{offset_sd:.3f}) alone is wider than the tolerance allows."
+        )
+    reason = _reason(
+        verdict,
+        math.exp(mean),
+        low,
+        high,
+        confidence,
+        tolerance,
+        f"paired-abba over {n} block pairs ({k} batches of {m})",
+    )
+    return Comparison(
+        verdict=verdict,
+        method="paired-abba",
+        ratio=math.exp(mean),
+        ci_low=low,
+        ci_high=high,
+        confidence=confidence,
+        tolerance=tolerance,
+        n_candidate=n,
+        n_baseline=n,
+        needed_samples=needed,
+        reason=reason + extra,
+        details={
+            "sd_log_ratio": float(d.std(ddof=1)),
+            "scale_log_ratio": noise_scale(d),
+            "se_log_ratio": sd / math.sqrt(n),
+            "batch_pairs": float(m),
+            "offset_sd": offset_sd,
+            "df": df,
+        },
+    )
 
 
 def noise_scale(d: ArrayLike) -> float:
@@ -434,7 +533,11 @@ def _paired_half_width(sd: float, n: int, offset_sd: float, confidence: float) -
     v_blocks = sd**2 / n
     v = v_blocks + offset_sd**2
     df = (n // _batch_size(n) - 1) * (v / v_blocks) ** 2 if v_blocks > 0 else math.inf
-    q = float(stats.t.ppf((1 + confidence) / 2, df)) if math.isfinite(df) else float(stats.norm.ppf((1 + confidence) / 2))
+    q = (
+        float(stats.t.ppf((1 + confidence) / 2, df))
+        if math.isfinite(df)
+        else float(stats.norm.ppf((1 + confidence) / 2))
+    )
     return q * math.sqrt(v), df
 
 
@@ -473,8 +576,17 @@ def fixed_threshold_verdict(candidate_ms: ArrayLike, baseline_ms: ArrayLike, lim
     c, b = _samples(candidate_ms, "candidate_ms"), _samples(baseline_ms, "baseline_ms")
     ratio = float(np.median(c) / np.median(b))
     verdict: Verdict = "regression" if ratio > limit else "pass"
-    return Comparison(verdict=verdict, method="fixed-threshold", ratio=ratio, ci_low=None, ci_high=None,
-                      confidence=None, tolerance=limit - 1, n_candidate=c.size, n_baseline=b.size,
-                      needed_samples=None,
-                      reason=f"fixed-threshold: median ratio {ratio:.3f} {'>' if ratio > limit else '<='} "
-                             f"limit {limit:.3f}: {verdict}.")
+    return Comparison(
+        verdict=verdict,
+        method="fixed-threshold",
+        ratio=ratio,
+        ci_low=None,
+        ci_high=None,
+        confidence=None,
+        tolerance=limit - 1,
+        n_candidate=c.size,
+        n_baseline=b.size,
+        needed_samples=None,
+        reason=f"fixed-threshold: median ratio {ratio:.3f} {'>' if ratio > limit else '<='} "
+        f"limit {limit:.3f}: {verdict}.",
+    )

@@ -49,8 +49,9 @@ def _order(v: Any) -> tuple:
     return (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
 
 
-def sweep(points: Sequence[Mapping[str, Any]], axis: str, axes: Sequence[str],
-          latency_budget_ms: float | None = None) -> list[SweepPoint]:
+def sweep(
+    points: Sequence[Mapping[str, Any]], axis: str, axes: Sequence[str], latency_budget_ms: float | None = None
+) -> list[SweepPoint]:
     """The sweep of ``points`` along ``axis``: one :class:`SweepPoint` per case, ordered by series and
     then by the axis value, with each series' knee marked.
 
@@ -80,8 +81,10 @@ def sweep(points: Sequence[Mapping[str, Any]], axis: str, axes: Sequence[str],
         if missing := [k for k in need if k not in p]:
             raise ValueError(f"sweep point {dict(p)} lacks {', '.join(missing)}")
         if not (p["median_step_ms"] > 0 and p["throughput_eps"] > 0):
-            raise ValueError(f"case {p['case']!r}: median step time {p['median_step_ms']!r} ms and throughput "
-                             f"{p['throughput_eps']!r} examples/s must be positive")
+            raise ValueError(
+                f"case {p['case']!r}: median step time {p['median_step_ms']!r} ms and throughput "
+                f"{p['throughput_eps']!r} examples/s must be positive"
+            )
     others = [a for a in axes if a != axis and len({repr(p[a]) for p in points}) > 1]
 
     def series_of(p: Mapping[str, Any]) -> str:
@@ -100,9 +103,19 @@ def sweep(points: Sequence[Mapping[str, Any]], axis: str, axes: Sequence[str],
         curve = sorted(by_series[series], key=lambda p: (_order(p[axis]), p["case"]))
         eligible = [p for p in curve if (within(p) if latency_budget_ms is not None else True)]
         best = max(eligible, key=lambda p: p["throughput_eps"]) if eligible else None
-        out += [SweepPoint(series=series, value=p[axis], case=p["case"], run_id=int(p["run_id"]),
-                           version=str(p["version"]), median_step_ms=float(p["median_step_ms"]),
-                           p99_step_ms=None if p["p99_step_ms"] is None else float(p["p99_step_ms"]),
-                           throughput_eps=float(p["throughput_eps"]), within_budget=within(p), knee=p is best)
-                for p in curve]
+        out += [
+            SweepPoint(
+                series=series,
+                value=p[axis],
+                case=p["case"],
+                run_id=int(p["run_id"]),
+                version=str(p["version"]),
+                median_step_ms=float(p["median_step_ms"]),
+                p99_step_ms=None if p["p99_step_ms"] is None else float(p["p99_step_ms"]),
+                throughput_eps=float(p["throughput_eps"]),
+                within_budget=within(p),
+                knee=p is best,
+            )
+            for p in curve
+        ]
     return out

@@ -27,8 +27,9 @@ def _p95(xs: list[float]) -> float:
     return xs[0] if len(xs) == 1 else statistics.quantiles(xs, n=100, method="inclusive")[94]
 
 
-def memory_growth(steps: list[int], memory_bytes: list[float], *,
-                  bound: float = MEMORY_GROWTH_BOUND_BYTES_PER_STEP) -> dict[str, Any]:
+def memory_growth(
+    steps: list[int], memory_bytes: list[float], *, bound: float = MEMORY_GROWTH_BOUND_BYTES_PER_STEP
+) -> dict[str, Any]:
     """Slope of ``memory_bytes`` against ``steps`` (measured steps finished at each sample), bytes/step.
 
     Returns ``{"slope_bytes_per_step", "low", "high"`` (95% Theil-Sen interval)``, "bound", "flagged"``
@@ -44,11 +45,22 @@ def memory_growth(steps: list[int], memory_bytes: list[float], *,
         raise ValueError(f"memory_growth: {len(steps)} steps but {len(memory_bytes)} memory readings")
     out: dict[str, Any] = {"bound": bound, "points": len(steps)}
     if len(set(steps)) < MIN_SLOPE_POINTS:
-        return {**out, "slope_bytes_per_step": None, "low": None, "high": None, "flagged": None,
-                "reason": f"{len(set(steps))} distinct step counts sampled; a slope needs {MIN_SLOPE_POINTS}"}
+        return {
+            **out,
+            "slope_bytes_per_step": None,
+            "low": None,
+            "high": None,
+            "flagged": None,
+            "reason": f"{len(set(steps))} distinct step counts sampled; a slope needs {MIN_SLOPE_POINTS}",
+        }
     res = theilslopes(memory_bytes, steps, alpha=0.95)
-    return {**out, "slope_bytes_per_step": float(res.slope), "low": float(res.low_slope),
-            "high": float(res.high_slope), "flagged": bool(res.low_slope > bound)}
+    return {
+        **out,
+        "slope_bytes_per_step": float(res.slope),
+        "low": float(res.low_slope),
+        "high": float(res.high_slope),
+        "flagged": bool(res.low_slope > bound),
+    }
 
 
 def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
@@ -73,6 +85,7 @@ def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
         by_device.setdefault(row["device"], []).append(row)
     devices = {}
     for dev, rows in by_device.items():
+
         def col(key: str, rows: list[dict[str, Any]] = rows) -> list[float]:
             return [r[key] for r in rows if r.get(key) is not None]
 
@@ -90,12 +103,20 @@ def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
             "energy_j": energy,
             "energy_per_example_j": energy / examples if energy is not None and examples else None,
             "examples_per_s_per_w": (examples / window) / mean_power
-            if mean_power and examples and window > 0 else None,
+            if mean_power and examples and window > 0
+            else None,
             "sm_clock_mean_mhz": statistics.fmean(clock) if clock else None,
             "temperature_max_c": max(temp) if temp else None,
             "throttle_reasons_seen": gpus.get(dev, {}).get("throttle_reasons_seen"),
             "memory_growth": memory_growth([r["step"] for r in with_mem], [r["memory_bytes"] for r in with_mem])
-            if with_mem else None,
+            if with_mem
+            else None,
         }
-    return {"interval_ms": telemetry.get("interval_ms"), "window_s": window, "steps": steps, "examples": examples,
-            "nvml": telemetry.get("nvml"), "devices": devices}
+    return {
+        "interval_ms": telemetry.get("interval_ms"),
+        "window_s": window,
+        "steps": steps,
+        "examples": examples,
+        "nvml": telemetry.get("nvml"),
+        "devices": devices,
+    }

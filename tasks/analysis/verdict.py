@@ -105,15 +105,17 @@ def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> 
         if len(xs) < stats.MIN_STEPS:
             skipped.append({"run_id": rid, "reason": f"{len(xs)} measured step times, need at least {stats.MIN_STEPS}"})
         elif bad:
-            skipped.append({"run_id": rid, "reason": f"step {bad[0][0]} = {bad[0][1]!r} ms: step times must be "
-                                                     "finite and > 0"})
+            skipped.append(
+                {"run_id": rid, "reason": f"step {bad[0][0]} = {bad[0][1]!r} ms: step times must be finite and > 0"}
+            )
         else:
             good.append(rid)
     return good, skipped
 
 
-def paired_comparison(paired: PairedBlocks, case: Any,
-                      offset: calibration.Offset) -> tuple[stats.Comparison, sequential.GateAnalysis | None]:
+def paired_comparison(
+    paired: PairedBlocks, case: Any, offset: calibration.Offset
+) -> tuple[stats.Comparison, sequential.GateAnalysis | None]:
     """The paired gate's comparison: the final repeated confidence interval of a sequential gate
     (``paired.gate["design"]`` set: ``sequential.analyse`` over its ``look_pairs``), else the fixed
     batch-means t interval of ``stats.compare_paired`` with ``offset``. ``details["sd_pair"]`` is the
@@ -127,11 +129,13 @@ def paired_comparison(paired: PairedBlocks, case: Any,
     """
     design = (paired.gate or {}).get("design")
     if not design:
-        res = stats.compare_paired(paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence,
-                                   offset_sd=offset.sd)
+        res = stats.compare_paired(
+            paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
+        )
         n = res.n_candidate
-        return res.model_copy(update={"details": {**res.details,
-                                                  "sd_pair": res.details["se_log_ratio"] * math.sqrt(n)}}), None
+        return res.model_copy(
+            update={"details": {**res.details, "sd_pair": res.details["se_log_ratio"] * math.sqrt(n)}}
+        ), None
     a = stats._block_medians(paired.a, "a_blocks")
     b = stats._block_medians(paired.b, "b_blocks")
     if a.size != b.size:
@@ -140,30 +144,62 @@ def paired_comparison(paired: PairedBlocks, case: Any,
     dz = sequential.Design(**design)
     g = sequential.analyse(d, paired.gate["look_pairs"], dz)
     f = g.final
-    what = (f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
-            f"({g.stopped}; {f.df + 1} batches of {f.batch}, boundary {f.boundary:.2f})")
+    what = (
+        f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
+        f"({g.stopped}; {f.df + 1} batches of {f.batch}, boundary {f.boundary:.2f})"
+    )
     reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
     if f.verdict == "inconclusive":
-        reason += (f" About {g.needed_pairs} pairs (now {f.pairs}) would give a decisive interval at this noise."
-                   if g.needed_pairs else f" More pairs cannot help: the process-level offset (sd {dz.offset_sd:.3f}) "
-                                          "alone is wider than the tolerance allows.")
+        reason += (
+            f" About {g.needed_pairs} pairs (now {f.pairs}) would give a decisive interval at this noise."
+            if g.needed_pairs
+            else f" More pairs cannot help: the process-level offset (sd {dz.offset_sd:.3f}) "
+            "alone is wider than the tolerance allows."
+        )
     sd_all = statistics.stdev(d[: f.pairs])
-    res = stats.Comparison(verdict=f.verdict, method="paired-abba", ratio=f.ratio, ci_low=f.ci_low, ci_high=f.ci_high,
-                           confidence=dz.confidence, tolerance=dz.tolerance, n_candidate=f.pairs, n_baseline=f.pairs,
-                           needed_samples=g.needed_pairs, reason=reason,
-                           details={"sd_log_ratio": sd_all, "scale_log_ratio": stats.noise_scale(d[: f.pairs]),
-                                    "se_log_ratio": f.se_log_ratio, "sd_pair": f.sd_pair,
-                                    "batch_pairs": float(f.batch), "offset_sd": dz.offset_sd, "df": float(f.df),
-                                    "boundary": f.boundary, "boundary_z": f.boundary_z})
+    res = stats.Comparison(
+        verdict=f.verdict,
+        method="paired-abba",
+        ratio=f.ratio,
+        ci_low=f.ci_low,
+        ci_high=f.ci_high,
+        confidence=dz.confidence,
+        tolerance=dz.tolerance,
+        n_candidate=f.pairs,
+        n_baseline=f.pairs,
+        needed_samples=g.needed_pairs,
+        reason=reason,
+        details={
+            "sd_log_ratio": sd_all,
+            "scale_log_ratio": stats.noise_scale(d[: f.pairs]),
+            "se_log_ratio": f.se_log_ratio,
+            "sd_pair": f.sd_pair,
+            "batch_pairs": float(f.batch),
+            "offset_sd": dz.offset_sd,
+            "df": float(f.df),
+            "boundary": f.boundary,
+            "boundary_z": f.boundary_z,
+        },
+    )
     return res, g
 
 
-def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_env: list[int],
-           other_env_data: Mapping[str, Any] | None, env_data: Mapping[str, Any],
-           samples: Mapping[int, list[float]], calibration_runs: Sequence[tuple[str, float]] = (),
-           aa_gates: Sequence[dict[str, Any]] = (), paired: PairedBlocks | None = None,
-           baseline_version: str | None = None, baseline_digest: str | None = None,
-           noise: Mapping[str, Any] | None = None) -> Decision:
+def decide(
+    measured: Sequence[float],
+    case: Any,
+    *,
+    same_env: list[int],
+    other_env: list[int],
+    other_env_data: Mapping[str, Any] | None,
+    env_data: Mapping[str, Any],
+    samples: Mapping[int, list[float]],
+    calibration_runs: Sequence[tuple[str, float]] = (),
+    aa_gates: Sequence[dict[str, Any]] = (),
+    paired: PairedBlocks | None = None,
+    baseline_version: str | None = None,
+    baseline_digest: str | None = None,
+    noise: Mapping[str, Any] | None = None,
+) -> Decision:
     """Decide the final verdict (see the module docstring); ``case`` is a ``tasks.records.Case``.
 
     Args:
@@ -183,9 +219,14 @@ def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_e
     if same:
         prior = calibration.prior_for_case(case, calibration_runs)
         evidence["prior"] = prior.model_dump(mode="json")
-        result = stats.compare_to_history(measured, [samples[i] for i in same], tolerance=case.tolerance,
-                                          confidence=case.confidence, prior_between_sd=prior.between_sd,
-                                          prior_df=prior.prior_df)
+        result = stats.compare_to_history(
+            measured,
+            [samples[i] for i in same],
+            tolerance=case.tolerance,
+            confidence=case.confidence,
+            prior_between_sd=prior.between_sd,
+            prior_df=prior.prior_df,
+        )
         ref = statistics.median(statistics.median(samples[i]) for i in same)
         d.verdict, d.method, d.reason = result.verdict, result.method, result.reason
         d.ratio, d.ci_low, d.ci_high = result.ratio, result.ci_low, result.ci_high
@@ -193,16 +234,23 @@ def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_e
         evidence.update(stats=result.model_dump(mode="json"), baseline_median_ms=ref)
     elif other:
         est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
-        changes = [c.model_dump(mode="json") for c in diff_fingerprints(dict(other_env_data or {}), dict(env_data))
-                   if c.affects_comparability]
+        changes = [
+            c.model_dump(mode="json")
+            for c in diff_fingerprints(dict(other_env_data or {}), dict(env_data))
+            if c.affects_comparability
+        ]
         d.verdict, d.method = "env-changed", "cross-environment"
         d.ratio, d.ci_low, d.ci_high = est.ratio, est.low, est.high
         d.reason = "the environment changed" + (": " + ", ".join(c["field"] for c in changes) if changes else "")
-        evidence.update(stats=est.model_dump(mode="json"), env_changes=changes,
-                        baseline_median_ms=statistics.median(samples[other[0]]))
+        evidence.update(
+            stats=est.model_dump(mode="json"),
+            env_changes=changes,
+            baseline_median_ms=statistics.median(samples[other[0]]),
+        )
     elif evidence.get("skipped_baselines"):
         evidence["reason"] = "every baseline run was skipped: " + "; ".join(
-            f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"])
+            f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"]
+        )
         d.reason = evidence["reason"]
     if paired is not None:
         _decide_paired(d, measured, case, paired, aa_gates, baseline_version, baseline_digest, noise)
@@ -215,15 +263,28 @@ def decide(measured: Sequence[float], case: Any, *, same_env: list[int], other_e
     return d
 
 
-def _decide_paired(d: Decision, measured: Sequence[float], case: Any, paired: PairedBlocks,
-                   aa_gates: Sequence[dict[str, Any]], baseline_version: str | None, baseline_digest: str | None,
-                   noise: Mapping[str, Any] | None) -> None:
+def _decide_paired(
+    d: Decision,
+    measured: Sequence[float],
+    case: Any,
+    paired: PairedBlocks,
+    aa_gates: Sequence[dict[str, Any]],
+    baseline_version: str | None,
+    baseline_digest: str | None,
+    noise: Mapping[str, Any] | None,
+) -> None:
     ev = d.evidence
-    ev["history"] = {"verdict": d.verdict, "method": d.method, "ratio": d.ratio, "ci_low": d.ci_low,
-                     "ci_high": d.ci_high}
+    ev["history"] = {
+        "verdict": d.verdict,
+        "method": d.method,
+        "ratio": d.ratio,
+        "ci_low": d.ci_low,
+        "ci_high": d.ci_high,
+    }
     recorded = (paired.gate or {}).get("offset")
-    offset = (calibration.Offset.model_validate(recorded) if recorded
-              else calibration.paired_offset_for_case(case, aa_gates))
+    offset = (
+        calibration.Offset.model_validate(recorded) if recorded else calibration.paired_offset_for_case(case, aa_gates)
+    )
     ev["paired_offset"] = offset.model_dump(mode="json")
     res, gate = paired_comparison(paired, case, offset)
     d.verdict, d.method, d.reason = res.verdict, res.method, res.reason
@@ -238,16 +299,34 @@ def _decide_paired(d: Decision, measured: Sequence[float], case: Any, paired: Pa
     design = (paired.gate or {}).get("design")
     seq = None
     if gate is not None:
-        seq = {"design": design, "method": gate.method, "stopped": gate.stopped,
-               "looks": [{"pairs": x.pairs, "ratio": x.ratio, "ci_low": x.ci_low, "ci_high": x.ci_high,
-                          "boundary": x.boundary, "verdict": x.verdict} for x in gate.looks]}
+        seq = {
+            "design": design,
+            "method": gate.method,
+            "stopped": gate.stopped,
+            "looks": [
+                {
+                    "pairs": x.pairs,
+                    "ratio": x.ratio,
+                    "ci_low": x.ci_low,
+                    "ci_high": x.ci_high,
+                    "boundary": x.boundary,
+                    "verdict": x.verdict,
+                }
+                for x in gate.looks
+            ],
+        }
     budget = design["max_pairs"] if design else pairs
-    ev["paired"] = {**res.model_dump(mode="json"), **layout, "baseline_version": baseline_version,
-                    "baseline_digest": baseline_digest, "a_median_ms": statistics.median(a_all),
-                    "b_median_ms": statistics.median(b_all),
-                    "host_busy": bool(noise.get("busy")) if noise is not None else None,
-                    "sequential": seq if seq else {"stopped": "fixed"},
-                    "spent": {"pairs": pairs, "max_pairs": budget, "timed_steps": timed, "wall_s": wall},
-                    "cost": f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
-                            f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
-                            f"measured steps) in {wall:.1f} s, plus a second model load and warm-up"}
+    ev["paired"] = {
+        **res.model_dump(mode="json"),
+        **layout,
+        "baseline_version": baseline_version,
+        "baseline_digest": baseline_digest,
+        "a_median_ms": statistics.median(a_all),
+        "b_median_ms": statistics.median(b_all),
+        "host_busy": bool(noise.get("busy")) if noise is not None else None,
+        "sequential": seq if seq else {"stopped": "fixed"},
+        "spent": {"pairs": pairs, "max_pairs": budget, "timed_steps": timed, "wall_s": wall},
+        "cost": f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
+        f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
+        f"measured steps) in {wall:.1f} s, plus a second model load and warm-up",
+    }

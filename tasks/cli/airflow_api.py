@@ -39,8 +39,11 @@ class AirflowApi:
         ``PERFWATCH_AIRFLOW_TOKEN``, ``PERFWATCH_AIRFLOW_USERNAME``, ``PERFWATCH_AIRFLOW_PASSWORD``;
         ``base_url`` and ``overrides`` that are not None win."""
         env = os.environ
-        values = {"token": env.get("PERFWATCH_AIRFLOW_TOKEN"), "username": env.get("PERFWATCH_AIRFLOW_USERNAME"),
-                  "password": env.get("PERFWATCH_AIRFLOW_PASSWORD")}
+        values = {
+            "token": env.get("PERFWATCH_AIRFLOW_TOKEN"),
+            "username": env.get("PERFWATCH_AIRFLOW_USERNAME"),
+            "password": env.get("PERFWATCH_AIRFLOW_PASSWORD"),
+        }
         values.update({k: v for k, v in overrides.items() if v is not None})
         base = base_url or env.get("PERFWATCH_AIRFLOW_API_URL") or "http://localhost:8080"
         return cls(base_url=base.rstrip("/"), **values)
@@ -59,8 +62,9 @@ def airflow_token(client, api: AirflowApi) -> str | None:
         return None
     r = client.post(f"{api.base_url}/auth/token", json={"username": api.username, "password": api.password or ""})
     if r.status_code not in (200, 201):
-        raise AirflowApiError(f"POST {api.base_url}/auth/token as {api.username!r}: HTTP {r.status_code}: "
-                              f"{r.text[:300]}")
+        raise AirflowApiError(
+            f"POST {api.base_url}/auth/token as {api.username!r}: HTTP {r.status_code}: {r.text[:300]}"
+        )
     return r.json()["access_token"]
 
 
@@ -87,9 +91,11 @@ def emit_asset_event(api: AirflowApi, uri: str, extra: dict[str, Any]) -> dict[s
                 raise AirflowApiError(f"GET {url}: HTTP {r.status_code}: {r.text[:300]}")
             ids = [a["id"] for a in r.json().get("assets", []) if a.get("uri") == uri]
             if not ids:
-                raise AirflowApiError(f"Airflow at {api.base_url} has no Asset {uri}: no DAG declares it (the "
-                                      "perfwatch_profile DAG declares one per model of the nightly config, "
-                                      "PERFWATCH_CONFIG; add the model there)")
+                raise AirflowApiError(
+                    f"Airflow at {api.base_url} has no Asset {uri}: no DAG declares it (the "
+                    "perfwatch_profile DAG declares one per model of the nightly config, "
+                    "PERFWATCH_CONFIG; add the model there)"
+                )
             url = f"{api.base_url}/api/v2/assets/events"
             r = client.post(url, headers=headers, json={"asset_id": ids[0], "extra": extra})
             if r.status_code not in (200, 201):

@@ -18,8 +18,20 @@ from tasks.cli.render import Format, render
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
     import pandas as pd
 
-COLUMNS = ["baseline_id", "active", "case", "env_key", "run_id", "version", "run_verdict", "median_step_ms",
-           "accepted_at", "accepted_by", "reason", "superseded_at"]
+COLUMNS = [
+    "baseline_id",
+    "active",
+    "case",
+    "env_key",
+    "run_id",
+    "version",
+    "run_verdict",
+    "median_step_ms",
+    "accepted_at",
+    "accepted_by",
+    "reason",
+    "superseded_at",
+]
 
 
 class BaselineError(ValueError):
@@ -45,12 +57,25 @@ def baseline_frame(db_url: str, model: str, case: str | None = None) -> pd.DataF
         if s.scalar(select(Model.id).where(Model.name == model)) is None:
             names = sorted(s.scalars(select(Model.name)))
             raise BaselineError(f"model {model!r} is not in the store; models there: {names or 'none'}")
-        q = (select(Baseline.id.label("baseline_id"), Baseline.superseded_at, Baseline.case_name.label("case"),
-                    Baseline.comparability_key.label("env_key"), Baseline.run_id, ModelVersion.version,
-                    Run.verdict.label("run_verdict"), Run.median_step_ms, Baseline.accepted_at, Baseline.accepted_by,
-                    Baseline.reason)
-             .join(Model, Model.id == Baseline.model_id).join(Run, Run.id == Baseline.run_id)
-             .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id).where(Model.name == model))
+        q = (
+            select(
+                Baseline.id.label("baseline_id"),
+                Baseline.superseded_at,
+                Baseline.case_name.label("case"),
+                Baseline.comparability_key.label("env_key"),
+                Baseline.run_id,
+                ModelVersion.version,
+                Run.verdict.label("run_verdict"),
+                Run.median_step_ms,
+                Baseline.accepted_at,
+                Baseline.accepted_by,
+                Baseline.reason,
+            )
+            .join(Model, Model.id == Baseline.model_id)
+            .join(Run, Run.id == Baseline.run_id)
+            .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .where(Model.name == model)
+        )
         if case:
             q = q.where(Baseline.case_name == case)
         rows = s.execute(q).mappings().all()
@@ -62,8 +87,7 @@ def baseline_frame(db_url: str, model: str, case: str | None = None) -> pd.DataF
     df = df.sort_values(["active", "accepted_at", "baseline_id"], ascending=False)
     for col in ("accepted_at", "superseded_at"):  # missing as None, never NaT (which no renderer can format)
         stamps = pd.to_datetime(df[col], utc=True)
-        df[col] = pd.Series([t.to_pydatetime() if pd.notna(t) else None for t in stamps], index=df.index,
-                            dtype=object)
+        df[col] = pd.Series([t.to_pydatetime() if pd.notna(t) else None for t in stamps], index=df.index, dtype=object)
     return df[COLUMNS].reset_index(drop=True)
 
 
@@ -93,15 +117,28 @@ def accept_run(db_url: str, run_id: int, by: str, reason: str) -> dict[str, Any]
         if run is None:
             raise BaselineError(f"no run {run_id} in the store (see `perfwatch runs`)")
         if run.status != "success" or run.environment_id is None:
-            raise BaselineError(f"run {run_id} has status {run.status!r}"
-                                + (f" (failed at {run.failed_stage})" if run.failed_stage else "")
-                                + ": only a successful run with measured samples can be a baseline")
+            raise BaselineError(
+                f"run {run_id} has status {run.status!r}"
+                + (f" (failed at {run.failed_stage})" if run.failed_stage else "")
+                + ": only a successful run with measured samples can be a baseline"
+            )
         key = s.get(Environment, run.environment_id).comparability_key
         model = s.get(Model, run.model_id).name
-        active = s.scalar(select(Baseline).where(Baseline.model_id == run.model_id, Baseline.case_name == run.case_name,
-                                                 Baseline.comparability_key == key, Baseline.superseded_at.is_(None)))
-        info = {"run_id": run_id, "model": model, "case": run.case_name, "env_key": key[:12],
-                "previous_run_id": active.run_id if active else None}
+        active = s.scalar(
+            select(Baseline).where(
+                Baseline.model_id == run.model_id,
+                Baseline.case_name == run.case_name,
+                Baseline.comparability_key == key,
+                Baseline.superseded_at.is_(None),
+            )
+        )
+        info = {
+            "run_id": run_id,
+            "model": model,
+            "case": run.case_name,
+            "env_key": key[:12],
+            "previous_run_id": active.run_id if active else None,
+        }
         if active is not None and active.run_id == run_id:
             return {**info, "baseline_id": active.id, "changed": False}
         b = accept_baseline(s, run, key, accepted_by=by.strip(), reason=reason.strip())
@@ -110,15 +147,15 @@ def accept_run(db_url: str, run_id: int, by: str, reason: str) -> dict[str, Any]
 
 def register(app: typer.Typer) -> None:
     """Add the ``baseline`` command group (``show``, ``accept``) to the perfwatch CLI."""
-    baseline_app = typer.Typer(help="The accepted baselines: show them, or accept a run by hand.",
-                               no_args_is_help=True)
+    baseline_app = typer.Typer(help="The accepted baselines: show them, or accept a run by hand.", no_args_is_help=True)
     app.add_typer(baseline_app, name="baseline")
 
     @baseline_app.command("show")
-    def show(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-             case: Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")] = None,
-             fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-             = Format.table) -> None:
+    def show(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        case: Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")] = None,
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
+    ) -> None:
         """The active baseline of each case and environment, then the history of accepted runs, with who
         accepted each and why."""
         from tasks.cli.main import _settings
@@ -133,14 +170,18 @@ def register(app: typer.Typer) -> None:
             if act.empty:
                 typer.echo(f"{model}: no accepted baseline yet" + (f" for case {case}" if case else ""))
             for r in act.itertuples(index=False):
-                typer.echo(f"active baseline of {model} {r.case} (env {r.env_key}): run {r.run_id} v{r.version}, "
-                           f"median {r.median_step_ms:.3f} ms, accepted by {r.accepted_by}: {r.reason}")
+                typer.echo(
+                    f"active baseline of {model} {r.case} (env {r.env_key}): run {r.run_id} v{r.version}, "
+                    f"median {r.median_step_ms:.3f} ms, accepted by {r.accepted_by}: {r.reason}"
+                )
         render(df, fmt, title=f"{model}: accepted baselines (active first)")
 
     @baseline_app.command("accept")
-    def accept(run_id: Annotated[int, typer.Argument(help="Run id (see `perfwatch runs`).")],
-               by: Annotated[str, typer.Option("--by", help="Who accepts it (name or handle).")],
-               reason: Annotated[str, typer.Option("--reason", help="Why, e.g. 'intended: larger input'.")]) -> None:
+    def accept(
+        run_id: Annotated[int, typer.Argument(help="Run id (see `perfwatch runs`).")],
+        by: Annotated[str, typer.Option("--by", help="Who accepts it (name or handle).")],
+        reason: Annotated[str, typer.Option("--reason", help="Why, e.g. 'intended: larger input'.")],
+    ) -> None:
         """Make RUN the active baseline of its model, case and environment, even if its verdict was a
         regression (an intended slowdown); recorded with who and why."""
         from tasks.cli.main import _settings
@@ -153,5 +194,7 @@ def register(app: typer.Typer) -> None:
         if not out["changed"]:
             typer.echo(f"run {run_id} already is the active baseline of {out['model']} {out['case']}; nothing changed")
             return
-        typer.echo(f"run {run_id} is now the active baseline of {out['model']} {out['case']} (env {out['env_key']}), "
-                   f"accepted by {by.strip()}: {reason.strip()}; previous baseline run: {out['previous_run_id']}")
+        typer.echo(
+            f"run {run_id} is now the active baseline of {out['model']} {out['case']} (env {out['env_key']}), "
+            f"accepted by {by.strip()}: {reason.strip()}; previous baseline run: {out['previous_run_id']}"
+        )

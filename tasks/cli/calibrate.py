@@ -35,11 +35,19 @@ def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict
     from tasks.analysis import calibration
     from tasks.store import reads
 
-    inputs = reads.gather_compare_inputs(db_url, case.model, case.name, comparability_key, lookback=case.lookback,
-                                         calibration_window=calibration.CALIBRATION_WINDOW)
+    inputs = reads.gather_compare_inputs(
+        db_url,
+        case.model,
+        case.name,
+        comparability_key,
+        lookback=case.lookback,
+        calibration_window=calibration.CALIBRATION_WINDOW,
+    )
     free = case.model_copy(update={"paired_offset_sd": None})
-    return {"offset": calibration.paired_offset_for_case(free, inputs.aa_gates).model_dump(mode="json"),
-            "noise": calibration.calibrated_noise(inputs.paired_gates).model_dump(mode="json")}
+    return {
+        "offset": calibration.paired_offset_for_case(free, inputs.aa_gates).model_dump(mode="json"),
+        "noise": calibration.calibrated_noise(inputs.paired_gates).model_dump(mode="json"),
+    }
 
 
 def _row(bundle: dict) -> dict:
@@ -47,27 +55,37 @@ def _row(bundle: dict) -> dict:
     p = v["evidence"].get("paired") or {}
     noise = v["evidence"].get("noise") or {}
     load = noise.get("host_load") or {}
-    return {"run_id": bundle["archived"]["run_id"], "verdict": v["verdict"], "ratio": v["ratio"],
-            "ci_low": v["ci_low"], "ci_high": v["ci_high"], "pairs": (p.get("spent") or {}).get("pairs"),
-            "gate_sd": noise.get("gate_sd"), "other_cpu_share": load.get("other_cpu_share"),
-            "host_busy": noise.get("busy"), "wall_s": (p.get("spent") or {}).get("wall_s")}
+    return {
+        "run_id": bundle["archived"]["run_id"],
+        "verdict": v["verdict"],
+        "ratio": v["ratio"],
+        "ci_low": v["ci_low"],
+        "ci_high": v["ci_high"],
+        "pairs": (p.get("spent") or {}).get("pairs"),
+        "gate_sd": noise.get("gate_sd"),
+        "other_cpu_share": load.get("other_cpu_share"),
+        "host_busy": noise.get("busy"),
+        "wall_s": (p.get("spent") or {}).get("wall_s"),
+    }
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``calibrate`` command to the perfwatch CLI."""
 
     @app.command("calibrate")
-    def calibrate(model: Annotated[str, typer.Argument(help="Model name in the model store.")],
-                  version: Annotated[str, typer.Option(help="Integer version, or 'latest': gated against "
-                                                            "itself.")] = "latest",
-                  gates: Annotated[int, typer.Option(min=1, max=100, help="A/A gates to run.")] = 3,
-                  batch_size: Annotated[int, typer.Option(help="Examples per training step.")] = 16,
-                  pairs: Annotated[int, typer.Option(help="Most ABBA pairs per gate (the gate stops earlier "
-                                                          "once its interval decides).")] = DEFAULT_MEASURED_STEPS,
-                  measured_steps: Annotated[int, typer.Option(help="Steps of the unpaired measurement each run "
-                                                                   "also takes.")] = 50,
-                  fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-                  = Format.table) -> None:
+    def calibrate(
+        model: Annotated[str, typer.Argument(help="Model name in the model store.")],
+        version: Annotated[str, typer.Option(help="Integer version, or 'latest': gated against itself.")] = "latest",
+        gates: Annotated[int, typer.Option(min=1, max=100, help="A/A gates to run.")] = 3,
+        batch_size: Annotated[int, typer.Option(help="Examples per training step.")] = 16,
+        pairs: Annotated[
+            int, typer.Option(help="Most ABBA pairs per gate (the gate stops earlier once its interval decides).")
+        ] = DEFAULT_MEASURED_STEPS,
+        measured_steps: Annotated[
+            int, typer.Option(help="Steps of the unpaired measurement each run also takes.")
+        ] = 50,
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
+    ) -> None:
         """Run GATES A/A paired gates of MODEL's VERSION against itself (archived, never a baseline), then
         print each gate (verdict, ratio and interval, pairs spent, the gate's pair noise scale, the CPU share
         other processes took, host busy) and the process offset and gate noise the store now calibrates.
@@ -84,8 +102,15 @@ def register(app: typer.Typer) -> None:
         from tasks.store import migrate
 
         try:
-            case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
-                        paired_blocks=pairs, paired=True, auto_accept=False)
+            case = Case(
+                model=model,
+                version=version,
+                batch_size=batch_size,
+                measured_steps=measured_steps,
+                paired_blocks=pairs,
+                paired=True,
+                auto_accept=False,
+            )
         except ValidationError as e:
             raise typer.BadParameter(validation_message(e, {"model": "MODEL", "paired_blocks": "--pairs"})) from e
         settings = Settings.from_env()
@@ -94,8 +119,13 @@ def register(app: typer.Typer) -> None:
         rows, key = [], None
         for i in range(gates):
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
-            ctx = RunContext(dag_id="perfwatch_calibrate", dag_run_id=f"calibrate__{stamp}__{i}", trigger="calibrate",
-                             case=case, paired_version=case.version)
+            ctx = RunContext(
+                dag_id="perfwatch_calibrate",
+                dag_run_id=f"calibrate__{stamp}__{i}",
+                trigger="calibrate",
+                case=case,
+                paired_version=case.version,
+            )
             try:
                 with progress_shown():
                     bundle = run_case(ctx, settings)
@@ -108,8 +138,12 @@ def register(app: typer.Typer) -> None:
         render(pd.DataFrame(rows), fmt, title=f"A/A gates of {model} v{case.version} ({case.name})")
         s = calibration_summary(settings.database_url, case, key)
         off, noise = s["offset"], s["noise"]
-        typer.echo(f"process offset sd {off['sd']:.4f} (log scale; source {off['source']}, {off['n_gates']} quiet A/A "
-                   f"gates{', capped' if off['capped'] else ''}, {off['skipped_busy']} busy ones left out); "
-                   + (f"gate noise scale {noise['sd_pair']:.4f} per pair ({noise['n_gates']} quiet gates)"
-                      if noise["sd_pair"] is not None else
-                      f"gate noise not calibrated yet ({noise['n_gates']} quiet gates, need 3)"))
+        typer.echo(
+            f"process offset sd {off['sd']:.4f} (log scale; source {off['source']}, {off['n_gates']} quiet A/A "
+            f"gates{', capped' if off['capped'] else ''}, {off['skipped_busy']} busy ones left out); "
+            + (
+                f"gate noise scale {noise['sd_pair']:.4f} per pair ({noise['n_gates']} quiet gates)"
+                if noise["sd_pair"] is not None
+                else f"gate noise not calibrated yet ({noise['n_gates']} quiet gates, need 3)"
+            )
+        )

@@ -27,9 +27,26 @@ if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 CaseOpt = Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")]
 
-CHANGE_COLUMNS = ["case_name", "metric", "run_id", "started_at", "version", "prev_version", "env_key",
-                  "env_changed", "source", "before", "after", "ratio", "ci_low", "ci_high", "p_value", "n_before",
-                  "n_after", "direction"]
+CHANGE_COLUMNS = [
+    "case_name",
+    "metric",
+    "run_id",
+    "started_at",
+    "version",
+    "prev_version",
+    "env_key",
+    "env_changed",
+    "source",
+    "before",
+    "after",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "n_before",
+    "n_after",
+    "direction",
+]
 
 
 def _url() -> str:
@@ -46,13 +63,19 @@ def _parse_since(since: str | None) -> dt.datetime | None:
     try:
         t = dt.datetime.fromisoformat(since)
     except ValueError:
-        raise typer.BadParameter(f"{since!r}: expected an ISO date or datetime (UTC), e.g. 2026-01-31",
-                                 param_hint="--since") from None
+        raise typer.BadParameter(
+            f"{since!r}: expected an ISO date or datetime (UTC), e.g. 2026-01-31", param_hint="--since"
+        ) from None
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
-def change_table(db_url: str, model: str, case: str | None = None, since: dt.datetime | None = None,
-                 metrics: tuple[str, ...] = ("median_step_ms",)) -> tuple[pd.DataFrame, dict[str, int]]:
+def change_table(
+    db_url: str,
+    model: str,
+    case: str | None = None,
+    since: dt.datetime | None = None,
+    metrics: tuple[str, ...] = ("median_step_ms",),
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every change point of each case's series (``CHANGE_COLUMNS``; before/after in the metric's unit:
     ms, or examples/s for throughput) and the number of runs per case.
 
@@ -75,13 +98,28 @@ def change_table(db_url: str, model: str, case: str | None = None, since: dt.dat
             ids = [r.run_id for r, _ in pts]
             for cp in changes.detect_change_points([v for _, v in pts], ids, metric=metric):
                 at, prev = pts[cp.index][0], pts[cp.index - 1][0]
-                rows.append({"case_name": case_name, "metric": metric, "run_id": at.run_id, "started_at": at.started_at,
-                             "version": at.version, "prev_version": prev.version,
-                             "env_key": (at.comparability_key or "")[:12],
-                             "env_changed": int(at.comparability_key != prev.comparability_key), "source": at.source,
-                             "before": cp.before, "after": cp.after, "ratio": cp.ratio, "ci_low": cp.ci_low,
-                             "ci_high": cp.ci_high, "p_value": cp.p_value, "n_before": cp.n_before,
-                             "n_after": cp.n_after, "direction": "slower" if cp.slower else "faster"})
+                rows.append(
+                    {
+                        "case_name": case_name,
+                        "metric": metric,
+                        "run_id": at.run_id,
+                        "started_at": at.started_at,
+                        "version": at.version,
+                        "prev_version": prev.version,
+                        "env_key": (at.comparability_key or "")[:12],
+                        "env_changed": int(at.comparability_key != prev.comparability_key),
+                        "source": at.source,
+                        "before": cp.before,
+                        "after": cp.after,
+                        "ratio": cp.ratio,
+                        "ci_low": cp.ci_low,
+                        "ci_high": cp.ci_high,
+                        "p_value": cp.p_value,
+                        "n_before": cp.n_before,
+                        "n_after": cp.n_after,
+                        "direction": "slower" if cp.slower else "faster",
+                    }
+                )
     return pd.DataFrame(rows, columns=CHANGE_COLUMNS), sizes
 
 
@@ -89,14 +127,21 @@ def register(app: typer.Typer) -> None:
     """Add ``changes`` and ``creep`` to ``app``."""
 
     @app.command("changes")
-    def changes_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                    case: CaseOpt = None,
-                    since: Annotated[str | None, typer.Option(
-                        "--since", help="Only runs from this date (UTC), ISO date or datetime.")] = None,
-                    metric: Annotated[list[str] | None, typer.Option(
-                        "--metric", help="Series to look at (repeatable): median_step_ms (default), p90_step_ms, "
-                                         "throughput_eps.")] = None,
-                    fmt: FormatOpt = Format.table) -> None:
+    def changes_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        case: CaseOpt = None,
+        since: Annotated[
+            str | None, typer.Option("--since", help="Only runs from this date (UTC), ISO date or datetime.")
+        ] = None,
+        metric: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--metric",
+                help="Series to look at (repeatable): median_step_ms (default), p90_step_ms, throughput_eps.",
+            ),
+        ] = None,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Change points of MODEL's nightly series: run, version and environment at each, magnitude (ratio
         after/before with its 95% interval) and p-value (Apache Otava, E-divisive means)."""
         metrics = tuple(metric or ["median_step_ms"])
@@ -110,8 +155,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {e.args[0]}", err=True)
             raise typer.Exit(1) from None
         if not sizes:
-            typer.echo(f"error: no successful runs of {model!r}" + (f" case {case!r}" if case else "")
-                       + (f" since {start:%Y-%m-%d}" if start else ""), err=True)
+            typer.echo(
+                f"error: no successful runs of {model!r}"
+                + (f" case {case!r}" if case else "")
+                + (f" since {start:%Y-%m-%d}" if start else ""),
+                err=True,
+            )
             raise typer.Exit(1)
         if not (df.empty and fmt is Format.table):
             render(df, fmt, title=f"{model}: change points")
@@ -121,15 +170,20 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{c}: {n} successful runs{note}, {int((df['case_name'] == c).sum())} change point(s)")
 
     @app.command("creep")
-    def creep_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                  case: CaseOpt = None,
-                  window_days: Annotated[float, typer.Option(
-                      min=0.01, help="How far back the old baseline is (days).")] = changes.CREEP_WINDOW_DAYS,
-                  runs: Annotated[int, typer.Option(
-                      min=2, help="Accepted runs that make a baseline level.")] = changes.CREEP_RUNS,
-                  tolerance: Annotated[float, typer.Option(
-                      min=0.001, max=0.99, help="Level change that counts (0.05 = 5%).")] = changes.CREEP_TOLERANCE,
-                  fmt: FormatOpt = Format.table) -> None:
+    def creep_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        case: CaseOpt = None,
+        window_days: Annotated[
+            float, typer.Option(min=0.01, help="How far back the old baseline is (days).")
+        ] = changes.CREEP_WINDOW_DAYS,
+        runs: Annotated[
+            int, typer.Option(min=2, help="Accepted runs that make a baseline level.")
+        ] = changes.CREEP_RUNS,
+        tolerance: Annotated[
+            float, typer.Option(min=0.001, max=0.99, help="Level change that counts (0.05 = 5%).")
+        ] = changes.CREEP_TOLERANCE,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Creep guard: each case's active baseline level (median step time of its newest accepted runs)
         against the baseline of WINDOW-DAYS ago, with a one-sided 99.5% bound."""
         import pandas as pd
@@ -145,14 +199,27 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         if case is not None:
             if case not in cases:
-                typer.echo(f"error: no successful runs of {model!r} case {case!r}; its cases: "
-                           f"{', '.join(cases) or 'none'}", err=True)
+                typer.echo(
+                    f"error: no successful runs of {model!r} case {case!r}; its cases: {', '.join(cases) or 'none'}",
+                    err=True,
+                )
                 raise typer.Exit(1)
             cases = [case]
         rows = []
         for c in cases:
             chk = creep_check(url, model, c, window_days=window_days, creep_runs=runs, tolerance=tolerance)
-            rows.append({"case_name": c, "verdict": chk.verdict, "now_ms": chk.now_ms, "then_ms": chk.then_ms,
-                         "ratio": chk.ratio, "bound_low": chk.ci_low, "bound_high": chk.ci_high,
-                         "now_runs": len(chk.now_runs), "then_runs": len(chk.then_runs), "reason": chk.reason})
+            rows.append(
+                {
+                    "case_name": c,
+                    "verdict": chk.verdict,
+                    "now_ms": chk.now_ms,
+                    "then_ms": chk.then_ms,
+                    "ratio": chk.ratio,
+                    "bound_low": chk.ci_low,
+                    "bound_high": chk.ci_high,
+                    "now_runs": len(chk.now_runs),
+                    "then_runs": len(chk.then_runs),
+                    "reason": chk.reason,
+                }
+            )
         render(pd.DataFrame(rows), fmt, title=f"{model}: baseline creep over {window_days:g} days")

@@ -21,8 +21,18 @@ if TYPE_CHECKING:  # the store, pandas and the analysis are imported where used:
     from tasks.analysis.attribution import Attribution
 
 #: Shown op columns; the (long) op name last, so the table form keeps it readable.
-OPS_COLUMNS = ["delta_us_per_step", "relative_change", "share_of_change", "status", "baseline_us_per_step",
-               "candidate_us_per_step", "category", "op_type", "host_or_device", "op_name"]
+OPS_COLUMNS = [
+    "delta_us_per_step",
+    "relative_change",
+    "share_of_change",
+    "status",
+    "baseline_us_per_step",
+    "candidate_us_per_step",
+    "category",
+    "op_type",
+    "host_or_device",
+    "op_name",
+]
 
 
 class ComparisonUnavailable(LookupError):
@@ -69,21 +79,37 @@ class VersionComparison:
         def recs(df: pd.DataFrame) -> list[dict[str, Any]]:
             return json.loads(df.to_json(orient="records", date_format="iso"))
 
-        return {"headline": recs(self.headline), "ops": recs(self.ops), "categories": recs(self.categories),
-                "findings": recs(self.findings), "summary": self.attribution.summary,
-                "identical_bytes": self.identical_bytes,
-                "step_time_change_us": self.attribution.step_time_change_us,
-                "step_time_change_source": self.attribution.step_time_change_source,
-                "top_share": self.attribution.top_share}
+        return {
+            "headline": recs(self.headline),
+            "ops": recs(self.ops),
+            "categories": recs(self.categories),
+            "findings": recs(self.findings),
+            "summary": self.attribution.summary,
+            "identical_bytes": self.identical_bytes,
+            "step_time_change_us": self.attribution.step_time_change_us,
+            "step_time_change_source": self.attribution.step_time_change_source,
+            "top_share": self.attribution.top_share,
+        }
 
 
 FINDING_COLUMNS = ["side", "run_id", "code", "severity", "message", "figure", "value", "threshold"]
-HEADLINE_COLUMNS = ["side", "run_id", "version", "case", "started_at", "median_step_ms", "throughput_eps",
-                    "profiler_avg_step_ms", "input_bound_pct", "verdict"]
+HEADLINE_COLUMNS = [
+    "side",
+    "run_id",
+    "version",
+    "case",
+    "started_at",
+    "median_step_ms",
+    "throughput_eps",
+    "profiler_avg_step_ms",
+    "input_bound_pct",
+    "verdict",
+]
 
 
-def compare_versions(db_url: str, model: str, from_version: str, to_version: str, case: str | None = None,
-                     *, top_n: int = 10) -> VersionComparison:
+def compare_versions(
+    db_url: str, model: str, from_version: str, to_version: str, case: str | None = None, *, top_n: int = 10
+) -> VersionComparison:
     """Compare the latest successful run of ``from_version`` with that of ``to_version`` of ``model``.
 
     ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the case of the newest successful
@@ -105,14 +131,17 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
 
     to_runs = _latest(db_url, model, to_version, case)
     if not to_runs:
-        raise ComparisonUnavailable(f"no successful run of {model} version {to_version}"
-                                    + (f" in case {case}" if case else ""))
+        raise ComparisonUnavailable(
+            f"no successful run of {model} version {to_version}" + (f" in case {case}" if case else "")
+        )
     case = case or to_runs[0]["case"]
     from_runs = _latest(db_url, model, from_version, case)
     if not from_runs:
         other = sorted({r["case"] for r in _latest(db_url, model, from_version, None)})
-        raise ComparisonUnavailable(f"no successful run of {model} version {from_version} in case {case}"
-                                    + (f" (it has runs in {other}; pass --case)" if other else ""))
+        raise ComparisonUnavailable(
+            f"no successful run of {model} version {from_version} in case {case}"
+            + (f" (it has runs in {other}; pass --case)" if other else "")
+        )
     sides = {"from": from_runs[0], "to": to_runs[0]}
     steps = {}
     for side, r in sides.items():
@@ -120,36 +149,64 @@ def compare_versions(db_url: str, model: str, from_version: str, to_version: str
         if steps[side] is None:
             raise ValueError(f"run {r['run_id']} ({side} version {r['version']}) records no profiled_steps")
     run_ops = {side: reads.run_ops(db_url, r["run_id"]) for side, r in sides.items()}
-    a = attribute(run_ops["from"].ops, run_ops["to"].ops, baseline_steps=steps["from"], candidate_steps=steps["to"],
-                  baseline_measured_ms=sides["from"]["median_step_ms"],
-                  candidate_measured_ms=sides["to"]["median_step_ms"], top_n=top_n,
-                  warnings=window_warnings({f"{side} run {sides[side]['run_id']} (v{sides[side]['version']})":
-                                            run_ops[side].window_check for side in sides}))
-    headline = pd.DataFrame([{"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k != "side"}}
-                             for side, r in sides.items()], columns=HEADLINE_COLUMNS)
+    a = attribute(
+        run_ops["from"].ops,
+        run_ops["to"].ops,
+        baseline_steps=steps["from"],
+        candidate_steps=steps["to"],
+        baseline_measured_ms=sides["from"]["median_step_ms"],
+        candidate_measured_ms=sides["to"]["median_step_ms"],
+        top_n=top_n,
+        warnings=window_warnings(
+            {
+                f"{side} run {sides[side]['run_id']} (v{sides[side]['version']})": run_ops[side].window_check
+                for side in sides
+            }
+        ),
+    )
+    headline = pd.DataFrame(
+        [{"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k != "side"}} for side, r in sides.items()],
+        columns=HEADLINE_COLUMNS,
+    )
     ops = a.ops_frame().sort_values("delta_us_per_step", ascending=False, kind="stable").reset_index(drop=True)
-    findings = pd.DataFrame([{"side": side, "run_id": r["run_id"], **{k: f.get(k) for k in FINDING_COLUMNS[2:]}}
-                             for side, r in sides.items() for f in reads.run_findings(db_url, r["run_id"])],
-                            columns=FINDING_COLUMNS)
+    findings = pd.DataFrame(
+        [
+            {"side": side, "run_id": r["run_id"], **{k: f.get(k) for k in FINDING_COLUMNS[2:]}}
+            for side, r in sides.items()
+            for f in reads.run_findings(db_url, r["run_id"])
+        ],
+        columns=FINDING_COLUMNS,
+    )
     digests = reads.run_digests(db_url, [r["run_id"] for r in sides.values()])
     same = digests.get(sides["from"]["run_id"]) is not None and (
-        digests.get(sides["from"]["run_id"]) == digests.get(sides["to"]["run_id"]))
-    return VersionComparison(headline=headline, ops=ops, categories=a.categories_frame(), findings=findings,
-                             attribution=a, identical_bytes=same)
+        digests.get(sides["from"]["run_id"]) == digests.get(sides["to"]["run_id"])
+    )
+    return VersionComparison(
+        headline=headline,
+        ops=ops,
+        categories=a.categories_frame(),
+        findings=findings,
+        attribution=a,
+        identical_bytes=same,
+    )
 
 
 def _headline_text(vc: VersionComparison) -> str:
     h = vc.headline.set_index("side")
     f, t = h.loc["from"], h.loc["to"]
     ratio = t["median_step_ms"] / f["median_step_ms"] if f["median_step_ms"] else float("nan")
-    text = (f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
-            f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
-            f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
-            f"case {t['case']}")
+    text = (
+        f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
+        f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
+        f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
+        f"case {t['case']}"
+    )
     if vc.identical_bytes:
-        text += (f"\nnote: v{f['version']} and v{t['version']} are byte-identical (same sha256): the x{ratio:.3f} is "
-                 "drift between the two runs' processes, not a change of the model. A paired gate measures both "
-                 f"in one process: perfwatch run MODEL --version {t['version']} --paired")
+        text += (
+            f"\nnote: v{f['version']} and v{t['version']} are byte-identical (same sha256): the x{ratio:.3f} is "
+            "drift between the two runs' processes, not a change of the model. A paired gate measures both "
+            f"in one process: perfwatch run MODEL --version {t['version']} --paired"
+        )
     return text
 
 
@@ -157,14 +214,16 @@ def register(app: typer.Typer) -> None:
     """Add the ``compare`` command to the perfwatch CLI."""
 
     @app.command("compare")
-    def compare_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                    from_version: Annotated[str, typer.Option("--from", help="Baseline version.")],
-                    to_version: Annotated[str, typer.Option("--to", help="Candidate version.")],
-                    case: Annotated[str | None, typer.Option(help="Case, e.g. train-bs16 (default: the newest "
-                                                                  "run's case of --to).")] = None,
-                    top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
-                    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-                    = Format.table) -> None:
+    def compare_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        from_version: Annotated[str, typer.Option("--from", help="Baseline version.")],
+        to_version: Annotated[str, typer.Option("--to", help="Candidate version.")],
+        case: Annotated[
+            str | None, typer.Option(help="Case, e.g. train-bs16 (default: the newest run's case of --to).")
+        ] = None,
+        top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
+    ) -> None:
         """Compare the latest successful runs of two versions: step time, throughput and verdicts; the ops
         whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
         step-time change; the change by op category; the diagnosis findings of each run."""
@@ -194,19 +253,33 @@ def register(app: typer.Typer) -> None:
                 render(df, fmt)
             return
         a = vc.attribution
-        titles = {"headline": f"{model}: v{from_version} vs v{to_version}",
-                  "ops": "ops whose self-time per step grew most (µs per profiled step; share = of the "
-                         f"{a.step_time_change_source.replace('_', ' ')} change)",
-                  "categories": "by op category (µs per profiled step)",
-                  "findings": "diagnosis findings"}
+        titles = {
+            "headline": f"{model}: v{from_version} vs v{to_version}",
+            "ops": "ops whose self-time per step grew most (µs per profiled step; share = of the "
+            f"{a.step_time_change_source.replace('_', ' ')} change)",
+            "categories": "by op category (µs per profiled step)",
+            "findings": "diagnosis findings",
+        }
         print(_headline_text(vc))
         print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
-            sections["ops"] = pd.DataFrame({
-                "Δ µs/step": ops["delta_us_per_step"], "relative": ops["relative_change"],
-                "share": ops["share_of_change"], "status": ops["status"], "base µs/step": ops["baseline_us_per_step"],
-                "cand µs/step": ops["candidate_us_per_step"], "category": ops["category"],
-                "op (type, host/device)": ops["op_name"] + " (" + ops["op_type"] + ", " + ops["host_or_device"] + ")"})
+            sections["ops"] = pd.DataFrame(
+                {
+                    "Δ µs/step": ops["delta_us_per_step"],
+                    "relative": ops["relative_change"],
+                    "share": ops["share_of_change"],
+                    "status": ops["status"],
+                    "base µs/step": ops["baseline_us_per_step"],
+                    "cand µs/step": ops["candidate_us_per_step"],
+                    "category": ops["category"],
+                    "op (type, host/device)": ops["op_name"]
+                    + " ("
+                    + ops["op_type"]
+                    + ", "
+                    + ops["host_or_device"]
+                    + ")",
+                }
+            )
         for name, df in sections.items():
             if fmt is Format.markdown:
                 print(f"\n### {titles[name]}\n")

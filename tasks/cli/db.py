@@ -41,14 +41,16 @@ def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> l
     runs = run_locations(settings.database_url)
     archive_grace = STALE_PARTIAL_S if grace_hours is None else grace_hours * 3600
     scratch_grace = SCRATCH_STALE_S if grace_hours is None else grace_hours * 3600
-    return (check_archive(settings.archive_root, runs, grace_s=archive_grace)
-            + check_scratch(settings, runs, grace_s=scratch_grace))
+    return check_archive(settings.archive_root, runs, grace_s=archive_grace) + check_scratch(
+        settings, runs, grace_s=scratch_grace
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``db`` command group (``upgrade``, ``check``) to the perfwatch CLI."""
-    db_app = typer.Typer(help="The store's schema, and its consistency with the archive and scratch space.",
-                         no_args_is_help=True)
+    db_app = typer.Typer(
+        help="The store's schema, and its consistency with the archive and scratch space.", no_args_is_help=True
+    )
     app.add_typer(db_app, name="db")
 
     @db_app.command("upgrade")
@@ -62,15 +64,27 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"store at {redact(url)} is at revision {revision}")
 
     @db_app.command("check")
-    def db_check(repair: Annotated[bool, typer.Option("--repair", help="Remove the stale partial copies, orphan "
-                                                                       "archive directories and scratch leftovers "
-                                                                       "found (never a stored run).")] = False,
-                 grace_hours: Annotated[float | None, typer.Option(
-                     "--grace-hours", min=0,
-                     help="Age (h) after which what may still be in use counts as left over "
-                          "(default 1 for archive copies, 24 for scratch dirs).")] = None,
-                 fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-                 = Format.table) -> None:
+    def db_check(
+        repair: Annotated[
+            bool,
+            typer.Option(
+                "--repair",
+                help="Remove the stale partial copies, orphan "
+                "archive directories and scratch leftovers "
+                "found (never a stored run).",
+            ),
+        ] = False,
+        grace_hours: Annotated[
+            float | None,
+            typer.Option(
+                "--grace-hours",
+                min=0,
+                help="Age (h) after which what may still be in use counts as left over "
+                "(default 1 for archive copies, 24 for scratch dirs).",
+            ),
+        ] = None,
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
+    ) -> None:
         """Report half-written archive copies, archive directories without a run, runs whose archive is
         missing, and scratch leftovers; --repair removes all but the runs. Exit 1 when something is left."""
         import pandas as pd
@@ -82,21 +96,33 @@ def register(app: typer.Typer) -> None:
         migrate(settings.database_url)
         found = find_leftovers(settings, grace_hours=grace_hours)
         removed = [remove_leftover(f) if repair else False for f in found]
-        df = pd.DataFrame([{"kind": f.kind, "path": f.path, "run_id": f.run_id, "removed": r, "detail": f.detail}
-                           for f, r in zip(found, removed, strict=True)],
-                          columns=["kind", "path", "run_id", "removed", "detail"])
+        df = pd.DataFrame(
+            [
+                {"kind": f.kind, "path": f.path, "run_id": f.run_id, "removed": r, "detail": f.detail}
+                for f, r in zip(found, removed, strict=True)
+            ],
+            columns=["kind", "path", "run_id", "removed", "detail"],
+        )
         left = len(found) - sum(removed)
         if fmt is Format.table:
-            typer.echo(f"store {redact(settings.database_url)}, archive {settings.archive_root}, "
-                       f"scratch {settings.work_root}")
+            typer.echo(
+                f"store {redact(settings.database_url)}, archive {settings.archive_root}, scratch {settings.work_root}"
+            )
             if df.empty:
-                typer.echo("nothing left over: every archive directory belongs to a stored run and every "
-                           "successful run has its archive")
+                typer.echo(
+                    "nothing left over: every archive directory belongs to a stored run and every "
+                    "successful run has its archive"
+                )
                 return
         render(df, fmt, title="perfwatch db check")
         if fmt is Format.table:
-            typer.echo(f"{len(found)} found, {sum(removed)} removed, {left} left"
-                       + ("" if repair or not any(f.repairable for f in found) else
-                          "; `perfwatch db check --repair` removes the repairable ones"))
+            typer.echo(
+                f"{len(found)} found, {sum(removed)} removed, {left} left"
+                + (
+                    ""
+                    if repair or not any(f.repairable for f in found)
+                    else "; `perfwatch db check --repair` removes the repairable ones"
+                )
+            )
         if left:
             raise typer.Exit(1)

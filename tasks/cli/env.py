@@ -43,10 +43,18 @@ def run_environment(db_url: str, run_id: int) -> Fingerprint:
     from tasks.store import Environment, Run, redact, session_scope
 
     with session_scope(db_url) as s:
-        row = s.execute(select(Run.id, Run.status, Run.failed_stage, Environment.fingerprint_id,
-                               Environment.comparability_key, Environment.data)
-                        .outerjoin(Environment, Environment.id == Run.environment_id)
-                        .where(Run.id == run_id)).first()
+        row = s.execute(
+            select(
+                Run.id,
+                Run.status,
+                Run.failed_stage,
+                Environment.fingerprint_id,
+                Environment.comparability_key,
+                Environment.data,
+            )
+            .outerjoin(Environment, Environment.id == Run.environment_id)
+            .where(Run.id == run_id)
+        ).first()
     if row is None:
         raise LookupError(f"run {run_id} not found in the store at {redact(db_url)} (see `perfwatch runs`)")
     if row.fingerprint_id is None:
@@ -65,10 +73,14 @@ def fingerprint_frame(env: Fingerprint, *, comparability_only: bool = False) -> 
 
     from tasks.analysis.environment import flatten, is_comparability
 
-    rows = [{"field": "fingerprint_id", "value": env.fingerprint_id, "affects_comparability": False},
-            {"field": "comparability_key", "value": env.comparability_key, "affects_comparability": True}]
-    rows += [{"field": path, "value": value, "affects_comparability": is_comparability(path)}
-             for path, value in flatten(env.data).items()]
+    rows = [
+        {"field": "fingerprint_id", "value": env.fingerprint_id, "affects_comparability": False},
+        {"field": "comparability_key", "value": env.comparability_key, "affects_comparability": True},
+    ]
+    rows += [
+        {"field": path, "value": value, "affects_comparability": is_comparability(path)}
+        for path, value in flatten(env.data).items()
+    ]
     df = pd.DataFrame(rows, columns=["field", "value", "affects_comparability"])
     if comparability_only:
         df = df[df["affects_comparability"]].reset_index(drop=True)
@@ -108,11 +120,14 @@ def env_change_summary(verdict: dict[str, Any]) -> str | None:
     base = ", ".join(str(i) for i in verdict.get("baseline_run_ids") or []) or "?"
     changes = evidence.get("env_changes") or []
     text = f"environment changed since baseline run {base}: " + (
-        format_env_changes(changes) if changes else "no comparability field differs (comparability key changed)")
+        format_env_changes(changes) if changes else "no comparability field differs (comparability key changed)"
+    )
     nvml = [c for c in changes if str(c.get("new", "")).startswith("unknown: NVMLError")]
     if nvml:
-        text += ("; NVML failed on this host (driver and GPUs unknown): this run is comparable with no other "
-                 "until the driver is fixed")
+        text += (
+            "; NVML failed on this host (driver and GPUs unknown): this run is comparable with no other "
+            "until the driver is fixed"
+        )
     if verdict.get("ratio") is not None:
         text += f"; step-time ratio across environments {verdict['ratio']:.3f}"
         if verdict.get("ci_low") is not None and verdict.get("ci_high") is not None:
@@ -137,30 +152,42 @@ def _db_url() -> str:
 
 
 @env_app.command("show")
-def show(run: RunArg, fmt: FormatOpt = Format.table,
-         comparability_only: Annotated[bool, typer.Option(
-             "--comparability-only", help="Only the fields that decide comparability.")] = False) -> None:
+def show(
+    run: RunArg,
+    fmt: FormatOpt = Format.table,
+    comparability_only: Annotated[
+        bool, typer.Option("--comparability-only", help="Only the fields that decide comparability.")
+    ] = False,
+) -> None:
     """Print run RUN's environment fingerprint as field/value rows."""
     env = _load(_db_url(), run)
-    render(fingerprint_frame(env, comparability_only=comparability_only), fmt,
-           title=f"run {run}: environment {env.fingerprint_id[:12]} (comparability key {env.comparability_key})")
+    render(
+        fingerprint_frame(env, comparability_only=comparability_only),
+        fmt,
+        title=f"run {run}: environment {env.fingerprint_id[:12]} (comparability key {env.comparability_key})",
+    )
 
 
 @env_app.command("diff")
-def diff(run_a: Annotated[int, typer.Argument(metavar="RUN_A", help="Old run id.", show_default=False)],
-         run_b: Annotated[int, typer.Argument(metavar="RUN_B", help="New run id.", show_default=False)],
-         fmt: FormatOpt = Format.table,
-         all_fields: Annotated[bool, typer.Option(
-             "--all", help="Also the recorded-only section (hostname, timestamp, interpreter).")] = False) -> None:
+def diff(
+    run_a: Annotated[int, typer.Argument(metavar="RUN_A", help="Old run id.", show_default=False)],
+    run_b: Annotated[int, typer.Argument(metavar="RUN_B", help="New run id.", show_default=False)],
+    fmt: FormatOpt = Format.table,
+    all_fields: Annotated[
+        bool, typer.Option("--all", help="Also the recorded-only section (hostname, timestamp, interpreter).")
+    ] = False,
+) -> None:
     """List the fingerprint fields that differ between RUN_A (old) and RUN_B (new)."""
     url = _db_url()
     old, new = _load(url, run_a), _load(url, run_b)
     df = diff_frame(old, new, include_recorded=all_fields)
     comparable = old.comparability_key == new.comparability_key
     n_comp = int(df["affects_comparability"].sum()) if not df.empty else 0
-    summary = (f"run {run_a} → run {run_b}: {len(df)} field(s) differ, {n_comp} affect comparability; "
-               + ("comparable (same comparability key)" if comparable else
-                  f"NOT comparable (comparability key {old.comparability_key} → {new.comparability_key})"))
+    summary = f"run {run_a} → run {run_b}: {len(df)} field(s) differ, {n_comp} affect comparability; " + (
+        "comparable (same comparability key)"
+        if comparable
+        else f"NOT comparable (comparability key {old.comparability_key} → {new.comparability_key})"
+    )
     if fmt is Format.table:
         if df.empty:
             typer.echo(summary)

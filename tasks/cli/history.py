@@ -40,8 +40,12 @@ if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --
     import pandas as pd
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-SinceOpt = Annotated[str | None, typer.Option(
-    "--since", help="Start of the window (UTC), ISO date or datetime, e.g. 2026-01-31. Default: 7 days ago.")]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Start of the window (UTC), ISO date or datetime, e.g. 2026-01-31. Default: 7 days ago."
+    ),
+]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="End of the window (UTC, exclusive). Default: now.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Only this model.")]
 
@@ -79,8 +83,11 @@ def _names_message(kind: str, name: str, names: list[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, names, n=1)
-    return (f"unknown {kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-            + f"; {kind}s: {', '.join(names) or 'none'}")
+    return (
+        f"unknown {kind} {name!r}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; {kind}s: {', '.join(names) or 'none'}"
+    )
 
 
 def unknown_model_message(db_url: str, model: str) -> str | None:
@@ -143,9 +150,25 @@ def _since(since: str | None) -> Any:
     return since if since is not None else dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
 
 
-HISTORY_TABLE_COLUMNS = ["run_id", "started_at", "case_name", "version", "status", "verdict", "median_step_ms",
-                         "p10_step_ms", "p90_step_ms", "throughput_eps", "method", "ratio", "ci_low", "ci_high",
-                         "baseline_median_ms", "env_key", "env_changed"]
+HISTORY_TABLE_COLUMNS = [
+    "run_id",
+    "started_at",
+    "case_name",
+    "version",
+    "status",
+    "verdict",
+    "median_step_ms",
+    "p10_step_ms",
+    "p90_step_ms",
+    "throughput_eps",
+    "method",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "baseline_median_ms",
+    "env_key",
+    "env_changed",
+]
 
 
 def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
@@ -220,30 +243,78 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     for case, g in df.groupby("case_name", sort=True):
         good = g[g["median_step_ms"].notna()]
         (line,) = ax.plot(good["started_at"], good["median_step_ms"], marker="o", ms=4, label=f"{case} median")
-        ax.fill_between(good["started_at"], good["p10_step_ms"].astype(float), good["p90_step_ms"].astype(float),
-                        color=line.get_color(), alpha=0.2, label=f"{case} p10–p90")
+        ax.fill_between(
+            good["started_at"],
+            good["p10_step_ms"].astype(float),
+            good["p90_step_ms"].astype(float),
+            color=line.get_color(),
+            alpha=0.2,
+            label=f"{case} p10–p90",
+        )
         base = good[good["baseline_median_ms"].notna()]
         if not base.empty:
-            ax.plot(base["started_at"], base["baseline_median_ms"].astype(float), drawstyle="steps-post", ls="--",
-                    marker="_", ms=14, color=line.get_color(), alpha=0.8, label=f"{case} baseline median")
+            ax.plot(
+                base["started_at"],
+                base["baseline_median_ms"].astype(float),
+                drawstyle="steps-post",
+                ls="--",
+                marker="_",
+                ms=14,
+                color=line.get_color(),
+                alpha=0.8,
+                label=f"{case} baseline median",
+            )
         reg = good[good["verdict"] == "regression"]
         if not reg.empty:
-            ax.scatter(reg["started_at"], reg["median_step_ms"], marker="x", s=80, color="red", zorder=5,
-                       label="regression" if case == df["case_name"].min() else None)
+            ax.scatter(
+                reg["started_at"],
+                reg["median_step_ms"],
+                marker="x",
+                s=80,
+                color="red",
+                zorder=5,
+                label="regression" if case == df["case_name"].min() else None,
+            )
         failed = g[g["status"] != "success"]
         if not failed.empty:
-            ax.plot(failed["started_at"], [0] * len(failed), "|", color="black", ms=12,
-                    transform=ax.get_xaxis_transform(), label="failed run" if case == df["case_name"].min() else None)
+            ax.plot(
+                failed["started_at"],
+                [0] * len(failed),
+                "|",
+                color="black",
+                ms=12,
+                transform=ax.get_xaxis_transform(),
+                label="failed run" if case == df["case_name"].min() else None,
+            )
         for r in g[g["version_changed"] == 1].itertuples():
             ax.axvline(r.started_at, ls=":", color="grey")
-            ax.annotate(f"v{r.version}", (r.started_at, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(2, -12), textcoords="offset points", fontsize=8, color="grey")
+            ax.annotate(
+                f"v{r.version}",
+                (r.started_at, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -12),
+                textcoords="offset points",
+                fontsize=8,
+                color="grey",
+            )
         for i, r in enumerate(g[g["env_changed"] == 1].itertuples()):
-            ax.axvline(r.started_at, ls="--", color="red", alpha=0.6,
-                       label="environment change" if i == 0 and case == df["case_name"].min() else None)
+            ax.axvline(
+                r.started_at,
+                ls="--",
+                color="red",
+                alpha=0.6,
+                label="environment change" if i == 0 and case == df["case_name"].min() else None,
+            )
     first = df.iloc[0]
-    ax.annotate(f"v{first.version}", (first.started_at, 1.0), xycoords=("data", "axes fraction"),
-                xytext=(2, -12), textcoords="offset points", fontsize=8, color="grey")
+    ax.annotate(
+        f"v{first.version}",
+        (first.started_at, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(2, -12),
+        textcoords="offset points",
+        fontsize=8,
+        color="grey",
+    )
     ax.set_ylim(bottom=0)
     ax.set_ylabel("step time (ms)")
     ax.set_xlabel("run started (UTC)")
@@ -257,12 +328,16 @@ def register(app: typer.Typer) -> None:
     """Add ``history``, ``regressions``, ``failures``, ``env-changes``, ``gate`` and ``query`` to ``app``."""
 
     @app.command("history")
-    def history_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                    case: Annotated[str | None, typer.Option(help="Only this case, e.g. train-bs16.")] = None,
-                    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N runs.")] = None,
-                    plot: Annotated[Path | None, typer.Option(
-                        help="Also draw step time, its p10–p90 band and the baseline over time to this PNG.")] = None,
-                    fmt: FormatOpt = Format.table) -> None:
+    def history_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        case: Annotated[str | None, typer.Option(help="Only this case, e.g. train-bs16.")] = None,
+        last: Annotated[int | None, typer.Option(min=1, help="Only the newest N runs.")] = None,
+        plot: Annotated[
+            Path | None,
+            typer.Option(help="Also draw step time, its p10–p90 band and the baseline over time to this PNG."),
+        ] = None,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90)."""
         from tasks.store import queries
 
@@ -275,8 +350,11 @@ def register(app: typer.Typer) -> None:
             raise _fail(e) from None
         if df.empty:
             cases = sorted(queries.history(model, None, url)["case_name"].unique())
-            raise _fail(f"no runs of model {model!r}" + (f" case {case!r}" if case else "")
-                        + f" in the store; its cases: {', '.join(cases) or 'none'}")
+            raise _fail(
+                f"no runs of model {model!r}"
+                + (f" case {case!r}" if case else "")
+                + f" in the store; its cases: {', '.join(cases) or 'none'}"
+            )
         df = with_env_changes(df)
         shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
         render(shown, fmt, title=f"{model}: step time per run (ms)")
@@ -288,8 +366,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"plot: {out}", err=True)
 
     @app.command("regressions")
-    def regressions_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
-                        fmt: FormatOpt = Format.table) -> None:
+    def regressions_cmd(
+        since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None, fmt: FormatOpt = Format.table
+    ) -> None:
         """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
         from tasks.store import queries
 
@@ -300,11 +379,14 @@ def register(app: typer.Typer) -> None:
         render(df, fmt, title="regressions")
 
     @app.command("failures")
-    def failures_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
-                     last: Annotated[int | None, typer.Option(min=1, help="Only the newest N failures.")] = None,
-                     full: Annotated[bool, typer.Option(help="Show the stored error text, not only its first line.")]
-                     = False,
-                     fmt: FormatOpt = Format.table) -> None:
+    def failures_cmd(
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        model: ModelOpt = None,
+        last: Annotated[int | None, typer.Option(min=1, help="Only the newest N failures.")] = None,
+        full: Annotated[bool, typer.Option(help="Show the stored error text, not only its first line.")] = False,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Runs that failed and why: the stage that failed and the error, newest first."""
         from tasks.store import queries
 
@@ -317,8 +399,9 @@ def register(app: typer.Typer) -> None:
         render(df, fmt, title="failed runs")
 
     @app.command("env-changes")
-    def env_changes_cmd(since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None,
-                        fmt: FormatOpt = Format.table) -> None:
+    def env_changes_cmd(
+        since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None, fmt: FormatOpt = Format.table
+    ) -> None:
         """Environment changes in a time window: runs whose fingerprint differs from the previous run."""
         from tasks.store import queries
 
@@ -327,15 +410,19 @@ def register(app: typer.Typer) -> None:
         except queries.QueryError as e:
             raise _fail(e) from None
         if fmt is Format.table:
-            df = df.assign(from_fingerprint=df["from_fingerprint"].str[:12], to_fingerprint=df["to_fingerprint"].str[:12])
+            df = df.assign(
+                from_fingerprint=df["from_fingerprint"].str[:12], to_fingerprint=df["to_fingerprint"].str[:12]
+            )
         render(df, fmt, title="environment changes")
 
     @app.command("gate")
-    def gate_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                 version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
-                 case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
-                 strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
-                 fmt: FormatOpt = Format.table) -> None:
+    def gate_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
+        case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
+        strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
         run of each case of MODEL VERSION in the store."""
         from tasks.records import canonical_version
@@ -343,8 +430,9 @@ def register(app: typer.Typer) -> None:
 
         try:
             version = canonical_version(version)
-            rows = queries.run_query("gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version,
-                                     case_name=case)
+            rows = queries.run_query(
+                "gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version, case_name=case
+            )
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)
@@ -357,10 +445,14 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
     @app.command("query")
-    def query_cmd(name: Annotated[str | None, typer.Argument(help="Named query (omit to list them).")] = None,
-                  param: Annotated[list[str] | None, typer.Option(
-                      "--param", "-p", help="NAME=VALUE, repeatable; e.g. -p model=tiny -p limit=10.")] = None,
-                  fmt: FormatOpt = Format.table) -> None:
+    def query_cmd(
+        name: Annotated[str | None, typer.Argument(help="Named query (omit to list them).")] = None,
+        param: Annotated[
+            list[str] | None,
+            typer.Option("--param", "-p", help="NAME=VALUE, repeatable; e.g. -p model=tiny -p limit=10."),
+        ] = None,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Run a named query of sql/queries with bound parameters (no name: list the queries)."""
         from tasks.store import queries
 

@@ -20,13 +20,18 @@ def register(app: typer.Typer) -> None:
     """Add ``ingest`` to ``app``."""
 
     @app.command("ingest")
-    def ingest_cmd(logdir: Annotated[Path, typer.Argument(help="TensorBoard log dir of the job's profile.")],
-                   model: Annotated[str, typer.Option("--model", help="Model (job) name to store it under.")],
-                   version: Annotated[str, typer.Option("--version", help="Model version (integer).")],
-                   case: Annotated[str | None, typer.Option(
-                       "--case", help="Case name; runs of one model and case are compared (default: external).")] = None,
-                   batch_size: Annotated[int | None, typer.Option(
-                       "--batch-size", min=1, help="Examples per step, for throughput (examples/s).")] = None) -> None:
+    def ingest_cmd(
+        logdir: Annotated[Path, typer.Argument(help="TensorBoard log dir of the job's profile.")],
+        model: Annotated[str, typer.Option("--model", help="Model (job) name to store it under.")],
+        version: Annotated[str, typer.Option("--version", help="Model version (integer).")],
+        case: Annotated[
+            str | None,
+            typer.Option("--case", help="Case name; runs of one model and case are compared (default: external)."),
+        ] = None,
+        batch_size: Annotated[
+            int | None, typer.Option("--batch-size", min=1, help="Examples per step, for throughput (examples/s).")
+        ] = None,
+    ) -> None:
         """Store a profile of your own job (Keras callback or StepProfiler layout) as an external run."""
         from pydantic import ValidationError
 
@@ -44,12 +49,18 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {type(e).__name__}: {e}{notes}", err=True)
             raise typer.Exit(2) from None
         if verdict is None:
-            typer.echo(f"run {rec.run_id}: this profile is already stored (verdict {rec.verdict}), archive "
-                       f"{rec.archive_uri}")
+            typer.echo(
+                f"run {rec.run_id}: this profile is already stored (verdict {rec.verdict}), archive {rec.archive_uri}"
+            )
             return
-        ratio = (f", step-time ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}]"
-                 if verdict.ratio is not None and verdict.ci_low is not None else "")
-        typer.echo(f"run {rec.run_id} (source external): verdict {verdict.verdict} ({verdict.method}){ratio}; "
-                   f"step time is xprof's ({verdict.evidence.get('step_time_source')}); archive {rec.archive_uri}")
+        ratio = (
+            f", step-time ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}]"
+            if verdict.ratio is not None and verdict.ci_low is not None
+            else ""
+        )
+        typer.echo(
+            f"run {rec.run_id} (source external): verdict {verdict.verdict} ({verdict.method}){ratio}; "
+            f"step time is xprof's ({verdict.evidence.get('step_time_source')}); archive {rec.archive_uri}"
+        )
         if verdict.verdict == "regression":
             raise typer.Exit(1)

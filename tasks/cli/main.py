@@ -47,8 +47,12 @@ class _StoreErrorsInOneLine(TyperGroup):
             raise typer.Exit(STORE_ERROR_EXIT) from e
 
 
-app = typer.Typer(help="perfwatch: scheduled TensorFlow profiling and step-time regression gates.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, cls=_StoreErrorsInOneLine)
+app = typer.Typer(
+    help="perfwatch: scheduled TensorFlow profiling and step-time regression gates.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    cls=_StoreErrorsInOneLine,
+)
 demo_app = typer.Typer(help="The demo's model store.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
@@ -68,9 +72,12 @@ def _settings() -> Settings:
     fresh = url.get_backend_name() == "sqlite" and bool(url.database) and not Path(url.database).exists()
     migrate(s.database_url)
     if fresh:
-        typer.echo(f"note: no perfwatch store was at {url.database}; a new empty one was made there "
-                   f"(PERFWATCH_HOME={s.home}). If you expected runs, check PERFWATCH_HOME or "
-                   "PERFWATCH_DATABASE_URL.", err=True)
+        typer.echo(
+            f"note: no perfwatch store was at {url.database}; a new empty one was made there "
+            f"(PERFWATCH_HOME={s.home}). If you expected runs, check PERFWATCH_HOME or "
+            "PERFWATCH_DATABASE_URL.",
+            err=True,
+        )
     return s
 
 
@@ -117,9 +124,11 @@ def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -
 
 
 @app.command()
-def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
-         last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
-         fmt: FormatOpt = Format.table) -> None:
+def runs(
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
     """List runs from the store: run id, model, version, case, inputs fed, median step time (ms),
     throughput, verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
     quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``); csv, json and
@@ -139,35 +148,61 @@ def runs(model: Annotated[str | None, typer.Option(help="Only this model.")] = N
 
 
 @app.command("run")
-def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model store.")],
-            version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
-            batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
-            measured_steps: Annotated[int, typer.Option(help="Steps timed with the profiler off (a paired gate "
-                                                                 "times as many of each version).")] = DEFAULT_MEASURED_STEPS,
-            profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
-            paired: Annotated[bool, typer.Option(help="Re-measure the baseline version in the same process "
-                                                      "(A/B), as a release gate does.")] = False,
-            mode: Annotated[str, typer.Option(help="What a step is: train (forward, backward, update), infer "
-                                                   "(one batch's forward pass; prints latency p50/p90/p99 and "
-                                                   "throughput) or tflite.")] = "train",
-            safe_mode: Annotated[bool, typer.Option(help="Keras safe_mode when loading a .keras file; "
-                                                         "--no-safe-mode only for a model whose code (Lambda "
-                                                         "layers) you trust. Recorded with the run.")] = True,
-            inputs: Annotated[str | None, typer.Option(
-                help="How to feed the model, as JSON per input name: shape without the batch dimension, "
-                     "dtype, integer range [min, max), e.g. '{\"image\": {\"shape\": [32, 32, 3]}}'.")] = None,
-            input_fn: Annotated[str | None, typer.Option(
-                help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
-                     "(e.g. tasks.runner.pipelines:images_fast).")] = None,
-            signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
-            precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
-            xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
-            strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
-            quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
-            warmup_reuse_days: Annotated[float, typer.Option(
-                help="Reuse the steady-state step count of this case's newest warm-up on the same model bytes "
-                     "and environment within this many days instead of a warm-up process; 0: always warm "
-                     "up afresh.")] = 7.0) -> None:
+def run_cmd(
+    model: Annotated[str, typer.Argument(help="Model name in the model store.")],
+    version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
+    batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
+    measured_steps: Annotated[
+        int, typer.Option(help="Steps timed with the profiler off (a paired gate times as many of each version).")
+    ] = DEFAULT_MEASURED_STEPS,
+    profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
+    paired: Annotated[
+        bool, typer.Option(help="Re-measure the baseline version in the same process (A/B), as a release gate does.")
+    ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="What a step is: train (forward, backward, update), infer "
+            "(one batch's forward pass; prints latency p50/p90/p99 and "
+            "throughput) or tflite."
+        ),
+    ] = "train",
+    safe_mode: Annotated[
+        bool,
+        typer.Option(
+            help="Keras safe_mode when loading a .keras file; "
+            "--no-safe-mode only for a model whose code (Lambda "
+            "layers) you trust. Recorded with the run."
+        ),
+    ] = True,
+    inputs: Annotated[
+        str | None,
+        typer.Option(
+            help="How to feed the model, as JSON per input name: shape without the batch dimension, "
+            'dtype, integer range [min, max), e.g. \'{"image": {"shape": [32, 32, 3]}}\'.'
+        ),
+    ] = None,
+    input_fn: Annotated[
+        str | None,
+        typer.Option(
+            help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
+            "(e.g. tasks.runner.pipelines:images_fast)."
+        ),
+    ] = None,
+    signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
+    precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
+    xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
+    strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
+    quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
+    warmup_reuse_days: Annotated[
+        float,
+        typer.Option(
+            help="Reuse the steady-state step count of this case's newest warm-up on the same model bytes "
+            "and environment within this many days instead of a warm-up process; 0: always warm "
+            "up afresh."
+        ),
+    ] = 7.0,
+) -> None:
     """Run the seven stages for one model version in this process, without Airflow. The options are the
     Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix").
 
@@ -187,13 +222,28 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     try:
         feeds = json.loads(inputs) if inputs is not None else None
     except json.JSONDecodeError as e:
-        raise typer.BadParameter(f"--inputs is not JSON ({e}); expected e.g. "
-                                 "'{\"image\": {\"shape\": [32, 32, 3]}}'") from e
+        raise typer.BadParameter(
+            f'--inputs is not JSON ({e}); expected e.g. \'{{"image": {{"shape": [32, 32, 3]}}}}\''
+        ) from e
     try:
-        case = Case(model=model, version=version, batch_size=batch_size, measured_steps=measured_steps,
-                    profiled_steps=profiled_steps, paired=paired, mode=mode, safe_mode=safe_mode, inputs=feeds,
-                    input_fn=input_fn, signature=signature, precision=precision, xla=xla, strategy=strategy,
-                    quantization=quantization, warmup_reuse_days=warmup_reuse_days)
+        case = Case(
+            model=model,
+            version=version,
+            batch_size=batch_size,
+            measured_steps=measured_steps,
+            profiled_steps=profiled_steps,
+            paired=paired,
+            mode=mode,
+            safe_mode=safe_mode,
+            inputs=feeds,
+            input_fn=input_fn,
+            signature=signature,
+            precision=precision,
+            xla=xla,
+            strategy=strategy,
+            quantization=quantization,
+            warmup_reuse_days=warmup_reuse_days,
+        )
     except ValidationError as e:
         from tasks.cli.history import validation_message
 
@@ -201,8 +251,12 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
     from tasks.cli.history import check_in_model_store
 
     check_in_model_store(Settings.from_env().model_store, model, case.version)  # typo: nothing is recorded
-    ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
-                     trigger="cli", case=case)
+    ctx = RunContext(
+        dag_id="perfwatch_cli",
+        dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
+        trigger="cli",
+        case=case,
+    )
     try:
         settings = _settings()
         with progress_shown():
@@ -216,22 +270,30 @@ def run_cmd(model: Annotated[str, typer.Argument(help="Model name in the model s
         if note is not None and note.run_id is not None:
             where = f"recorded in the store as failed run {note.run_id} of {model!r}; see `perfwatch failures`"
         else:
-            where = ("the failure could NOT be recorded in the store"
-                     + (f": {note.detail}" if note is not None and note.detail else ""))
+            where = "the failure could NOT be recorded in the store" + (
+                f": {note.detail}" if note is not None and note.detail else ""
+            )
         typer.echo(f"error: {type(e).__name__}: {e}\n({where})", err=True)
         raise typer.Exit(2) from e
     v = bundle["verdict"]
-    judged = (f" (ratio {v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}], {v['method']})"
-              if v.get("ratio") is not None and v.get("ci_low") is not None else "")
-    typer.echo(f"run {bundle['archived']['run_id']}: verdict {v['verdict']}{judged}, "
-               f"median {bundle['run']['median_step_ms']:.2f} ms, {bundle['run']['throughput_eps']:.1f} examples/s "
-               f"at the median (as `runs`, `sweep` and `compare` give it), archive {bundle['archived']['archive_uri']}")
+    judged = (
+        f" (ratio {v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}], {v['method']})"
+        if v.get("ratio") is not None and v.get("ci_low") is not None
+        else ""
+    )
+    typer.echo(
+        f"run {bundle['archived']['run_id']}: verdict {v['verdict']}{judged}, "
+        f"median {bundle['run']['median_step_ms']:.2f} ms, {bundle['run']['throughput_eps']:.1f} examples/s "
+        f"at the median (as `runs`, `sweep` and `compare` give it), archive {bundle['archived']['archive_uri']}"
+    )
     if v.get("reason"):
         typer.echo(f"  {v['reason']}")
     if lat := bundle["run"].get("latency_ms"):  # infer mode: the measured batches' latency (our timer)
-        typer.echo(f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
-                   f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
-                   f"{lat['throughput_eps']:.1f} examples/s over all batches")
+        typer.echo(
+            f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
+            f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
+            f"{lat['throughput_eps']:.1f} examples/s over all batches"
+        )
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables
 
@@ -253,14 +315,19 @@ def tflite_summary(lite: dict) -> str:
     and after conversion, conversion time (s), and the agreement with the TF model on the same batches (max
     absolute difference; top-1 agreement, classifiers only)."""
     before, after = lite.get("size_bytes_before"), lite.get("size_bytes_after")
-    size = (f"size {before / 2**20:.2f} MiB -> {after / 2**20:.2f} MiB (x{after / before:.2f})" if before and after
-            else "size —")
+    size = (
+        f"size {before / 2**20:.2f} MiB -> {after / 2**20:.2f} MiB (x{after / before:.2f})"
+        if before and after
+        else "size —"
+    )
     agree = lite.get("agreement") or {}
     diff = agree.get("max_abs_diff")
     top1 = agree.get("top1_agreement")
-    return (f"tflite ({lite.get('quantization')}): {size}, converted in {lite.get('conversion_s') or 0:.1f} s; "
-            f"agreement with TF: max |diff| {'—' if diff is None else f'{diff:.3g}'}, top-1 "
-            f"{'—' if top1 is None else f'{100 * top1:.1f}%'}")
+    return (
+        f"tflite ({lite.get('quantization')}): {size}, converted in {lite.get('conversion_s') or 0:.1f} s; "
+        f"agreement with TF: max |diff| {'—' if diff is None else f'{diff:.3g}'}, top-1 "
+        f"{'—' if top1 is None else f'{100 * top1:.1f}%'}"
+    )
 
 
 @demo_app.command("build-store")
@@ -296,9 +363,11 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
     config = settings.home / "zoo.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump({"models": cases}, sort_keys=False, default_flow_style=None))
-    typer.echo(f"zoo cases: {config} ({len(cases)} cases; run them all with PERFWATCH_CONFIG={config} and the "
-               "nightly DAG, or one with e.g. `perfwatch run zoo_bert --mode infer --inputs "
-               "'{\"attention_mask\": {\"min\": 0, \"max\": 2}}'`; README: Models, inputs and modes)")
+    typer.echo(
+        f"zoo cases: {config} ({len(cases)} cases; run them all with PERFWATCH_CONFIG={config} and the "
+        "nightly DAG, or one with e.g. `perfwatch run zoo_bert --mode infer --inputs "
+        '\'{"attention_mask": {"min": 0, "max": 2}}\'`; README: Models, inputs and modes)'
+    )
 
 
 @demo_app.command("check")
@@ -321,13 +390,25 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
         typer.echo("demo check FAILED: " + "; ".join(problems), err=True)
         raise typer.Exit(1)
     v1 = df[df["version"] == "1"].iloc[-1]
-    typer.echo(f"demo check: version 1 archived as run {v1['run_id']} (verdict {v1['verdict']}), "
-               "version 2 flagged as a regression")
+    typer.echo(
+        f"demo check: version 1 archived as run {v1['run_id']} (verdict {v1['verdict']}), "
+        "version 2 flagged as a regression"
+    )
 
 
 # Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
 _COMMAND_MODULES: tuple[str, ...] = (
-    "env", "compare", "history", "baseline", "db", "changes", "ingest", "calibrate", "publish", "sweep")
+    "env",
+    "compare",
+    "history",
+    "baseline",
+    "db",
+    "changes",
+    "ingest",
+    "calibrate",
+    "publish",
+    "sweep",
+)
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.cli.{_name}").register(app)
 

@@ -22,22 +22,39 @@ def register(app: typer.Typer) -> None:
 
     @app.command("publish")
     def publish_cmd(
-            model: Annotated[str, typer.Argument(help="Model name in the store.")],
-            path: Annotated[Path, typer.Argument(help="A .keras file or a SavedModel directory.")],
-            version: Annotated[int | None, typer.Option(
-                "--version", min=1, help="Version to write (refused if it exists); default: the next one.")] = None,
-            airflow_url: Annotated[str | None, typer.Option(
-                "--airflow-url", envvar="PERFWATCH_AIRFLOW_API_URL",
-                help="Airflow API server to send the Asset event to (e.g. http://localhost:8080); unset: none.")] = None,
-            token: Annotated[str | None, typer.Option(
-                "--airflow-token", envvar="PERFWATCH_AIRFLOW_TOKEN", help="Bearer JWT for Airflow's API.")] = None,
-            username: Annotated[str | None, typer.Option(
-                "--airflow-user", envvar="PERFWATCH_AIRFLOW_USERNAME",
-                help="User exchanged at /auth/token for a JWT (with --airflow-password).")] = None,
-            password: Annotated[str | None, typer.Option(
-                "--airflow-password", envvar="PERFWATCH_AIRFLOW_PASSWORD", help="Password of --airflow-user.")] = None,
-            no_copy: Annotated[bool, typer.Option(
-                "--no-copy", help="Do not copy: send the event for the existing --version (a resend).")] = False,
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        path: Annotated[Path, typer.Argument(help="A .keras file or a SavedModel directory.")],
+        version: Annotated[
+            int | None,
+            typer.Option("--version", min=1, help="Version to write (refused if it exists); default: the next one."),
+        ] = None,
+        airflow_url: Annotated[
+            str | None,
+            typer.Option(
+                "--airflow-url",
+                envvar="PERFWATCH_AIRFLOW_API_URL",
+                help="Airflow API server to send the Asset event to (e.g. http://localhost:8080); unset: none.",
+            ),
+        ] = None,
+        token: Annotated[
+            str | None,
+            typer.Option("--airflow-token", envvar="PERFWATCH_AIRFLOW_TOKEN", help="Bearer JWT for Airflow's API."),
+        ] = None,
+        username: Annotated[
+            str | None,
+            typer.Option(
+                "--airflow-user",
+                envvar="PERFWATCH_AIRFLOW_USERNAME",
+                help="User exchanged at /auth/token for a JWT (with --airflow-password).",
+            ),
+        ] = None,
+        password: Annotated[
+            str | None,
+            typer.Option("--airflow-password", envvar="PERFWATCH_AIRFLOW_PASSWORD", help="Password of --airflow-user."),
+        ] = None,
+        no_copy: Annotated[
+            bool, typer.Option("--no-copy", help="Do not copy: send the event for the existing --version (a resend).")
+        ] = False,
     ) -> None:
         """Publish a model version into the store and emit its Asset event (the release gate's trigger)."""
         from tasks.cli.airflow_api import AirflowApi, AirflowApiError, emit_asset_event
@@ -54,12 +71,19 @@ def register(app: typer.Typer) -> None:
 
                 with tempfile.TemporaryDirectory() as t:  # digest and format of the stored version
                     pulled = pull_model_version(store, model, str(version), t)
-                extra = {"model": model, "version": pulled.version, "digest": pulled.digest,
-                         "source": pulled.source_uri, "format": pulled.format}
+                extra = {
+                    "model": model,
+                    "version": pulled.version,
+                    "digest": pulled.digest,
+                    "source": pulled.source_uri,
+                    "format": pulled.format,
+                }
             else:
                 pub = publish_version(store, model, path, version)
-                typer.echo(f"published {model} version {pub.version} at {pub.path} ({pub.format}, "
-                           f"{pub.size_bytes} bytes, sha256 {pub.digest[:12]})")
+                typer.echo(
+                    f"published {model} version {pub.version} at {pub.path} ({pub.format}, "
+                    f"{pub.size_bytes} bytes, sha256 {pub.digest[:12]})"
+                )
                 extra = pub.event_extra()
         except (OSError, ValueError, ModelNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
@@ -72,8 +96,13 @@ def register(app: typer.Typer) -> None:
         try:
             event = emit_asset_event(api, uri, extra)
         except AirflowApiError as e:
-            typer.echo(f"error: version {extra['version']} is in the store, but the Asset event was not sent: {e}\n"
-                       f"(resend: perfwatch publish {model} {path} --version {extra['version']} --no-copy)", err=True)
+            typer.echo(
+                f"error: version {extra['version']} is in the store, but the Asset event was not sent: {e}\n"
+                f"(resend: perfwatch publish {model} {path} --version {extra['version']} --no-copy)",
+                err=True,
+            )
             raise typer.Exit(2) from e
-        typer.echo(f"Asset event {event.get('id')} for {uri} (asset id {event.get('asset_id')}): "
-                   f"the release gate of {model} version {extra['version']} is scheduled")
+        typer.echo(
+            f"Asset event {event.get('id')} for {uri} (asset id {event.get('asset_id')}): "
+            f"the release gate of {model} version {extra['version']} is scheduled"
+        )

@@ -34,8 +34,9 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def render(df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | None = None,
-           console: Console | None = None) -> str | None:
+def render(
+    df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | None = None, console: Console | None = None
+) -> str | None:
     """Print ``df`` in ``fmt``; for csv/json/markdown also return the text.
 
     Floats are shown with 3 significant decimals in the table and markdown forms; csv and json

@@ -18,8 +18,9 @@ if TYPE_CHECKING:  # pandas, the store and the analysis are imported where used:
     import pandas as pd
 
 
-def sweep_frame(model: str, axis: str, latency_budget_ms: float | None = None, version: str | None = None,
-                db_url: str | None = None) -> pd.DataFrame:
+def sweep_frame(
+    model: str, axis: str, latency_budget_ms: float | None = None, version: str | None = None, db_url: str | None = None
+) -> pd.DataFrame:
     """The sweep of ``model`` along ``axis`` as a table: series, the axis value (column named after the
     axis), case, run_id, version, median_step_ms, p99_step_ms (ms), throughput_eps (examples/s),
     within_budget, knee. One row per case (its newest successful run, of ``version`` when given).
@@ -38,10 +39,15 @@ def sweep_frame(model: str, axis: str, latency_budget_ms: float | None = None, v
 
     df = queries.sweep_points(model, version, db_url)
     if df.empty:
-        raise ValueError(f"no successful run of model {model!r}" + (f" version {version}" if version else "")
-                         + " in the store to sweep")
-    points = [{**r, "case": r["case_name"], "p99_step_ms": None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]}
-              for r in df.to_dict(orient="records")]
+        raise ValueError(
+            f"no successful run of model {model!r}"
+            + (f" version {version}" if version else "")
+            + " in the store to sweep"
+        )
+    points = [
+        {**r, "case": r["case_name"], "p99_step_ms": None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]}
+        for r in df.to_dict(orient="records")
+    ]
     rows = [asdict(p) for p in sweep(points, axis, queries.AXIS_COLUMNS, latency_budget_ms)]
     return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
 
@@ -57,17 +63,23 @@ def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> 
         if not knee.empty:
             k = knee.iloc[0]
             p99 = "—" if pd.isna(k.p99_step_ms) else f"{k.p99_step_ms:.2f} ms"
-            lines.append(f"{series}: knee {k.case} ({axis}={k[axis]}): {k.throughput_eps:.1f} examples/s, "
-                         f"median {k.median_step_ms:.2f} ms, p99 {p99}")
+            lines.append(
+                f"{series}: knee {k.case} ({axis}={k[axis]}): {k.throughput_eps:.1f} examples/s, "
+                f"median {k.median_step_ms:.2f} ms, p99 {p99}"
+            )
         else:
             lowest = g["p99_step_ms"].min()
-            lines.append(f"{series}: no case within the latency budget of {latency_budget_ms} ms (lowest p99 "
-                         + ("—" if pd.isna(lowest) else f"{lowest:.2f} ms") + ")")
+            lines.append(
+                f"{series}: no case within the latency budget of {latency_budget_ms} ms (lowest p99 "
+                + ("—" if pd.isna(lowest) else f"{lowest:.2f} ms")
+                + ")"
+            )
     return lines
 
 
-def plot_sweep(df: pd.DataFrame, axis: str, path: str | Path, *, title: str,
-               latency_budget_ms: float | None = None) -> Path:
+def plot_sweep(
+    df: pd.DataFrame, axis: str, path: str | Path, *, title: str, latency_budget_ms: float | None = None
+) -> Path:
     """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): throughput (examples/s)
     above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
     categories), one line per series, the knee starred, the latency budget as a red line.
@@ -90,16 +102,37 @@ def plot_sweep(df: pd.DataFrame, axis: str, path: str | Path, *, title: str,
     for series, g in df.groupby("series", sort=True):
         (line,) = top.plot(xs(g[axis]), g["throughput_eps"], marker="o", label=series)
         color = line.get_color()  # the series' colour below; the legend there names the line styles
-        bottom.plot(xs(g[axis]), g["median_step_ms"], marker="o", color=color,
-                    label="median (solid)" if series == first else None)
+        bottom.plot(
+            xs(g[axis]),
+            g["median_step_ms"],
+            marker="o",
+            color=color,
+            label="median (solid)" if series == first else None,
+        )
         p99 = g[g["p99_step_ms"].notna()]
-        bottom.plot(xs(p99[axis]), p99["p99_step_ms"].astype(float), ls="--", marker=".", color=color,
-                    label="p99 (dashed)" if series == first else None)
+        bottom.plot(
+            xs(p99[axis]),
+            p99["p99_step_ms"].astype(float),
+            ls="--",
+            marker=".",
+            color=color,
+            label="p99 (dashed)" if series == first else None,
+        )
         knee = g[g["knee"]]
-        for ax, col in ((top, "throughput_eps"), (bottom, "p99_step_ms" if knee["p99_step_ms"].notna().all()
-                                                          else "median_step_ms")):
-            ax.scatter(xs(knee[axis]), knee[col].astype(float), marker="*", s=260, color=color, edgecolor="black",
-                       zorder=5, label="knee" if ax is top and series == first else None)
+        for ax, col in (
+            (top, "throughput_eps"),
+            (bottom, "p99_step_ms" if knee["p99_step_ms"].notna().all() else "median_step_ms"),
+        ):
+            ax.scatter(
+                xs(knee[axis]),
+                knee[col].astype(float),
+                marker="*",
+                s=260,
+                color=color,
+                edgecolor="black",
+                zorder=5,
+                label="knee" if ax is top and series == first else None,
+            )
     if latency_budget_ms is not None:
         bottom.axhline(latency_budget_ms, color="red", ls=":", label=f"latency budget {latency_budget_ms} ms")
     if not numeric:
@@ -119,15 +152,21 @@ def register(app: typer.Typer) -> None:
     """Add ``sweep`` to ``app``."""
 
     @app.command("sweep")
-    def sweep_cmd(model: Annotated[str, typer.Argument(help="Model name in the store.")],
-                  axis: Annotated[str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, "
-                                                         "strategy or quantization.")] = "batch_size",
-                  latency_budget_ms: Annotated[float | None, typer.Option(
-                      help="Highest p99 step time (ms) the knee may have; default: no budget.")] = None,
-                  version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,
-                  plot: Annotated[Path | None, typer.Option(
-                      help="Also draw throughput and step time against the axis, knee marked, to this PNG.")] = None,
-                  fmt: FormatOpt = Format.table) -> None:
+    def sweep_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        axis: Annotated[
+            str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, strategy or quantization.")
+        ] = "batch_size",
+        latency_budget_ms: Annotated[
+            float | None, typer.Option(help="Highest p99 step time (ms) the knee may have; default: no budget.")
+        ] = None,
+        version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,
+        plot: Annotated[
+            Path | None,
+            typer.Option(help="Also draw throughput and step time against the axis, knee marked, to this PNG."),
+        ] = None,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
         """Throughput and step time (latency) along one axis of MODEL's matrix, from the newest successful
         run of each case; the knee (highest throughput within the latency budget) per series."""
         from tasks.store import queries
@@ -142,14 +181,18 @@ def register(app: typer.Typer) -> None:
         render(df, fmt, title=f"{model}: sweep along {axis}")
         versions = sorted({str(v) for v in df["version"]}, key=lambda v: (len(v), v))
         if version is None and len(versions) > 1:
-            typer.echo(f"note: the newest run of each case comes from more than one model version ({', '.join(versions)}"
-                       f"): a curve may mix versions; give --version to sweep one", err=True)
+            typer.echo(
+                f"note: the newest run of each case comes from more than one model version ({', '.join(versions)}"
+                f"): a curve may mix versions; give --version to sweep one",
+                err=True,
+            )
         for line in knee_lines(df, axis, latency_budget_ms):
             typer.echo(line, err=True)
         if plot is not None:
             try:
-                out = plot_sweep(df, axis, plot, title=f"{model}: sweep along {axis}",
-                                 latency_budget_ms=latency_budget_ms)
+                out = plot_sweep(
+                    df, axis, plot, title=f"{model}: sweep along {axis}", latency_budget_ms=latency_budget_ms
+                )
             except (ValueError, OSError) as e:
                 raise _fail(e) from None
             typer.echo(f"plot: {out}", err=True)

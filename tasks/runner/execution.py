@@ -15,7 +15,8 @@
   ``<work_dir>/xla_cache``), XLA's persistent compilation cache (``TF_XLA_FLAGS
   --tf_xla_persistent_cache_directory``) keeps what the warm-up process compiled, so the profiled run and
   the paired gate of the same DAG run load it instead of compiling again (on the 2-core dev machine the
-  demo model's XLA training cold step took 16.5-19.9 s on a quiet host, 5.6-8.1 s without XLA: ``bench/matrix.py``). The executable is the same, so step times are
+  demo model's XLA training cold step took 16.5-19.9 s on a quiet host, 5.6-8.1 s without XLA: ``bench/matrix.py``).
+  The executable is the same, so step times are
   not changed by it; only the cold step is shorter (the warm-up's cold step, the one stored as the run's
   cold-start time, always starts from an empty cache unless the warm-up itself is retried).
 * **strategy** — ``none`` (TF's default strategy, one device) or ``mirrored``:
@@ -125,8 +126,9 @@ def with_precision(model: Any, precision: str) -> Any:
         rebuilt = keras.models.clone_model(model, clone_function=clone, recursive=True)
         rebuilt.set_weights(model.get_weights())
     except Exception as e:  # noqa: BLE001 - re-raised naming the model and the precision
-        raise RunnerError(f"cannot rebuild model {model.name!r} in precision {precision} ({policy}): "
-                          f"{type(e).__name__}: {e}") from e
+        raise RunnerError(
+            f"cannot rebuild model {model.name!r} in precision {precision} ({policy}): {type(e).__name__}: {e}"
+        ) from e
     return rebuilt
 
 
@@ -185,9 +187,11 @@ class Execution:
             # XLA compiles a step for one device: a mirrored step reaching variables on several devices fails
             # ("Trying to access resource ... located in device ... from device ..."); Keras turns XLA off
             # under tf.distribute for the same reason.
-            raise RunnerError(f"xla with strategy mirrored over {self.replicas} devices ({', '.join(self.devices)}) "
-                              "is not supported: XLA compiles a step for one device. Exclude this combination "
-                              "from the matrix, or run mirrored without xla")
+            raise RunnerError(
+                f"xla with strategy mirrored over {self.replicas} devices ({', '.join(self.devices)}) "
+                "is not supported: XLA compiles a step for one device. Exclude this combination "
+                "from the matrix, or run mirrored without xla"
+            )
 
     def scope(self) -> contextlib.AbstractContextManager:
         """The strategy's scope: build the model and the optimizer inside it."""
@@ -199,8 +203,9 @@ class Execution:
         import keras
 
         model = with_precision(model, self.precision)
-        self.compute_dtypes = sorted({la.compute_dtype for la in _all_layers(model)
-                                      if not isinstance(la, keras.layers.InputLayer)})
+        self.compute_dtypes = sorted(
+            {la.compute_dtype for la in _all_layers(model) if not isinstance(la, keras.layers.InputLayer)}
+        )
         return model
 
     def check_graph_model(self, what: str) -> None:
@@ -211,8 +216,10 @@ class Execution:
             RunnerError: precision is not ``fp32``.
         """
         if self.precision != "fp32":
-            raise RunnerError(f"precision {self.precision} needs a Keras model (.keras); {what} is a SavedModel "
-                              "whose graph fixes its dtypes: use precision fp32 for it")
+            raise RunnerError(
+                f"precision {self.precision} needs a Keras model (.keras); {what} is a SavedModel "
+                "whose graph fixes its dtypes: use precision fp32 for it"
+            )
 
     def optimizer(self, inner: Any, variables: list[Any]) -> Any:
         """``inner`` (a Keras optimizer), wrapped in a ``LossScaleOptimizer`` for ``mixed_float16``, built for
@@ -276,6 +283,13 @@ class Execution:
         """The options as recorded in the runner's result: ``precision``, ``policy`` (Keras name), ``xla``,
         ``strategy``, ``replicas``, ``devices``, and what was actually built: ``compute_dtypes`` (of the
         model's layers; None for a SavedModel) and ``optimizer`` (class name; None for inference)."""
-        return {"precision": self.precision, "policy": POLICIES[self.precision], "xla": self.xla,
-                "strategy": self.strategy_name, "replicas": self.replicas, "devices": self.devices,
-                "compute_dtypes": self.compute_dtypes, "optimizer": self.optimizer_class}
+        return {
+            "precision": self.precision,
+            "policy": POLICIES[self.precision],
+            "xla": self.xla,
+            "strategy": self.strategy_name,
+            "replicas": self.replicas,
+            "devices": self.devices,
+            "compute_dtypes": self.compute_dtypes,
+            "optimizer": self.optimizer_class,
+        }

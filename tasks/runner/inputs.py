@@ -108,23 +108,30 @@ def keras_signature(model: Any) -> Signature:
     try:
         struct = model.input
     except (AttributeError, ValueError) as e:
-        raise RunnerError(f"Keras model {model.name!r} declares no inputs ({e}); perfwatch needs a functional "
-                          "or Sequential model built with keras.Input") from e
+        raise RunnerError(
+            f"Keras model {model.name!r} declares no inputs ({e}); perfwatch needs a functional "
+            "or Sequential model built with keras.Input"
+        ) from e
     if isinstance(struct, dict):
         pairs, kind = list(struct.items()), "dict"
     elif isinstance(struct, (list, tuple)):
         pairs, kind = [(t.name, t) for t in struct], "list"
     else:
         pairs, kind = [(struct.name, struct)], "single"
-    return Signature(tuple(Declared(name=str(n), shape=tuple(t.shape), dtype=str(t.dtype),
-                                    vocab=_vocab_of(model, t)) for n, t in pairs), kind)
+    return Signature(
+        tuple(
+            Declared(name=str(n), shape=tuple(t.shape), dtype=str(t.dtype), vocab=_vocab_of(model, t)) for n, t in pairs
+        ),
+        kind,
+    )
 
 
 def function_signature(fn: Any) -> Signature:
     """The inputs of a SavedModel signature (a concrete function taking keyword arguments), by name."""
     spec = fn.structured_input_signature[1]
-    return Signature(tuple(Declared(name=n, shape=tuple(spec[n].shape), dtype=spec[n].dtype.name)
-                           for n in sorted(spec)), "dict")
+    return Signature(
+        tuple(Declared(name=n, shape=tuple(spec[n].shape), dtype=spec[n].dtype.name) for n in sorted(spec)), "dict"
+    )
 
 
 def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_size: int) -> list[Feed]:
@@ -149,16 +156,21 @@ def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_siz
         declared = d.shape[1:]
         shape = tuple(opt["shape"]) if opt.get("shape") is not None else declared
         if len(shape) != len(declared):
-            raise RunnerError(f"input {d.name!r}: shape {list(shape)} has {len(shape)} dimensions, the model's "
-                              f"{_show(d.shape)} has {len(declared)} besides the batch")
+            raise RunnerError(
+                f"input {d.name!r}: shape {list(shape)} has {len(shape)} dimensions, the model's "
+                f"{_show(d.shape)} has {len(declared)} besides the batch"
+            )
         for i, (given, fixed) in enumerate(zip(shape, declared, strict=True), start=1):
             if given is None:
-                raise RunnerError(f"input {d.name!r} has an unknown dimension {i} (shape {_show(d.shape)}): give "
-                                  f"its shape without the batch dimension in the case's inputs, e.g. "
-                                  f"inputs: {{{d.name}: {{shape: {_example(declared)}}}}}")
+                raise RunnerError(
+                    f"input {d.name!r} has an unknown dimension {i} (shape {_show(d.shape)}): give "
+                    f"its shape without the batch dimension in the case's inputs, e.g. "
+                    f"inputs: {{{d.name}: {{shape: {_example(declared)}}}}}"
+                )
             if fixed is not None and given != fixed:
-                raise RunnerError(f"input {d.name!r}: shape {list(shape)} contradicts the model's {_show(d.shape)} "
-                                  f"at dimension {i}")
+                raise RunnerError(
+                    f"input {d.name!r}: shape {list(shape)} contradicts the model's {_show(d.shape)} at dimension {i}"
+                )
         dtype = opt.get("dtype") or d.dtype
         try:
             dt = np.dtype(dtype)
@@ -169,12 +181,16 @@ def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_siz
             if low is None and high is None and d.vocab is not None:
                 low, high = 0, d.vocab
             if low is None or high is None:
-                raise RunnerError(f"input {d.name!r} is {dt.name} and no Embedding layer consumes it to tell its "
-                                  f"range: give the range of its values in the case's inputs, e.g. "
-                                  f"inputs: {{{d.name}: {{min: 0, max: 30522}}}} (values drawn from [min, max))")
+                raise RunnerError(
+                    f"input {d.name!r} is {dt.name} and no Embedding layer consumes it to tell its "
+                    f"range: give the range of its values in the case's inputs, e.g. "
+                    f"inputs: {{{d.name}: {{min: 0, max: 30522}}}} (values drawn from [min, max))"
+                )
         elif dt.kind in "OSU":
-            raise RunnerError(f"input {d.name!r} is a string input ({dtype}): synthetic strings mean nothing; "
-                              "give the case an input_fn that yields real ones")
+            raise RunnerError(
+                f"input {d.name!r} is a string input ({dtype}): synthetic strings mean nothing; "
+                "give the case an input_fn that yields real ones"
+            )
         feeds.append(Feed(name=d.name, shape=(batch_size, *shape), dtype=dt.name, low=low, high=high))
     return feeds
 
@@ -226,12 +242,15 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's module
-        raise RunnerError(f"input_fn {ref!r}: cannot import module {mod_name!r} in the runner's interpreter: "
-                          f"{type(e).__name__}: {e}") from e
+        raise RunnerError(
+            f"input_fn {ref!r}: cannot import module {mod_name!r} in the runner's interpreter: {type(e).__name__}: {e}"
+        ) from e
     fn = getattr(mod, fn_name, None)
     if fn is None or not callable(fn):
-        raise RunnerError(f"input_fn {ref!r}: module {mod_name!r} has no callable {fn_name!r}"
-                          + ("" if fn is None else f" (it is a {type(fn).__name__})"))
+        raise RunnerError(
+            f"input_fn {ref!r}: module {mod_name!r} has no callable {fn_name!r}"
+            + ("" if fn is None else f" (it is a {type(fn).__name__})")
+        )
     try:
         accepted = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -242,18 +261,22 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
     except Exception as e:  # noqa: BLE001
         raise RunnerError(f"input_fn {ref!r} failed: {type(e).__name__}: {e}") from e
     if not isinstance(ds, tf.data.Dataset):
-        raise RunnerError(f"input_fn {ref!r} returned a {type(ds).__name__}; expected a tf.data.Dataset of "
-                          "model-ready batches")
+        raise RunnerError(
+            f"input_fn {ref!r} returned a {type(ds).__name__}; expected a tf.data.Dataset of model-ready batches"
+        )
     spec = ds.element_spec
     if isinstance(spec, dict):
         if set(spec) != set(sig.names):
-            raise RunnerError(f"input_fn {ref!r} yields dicts with keys {sorted(spec)}; the model's inputs are "
-                              f"{sig.names}")
+            raise RunnerError(
+                f"input_fn {ref!r} yields dicts with keys {sorted(spec)}; the model's inputs are {sig.names}"
+            )
         to_dict = None
     elif isinstance(spec, (tuple, list)):
         if len(spec) != len(sig.names) or sig.structure == "single":
-            raise RunnerError(f"input_fn {ref!r} yields tuples of {len(spec)}; the model takes {len(sig.names)} "
-                              f"input(s) {sig.names} (labels are not used: map (x, y) pairs to x)")
+            raise RunnerError(
+                f"input_fn {ref!r} yields tuples of {len(spec)}; the model takes {len(sig.names)} "
+                f"input(s) {sig.names} (labels are not used: map (x, y) pairs to x)"
+            )
         names = sig.names
 
         def to_dict(*xs):
@@ -264,14 +287,15 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
         def to_dict(x):
             return {name: x}
     else:
-        raise RunnerError(f"input_fn {ref!r} yields one tensor; the model takes inputs {sig.names} "
-                          "(yield a dict by name)")
+        raise RunnerError(
+            f"input_fn {ref!r} yields one tensor; the model takes inputs {sig.names} (yield a dict by name)"
+        )
     ds = ds if to_dict is None else ds.map(to_dict)
     first = next(iter(ds))
     sizes = {n: int(t.shape[0]) if t.shape.rank else None for n, t in first.items()}
     if any(s != batch_size for s in sizes.values()):
-        raise RunnerError(f"input_fn {ref!r}: its batches hold {sizes} examples per input; the case's "
-                          f"batch_size is {batch_size}")
-    feeds = [Feed(name=n, shape=tuple(int(x) for x in first[n].shape), dtype=first[n].dtype.name)
-             for n in sig.names]
+        raise RunnerError(
+            f"input_fn {ref!r}: its batches hold {sizes} examples per input; the case's batch_size is {batch_size}"
+        )
+    feeds = [Feed(name=n, shape=tuple(int(x) for x in first[n].shape), dtype=first[n].dtype.name) for n in sig.names]
     return ds.repeat(), feeds

@@ -72,8 +72,14 @@ class StepProfiler:
         ValueError: a malformed steps value.
     """
 
-    def __init__(self, logdir: str | os.PathLike | None = None, steps: tuple[int, int] | str | None = None, *,
-                 name: str = "train", env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        logdir: str | os.PathLike | None = None,
+        steps: tuple[int, int] | str | None = None,
+        *,
+        name: str = "train",
+        env: Mapping[str, str] | None = None,
+    ):
         env = os.environ if env is None else env
         raw = steps if steps is not None else env.get(STEPS_ENV)
         if isinstance(raw, str):
@@ -136,8 +142,9 @@ class StepProfiler:
         self.close()
 
 
-def keras_callback(log_dir: str | os.PathLike, steps: tuple[int, int] | str | None = None, *,
-                   env: Mapping[str, str] | None = None):
+def keras_callback(
+    log_dir: str | os.PathLike, steps: tuple[int, int] | str | None = None, *, env: Mapping[str, str] | None = None
+):
     """A ``keras.callbacks.Callback`` that profiles training batches ``first..last`` (counted over all
     epochs from 0; default ``PERFWATCH_PROFILE_STEPS``) with step markers into ``<log_dir>/train`` (the
     Keras TensorBoard callback's layout; use the same ``log_dir`` for both). Keep ``steps_per_execution``

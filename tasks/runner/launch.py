@@ -28,8 +28,9 @@ def stderr_tail(stderr: str | bytes | None, lines: int = 15) -> str:
     return "\n".join(tail) if tail else "(nothing)"
 
 
-def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
-           limit_note: str | None = None) -> dict[str, Any]:
+def launch(
+    spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *, limit_note: str | None = None
+) -> dict[str, Any]:
     """Run ``spec`` in a fresh ``python -m tasks.runner`` process and return its result dict.
 
     Args:
@@ -58,8 +59,15 @@ def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
     log = out / f"{spec.mode}_stderr.log"
     with open(log, "w") as err:
         try:
-            proc = subprocess.Popen([python_executable, "-m", "tasks.runner", str(spec_path)], stdout=subprocess.PIPE,
-                                    stderr=err, text=True, bufsize=1, env=env, cwd=project_root)
+            proc = subprocess.Popen(
+                [python_executable, "-m", "tasks.runner", str(spec_path)],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=project_root,
+            )
         except OSError as e:
             raise RunnerError(f"{stage}: cannot start runner interpreter {python_executable!r}: {e}") from e
         reader = threading.Thread(target=progress.relay, args=(proc.stdout,), daemon=True)
@@ -69,16 +77,20 @@ def launch(spec: RunnerSpec, python_executable: str, timeout_s: float = 1800, *,
         except subprocess.TimeoutExpired as e:
             proc.kill()
             proc.wait()
-            raise RunnerError(f"{stage} timed out: the runner process for {spec.model_path} ran past its limit of "
-                              f"{timeout_s:.0f} s ({limit_note or 'timeout_s'}) and was killed; stderr tail:\n"
-                              f"{stderr_tail(log.read_text(errors='replace'))}") from e
+            raise RunnerError(
+                f"{stage} timed out: the runner process for {spec.model_path} ran past its limit of "
+                f"{timeout_s:.0f} s ({limit_note or 'timeout_s'}) and was killed; stderr tail:\n"
+                f"{stderr_tail(log.read_text(errors='replace'))}"
+            ) from e
         finally:
             reader.join(timeout=10)
             proc.stdout.close()  # type: ignore[union-attr]
     result_file = out / "result.json"
     if not result_file.exists():
-        raise RunnerError(f"{stage}: runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a "
-                          f"result; stderr tail:\n{stderr_tail(log.read_text(errors='replace'))}")
+        raise RunnerError(
+            f"{stage}: runner ({spec.mode}) for {spec.model_path} exited {proc.returncode} without a "
+            f"result; stderr tail:\n{stderr_tail(log.read_text(errors='replace'))}"
+        )
     result = json.loads(result_file.read_text())
     if result.get("status") != "ok":
         raise RunnerError(f"runner ({spec.mode}) failed: {result.get('error')}")

@@ -49,8 +49,10 @@ def image_files() -> list[str]:
     d = images_dir()
     files = sorted(str(p) for p in d.glob("*.tfrecord"))
     if not files:
-        raise FileNotFoundError(f"no *.tfrecord files in {d} (PERFWATCH_IMAGES, else <PERFWATCH_HOME>/data/images); "
-                                "write the example images with `perfwatch demo build-zoo`")
+        raise FileNotFoundError(
+            f"no *.tfrecord files in {d} (PERFWATCH_IMAGES, else <PERFWATCH_HOME>/data/images); "
+            "write the example images with `perfwatch demo build-zoo`"
+        )
     return files
 
 
@@ -77,12 +79,14 @@ def images_fast(batch_size: int, seed: int = 0):
     import tensorflow as tf
 
     auto = tf.data.AUTOTUNE
-    return (tf.data.TFRecordDataset(image_files(), num_parallel_reads=auto)
-            .shuffle(SHUFFLE_RECORDS, seed=seed)
-            .repeat()
-            .map(parse_image, num_parallel_calls=auto)
-            .batch(batch_size, drop_remainder=True)
-            .prefetch(auto))
+    return (
+        tf.data.TFRecordDataset(image_files(), num_parallel_reads=auto)
+        .shuffle(SHUFFLE_RECORDS, seed=seed)
+        .repeat()
+        .map(parse_image, num_parallel_calls=auto)
+        .batch(batch_size, drop_remainder=True)
+        .prefetch(auto)
+    )
 
 
 def images_slow(batch_size: int):
@@ -100,8 +104,10 @@ def images_slow(batch_size: int):
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False
     options.experimental_optimization.inject_prefetch = False
-    return (tf.data.TFRecordDataset(image_files())
-            .repeat()
-            .map(lambda r: tf.ensure_shape(decode(r), (IMAGE_SIDE, IMAGE_SIDE, 3)))
-            .batch(batch_size, drop_remainder=True)
-            .with_options(options))
+    return (
+        tf.data.TFRecordDataset(image_files())
+        .repeat()
+        .map(lambda r: tf.ensure_shape(decode(r), (IMAGE_SIDE, IMAGE_SIDE, 3)))
+        .batch(batch_size, drop_remainder=True)
+        .with_options(options)
+    )

@@ -71,16 +71,28 @@ ABSENT = "absent"
 # tasks.analysis.environment.PERFORMANCE_ENV_VARS (tests/test_inputs_faults.py checks that every
 # one of those is recorded here).
 PERF_ENV_VARS: tuple[str, ...] = (
-    "XLA_FLAGS", "TF_XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS",
-    "TF_ENABLE_ONEDNN_OPTS", "TF_DETERMINISTIC_OPS", "TF_ENABLE_AUTO_MIXED_PRECISION",
+    "XLA_FLAGS",
+    "TF_XLA_FLAGS",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "OMP_NUM_THREADS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_DETERMINISTIC_OPS",
+    "TF_ENABLE_AUTO_MIXED_PRECISION",
     "NVIDIA_TF32_OVERRIDE",
 )
 ENV_VARS_WHEN_SET: tuple[str, ...] = (
-    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "KMP_AFFINITY", "KMP_BLOCKTIME", "MKL_NUM_THREADS",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "MKL_NUM_THREADS",
 )
 # TF_* names that belong to Terraform, not TensorFlow (TF_VAR_*/TF_TOKEN_* may hold secrets): never recorded.
-_TERRAFORM_ENV = re.compile(r"TF_(VAR_|TOKEN_|CLI_|LOG|WORKSPACE$|IN_AUTOMATION$|INPUT$|DATA_DIR$|"
-                            r"PLUGIN_CACHE_DIR$|REGISTRY_|APPEND_USER_AGENT$|IGNORE$|STATE_PERSIST)")
+_TERRAFORM_ENV = re.compile(
+    r"TF_(VAR_|TOKEN_|CLI_|LOG|WORKSPACE$|IN_AUTOMATION$|INPUT$|DATA_DIR$|"
+    r"PLUGIN_CACHE_DIR$|REGISTRY_|APPEND_USER_AGENT$|IGNORE$|STATE_PERSIST)"
+)
 PACKAGES: tuple[str, ...] = ("tensorflow", "tensorflow-cpu", "keras", "numpy", "xprof")
 IMAGE_DIGEST_ENV = "PERFWATCH_IMAGE_DIGEST"
 _GOVERNOR_FILE = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
@@ -167,8 +179,9 @@ def _tf_native(pkg: Path, module: str) -> Any:
     if (loaded := sys.modules.get(full)) is not None:
         return loaded
     where = pkg.joinpath("python", *module.split("."))
-    path = next((p for s in importlib.machinery.EXTENSION_SUFFIXES if (p := where.with_name(where.name + s)).exists()),
-                None)
+    path = next(
+        (p for s in importlib.machinery.EXTENSION_SUFFIXES if (p := where.with_name(where.name + s)).exists()), None
+    )
     if path is None:
         raise FileNotFoundError(f"no extension module {where}.so in the TensorFlow package")
     spec = importlib.util.spec_from_file_location(full, path)
@@ -196,8 +209,7 @@ def _tensorflow_section(include: bool) -> dict:
         info: Any = dict(_assigned_literal(pkg / "python" / "platform" / "build_info.py", "build_info"))
     except Exception as exc:  # noqa: BLE001
         info = _unknown(exc)
-    out["build"] = {k: _jsonable(info.get(k, ABSENT)) if isinstance(info, dict) else info
-                    for k in _TF_BUILD_KEYS}
+    out["build"] = {k: _jsonable(info.get(k, ABSENT)) if isinstance(info, dict) else info for k in _TF_BUILD_KEYS}
     return {k: out[k] for k in (*_TF_FIELDS, "build")}
 
 
@@ -248,8 +260,7 @@ def _device(nv: Any, index: int, handle: Any) -> dict:
         "memory_total_bytes": get(lambda: nv.nvmlDeviceGetMemoryInfo(handle).total),
         "compute_capability": get(lambda: "{}.{}".format(*nv.nvmlDeviceGetCudaComputeCapability(handle))),
         "power_limit_mw": get(nv.nvmlDeviceGetPowerManagementLimit, handle),
-        "applications_clock_mhz": {k: get(nv.nvmlDeviceGetApplicationsClock, handle, c)
-                                   for k, c in clocks.items()},
+        "applications_clock_mhz": {k: get(nv.nvmlDeviceGetApplicationsClock, handle, c) for k, c in clocks.items()},
         "max_clock_mhz": {k: get(nv.nvmlDeviceGetMaxClockInfo, handle, c) for k, c in clocks.items()},
         "ecc_mode": _pair(get, nv.nvmlDeviceGetEccMode, handle),
         "persistence_mode": get(lambda: _enabled(nv.nvmlDeviceGetPersistenceMode(handle))),
@@ -263,22 +274,34 @@ def _device(nv: Any, index: int, handle: Any) -> dict:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except nv.NVMLError:  # empty slot (NVML_ERROR_NOT_FOUND)
                 continue
-            dev["mig_devices"].append({
-                "name": _safe(nv.nvmlDeviceGetName, mig),
-                "uuid": _safe(nv.nvmlDeviceGetUUID, mig),
-                "memory_total_bytes": _safe(lambda m=mig: nv.nvmlDeviceGetMemoryInfo(m).total),
-            })
+            dev["mig_devices"].append(
+                {
+                    "name": _safe(nv.nvmlDeviceGetName, mig),
+                    "uuid": _safe(nv.nvmlDeviceGetUUID, mig),
+                    "memory_total_bytes": _safe(lambda m=mig: nv.nvmlDeviceGetMemoryInfo(m).total),
+                }
+            )
     return dev
 
 
 def _gpu_section() -> dict:
-    out: dict[str, Any] = {"nvml": "ok", "driver_version": ABSENT, "cuda_driver_version": ABSENT,
-                           "count": 0, "physical_count": 0, "devices": []}
+    out: dict[str, Any] = {
+        "nvml": "ok",
+        "driver_version": ABSENT,
+        "cuda_driver_version": ABSENT,
+        "count": 0,
+        "physical_count": 0,
+        "devices": [],
+    }
     try:
         import pynvml as nv
     except ImportError as exc:
-        return {**out, **dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count",
-                                        "physical_count"), _unknown(exc))}
+        return {
+            **out,
+            **dict.fromkeys(
+                ("nvml", "driver_version", "cuda_driver_version", "count", "physical_count"), _unknown(exc)
+            ),
+        }
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
@@ -286,8 +309,12 @@ def _gpu_section() -> dict:
             return {**out, "nvml": ABSENT}
         # NVML is there but broken (e.g. NVMLError_LibRmVersionMismatch after a driver upgrade): the driver and GPUs
         # are unknown, not absent; a CPU host's "absent"/0 here would let this run join a CPU history.
-        return {**out, **dict.fromkeys(("nvml", "driver_version", "cuda_driver_version", "count",
-                                        "physical_count"), _unknown(exc))}
+        return {
+            **out,
+            **dict.fromkeys(
+                ("nvml", "driver_version", "cuda_driver_version", "count", "physical_count"), _unknown(exc)
+            ),
+        }
     try:
         out["driver_version"] = _safe(nv.nvmlSystemGetDriverVersion)
         version = _safe(nv.nvmlSystemGetCudaDriverVersion_v2)
@@ -363,8 +390,10 @@ def _host_section() -> dict:
 
 
 def _packages_section() -> dict:
-    installed = {(re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(), d.version)
-                 for d in importlib.metadata.distributions()}
+    installed = {
+        (re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(), d.version)
+        for d in importlib.metadata.distributions()
+    }
     versions = dict(sorted(installed, reverse=True))  # duplicates on sys.path: any one wins
     lines = sorted(f"{n}=={v}" for n, v in installed)
     return {
@@ -375,8 +404,11 @@ def _packages_section() -> dict:
 
 
 def _env_section() -> dict:
-    names = (set(PERF_ENV_VARS) | {k for k in ENV_VARS_WHEN_SET if k in os.environ}
-             | {k for k in os.environ if k.startswith("TF_") and not _TERRAFORM_ENV.match(k)})
+    names = (
+        set(PERF_ENV_VARS)
+        | {k for k in ENV_VARS_WHEN_SET if k in os.environ}
+        | {k for k in os.environ if k.startswith("TF_") and not _TERRAFORM_ENV.match(k)}
+    )
     return {k: os.environ.get(k, ABSENT) for k in sorted(names)}
 
 

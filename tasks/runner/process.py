@@ -155,11 +155,16 @@ class HostLoad:
         own = (me1.user + me1.system) - (self._me0.user + self._me0.system)
         other = max(0.0, busy(sys1) - busy(self._sys0) - own)
         steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(self._sys0, "steal", 0.0))
-        out: dict[str, Any] = {"wall_s": wall, "cpus": cpus, "load1_start": self._load0,
-                               "load1_end": os.getloadavg()[0], "other_cpu_s": other,
-                               "other_cpu_share": min(1.0, other / (wall * cpus)),
-                               "steal_share": min(1.0, steal / (wall * cpus)),
-                               "own_cpu_share": min(1.0, max(0.0, own) / (wall * cpus))}
+        out: dict[str, Any] = {
+            "wall_s": wall,
+            "cpus": cpus,
+            "load1_start": self._load0,
+            "load1_end": os.getloadavg()[0],
+            "other_cpu_s": other,
+            "other_cpu_share": min(1.0, other / (wall * cpus)),
+            "steal_share": min(1.0, steal / (wall * cpus)),
+            "own_cpu_share": min(1.0, max(0.0, own) / (wall * cpus)),
+        }
         gpu = [g for g in (self._gpu0, _gpu_other_processes()) if g is not None]
         if gpu:
             out["gpu_other_processes"] = max(gpu)
@@ -202,26 +207,46 @@ def _load(model_path: str, spec: RunnerSpec) -> Loaded:
         try:
             model = keras.models.load_model(files[0], compile=False, safe_mode=spec.safe_mode)
         except Exception as e:  # noqa: BLE001 - re-raised with the file named
-            hint = ("; if you trust this model's code (e.g. a Lambda layer), set safe_mode: false in its case "
-                    "(perfwatch run --no-safe-mode)") if spec.safe_mode and "safe_mode" in str(e) else ""
+            hint = (
+                (
+                    "; if you trust this model's code (e.g. a Lambda layer), set safe_mode: false in its case "
+                    "(perfwatch run --no-safe-mode)"
+                )
+                if spec.safe_mode and "safe_mode" in str(e)
+                else ""
+            )
             raise RunnerError(f"cannot load Keras model {files[0]}: {type(e).__name__}: {e}{hint}") from e
-        return Loaded("keras", model, inputs_mod.keras_signature(model), list(model.trainable_variables),
-                      lambda x, training: model(x, training=training))
+        return Loaded(
+            "keras",
+            model,
+            inputs_mod.keras_signature(model),
+            list(model.trainable_variables),
+            lambda x, training: model(x, training=training),
+        )
     if (p / "saved_model.pb").exists():
         try:
             loaded = tf.saved_model.load(str(p))
         except Exception as e:  # noqa: BLE001
             raise RunnerError(f"cannot load SavedModel {p}: {type(e).__name__}: {e}") from e
         if spec.signature not in loaded.signatures:
-            raise RunnerError(f"SavedModel {p} has no signature {spec.signature!r}; its signatures are "
-                              f"{sorted(loaded.signatures)}")
+            raise RunnerError(
+                f"SavedModel {p} has no signature {spec.signature!r}; its signatures are {sorted(loaded.signatures)}"
+            )
         fn = loaded.signatures[spec.signature]
-        why = (f"SavedModel {p} has no training function: its signatures {sorted(loaded.signatures)} are "
-               "inference functions (model.export, tf.saved_model.save), and a gradient through one is not "
-               "the model's training step; measure it with mode: infer (or bring the .keras model to time "
-               "training)")
-        return Loaded("saved_model", loaded, inputs_mod.function_signature(fn), list(fn.trainable_variables),
-                      lambda x, training: fn(**x), no_training=why)
+        why = (
+            f"SavedModel {p} has no training function: its signatures {sorted(loaded.signatures)} are "
+            "inference functions (model.export, tf.saved_model.save), and a gradient through one is not "
+            "the model's training step; measure it with mode: infer (or bring the .keras model to time "
+            "training)"
+        )
+        return Loaded(
+            "saved_model",
+            loaded,
+            inputs_mod.function_signature(fn),
+            list(fn.trainable_variables),
+            lambda x, training: fn(**x),
+            no_training=why,
+        )
     raise RunnerError(f"no model at {model_path}: expected a *.keras file or a SavedModel (saved_model.pb)")
 
 
@@ -236,8 +261,12 @@ def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature):
     feeds = inputs_mod.resolve(sig, spec.inputs, spec.batch_size)
     pool = 4  # distinct synthetic batches, cycled
     xs = inputs_mod.synthetic(feeds, spec.batch_size * pool, spec.seed)
-    ds = (tf.data.Dataset.from_tensor_slices(xs).repeat().batch(spec.batch_size, drop_remainder=True)
-          .prefetch(tf.data.AUTOTUNE))
+    ds = (
+        tf.data.Dataset.from_tensor_slices(xs)
+        .repeat()
+        .batch(spec.batch_size, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     return ds, feeds
 
 
@@ -253,8 +282,10 @@ def _synthetic_loss(outputs):
 
     floats = [o for o in tf.nest.flatten(outputs) if o.dtype.is_floating]
     if not floats:
-        raise RunnerError(f"the model has no floating output to build a synthetic training loss from (outputs: "
-                          f"{[o.dtype.name for o in tf.nest.flatten(outputs)]}); measure it with mode: infer")
+        raise RunnerError(
+            f"the model has no floating output to build a synthetic training loss from (outputs: "
+            f"{[o.dtype.name for o in tf.nest.flatten(outputs)]}); measure it with mode: infer"
+        )
     return tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in floats])
 
 
@@ -292,8 +323,10 @@ def _build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
         tf.config.experimental.enable_op_determinism()
     model_path = model_path or spec.model_path
     if spec.case_mode == "tflite" and (spec.precision, spec.xla, spec.strategy) != ("fp32", False, "none"):
-        raise RunnerError(f"mode tflite times the TFLite interpreter: precision {spec.precision}, xla {spec.xla}, "
-                          f"strategy {spec.strategy} do not apply (use quantization); give fp32, no xla, none")
+        raise RunnerError(
+            f"mode tflite times the TFLite interpreter: precision {spec.precision}, xla {spec.xla}, "
+            f"strategy {spec.strategy} do not apply (use quantization); give fp32, no xla, none"
+        )
     ex = execution.Execution(spec.precision, spec.xla, spec.strategy)
     with ex.scope():  # the model's variables live on the strategy's devices
         m = _in_precision(_load(model_path, spec), ex, model_path)
@@ -303,9 +336,15 @@ def _build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
 
     if spec.case_mode == "tflite":
         name = "model.tflite" if model_path == spec.model_path else "baseline.tflite"  # paired: A is the baseline
-        lite = tflite_mod.build(model_path, m.obj if m.kind == "keras" else None,
-                                lambda b: m.forward(m.sig.pack(b), False), ds, spec.quantization, spec.signature,
-                                Path(spec.out_dir) / name)
+        lite = tflite_mod.build(
+            model_path,
+            m.obj if m.kind == "keras" else None,
+            lambda b: m.forward(m.sig.pack(b), False),
+            ds,
+            spec.quantization,
+            spec.signature,
+            Path(spec.out_dir) / name,
+        )
         return Step(lite.run, inputs, source, extra={"tflite": lite.record})
     ds = ex.distribute(ds)
     if spec.case_mode == "infer":
@@ -321,8 +360,9 @@ def _build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
     if m.no_training:
         raise RunnerError(m.no_training)
     if not m.variables:
-        raise RunnerError(f"model {model_path} has no trainable variables: nothing to train; measure it with "
-                          "mode: infer")
+        raise RunnerError(
+            f"model {model_path} has no trainable variables: nothing to train; measure it with mode: infer"
+        )
     with ex.scope():
         optimizer = ex.optimizer(keras.optimizers.SGD(learning_rate=1e-4), m.variables)
 
@@ -361,8 +401,13 @@ def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded
     model = ex.prepare_model(m.obj)
     if model is m.obj:
         return m
-    return replace(m, obj=model, sig=inputs_mod.keras_signature(model), variables=list(model.trainable_variables),
-                   forward=lambda x, training: model(x, training=training))
+    return replace(
+        m,
+        obj=model,
+        sig=inputs_mod.keras_signature(model),
+        variables=list(model.trainable_variables),
+        forward=lambda x, training: model(x, training=training),
+    )
 
 
 def _device_peak_bytes() -> int | None:
@@ -398,15 +443,26 @@ def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
         raise RunnerError("no timed batches to summarise")
     t = np.asarray(times_ms, dtype=float)
     p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
-    return {"p50": p50, "p90": p90, "p99": p99, "max": float(t.max()),
-            "throughput_eps": batch_size * len(t) / (float(t.sum()) / 1000.0)}
+    return {
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": float(t.max()),
+        "throughput_eps": batch_size * len(t) / (float(t.sum()) / 1000.0),
+    }
 
 
 def _case_record(spec: RunnerSpec, step: Step) -> dict[str, Any]:
     """What was measured, for the result: ``case_mode``, ``inputs`` (name -> shape with batch dimension,
     dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``), ``safe_mode``, ``signature``."""
-    return {"case_mode": spec.case_mode, "inputs": step.inputs, "input_source": step.source,
-            "safe_mode": spec.safe_mode, "signature": spec.signature, **step.extra}
+    return {
+        "case_mode": spec.case_mode,
+        "inputs": step.inputs,
+        "input_source": step.source,
+        "safe_mode": spec.safe_mode,
+        "signature": spec.signature,
+        **step.extra,
+    }
 
 
 def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
@@ -444,8 +500,13 @@ def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
                 times[who] = [step() for _ in range(spec.block_steps)]
             blocks.append({"pair": i, "order": order, "a_ms": times["A"], "b_ms": times["B"]})
         final = len(blocks) >= spec.blocks
-        info = {"round": len(rounds), "pairs": len(blocks), "host_load": load.result(),
-                "wall_s": time.perf_counter() - t_pairs, "final": final}
+        info = {
+            "round": len(rounds),
+            "pairs": len(blocks),
+            "host_load": load.result(),
+            "wall_s": time.perf_counter() - t_pairs,
+            "final": final,
+        }
         rounds.append(info)
         if spec.round_pairs is None:
             continue
@@ -458,20 +519,38 @@ def _run_paired(spec: RunnerSpec) -> dict[str, Any]:
             stopped_by = "parent" if command else "stdin closed"
             break
         if command != MORE:
-            raise RunnerError(f"paired mode: unknown command {command!r} on stdin after round {info['round']}; "
-                              f"expected {MORE!r} or {STOP!r}")
-    return {"mode": "paired", **_case_record(spec, step_b), "a_inputs": step_a.inputs,
-            "batch_size": spec.batch_size, "seed": spec.seed,
-            "deterministic": spec.deterministic, "baseline_model_path": spec.baseline_model_path,
-            "candidate_model_path": spec.model_path, "cold_step_ms": cold_b, "a_cold_step_ms": cold_a,
-            "b_cold_step_ms": cold_b, "first_built": first_built, "a_warmup_step_times_ms": warm_a,
-            "b_warmup_step_times_ms": warm_b,
-            "block_steps": spec.block_steps, "blocks": blocks, "max_blocks": spec.blocks,
-            "round_pairs": spec.round_pairs, "rounds": rounds, "stopped_by": stopped_by,
-            "host_load": phase.result(), "pairs_wall_s": time.perf_counter() - t_pairs,
-            "timed_steps": 2 * len(blocks) * spec.block_steps,
-            "peak_rss_bytes": _peak_rss_bytes(), "peak_device_bytes": _device_peak_bytes(),
-            "wall_s": time.perf_counter() - t_start}
+            raise RunnerError(
+                f"paired mode: unknown command {command!r} on stdin after round {info['round']}; "
+                f"expected {MORE!r} or {STOP!r}"
+            )
+    return {
+        "mode": "paired",
+        **_case_record(spec, step_b),
+        "a_inputs": step_a.inputs,
+        "batch_size": spec.batch_size,
+        "seed": spec.seed,
+        "deterministic": spec.deterministic,
+        "baseline_model_path": spec.baseline_model_path,
+        "candidate_model_path": spec.model_path,
+        "cold_step_ms": cold_b,
+        "a_cold_step_ms": cold_a,
+        "b_cold_step_ms": cold_b,
+        "first_built": first_built,
+        "a_warmup_step_times_ms": warm_a,
+        "b_warmup_step_times_ms": warm_b,
+        "block_steps": spec.block_steps,
+        "blocks": blocks,
+        "max_blocks": spec.blocks,
+        "round_pairs": spec.round_pairs,
+        "rounds": rounds,
+        "stopped_by": stopped_by,
+        "host_load": phase.result(),
+        "pairs_wall_s": time.perf_counter() - t_pairs,
+        "timed_steps": 2 * len(blocks) * spec.block_steps,
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_device_bytes": _device_peak_bytes(),
+        "wall_s": time.perf_counter() - t_start,
+    }
 
 
 def run(spec: RunnerSpec) -> dict[str, Any]:
@@ -504,12 +583,17 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
     phases["load_model"] = time.perf_counter() - t_start
     cold_ms = _cold_step(step, spec.model_path, spec.case_mode)
     phases["cold_step"] = time.perf_counter() - t_start - phases["load_model"]
-    result: dict[str, Any] = {"mode": spec.mode, **_case_record(spec, step), "cold_step_ms": cold_ms,
-                              "batch_size": spec.batch_size, "seed": spec.seed, "deterministic": spec.deterministic,
-                              "phases_s": phases}
+    result: dict[str, Any] = {
+        "mode": spec.mode,
+        **_case_record(spec, step),
+        "cold_step_ms": cold_ms,
+        "batch_size": spec.batch_size,
+        "seed": spec.seed,
+        "deterministic": spec.deterministic,
+        "phases_s": phases,
+    }
     if spec.mode == "warmup":
-        det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max,
-                             max_steps=spec.warmup_max_steps)
+        det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max, max_steps=spec.warmup_max_steps)
         times = []
         t0 = time.perf_counter()
         ticker = progress.Ticker("warm-up", spec.warmup_max_steps, open_ended=True, cv_max=spec.warmup_cv_max)
@@ -522,8 +606,13 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
         res = det.result()
         ticker.done(cv=res.final_cv)
         phases["warmup_steps"] = time.perf_counter() - t0
-        result.update(warmup_step_times_ms=times, warmup_steps=res.warmup_steps, steady=res.steady,
-                      final_cv=res.final_cv, reason=res.reason)
+        result.update(
+            warmup_step_times_ms=times,
+            warmup_steps=res.warmup_steps,
+            steady=res.steady,
+            final_cv=res.final_cv,
+            reason=res.reason,
+        )
     else:
         t0 = time.perf_counter()
         warm = progress.run_steps("warm-up", step, spec.warmup_steps)
@@ -545,8 +634,12 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
         if spec.case_mode == "tflite":  # the TF profiler cannot see the TFLite interpreter: no window
             result["profile_absent_reason"] = tflite_mod.PROFILE_ABSENT_REASON
         else:
-            progress.emit("profile", n=0, of=spec.profiled_steps,
-                          text=f"{spec.profiled_steps} steps under the TF profiler, then writing the XSpace")
+            progress.emit(
+                "profile",
+                n=0,
+                of=spec.profiled_steps,
+                text=f"{spec.profiled_steps} steps under the TF profiler, then writing the XSpace",
+            )
             tf.profiler.experimental.start(str(logdir))
             try:
                 for i in range(spec.profiled_steps):
@@ -555,11 +648,16 @@ def run(spec: RunnerSpec) -> dict[str, Any]:
             finally:
                 tf.profiler.experimental.stop()
         phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
-        result.update(warmup_step_times_ms=warm, measured_step_times_ms=measured,
-                      profiled_step_times_ms=profiled, profile_dir=str(logdir),
-                      profiled_window_s=phases["profiled_window"])
-    result.update(peak_rss_bytes=_peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(),
-                  wall_s=time.perf_counter() - t_start)
+        result.update(
+            warmup_step_times_ms=warm,
+            measured_step_times_ms=measured,
+            profiled_step_times_ms=profiled,
+            profile_dir=str(logdir),
+            profiled_window_s=phases["profiled_window"],
+        )
+    result.update(
+        peak_rss_bytes=_peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(), wall_s=time.perf_counter() - t_start
+    )
     return result
 
 
@@ -578,12 +676,18 @@ def main(argv: list[str] | None = None) -> int:
         cached = len(os.listdir(xla_cache)) if xla_cache else None
         result = {"status": "ok", **run(spec)}
         if xla_cache:
-            result["xla_cache"] = {"dir": xla_cache, "entries_before": cached,
-                                   "entries_after": len(os.listdir(xla_cache))}
+            result["xla_cache"] = {
+                "dir": xla_cache,
+                "entries_before": cached,
+                "entries_after": len(os.listdir(xla_cache)),
+            }
         code = 0
     except Exception as e:  # noqa: BLE001 - every failure is reported in result.json
-        result = {"status": "error", "error": f"{type(e).__name__}: {e}" if not isinstance(e, RunnerError)
-                  else str(e), "traceback": traceback.format_exc()[-4000:]}
+        result = {
+            "status": "error",
+            "error": f"{type(e).__name__}: {e}" if not isinstance(e, RunnerError) else str(e),
+            "traceback": traceback.format_exc()[-4000:],
+        }
         code = 1
     tmp = out / "result.json.tmp"
     tmp.write_text(json.dumps(result))

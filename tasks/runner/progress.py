@@ -52,8 +52,9 @@ class Ticker:
     step with the step time (ms) and any fields to add (e.g. ``cv``); :meth:`done` emits the last line.
     """
 
-    def __init__(self, phase: str, total: int, *, every_s: float = EVERY_S, stream: IO[str] | None = None,
-                 **fields: Any) -> None:
+    def __init__(
+        self, phase: str, total: int, *, every_s: float = EVERY_S, stream: IO[str] | None = None, **fields: Any
+    ) -> None:
         self.phase, self.total, self.every_s, self.stream, self.fields = phase, total, every_s, stream, fields
         self.times: list[float] = []
         self._step = max(1, total // 10)
@@ -61,8 +62,15 @@ class Ticker:
 
     def _emit(self, **extra: Any) -> None:
         n = len(self.times)
-        emit(self.phase, stream=self.stream, n=n, of=self.total,
-             median_ms=round(statistics.median(self.times), 4) if self.times else None, **self.fields, **extra)
+        emit(
+            self.phase,
+            stream=self.stream,
+            n=n,
+            of=self.total,
+            median_ms=round(statistics.median(self.times), 4) if self.times else None,
+            **self.fields,
+            **extra,
+        )
         self._last_n, self._last_t = n, time.monotonic()
 
     def tick(self, step_ms: float, **extra: Any) -> None:
@@ -94,7 +102,7 @@ def parse_line(line: str) -> Event | None:
     if not line.startswith(PROGRESS_PREFIX):
         return None
     try:
-        event = json.loads(line[len(PROGRESS_PREFIX):])
+        event = json.loads(line[len(PROGRESS_PREFIX) :])
     except json.JSONDecodeError:
         return None
     return event if isinstance(event, dict) and isinstance(event.get("phase"), str) else None
@@ -107,8 +115,9 @@ def describe(event: Event) -> str:
     if event.get("text"):
         return f"{phase}: {event['text']}"
     if phase == "paired":
-        return (f"paired gate: round {event.get('round')}, {n} of at most {of} ABBA pairs"
-                + (f"; {event['decision']}" if event.get("decision") else ""))
+        return f"paired gate: round {event.get('round')}, {n} of at most {of} ABBA pairs" + (
+            f"; {event['decision']}" if event.get("decision") else ""
+        )
     if phase.startswith("warm-up") and event.get("open_ended"):
         text = f"{phase}: step {n} (at most {of})"
     else:
@@ -162,8 +171,13 @@ class RichProgress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True))
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+        )
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> RichProgress:

@@ -37,8 +37,14 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(tail) if tail else "(nothing)"
 
 
-def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dict[str, Any]], bool],
-               timeout_s: float = 3600, *, limit_note: str | None = None) -> dict[str, Any]:
+def run_rounds(
+    spec: RunnerSpec,
+    python_executable: str,
+    on_round: Callable[[dict[str, Any]], bool],
+    timeout_s: float = 3600,
+    *,
+    limit_note: str | None = None,
+) -> dict[str, Any]:
     """Run a paired ``spec`` with ``round_pairs`` set in a fresh runner process, round by round.
 
     Args:
@@ -61,8 +67,10 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
             without a result, or reported an error (the message names the model and the cause).
     """
     if spec.mode != "paired" or not spec.round_pairs:
-        raise ValueError(f"run_rounds needs a paired spec with round_pairs set, got mode {spec.mode!r}, "
-                         f"round_pairs {spec.round_pairs!r}")
+        raise ValueError(
+            f"run_rounds needs a paired spec with round_pairs set, got mode {spec.mode!r}, "
+            f"round_pairs {spec.round_pairs!r}"
+        )
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "paired_spec.json"
@@ -75,9 +83,16 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
     what = f"paired run: runner for {spec.model_path} (A = {spec.baseline_model_path})"
     with open(log, "w") as err:
         try:
-            proc = subprocess.Popen([python_executable, "-m", "tasks.runner", str(spec_path)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=env,
-                                    cwd=project_root)
+            proc = subprocess.Popen(
+                [python_executable, "-m", "tasks.runner", str(spec_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=project_root,
+            )
         except OSError as e:
             raise RunnerError(f"paired run: cannot start runner interpreter {python_executable!r}: {e}") from e
         lines: queue.Queue[str | None] = queue.Queue()
@@ -94,8 +109,10 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
                 try:
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
-                    raise RunnerError(f"{what} ran past its limit of {timeout_s:.0f} s "
-                                      f"({limit_note or 'timeout_s'}) and was killed; stderr tail:\n{_tail(log)}") from None
+                    raise RunnerError(
+                        f"{what} ran past its limit of {timeout_s:.0f} s "
+                        f"({limit_note or 'timeout_s'}) and was killed; stderr tail:\n{_tail(log)}"
+                    ) from None
                 if line is None:
                     break
                 if (event := progress.parse_line(line)) is not None:
@@ -104,12 +121,19 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
                 if not line.startswith(ROUND_PREFIX):
                     continue
                 try:
-                    info = json.loads(line[len(ROUND_PREFIX):])
+                    info = json.loads(line[len(ROUND_PREFIX) :])
                 except json.JSONDecodeError as e:
                     raise RunnerError(f"{what} wrote a malformed round line ({e}): {line[:200]!r}") from e
                 go_on = on_round(info)
-                progress.report({"phase": "paired", "round": info.get("round"), "n": info.get("pairs"), "of": spec.blocks,
-                                 "decision": None if info.get("final") or go_on else "the interval decides: stopping"})
+                progress.report(
+                    {
+                        "phase": "paired",
+                        "round": info.get("round"),
+                        "n": info.get("pairs"),
+                        "of": spec.blocks,
+                        "decision": None if info.get("final") or go_on else "the interval decides: stopping",
+                    }
+                )
                 if not info.get("final"):
                     proc.stdin.write((MORE if go_on else STOP) + "\n")  # type: ignore[union-attr]
                     proc.stdin.flush()  # type: ignore[union-attr]
@@ -117,12 +141,15 @@ def run_rounds(spec: RunnerSpec, python_executable: str, on_round: Callable[[dic
             try:
                 proc.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
-                raise RunnerError(f"{what} ran past its limit of {timeout_s:.0f} s ({limit_note or 'timeout_s'}) "
-                                  f"and was killed; stderr tail:\n{_tail(log)}") from None
+                raise RunnerError(
+                    f"{what} ran past its limit of {timeout_s:.0f} s ({limit_note or 'timeout_s'}) "
+                    f"and was killed; stderr tail:\n{_tail(log)}"
+                ) from None
         except BrokenPipeError as e:
             proc.wait(timeout=30)
-            raise RunnerError(f"{what} exited {proc.returncode} while the parent answered a round; stderr tail:\n"
-                              f"{_tail(log)}") from e
+            raise RunnerError(
+                f"{what} exited {proc.returncode} while the parent answered a round; stderr tail:\n{_tail(log)}"
+            ) from e
         finally:
             if proc.poll() is None:
                 proc.kill()

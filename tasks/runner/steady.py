@@ -78,8 +78,10 @@ class SteadyDetector:
         if min_steps < 0:
             raise ValueError(f"min_steps = {min_steps}: must be >= 0")
         if max_steps < min_steps + window:
-            raise ValueError(f"max_steps = {max_steps} < min_steps + window = {min_steps + window}: "
-                             "the steady-state rule could never be met")
+            raise ValueError(
+                f"max_steps = {max_steps} < min_steps + window = {min_steps + window}: "
+                "the steady-state rule could never be met"
+            )
         self.window, self.cv_max, self.min_steps, self.max_steps = window, cv_max, min_steps, max_steps
         self._times: list[float] = []
         self._cv: float | None = None
@@ -100,7 +102,7 @@ class SteadyDetector:
         self._times.append(_check_step(step_ms, len(self._times)))
         n = len(self._times)
         if n >= self.min_steps + self.window:
-            w = np.asarray(self._times[-self.window:])
+            w = np.asarray(self._times[-self.window :])
             self._cv = float(w.std(ddof=1) / w.mean())
             if self._cv < self.cv_max:
                 self._steady_at = n - self.window
@@ -111,18 +113,28 @@ class SteadyDetector:
         n, cv = len(self._times), self._cv
         rule = f"CV of {self.window} consecutive steps < {self.cv_max:.3f}"
         if self._steady_at is not None:
-            return SteadyResult(steady=True, warmup_steps=self._steady_at, n_steps=n, final_cv=cv,
-                                reason=f"steady after {self._steady_at} warm-up steps: {rule} "
-                                       f"(CV {cv:.3f} over steps {self._steady_at}..{n - 1})")
+            return SteadyResult(
+                steady=True,
+                warmup_steps=self._steady_at,
+                n_steps=n,
+                final_cv=cv,
+                reason=f"steady after {self._steady_at} warm-up steps: {rule} "
+                f"(CV {cv:.3f} over steps {self._steady_at}..{n - 1})",
+            )
         seen = "no full window yet" if cv is None else f"last window CV {cv:.3f}"
-        why = (f"not steady within max_steps={self.max_steps}" if self.done
-               else f"undecided after {n} steps")
-        return SteadyResult(steady=False, warmup_steps=n, n_steps=n, final_cv=cv,
-                            reason=f"{why}: rule {rule} not met ({seen}); all {n} steps count as warm-up")
+        why = f"not steady within max_steps={self.max_steps}" if self.done else f"undecided after {n} steps"
+        return SteadyResult(
+            steady=False,
+            warmup_steps=n,
+            n_steps=n,
+            final_cv=cv,
+            reason=f"{why}: rule {rule} not met ({seen}); all {n} steps count as warm-up",
+        )
 
 
-def steady_state_index(step_times_ms: Sequence[float], *, window: int = 5, cv_max: float = 0.05,
-                       min_steps: int = 3, max_steps: int = 100) -> SteadyResult:
+def steady_state_index(
+    step_times_ms: Sequence[float], *, window: int = 5, cv_max: float = 0.05, min_steps: int = 3, max_steps: int = 100
+) -> SteadyResult:
     """Apply the warm-up rule to a recorded sequence of step times.
 
     Args:

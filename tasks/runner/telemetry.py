@@ -25,8 +25,17 @@ from collections.abc import Callable
 from typing import Any
 
 #: the row keys of one sample, in the order the store's ``telemetry_samples`` table has them
-FIELDS = ("device", "t_s", "step", "utilization_pct", "memory_bytes", "power_w", "sm_clock_mhz", "temperature_c",
-          "throttle_reasons")
+FIELDS = (
+    "device",
+    "t_s",
+    "step",
+    "utilization_pct",
+    "memory_bytes",
+    "power_w",
+    "sm_clock_mhz",
+    "temperature_c",
+    "throttle_reasons",
+)
 
 
 def throttle_names(mask: int | None) -> list[str]:
@@ -37,8 +46,11 @@ def throttle_names(mask: int | None) -> list[str]:
     import pynvml
 
     prefix = "nvmlClocksEventReason"
-    bits = {getattr(pynvml, n): n.removeprefix(prefix) for n in dir(pynvml)
-            if n.startswith(prefix) and n.removeprefix(prefix) not in ("All", "None", "Unknown")}
+    bits = {
+        getattr(pynvml, n): n.removeprefix(prefix)
+        for n in dir(pynvml)
+        if n.startswith(prefix) and n.removeprefix(prefix) not in ("All", "None", "Unknown")
+    }
     names = [name for bit, name in sorted(bits.items()) if bit and mask & bit]
     rest = mask & ~sum(bits)
     return names + ([f"0x{rest:x}"] if rest else [])
@@ -86,12 +98,17 @@ class _Nvml:
             reasons = self._get(n.nvmlDeviceGetCurrentClocksEventReasons, h)
             if reasons is None:
                 reasons = self._get(n.nvmlDeviceGetCurrentClocksThrottleReasons, h)
-            rows.append({"device": dev["device"], "utilization_pct": None if util is None else float(util.gpu),
-                         "memory_bytes": None if mem is None else int(mem.used),
-                         "power_w": None if power_mw is None else power_mw / 1000.0,
-                         "sm_clock_mhz": _float(self._get(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)),
-                         "temperature_c": _float(self._get(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)),
-                         "throttle_reasons": None if reasons is None else int(reasons)})
+            rows.append(
+                {
+                    "device": dev["device"],
+                    "utilization_pct": None if util is None else float(util.gpu),
+                    "memory_bytes": None if mem is None else int(mem.used),
+                    "power_w": None if power_mw is None else power_mw / 1000.0,
+                    "sm_clock_mhz": _float(self._get(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)),
+                    "temperature_c": _float(self._get(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)),
+                    "throttle_reasons": None if reasons is None else int(reasons),
+                }
+            )
         return rows
 
     def close(self) -> None:
@@ -166,9 +183,17 @@ class Sampler:
         t, step = time.perf_counter() - self._t0, self.steps
         rows = []
         if self._psutil is not None:
-            rows.append({"device": "host", "utilization_pct": float(self._psutil.cpu_percent(interval=None)),
-                         "memory_bytes": int(self._proc.memory_info().rss), "power_w": None, "sm_clock_mhz": None,
-                         "temperature_c": None, "throttle_reasons": None})
+            rows.append(
+                {
+                    "device": "host",
+                    "utilization_pct": float(self._psutil.cpu_percent(interval=None)),
+                    "memory_bytes": int(self._proc.memory_info().rss),
+                    "power_w": None,
+                    "sm_clock_mhz": None,
+                    "temperature_c": None,
+                    "throttle_reasons": None,
+                }
+            )
         if self._nvml.handles:
             rows += self._nvml.read()
         self._rows += [{**r, "t_s": t, "step": step} for r in rows]
@@ -189,6 +214,12 @@ class Sampler:
                 if r["device"] == dev["device"] and r["throttle_reasons"]:
                     seen |= r["throttle_reasons"]
             gpus.append({**dev, "throttle_reasons_seen": throttle_names(seen)})
-        return {"interval_ms": self.interval_ms, "window_s": window, "steps": self.steps,
-                "samples": [{k: r[k] for k in FIELDS} for r in self._rows], "gpus": gpus,
-                "nvml": self._nvml.error, "psutil": self._psutil_error}
+        return {
+            "interval_ms": self.interval_ms,
+            "window_s": window,
+            "steps": self.steps,
+            "samples": [{k: r[k] for k in FIELDS} for r in self._rows],
+            "gpus": gpus,
+            "nvml": self._nvml.error,
+            "psutil": self._psutil_error,
+        }

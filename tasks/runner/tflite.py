@@ -33,8 +33,10 @@ from typing import Any
 from tasks.runner.spec import RunnerError
 
 #: why a tflite run has no xplane (recorded in the runner's result as ``profile_absent_reason``)
-PROFILE_ABSENT_REASON = ("tflite run: the TFLite interpreter runs outside TensorFlow's runtime, so the TF "
-                         "profiler has nothing to trace; no xprof profile exists for it")
+PROFILE_ABSENT_REASON = (
+    "tflite run: the TFLite interpreter runs outside TensorFlow's runtime, so the TF "
+    "profiler has nothing to trace; no xprof profile exists for it"
+)
 #: distinct batches the steps cycle through (and the agreement check compares)
 POOL_BATCHES = 4
 #: single examples the int8 calibration (representative dataset) draws at most
@@ -56,8 +58,13 @@ def rejected_ops(message: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def convert(model_path: str | Path, keras_model: Any | None, quantization: str, signature: str,
-            representative: Callable[[], Iterator[dict[str, Any]]] | None) -> bytes:
+def convert(
+    model_path: str | Path,
+    keras_model: Any | None,
+    quantization: str,
+    signature: str,
+    representative: Callable[[], Iterator[dict[str, Any]]] | None,
+) -> bytes:
     """The TFLite flatbuffer of the model (module docstring): ``keras_model`` when given (a loaded Keras
     model), else the SavedModel at ``model_path`` (its ``signature``); ``representative`` yields
     ``{input name: one-example array}`` (needed for ``int8``).
@@ -88,8 +95,10 @@ def convert(model_path: str | Path, keras_model: Any | None, quantization: str, 
         ops = rejected_ops(msg)
         named = f"the converter rejected op(s) {', '.join(ops)}" if ops else "the converter named no op"
         lines = [ln for ln in msg.splitlines() if ln.strip()]
-        raise RunnerError(f"TFLite conversion (quantization {quantization}) of model {model_path} failed: {named}: "
-                          f"{type(e).__name__}: {' | '.join(lines[:6])[:1500]}") from e
+        raise RunnerError(
+            f"TFLite conversion (quantization {quantization}) of model {model_path} failed: {named}: "
+            f"{type(e).__name__}: {' | '.join(lines[:6])[:1500]}"
+        ) from e
 
 
 @dataclass
@@ -157,12 +166,22 @@ def agreement(tf_outputs: list[list[Any]], lite_outputs: list[list[Any]]) -> dic
                 same += int(np.sum(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
                 total += a.shape[0]
         examples += int(next(iter(ref)).shape[0]) if ref else 0
-    return {"max_abs_diff": max(diffs) if diffs else None, "top1_agreement": same / total if total else None,
-            "examples": examples}
+    return {
+        "max_abs_diff": max(diffs) if diffs else None,
+        "top1_agreement": same / total if total else None,
+        "examples": examples,
+    }
 
 
-def build(model_path: str, keras_model: Any | None, forward: Callable[[dict[str, Any]], Any], dataset: Any,
-          quantization: str, signature: str, out_path: str | Path) -> TfliteStep:
+def build(
+    model_path: str,
+    keras_model: Any | None,
+    forward: Callable[[dict[str, Any]], Any],
+    dataset: Any,
+    quantization: str,
+    signature: str,
+    out_path: str | Path,
+) -> TfliteStep:
     """Convert the model and return its timed step (module docstring).
 
     ``keras_model``: the loaded Keras model (None for a SavedModel, converted from ``model_path``);
@@ -186,7 +205,7 @@ def build(model_path: str, keras_model: Any | None, forward: Callable[[dict[str,
                 if n >= CALIBRATION_EXAMPLES:
                     return
                 n += 1
-                yield {k: v[i:i + 1] for k, v in b.items()}
+                yield {k: v[i : i + 1] for k, v in b.items()}
 
     t0 = time.perf_counter()
     flat = convert(model_path, keras_model, quantization, signature, representative)
@@ -200,8 +219,10 @@ def build(model_path: str, keras_model: Any | None, forward: Callable[[dict[str,
         items = sorted(outputs.items()) if isinstance(outputs, dict) else list(enumerate(tf.nest.flatten(outputs)))
         return [np.asarray(v) for _, v in items if np.issubdtype(np.asarray(v).dtype, np.floating)]
 
-    agree = agreement([floats(forward({k: tf.constant(v) for k, v in b.items()})) for b in batches],
-                      [floats(invoke(b)) for b in batches])
+    agree = agreement(
+        [floats(forward({k: tf.constant(v) for k, v in b.items()})) for b in batches],
+        [floats(invoke(b)) for b in batches],
+    )
     cycle = [0]
 
     def step() -> float:
@@ -211,7 +232,13 @@ def build(model_path: str, keras_model: Any | None, forward: Callable[[dict[str,
         invoke(b)
         return (time.perf_counter() - t) * 1000.0
 
-    record = {"quantization": quantization, "size_bytes_before": size_bytes(model_path),
-              "size_bytes_after": len(flat), "tflite_path": str(out), "conversion_s": conversion_s,
-              "agreement": agree, "interpreter_inputs": {n: list(v.shape) for n, v in batches[0].items()}}
+    record = {
+        "quantization": quantization,
+        "size_bytes_before": size_bytes(model_path),
+        "size_bytes_after": len(flat),
+        "tflite_path": str(out),
+        "conversion_s": conversion_s,
+        "agreement": agree,
+        "interpreter_inputs": {n: list(v.shape) for n, v in batches[0].items()},
+    }
     return TfliteStep(step, record)

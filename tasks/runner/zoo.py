@@ -86,13 +86,13 @@ def _bert():
     mask = keras.Input((BERT_SEQ,), dtype="int32", name="attention_mask")
     width = 32
     tokens = keras.layers.Embedding(BERT_VOCAB, width, name="token_embedding")(ids)
-    positions = keras.layers.Embedding(BERT_SEQ, width, name="position_embedding")(
-        keras.ops.arange(BERT_SEQ)[None, :])
+    positions = keras.layers.Embedding(BERT_SEQ, width, name="position_embedding")(keras.ops.arange(BERT_SEQ)[None, :])
     x = keras.layers.LayerNormalization()(tokens + positions)
     attend = keras.ops.cast(mask[:, None, :], "bool")  # (batch, 1, seq): every query sees the unmasked keys
     for i in range(2):
         att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=width // 2, name=f"attention_{i}")(
-            x, x, attention_mask=attend)
+            x, x, attention_mask=attend
+        )
         x = keras.layers.LayerNormalization()(x + att)
         ff = keras.layers.Dense(width)(keras.layers.Dense(2 * width, activation="gelu")(x))
         x = keras.layers.LayerNormalization()(x + ff)
@@ -115,8 +115,10 @@ def _ssd():
     for f in (f1, f2):
         boxes.append(keras.layers.Reshape((-1, 4))(keras.layers.Conv2D(anchors * 4, 3, padding="same")(f)))
         scores.append(keras.layers.Reshape((-1, classes))(keras.layers.Conv2D(anchors * classes, 3, padding="same")(f)))
-    out = {"boxes": keras.layers.Concatenate(axis=1, name="boxes")(boxes),
-           "scores": keras.layers.Activation("sigmoid", name="scores")(keras.layers.Concatenate(axis=1)(scores))}
+    out = {
+        "boxes": keras.layers.Concatenate(axis=1, name="boxes")(boxes),
+        "scores": keras.layers.Activation("sigmoid", name="scores")(keras.layers.Concatenate(axis=1)(scores)),
+    }
     return keras.Model(inp, out, name="zoo_ssd")
 
 
@@ -164,19 +166,32 @@ class ZooModel:
 #: model name -> its builder and the Case fields it needs. The image CNN may also be fed by the example
 #: pipelines: ``input_fn: tasks.runner.pipelines:images_fast`` (or ``images_slow``) instead of ``inputs``.
 ZOO: dict[str, ZooModel] = {
-    "zoo_cnn": ZooModel(_cnn, "keras", ("train", "infer"), "image CNN, dynamic spatial dims (None, None, 3)",
-                        {"inputs": {"image": {"shape": [IMAGE_SIDE, IMAGE_SIDE, 3]}}}),
-    "zoo_bert": ZooModel(_bert, "keras", ("train", "infer"),
-                         f"BERT-like encoder, dict inputs input_ids + attention_mask ({BERT_SEQ} tokens, "
-                         f"vocab {BERT_VOCAB}), 2 layers",
-                         {"inputs": {"attention_mask": {"min": 0, "max": 2}}}),
+    "zoo_cnn": ZooModel(
+        _cnn,
+        "keras",
+        ("train", "infer"),
+        "image CNN, dynamic spatial dims (None, None, 3)",
+        {"inputs": {"image": {"shape": [IMAGE_SIDE, IMAGE_SIDE, 3]}}},
+    ),
+    "zoo_bert": ZooModel(
+        _bert,
+        "keras",
+        ("train", "infer"),
+        f"BERT-like encoder, dict inputs input_ids + attention_mask ({BERT_SEQ} tokens, vocab {BERT_VOCAB}), 2 layers",
+        {"inputs": {"attention_mask": {"min": 0, "max": 2}}},
+    ),
     "zoo_ssd": ZooModel(_ssd, "keras", ("train", "infer"), "SSD-like detector, dict outputs boxes + scores"),
     "zoo_lstm": ZooModel(_lstm, "keras", ("train", "infer"), "LSTM(16) over 20 steps of 8 features"),
-    "zoo_export": ZooModel(_cnn, "export", ("infer",),
-                           "the image CNN as an export-only SavedModel (model.export: inference only)",
-                           {"inputs": {"image": {"shape": [IMAGE_SIDE, IMAGE_SIDE, 3]}}}),
-    "zoo_lambda": ZooModel(_lambda, "keras", ("train", "infer"), "Keras model with a Lambda layer (trusted code)",
-                           {"safe_mode": False}),
+    "zoo_export": ZooModel(
+        _cnn,
+        "export",
+        ("infer",),
+        "the image CNN as an export-only SavedModel (model.export: inference only)",
+        {"inputs": {"image": {"shape": [IMAGE_SIDE, IMAGE_SIDE, 3]}}},
+    ),
+    "zoo_lambda": ZooModel(
+        _lambda, "keras", ("train", "infer"), "Keras model with a Lambda layer (trusted code)", {"safe_mode": False}
+    ),
 }
 
 
@@ -185,10 +200,15 @@ def zoo_cases() -> list[dict[str, Any]]:
     :func:`build_zoo` writes it): each model in each of its
     modes with the fields it needs, then the image CNN fed by each example pipeline
     (:mod:`tasks.runner.pipelines`). ``perfwatch demo build-zoo`` writes them as a YAML config."""
-    cases = [{"model": name, "version": "1", "mode": mode, **copy.deepcopy(z.case)}
-             for name, z in ZOO.items() for mode in z.modes]
-    cases += [{"model": "zoo_cnn", "version": "1", "mode": "train", "input_fn": f"tasks.runner.pipelines:{fn}"}
-              for fn in ("images_fast", "images_slow")]
+    cases = [
+        {"model": name, "version": "1", "mode": mode, **copy.deepcopy(z.case)}
+        for name, z in ZOO.items()
+        for mode in z.modes
+    ]
+    cases += [
+        {"model": "zoo_cnn", "version": "1", "mode": "train", "input_fn": f"tasks.runner.pipelines:{fn}"}
+        for fn in ("images_fast", "images_slow")
+    ]
     return cases
 
 
@@ -199,8 +219,9 @@ def zoo_model_path(store: str | Path, name: str) -> Path:
     return version_dir if ZOO[name].layout == "export" else version_dir / "model.keras"
 
 
-def build_zoo(store: str | Path, names: list[str] | None = None, *, force: bool = False,
-              seed: int = 0) -> dict[str, Path]:
+def build_zoo(
+    store: str | Path, names: list[str] | None = None, *, force: bool = False, seed: int = 0
+) -> dict[str, Path]:
     """Write version 1 of each zoo model (``names``; default all of :data:`ZOO`) into the model store
     ``store`` (TF-Serving layout); existing versions are kept unless ``force``. Weights are random
     (``keras.utils.set_random_seed(seed)``). Returns name -> the model file or SavedModel directory.
@@ -228,8 +249,16 @@ def build_zoo(store: str | Path, names: list[str] | None = None, *, force: bool 
     return out
 
 
-def write_images(directory: str | Path, *, shards: int = 4, per_shard: int = 64, side: int = IMAGE_SIDE,
-                 classes: int = 10, seed: int = 0, force: bool = False) -> list[Path]:
+def write_images(
+    directory: str | Path,
+    *,
+    shards: int = 4,
+    per_shard: int = 64,
+    side: int = IMAGE_SIDE,
+    classes: int = 10,
+    seed: int = 0,
+    force: bool = False,
+) -> list[Path]:
     """Write ``shards`` TFRecord files ``images-<i>-of-<shards>.tfrecord`` into ``directory``, each holding
     ``per_shard`` ``tf.train.Example`` records: ``image`` (PNG bytes of a ``side`` × ``side`` × 3 uint8
     image: a smooth colour gradient plus noise, so PNG decoding does real work) and ``label`` (int64 in

@@ -70,13 +70,28 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
 
     from tasks.store import Comparison, Model, ModelVersion, Run, session_scope
 
-    q = (select(Run.id, Model.name, func.coalesce(ModelVersion.version, Run.version_requested), Run.case_name,
-                Run.status, Run.verdict, Comparison.method, Comparison.ratio, Comparison.ci_low, Comparison.ci_high,
-                Run.failed_stage, Run.error, Comparison.evidence)
-         .join(Model, Model.id == Run.model_id)
-         .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-         .outerjoin(Comparison, Comparison.run_id == Run.id)
-         .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id).order_by(Run.id))
+    q = (
+        select(
+            Run.id,
+            Model.name,
+            func.coalesce(ModelVersion.version, Run.version_requested),
+            Run.case_name,
+            Run.status,
+            Run.verdict,
+            Comparison.method,
+            Comparison.ratio,
+            Comparison.ci_low,
+            Comparison.ci_high,
+            Run.failed_stage,
+            Run.error,
+            Comparison.evidence,
+        )
+        .join(Model, Model.id == Run.model_id)
+        .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .outerjoin(Comparison, Comparison.run_id == Run.id)
+        .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id)
+        .order_by(Run.id)
+    )
     with session_scope(db_url) as s:
         return [RunNote(*row[:-1], evidence=row[-1] or {}) for row in s.execute(q)]
 
@@ -97,12 +112,18 @@ def note_text(n: RunNote, base_url: str | None) -> str:
         body = f"failed at stage *{n.failed_stage}*: {_first_line(n.error)[:500]}"
     elif n.verdict == "env-changed":
         changes = n.evidence.get("env_changes") or []
-        body = "verdict *env-changed*: " + ("; ".join(f"{c['field']} {c['old']!r} → {c['new']!r}" for c in changes)
-                                             or "the comparability key changed")
+        body = "verdict *env-changed*: " + (
+            "; ".join(f"{c['field']} {c['old']!r} → {c['new']!r}" for c in changes) or "the comparability key changed"
+        )
     else:
-        ratio = (f"step-time ratio {n.ratio:.3f} [{n.ci_low:.3f}, {n.ci_high:.3f}]"
-                 if None not in (n.ratio, n.ci_low, n.ci_high) else "no ratio")
-        body = f"verdict *{n.verdict}* ({n.method}): {ratio} vs baseline; " + top_ops_text(n.evidence.get("attribution"))
+        ratio = (
+            f"step-time ratio {n.ratio:.3f} [{n.ci_low:.3f}, {n.ci_high:.3f}]"
+            if None not in (n.ratio, n.ci_low, n.ci_high)
+            else "no ratio"
+        )
+        body = f"verdict *{n.verdict}* ({n.method}): {ratio} vs baseline; " + top_ops_text(
+            n.evidence.get("attribution")
+        )
         noise = n.evidence.get("noise") or {}
         if noise.get("busy"):
             body += f"; {noise.get('reason')}"
@@ -119,9 +140,18 @@ def slack_payload(title: str, paragraphs: list[str], context: str | None = None)
     return {"text": "\n".join([title, *paragraphs]), "blocks": blocks}
 
 
-def dag_run_alert(dag_id: str, dag_run_id: str, *, failed: bool, db_url: str | None = None,
-                  base_url: str | None = None, reason: str | None = None, task: str | None = None,
-                  error: str | None = None, log_url: str | None = None) -> dict[str, Any] | None:
+def dag_run_alert(
+    dag_id: str,
+    dag_run_id: str,
+    *,
+    failed: bool,
+    db_url: str | None = None,
+    base_url: str | None = None,
+    reason: str | None = None,
+    task: str | None = None,
+    error: str | None = None,
+    log_url: str | None = None,
+) -> dict[str, Any] | None:
     """The notification for a finished DAG run (or failed task): its regressions, env-changed verdicts,
     failed runs and (when it failed) inconclusive verdicts, from the store (``db_url``, default the settings'
     store); plus the failed task, its error and log link when given, or when the store has no run that
@@ -169,13 +199,16 @@ def missing_window_h(env: dict[str, str] | None = None) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise ValueError(f"PERFWATCH_MISSING_DATA_HOURS={raw!r}: expected a window in hours, a number > 0 "
-                         f"(default {MISSING_DATA_HOURS:g})")
+        raise ValueError(
+            f"PERFWATCH_MISSING_DATA_HOURS={raw!r}: expected a window in hours, a number > 0 "
+            f"(default {MISSING_DATA_HOURS:g})"
+        )
     return value
 
 
-def missing_models(settings: Settings, window_h: float,
-                   now: dt.datetime | None = None) -> tuple[list[str], list[MissingModel]]:
+def missing_models(
+    settings: Settings, window_h: float, now: dt.datetime | None = None
+) -> tuple[list[str], list[MissingModel]]:
     """The models of the nightly config (``settings.config_path``), and those whose newest successful run
     (any trigger) finished more than ``window_h`` hours before ``now`` (UTC, default the current time), or
     never. The store side is the named query ``sql/queries/last_success.sql``.
@@ -201,8 +234,9 @@ def missing_models(settings: Settings, window_h: float,
     return models, out
 
 
-def check_missing_data(settings: Settings | None = None, window_h: float | None = None,
-                       now: dt.datetime | None = None) -> list[dict[str, Any]]:
+def check_missing_data(
+    settings: Settings | None = None, window_h: float | None = None, now: dt.datetime | None = None
+) -> list[dict[str, Any]]:
     """The missing-data check (the ``perfwatch_watch`` DAG's task): :func:`missing_models` over the window
     (default ``PERFWATCH_MISSING_DATA_HOURS``); returns the models checked with their last success.
 
@@ -217,21 +251,32 @@ def check_missing_data(settings: Settings | None = None, window_h: float | None 
     migrate(settings.database_url)
     checked, missing = missing_models(settings, window_h, now)
     if missing:
-        parts = [f"{m.model} (last success {m.last_success_at:%Y-%m-%d %H:%M} UTC)" if m.last_success_at
-                 else f"{m.model} (never succeeded)" for m in missing]
-        raise MissingData(f"no successful perfwatch run in the last {window_h:g} h for: {', '.join(parts)}; "
-                          f"is the nightly DAG (perfwatch_profile) paused, failing or not scheduled?", missing)
+        parts = [
+            f"{m.model} (last success {m.last_success_at:%Y-%m-%d %H:%M} UTC)"
+            if m.last_success_at
+            else f"{m.model} (never succeeded)"
+            for m in missing
+        ]
+        raise MissingData(
+            f"no successful perfwatch run in the last {window_h:g} h for: {', '.join(parts)}; "
+            f"is the nightly DAG (perfwatch_profile) paused, failing or not scheduled?",
+            missing,
+        )
     return [{"model": m, "window_h": window_h} for m in checked]
 
 
 def missing_data_alert(message: str, base_url: str | None = None) -> dict[str, Any]:
     """The notification of a failed missing-data check (``message``: the :class:`MissingData` text)."""
-    return slack_payload("perfwatch: missing data", [message],
-                         context=f"<{base_url.rstrip('/')}/perfwatch/|perfwatch history>" if base_url else None)
+    return slack_payload(
+        "perfwatch: missing data",
+        [message],
+        context=f"<{base_url.rstrip('/')}/perfwatch/|perfwatch history>" if base_url else None,
+    )
 
 
-def post_webhook(url: str, payload: dict[str, Any], headers: dict[str, str] | None = None,
-                 timeout_s: float = 10.0) -> int:
+def post_webhook(
+    url: str, payload: dict[str, Any], headers: dict[str, str] | None = None, timeout_s: float = 10.0
+) -> int:
     """POST ``payload`` as JSON to ``url``; returns the HTTP status (2xx).
 
     Raises:

@@ -66,8 +66,12 @@ def _sha256(path: Path) -> str:
 
 def _owner() -> dict[str, Any]:
     me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": me.pid, "pid_started": me.create_time(),
-            "started_at": dt.datetime.now(dt.UTC).isoformat()}
+    return {
+        "host": socket.gethostname(),
+        "pid": me.pid,
+        "pid_started": me.create_time(),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
 
 
 def _writer_alive(owner: dict[str, Any]) -> bool:
@@ -163,9 +167,20 @@ def sweep_partials(archive_root: str, *, grace_s: float = STALE_PARTIAL_S) -> li
     return removed
 
 
-def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
-                warmup: WarmupRecord, run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord,
-                *, auto_accept: bool = True, extra_dirs: dict[str, str] | None = None) -> ArchiveRecord:
+def archive_run(
+    db_url: str,
+    archive_root: str,
+    ctx: RunContext,
+    pulled: PulledModel,
+    env: EnvRecord,
+    warmup: WarmupRecord,
+    run: ProfiledRun,
+    parsed: ParseRecord,
+    verdict: CompareRecord,
+    *,
+    auto_accept: bool = True,
+    extra_dirs: dict[str, str] | None = None,
+) -> ArchiveRecord:
     """Write everything about a finished run into the store (one transaction) and the archive.
 
     Idempotent: when the run (dag_id, dag_run_id, case) is already stored as a success, that run is
@@ -191,8 +206,11 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
     samples = json.loads(Path(run.samples_path).read_text())
     parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
     xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
-    gx_result = (json.loads(Path(verdict.gx_results_path).read_text()) if verdict.gx_results_path
-                 else verdict.evidence.get("gx", {}))
+    gx_result = (
+        json.loads(Path(verdict.gx_results_path).read_text())
+        if verdict.gx_results_path
+        else verdict.evidence.get("gx", {})
+    )
     fs, root = fsspec.core.url_to_fs(archive_root)
     model_dir = f"{root.rstrip('/')}/{ctx.case.model}"
     staging = f"{model_dir}/{safe_name(f'{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}')}"
@@ -231,9 +249,23 @@ def archive_run(db_url: str, archive_root: str, ctx: RunContext, pulled: PulledM
             fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
         for name, local in (extra_dirs or {}).items():
             fs.put(local, f"{staging}/{name}", recursive=True)
-        run_id = store_run(db_url, ctx, pulled, env, warmup, run, parsed, verdict, samples=samples,
-                           parsed_tables=parsed_tables, gx_result=gx_result, artifacts=artifacts,
-                           archive_uri=name_for, auto_accept=auto_accept, before_commit=move_into_place)
+        run_id = store_run(
+            db_url,
+            ctx,
+            pulled,
+            env,
+            warmup,
+            run,
+            parsed,
+            verdict,
+            samples=samples,
+            parsed_tables=parsed_tables,
+            gx_result=gx_result,
+            artifacts=artifacts,
+            archive_uri=name_for,
+            auto_accept=auto_accept,
+            before_commit=move_into_place,
+        )
     except SuccessAlreadyStored:  # a concurrent attempt stored it first: keep theirs
         _remove(fs, staging)
         done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
@@ -270,8 +302,9 @@ class Leftover:
     run_id: int | None = None
 
 
-def check_archive(archive_root: str, runs: Iterable[RunLocation], *,
-                  grace_s: float = STALE_PARTIAL_S) -> list[Leftover]:
+def check_archive(
+    archive_root: str, runs: Iterable[RunLocation], *, grace_s: float = STALE_PARTIAL_S
+) -> list[Leftover]:
     """The archive's leftovers: stale partial copies (``partial_state``), run directories no stored run
     points to (older than ``grace_s`` seconds: a younger one may be an archive in flight, between its
     move and its commit), and successful runs whose archive directory is missing. What is in flight
@@ -297,9 +330,16 @@ def check_archive(archive_root: str, runs: Iterable[RunLocation], *,
             continue
         rfs, rpath = fsspec.core.url_to_fs(r.archive_uri)
         if not rfs.exists(rpath):
-            out.append(Leftover("missing-archive", r.archive_uri,
-                                f"run {r.run_id} ({r.model} {r.case_name}) is stored but its archive directory is "
-                                "gone; its samples and summaries are kept (never removed)", False, r.run_id))
+            out.append(
+                Leftover(
+                    "missing-archive",
+                    r.archive_uri,
+                    f"run {r.run_id} ({r.model} {r.case_name}) is stored but its archive directory is "
+                    "gone; its samples and summaries are kept (never removed)",
+                    False,
+                    r.run_id,
+                )
+            )
     return out
 
 
@@ -310,4 +350,3 @@ def remove_leftover(item: Leftover) -> bool:
     fs, path = fsspec.core.url_to_fs(item.path)
     _remove(fs, path)
     return not fs.exists(path)
-

@@ -42,7 +42,6 @@ a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
 ``evidence["verdict_statistics"]``.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -67,9 +66,15 @@ class MeasurementRejected(ValueError):
     """The run's samples fail a data-quality expectation (too few rows, nulls, non-positive)."""
 
 
-def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list[float] | None,
-              parsed_tables: dict[str, Any], gx_dir: Path,
-              docs_title: str | None) -> tuple[dict[str, expectations.GxOutcome], Path]:
+def _validate(
+    d: Decision,
+    case: Case,
+    measured: list[float],
+    paired_steps: list[float] | None,
+    parsed_tables: dict[str, Any],
+    gx_dir: Path,
+    docs_title: str | None,
+) -> tuple[dict[str, expectations.GxOutcome], Path]:
     """Run the GX suites (step samples' data quality, paired blocks' data quality, the verdict's result
     table, op table), render Data Docs (named ``docs_title``) under ``gx_dir`` and write the full results to
     ``gx_dir/validation_results.json``."""
@@ -78,13 +83,21 @@ def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list
         # a sequential gate may stop at its first look: at least that many pairs, both versions
         first_look = min(case.paired_blocks, sequential.MIN_LOOK_PAIRS)
         outcomes["paired_steps"] = expectations.validate_step_times(
-            paired_steps, min_rows=2 * first_look * case.paired_block_steps)
+            paired_steps, min_rows=2 * first_look * case.paired_block_steps
+        )
     if d.method in THRESHOLD_METHODS and d.ratio is not None:
         outcomes["verdict"] = expectations.validate_verdict(
-            d.ratio, d.ci_low, d.ci_high, tolerance=case.tolerance,
-            host_busy=bool((d.evidence.get("noise") or {}).get("busy")))
-    outcomes["op_stats"] = expectations.validate_op_table(pd.DataFrame(
-        parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]))
+            d.ratio,
+            d.ci_low,
+            d.ci_high,
+            tolerance=case.tolerance,
+            host_busy=bool((d.evidence.get("noise") or {}).get("busy")),
+        )
+    outcomes["op_stats"] = expectations.validate_op_table(
+        pd.DataFrame(
+            parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]
+        )
+    )
     expectations.render_data_docs(outcomes, gx_dir, title=docs_title)
     # The full GX validation results (KBs each) go to a file archived with the run and into the
     # store by the archive stage; the verdict that travels through XCom carries their summary.
@@ -93,8 +106,16 @@ def _validate(d: Decision, case: Case, measured: list[float], paired_steps: list
     return outcomes, gx_results
 
 
-def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, parsed: ParseRecord,
-                     work_dir: str | Path, *, docs_title: str | None = None) -> CompareRecord:
+def baseline_compare(
+    db_url: str,
+    case: Case,
+    env: EnvRecord,
+    run: ProfiledRun,
+    parsed: ParseRecord,
+    work_dir: str | Path,
+    *,
+    docs_title: str | None = None,
+) -> CompareRecord:
     """Compare the run's measured step times with its baseline and validate them with GX.
 
     Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run), headed ``docs_title``
@@ -108,35 +129,72 @@ def baseline_compare(db_url: str, case: Case, env: EnvRecord, run: ProfiledRun, 
             NaN/non-positive step time (names ``a_blocks[i]``/``b_blocks[i]`` and the index).
     """
     measured: list[float] = json.loads(Path(run.samples_path).read_text())["measured_step_times_ms"]
-    inputs = reads.gather_compare_inputs(db_url, case.model, case.name, env.comparability_key,
-                                         lookback=case.lookback, calibration_window=calibration.CALIBRATION_WINDOW)
+    inputs = reads.gather_compare_inputs(
+        db_url,
+        case.model,
+        case.name,
+        env.comparability_key,
+        lookback=case.lookback,
+        calibration_window=calibration.CALIBRATION_WINDOW,
+    )
     base = run.baseline_model
     paired = read_paired(run.paired_path) if run.paired_path else None
-    d = decide(measured, case, same_env=inputs.same_env, other_env=inputs.other_env,
-               other_env_data=inputs.other_env_data, env_data=env.data, samples=inputs.samples,
-               calibration_runs=inputs.calibration_runs, aa_gates=inputs.aa_gates, paired=paired,
-               baseline_version=base.version if base else None, baseline_digest=base.digest if base else None,
-               noise=run.noise)
+    d = decide(
+        measured,
+        case,
+        same_env=inputs.same_env,
+        other_env=inputs.other_env,
+        other_env_data=inputs.other_env_data,
+        env_data=env.data,
+        samples=inputs.samples,
+        calibration_runs=inputs.calibration_runs,
+        aa_gates=inputs.aa_gates,
+        paired=paired,
+        baseline_version=base.version if base else None,
+        baseline_digest=base.digest if base else None,
+        noise=run.noise,
+    )
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
-    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx",
-                                   docs_title)
+    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx", docs_title)
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
     evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]
-    quality = [f for k in ("step_times", "paired_steps", "verdict") if k in outcomes
-               for f in outcomes[k].failures if not f.is_limit]
+    quality = [
+        f
+        for k in ("step_times", "paired_steps", "verdict")
+        if k in outcomes
+        for f in outcomes[k].failures
+        if not f.is_limit
+    ]
     if quality:
-        raise MeasurementRejected("step-time samples failed data-quality expectations: "
-                                  + "; ".join(f.text for f in quality))
+        raise MeasurementRejected(
+            "step-time samples failed data-quality expectations: " + "; ".join(f.text for f in quality)
+        )
     verdict = d.verdict
     if d.reason:
         evidence.setdefault("reason", d.reason)
     if d.baseline_run_ids:  # op-level attribution against the newest baseline run, whatever the verdict
         # op shares of each profiled window scaled to measured medians: the deltas add up to the verdict's change
-        evidence["attribution"] = attribute_against_run(inputs.baseline_ops, d.baseline_run_ids[0], parsed_tables,
-                                                        case.profiled_steps, run.median_step_ms, ratio=d.ratio,
-                                                        ratio_source=d.method)
-    return CompareRecord(verdict=verdict, method=d.method, baseline_run_ids=d.baseline_run_ids, ratio=d.ratio,
-                         ci_low=d.ci_low, ci_high=d.ci_high, median_limit_ms=d.limit, gx_results_path=str(gx_results),
-                         gx_success=all(o.success for o in outcomes.values()), evidence=evidence, reason=d.reason)
+        evidence["attribution"] = attribute_against_run(
+            inputs.baseline_ops,
+            d.baseline_run_ids[0],
+            parsed_tables,
+            case.profiled_steps,
+            run.median_step_ms,
+            ratio=d.ratio,
+            ratio_source=d.method,
+        )
+    return CompareRecord(
+        verdict=verdict,
+        method=d.method,
+        baseline_run_ids=d.baseline_run_ids,
+        ratio=d.ratio,
+        ci_low=d.ci_low,
+        ci_high=d.ci_high,
+        median_limit_ms=d.limit,
+        gx_results_path=str(gx_results),
+        gx_success=all(o.success for o in outcomes.values()),
+        evidence=evidence,
+        reason=d.reason,
+    )

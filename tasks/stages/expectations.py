@@ -43,9 +43,24 @@ os.environ["GX_ANALYTICS_ENABLED"] = "false"  # must be set before great_expecta
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["GxFailure", "GxOutcome", "data_docs_title", "render_data_docs", "step_time_expectations", "validate_op_table", "validate_step_times",
-           "validate_verdict", "verdict_expectations", "STEP_SUITE", "OP_SUITE", "VERDICT_SUITE", "STEP_COLUMN",
-           "OP_COLUMNS", "VERDICT_COLUMNS", "THRESHOLD_PARAM"]
+__all__ = [
+    "GxFailure",
+    "GxOutcome",
+    "data_docs_title",
+    "render_data_docs",
+    "step_time_expectations",
+    "validate_op_table",
+    "validate_step_times",
+    "validate_verdict",
+    "verdict_expectations",
+    "STEP_SUITE",
+    "OP_SUITE",
+    "VERDICT_SUITE",
+    "STEP_COLUMN",
+    "OP_COLUMNS",
+    "VERDICT_COLUMNS",
+    "THRESHOLD_PARAM",
+]
 
 STEP_SUITE = "perfwatch_step_times"
 OP_SUITE = "perfwatch_op_table"
@@ -114,34 +129,46 @@ def _failure(r: dict[str, Any]) -> GxFailure:
         observed = res["observed_value"]
         text = f"observed {observed!r}"
     else:  # column map expectation: report the unexpected values
-        observed = {k: res.get(k) for k in ("element_count", "unexpected_count", "unexpected_percent",
-                                             "partial_unexpected_list")}
+        observed = {
+            k: res.get(k)
+            for k in ("element_count", "unexpected_count", "unexpected_percent", "partial_unexpected_list")
+        }
         pct = res.get("unexpected_percent")
-        text = (f"{res.get('unexpected_count')} of {res.get('element_count')} values unexpected"
-                + (f" ({pct:.1f}%)" if isinstance(pct, int | float) else "")
-                + f", e.g. {(res.get('partial_unexpected_list') or [])[:5]}")
+        text = (
+            f"{res.get('unexpected_count')} of {res.get('element_count')} values unexpected"
+            + (f" ({pct:.1f}%)" if isinstance(pct, int | float) else "")
+            + f", e.g. {(res.get('partial_unexpected_list') or [])[:5]}"
+        )
     args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if k != "column")
     where = (f" on column {column!r}" if column else "") + (f" ({args})" if args else "")
-    return GxFailure(expectation=etype, column=column, observed_value=observed, kwargs=kwargs,
-                     is_limit=(cfg.get("meta") or {}).get("perfwatch") == "limit",
-                     text=f"{etype}{where} failed: {text}")
+    return GxFailure(
+        expectation=etype,
+        column=column,
+        observed_value=observed,
+        kwargs=kwargs,
+        is_limit=(cfg.get("meta") or {}).get("perfwatch") == "limit",
+        text=f"{etype}{where} failed: {text}",
+    )
 
 
 def _run(df: pd.DataFrame, suite_name: str, expectations: list, params: dict[str, Any] | None) -> GxOutcome:
     import great_expectations as gx
 
     ctx = _context()
-    batch = (ctx.data_sources.add_pandas("perfwatch").add_dataframe_asset(suite_name)
-             .add_batch_definition_whole_dataframe("whole"))
+    batch = (
+        ctx.data_sources.add_pandas("perfwatch")
+        .add_dataframe_asset(suite_name)
+        .add_batch_definition_whole_dataframe("whole")
+    )
     suite = ctx.suites.add(gx.ExpectationSuite(name=suite_name))
     for e in expectations:
         suite.add_expectation(e)
     vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=suite_name, data=batch, suite=suite))
-    result = vd.run(batch_parameters={"dataframe": df}, expectation_parameters=params or None,
-                    result_format="SUMMARY")
+    result = vd.run(batch_parameters={"dataframe": df}, expectation_parameters=params or None, result_format="SUMMARY")
     d = json.loads(json.dumps(result.to_json_dict(), default=str))  # plain JSON types only (XCom)
-    return GxOutcome(success=bool(d["success"]), result_json=d,
-                     failures=[_failure(r) for r in d["results"] if not r["success"]])
+    return GxOutcome(
+        success=bool(d["success"]), result_json=d, failures=[_failure(r) for r in d["results"] if not r["success"]]
+    )
 
 
 def step_time_expectations(min_rows: int) -> list:
@@ -149,9 +176,11 @@ def step_time_expectations(min_rows: int) -> list:
     import great_expectations as gx
 
     E, col = gx.expectations, STEP_COLUMN
-    return [E.ExpectTableRowCountToBeBetween(min_value=min_rows),
-            E.ExpectColumnValuesToNotBeNull(column=col),
-            E.ExpectColumnValuesToBeBetween(column=col, min_value=0, strict_min=True)]
+    return [
+        E.ExpectTableRowCountToBeBetween(min_value=min_rows),
+        E.ExpectColumnValuesToNotBeNull(column=col),
+        E.ExpectColumnValuesToBeBetween(column=col, min_value=0, strict_min=True),
+    ]
 
 
 def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int) -> GxOutcome:
@@ -174,8 +203,7 @@ def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int) -> GxO
 
     if min_rows < 0:
         raise ValueError(f"min_rows = {min_rows}: must be >= 0")
-    df = pd.DataFrame({STEP_COLUMN: pd.Series([math.nan if v is None else v for v in step_times_ms],
-                                              dtype="float64")})
+    df = pd.DataFrame({STEP_COLUMN: pd.Series([math.nan if v is None else v for v in step_times_ms], dtype="float64")})
     return _run(df, STEP_SUITE, step_time_expectations(min_rows), None)
 
 
@@ -189,23 +217,30 @@ def verdict_expectations() -> list:
     E = gx.expectations
     exps: list = [E.ExpectTableRowCountToEqual(value=1)]
     for c in ("ratio", "ci_low", "ci_high"):
-        exps += [E.ExpectColumnValuesToNotBeNull(column=c),
-                 E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True)]
-    exps += [E.ExpectColumnValuesToNotBeNull(column="host_busy"),
-             E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
-             E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
-             E.ExpectColumnValuesToBeBetween(
-                 column="ci_high", max_value={"$PARAMETER": THRESHOLD_PARAM},
-                 row_condition=(Column("ci_low") > NO_CHANGE) & (Column("host_busy") == False),  # noqa: E712
-                 meta={"perfwatch": "limit"},
-                 notes="Step-time threshold as a test: where the interval lies above 1 (significantly slower) "
-                       "on a quiet host, its upper end must stay within 1 + tolerance; fails exactly for a "
-                       "regression.")]
+        exps += [
+            E.ExpectColumnValuesToNotBeNull(column=c),
+            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True),
+        ]
+    exps += [
+        E.ExpectColumnValuesToNotBeNull(column="host_busy"),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
+        E.ExpectColumnValuesToBeBetween(
+            column="ci_high",
+            max_value={"$PARAMETER": THRESHOLD_PARAM},
+            row_condition=(Column("ci_low") > NO_CHANGE) & (Column("host_busy") == False),  # noqa: E712
+            meta={"perfwatch": "limit"},
+            notes="Step-time threshold as a test: where the interval lies above 1 (significantly slower) "
+            "on a quiet host, its upper end must stay within 1 + tolerance; fails exactly for a "
+            "regression.",
+        ),
+    ]
     return exps
 
 
-def validate_verdict(ratio: float, ci_low: float, ci_high: float, *, tolerance: float,
-                     host_busy: bool = False) -> GxOutcome:
+def validate_verdict(
+    ratio: float, ci_low: float, ci_high: float, *, tolerance: float, host_busy: bool = False
+) -> GxOutcome:
     """Validate a comparison's result (candidate/baseline step-time ratio and its interval) with the
     ``perfwatch_verdict`` suite: a sound interval, and the threshold ``1 + tolerance`` (suite
     parameter ``threshold_ratio``) not exceeded by an interval that lies above 1 on a quiet host.
@@ -257,8 +292,9 @@ def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:
     return _run(op_df, OP_SUITE, exps, None)
 
 
-def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | Path, *,
-                     title: str | None = None) -> Path:
+def render_data_docs(
+    outcomes: Mapping[str, GxOutcome | Any], target_dir: str | Path, *, title: str | None = None
+) -> Path:
     """Write GX Data Docs HTML for validation results into ``target_dir``; return its index.html.
 
     The index is headed "Data Docs | <title>"; every result page names ``title`` as its run name and the
@@ -297,10 +333,13 @@ def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | 
     target = Path(target_dir).resolve()
     target.mkdir(parents=True, exist_ok=True)
     ctx = _context()
-    ctx.variables.data_docs_sites = {title: {  # replaces the default site (a temp dir); its name heads the index
-        "class_name": "SiteBuilder",
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(target)}}}
+    ctx.variables.data_docs_sites = {
+        title: {  # replaces the default site (a temp dir); its name heads the index
+            "class_name": "SiteBuilder",
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(target)},
+        }
+    }
     now = datetime.now(UTC)
     run_name = _file_part(title)
     suites: dict[str, list] = {}
@@ -315,8 +354,10 @@ def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | 
         except Exception as e:  # noqa: BLE001 - marshmallow/GX errors vary
             raise ValueError(f"outcomes[{name!r}]: not a GX validation result ({e})") from e
         safe = _file_part(name) or "result"
-        configs = [{k: v for k, v in r.expectation_config.to_json_dict().items() if k in ("type", "kwargs", "meta", "notes")}
-                   for r in raw.results]
+        configs = [
+            {k: v for k, v in r.expectation_config.to_json_dict().items() if k in ("type", "kwargs", "meta", "notes")}
+            for r in raw.results
+        ]
         for c in configs:
             c["kwargs"] = {k: v for k, v in c["kwargs"].items() if k != "batch_id"}
         suite = raw.suite_name or "suite"
@@ -328,8 +369,9 @@ def render_data_docs(outcomes: Mapping[str, GxOutcome | Any], target_dir: str | 
         raw.suite_name = suite
         raw.meta["run_id"] = RunIdentifier(run_name=title, run_time=now)
         raw.meta["batch_spec"] = {**(raw.meta.get("batch_spec") or {}), "data_asset_name": name}
-        key = ValidationResultIdentifier(ExpectationSuiteIdentifier(suite), RunIdentifier(run_name=run_name, run_time=now),
-                                         safe)
+        key = ValidationResultIdentifier(
+            ExpectationSuiteIdentifier(suite), RunIdentifier(run_name=run_name, run_time=now), safe
+        )
         ctx.validation_results_store.set(key, raw)
     ctx.build_data_docs(site_names=[title])
     # GX 1.x's result pages (validations/<suite>/<run>/<time>/<name>.html) link the favicon one level too

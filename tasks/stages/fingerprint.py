@@ -31,8 +31,9 @@ def take_fingerprint(*, include_tensorflow: bool = True) -> Fingerprint:
     return Fingerprint.from_data(probe.collect(include_tensorflow=include_tensorflow))
 
 
-def take_fingerprint_in(python_executable: str, timeout_s: float | None = None,
-                        env: Mapping[str, str] | None = None) -> Fingerprint:
+def take_fingerprint_in(
+    python_executable: str, timeout_s: float | None = None, env: Mapping[str, str] | None = None
+) -> Fingerprint:
     """Run ``python -m tasks.runner.probe`` under another interpreter (the runner's) and parse it.
 
     ``env`` (default: this process's environment) is the runner's environment; this package's root
@@ -53,12 +54,20 @@ def take_fingerprint_in(python_executable: str, timeout_s: float | None = None,
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     try:
-        proc = subprocess.run([python_executable, "-m", "tasks.runner.probe"], capture_output=True,
-                              text=True, timeout=timeout_s, env=env, check=False)
+        proc = subprocess.run(
+            [python_executable, "-m", "tasks.runner.probe"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"env-fingerprint timed out: the probe in {python_executable!r} ran past its limit of "
-                           f"{timeout_s:.0f} s ({how}) and was killed; stderr tail:\n"
-                           f"{stderr_tail(exc.stderr)}") from exc
+        raise RuntimeError(
+            f"env-fingerprint timed out: the probe in {python_executable!r} ran past its limit of "
+            f"{timeout_s:.0f} s ({how}) and was killed; stderr tail:\n"
+            f"{stderr_tail(exc.stderr)}"
+        ) from exc
     except OSError as exc:
         raise RuntimeError(f"env-fingerprint: cannot start the probe in {python_executable!r}: {exc}") from exc
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -67,5 +76,6 @@ def take_fingerprint_in(python_executable: str, timeout_s: float | None = None,
             raise ValueError(f"exit status {proc.returncode}")
         return Fingerprint.from_data(json.loads(lines[-1])["data"])
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise RuntimeError(f"env-fingerprint in {python_executable!r} failed: {exc}; "
-                           f"stderr tail:\n{stderr_tail(proc.stderr)}") from exc
+        raise RuntimeError(
+            f"env-fingerprint in {python_executable!r} failed: {exc}; stderr tail:\n{stderr_tail(proc.stderr)}"
+        ) from exc

@@ -63,8 +63,10 @@ from tasks.store.schema import INGEST_DAG_ID
 from tasks.store.writes import SuccessAlreadyStored, record_failure
 
 DEFAULT_CASE = "external"
-STEP_TIME_SOURCE = ("xprof: the overview_page step time of each profiled step, from the job's own step markers "
-                    "(profiler on), not perfwatch's timer")
+STEP_TIME_SOURCE = (
+    "xprof: the overview_page step time of each profiled step, from the job's own step markers "
+    "(profiler on), not perfwatch's timer"
+)
 
 
 class ExternalCase(Case):
@@ -134,7 +136,8 @@ def find_profile_logdir(logdir: str | Path) -> Path:
         raise ProfileNotFoundError(
             f"no profile under {str(root)!r}: looked for */plugins/profile/<session>/*.xplane.pb at any depth "
             "(Keras TensorBoard callback: <log_dir>/train/plugins/profile/...; tf.profiler: <logdir>/plugins/...)",
-            paths=[str(root)])
+            paths=[str(root)],
+        )
     return found[-1].parent.parent.parent.parent
 
 
@@ -149,8 +152,12 @@ def _sha256(paths: list[Path]) -> str:
 def external_environment(parsed: dict[str, Any]) -> EnvRecord:
     """The environment of an external run, from what its profile says (``parse_profile`` output): hardware
     and device type and core count (the comparability key), and the host names (recorded only)."""
-    comparable = {"source": "external", "hardware_type": parsed.get("hardware_type"),
-                  "device_type": parsed.get("device_type"), "device_core_count": parsed.get("device_core_count")}
+    comparable = {
+        "source": "external",
+        "hardware_type": parsed.get("hardware_type"),
+        "device_type": parsed.get("device_type"),
+        "device_core_count": parsed.get("device_core_count"),
+    }
     data = {**comparable, "hosts": sorted(parsed.get("hosts") or [])}
 
     def digest(obj: Any) -> str:
@@ -165,20 +172,31 @@ def step_times(parsed: dict[str, Any], where: str) -> list[float]:
     Raises:
         NoStepTimes: fewer than ``MIN_STEPS`` timed steps (says how to add step markers).
     """
-    steps = [float(s["step_time_ms"]) for s in parsed.get("step_breakdown") or []
-             if s.get("step_time_ms") is not None and float(s["step_time_ms"]) > 0]
+    steps = [
+        float(s["step_time_ms"])
+        for s in parsed.get("step_breakdown") or []
+        if s.get("step_time_ms") is not None and float(s["step_time_ms"]) > 0
+    ]
     if len(steps) < MIN_STEPS:
         raise NoStepTimes(
             f"{where}: xprof found {len(steps)} timed step(s), at least {MIN_STEPS} are needed: profile at least "
             f"{MIN_STEPS} steps, each inside tf.profiler.experimental.Trace('train', step_num=i, _r=1) "
             "(tasks.runner.jobprofile.StepProfiler does this; PERFWATCH_PROFILE_STEPS=10:15). "
-            "xprof's diagnostics: " + "; ".join(d.get("message", "") for d in parsed.get("diagnostics") or []
-                                                if d.get("message"))[:500])
+            "xprof's diagnostics: "
+            + "; ".join(d.get("message", "") for d in parsed.get("diagnostics") or [] if d.get("message"))[:500]
+        )
     return steps
 
 
-def ingest_profile(logdir: str | Path, model: str, version: str, *, case_name: str | None = None,
-                   batch_size: int | None = None, settings: Settings | None = None) -> tuple[ArchiveRecord, CompareRecord | None]:
+def ingest_profile(
+    logdir: str | Path,
+    model: str,
+    version: str,
+    *,
+    case_name: str | None = None,
+    batch_size: int | None = None,
+    settings: Settings | None = None,
+) -> tuple[ArchiveRecord, CompareRecord | None]:
     """Store a user's job profile as a run (module docstring). Returns the archive record and the verdict
     (None when the profile was already stored: the stored run is returned as it is).
 
@@ -193,9 +211,15 @@ def ingest_profile(logdir: str | Path, model: str, version: str, *, case_name: s
     migrate(settings.database_url)
     profile_dir = find_profile_logdir(logdir)
     xplanes, _notes = find_xplanes(profile_dir)
-    case = ExternalCase(model=model, version=canonical_version(version), batch_size=batch_size,
-                        case_name=case_name or DEFAULT_CASE, logdir=str(Path(logdir).resolve()),
-                        measured_steps=MIN_STEPS, profiled_steps=MIN_STEPS)
+    case = ExternalCase(
+        model=model,
+        version=canonical_version(version),
+        batch_size=batch_size,
+        case_name=case_name or DEFAULT_CASE,
+        logdir=str(Path(logdir).resolve()),
+        measured_steps=MIN_STEPS,
+        profiled_steps=MIN_STEPS,
+    )
     ctx = RunContext(dag_id=INGEST_DAG_ID, dag_run_id=f"ingest__{_sha256(xplanes)[:32]}", trigger="manual", case=case)
     done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, case.name)
     if done is not None and done.status == "success":
@@ -208,41 +232,79 @@ def ingest_profile(logdir: str | Path, model: str, version: str, *, case_name: s
         tables = parsed.model_dump(mode="json")
         steps = step_times(tables, str(profile_dir))
         findings = diagnose(parsed)
-        tables.update(findings=[f.model_dump(mode="json") for f in findings],
-                      source={"kind": "external", "logdir": case.logdir, "step_time_source": STEP_TIME_SOURCE})
+        tables.update(
+            findings=[f.model_dump(mode="json") for f in findings],
+            source={"kind": "external", "logdir": case.logdir, "step_time_source": STEP_TIME_SOURCE},
+        )
         (work / "parsed.json").write_text(json.dumps(tables))
         first_step = min(int(s["step"]) for s in tables["step_breakdown"])
         n = len(steps)
         ctx = ctx.model_copy(update={"case": case.model_copy(update={"measured_steps": n, "profiled_steps": n})})
         median = statistics.median(steps)
-        (work / "samples.json").write_text(json.dumps({"measured_step_times_ms": steps, "warmup_step_times_ms": [],
-                                                       "profiled_step_times_ms": [], "step_time_source": "xprof"}))
+        (work / "samples.json").write_text(
+            json.dumps(
+                {
+                    "measured_step_times_ms": steps,
+                    "warmup_step_times_ms": [],
+                    "profiled_step_times_ms": [],
+                    "step_time_source": "xprof",
+                }
+            )
+        )
         env = external_environment(tables)
-        run = ExternalRun(work_dir=str(work), samples_path=str(work / "samples.json"), profile_dir=str(profile_dir),
-                          measured_steps=n, median_step_ms=median,
-                          throughput_eps=batch_size * 1000.0 / median if batch_size else None,
-                          peak_device_bytes=None)
-        parse_rec = ParseRecord(parsed_path=str(work / "parsed.json"), avg_step_time_ms=parsed.avg_step_time_ms,
-                                input_bound_pct=parsed.input_bound_pct, n_ops=len(parsed.op_stats),
-                                findings=[f"{f.code}: {f.message}" for f in findings], cross_check_ratio=None,
-                                cross_check_ok=None)
+        run = ExternalRun(
+            work_dir=str(work),
+            samples_path=str(work / "samples.json"),
+            profile_dir=str(profile_dir),
+            measured_steps=n,
+            median_step_ms=median,
+            throughput_eps=batch_size * 1000.0 / median if batch_size else None,
+            peak_device_bytes=None,
+        )
+        parse_rec = ParseRecord(
+            parsed_path=str(work / "parsed.json"),
+            avg_step_time_ms=parsed.avg_step_time_ms,
+            input_bound_pct=parsed.input_bound_pct,
+            n_ops=len(parsed.op_stats),
+            findings=[f"{f.code}: {f.message}" for f in findings],
+            cross_check_ratio=None,
+            cross_check_ok=None,
+        )
         stage = "baseline-compare"
-        verdict = baseline_compare(settings.database_url, ctx.case, env, run, parse_rec, work,
-                                   docs_title=data_docs_title(ctx, case.version))
-        verdict = verdict.model_copy(update={"evidence": {**verdict.evidence, "step_time_source": STEP_TIME_SOURCE,
-                                                          "source": "external"}})
+        verdict = baseline_compare(
+            settings.database_url, ctx.case, env, run, parse_rec, work, docs_title=data_docs_title(ctx, case.version)
+        )
+        verdict = verdict.model_copy(
+            update={"evidence": {**verdict.evidence, "step_time_source": STEP_TIME_SOURCE, "source": "external"}}
+        )
         stage = "archive"
-        pulled = ExternalModel(model=model, version=case.version, source_uri=case.logdir, local_path=case.logdir,
-                               digest=hashlib.sha256(f"external/{model}/{case.version}".encode()).hexdigest(),
-                               size_bytes=0)
+        pulled = ExternalModel(
+            model=model,
+            version=case.version,
+            source_uri=case.logdir,
+            local_path=case.logdir,
+            digest=hashlib.sha256(f"external/{model}/{case.version}".encode()).hexdigest(),
+            size_bytes=0,
+        )
         gx = work / "gx"
-        rec = archive_run(settings.database_url, settings.archive_root, ctx, pulled, env,
-                          ExternalWarmup(warmup_steps=first_step), run, parse_rec, verdict, auto_accept=True,
-                          extra_dirs={"gx": str(gx)} if gx.is_dir() else None)
+        rec = archive_run(
+            settings.database_url,
+            settings.archive_root,
+            ctx,
+            pulled,
+            env,
+            ExternalWarmup(warmup_steps=first_step),
+            run,
+            parse_rec,
+            verdict,
+            auto_accept=True,
+            extra_dirs={"gx": str(gx)} if gx.is_dir() else None,
+        )
     except Exception as e:
         try:
-            run_id = record_failure(settings.database_url, ctx, stage,
-                                    f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-3000:])
+            run_id = record_failure(
+                settings.database_url, ctx, stage, f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-3000:]
+            )
             e.add_note(f"recorded in the store as failed run {run_id} (stage {stage})")
         except SuccessAlreadyStored:
             pass

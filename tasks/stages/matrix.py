@@ -51,8 +51,10 @@ def _same(a: Any, b: Any) -> bool:
 
 def _axes(matrix: Any, where: str) -> dict[str, list[Any]]:
     if not isinstance(matrix, Mapping) or not matrix:
-        raise MatrixError(f"{where}: 'matrix' must map axes to lists of values, e.g. "
-                          "{batch_size: [8, 16], xla: [false, true]}; got " + repr(matrix))
+        raise MatrixError(
+            f"{where}: 'matrix' must map axes to lists of values, e.g. "
+            "{batch_size: [8, 16], xla: [false, true]}; got " + repr(matrix)
+        )
     axes: dict[str, list[Any]] = {}
     for axis, values in matrix.items():
         if axis not in AXES:
@@ -72,8 +74,10 @@ def _excludes(exclude: Any, axes: dict[str, list[Any]], where: str) -> list[dict
     if exclude is None:
         return []
     if not isinstance(exclude, list):
-        raise MatrixError(f"{where}: 'exclude' must be a list of partial combinations, e.g. "
-                          "[{precision: mixed_bfloat16, xla: false}]; got " + repr(exclude))
+        raise MatrixError(
+            f"{where}: 'exclude' must be a list of partial combinations, e.g. "
+            "[{precision: mixed_bfloat16, xla: false}]; got " + repr(exclude)
+        )
     out = []
     for j, ex in enumerate(exclude):
         at = f"{where}: exclude[{j}]"
@@ -81,11 +85,15 @@ def _excludes(exclude: Any, axes: dict[str, list[Any]], where: str) -> list[dict
             raise MatrixError(f"{at} must map matrix axes to one value each, got {ex!r}")
         for axis, value in ex.items():
             if axis not in axes:
-                raise MatrixError(f"{at} names {axis!r}, which is not an axis of this entry's matrix "
-                                  f"({', '.join(axes)}): it matches no combination")
+                raise MatrixError(
+                    f"{at} names {axis!r}, which is not an axis of this entry's matrix "
+                    f"({', '.join(axes)}): it matches no combination"
+                )
             if not any(_same(value, v) for v in axes[axis]):
-                raise MatrixError(f"{at}: {axis}={value!r} is not a value of the matrix's {axis} list "
-                                  f"{axes[axis]!r}: it matches no combination")
+                raise MatrixError(
+                    f"{at}: {axis}={value!r} is not a value of the matrix's {axis} list "
+                    f"{axes[axis]!r}: it matches no combination"
+                )
         out.append(dict(ex))
     return out
 
@@ -120,8 +128,13 @@ def field_errors(fields: Mapping[str, Any], keys: Any) -> list[str]:
     return []
 
 
-def expand_entry(entry: Mapping[str, Any], defaults: Mapping[str, Any] | None = None, *, where: str = "entry",
-                 overrides: Mapping[str, Any] | None = None) -> list[Case]:
+def expand_entry(
+    entry: Mapping[str, Any],
+    defaults: Mapping[str, Any] | None = None,
+    *,
+    where: str = "entry",
+    overrides: Mapping[str, Any] | None = None,
+) -> list[Case]:
     """The cases of one model entry of the config: one Case per combination of its ``matrix`` axes
     not matched by an ``exclude`` item, or the single Case the entry describes when it has no matrix.
 
@@ -170,8 +183,9 @@ def expand_entry(entry: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
         try:
             cases.append(Case.model_validate({**fields, **combo, **(overrides or {})}))
         except ValueError as e:
-            raise MatrixError(f"{where}: the combination {combo} is not a valid case ({e}); "
-                              "fix the entry or add it to 'exclude'") from e
+            raise MatrixError(
+                f"{where}: the combination {combo} is not a valid case ({e}); fix the entry or add it to 'exclude'"
+            ) from e
     return cases
 
 
@@ -206,9 +220,11 @@ def config_cases(data: Any, *, where: str, overrides: Mapping[str, Any] | None =
         for c in found:
             key = (c.model, c.name)
             if key in first:
-                raise ValueError(f"{at}: case {c.name!r} of model {c.model!r} is already planned by "
-                                 f"models[{first[key]}]; each case of a model needs its own name (it keys its "
-                                 "history and baseline)")
+                raise ValueError(
+                    f"{at}: case {c.name!r} of model {c.model!r} is already planned by "
+                    f"models[{first[key]}]; each case of a model needs its own name (it keys its "
+                    "history and baseline)"
+                )
             first[key] = i
         cases.extend(found)
     return cases
@@ -225,12 +241,16 @@ def select_cases(cases: list[Case], model: str, case: str, *, where: str) -> lis
     mine = [c for c in cases if c.model == model]
     if not mine:
         models = sorted({c.model for c in cases})
-        raise ValueError(f"{where} has no entry for model {model!r} (models: {', '.join(models) or 'none'}); "
-                         f"the case Param {case!r} names a case of the config")
+        raise ValueError(
+            f"{where} has no entry for model {model!r} (models: {', '.join(models) or 'none'}); "
+            f"the case Param {case!r} names a case of the config"
+        )
     if case == ALL_CASES:
         return mine
     picked = [c for c in mine if c.name == case]
     if not picked:
-        raise ValueError(f"model {model!r} has no case {case!r} in {where}; its cases: "
-                         f"{', '.join(c.name for c in mine)} (or {ALL_CASES!r} for every one)")
+        raise ValueError(
+            f"model {model!r} has no case {case!r} in {where}; its cases: "
+            f"{', '.join(c.name for c in mine)} (or {ALL_CASES!r} for every one)"
+        )
     return picked

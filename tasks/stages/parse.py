@@ -47,7 +47,12 @@ from tasks.analysis.profile import (
 from tasks.records import ParseRecord, ProfiledRun
 
 OVERVIEW, OP_STATS, INPUT_PIPELINE, MEMORY, KERNELS = (
-    "overview_page", "framework_op_stats", "input_pipeline_analyzer", "memory_profile", "kernel_stats")
+    "overview_page",
+    "framework_op_stats",
+    "input_pipeline_analyzer",
+    "memory_profile",
+    "kernel_stats",
+)
 ALL_TOOLS: tuple[str, ...] = (OVERVIEW, OP_STATS, INPUT_PIPELINE, MEMORY, KERNELS)
 #: Trace events (step markers), read only when overview_page found no steps in a runner's profile.
 TRACE = "trace_viewer"
@@ -56,11 +61,14 @@ SUMMARY_TOOLS: frozenset[str] = frozenset({OVERVIEW, OP_STATS})
 #: Tools whose failure fails the parse; failures of the others are recorded in ``skipped_tools``.
 REQUIRED_TOOLS: frozenset[str] = frozenset({OVERVIEW, OP_STATS})
 XPLANE_GLOB = "plugins/profile/*/*.xplane.pb"
+
+
 class ProfileParseError(RuntimeError):
     """xprof could not convert a profile. ``xprof_message`` is xprof's own error text (when it gave one)."""
 
-    def __init__(self, message: str, *, tool: str | None = None, paths: Sequence[str] = (),
-                 xprof_message: str | None = None):
+    def __init__(
+        self, message: str, *, tool: str | None = None, paths: Sequence[str] = (), xprof_message: str | None = None
+    ):
         super().__init__(message)
         self.tool, self.paths, self.xprof_message = tool, list(paths), xprof_message
 
@@ -85,8 +93,8 @@ def find_xplanes(profile_dir: str | Path) -> tuple[list[Path], list[str]]:
     paths = sorted(root.glob(XPLANE_GLOB)) or sorted(root.glob("*.xplane.pb"))
     if not paths:
         raise ProfileNotFoundError(
-            f"no *.xplane.pb under {str(root)!r} (looked for {XPLANE_GLOB} and *.xplane.pb)",
-            paths=[str(root)])
+            f"no *.xplane.pb under {str(root)!r} (looked for {XPLANE_GLOB} and *.xplane.pb)", paths=[str(root)]
+        )
     sessions = sorted({p.parent for p in paths})
     notes = []
     if len(sessions) > 1:
@@ -116,18 +124,19 @@ def _run_tool(paths: Sequence[Path], tool: str) -> Any:
     try:
         data, _ = raw_to_tool_data.xspace_to_tool_data(str_paths, tool, {"use_saved_result": False}, wrapper)
     except Exception as exc:  # the C API raises RuntimeError on some faults
-        raise ProfileParseError(f"xprof {tool} failed: {exc}", tool=tool, paths=str_paths,
-                                xprof_message=str(exc)) from exc
+        raise ProfileParseError(
+            f"xprof {tool} failed: {exc}", tool=tool, paths=str_paths, xprof_message=str(exc)
+        ) from exc
     if failure:
-        raise ProfileParseError(f"xprof {tool} failed: {failure[0]}", tool=tool, paths=str_paths,
-                                xprof_message=failure[0])
+        raise ProfileParseError(
+            f"xprof {tool} failed: {failure[0]}", tool=tool, paths=str_paths, xprof_message=failure[0]
+        )
     if not data:
         return None
     try:
         return json.loads(data)
     except ValueError as exc:
-        raise ProfileParseError(f"xprof {tool} returned non-JSON output: {exc}", tool=tool,
-                                paths=str_paths) from exc
+        raise ProfileParseError(f"xprof {tool} returned non-JSON output: {exc}", tool=tool, paths=str_paths) from exc
 
 
 def _num(value: Any) -> float | None:
@@ -144,8 +153,7 @@ def _num(value: Any) -> float | None:
 def _records(table: dict[str, Any], rename: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """DataTable JSON (cols / rows[c][v] / p) -> list of records keyed by column id (renamed)."""
     ids = [(rename or {}).get(c["id"], c["id"]) for c in table.get("cols", [])]
-    values = ([c.get("v") if isinstance(c, dict) else None for c in row.get("c", [])]
-              for row in table.get("rows", []))
+    values = ([c.get("v") if isinstance(c, dict) else None for c in row.get("c", [])] for row in table.get("rows", []))
     return [dict(zip(ids, v, strict=False)) for v in values]
 
 
@@ -162,8 +170,10 @@ def _find_table(tables: list[dict[str, Any]], col_id: str) -> dict[str, Any] | N
 
 def _diagnostics(tables: list[dict[str, Any]], tool: str) -> list[Diagnostic]:
     table = _find_table(tables, "severity")
-    return [Diagnostic(tool=tool, severity=str(r.get("severity") or ""), message=str(r.get("message") or ""))
-            for r in (_records(table) if table else [])]
+    return [
+        Diagnostic(tool=tool, severity=str(r.get("severity") or ""), message=str(r.get("message") or ""))
+        for r in (_records(table) if table else [])
+    ]
 
 
 # --------------------------------------------------------------------------------------------- tools
@@ -180,16 +190,24 @@ def _apply_overview(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:
     if steps and sum(step_ms) > 0:  # no steps => unknown, never 0
         out["avg_step_time_ms"] = statistics.fmean(step_ms)
         out["step_time_stddev_ms"] = statistics.pstdev(step_ms)
-        out["breakdown_avg_ms"] = {k: statistics.fmean(s[k] for s in steps)
-                                   for k in STEP_COLUMNS.values() if k != "step"}
+        out["breakdown_avg_ms"] = {
+            k: statistics.fmean(s[k] for s in steps) for k in STEP_COLUMNS.values() if k != "step"
+        }
         out["input_bound_pct"] = 100.0 * sum(s["input_ms"] for s in steps) / sum(step_ms)
     out["conclusion"] = p.get("input_conclusion") or None
     out["recommendation"] = p.get("summary_nextstep") or None
     tips_p = (_find_table(tables, "tip_type") or {}).get("p", {})
     out["bottleneck"] = tips_p.get("bottleneck") or None
-    out["statements"] = [s for k in ("all_other_statement", "kernel_launch_statement",
-                                     "device_collectives_statement", "precision_statement")
-                         if (s := tips_p.get(k) or p.get(k))]
+    out["statements"] = [
+        s
+        for k in (
+            "all_other_statement",
+            "kernel_launch_statement",
+            "device_collectives_statement",
+            "precision_statement",
+        )
+        if (s := tips_p.get(k) or p.get(k))
+    ]
     env_p = (_find_table(tables, "host_id") or {}).get("p", {})
     out["device_type"] = env_p.get("device_type") or None
     cores = _num(env_p.get("device_core_count"))
@@ -204,39 +222,64 @@ def _apply_op_stats(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:
     """framework_op_stats gives two tables, with and without the IDLE pseudo-op. Op rows and shares come
     from the IDLE-excluded one (xprof's "Total self-time on Host/Device": a fraction of busy self-time on
     that side); the IDLE rows go to ``idle_time_us``."""
-    rename = {"type": "op_type", "operation": "op_name", "total_self_time": "total_self_time_us",
-              "avg_self_time": "avg_self_time_us"}
+    rename = {
+        "type": "op_type",
+        "operation": "op_name",
+        "total_self_time": "total_self_time_us",
+        "avg_self_time": "avg_self_time_us",
+    }
     parsed = [_records(t, rename) for t in tables if _find_table([t], "total_self_time")]
     rows = min(parsed, key=lambda rs: sum(r.get("op_type") == IDLE_OP for r in rs), default=[])
-    out["idle_time_us"] = {str(r.get("host_or_device")): _num(r.get("total_self_time_us")) or 0.0
-                           for rs in parsed for r in rs if r.get("op_type") == IDLE_OP}
-    out["op_stats"] = [{
-        "host_or_device": str(r.get("host_or_device") or ""), "op_type": str(r.get("op_type") or ""),
-        "op_name": str(r.get("op_name") or ""), "occurrences": int(_num(r.get("occurrences")) or 0),
-        "total_self_time_us": _num(r.get("total_self_time_us")) or 0.0,
-        "avg_self_time_us": _num(r.get("avg_self_time_us")) or 0.0,
-        "self_time_share": _num(r.get("device_total_self_time_percent" if r.get("host_or_device") == "Device"
-                                      else "host_total_self_time_percent")) or 0.0,
-    } for r in rows if r.get("op_type") != IDLE_OP]
+    out["idle_time_us"] = {
+        str(r.get("host_or_device")): _num(r.get("total_self_time_us")) or 0.0
+        for rs in parsed
+        for r in rs
+        if r.get("op_type") == IDLE_OP
+    }
+    out["op_stats"] = [
+        {
+            "host_or_device": str(r.get("host_or_device") or ""),
+            "op_type": str(r.get("op_type") or ""),
+            "op_name": str(r.get("op_name") or ""),
+            "occurrences": int(_num(r.get("occurrences")) or 0),
+            "total_self_time_us": _num(r.get("total_self_time_us")) or 0.0,
+            "avg_self_time_us": _num(r.get("avg_self_time_us")) or 0.0,
+            "self_time_share": _num(
+                r.get(
+                    "device_total_self_time_percent"
+                    if r.get("host_or_device") == "Device"
+                    else "host_total_self_time_percent"
+                )
+            )
+            or 0.0,
+        }
+        for r in rows
+        if r.get("op_type") != IDLE_OP
+    ]
     if any(len(rs) >= XPROF_MAX_OP_ROWS for rs in parsed):
-        out["diagnostics"].append(Diagnostic(
-            tool=OP_STATS, severity="WARNING",
-            message=f"framework_op_stats holds xprof's cap of {XPROF_MAX_OP_ROWS} rows: ops with less self-time "
-                    "were cut, so small ops may look appeared/vanished between runs"))
+        out["diagnostics"].append(
+            Diagnostic(
+                tool=OP_STATS,
+                severity="WARNING",
+                message=f"framework_op_stats holds xprof's cap of {XPROF_MAX_OP_ROWS} rows: ops with less self-time "
+                "were cut, so small ops may look appeared/vanished between runs",
+            )
+        )
 
 
 def _apply_input_pipeline(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:
     steps_t = _find_table(tables, "stepnum")
-    out["input_steps"] = [_step_row(i, r) for i, r in enumerate(_records(steps_t, STEP_COLUMNS))] \
-        if steps_t else []
+    out["input_steps"] = [_step_row(i, r) for i, r in enumerate(_records(steps_t, STEP_COLUMNS))] if steps_t else []
     ops_t = _find_table(tables, "opName")
     if ops_t:
         out["input_ops"] = _records(ops_t, INPUT_OP_COLUMNS)
-        out["input_time_breakdown_us"] = {k: v for k, raw in ops_t.get("p", {}).items()
-                                          if (v := _num(raw)) is not None}
+        out["input_time_breakdown_us"] = {k: v for k, raw in ops_t.get("p", {}).items() if (v := _num(raw)) is not None}
     links_t = _find_table(tables, "link")
-    out["input_recommendations"] = [re.sub(r"<[^>]+>", "", str(r["link"]))  # plain text, no HTML
-                                    for r in (_records(links_t) if links_t else []) if r.get("link")]
+    out["input_recommendations"] = [
+        re.sub(r"<[^>]+>", "", str(r["link"]))  # plain text, no HTML
+        for r in (_records(links_t) if links_t else [])
+        if r.get("link")
+    ]
     seen = {d.message for d in out["diagnostics"]}
     out["diagnostics"] += [d for d in _diagnostics(tables, INPUT_PIPELINE) if d.message not in seen]
 
@@ -249,15 +292,18 @@ def _memory_records(host: str, data: Any) -> list[dict[str, Any]]:
         peak_in_use = _num(peak.get("peakBytesInUse"))
         if not peak_in_use and not _num(summary.get("peakBytesUsageLifetime")):
             continue  # an allocator with no recorded activity
-        recs.append({
-            "host": host, "allocator": allocator,
-            "peak_bytes_in_use": int(peak_in_use or 0),
-            "peak_bytes_usage_lifetime": int(_num(summary.get("peakBytesUsageLifetime")) or 0),
-            "peak_heap_allocated_bytes": int(_num(peak.get("heapAllocatedBytes")) or 0),
-            "peak_stack_reserved_bytes": int(_num(peak.get("stackReservedBytes")) or 0),
-            "memory_capacity_bytes": int(_num(summary.get("memoryCapacity")) or 0),
-            "peak_fragmentation": _num(peak.get("fragmentation")),
-        })
+        recs.append(
+            {
+                "host": host,
+                "allocator": allocator,
+                "peak_bytes_in_use": int(peak_in_use or 0),
+                "peak_bytes_usage_lifetime": int(_num(summary.get("peakBytesUsageLifetime")) or 0),
+                "peak_heap_allocated_bytes": int(_num(peak.get("heapAllocatedBytes")) or 0),
+                "peak_stack_reserved_bytes": int(_num(peak.get("stackReservedBytes")) or 0),
+                "memory_capacity_bytes": int(_num(summary.get("memoryCapacity")) or 0),
+                "peak_fragmentation": _num(peak.get("fragmentation")),
+            }
+        )
     return recs
 
 
@@ -296,8 +342,9 @@ def marker_steps(xplane_paths: Sequence[str | Path]) -> list[int]:
 # --------------------------------------------------------------------------------------------- API
 
 
-def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 2**20,
-                  tools: Sequence[str] = ALL_TOOLS) -> ParsedProfile:
+def parse_profile(
+    profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 2**20, tools: Sequence[str] = ALL_TOOLS
+) -> ParsedProfile:
     """Parse the newest profiling session in ``profile_dir`` with xprof's converters.
 
     ``tools``: subset of ALL_TOOLS to run (the others are listed in ``skipped_tools``). When the xplanes
@@ -325,8 +372,11 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
             raise ProfileParseError(f"empty xplane file {str(p)!r} (0 bytes)", paths=[str(p)])
     total = sum(sizes)
     out: dict[str, Any] = {
-        "profile_dir": str(profile_dir), "xplane_paths": [str(p) for p in paths], "xplane_bytes": total,
-        "hosts": [p.name.removesuffix(".xplane.pb") for p in paths], "skipped_tools": [],
+        "profile_dir": str(profile_dir),
+        "xplane_paths": [str(p) for p in paths],
+        "xplane_bytes": total,
+        "hosts": [p.name.removesuffix(".xplane.pb") for p in paths],
+        "skipped_tools": [],
         "diagnostics": [Diagnostic(tool="perfwatch", severity="INFO", message=n) for n in notes],
     }
     skipped: list[SkippedTool] = out["skipped_tools"]
@@ -335,25 +385,35 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
         if tool not in tools:
             skipped.append(SkippedTool(tool=tool, reason="not requested"))
         elif total > max_full_parse_bytes and tool not in SUMMARY_TOOLS:
-            skipped.append(SkippedTool(tool=tool, reason=f"xplane size {total} bytes exceeds "
-                                       f"max_full_parse_bytes={max_full_parse_bytes}; summary tools only"))
+            skipped.append(
+                SkippedTool(
+                    tool=tool,
+                    reason=f"xplane size {total} bytes exceeds "
+                    f"max_full_parse_bytes={max_full_parse_bytes}; summary tools only",
+                )
+            )
         else:
             run.append(tool)
 
     with _private_links(paths) as links:
         for tool in run:
             if tool == KERNELS and out.get("hardware_type") == "CPU_ONLY":  # overview_page ran first
-                out["kernel_stats_absent_reason"] = "CPU-only profile (overview_page hardware type CPU_ONLY): " \
-                                                    "no GPU kernels to list"
+                out["kernel_stats_absent_reason"] = (
+                    "CPU-only profile (overview_page hardware type CPU_ONLY): no GPU kernels to list"
+                )
                 continue
             try:
                 if tool == MEMORY:
-                    recs = [r for link in links for r in _memory_records(
-                        link.name.removesuffix(".xplane.pb"), _run_tool([link], tool))]
+                    recs = [
+                        r
+                        for link in links
+                        for r in _memory_records(link.name.removesuffix(".xplane.pb"), _run_tool([link], tool))
+                    ]
                     out["memory"] = recs or None
                     if not recs:
-                        out["memory_absent_reason"] = "memory_profile returned no allocator activity " \
-                                                      "(common on CPU-only profiles)"
+                        out["memory_absent_reason"] = (
+                            "memory_profile returned no allocator activity (common on CPU-only profiles)"
+                        )
                     continue
                 data = _run_tool(links, tool)
             except ProfileParseError as exc:
@@ -372,22 +432,26 @@ def parse_profile(profile_dir: str | Path, *, max_full_parse_bytes: int = 200 * 
                 rows = [{k: v for k, v in r.items() if k != "rank"} for t in tables for r in _records(t)]
                 out["kernel_stats"] = rows or None
                 if not rows:
-                    out["kernel_stats_absent_reason"] = "kernel_stats returned no kernels (no GPU device " \
-                                                        "planes: CPU-only profile)"
-    for tool, field, reason_field in ((MEMORY, "memory", "memory_absent_reason"),
-                                      (KERNELS, "kernel_stats", "kernel_stats_absent_reason")):
+                    out["kernel_stats_absent_reason"] = (
+                        "kernel_stats returned no kernels (no GPU device planes: CPU-only profile)"
+                    )
+    for tool, field, reason_field in (
+        (MEMORY, "memory", "memory_absent_reason"),
+        (KERNELS, "kernel_stats", "kernel_stats_absent_reason"),
+    ):
         if out.get(field) is None and not out.get(reason_field):
             out[reason_field] = next((f"not run: {s.reason}" for s in skipped if s.tool == tool), "not run")
     has_device = bool(out.get("device_core_count")) and out.get("hardware_type") not in (None, "CPU_ONLY")
-    out["collectives"] = collective_time(out.get("op_stats", []), out.get("num_steps", 0),
-                                         [s["device_collectives_ms"] for s in out.get("step_breakdown", [])]
-                                         if has_device else None)
+    out["collectives"] = collective_time(
+        out.get("op_stats", []),
+        out.get("num_steps", 0),
+        [s["device_collectives_ms"] for s in out.get("step_breakdown", [])] if has_device else None,
+    )
     out["parse_seconds"] = time.perf_counter() - t0
     return ParsedProfile(**out)
 
 
-def parse_run(run: ProfiledRun, work_dir: str | Path, *,
-              max_full_parse_bytes: int = 200 * 2**20) -> ParseRecord:
+def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: int = 200 * 2**20) -> ParseRecord:
     """The pipeline's parse stage: parse ``run.profile_dir`` (a ``tasks.records.ProfiledRun``), diagnose it,
     look for the runner's step markers when xprof found no steps (:func:`marker_steps`, in ``marker_steps`` of the
     parsed profile: the ``steps_not_found`` finding then says so instead of advising markers), check the
@@ -414,24 +478,43 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *,
         try:
             parsed = parsed.model_copy(update={"marker_steps": marker_steps(parsed.xplane_paths)})
         except ProfileParseError as e:
-            parsed = parsed.model_copy(update={"diagnostics": [*parsed.diagnostics, Diagnostic(
-                tool=TRACE, severity="WARNING", message=f"could not look for the runner's step markers: {e}")]})
+            parsed = parsed.model_copy(
+                update={
+                    "diagnostics": [
+                        *parsed.diagnostics,
+                        Diagnostic(
+                            tool=TRACE, severity="WARNING", message=f"could not look for the runner's step markers: {e}"
+                        ),
+                    ]
+                }
+            )
     for key in ("measured_step_times_ms", "profiled_step_times_ms"):
         if not samples.get(key):
             raise ValueError(f"{run.samples_path}: no {key!r} (expected the runner's profile-mode result)")
-    check = cross_check(samples["measured_step_times_ms"], samples["profiled_step_times_ms"],
-                        [s["step_time_ms"] for s in parsed.step_breakdown],
-                        profiler_avg_step_ms=parsed.avg_step_time_ms)
+    check = cross_check(
+        samples["measured_step_times_ms"],
+        samples["profiled_step_times_ms"],
+        [s["step_time_ms"] for s in parsed.step_breakdown],
+        profiler_avg_step_ms=parsed.avg_step_time_ms,
+    )
     findings = diagnose(parsed) + diagnose_window(check)
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tables = {**parsed.model_dump(mode="json"), "findings": [f.model_dump(mode="json") for f in findings],
-              "cross_check": check.model_dump(mode="json")}
+    tables = {
+        **parsed.model_dump(mode="json"),
+        "findings": [f.model_dump(mode="json") for f in findings],
+        "cross_check": check.model_dump(mode="json"),
+    }
     out.write_text(json.dumps(tables))
-    return ParseRecord(parsed_path=str(out), avg_step_time_ms=parsed.avg_step_time_ms,
-                       input_bound_pct=parsed.input_bound_pct, n_ops=len(parsed.op_stats),
-                       findings=[f"{f.code}: {f.message}" for f in findings],
-                       cross_check_ratio=check.overhead_ratio, cross_check_ok=check.representative)
+    return ParseRecord(
+        parsed_path=str(out),
+        avg_step_time_ms=parsed.avg_step_time_ms,
+        input_bound_pct=parsed.input_bound_pct,
+        n_ops=len(parsed.op_stats),
+        findings=[f"{f.code}: {f.message}" for f in findings],
+        cross_check_ratio=check.overhead_ratio,
+        cross_check_ok=check.representative,
+    )
 
 
 def _no_profile(reason: str, work_dir: str | Path) -> ParseRecord:
@@ -440,5 +523,12 @@ def _no_profile(reason: str, work_dir: str | Path) -> ParseRecord:
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"profile_absent_reason": reason, "findings": []}))
-    return ParseRecord(parsed_path=str(out), avg_step_time_ms=None, input_bound_pct=None, n_ops=0,
-                       findings=[f"no_profile: {reason}"], cross_check_ratio=None, cross_check_ok=None)
+    return ParseRecord(
+        parsed_path=str(out),
+        avg_step_time_ms=None,
+        input_bound_pct=None,
+        n_ops=0,
+        findings=[f"no_profile: {reason}"],
+        cross_check_ratio=None,
+        cross_check_ok=None,
+    )

@@ -61,13 +61,15 @@ log = logging.getLogger(__name__)
 
 STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
 #: what each stage does, as its start line in the log says (a DAG task log, or `perfwatch run` on stderr)
-DOING = {"pull-model-version": "copying and hashing the model version",
-         "env-fingerprint": "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
-         "warm-up": "fresh runner process: steps until step time is steady",
-         "profiled-run": "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
-         "parse": "xprof converts the XSpace: step-time breakdown, op self-times, memory",
-         "baseline-compare": "finding the comparable baseline; statistics and the Great Expectations suites",
-         "archive": "writing run, samples and verdict in one transaction; moving the profile to the archive"}
+DOING = {
+    "pull-model-version": "copying and hashing the model version",
+    "env-fingerprint": "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
+    "warm-up": "fresh runner process: steps until step time is steady",
+    "profiled-run": "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
+    "parse": "xprof converts the XSpace: step-time breakdown, op self-times, memory",
+    "baseline-compare": "finding the comparable baseline; statistics and the Great Expectations suites",
+    "archive": "writing run, samples and verdict in one transaction; moving the profile to the archive",
+}
 
 Bundle = dict[str, Any]
 
@@ -92,8 +94,9 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     return config_cases(data, where=str(path), overrides=overrides)
 
 
-def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any],
-               settings: Settings | None = None) -> list[Bundle]:
+def plan_cases(
+    dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any], settings: Settings | None = None
+) -> list[Bundle]:
     """One bundle per case: the Param-given model when set (the other Params fill its Case), else
     every case of the YAML config exactly as configured there (the nightly run). With Params ``model``
     and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
@@ -111,18 +114,28 @@ def plan_cases(dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str,
     migrate(settings.database_url)
     if params.get("case"):
         if not params.get("model"):
-            raise ValueError(f"the case Param {params['case']!r} needs the model Param: it names a case of that "
-                             "model's config entry")
+            raise ValueError(
+                f"the case Param {params['case']!r} needs the model Param: it names a case of that model's config entry"
+            )
         overrides = {k: params[k] for k in ("version", "measured_steps") if params.get(k) not in (None, "")}
-        cases = select_cases(load_config(settings.config_path, overrides=overrides), params["model"],
-                             params["case"], where=str(settings.config_path))
+        cases = select_cases(
+            load_config(settings.config_path, overrides=overrides),
+            params["model"],
+            params["case"],
+            where=str(settings.config_path),
+        )
     elif params.get("model"):
         case_fields = {k: v for k, v in params.items() if k in Case.model_fields and v not in (None, "")}
         cases = [Case.model_validate(case_fields)]
     else:
         cases = load_config(settings.config_path)
-    return [{"ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom(),
-             "label": f"{c.model} {c.name}"} for c in cases]
+    return [
+        {
+            "ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom(),
+            "label": f"{c.model} {c.name}",
+        }
+        for c in cases
+    ]
 
 
 def trigger_kind(run_type: str, requested: str | None) -> Trigger:
@@ -173,19 +186,30 @@ def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunCon
         try:
             from tasks.stages.pull import CorruptModelError
 
-            resolved = ((bundle.get("pulled") or {}).get("version")
-                        or (e.version if isinstance(e, CorruptModelError) else None))
-            run_id = record_failure(settings.database_url, ctx, stage, msg + "\n" + traceback.format_exc()[-3000:],
-                                    version=str(resolved) if resolved is not None else None)
+            resolved = (bundle.get("pulled") or {}).get("version") or (
+                e.version if isinstance(e, CorruptModelError) else None
+            )
+            run_id = record_failure(
+                settings.database_url,
+                ctx,
+                stage,
+                msg + "\n" + traceback.format_exc()[-3000:],
+                version=str(resolved) if resolved is not None else None,
+            )
         except SuccessAlreadyStored as kept:
-            note = FailureNote(None, f"run {kept.run_id} of this DAG run is already stored as a success and is "
-                                     "kept; this failure was not recorded over it")
+            note = FailureNote(
+                None,
+                f"run {kept.run_id} of this DAG run is already stored as a success and is "
+                "kept; this failure was not recorded over it",
+            )
             shutil.rmtree(scratch, ignore_errors=True)  # the scratch of a finished run
             e.add_note(note.detail)
         except Exception as store_error:  # noqa: BLE001 - the original error matters more
             note = FailureNote(None, f"{type(store_error).__name__}: {store_error}")
-            e.add_note(f"the failure could NOT be recorded in the store ({note.detail}); the run's scratch dir "
-                       f"{scratch} is kept for a retry")
+            e.add_note(
+                f"the failure could NOT be recorded in the store ({note.detail}); the run's scratch dir "
+                f"{scratch} is kept for a retry"
+            )
         else:
             note = FailureNote(run_id)
             shutil.rmtree(scratch, ignore_errors=True)
@@ -218,7 +242,8 @@ def _need(bundle: Bundle, stage: str) -> None:
             raise StageInputMissing(
                 f"{stage}: {path} (written by {_PRODUCER[key]}) is gone: this run's scratch dir was removed "
                 f"(its earlier attempt failed, or a restart cleaned it); clear the DAG run's tasks from "
-                f"{_PRODUCER[key]} on")
+                f"{_PRODUCER[key]} on"
+            )
 
 
 def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any]):
@@ -227,22 +252,35 @@ def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any
         with _recorded(bundle, name, settings) as ctx:
             done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
             if done is not None and done.status == "success":
-                log.warning("%s: run %s of %s %s (%s) is already archived; nothing to do", name, done.run_id,
-                            ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+                log.warning(
+                    "%s: run %s of %s %s (%s) is already archived; nothing to do",
+                    name,
+                    done.run_id,
+                    ctx.dag_id,
+                    ctx.dag_run_id,
+                    ctx.case.name,
+                )
                 shutil.rmtree(scratch_dir(settings, ctx), ignore_errors=True)
-                return {**bundle, "archived": ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "",
-                                                            verdict=done.verdict or "").to_xcom()}
+                return {
+                    **bundle,
+                    "archived": ArchiveRecord(
+                        run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or ""
+                    ).to_xcom(),
+                }
             _need(bundle, name)
             t0 = time.monotonic()
-            log.info("%s: %s (%s v%s, %s)", name, DOING.get(name, "running"), ctx.case.model, ctx.case.version,
-                     ctx.case.name)
+            log.info(
+                "%s: %s (%s v%s, %s)", name, DOING.get(name, "running"), ctx.case.model, ctx.case.version, ctx.case.name
+            )
             record = fn(bundle, ctx, settings)
             log.info("%s: done in %.1f s", name, time.monotonic() - t0)
         return {**bundle, key: record.to_xcom()}
 
     run.__name__ = key
-    run.__doc__ = (f"Stage {name}: adds ``{key}`` to the bundle; a no-op for a run already stored as a success; "
-                   "a failure is recorded, then re-raised.")
+    run.__doc__ = (
+        f"Stage {name}: adds ``{key}`` to the bundle; a no-op for a run already stored as a success; "
+        "a failure is recorded, then re-raised."
+    )
     return run
 
 
@@ -270,17 +308,23 @@ def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
     pulled = PulledModel.model_validate(b["pulled"])
     reused = reusable_warm_up(st.database_url, pulled, b["env"]["comparability_key"], ctx.case)
     if reused is not None:
-        log.info("warm-up: reusing run %s's warm-up (%d steps to steady state; same model bytes and environment "
-                 "within %g days): no warm-up process", reused.reused_from_run_id, reused.warmup_steps,
-                 ctx.case.warmup_reuse_days)
+        log.info(
+            "warm-up: reusing run %s's warm-up (%d steps to steady state; same model bytes and environment "
+            "within %g days): no warm-up process",
+            reused.reused_from_run_id,
+            reused.warmup_steps,
+            ctx.case.warmup_reuse_days,
+        )
         return reused
     return warm_up(pulled, ctx.case, work_dir(st, ctx), st.runner_python)
 
 
 warmup = _stage("warm-up", "warmup", _warmup)
 
-def pull_paired_baseline(ctx: RunContext, env: EnvRecord, settings: Settings,
-                         pulled: PulledModel | None = None) -> PulledModel | None:
+
+def pull_paired_baseline(
+    ctx: RunContext, env: EnvRecord, settings: Settings, pulled: PulledModel | None = None
+) -> PulledModel | None:
     """For a paired gate: pull the version to re-measure as A into ``<work dir>/baseline`` -- the
     baseline's (the version of the baseline run found by ``tasks.store.reads.baseline_version``), or
     ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
@@ -303,8 +347,15 @@ def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
     env = EnvRecord.model_validate(b["env"])
     baseline = pull_paired_baseline(ctx, env, st, pulled)
     setup = gate_setup(st.database_url, ctx.case, env.comparability_key) if baseline else None
-    return profiled_run(pulled, ctx.case, WarmupRecord.model_validate(b["warmup"]), work_dir(st, ctx),
-                        st.runner_python, baseline=baseline, setup=setup)
+    return profiled_run(
+        pulled,
+        ctx.case,
+        WarmupRecord.model_validate(b["warmup"]),
+        work_dir(st, ctx),
+        st.runner_python,
+        baseline=baseline,
+        setup=setup,
+    )
 
 
 profile = _stage("profiled-run", "run", _profile)
@@ -321,8 +372,14 @@ def _will_be_compared(bundle: Bundle, settings: Settings) -> bool:
     if bundle["run"].get("paired_path"):
         return True
     ctx = RunContext.model_validate(bundle["ctx"])
-    found = gather_compare_inputs(settings.database_url, ctx.case.model, ctx.case.name,
-                                  bundle["env"]["comparability_key"], lookback=1, calibration_window=1)
+    found = gather_compare_inputs(
+        settings.database_url,
+        ctx.case.model,
+        ctx.case.name,
+        bundle["env"]["comparability_key"],
+        lookback=1,
+        calibration_window=1,
+    )
     return bool(found.same_env)
 
 
@@ -341,6 +398,7 @@ def profile_unless_busy(bundle: Bundle, settings: Settings | None = None, *, ret
         raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): {noise.get('reason')}; measuring again later")
     return out
 
+
 def _parse(b: Bundle, ctx: RunContext, st: Settings) -> ParseRecord:
     from tasks.stages.parse import parse_run
 
@@ -354,10 +412,15 @@ def _compare(b: Bundle, ctx: RunContext, st: Settings) -> CompareRecord:
     from tasks.stages.compare import baseline_compare
     from tasks.stages.expectations import data_docs_title
 
-    return baseline_compare(st.database_url, ctx.case, EnvRecord.model_validate(b["env"]),
-                            ProfiledRun.model_validate(b["run"]), ParseRecord.model_validate(b["parsed"]),
-                            work_dir(st, ctx),
-                            docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version))
+    return baseline_compare(
+        st.database_url,
+        ctx.case,
+        EnvRecord.model_validate(b["env"]),
+        ProfiledRun.model_validate(b["run"]),
+        ParseRecord.model_validate(b["parsed"]),
+        work_dir(st, ctx),
+        docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version),
+    )
 
 
 compare = _stage("baseline-compare", "verdict", _compare)
@@ -368,11 +431,19 @@ def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
 
     wd = work_dir(st, ctx)
     gx = wd / "gx"
-    rec = archive_run(st.database_url, st.archive_root, ctx, PulledModel.model_validate(b["pulled"]),
-                      EnvRecord.model_validate(b["env"]), WarmupRecord.model_validate(b["warmup"]),
-                      ProfiledRun.model_validate(b["run"]), ParseRecord.model_validate(b["parsed"]),
-                      CompareRecord.model_validate(b["verdict"]), auto_accept=ctx.case.auto_accept,
-                      extra_dirs={"gx": str(gx)} if gx.is_dir() else None)
+    rec = archive_run(
+        st.database_url,
+        st.archive_root,
+        ctx,
+        PulledModel.model_validate(b["pulled"]),
+        EnvRecord.model_validate(b["env"]),
+        WarmupRecord.model_validate(b["warmup"]),
+        ProfiledRun.model_validate(b["run"]),
+        ParseRecord.model_validate(b["parsed"]),
+        CompareRecord.model_validate(b["verdict"]),
+        auto_accept=ctx.case.auto_accept,
+        extra_dirs={"gx": str(gx)} if gx.is_dir() else None,
+    )
     shutil.rmtree(wd, ignore_errors=True)
     return rec
 
@@ -414,9 +485,10 @@ def check_scratch(settings: Settings, runs: list[RunLocation], *, grace_s: float
             continue
         age = _tree_age_s(d)
         if age > grace_s:
-            whose = (f"run {r.run_id} failed" if r is not None else "no stored run: a killed or abandoned run")
-            out.append(Leftover("scratch", str(d), f"untouched for {age / 3600:.1f} h; {whose}", True,
-                                r.run_id if r else None))
+            whose = f"run {r.run_id} failed" if r is not None else "no stored run: a killed or abandoned run"
+            out.append(
+                Leftover("scratch", str(d), f"untouched for {age / 3600:.1f} h; {whose}", True, r.run_id if r else None)
+            )
     return out
 
 
@@ -428,8 +500,10 @@ def raise_on_host_busy(bundle: Bundle) -> None:
     noise = (verdict.get("evidence") or {}).get("noise") or {}
     if verdict.get("verdict") == "inconclusive" and noise.get("busy"):
         ctx = RunContext.model_validate(bundle["ctx"])
-        raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): verdict inconclusive, {noise.get('reason')}; archived "
-                       f"as run {bundle['archived']['run_id']}")
+        raise HostBusy(
+            f"{ctx.case.model} ({ctx.case.name}): verdict inconclusive, {noise.get('reason')}; archived "
+            f"as run {bundle['archived']['run_id']}"
+        )
 
 
 def raise_on_regression(bundle: Bundle) -> None:
@@ -441,8 +515,10 @@ def raise_on_regression(bundle: Bundle) -> None:
     if verdict is None:
         archived = bundle["archived"]
         if archived["verdict"] == "regression":
-            raise RegressionDetected(f"{ctx.case.model} ({ctx.case.name}) regressed: archived as run "
-                                     f"{archived['run_id']} (`perfwatch compare` shows the evidence)")
+            raise RegressionDetected(
+                f"{ctx.case.model} ({ctx.case.name}) regressed: archived as run "
+                f"{archived['run_id']} (`perfwatch compare` shows the evidence)"
+            )
         return
     if verdict["verdict"] == "regression":
         from tasks.analysis.attribution import top_ops_text
@@ -452,7 +528,8 @@ def raise_on_regression(bundle: Bundle) -> None:
             f"): step-time ratio {verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] "
             f"vs baseline run(s) "
             f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}; "
-            + top_ops_text(verdict.get("evidence", {}).get("attribution")))
+            + top_ops_text(verdict.get("evidence", {}).get("attribution"))
+        )
 
 
 def run_case(ctx: RunContext, settings: Settings | None = None) -> Bundle:

@@ -50,18 +50,28 @@ class GateSetup:
     (``calibration.paired_offset_for_case``) and the case's calibrated gate noise
     (``calibration.calibrated_noise``). ``GateSetup()`` is a fresh store's: default offset, no noise."""
 
-    offset: calibration.Offset = field(default_factory=lambda: calibration.Offset(
-        sd=calibration.DEFAULT_PAIRED_OFFSET_SD, source="default"))
-    noise: calibration.NoiseCalibration = field(default_factory=lambda: calibration.NoiseCalibration(
-        sd_pair=None, n_gates=0))
+    offset: calibration.Offset = field(
+        default_factory=lambda: calibration.Offset(sd=calibration.DEFAULT_PAIRED_OFFSET_SD, source="default")
+    )
+    noise: calibration.NoiseCalibration = field(
+        default_factory=lambda: calibration.NoiseCalibration(sd_pair=None, n_gates=0)
+    )
 
 
 def gate_setup(db_url: str, case: Case, comparability_key: str) -> GateSetup:
     """Read the store once (``tasks.store.reads.gather_compare_inputs``) for the gate's offset and noise."""
-    inputs = reads.gather_compare_inputs(db_url, case.model, case.name, comparability_key, lookback=case.lookback,
-                                         calibration_window=calibration.CALIBRATION_WINDOW)
-    return GateSetup(offset=calibration.paired_offset_for_case(case, inputs.aa_gates),
-                     noise=calibration.calibrated_noise(inputs.paired_gates))
+    inputs = reads.gather_compare_inputs(
+        db_url,
+        case.model,
+        case.name,
+        comparability_key,
+        lookback=case.lookback,
+        calibration_window=calibration.CALIBRATION_WINDOW,
+    )
+    return GateSetup(
+        offset=calibration.paired_offset_for_case(case, inputs.aa_gates),
+        noise=calibration.calibrated_noise(inputs.paired_gates),
+    )
 
 
 def gate_design(case: Case, offset_sd: float) -> sequential.Design | None:
@@ -69,29 +79,44 @@ def gate_design(case: Case, offset_sd: float) -> sequential.Design | None:
     pairs (one fixed look at the end, ``stats.compare_paired``)."""
     if case.paired_blocks < sequential.MIN_LOOK_PAIRS:
         return None
-    return sequential.Design(confidence=case.confidence, tolerance=case.tolerance, max_pairs=case.paired_blocks,
-                             round_pairs=case.paired_round_pairs, offset_sd=offset_sd)
+    return sequential.Design(
+        confidence=case.confidence,
+        tolerance=case.tolerance,
+        max_pairs=case.paired_blocks,
+        round_pairs=case.paired_round_pairs,
+        offset_sd=offset_sd,
+    )
 
 
 def _check_blocks(blocks: list[dict[str, Any]], case: Case, first: int = 0) -> None:
     for i, b in enumerate(blocks, start=first):
         for who, key in (("A (baseline)", "a_ms"), ("B (candidate)", "b_ms")):
             if len(b[key]) < case.paired_block_steps:
-                raise RunnerError(f"paired block {i} of {who} has {len(b[key])} steps, "
-                                  f"{case.paired_block_steps} were asked")
+                raise RunnerError(
+                    f"paired block {i} of {who} has {len(b[key])} steps, {case.paired_block_steps} were asked"
+                )
             bad = [(j, t) for j, t in enumerate(b[key]) if not t > 0]
             if bad:
-                raise RunnerError(f"paired block {i} of {who}: non-positive or NaN step time(s) at (index, ms) "
-                                  f"{bad[:5]}")
+                raise RunnerError(
+                    f"paired block {i} of {who}: non-positive or NaN step time(s) at (index, ms) {bad[:5]}"
+                )
 
 
 def _log_ratio(block: dict[str, Any]) -> float:
     return math.log(statistics.median(block["b_ms"]) / statistics.median(block["a_ms"]))
 
 
-def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: WarmupRecord, work_dir: str | Path,
-               runner_python: str, timeout_s: float | None = None, *,
-               setup: GateSetup | None = None) -> tuple[str, float]:
+def paired_run(
+    pulled: PulledModel,
+    baseline: PulledModel,
+    case: Case,
+    warmup: WarmupRecord,
+    work_dir: str | Path,
+    runner_python: str,
+    timeout_s: float | None = None,
+    *,
+    setup: GateSetup | None = None,
+) -> tuple[str, float]:
     """Run the paired (A/B) gate in ``<work_dir>/paired``: A = ``baseline``, B = ``pulled`` (module docstring).
 
     Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
@@ -108,11 +133,18 @@ def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: W
     setup = setup or GateSetup()
     design = gate_design(case, setup.offset.sd)
     out = Path(work_dir) / "paired"
-    spec = RunnerSpec(mode="paired", model_path=pulled.local_path, baseline_model_path=baseline.local_path,
-                      out_dir=str(out), **case_options(case), warmup_steps=warmup.warmup_steps,
-                      blocks=case.paired_blocks, block_steps=case.paired_block_steps,
-                      round_pairs=case.paired_round_pairs if design else None,
-                      xla_cache_dir=xla_cache_dir(case, work_dir))
+    spec = RunnerSpec(
+        mode="paired",
+        model_path=pulled.local_path,
+        baseline_model_path=baseline.local_path,
+        out_dir=str(out),
+        **case_options(case),
+        warmup_steps=warmup.warmup_steps,
+        blocks=case.paired_blocks,
+        block_steps=case.paired_block_steps,
+        round_pairs=case.paired_round_pairs if design else None,
+        xla_cache_dir=xla_cache_dir(case, work_dir),
+    )
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     looks: list[int] = []
     if design is None:
@@ -134,11 +166,15 @@ def paired_run(pulled: PulledModel, baseline: PulledModel, case: Case, warmup: W
 
         r = run_rounds(spec, runner_python, on_round, limit, limit_note=how)
         if len(r["blocks"]) != len(d):
-            raise RunnerError(f"paired runner's result holds {len(r['blocks'])} block pairs but its rounds held "
-                              f"{len(d)}")
-    r["gate"] = {"design": design.model_dump(mode="json") if design else None, "look_pairs": looks,
-                 "offset": setup.offset.model_dump(mode="json"),
-                 "calibrated_noise": setup.noise.model_dump(mode="json")}
+            raise RunnerError(
+                f"paired runner's result holds {len(r['blocks'])} block pairs but its rounds held {len(d)}"
+            )
+    r["gate"] = {
+        "design": design.model_dump(mode="json") if design else None,
+        "look_pairs": looks,
+        "offset": setup.offset.model_dump(mode="json"),
+        "calibrated_noise": setup.noise.model_dump(mode="json"),
+    }
     path = out / "result.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(r))
@@ -158,17 +194,36 @@ def read_paired(path: str | Path) -> PairedBlocks:
     blocks = r.get("blocks")
     if not blocks:
         raise ValueError(f"{path}: paired result holds no 'blocks' (expected the runner's paired-mode output)")
-    layout = {"blocks": len(blocks), "block_steps": r.get("block_steps"), "timed_steps": r.get("timed_steps"),
-              "wall_s": r.get("wall_s"), "pairs_wall_s": r.get("pairs_wall_s"),
-              "orders": "".join(b["order"] for b in blocks), "stopped_by": r.get("stopped_by"),
-              "rounds": len(r.get("rounds") or []) or None}
-    return PairedBlocks(a=[b["a_ms"] for b in blocks], b=[b["b_ms"] for b in blocks], layout=layout,
-                        gate=r.get("gate"), host_load=r.get("host_load"))
+    layout = {
+        "blocks": len(blocks),
+        "block_steps": r.get("block_steps"),
+        "timed_steps": r.get("timed_steps"),
+        "wall_s": r.get("wall_s"),
+        "pairs_wall_s": r.get("pairs_wall_s"),
+        "orders": "".join(b["order"] for b in blocks),
+        "stopped_by": r.get("stopped_by"),
+        "rounds": len(r.get("rounds") or []) or None,
+    }
+    return PairedBlocks(
+        a=[b["a_ms"] for b in blocks],
+        b=[b["b_ms"] for b in blocks],
+        layout=layout,
+        gate=r.get("gate"),
+        host_load=r.get("host_load"),
+    )
 
 
-def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir: str | Path,
-                 runner_python: str, timeout_s: float | None = None, *,
-                 baseline: PulledModel | None = None, setup: GateSetup | None = None) -> ProfiledRun:
+def profiled_run(
+    pulled: PulledModel,
+    case: Case,
+    warmup: WarmupRecord,
+    work_dir: str | Path,
+    runner_python: str,
+    timeout_s: float | None = None,
+    *,
+    baseline: PulledModel | None = None,
+    setup: GateSetup | None = None,
+) -> ProfiledRun:
     """Run the measured and profiled steps in ``<work_dir>/run`` and return where the files are.
 
     With ``baseline`` (the baseline's model version, pulled), also run :func:`paired_run` after
@@ -187,12 +242,19 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     """
     setup = setup or GateSetup()
     out = Path(work_dir) / "run"
-    spec = RunnerSpec(mode="profile", model_path=pulled.local_path, out_dir=str(out), **case_options(case),
-                      warmup_steps=warmup.warmup_steps,
-                      measured_steps=case.measured_steps, profiled_steps=case.profiled_steps,
-                      xla_cache_dir=xla_cache_dir(case, work_dir))
-    limit, how = limit_after_warmup("profiled-run", warmup,
-                                    warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s)
+    spec = RunnerSpec(
+        mode="profile",
+        model_path=pulled.local_path,
+        out_dir=str(out),
+        **case_options(case),
+        warmup_steps=warmup.warmup_steps,
+        measured_steps=case.measured_steps,
+        profiled_steps=case.profiled_steps,
+        xla_cache_dir=xla_cache_dir(case, work_dir),
+    )
+    limit, how = limit_after_warmup(
+        "profiled-run", warmup, warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s
+    )
     r = launch(spec, runner_python, limit, limit_note=how)
     measured = r["measured_step_times_ms"]
     if len(measured) < case.measured_steps:
@@ -208,18 +270,32 @@ def profiled_run(pulled: PulledModel, case: Case, warmup: WarmupRecord, work_dir
     paired_path = paired_wall = None
     noise = calibration.assess_noise(r.get("host_load"), max_other_cpu_share=case.max_other_cpu_share)
     if baseline is not None:
-        paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner_python, timeout_s,
-                                              setup=setup)
+        paired_path, paired_wall = paired_run(
+            pulled, baseline, case, warmup, work_dir, runner_python, timeout_s, setup=setup
+        )
         paired = read_paired(paired_path)
         comparison, _ = paired_comparison(paired, case, setup.offset)
-        noise = calibration.assess_noise(paired.host_load, gate_sd=comparison.details["scale_log_ratio"],
-                                         gate_pairs=comparison.n_candidate,
-                                         calibration=setup.noise, max_other_cpu_share=case.max_other_cpu_share)
-    return ProfiledRun(work_dir=str(work_dir), samples_path=str(out / "result.json"), profile_dir=r["profile_dir"],
-                       measured_steps=len(measured), median_step_ms=median,
-                       throughput_eps=case.batch_size / (median / 1000.0),
-                       profile_overhead_ratio=None if prof_median is None else prof_median / median,
-                       peak_rss_bytes=r["peak_rss_bytes"],
-                       peak_device_bytes=r["peak_device_bytes"], wall_s=r["wall_s"], paired_path=paired_path,
-                       baseline_model=baseline, paired_wall_s=paired_wall, noise=noise.model_dump(mode="json"),
-                       latency_ms=r.get("latency_ms"))
+        noise = calibration.assess_noise(
+            paired.host_load,
+            gate_sd=comparison.details["scale_log_ratio"],
+            gate_pairs=comparison.n_candidate,
+            calibration=setup.noise,
+            max_other_cpu_share=case.max_other_cpu_share,
+        )
+    return ProfiledRun(
+        work_dir=str(work_dir),
+        samples_path=str(out / "result.json"),
+        profile_dir=r["profile_dir"],
+        measured_steps=len(measured),
+        median_step_ms=median,
+        throughput_eps=case.batch_size / (median / 1000.0),
+        profile_overhead_ratio=None if prof_median is None else prof_median / median,
+        peak_rss_bytes=r["peak_rss_bytes"],
+        peak_device_bytes=r["peak_device_bytes"],
+        wall_s=r["wall_s"],
+        paired_path=paired_path,
+        baseline_model=baseline,
+        paired_wall_s=paired_wall,
+        noise=noise.model_dump(mode="json"),
+        latency_ms=r.get("latency_ms"),
+    )

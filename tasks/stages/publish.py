@@ -103,8 +103,10 @@ def _source_format(src: Path) -> str:
         raise FileNotFoundError(f"model path {src} does not exist; expected a .keras file or a SavedModel directory")
     if src.is_file():
         if src.suffix != ".keras" or not zipfile.is_zipfile(src):
-            raise ValueError(f"model path {src}: expected a Keras .keras file (a zip archive) or a SavedModel "
-                             "directory (holding saved_model.pb)")
+            raise ValueError(
+                f"model path {src}: expected a Keras .keras file (a zip archive) or a SavedModel "
+                "directory (holding saved_model.pb)"
+            )
         return "keras"
     return detect_format(src)
 
@@ -152,10 +154,12 @@ def publish_version(store_uri: str, model: str, src: str | Path, version: int | 
     elif version < 1:
         raise ValueError(f"--version {version}: expected an integer version >= 1")
     if version in existing:
-        raise VersionExistsError(f"version {version} of model {model!r} already exists "
-                                 f"({_store_path(store_uri, model, existing[version][0])}); published versions are "
-                                 f"never overwritten: choose another --version or omit it (next: "
-                                 f"{max(existing) + 1})")
+        raise VersionExistsError(
+            f"version {version} of model {model!r} already exists "
+            f"({_store_path(store_uri, model, existing[version][0])}); published versions are "
+            f"never overwritten: choose another --version or omit it (next: "
+            f"{max(existing) + 1})"
+        )
     final = f"{mdir}/{version}"
     from fsspec.implementations.local import LocalFileSystem
 
@@ -170,8 +174,10 @@ def publish_version(store_uri: str, model: str, src: str | Path, version: int | 
             try:
                 os.rename(staged, final)  # atomic; fails if another publisher created the version meanwhile
             except OSError as e:
-                raise VersionExistsError(f"version {version} of model {model!r} appeared in the store while "
-                                         f"copying (another publisher?): {e}") from e
+                raise VersionExistsError(
+                    f"version {version} of model {model!r} appeared in the store while "
+                    f"copying (another publisher?): {e}"
+                ) from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
@@ -179,15 +185,18 @@ def publish_version(store_uri: str, model: str, src: str | Path, version: int | 
             staged = Path(t) / "v"
             _stage_copy(src, staged)
             digest = sha256_tree(staged)
-            files = sorted((p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()),
-                           key=lambda rel: (_is_marker(rel), rel))  # the marker file last
+            files = sorted(
+                (p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()),
+                key=lambda rel: (_is_marker(rel), rel),
+            )  # the marker file last
             size = sum((staged / rel).stat().st_size for rel in files)
             for rel in files:
                 fs.put_file(str(staged / rel), f"{final}/{rel}")
     where = _store_path(store_uri, model, str(version))
     log.info("published %s version %d at %s (%s, %d bytes, sha256 %s)", model, version, where, fmt, size, digest)
-    return Published(model=model, version=str(version), path=where, format=fmt, digest=digest, size_bytes=size,
-                     source=str(src))
+    return Published(
+        model=model, version=str(version), path=where, format=fmt, digest=digest, size_bytes=size, source=str(src)
+    )
 
 
 def release_asset_uris(config_path: str | Path | None = None) -> list[tuple[str, str]]:
@@ -224,15 +233,16 @@ def release_requests(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str
         model = extra.get("model") or model_of_asset_uri(uri)
         version = str(extra.get("version") or "latest")
         if not model or not (version.isdigit() or version == "latest"):
-            raise ValueError(f"asset event of {uri} with extra {extra!r}: expected a model (in extra or a "
-                             f"{ASSET_URI_PREFIX}<model> URI) and an integer version or 'latest'")
+            raise ValueError(
+                f"asset event of {uri} with extra {extra!r}: expected a model (in extra or a "
+                f"{ASSET_URI_PREFIX}<model> URI) and an integer version or 'latest'"
+            )
         if (str(model), version) not in out:
             out.append((str(model), version))
     return out
 
 
-def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str, Any]]],
-                  settings=None) -> list[dict]:
+def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str, Any]]], settings=None) -> list[dict]:
     """The bundles of a DAG run triggered by release Asset events: for every published (model, version)
     (:func:`release_requests`), every case of that model in the nightly config (its whole matrix) with
     ``version`` pinned and trigger ``release`` (a paired gate against the baseline's version), so the gate

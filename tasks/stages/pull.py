@@ -74,8 +74,10 @@ def version_dirs(store_uri: str, model: str) -> dict[int, list[str]]:
     mdir = f"{root}/{model}"
     if not fs.isdir(mdir):
         models = _subdirs(fs, root) if fs.isdir(root) else []
-        raise UnknownModelError(f"unknown model {model!r}: no directory {_store_path(store_uri, model)}; "
-                                 f"models there: {', '.join(models) or 'none'}")
+        raise UnknownModelError(
+            f"unknown model {model!r}: no directory {_store_path(store_uri, model)}; "
+            f"models there: {', '.join(models) or 'none'}"
+        )
     out: dict[int, list[str]] = {}
     for name in _subdirs(fs, mdir):
         if name.isascii() and name.isdigit():
@@ -103,8 +105,9 @@ def _layout(fs, path: str) -> str | None:
 def _one_dir(store_uri: str, model: str, version: int, names: list[str]) -> str:
     if len(names) > 1:
         where = ", ".join(_store_path(store_uri, model, n) for n in names)
-        raise ModelNotFoundError(f"version {version} of model {model!r} is ambiguous: {where} all read as "
-                                 f"version {version}; keep one")
+        raise ModelNotFoundError(
+            f"version {version} of model {model!r} is ambiguous: {where} all read as version {version}; keep one"
+        )
     return names[0]
 
 
@@ -122,13 +125,17 @@ def resolve_version_dir(store_uri: str, model: str, version: str) -> tuple[int, 
     want = canonical_version(version)
     dirs = version_dirs(store_uri, model)
     if not dirs:
-        raise ModelNotFoundError(f"model {model!r} has no version directories (integer names such as 1 or 0001) "
-                                 f"in {_store_path(store_uri, model)}")
+        raise ModelNotFoundError(
+            f"model {model!r} has no version directories (integer names such as 1 or 0001) "
+            f"in {_store_path(store_uri, model)}"
+        )
     if want != "latest":
         v = int(want)
         if v not in dirs:
-            raise ModelNotFoundError(f"version {version!r} of model {model!r} not found in "
-                                     f"{_store_path(store_uri, model)}; versions there: {list(dirs)}")
+            raise ModelNotFoundError(
+                f"version {version!r} of model {model!r} not found in "
+                f"{_store_path(store_uri, model)}; versions there: {list(dirs)}"
+            )
         return v, _one_dir(store_uri, model, v, dirs[v])
     fs, root = _fs(store_uri)
     skipped = []
@@ -136,12 +143,18 @@ def resolve_version_dir(store_uri: str, model: str, version: str) -> tuple[int, 
         name = _one_dir(store_uri, model, v, dirs[v])
         if _layout(fs, f"{root}/{model}/{name}") is not None:
             if skipped:
-                log.warning("latest version of %r is %d: skipped %s (no *.keras file or saved_model.pb)",
-                            model, v, ", ".join(skipped))
+                log.warning(
+                    "latest version of %r is %d: skipped %s (no *.keras file or saved_model.pb)",
+                    model,
+                    v,
+                    ", ".join(skipped),
+                )
             return v, name
         skipped.append(_store_path(store_uri, model, name))
-    raise ModelNotFoundError(f"model {model!r} has no version directory holding a model (a *.keras file or "
-                             f"saved_model.pb): {', '.join(reversed(skipped))}")
+    raise ModelNotFoundError(
+        f"model {model!r} has no version directory holding a model (a *.keras file or "
+        f"saved_model.pb): {', '.join(reversed(skipped))}"
+    )
 
 
 def resolve_version(store_uri: str, model: str, version: str) -> int:
@@ -233,5 +246,12 @@ def pull_model_version(store_uri: str, model: str, version: str, dest_dir: str |
     except CorruptModelError as e:
         raise CorruptModelError(str(e), str(v)) from None
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    return PulledModel(model=model, version=str(v), source_uri=src if "://" not in store_uri else where,
-                       local_path=str(dest), format=fmt, digest=sha256_tree(dest), size_bytes=size)
+    return PulledModel(
+        model=model,
+        version=str(v),
+        source_uri=src if "://" not in store_uri else where,
+        local_path=str(dest),
+        format=fmt,
+        digest=sha256_tree(dest),
+        size_bytes=size,
+    )

@@ -58,24 +58,50 @@ class TrendReport:
         return asdict(self)
 
 
-def creep_check(db_url: str, model: str, case_name: str, *, now: dt.datetime | None = None,
-                window_days: float = changes.CREEP_WINDOW_DAYS, creep_runs: int = changes.CREEP_RUNS,
-                tolerance: float = changes.CREEP_TOLERANCE,
-                confidence: float = changes.CREEP_CONFIDENCE) -> changes.CreepCheck:
+def creep_check(
+    db_url: str,
+    model: str,
+    case_name: str,
+    *,
+    now: dt.datetime | None = None,
+    window_days: float = changes.CREEP_WINDOW_DAYS,
+    creep_runs: int = changes.CREEP_RUNS,
+    tolerance: float = changes.CREEP_TOLERANCE,
+    confidence: float = changes.CREEP_CONFIDENCE,
+) -> changes.CreepCheck:
     """The creep guard of one case at ``now`` (UTC, default now): the ``creep_runs`` newest accepted runs
     against the ``creep_runs`` accepted runs that formed the baseline ``window_days`` days earlier, in the
     environment of the active baseline. Raises LookupError for an unknown model."""
     now = now or dt.datetime.now(dt.UTC)
     key, cur = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now)
-    _, old = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now - dt.timedelta(days=window_days),
-                             comparability_key=key) if key else (None, [])
+    _, old = (
+        baseline_levels(
+            db_url, model, case_name, runs=creep_runs, at=now - dt.timedelta(days=window_days), comparability_key=key
+        )
+        if key
+        else (None, [])
+    )
     old = [r for r in old if r[0] not in {c[0] for c in cur}]  # a run is on one side only
-    return changes.creep_guard([m for _, m in cur], [m for _, m in old], now_runs=[r for r, _ in cur],
-                               then_runs=[r for r, _ in old], tolerance=tolerance, confidence=confidence)
+    return changes.creep_guard(
+        [m for _, m in cur],
+        [m for _, m in old],
+        now_runs=[r for r, _ in cur],
+        then_runs=[r for r, _ in old],
+        tolerance=tolerance,
+        confidence=confidence,
+    )
 
 
-def watch_case(db_url: str, model: str, case_name: str, run_id: int | None = None, *, new_points: bool = True,
-               now: dt.datetime | None = None, **creep_kwargs: Any) -> TrendReport:
+def watch_case(
+    db_url: str,
+    model: str,
+    case_name: str,
+    run_id: int | None = None,
+    *,
+    new_points: bool = True,
+    now: dt.datetime | None = None,
+    **creep_kwargs: Any,
+) -> TrendReport:
     """The trend check of one case (module docstring). ``run_id``: tonight's run; new change points are
     looked for only when it is the newest run of the series (None: the newest run, whichever it is), and
     not at all with ``new_points=False`` (tonight's run failed). ``creep_kwargs`` go to :func:`creep_check`.
@@ -86,15 +112,23 @@ def watch_case(db_url: str, model: str, case_name: str, run_id: int | None = Non
     if new_points and ids and (run_id is None or ids[-1] == run_id):
         new = changes.new_change_points([r.median_step_ms for r in series], ids, metric="median_step_ms")
     creep = creep_check(db_url, model, case_name, now=now, **creep_kwargs)
-    return TrendReport(model=model, case_name=case_name, run_id=run_id, runs=len(series),
-                       new_change_points=[cp.to_json() for cp in new], creep=creep.to_json(),
-                       alerts=changes.alerts(new, creep))
+    return TrendReport(
+        model=model,
+        case_name=case_name,
+        run_id=run_id,
+        runs=len(series),
+        new_change_points=[cp.to_json() for cp in new],
+        creep=creep.to_json(),
+        alerts=changes.alerts(new, creep),
+    )
 
 
 def watch_dag_run(db_url: str, dag_id: str, dag_run_id: str, **kwargs: Any) -> list[TrendReport]:
     """:func:`watch_case` for every model and case the DAG run stored (successful or failed)."""
-    return [watch_case(db_url, model, case, run_id, new_points=status == "success", **kwargs)
-            for model, case, run_id, status in dag_run_cases(db_url, dag_id, dag_run_id)]
+    return [
+        watch_case(db_url, model, case, run_id, new_points=status == "success", **kwargs)
+        for model, case, run_id, status in dag_run_cases(db_url, dag_id, dag_run_id)
+    ]
 
 
 def raise_on_trend_alert(reports: list[TrendReport]) -> None:
@@ -110,7 +144,14 @@ def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None
     settings = settings or Settings.from_env()
     reports = watch_dag_run(settings.database_url, dag_id, dag_run_id)
     for r in reports:
-        log.info("trend %s (%s): %d runs, %d new change point(s), creep %s%s", r.model, r.case_name, r.runs,
-                 len(r.new_change_points), r.creep.get("verdict"), f": {r.creep.get('reason')}" if r.creep else "")
+        log.info(
+            "trend %s (%s): %d runs, %d new change point(s), creep %s%s",
+            r.model,
+            r.case_name,
+            r.runs,
+            len(r.new_change_points),
+            r.creep.get("verdict"),
+            f": {r.creep.get('reason')}" if r.creep else "",
+        )
     raise_on_trend_alert(reports)
     return [r.to_json() for r in reports]

@@ -27,12 +27,21 @@ def case_options(case: Case) -> dict[str, Any]:
     """The ``RunnerSpec`` fields that say what a case measures and how (mode, inputs, input_fn,
     signature, safe_mode, precision, xla, strategy, quantization, telemetry interval): one place, so
     warm-up, the profiled run and the paired gate run the same thing."""
-    return {"batch_size": case.batch_size, "seed": case.seed, "deterministic": case.deterministic,
-            "case_mode": case.mode,
-            "inputs": None if case.inputs is None else {k: v.to_xcom() for k, v in case.inputs.items()},
-            "input_fn": case.input_fn, "signature": case.signature, "safe_mode": case.safe_mode,
-            "precision": case.precision, "xla": case.xla, "strategy": case.strategy,
-            "quantization": case.quantization, "telemetry_interval_ms": case.telemetry_interval_ms}
+    return {
+        "batch_size": case.batch_size,
+        "seed": case.seed,
+        "deterministic": case.deterministic,
+        "case_mode": case.mode,
+        "inputs": None if case.inputs is None else {k: v.to_xcom() for k, v in case.inputs.items()},
+        "input_fn": case.input_fn,
+        "signature": case.signature,
+        "safe_mode": case.safe_mode,
+        "precision": case.precision,
+        "xla": case.xla,
+        "strategy": case.strategy,
+        "quantization": case.quantization,
+        "telemetry_interval_ms": case.telemetry_interval_ms,
+    }
 
 
 def xla_cache_dir(case: Case, work_dir: str | Path) -> str | None:
@@ -42,8 +51,9 @@ def xla_cache_dir(case: Case, work_dir: str | Path) -> str | None:
     return str(Path(work_dir) / "xla_cache") if case.xla else None
 
 
-def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str,
-            timeout_s: float | None = None) -> WarmupRecord:
+def warm_up(
+    pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str, timeout_s: float | None = None
+) -> WarmupRecord:
     """Run the warm-up in ``<work_dir>/warmup`` and return its record (our timer, ms).
 
     ``timeout_s`` (s) defaults to ``PERFWATCH_WARMUP_TIMEOUT_S`` (``tasks.settings.TIMEOUT_DEFAULTS``).
@@ -56,13 +66,25 @@ def warm_up(pulled: PulledModel, case: Case, work_dir: str | Path, runner_python
     how = "timeout_s"
     if timeout_s is None:
         timeout_s, how = Settings.from_env().runner_limit("warm-up")
-    spec = RunnerSpec(mode="warmup", model_path=pulled.local_path, out_dir=str(Path(work_dir) / "warmup"),
-                      **case_options(case), warmup_window=case.warmup_window, warmup_cv_max=case.warmup_cv_max,
-                      warmup_max_steps=case.warmup_max_steps, xla_cache_dir=xla_cache_dir(case, work_dir))
+    spec = RunnerSpec(
+        mode="warmup",
+        model_path=pulled.local_path,
+        out_dir=str(Path(work_dir) / "warmup"),
+        **case_options(case),
+        warmup_window=case.warmup_window,
+        warmup_cv_max=case.warmup_cv_max,
+        warmup_max_steps=case.warmup_max_steps,
+        xla_cache_dir=xla_cache_dir(case, work_dir),
+    )
     r = launch(spec, runner_python, timeout_s, limit_note=how)
-    return WarmupRecord(warmup_steps=r["warmup_steps"], steady=r["steady"], final_cv=r["final_cv"],
-                        cold_step_ms=r["cold_step_ms"], step_times_ms=r["warmup_step_times_ms"],
-                        wall_s=r["wall_s"])
+    return WarmupRecord(
+        warmup_steps=r["warmup_steps"],
+        steady=r["steady"],
+        final_cv=r["final_cv"],
+        cold_step_ms=r["cold_step_ms"],
+        step_times_ms=r["warmup_step_times_ms"],
+        wall_s=r["wall_s"],
+    )
 
 
 def reusable_warm_up(db_url: str, pulled: PulledModel, comparability_key: str, case: Case) -> WarmupRecord | None:
@@ -73,12 +95,14 @@ def reusable_warm_up(db_url: str, pulled: PulledModel, comparability_key: str, c
     same environment (``comparability_key``): ``tasks.store.reads.warmup_to_reuse``. Its record says
     ``reused_from_run_id``. Never for ``warmup_reuse_days`` 0.
     """
-    return reads.warmup_to_reuse(db_url, case.model, case.name, pulled.digest, comparability_key,
-                                 case.warmup_reuse_days)
+    return reads.warmup_to_reuse(
+        db_url, case.model, case.name, pulled.digest, comparability_key, case.warmup_reuse_days
+    )
 
 
-def limit_after_warmup(stage: RunnerStage, warmup: WarmupRecord, timed_steps: int,
-                       timeout_s: float | None = None) -> tuple[float, str]:
+def limit_after_warmup(
+    stage: RunnerStage, warmup: WarmupRecord, timed_steps: int, timeout_s: float | None = None
+) -> tuple[float, str]:
     """The time limit (s) of a measuring stage's process (``profiled-run``, ``paired-run``) and how it
     was made: ``timeout_s`` when given, else the stage's setting plus ``STEP_ALLOWANCE`` times the
     warm-up's median step time (ms; its cold step if it timed none) for each of ``timed_steps``

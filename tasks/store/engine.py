@@ -99,8 +99,9 @@ def get_engine(url: str) -> Engine:
                 try:
                     Path(u.database).parent.mkdir(parents=True, exist_ok=True)
                 except OSError as e:
-                    raise StoreUnreachable(f"cannot connect to the store at {describe(url)}: cannot create its "
-                                           f"directory: {e}") from e
+                    raise StoreUnreachable(
+                        f"cannot connect to the store at {describe(url)}: cannot create its directory: {e}"
+                    ) from e
             engine = create_engine(url, connect_args={"timeout": 30})
 
             @event.listens_for(engine, "connect")
@@ -179,7 +180,9 @@ def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
             raise StoreSchemaTooNew(
                 f"the store at {describe(url)} has schema revision {rev!r}, which this perfwatch does not know "
                 f"(its newest is {head!r}): the store was migrated by a newer perfwatch; upgrade perfwatch",
-                revision=rev, head=head)
+                revision=rev,
+                head=head,
+            )
     return current
 
 
@@ -203,8 +206,7 @@ def migrate(url: str, revision: str = "head") -> None:
     u = make_url(url)
     is_pg = u.get_backend_name() == "postgresql"
     target = script.get_current_head() if revision == "head" else revision
-    with (_sqlite_file_lock(u.database) if u.get_backend_name() == "sqlite" else nullcontext()), \
-            engine.connect() as conn:
+    with _sqlite_file_lock(u.database) if u.get_backend_name() == "sqlite" else nullcontext(), engine.connect() as conn:
         if is_pg:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
             conn.commit()

@@ -78,8 +78,10 @@ def _parse(path: Path) -> NamedQuery:
     for item in filter(None, (p.strip() for p in params_line.removeprefix("params:").split(","))):
         words = item.split()
         if len(words) not in (2, 3) or words[1] not in _TYPES or (len(words) == 3 and words[2] != "optional"):
-            raise QueryError(f"{path}: bad parameter declaration {item!r}; expected 'NAME TYPE [optional]' "
-                             f"with TYPE one of {sorted(_TYPES)}")
+            raise QueryError(
+                f"{path}: bad parameter declaration {item!r}; expected 'NAME TYPE [optional]' "
+                f"with TYPE one of {sorted(_TYPES)}"
+            )
         params.append(Param(words[0], words[1], len(words) == 3))
     # The description is the header between the "name:" line and the "params:" line.
     end = header.index(params_line)
@@ -100,8 +102,10 @@ def _to_utc(name: str, value: Any) -> dt.datetime:
         try:
             value = dt.datetime.fromisoformat(value)
         except ValueError as e:
-            raise QueryError(f"parameter {name}={value!r}: expected an ISO date or datetime "
-                             "such as 2026-01-31 or 2026-01-31T02:00:00+00:00") from e
+            raise QueryError(
+                f"parameter {name}={value!r}: expected an ISO date or datetime "
+                "such as 2026-01-31 or 2026-01-31T02:00:00+00:00"
+            ) from e
     elif isinstance(value, pd.Timestamp):
         value = value.to_pydatetime()
     elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
@@ -169,8 +173,10 @@ def run_query(name: str, db_url: str | None = None, **params: Any) -> pd.DataFra
     try:
         make_url(url)
     except (ArgumentError, ValueError) as e:
-        raise QueryError(f"query {name!r}: {url!r} is not a SQLAlchemy database URL "
-                         "(expected e.g. sqlite:///path/perfwatch.db or postgresql+psycopg://user@host/db)") from e
+        raise QueryError(
+            f"query {name!r}: {url!r} is not a SQLAlchemy database URL "
+            "(expected e.g. sqlite:///path/perfwatch.db or postgresql+psycopg://user@host/db)"
+        ) from e
     try:
         with get_engine(url).connect() as conn:
             result = conn.execute(stmt, values)
@@ -201,8 +207,9 @@ def _frame(columns: list[str], rows: list) -> pd.DataFrame:
     return pd.DataFrame(data, columns=columns)
 
 
-def history(model: str, case: str | None = None, db_url: str | None = None, *,
-            limit: int | None = None) -> pd.DataFrame:
+def history(
+    model: str, case: str | None = None, db_url: str | None = None, *, limit: int | None = None
+) -> pd.DataFrame:
     """Step-time trend of ``model`` (one case, or all): one row per run, oldest first.
 
     Columns include ``median_step_ms`` (ms, our timer), ``p10_step_ms``/``p90_step_ms`` (nearest
@@ -214,13 +221,15 @@ def history(model: str, case: str | None = None, db_url: str | None = None, *,
     return run_query("history", db_url, model=model, case_name=case, limit=limit)
 
 
-def version_compare(model: str, version_a: str, version_b: str, case: str | None = None,
-                    db_url: str | None = None) -> pd.DataFrame:
+def version_compare(
+    model: str, version_a: str, version_b: str, case: str | None = None, db_url: str | None = None
+) -> pd.DataFrame:
     """Version A vs version B of ``model`` per case and environment key: runs of each, mean median
     step time (ms), mean throughput (examples/s), ``ratio_b_to_a`` (above 1: B slower), newest run
     ids. See ``sql/queries/version_compare.sql``."""
-    return run_query("version_compare", db_url, model=model, version_a=str(version_a),
-                     version_b=str(version_b), case_name=case)
+    return run_query(
+        "version_compare", db_url, model=model, version_a=str(version_a), version_b=str(version_b), case_name=case
+    )
 
 
 def _window(since: Any, until: Any) -> tuple[dt.datetime, dt.datetime]:
@@ -231,27 +240,29 @@ def _window(since: Any, until: Any) -> tuple[dt.datetime, dt.datetime]:
     return start, end
 
 
-def regressions(since: Any, until: Any = None, model: str | None = None,
-                db_url: str | None = None) -> pd.DataFrame:
+def regressions(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """Runs with verdict ``regression`` started in [since, until) (UTC; until default: now), newest
     first, with ratio, interval and baseline median (ms). See ``sql/queries/regressions.sql``."""
     start, end = _window(since, until)
     return run_query("regressions", db_url, since=start, until=end, model=model)
 
 
-def failures(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None, *,
-             limit: int | None = None) -> pd.DataFrame:
+def failures(
+    since: Any, until: Any = None, model: str | None = None, db_url: str | None = None, *, limit: int | None = None
+) -> pd.DataFrame:
     """Failed runs started in [since, until) (UTC), newest first, with ``failed_stage``, the stored
     ``error`` and ``reason`` (the error's first line: the exception). See ``sql/queries/failures.sql``."""
     start, end = _window(since, until)
     df = run_query("failures", db_url, since=start, until=end, model=model, limit=limit)
-    df.insert(df.columns.get_loc("error"), "reason",
-              df["error"].map(lambda e: e.strip().splitlines()[0] if isinstance(e, str) and e.strip() else None))
+    df.insert(
+        df.columns.get_loc("error"),
+        "reason",
+        df["error"].map(lambda e: e.strip().splitlines()[0] if isinstance(e, str) and e.strip() else None),
+    )
     return df
 
 
-def env_changes(since: Any, until: Any = None, model: str | None = None,
-                db_url: str | None = None) -> pd.DataFrame:
+def env_changes(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """Environment changes in [since, until) (UTC), oldest first: runs whose fingerprint differs
     from the previous run of the same model and case, plus ``changed_fields`` (the fingerprint
     fields that differ, comparability-affecting ones first; ``recorded.*`` details skipped).
@@ -268,8 +279,9 @@ def env_changes(since: Any, until: Any = None, model: str | None = None,
     data: dict[str, dict] = {}
     if ids:
         with session_scope(url) as s:
-            rows = s.execute(select(Environment.fingerprint_id, Environment.data)
-                             .where(Environment.fingerprint_id.in_(ids))).all()
+            rows = s.execute(
+                select(Environment.fingerprint_id, Environment.data).where(Environment.fingerprint_id.in_(ids))
+            ).all()
             data = {fingerprint_id: env for fingerprint_id, env in rows}
 
     def fields(row) -> str:
@@ -387,10 +399,15 @@ def sweep_points(model: str, version: str | None = None, db_url: str | None = No
 
 def list_queries() -> pd.DataFrame:
     """The named queries: name, parameters (``name type[?]``), file, description."""
-    rows = [{"name": q.name,
-             "params": ", ".join(f"{p.name} {p.type}{'?' if p.optional else ''}" for p in q.params),
-             "file": str(q.path.relative_to(QUERIES_DIR.parent.parent)), "description": q.description}
-            for q in named_queries().values()]
+    rows = [
+        {
+            "name": q.name,
+            "params": ", ".join(f"{p.name} {p.type}{'?' if p.optional else ''}" for p in q.params),
+            "file": str(q.path.relative_to(QUERIES_DIR.parent.parent)),
+            "description": q.description,
+        }
+        for q in named_queries().values()
+    ]
     return pd.DataFrame(rows, columns=["name", "params", "file", "description"])
 
 

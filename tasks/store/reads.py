@@ -74,60 +74,93 @@ def _model_id(s: Session, model: str) -> int | None:
     return s.scalar(select(Model.id).where(Model.name == model))
 
 
-def _baselines(s: Session, model_id: int, case_name: str, comparability_key: str,
-               lookback: int) -> tuple[list[int], list[int], dict[str, Any] | None]:
-    same = list(s.scalars(select(Baseline.run_id).where(
-        Baseline.model_id == model_id, Baseline.case_name == case_name,
-        Baseline.comparability_key == comparability_key).order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
-        .limit(lookback)))
+def _baselines(
+    s: Session, model_id: int, case_name: str, comparability_key: str, lookback: int
+) -> tuple[list[int], list[int], dict[str, Any] | None]:
+    same = list(
+        s.scalars(
+            select(Baseline.run_id)
+            .where(
+                Baseline.model_id == model_id,
+                Baseline.case_name == case_name,
+                Baseline.comparability_key == comparability_key,
+            )
+            .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+            .limit(lookback)
+        )
+    )
     if same:
         return same, [], None
-    other = s.execute(select(Baseline.run_id, Environment.data)
-                      .join(Run, Run.id == Baseline.run_id).join(Environment, Environment.id == Run.environment_id)
-                      .where(Baseline.model_id == model_id, Baseline.case_name == case_name)
-                      .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(1)).first()
+    other = s.execute(
+        select(Baseline.run_id, Environment.data)
+        .join(Run, Run.id == Baseline.run_id)
+        .join(Environment, Environment.id == Run.environment_id)
+        .where(Baseline.model_id == model_id, Baseline.case_name == case_name)
+        .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+        .limit(1)
+    ).first()
     return ([], [], None) if other is None else ([], [other[0]], other[1])
 
 
 def _measured_samples(s: Session, run_ids: list[int]) -> dict[int, list[float]]:
-    rows = s.execute(select(StepSample.run_id, StepSample.step_time_ms)
-                     .where(StepSample.run_id.in_(run_ids), StepSample.phase == "measured")
-                     .order_by(StepSample.run_id, StepSample.step)).all()
+    rows = s.execute(
+        select(StepSample.run_id, StepSample.step_time_ms)
+        .where(StepSample.run_id.in_(run_ids), StepSample.phase == "measured")
+        .order_by(StepSample.run_id, StepSample.step)
+    ).all()
     out: dict[int, list[float]] = {rid: [] for rid in run_ids}
     for rid, t in rows:
         out[rid].append(t)
     return out
 
 
-def _calibration_runs(s: Session, model_id: int, case_name: str, comparability_key: str,
-                      window: int) -> list[tuple[str, float]]:
+def _calibration_runs(
+    s: Session, model_id: int, case_name: str, comparability_key: str, window: int
+) -> list[tuple[str, float]]:
     rows = s.execute(
         select(ModelVersion.version, Run.median_step_ms)
-        .select_from(Baseline).join(Run, Run.id == Baseline.run_id)
+        .select_from(Baseline)
+        .join(Run, Run.id == Baseline.run_id)
         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-        .where(Baseline.model_id == model_id, Baseline.case_name == case_name,
-               Baseline.comparability_key == comparability_key, Run.median_step_ms.is_not(None))
-        .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()).limit(window)).all()
+        .where(
+            Baseline.model_id == model_id,
+            Baseline.case_name == case_name,
+            Baseline.comparability_key == comparability_key,
+            Run.median_step_ms.is_not(None),
+        )
+        .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+        .limit(window)
+    ).all()
     return [(str(v), float(m)) for v, m in rows]
 
 
-def _paired_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
-                  window: int) -> list[tuple[dict[str, Any], str]]:
+def _paired_gates(
+    s: Session, model_id: int, case_name: str, comparability_key: str, window: int
+) -> list[tuple[dict[str, Any], str]]:
     """(``evidence["paired"]``, the candidate's digest) of the newest ``window`` paired gates."""
     rows = s.execute(
         select(Comparison.evidence, ModelVersion.digest)
         .join(Run, Run.id == Comparison.run_id)
         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
         .join(Environment, Environment.id == Run.environment_id)
-        .where(Run.model_id == model_id, Run.case_name == case_name, Comparison.method == "paired-abba",
-               Environment.comparability_key == comparability_key)
-        .order_by(Run.id.desc()).limit(window)).all()
+        .where(
+            Run.model_id == model_id,
+            Run.case_name == case_name,
+            Comparison.method == "paired-abba",
+            Environment.comparability_key == comparability_key,
+        )
+        .order_by(Run.id.desc())
+        .limit(window)
+    ).all()
     return [(p, digest) for ev, digest in rows if (p := (ev or {}).get("paired"))]
 
 
 def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:
-    return [p for p, digest in _paired_gates(s, model_id, case_name, comparability_key, window)
-            if p.get("baseline_digest") == digest]
+    return [
+        p
+        for p, digest in _paired_gates(s, model_id, case_name, comparability_key, window)
+        if p.get("baseline_digest") == digest
+    ]
 
 
 def _run_ops(s: Session, run_id: int) -> RunOps | None:
@@ -139,18 +172,24 @@ def _run_ops(s: Session, run_id: int) -> RunOps | None:
     base = s.execute(select(Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id == run_id)).first()
     if base is None:
         return None
-    rows = s.execute(select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS])
-                     .where(OpStat.run_id == run_id).order_by(OpStat.id)).all()
+    rows = s.execute(
+        select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS]).where(OpStat.run_id == run_id).order_by(OpStat.id)
+    ).all()
     check = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "cross_check"))
     steps = (base.params or {}).get("profiled_steps")
-    return RunOps(run_id=run_id, ops=pd.DataFrame([tuple(r) for r in rows], columns=OP_STATS_COLUMNS),
-                  profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
-                  profiler_avg_step_ms=base.profiler_avg_step_ms, measured_median_ms=base.median_step_ms,
-                  window_check=(check or {}).get("cross_check"))
+    return RunOps(
+        run_id=run_id,
+        ops=pd.DataFrame([tuple(r) for r in rows], columns=OP_STATS_COLUMNS),
+        profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
+        profiler_avg_step_ms=base.profiler_avg_step_ms,
+        measured_median_ms=base.median_step_ms,
+        window_check=(check or {}).get("cross_check"),
+    )
 
 
-def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability_key: str, *, lookback: int,
-                          calibration_window: int) -> CompareInputs:
+def gather_compare_inputs(
+    db_url: str, model: str, case_name: str, comparability_key: str, *, lookback: int, calibration_window: int
+) -> CompareInputs:
     """Baseline-compare's one read of the store (see ``CompareInputs``); empty inputs for an unknown model.
 
     ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
@@ -168,12 +207,15 @@ def gather_compare_inputs(db_url: str, model: str, case_name: str, comparability
         usable = usable_baselines(samples, same)[0] or usable_baselines(samples, other)[0]
         gates = _paired_gates(s, model_id, case_name, comparability_key, calibration_window)
         return CompareInputs(
-            same_env=same, other_env=other, other_env_data=other_data,
+            same_env=same,
+            other_env=other,
+            other_env_data=other_data,
             samples=samples,
             calibration_runs=_calibration_runs(s, model_id, case_name, comparability_key, calibration_window),
             aa_gates=[p for p, digest in gates if p.get("baseline_digest") == digest],
             paired_gates=[p for p, _ in gates],
-            baseline_ops=_run_ops(s, usable[0]) if usable else None)
+            baseline_ops=_run_ops(s, usable[0]) if usable else None,
+        )
 
 
 def load_samples(db_url: str, run_ids: list[int]) -> dict[int, list[float]]:
@@ -182,8 +224,9 @@ def load_samples(db_url: str, run_ids: list[int]) -> dict[int, list[float]]:
         return _measured_samples(s, run_ids)
 
 
-def calibration_runs(db_url: str, model: str, case_name: str, comparability_key: str,
-                     window: int) -> list[tuple[str, float]]:
+def calibration_runs(
+    db_url: str, model: str, case_name: str, comparability_key: str, window: int
+) -> list[tuple[str, float]]:
     """``(version, median step ms)`` of the newest ``window`` accepted runs of a model, case and environment."""
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
@@ -211,11 +254,15 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     environment (both versions are then re-measured here, so the comparison is fair). The version
     comes from that run's ``model_versions`` row. ``None`` when the model has no accepted run yet.
     """
-    q = (select(ModelVersion.version, Baseline.run_id, Baseline.comparability_key)
-         .select_from(Baseline).join(Model, Model.id == Baseline.model_id).join(Run, Run.id == Baseline.run_id)
-         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-         .where(Model.name == model, Baseline.case_name == case_name)
-         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()))
+    q = (
+        select(ModelVersion.version, Baseline.run_id, Baseline.comparability_key)
+        .select_from(Baseline)
+        .join(Model, Model.id == Baseline.model_id)
+        .join(Run, Run.id == Baseline.run_id)
+        .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .where(Model.name == model, Baseline.case_name == case_name)
+        .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+    )
     with session_scope(db_url) as s:
         rows = s.execute(q.limit(200)).all()
     same = [r for r in rows if r[2] == comparability_key]
@@ -223,8 +270,16 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     return None if pick is None else (str(pick[0]), int(pick[1]))
 
 
-def warmup_to_reuse(db_url: str, model: str, case_name: str, digest: str, comparability_key: str,
-                    max_age_days: float, *, now: dt.datetime | None = None) -> WarmupRecord | None:
+def warmup_to_reuse(
+    db_url: str,
+    model: str,
+    case_name: str,
+    digest: str,
+    comparability_key: str,
+    max_age_days: float,
+    *,
+    now: dt.datetime | None = None,
+) -> WarmupRecord | None:
     """The warm-up of the newest successful perfwatch run of ``model`` and ``case_name`` whose warm-up
     process ran (it has no ``run_tables`` row ``warmup_reused``: a reuse is never reused, so the age
     counts from a real warm-up), reached steady state, finished within
@@ -240,31 +295,58 @@ def warmup_to_reuse(db_url: str, model: str, case_name: str, digest: str, compar
         return None
     since = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=max_age_days)
     reused = select(RunTable.run_id).where(RunTable.run_id == Run.id, RunTable.tool == REUSED_WARMUP_TOOL).exists()
-    q = (select(Run.id, Run.warmup_steps, Run.steady, Run.cold_step_ms)
-         .join(Model, Model.id == Run.model_id).join(ModelVersion, ModelVersion.id == Run.model_version_id)
-         .join(Environment, Environment.id == Run.environment_id)
-         .where(Model.name == model, Run.case_name == case_name, Run.status == "success",
-                Run.source == "perfwatch", Run.steady.is_(True), Run.warmup_steps.is_not(None),
-                Run.cold_step_ms.is_not(None), Run.finished_at >= since, ModelVersion.digest == digest,
-                Environment.comparability_key == comparability_key, ~reused)
-         .order_by(Run.finished_at.desc(), Run.id.desc()).limit(1))
+    q = (
+        select(Run.id, Run.warmup_steps, Run.steady, Run.cold_step_ms)
+        .join(Model, Model.id == Run.model_id)
+        .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .join(Environment, Environment.id == Run.environment_id)
+        .where(
+            Model.name == model,
+            Run.case_name == case_name,
+            Run.status == "success",
+            Run.source == "perfwatch",
+            Run.steady.is_(True),
+            Run.warmup_steps.is_not(None),
+            Run.cold_step_ms.is_not(None),
+            Run.finished_at >= since,
+            ModelVersion.digest == digest,
+            Environment.comparability_key == comparability_key,
+            ~reused,
+        )
+        .order_by(Run.finished_at.desc(), Run.id.desc())
+        .limit(1)
+    )
     with session_scope(db_url) as s:
         row = s.execute(q).first()
         if row is None:
             return None
-        times = list(s.scalars(select(StepSample.step_time_ms).where(StepSample.run_id == row[0],
-                                                                      StepSample.phase == "warmup")
-                               .order_by(StepSample.step)))
-    return WarmupRecord(warmup_steps=int(row[1]), steady=bool(row[2]), final_cv=None, cold_step_ms=float(row[3]),
-                        step_times_ms=times, wall_s=0.0, reused_from_run_id=int(row[0]))
+        times = list(
+            s.scalars(
+                select(StepSample.step_time_ms)
+                .where(StepSample.run_id == row[0], StepSample.phase == "warmup")
+                .order_by(StepSample.step)
+            )
+        )
+    return WarmupRecord(
+        warmup_steps=int(row[1]),
+        steady=bool(row[2]),
+        final_cv=None,
+        cold_step_ms=float(row[3]),
+        step_times_ms=times,
+        wall_s=0.0,
+        reused_from_run_id=int(row[0]),
+    )
 
 
 def run_digests(db_url: str, run_ids: list[int]) -> dict[int, str]:
     """The sha256 digest of the model bytes each run measured (``model_versions.digest``), by run id; runs
     without a model version row are left out."""
     with session_scope(db_url) as s:
-        rows = s.execute(select(Run.id, ModelVersion.digest).join(ModelVersion, ModelVersion.id == Run.model_version_id)
-                         .where(Run.id.in_(run_ids))).all()
+        rows = s.execute(
+            select(Run.id, ModelVersion.digest)
+            .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .where(Run.id.in_(run_ids))
+        ).all()
     return {int(r): str(d) for r, d in rows}
 
 
@@ -287,12 +369,14 @@ def step_breakdown_table(db_url: str, run_id: int) -> pd.DataFrame:
     import pandas as pd
 
     with session_scope(db_url) as s:
-        rows = s.execute(select(StepBreakdown.step_num, StepBreakdown.component, StepBreakdown.ms)
-                         .where(StepBreakdown.run_id == run_id)).all()
+        rows = s.execute(
+            select(StepBreakdown.step_num, StepBreakdown.component, StepBreakdown.ms).where(
+                StepBreakdown.run_id == run_id
+            )
+        ).all()
     if not rows:
         return pd.DataFrame(columns=["step"])
-    wide = pd.DataFrame(rows, columns=["step", "component", "ms"]).pivot(index="step", columns="component",
-                                                                          values="ms")
+    wide = pd.DataFrame(rows, columns=["step", "component", "ms"]).pivot(index="step", columns="component", values="ms")
     return wide.rename_axis(columns=None).reset_index()
 
 
@@ -323,12 +407,23 @@ def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list
         if model_id is None:
             known = sorted(s.scalars(select(Model.name)))
             raise LookupError(f"no model {model!r} in the store (models: {known or 'none'})")
-        q = (select(Run.id.label("run_id"), ModelVersion.version, Run.case_name.label("case"), Run.started_at,
-                    Run.median_step_ms, Run.throughput_eps, Run.profiler_avg_step_ms, Run.input_bound_pct,
-                    Run.verdict, Run.params)
-             .join(ModelVersion, ModelVersion.id == Run.model_version_id)
-             .where(Run.model_id == model_id, Run.status == "success", ModelVersion.version == str(version))
-             .order_by(Run.started_at.desc(), Run.id.desc()))
+        q = (
+            select(
+                Run.id.label("run_id"),
+                ModelVersion.version,
+                Run.case_name.label("case"),
+                Run.started_at,
+                Run.median_step_ms,
+                Run.throughput_eps,
+                Run.profiler_avg_step_ms,
+                Run.input_bound_pct,
+                Run.verdict,
+                Run.params,
+            )
+            .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .where(Run.model_id == model_id, Run.status == "success", ModelVersion.version == str(version))
+            .order_by(Run.started_at.desc(), Run.id.desc())
+        )
         if case:
             q = q.where(Run.case_name == case)
         return [dict(r) for r in s.execute(q).mappings()]
@@ -343,13 +438,32 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
     if not run_ids:
         return {}
     with session_scope(db_url or Settings.from_env().database_url) as s:
-        rows = s.execute(
-            select(Run.id.label("run_id"), Run.dag_id, Run.dag_run_id, Model.name.label("model"),
-                   func.coalesce(ModelVersion.version, Run.version_requested).label("version"),
-                   Run.case_name.label("case"), Run.status, Run.verdict, Run.failed_stage, Run.error, Run.started_at,
-                   Run.finished_at, Run.median_step_ms, Run.throughput_eps, Run.archive_uri)
-            .join(Model, Model.id == Run.model_id).outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-            .where(Run.id.in_(run_ids))).mappings().all()
+        rows = (
+            s.execute(
+                select(
+                    Run.id.label("run_id"),
+                    Run.dag_id,
+                    Run.dag_run_id,
+                    Model.name.label("model"),
+                    func.coalesce(ModelVersion.version, Run.version_requested).label("version"),
+                    Run.case_name.label("case"),
+                    Run.status,
+                    Run.verdict,
+                    Run.failed_stage,
+                    Run.error,
+                    Run.started_at,
+                    Run.finished_at,
+                    Run.median_step_ms,
+                    Run.throughput_eps,
+                    Run.archive_uri,
+                )
+                .join(Model, Model.id == Run.model_id)
+                .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+                .where(Run.id.in_(run_ids))
+            )
+            .mappings()
+            .all()
+        )
     return {r["run_id"]: dict(r) for r in rows}
 
 
@@ -377,9 +491,11 @@ class StoredRun:
 def stored_run(db_url: str, dag_id: str, dag_run_id: str, case_name: str) -> StoredRun | None:
     """The stored run of a (dag_id, dag_run_id, case) identity, or None when it has none yet."""
     with session_scope(db_url) as s:
-        row = s.execute(select(Run.id, Run.status, Run.failed_stage, Run.archive_uri, Run.verdict)
-                        .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id,
-                               Run.case_name == case_name)).first()
+        row = s.execute(
+            select(Run.id, Run.status, Run.failed_stage, Run.archive_uri, Run.verdict).where(
+                Run.dag_id == dag_id, Run.dag_run_id == dag_run_id, Run.case_name == case_name
+            )
+        ).first()
     return None if row is None else StoredRun(*row)
 
 
@@ -403,7 +519,18 @@ class RunLocation:
 def run_locations(db_url: str) -> list[RunLocation]:
     """Every stored run with its identity, status and archive directory, oldest first."""
     with session_scope(db_url) as s:
-        rows = s.execute(select(Run.id, Run.dag_id, Run.dag_run_id, Model.name, Run.case_name, Run.status,
-                                Run.archive_uri, Run.finished_at)
-                         .join(Model, Model.id == Run.model_id).order_by(Run.id)).all()
+        rows = s.execute(
+            select(
+                Run.id,
+                Run.dag_id,
+                Run.dag_run_id,
+                Model.name,
+                Run.case_name,
+                Run.status,
+                Run.archive_uri,
+                Run.finished_at,
+            )
+            .join(Model, Model.id == Run.model_id)
+            .order_by(Run.id)
+        ).all()
     return [RunLocation(*r) for r in rows]

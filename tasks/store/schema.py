@@ -228,8 +228,15 @@ class Baseline(Base):
 
     __tablename__ = "baselines"
     __table_args__ = (
-        Index("uq_baseline_active", "model_id", "case_name", "comparability_key", unique=True,
-              sqlite_where=text("superseded_at IS NULL"), postgresql_where=text("superseded_at IS NULL")),
+        Index(
+            "uq_baseline_active",
+            "model_id",
+            "case_name",
+            "comparability_key",
+            unique=True,
+            sqlite_where=text("superseded_at IS NULL"),
+            postgresql_where=text("superseded_at IS NULL"),
+        ),
         Index("ix_baselines_lookup", "model_id", "case_name", "comparability_key", "accepted_at"),
         Index("ix_baselines_run", "run_id"),  # 0002: foreign-key checks on run deletion
     )

@@ -54,8 +54,9 @@ def _model_id(s, model: str) -> int:
     return mid
 
 
-def run_series(db_url: str, model: str, case_name: str | None = None,
-               since: dt.datetime | None = None) -> list[SeriesRun]:
+def run_series(
+    db_url: str, model: str, case_name: str | None = None, since: dt.datetime | None = None
+) -> list[SeriesRun]:
     """The successful runs (with a median step time) of ``model``, optionally one case and from ``since``
     (UTC, inclusive), oldest first (``started_at``, then id).
 
@@ -64,13 +65,25 @@ def run_series(db_url: str, model: str, case_name: str | None = None,
     """
     with session_scope(db_url) as s:
         mid = _model_id(s, model)
-        q = (select(Run.id, Run.started_at, Run.case_name, ModelVersion.version, Run.source, Environment.fingerprint_id,
-                    Environment.comparability_key, Run.median_step_ms, Run.p90_step_ms, Run.throughput_eps,
-                    Run.verdict)
-             .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-             .outerjoin(Environment, Environment.id == Run.environment_id)
-             .where(Run.model_id == mid, Run.status == "success", Run.median_step_ms.is_not(None))
-             .order_by(Run.started_at, Run.id))
+        q = (
+            select(
+                Run.id,
+                Run.started_at,
+                Run.case_name,
+                ModelVersion.version,
+                Run.source,
+                Environment.fingerprint_id,
+                Environment.comparability_key,
+                Run.median_step_ms,
+                Run.p90_step_ms,
+                Run.throughput_eps,
+                Run.verdict,
+            )
+            .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+            .outerjoin(Environment, Environment.id == Run.environment_id)
+            .where(Run.model_id == mid, Run.status == "success", Run.median_step_ms.is_not(None))
+            .order_by(Run.started_at, Run.id)
+        )
         if case_name is not None:
             q = q.where(Run.case_name == case_name)
         if since is not None:
@@ -78,8 +91,15 @@ def run_series(db_url: str, model: str, case_name: str | None = None,
         return [SeriesRun(*r) for r in s.execute(q)]
 
 
-def baseline_levels(db_url: str, model: str, case_name: str, *, runs: int, at: dt.datetime | None = None,
-                    comparability_key: str | None = None) -> tuple[str | None, list[tuple[int, float]]]:
+def baseline_levels(
+    db_url: str,
+    model: str,
+    case_name: str,
+    *,
+    runs: int,
+    at: dt.datetime | None = None,
+    comparability_key: str | None = None,
+) -> tuple[str | None, list[tuple[int, float]]]:
     """The accepted runs that formed the baseline of ``model`` / ``case_name`` at time ``at`` (UTC; None: now).
 
     The ``runs`` newest ``baselines`` rows accepted at or before ``at`` in one environment (comparability
@@ -93,10 +113,12 @@ def baseline_levels(db_url: str, model: str, case_name: str, *, runs: int, at: d
     """
     with session_scope(db_url) as s:
         mid = _model_id(s, model)
-        q = (select(Baseline.comparability_key, Run.id, Run.median_step_ms)
-             .join(Run, Run.id == Baseline.run_id)
-             .where(Baseline.model_id == mid, Baseline.case_name == case_name, Run.median_step_ms.is_not(None))
-             .order_by(Baseline.accepted_at.desc(), Baseline.id.desc()))
+        q = (
+            select(Baseline.comparability_key, Run.id, Run.median_step_ms)
+            .join(Run, Run.id == Baseline.run_id)
+            .where(Baseline.model_id == mid, Baseline.case_name == case_name, Run.median_step_ms.is_not(None))
+            .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
+        )
         if at is not None:
             q = q.where(Baseline.accepted_at <= at)
         if comparability_key is None:
@@ -152,31 +174,66 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
     """Read the figures ``/perfwatch/metrics`` exposes, in one session (grouped queries); ``db_url``
     defaults to ``PERFWATCH_DATABASE_URL`` (``tasks.settings``). The store is read as it is, not migrated."""
     db_url = db_url or Settings.from_env().database_url
-    ranked = (select(Run.id, Run.model_id, Run.case_name,
-                     func.row_number().over(partition_by=(Run.model_id, Run.case_name),
-                                            order_by=(Run.started_at.desc(), Run.id.desc())).label("rn"))
-              .where(Run.status == "success").subquery())
+    ranked = (
+        select(
+            Run.id,
+            Run.model_id,
+            Run.case_name,
+            func.row_number()
+            .over(partition_by=(Run.model_id, Run.case_name), order_by=(Run.started_at.desc(), Run.id.desc()))
+            .label("rn"),
+        )
+        .where(Run.status == "success")
+        .subquery()
+    )
     with session_scope(db_url) as s:
-        latest = [LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver) for m, c, rid, v, src, fin, med, p90, thr, ver in
-                  s.execute(select(Model.name, Run.case_name, Run.id, ModelVersion.version, Run.source, Run.finished_at,
-                                   Run.median_step_ms, Run.p90_step_ms, Run.throughput_eps, Run.verdict)
-                            .join(ranked, (ranked.c.id == Run.id) & (ranked.c.rn == 1))
-                            .join(Model, Model.id == Run.model_id)
-                            .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-                            .order_by(Model.name, Run.case_name))]
-        by_status = {(m, c, st): int(n) for m, c, st, n in s.execute(
-            select(Model.name, Run.case_name, Run.status, func.count()).join(Model, Model.id == Run.model_id)
-            .group_by(Model.name, Run.case_name, Run.status))}
-        regressions = {(m, c): int(n) for m, c, n in s.execute(
-            select(Model.name, Run.case_name, func.count()).join(Model, Model.id == Run.model_id)
-            .where(Run.verdict == "regression").group_by(Model.name, Run.case_name))}
+        latest = [
+            LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver)
+            for m, c, rid, v, src, fin, med, p90, thr, ver in s.execute(
+                select(
+                    Model.name,
+                    Run.case_name,
+                    Run.id,
+                    ModelVersion.version,
+                    Run.source,
+                    Run.finished_at,
+                    Run.median_step_ms,
+                    Run.p90_step_ms,
+                    Run.throughput_eps,
+                    Run.verdict,
+                )
+                .join(ranked, (ranked.c.id == Run.id) & (ranked.c.rn == 1))
+                .join(Model, Model.id == Run.model_id)
+                .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+                .order_by(Model.name, Run.case_name)
+            )
+        ]
+        by_status = {
+            (m, c, st): int(n)
+            for m, c, st, n in s.execute(
+                select(Model.name, Run.case_name, Run.status, func.count())
+                .join(Model, Model.id == Run.model_id)
+                .group_by(Model.name, Run.case_name, Run.status)
+            )
+        }
+        regressions = {
+            (m, c): int(n)
+            for m, c, n in s.execute(
+                select(Model.name, Run.case_name, func.count())
+                .join(Model, Model.id == Run.model_id)
+                .where(Run.verdict == "regression")
+                .group_by(Model.name, Run.case_name)
+            )
+        }
         newest = s.scalar(select(func.max(Run.finished_at)))
         baseline_ms: dict[tuple[str, str], float] = {}
         for m, c, med in s.execute(
-                select(Model.name, Baseline.case_name, Run.median_step_ms).join(Model, Model.id == Baseline.model_id)
-                .join(Run, Run.id == Baseline.run_id)
-                .where(Baseline.superseded_at.is_(None), Run.median_step_ms.is_not(None))
-                .order_by(Baseline.accepted_at, Baseline.id)):
+            select(Model.name, Baseline.case_name, Run.median_step_ms)
+            .join(Model, Model.id == Baseline.model_id)
+            .join(Run, Run.id == Baseline.run_id)
+            .where(Baseline.superseded_at.is_(None), Run.median_step_ms.is_not(None))
+            .order_by(Baseline.accepted_at, Baseline.id)
+        ):
             baseline_ms[(m, c)] = float(med)  # the newest active one wins (one per environment may be active)
     return MetricsSnapshot(latest, by_status, regressions, _utc(newest), baseline_ms)
 
@@ -184,6 +241,12 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
 def dag_run_cases(db_url: str, dag_id: str, dag_run_id: str) -> list[tuple[str, str, int, str]]:
     """The runs one DAG run stored, any status: ``(model, case, run id, status)`` in run id order."""
     with session_scope(db_url) as s:
-        return [tuple(r) for r in s.execute(
-            select(Model.name, Run.case_name, Run.id, Run.status).join(Model, Model.id == Run.model_id)
-            .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id).order_by(Run.id))]
+        return [
+            tuple(r)
+            for r in s.execute(
+                select(Model.name, Run.case_name, Run.id, Run.status)
+                .join(Model, Model.id == Run.model_id)
+                .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id)
+                .order_by(Run.id)
+            )
+        ]

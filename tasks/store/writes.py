@@ -65,8 +65,10 @@ class SuccessAlreadyStored(RuntimeError):
     ``run_id`` is the stored run's id."""
 
     def __init__(self, run_id: int, ctx: RunContext) -> None:
-        super().__init__(f"run {run_id} ({ctx.dag_id} {ctx.dag_run_id} {ctx.case.name}) is already stored as a "
-                         "success and is kept unchanged")
+        super().__init__(
+            f"run {run_id} ({ctx.dag_id} {ctx.dag_run_id} {ctx.case.name}) is already stored as a "
+            "success and is kept unchanged"
+        )
         self.run_id = run_id
 
 
@@ -94,9 +96,11 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
     Raises:
         SuccessAlreadyStored: the identity is stored as a success (nothing is deleted).
     """
-    old = s.execute(select(Run.id, Run.status, Run.failed_stage, Run.error)
-                    .where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id,
-                           Run.case_name == ctx.case.name).with_for_update()).first()
+    old = s.execute(
+        select(Run.id, Run.status, Run.failed_stage, Run.error)
+        .where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id, Run.case_name == ctx.case.name)
+        .with_for_update()
+    ).first()
     if old is None:
         return None
     if old.status == "success":
@@ -143,10 +147,20 @@ def record_failure(db_url: str, ctx: RunContext, stage: str, error: str, *, vers
             lock_model(s, model.id)
             earlier = _replace_failed_run(s, ctx)
             text = error if earlier is None else f"{error}\n\n--- an earlier attempt failed at {earlier}"
-            run = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
-                      version_requested=version or ctx.case.version, trigger=ctx.trigger, status="failed",
-                      failed_stage=stage, error=text[:_ERROR_CHARS], params=ctx.case.to_xcom(),
-                      started_at=ctx.started_at, finished_at=utcnow())
+            run = Run(
+                dag_id=ctx.dag_id,
+                dag_run_id=ctx.dag_run_id,
+                case_name=ctx.case.name,
+                model_id=model.id,
+                version_requested=version or ctx.case.version,
+                trigger=ctx.trigger,
+                status="failed",
+                failed_stage=stage,
+                error=text[:_ERROR_CHARS],
+                params=ctx.case.to_xcom(),
+                started_at=ctx.started_at,
+                finished_at=utcnow(),
+            )
             s.add(run)
             s.flush()
             return run.id
@@ -158,11 +172,24 @@ def _percentile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
 
 
-def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord, warmup: WarmupRecord,
-              run: ProfiledRun, parsed: ParseRecord, verdict: CompareRecord, *, samples: dict[str, Any],
-              parsed_tables: dict[str, Any], gx_result: Any, artifacts: list[tuple[str, str, int, str]],
-              archive_uri: str | Callable[[int], str], auto_accept: bool = True,
-              before_commit: Callable[[], None] | None = None) -> int:
+def store_run(
+    db_url: str,
+    ctx: RunContext,
+    pulled: PulledModel,
+    env: EnvRecord,
+    warmup: WarmupRecord,
+    run: ProfiledRun,
+    parsed: ParseRecord,
+    verdict: CompareRecord,
+    *,
+    samples: dict[str, Any],
+    parsed_tables: dict[str, Any],
+    gx_result: Any,
+    artifacts: list[tuple[str, str, int, str]],
+    archive_uri: str | Callable[[int], str],
+    auto_accept: bool = True,
+    before_commit: Callable[[], None] | None = None,
+) -> int:
     """Write a finished run in one transaction; returns its run id.
 
     ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
@@ -190,62 +217,116 @@ def store_run(db_url: str, ctx: RunContext, pulled: PulledModel, env: EnvRecord,
             model = get_or_create_model(s, ctx.case.model)
             lock_model(s, model.id)  # before any row that references it: see accept_baseline
             _replace_failed_run(s, ctx)
-            mv = s.scalar(select(ModelVersion).where(ModelVersion.model_id == model.id,
-                                                     ModelVersion.version == pulled.version,
-                                                     ModelVersion.digest == pulled.digest))
+            mv = s.scalar(
+                select(ModelVersion).where(
+                    ModelVersion.model_id == model.id,
+                    ModelVersion.version == pulled.version,
+                    ModelVersion.digest == pulled.digest,
+                )
+            )
             if mv is None:
-                mv = ModelVersion(model_id=model.id, version=pulled.version, digest=pulled.digest,
-                                  source_uri=pulled.source_uri, format=pulled.format, size_bytes=pulled.size_bytes)
+                mv = ModelVersion(
+                    model_id=model.id,
+                    version=pulled.version,
+                    digest=pulled.digest,
+                    source_uri=pulled.source_uri,
+                    format=pulled.format,
+                    size_bytes=pulled.size_bytes,
+                )
                 s.add(mv)
             envrow = s.scalar(select(Environment).where(Environment.fingerprint_id == env.fingerprint_id))
             if envrow is None:
-                envrow = Environment(fingerprint_id=env.fingerprint_id, comparability_key=env.comparability_key,
-                                     data=env.data)
+                envrow = Environment(
+                    fingerprint_id=env.fingerprint_id, comparability_key=env.comparability_key, data=env.data
+                )
                 s.add(envrow)
             s.flush()
-            r = Run(dag_id=ctx.dag_id, dag_run_id=ctx.dag_run_id, case_name=ctx.case.name, model_id=model.id,
-                    version_requested=ctx.case.version, model_version_id=mv.id, environment_id=envrow.id,
-                    trigger=ctx.trigger, status="success", params=ctx.case.to_xcom(), started_at=ctx.started_at,
-                    finished_at=utcnow(),
-                    median_step_ms=run.median_step_ms, mean_step_ms=statistics.fmean(measured),
-                    p90_step_ms=_percentile(measured, 90), throughput_eps=run.throughput_eps,
-                    cold_step_ms=cold_step_ms, warmup_steps=warmup.warmup_steps, steady=warmup.steady,
-                    profile_overhead_ratio=run.profile_overhead_ratio, peak_rss_bytes=run.peak_rss_bytes,
-                    peak_device_bytes=run.peak_device_bytes, profiler_avg_step_ms=parsed.avg_step_time_ms,
-                    input_bound_pct=parsed.input_bound_pct, verdict=verdict.verdict)
+            r = Run(
+                dag_id=ctx.dag_id,
+                dag_run_id=ctx.dag_run_id,
+                case_name=ctx.case.name,
+                model_id=model.id,
+                version_requested=ctx.case.version,
+                model_version_id=mv.id,
+                environment_id=envrow.id,
+                trigger=ctx.trigger,
+                status="success",
+                params=ctx.case.to_xcom(),
+                started_at=ctx.started_at,
+                finished_at=utcnow(),
+                median_step_ms=run.median_step_ms,
+                mean_step_ms=statistics.fmean(measured),
+                p90_step_ms=_percentile(measured, 90),
+                throughput_eps=run.throughput_eps,
+                cold_step_ms=cold_step_ms,
+                warmup_steps=warmup.warmup_steps,
+                steady=warmup.steady,
+                profile_overhead_ratio=run.profile_overhead_ratio,
+                peak_rss_bytes=run.peak_rss_bytes,
+                peak_device_bytes=run.peak_device_bytes,
+                profiler_avg_step_ms=parsed.avg_step_time_ms,
+                input_bound_pct=parsed.input_bound_pct,
+                verdict=verdict.verdict,
+            )
             s.add(r)
             s.flush()
             r.archive_uri = uri = archive_uri(r.id) if callable(archive_uri) else archive_uri
-            for phase, key in (("warmup", "warmup_step_times_ms"), ("measured", "measured_step_times_ms"),
-                               ("profiled", "profiled_step_times_ms")):
-                s.add_all(StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t)
-                          for i, t in enumerate(samples.get(key) or []))
+            for phase, key in (
+                ("warmup", "warmup_step_times_ms"),
+                ("measured", "measured_step_times_ms"),
+                ("profiled", "profiled_step_times_ms"),
+            ):
+                s.add_all(
+                    StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t)
+                    for i, t in enumerate(samples.get(key) or [])
+                )
             if samples.get("telemetry"):  # the measured steps' device telemetry (tasks.runner.telemetry)
                 tel = samples["telemetry"]
                 s.add_all(TelemetrySample(run_id=r.id, seq=i, **row) for i, row in enumerate(tel["samples"]))
                 s.add(RunTable(run_id=r.id, tool="telemetry", data=summarize_telemetry(tel, ctx.case.batch_size)))
             if warmup.reused_from_run_id is not None:  # tasks.store.reads.warmup_to_reuse
                 s.add(RunTable(run_id=r.id, tool=REUSED_WARMUP_TOOL, data={"run_id": warmup.reused_from_run_id}))
-            s.add_all(RunTable(run_id=r.id, tool=key, data=samples[key])  # how it ran; a tflite run's figures
-                      for key in ("execution", "tflite") if samples.get(key))
-            s.add_all(OpStat(run_id=r.id, **{k: row[k] for k in _OP_COLUMNS}) for row in parsed_tables.get("op_stats", []))
-            s.add_all(StepBreakdown(run_id=r.id, step_num=int(row["step"]), component=comp, ms=float(ms))
-                      for row in parsed_tables.get("step_breakdown", [])
-                      for comp, ms in row.items() if comp != "step" and ms is not None)
+            s.add_all(
+                RunTable(run_id=r.id, tool=key, data=samples[key])  # how it ran; a tflite run's figures
+                for key in ("execution", "tflite")
+                if samples.get(key)
+            )
+            s.add_all(
+                OpStat(run_id=r.id, **{k: row[k] for k in _OP_COLUMNS}) for row in parsed_tables.get("op_stats", [])
+            )
+            s.add_all(
+                StepBreakdown(run_id=r.id, step_num=int(row["step"]), component=comp, ms=float(ms))
+                for row in parsed_tables.get("step_breakdown", [])
+                for comp, ms in row.items()
+                if comp != "step" and ms is not None
+            )
             s.add_all(RunTable(run_id=r.id, tool=tool, data=data) for tool, data in group_tables(parsed_tables).items())
             if samples.get("inputs") is not None:  # what the runner fed the model, and how (RUN_INPUT_KEYS)
                 fed = {k: samples[k] for k in RUN_INPUT_KEYS if k in samples}
                 s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
-            s.add(Comparison(run_id=r.id, baseline_run_id=(verdict.baseline_run_ids or [None])[0],
-                             method=verdict.method, verdict=verdict.verdict, ratio=verdict.ratio,
-                             ci_low=verdict.ci_low, ci_high=verdict.ci_high, median_limit_ms=verdict.median_limit_ms,
-                             gx_success=verdict.gx_success, gx_result=gx_result,
-                             evidence=verdict.evidence))
-            s.add_all(Artifact(run_id=r.id, kind=kind, uri=f"{uri}/{rel}", size_bytes=size, sha256=sha)
-                      for kind, rel, size, sha in artifacts)
+            s.add(
+                Comparison(
+                    run_id=r.id,
+                    baseline_run_id=(verdict.baseline_run_ids or [None])[0],
+                    method=verdict.method,
+                    verdict=verdict.verdict,
+                    ratio=verdict.ratio,
+                    ci_low=verdict.ci_low,
+                    ci_high=verdict.ci_high,
+                    median_limit_ms=verdict.median_limit_ms,
+                    gx_success=verdict.gx_success,
+                    gx_result=gx_result,
+                    evidence=verdict.evidence,
+                )
+            )
+            s.add_all(
+                Artifact(run_id=r.id, kind=kind, uri=f"{uri}/{rel}", size_bytes=size, sha256=sha)
+                for kind, rel, size, sha in artifacts
+            )
             if auto_accept and verdict.verdict in ACCEPTED_VERDICTS:
-                accept_baseline(s, r, env.comparability_key, accepted_by="perfwatch",
-                                reason=f"automatic: verdict {verdict.verdict}")
+                accept_baseline(
+                    s, r, env.comparability_key, accepted_by="perfwatch", reason=f"automatic: verdict {verdict.verdict}"
+                )
             s.flush()
             if before_commit is not None:  # a failure here rolls the transaction back
                 before_commit()
@@ -261,9 +342,22 @@ row ``inputs``: the step kind, per input the shape fed (batch dimension first), 
 the per-batch latency percentiles (ms) and throughput (examples/s)."""
 
 RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {
-    "overview_page": ("hardware_type", "device_type", "device_core_count", "num_steps", "avg_step_time_ms",
-                      "step_time_stddev_ms", "breakdown_avg_ms", "input_bound_pct", "bottleneck", "conclusion",
-                      "recommendation", "statements", "device_idle_pct", "diagnostics"),
+    "overview_page": (
+        "hardware_type",
+        "device_type",
+        "device_core_count",
+        "num_steps",
+        "avg_step_time_ms",
+        "step_time_stddev_ms",
+        "breakdown_avg_ms",
+        "input_bound_pct",
+        "bottleneck",
+        "conclusion",
+        "recommendation",
+        "statements",
+        "device_idle_pct",
+        "diagnostics",
+    ),
     "framework_op_stats": ("idle_time_us",),
     "input_pipeline_analyzer": ("input_steps", "input_ops", "input_time_breakdown_us", "input_recommendations"),
     "memory_profile": ("memory", "memory_absent_reason"),
@@ -290,8 +384,15 @@ def group_tables(parsed: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-_OP_COLUMNS = ("host_or_device", "op_type", "op_name", "occurrences", "total_self_time_us", "avg_self_time_us",
-               "self_time_share")
+_OP_COLUMNS = (
+    "host_or_device",
+    "op_type",
+    "op_name",
+    "occurrences",
+    "total_self_time_us",
+    "avg_self_time_us",
+    "self_time_share",
+)
 
 
 def accept_baseline(s: Session, run: Run, comparability_key: str, *, accepted_by: str, reason: str) -> Baseline:
@@ -304,11 +405,25 @@ def accept_baseline(s: Session, run: Run, comparability_key: str, *, accepted_by
     """
     lock_model(s, run.model_id)
     now = utcnow()
-    s.execute(update(Baseline).where(Baseline.model_id == run.model_id, Baseline.case_name == run.case_name,
-                                     Baseline.comparability_key == comparability_key,
-                                     Baseline.superseded_at.is_(None)).values(superseded_at=now))
-    b = Baseline(model_id=run.model_id, case_name=run.case_name, comparability_key=comparability_key,
-                 run_id=run.id, accepted_at=now, accepted_by=accepted_by, reason=reason)
+    s.execute(
+        update(Baseline)
+        .where(
+            Baseline.model_id == run.model_id,
+            Baseline.case_name == run.case_name,
+            Baseline.comparability_key == comparability_key,
+            Baseline.superseded_at.is_(None),
+        )
+        .values(superseded_at=now)
+    )
+    b = Baseline(
+        model_id=run.model_id,
+        case_name=run.case_name,
+        comparability_key=comparability_key,
+        run_id=run.id,
+        accepted_at=now,
+        accepted_by=accepted_by,
+        reason=reason,
+    )
     s.add(b)
     s.flush()
     return b
