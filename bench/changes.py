@@ -17,7 +17,7 @@ noise of a median, both real. A **series** is 30–60 nights (drawn uniformly). 
 * ``step3`` / ``step5`` / ``step10``: every night from night ``N - 12`` on is slower by 3/5/10%;
 * ``creep``: from night 10 on, every night is 0.5% slower than the one before (compounded).
 
-Each series is checked **night by night as the product does** (``tasks.stages.trend``): on night n
+Each series is checked **night by night as the product does** (``tasks.services.trend``): on night n
 the change points of the first n runs (``tasks.analysis.changes.detect_change_points`` with the
 product's defaults) that the first n-1 runs did not have (``unseen``, as ``new_change_points``), and
 the creep guard (``creep_guard``) of the newest ``CREEP_RUNS`` runs against the ``CREEP_RUNS`` runs up

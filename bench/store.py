@@ -14,7 +14,7 @@ Run: ``.venv/bin/python bench/store.py [--postgres-url URL] [--repeats 15] [--ke
 3. Times every named query of ``sql/queries`` through ``tasks.store.queries.run_query`` (bound parameters,
    DataFrame out — what the CLI does) ``--repeats`` times with varying models/runs; reports the
    median latency in ms (and p90).
-4. Times ``tasks.stages.archive.archive_run`` of one run (records as in tests/test_store.py
+4. Times ``tasks.stages.archive.archive_run`` of one run (records as in tests/unit/store/test_store.py
    ``make_records``: 10 measured samples, one op) into the filled store, 5 times; reports the median.
 
 Store size: SQLite file size (MiB, 2**20 bytes) and ``pg_database_size`` on PostgreSQL.
@@ -58,7 +58,7 @@ from tasks.store import (  # noqa: E402
     queries,  # noqa: E402
     redact,
 )
-from tests.test_store import make_records  # noqa: E402
+from tests.helpers.builders import make_records  # noqa: E402
 
 N_MODELS, RUNS_PER_MODEL, N_VERSIONS, N_ENVS = 100, 100, 5, 4
 N_SAMPLES, N_OPS = 1_000_000, 1_000_000

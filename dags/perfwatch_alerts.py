@@ -7,7 +7,7 @@
   only when a run of it has the verdict ``env-changed`` or ``regression``; a quiet night sends nothing);
 * ``perfwatch_watch``: task ``on_failure_callback`` of the missing-data check.
 
-What the message says is plain Python in ``tasks.stages.alerts`` (a Slack-compatible payload
+What the message says is plain Python in ``tasks.services.alerts`` (a Slack-compatible payload
 ``{"text", "blocks"}`` built from the store's record of the DAG run: verdict, step-time ratio and
 interval, top ops, a link to the run's page).
 
@@ -85,7 +85,7 @@ class PerfwatchNotifier(BaseNotifier):
     Args:
         conn_id: the connection (default ``PERFWATCH_ALERT_CONN_ID``, else ``perfwatch_alerts``); templated.
         only_noteworthy: as an ``on_success_callback``: send only when a run of the DAG run has a
-            noteworthy verdict (``tasks.stages.alerts.NOTEWORTHY``).
+            noteworthy verdict (``tasks.services.alerts.NOTEWORTHY``).
         missing_data: the message is the failed missing-data check's (the task's exception).
     """
 
@@ -105,7 +105,7 @@ class PerfwatchNotifier(BaseNotifier):
 
     def payload(self, context) -> dict | None:
         """The alert for ``context`` (a DAG or task callback's context), or None when there is nothing to say."""
-        from tasks.stages.alerts import dag_run_alert, missing_data_alert
+        from tasks.services.alerts import dag_run_alert, missing_data_alert
 
         store_url_from_connection()
         base = ui_base_url()
@@ -125,11 +125,11 @@ class PerfwatchNotifier(BaseNotifier):
         )
 
     def notify(self, context) -> None:
-        """Build the alert and POST it (``tasks.stages.alerts.post_webhook``); raises AlertDeliveryError
+        """Build the alert and POST it (``tasks.services.alerts.post_webhook``); raises AlertDeliveryError
         when the webhook refuses it (Airflow logs a failed callback)."""
         from airflow.sdk import BaseHook
 
-        from tasks.stages.alerts import post_webhook
+        from tasks.services.alerts import post_webhook
 
         body = self.payload(context)
         if body is None:

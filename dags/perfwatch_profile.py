@@ -33,9 +33,9 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowFailException
 from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
 
-from tasks.stages.publish import release_asset_uris
+from tasks.services.publish import release_asset_uris
 
-MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/test_dag.py checks)
+MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/system/test_dag.py checks)
 
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
 # A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often and
@@ -161,8 +161,8 @@ def perfwatch_profile():
     def plan() -> list[dict]:
         """Resolve the cases of this DAG run (release Asset events, Params, or the YAML config when no model
         is given)."""
+        from tasks.services.publish import release_cases
         from tasks.stages.pipeline import plan_cases, trigger_kind
-        from tasks.stages.publish import release_cases
 
         ctx = get_current_context()
         dag_run = ctx["dag_run"]
@@ -252,7 +252,7 @@ def perfwatch_profile():
     def watch_trend() -> list[dict]:
         """After archiving, whatever the verdicts: new change points in each case's nightly series and the
         creep guard of its baseline; fails, so alerting fires, on a new slowdown or a creep."""
-        from tasks.stages.trend import TrendAlert, check_dag_run
+        from tasks.services.trend import TrendAlert, check_dag_run
 
         dag_run = get_current_context()["dag_run"]
         try:

@@ -2,7 +2,7 @@
 
 Hourly, finds the models of the nightly config (``PERFWATCH_CONFIG``) without a successful run in the
 last ``PERFWATCH_MISSING_DATA_HOURS`` hours (default 36) and fails, so that ``PerfwatchNotifier``
-sends the alert (``tasks.stages.alerts.check_missing_data``): a nightly DAG that is paused, failing
+sends the alert (``tasks.services.alerts.check_missing_data``): a nightly DAG that is paused, failing
 or not scheduled is noticed within the hour after the window, not days later by a human.
 """
 
@@ -28,7 +28,7 @@ def perfwatch_watch():
     @task(on_failure_callback=PerfwatchNotifier(missing_data=True))
     def missing_data() -> list[dict]:
         """Models of the nightly config without a successful run in the window: fail and alert."""
-        from tasks.stages.alerts import MissingData, check_missing_data
+        from tasks.services.alerts import MissingData, check_missing_data
 
         try:
             return check_missing_data()

@@ -56,7 +56,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from tasks.cli.airflow_api import AirflowApi, AirflowApiError, airflow_token
+from tasks.services.airflow_api import AirflowApi, AirflowApiError, airflow_token
 
 log = logging.getLogger(__name__)
 
@@ -674,7 +674,7 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _airflow_token(client, base: str) -> str | None:
-    """The bearer token for Airflow's API (``tasks.cli.airflow_api.airflow_token``): ``PERFWATCH_AIRFLOW_TOKEN``,
+    """The bearer token for Airflow's API (``tasks.services.airflow_api.airflow_token``): ``PERFWATCH_AIRFLOW_TOKEN``,
     else one from ``POST /auth/token`` with ``PERFWATCH_AIRFLOW_USERNAME`` and ``PERFWATCH_AIRFLOW_PASSWORD``;
     None when neither is set."""
     return airflow_token(client, AirflowApi.from_env(base))

@@ -3,29 +3,35 @@
 ::
 
     records.py  settings.py   foundation: the typed records between stages; settings from the env
+    matrix.py                 the YAML config and its benchmark matrix, expanded into Cases
+    modelstore.py             the versioned model store (TF Serving's layout, any fsspec URI)
     runner/                   the only TensorFlow code; runs in the runner's interpreter
                               (``python -m tasks.runner SPEC.json``, ``python -m tasks.runner.probe``)
     analysis/                 pure functions over plain values: statistics, calibration, verdicts,
                               attribution, diagnosis, environment diffs (no database, no files)
     store/                    the SQL side: schema, engine and migrations, named queries, reads, writes
-    stages/                   the seven stages, one module each, and the pipeline glue (Airflow and
-                              ``perfwatch run`` share it)
+    stages/                   the seven stages, one module each, the compare stage's GX suite
+                              (``expectations``) and the pipeline glue (Airflow and ``perfwatch run``)
+    services/                 what is not a stage: publish, ingest, trend, alerts, the Airflow REST client
     cli/                      the ``perfwatch`` command line and its rendering
 
-The dependency rule (``tests/test_rooms.py`` enforces it on every module, lazy imports included):
+The dependency rule (``tests/unit/test_rooms.py`` enforces it on every module, lazy imports included):
 
 ==========  =========================================================
 room        may import (besides itself)
 ==========  =========================================================
 records     nothing from tasks/
 settings    nothing from tasks/
+matrix      records
+modelstore  records
 runner      nothing from tasks/ (its venv may be a bare TF/GPU one)
 analysis    records
 store       records, settings, analysis
-stages      records, settings, analysis, store, runner
+stages      records, settings, matrix, modelstore, analysis, store, runner
+services    records, settings, matrix, modelstore, analysis, store, stages
 cli         everything; nothing in tasks/ imports it
 ==========  =========================================================
 
 Nothing in ``tasks/`` imports Airflow; only ``runner`` imports TensorFlow or Keras. Outside:
-``dags/`` may import ``stages`` and ``store``; ``plugins/`` ``store`` and ``cli``.
+``dags/`` may import ``stages``, ``services`` and ``store``; ``plugins/`` ``store``, ``services`` and ``cli``.
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model_factory import make_model
+from tests.helpers.models import make_model
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

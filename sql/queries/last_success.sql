@@ -1,7 +1,7 @@
 -- name: last_success
 -- Per model, when its newest successful run finished (UTC) and how many successful runs it has, any
 -- trigger (scheduled, release, manual, cli, external): the missing-data check
--- (tasks.stages.alerts.check_missing_data) alerts on a model of the nightly config whose newest
+-- (tasks.services.alerts.check_missing_data) alerts on a model of the nightly config whose newest
 -- success is older than PERFWATCH_MISSING_DATA_HOURS (36 h), or that has none.
 -- params: model text optional
 -- psql:

@@ -9,5 +9,5 @@ plugin, outside ``tasks/``, reuses its plot).
 
 #: ``tasks.records.DEFAULT_MEASURED_STEPS`` written out: option defaults are read when ``perfwatch --help``
 #: starts, and importing ``tasks.records`` (pydantic building the records) would double that start-up
-#: (``tests/test_cli_startup.py`` checks the two agree).
+#: (``tests/unit/cli/test_cli_startup.py`` checks the two agree).
 DEFAULT_MEASURED_STEPS = 320

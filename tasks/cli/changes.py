@@ -6,7 +6,7 @@ of successful runs (``tasks.analysis.changes.detect_change_points``: Apache Otav
 with a t-test): the first run after the change, its version and environment (and whether either
 changed there), the magnitude as the ratio of the segment after to the segment before with its 95%
 interval, and the p-value. ``perfwatch creep MODEL`` compares each case's active baseline with the
-baseline of ``--window-days`` ago (``tasks.stages.trend.creep_check``). Exit code 1 for an unknown
+baseline of ``--window-days`` ago (``tasks.services.trend.creep_check``). Exit code 1 for an unknown
 model or a bad option value, 0 otherwise (also when nothing is found).
 """
 
@@ -188,7 +188,7 @@ def register(app: typer.Typer) -> None:
         against the baseline of WINDOW-DAYS ago, with a one-sided 99.5% bound."""
         import pandas as pd
 
-        from tasks.stages.trend import creep_check
+        from tasks.services.trend import creep_check
         from tasks.store.series import run_series
 
         url = _url()

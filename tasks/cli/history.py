@@ -110,7 +110,7 @@ def check_in_model_store(store_uri: str, model: str, version: str) -> None:
             versions). Which directory ``latest`` is, and a store that cannot be read, are left to the
             pull stage, which records its failure.
     """
-    from tasks.stages.pull import ModelNotFoundError, UnknownModelError, resolve_version_dir, version_dirs
+    from tasks.modelstore import ModelNotFoundError, UnknownModelError, resolve_version_dir, version_dirs
 
     try:
         if version == "latest":

@@ -3,7 +3,7 @@
 The log dir is what the Keras TensorBoard callback (``profile_batch``) or
 ``tasks.runner.jobprofile.StepProfiler`` wrote (``train/`` subfolders included); the run is judged
 against the earlier ingested runs of the same model and case and archived, marked ``source: external``
-with xprof's step time (``tasks.stages.ingest``). Exit code: 0 stored, 1 the verdict is a regression,
+with xprof's step time (``tasks.services.ingest``). Exit code: 0 stored, 1 the verdict is a regression,
 2 the profile could not be used (no profile, no step markers, a bad option; a failure after the
 profile was found is recorded in the store as a failed run).
 """
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         """Store a profile of your own job (Keras callback or StepProfiler layout) as an external run."""
         from pydantic import ValidationError
 
-        from tasks.stages.ingest import NoStepTimes, ingest_profile
+        from tasks.services.ingest import NoStepTimes, ingest_profile
         from tasks.stages.parse import ProfileParseError
 
         try:

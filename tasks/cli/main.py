@@ -5,7 +5,7 @@ Every listing takes ``--format table|csv|json|markdown``. Commands read the stor
 
 Start-up: importing this module (what ``perfwatch --help`` pays) loads typer and rich but
 never pandas, SQLAlchemy (the store), scipy, Great Expectations, TensorFlow or the pydantic records; every
-command imports what it needs in its body (``tests/test_cli_startup.py`` checks it; ``bench/cli_startup.py`` times it).
+command imports what it needs in its body (``tests/unit/cli/test_cli_startup.py`` checks it; ``bench/cli_startup.py`` times it).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def run_cmd(
         str | None,
         typer.Option(
             help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
-            "(e.g. tasks.runner.pipelines:images_fast)."
+            "(e.g. tasks.runner.input_fns:images_fast)."
         ),
     ] = None,
     signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
@@ -343,13 +343,13 @@ def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing 
 def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing models and images.")] = False) -> None:
     """Write the model zoo (a dynamic-shape CNN, a BERT-like encoder, an SSD-like detector, an LSTM, an
     export-only SavedModel, a Lambda-layer model: version 1 of ``zoo_*`` each) under PERFWATCH_MODEL_STORE,
-    the example TFRecord images the ``tasks.runner.pipelines`` input functions read (PERFWATCH_IMAGES, else
+    the example TFRecord images the ``tasks.runner.input_fns`` input functions read (PERFWATCH_IMAGES, else
     <PERFWATCH_HOME>/data/images), and ``<PERFWATCH_HOME>/zoo.yaml``: every zoo case, a config for the nightly
     DAG (``PERFWATCH_CONFIG``)."""
     import yaml
 
     from tasks.records import Case
-    from tasks.runner.pipelines import images_dir
+    from tasks.runner.input_fns import images_dir
     from tasks.runner.zoo import ZOO, build_zoo, write_images, zoo_cases
 
     settings = Settings.from_env()

@@ -1,7 +1,7 @@
 """``perfwatch publish MODEL PATH [--version N] [--airflow-url URL]``: the CI/CD hook "on model release".
 
 Copies a ``.keras`` file or SavedModel directory into the model store as the next version, atomically
-(``tasks.stages.publish.publish_version``), then, when an Airflow API is given (``--airflow-url`` or
+(``tasks.services.publish.publish_version``), then, when an Airflow API is given (``--airflow-url`` or
 ``PERFWATCH_AIRFLOW_API_URL``), emits the model's Asset event (``perfwatch://models/<model>``, extra:
 model, version, digest, source, format) so that ``perfwatch_profile`` runs the paired release gate for
 exactly that version. Exit code: 0 published (and the event emitted when asked), 1 the version exists or
@@ -57,10 +57,11 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Publish a model version into the store and emit its Asset event (the release gate's trigger)."""
-        from tasks.cli.airflow_api import AirflowApi, AirflowApiError, emit_asset_event
+        from tasks.modelstore import ModelNotFoundError
+        from tasks.services.airflow_api import AirflowApi, AirflowApiError, emit_asset_event
+        from tasks.services.publish import model_asset, publish_version
         from tasks.settings import Settings
-        from tasks.stages.publish import model_asset, publish_version
-        from tasks.stages.pull import ModelNotFoundError, pull_model_version
+        from tasks.stages.pull import pull_model_version
 
         store = Settings.from_env().model_store
         try:

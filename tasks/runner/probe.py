@@ -68,7 +68,7 @@ ABSENT = "absent"
 
 # Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too, and so
 # is each of ENV_VARS_WHEN_SET that is set. Which of them enter the comparability key is decided in
-# tasks.analysis.environment.PERFORMANCE_ENV_VARS (tests/test_inputs_faults.py checks that every
+# tasks.analysis.environment.PERFORMANCE_ENV_VARS (tests/unit/cli/test_inputs_faults.py checks that every
 # one of those is recorded here).
 PERF_ENV_VARS: tuple[str, ...] = (
     "XLA_FLAGS",

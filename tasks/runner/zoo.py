@@ -9,7 +9,7 @@ kinds users bring.
   an image CNN with dynamic spatial dims, a BERT-like encoder fed by a dict, an SSD-like detector with
   dict outputs, an LSTM, an export-only SavedModel and a Keras model with a ``Lambda`` layer; plus the
   TFRecord files of encoded images that the example input pipelines read
-  (:func:`write_images`, :mod:`tasks.runner.pipelines`).
+  (:func:`write_images`, :mod:`tasks.runner.input_fns`).
 
 Building imports TensorFlow, so it runs in its own process (``perfwatch demo build-store``,
 ``perfwatch demo build-zoo``), never in an Airflow worker.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.runner.pipelines import IMAGE_SIDE  # side (px) of the detector's images and the example pipeline's
+from tasks.runner.input_fns import IMAGE_SIDE  # side (px) of the detector's images and the example pipeline's
 
 DEMO_MODEL = "demo_mobilenet"
 DEMO_VERSIONS = {1: 0.35, 2: 0.75}  # version -> MobileNetV2 width multiplier α
@@ -164,7 +164,7 @@ class ZooModel:
 
 
 #: model name -> its builder and the Case fields it needs. The image CNN may also be fed by the example
-#: pipelines: ``input_fn: tasks.runner.pipelines:images_fast`` (or ``images_slow``) instead of ``inputs``.
+#: pipelines: ``input_fn: tasks.runner.input_fns:images_fast`` (or ``images_slow``) instead of ``inputs``.
 ZOO: dict[str, ZooModel] = {
     "zoo_cnn": ZooModel(
         _cnn,
@@ -199,14 +199,14 @@ def zoo_cases() -> list[dict[str, Any]]:
     """The zoo as benchmark cases (``tasks.records.Case`` fields, plain values; version 1, as
     :func:`build_zoo` writes it): each model in each of its
     modes with the fields it needs, then the image CNN fed by each example pipeline
-    (:mod:`tasks.runner.pipelines`). ``perfwatch demo build-zoo`` writes them as a YAML config."""
+    (:mod:`tasks.runner.input_fns`). ``perfwatch demo build-zoo`` writes them as a YAML config."""
     cases = [
         {"model": name, "version": "1", "mode": mode, **copy.deepcopy(z.case)}
         for name, z in ZOO.items()
         for mode in z.modes
     ]
     cases += [
-        {"model": "zoo_cnn", "version": "1", "mode": "train", "input_fn": f"tasks.runner.pipelines:{fn}"}
+        {"model": "zoo_cnn", "version": "1", "mode": "train", "input_fn": f"tasks.runner.input_fns:{fn}"}
         for fn in ("images_fast", "images_slow")
     ]
     return cases
@@ -263,7 +263,7 @@ def write_images(
     ``per_shard`` ``tf.train.Example`` records: ``image`` (PNG bytes of a ``side`` × ``side`` × 3 uint8
     image: a smooth colour gradient plus noise, so PNG decoding does real work) and ``label`` (int64 in
     ``[0, classes)``). Default: 4 × 64 images of 32 × 32 px, about 3 KiB each. Existing files are kept
-    unless ``force``. Returns the files. The example pipelines (:mod:`tasks.runner.pipelines`) read them.
+    unless ``force``. Returns the files. The example pipelines (:mod:`tasks.runner.input_fns`) read them.
     """
     import numpy as np
     import tensorflow as tf

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from tasks.matrix import load_config, select_cases
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -45,7 +44,6 @@ from tasks.records import (
     run_slug,
 )
 from tasks.settings import Settings
-from tasks.stages.matrix import config_cases, select_cases
 from tasks.store import migrate
 from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
 from tasks.store.writes import SuccessAlreadyStored, record_failure
@@ -55,7 +53,7 @@ if TYPE_CHECKING:
 
 # Each stage's module is imported by its wrapper below, when it runs: every Airflow task imports this
 # module, and a warm-up task should not pay for xprof, pandas, scipy and Great Expectations, which only
-# parse and baseline-compare use (tests/test_rooms.py checks what importing this module pulls in).
+# parse and baseline-compare use (tests/unit/test_rooms.py checks what importing this module pulls in).
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +74,6 @@ Bundle = dict[str, Any]
 
 class RegressionDetected(RuntimeError):
     """Raised after archiving when the verdict is ``regression``: the run must go red."""
-
-
-def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> list[Case]:
-    """The cases of the nightly schedule from the YAML config (``models:`` list of Case fields under
-    ``defaults:``; an entry's ``matrix:``/``exclude:`` expands into one case per combination,
-    ``tasks.stages.matrix``). ``overrides`` (Case fields, not matrix axes) apply to every case.
-
-    Raises:
-        FileNotFoundError: no config at ``path``.
-        ValueError: the YAML is not a mapping with a ``models`` list, an entry or its matrix is
-            invalid (the message names the entry index, model and field), or two cases of a model
-            share a name.
-    """
-    with open(path, encoding="utf-8") as f:  # a file object: YAML's errors then name the file, not "<unicode string>"
-        data = yaml.safe_load(f)
-    return config_cases(data, where=str(path), overrides=overrides)
 
 
 def plan_cases(
@@ -184,7 +166,7 @@ def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunCon
         msg = f"{type(e).__name__}: {e}"
         scratch = scratch_dir(settings, ctx)
         try:
-            from tasks.stages.pull import CorruptModelError
+            from tasks.modelstore import CorruptModelError
 
             resolved = (bundle.get("pulled") or {}).get("version") or (
                 e.version if isinstance(e, CorruptModelError) else None

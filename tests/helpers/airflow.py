@@ -1,0 +1,49 @@
+"""A fake Airflow API server on loopback for tests of the REST client (``tasks.services.airflow_api``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeAirflowAssets:
+    """Airflow's ``POST /auth/token``, ``GET /api/v2/assets`` and ``POST /api/v2/assets/events``, recording the
+    requests; it knows one Asset (id 7). Bodies are checked against Airflow's own request model."""
+
+    def __init__(self, known_uri: str):
+        self.requests: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                fake.requests.append({"method": "GET", "path": self.path, "auth": self.headers.get("Authorization")})
+                self._reply(
+                    200,
+                    {"assets": [{"id": 7, "uri": known_uri}, {"id": 8, "uri": known_uri + "x"}], "total_entries": 2},
+                )
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(
+                    {"method": "POST", "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                if self.path == "/auth/token":
+                    ok = body == {"username": "ci", "password": "pw"}
+                    return self._reply(201 if ok else 401, {"access_token": "jwt-1"} if ok else {"detail": "no"})
+                self._reply(200, {"id": 99, "asset_id": body["asset_id"], "extra": body["extra"]})
+
+            def _reply(self, code, data):
+                raw = json.dumps(data).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()

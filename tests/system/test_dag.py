@@ -1,0 +1,196 @@
+"""The DAG file: imports cleanly, reads like the arrow chain, imports nothing heavy at parse time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT as ROOT
+
+# Airflow puts the dags folder on sys.path when it parses it (its DAG bundles do): the DAG files import
+# their sibling perfwatch_alerts.py. A bare DagBag() does not, so the probes here add it.
+DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "dags")])
+STAGE_TASKS = [
+    "pull_model_version",
+    "env_fingerprint",
+    "warm_up",
+    "profiled_run",
+    "parse",
+    "baseline_compare",
+    "archive",
+    "watch_trend",
+    "outcome",
+]
+CASE_TASKS = STAGE_TASKS[:7]  #: the mapped task group of one case
+
+_PROBE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+dag = bag.get_dag("perfwatch_profile")
+chain, t = [], dag.get_task("plan")
+while t.downstream_list:  # archive -> watch_trend -> outcome, and archive -> outcome
+    t = sorted(t.downstream_list, key=lambda d: d.task_id == "outcome")[0]
+    chain.append(t.task_id)
+print(json.dumps({
+    "errors": {k: str(v) for k, v in bag.import_errors.items()},
+    "chain": chain,
+    "schedule": getattr(dag.timetable, "timetable", dag.timetable).expression, "catchup": dag.catchup,
+    "release_assets": sorted(a.uri for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])),
+    "callbacks": [type(c).__name__ for c in (dag.on_failure_callback, dag.on_success_callback)],
+    "watch": {"schedule": bag.get_dag("perfwatch_watch").timetable.expression,
+              "on_failure": type(
+                  bag.get_dag("perfwatch_watch").get_task("missing_data").on_failure_callback[0]).__name__},
+    "params": sorted(dag.params.keys()),
+    "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline")
+              if m in sys.modules],
+    "busy_retries": dag.get_task("profiled_run").retries,
+    "busy_retry_delay_s": dag.get_task("profiled_run").retry_delay.total_seconds(),
+}))
+"""
+
+
+def _probe(**extra_env: str) -> dict:
+    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": DAG_PYTHONPATH, **extra_env}
+    env.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(ROOT / "dags")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_dag_imports_in_card_order_without_heavy_imports():
+    info = _probe()
+    assert info["errors"] == {}
+    assert info["chain"] == STAGE_TASKS
+    assert info["heavy"] == []
+    assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
+    assert info["params"] == [
+        "batch_size",
+        "case",
+        "input_fn",
+        "inputs",
+        "measured_steps",
+        "mode",
+        "model",
+        "safe_mode",
+        "signature",
+        "trigger",
+        "version",
+    ]
+
+
+def test_release_assets_and_alerts_are_wired(tmp_path):
+    """One Asset per model of the nightly config schedules the DAG besides its cron (a release event runs the
+    gate); failed DAG runs and noteworthy verdicts alert through PerfwatchNotifier; the missing-data check runs
+    hourly with the same notifier. A config that cannot be read leaves the cron schedule alone."""
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(
+        "models:\n  - {model: resnet}\n  - {model: bert, batch_size: 8}\n  - {model: resnet, batch_size: 4}\n"
+    )
+    info = _probe(PERFWATCH_CONFIG=str(cfg))
+    assert info["errors"] == {} and info["schedule"] == "0 2 * * *"
+    assert info["release_assets"] == ["perfwatch://models/bert", "perfwatch://models/resnet"]
+    assert info["callbacks"] == ["PerfwatchNotifier", "PerfwatchNotifier"]
+    assert info["watch"] == {"schedule": "0 * * * *", "on_failure": "PerfwatchNotifier"}
+    broken = _probe(PERFWATCH_CONFIG=str(tmp_path / "missing.yaml"))
+    assert broken["errors"] == {} and broken["schedule"] == "0 2 * * *" and broken["release_assets"] == []
+
+
+def test_measured_steps_param_default_is_the_case_default():
+    import re
+
+    from tasks.records import DEFAULT_MEASURED_STEPS
+
+    text = (ROOT / "dags" / "perfwatch_profile.py").read_text()
+    assert int(re.search(r"^MEASURED_STEPS = (\d+)", text, re.M).group(1)) == DEFAULT_MEASURED_STEPS
+
+
+def test_host_busy_retries_are_settings(monkeypatch):
+    """``profiled_run`` measures again on a busy host: 2 retries 600 s apart unless the settings say otherwise."""
+    monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRIES", raising=False)
+    monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRY_DELAY_S", raising=False)
+    got = _probe()
+    assert (got["busy_retries"], got["busy_retry_delay_s"]) == (2, 600.0)
+    got = _probe(PERFWATCH_HOST_BUSY_RETRIES="0", PERFWATCH_HOST_BUSY_RETRY_DELAY_S="5")
+    assert (got["busy_retries"], got["busy_retry_delay_s"]) == (0, 5.0)
+
+
+_MAPPED_RUN = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+from airflow.models import TaskInstance
+from airflow.utils.session import create_session
+dag = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_profile")
+dr = dag.test(run_conf={})
+with create_session() as s:
+    tis = s.query(TaskInstance).filter(TaskInstance.run_id == dr.run_id).all()
+    print(json.dumps({"state": str(dr.state), "tis": [[t.task_id, t.map_index, str(t.state), t.rendered_map_index]
+                                                       for t in tis]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_failing_case_fails_only_itself(home, model_store, tmp_path):
+    """A mapped DAG run (``dag.test()``) of 2 config cases where one cannot be pulled: the other case's
+    stages all succeed and it is archived; each case is named in the grid (``map_index_template``)."""
+    from sqlalchemy import select
+
+    from tasks.settings import Settings
+    from tasks.store import Run, session_scope
+
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(
+        "defaults: {measured_steps: 5, profiled_steps: 2, warmup_max_steps: 10}\nmodels:\n"
+        "  - {model: tiny, version: '1', batch_size: 2}\n"
+        "  - {model: tiny, version: '9', batch_size: 3}\n"
+    )  # no version 9: its pull fails
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_CONFIG": str(cfg),
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    by_case = {i: {t: state for t, idx, state, _ in got["tis"] if idx == i} for i in (0, 1)}
+    assert by_case[0] == dict.fromkeys(CASE_TASKS, "success")
+    assert by_case[1] == {"pull_model_version": "failed", **dict.fromkeys(CASE_TASKS[1:], "upstream_failed")}
+    names = {(t, idx): label for t, idx, _, label in got["tis"]}
+    assert names[("pull_model_version", 0)] == names[("archive", 0)] == "tiny train-bs2"
+    assert names[("pull_model_version", 1)] == "tiny train-bs3"
+    states = {t: state for t, idx, state, _ in got["tis"] if idx == -1}
+    assert states == {"plan": "success", "watch_trend": "success", "outcome": "upstream_failed"}
+    assert got["state"] == "failed"  # the DAG run is red: one of its cases failed
+    with session_scope(Settings.from_env().database_url) as s:
+        runs = {r.case_name: (r.status, r.failed_stage) for r in s.scalars(select(Run))}
+    assert runs == {"train-bs2": ("success", None), "train-bs3": ("failed", "pull-model-version")}

@@ -1,0 +1,156 @@
+"""Watching the trend: change points (Apache Otava), the creep guard, `perfwatch changes`/`creep`, the DAG's
+watch-trend stage."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from sqlalchemy import update
+
+from tasks.analysis import changes
+from tasks.services.trend import TrendAlert, creep_check, raise_on_trend_alert, watch_case, watch_dag_run
+from tasks.stages.archive import archive_run
+from tasks.store import Baseline, Run, session_scope
+from tests.unit.store.test_store import make_records
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)
+
+
+def noisy(n: int, seed: int, sd: float = 0.03, level: float = 100.0) -> np.ndarray:
+    return level * np.exp(np.random.default_rng(seed).normal(0, sd, n))
+
+
+# ------------------------------------------------------------------------------------------- pure: change points
+
+
+def test_a_step_is_found_where_it_is_with_its_ratio():
+    x = noisy(40, 1)
+    x[25:] *= 1.15
+    (cp,) = changes.detect_change_points(x, list(range(100, 140)))
+    assert abs(cp.index - 25) <= 1 and cp.run_id == 100 + cp.index
+    assert cp.slower and cp.metric == "median_step_ms"
+    assert cp.ci_low < 1.15 < cp.ci_high and cp.ci_low > 1.08
+    assert cp.p_value < changes.DEFAULT_MAX_PVALUE
+    assert cp.n_before + cp.n_after == 40
+
+
+def test_flat_noise_has_no_change_points():
+    for seed in range(10):
+        assert changes.detect_change_points(noisy(50, seed), list(range(50))) == []
+
+
+def test_a_throughput_drop_is_a_slowdown():
+    x = noisy(30, 2)
+    x[15:] *= 0.8
+    (cp,) = changes.detect_change_points(x, list(range(30)), metric="throughput_eps")
+    assert cp.slower and cp.ratio < 0.85
+
+
+def test_short_series_and_bad_input():
+    assert changes.detect_change_points([1.0] * 5, list(range(5))) == []
+    with pytest.raises(ValueError, match=r"median_step_ms\[3\] = nan \(run 13\)"):
+        changes.detect_change_points([1.0, 2.0, 3.0, float("nan")] + [1.0] * 6, list(range(10, 20)))
+    with pytest.raises(ValueError, match="expected a finite value > 0"):
+        changes.detect_change_points([0.0] * 10, list(range(10)))
+    with pytest.raises(ValueError, match="one run id per value"):
+        changes.detect_change_points([1.0] * 10, list(range(9)))
+    with pytest.raises(ValueError, match="metric 'loss'"):
+        changes.detect_change_points([1.0] * 10, list(range(10)), metric="loss")
+
+
+def test_a_change_point_is_new_once():
+    x = noisy(60, 3)
+    x[30:] *= 1.2
+    ids = list(range(60))
+    nights = [n for n in range(10, 61) if changes.new_change_points(x[:n], ids[:n])]
+    assert len(nights) == 1 and 31 <= nights[0] <= 36  # found a few nights after the step, reported once
+    assert changes.new_change_points(x, ids) == []
+
+
+# ------------------------------------------------------------------------------------------- pure: creep guard
+
+
+def test_creep_guard_verdicts():
+    flat = list(noisy(7, 4, sd=0.02))
+    assert changes.creep_guard(flat, list(noisy(7, 5, sd=0.02))).verdict == "ok"
+    crept = changes.creep_guard(list(noisy(7, 6, sd=0.02) * 1.2), flat, now_runs=range(7), then_runs=range(7, 14))
+    assert crept.verdict == "creep" and crept.ci_low > 1.05 and crept.now_runs == list(range(7))
+    assert "above its level a window ago" in crept.reason
+    assert changes.creep_guard(list(noisy(7, 6, sd=0.1) * 1.06), flat).verdict == "inconclusive"
+    assert changes.creep_guard([100.0], flat).verdict == "no-history"
+    with pytest.raises(ValueError, match=r"then_ms\[1\] = -1"):
+        changes.creep_guard(flat, [100.0, -1])
+    with pytest.raises(ValueError, match="tolerance"):
+        changes.creep_guard(flat, flat, tolerance=5)
+
+
+def test_alerts_name_slowdowns_and_creep_only():
+    x = noisy(30, 7)
+    x[15:] *= 0.8
+    faster = changes.detect_change_points(x, list(range(30)))
+    assert faster and not faster[0].slower
+    assert changes.alerts(faster, None) == []
+    crept = changes.creep_guard([120.0, 121.0, 119.0], [100.0, 101.0, 99.0])
+    assert changes.alerts([], crept) == [f"creep: {crept.reason}"]
+
+
+# ------------------------------------------------------------------------------------------- store, stage, CLI
+
+
+def store_series(
+    db_url: str, tmp_path, medians, *, model: str = "m", start: dt.datetime = T0, dag_id: str = "perfwatch_profile"
+) -> list[int]:
+    """Archive one nightly run per median (ms), a day apart, each accepted as the baseline at its start."""
+    ids = []
+    for i, med in enumerate(medians):
+        ctx, *rest = make_records(tmp_path, dag_run_id=f"n{i}", model=model, median=float(med), verdict="pass")
+        ctx = ctx.model_copy(update={"dag_id": dag_id, "started_at": start + dt.timedelta(days=i)})
+        ids.append(archive_run(db_url, str(tmp_path / "archive"), ctx, *rest).run_id)
+    with session_scope(db_url) as s:
+        for rid in ids:
+            started = s.get(Run, rid).started_at
+            s.execute(update(Baseline).where(Baseline.run_id == rid).values(accepted_at=started))
+    return ids
+
+
+def test_changes_cli_and_trend_stage_on_a_stored_series(db_url, tmp_path, cli):
+    x = noisy(40, 8, sd=0.015)
+    x[28:] *= 1.2
+    ids = store_series(db_url, tmp_path, x)
+    out = cli("changes", "m", "--format", "json")
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert abs(ids.index(row["run_id"]) - 28) <= 1
+    assert row["direction"] == "slower" and row["version"] == "1" and row["env_changed"] == 0
+    assert row["ci_low"] < 1.2 < row["ci_high"] and row["p_value"] < 1e-4
+    table = cli("changes", "m", "--metric", "throughput_eps")
+    assert table.exit_code == 0 and "train-bs16: 40 successful runs" in table.output
+    assert json.loads(cli("changes", "m", "--since", "2026-02-01", "-f", "json").output) == []  # 9 runs: flat
+    assert cli("changes", "nope").exit_code == 1 and "no model 'nope'" in cli("changes", "nope").output
+    assert "expected an ISO date" in cli("changes", "m", "--since", "yesterday").output
+
+    # creep: the 7 newest accepted runs (x1.2) against those of 30 days before the newest
+    now = T0 + dt.timedelta(days=39, hours=1)
+    chk = creep_check(db_url, "m", "train-bs16", now=now)
+    assert chk.verdict == "creep" and len(chk.now_runs) == 7 and chk.now_runs[0] == ids[-1]
+    assert creep_check(db_url, "m", "train-bs16", now=T0 + dt.timedelta(days=20), window_days=10).verdict == "ok"
+    # the change point was new on one night only; watching the newest run now reports creep only
+    report = watch_case(db_url, "m", "train-bs16", ids[-1], now=now)
+    assert report.new_change_points == [] and report.alerts == [f"creep: {chk.reason}"]
+    with pytest.raises(TrendAlert, match=r"m \(train-bs16\): creep"):
+        raise_on_trend_alert([report])
+
+
+def test_trend_stage_alerts_on_the_night_a_step_becomes_visible(db_url, tmp_path):
+    x = noisy(30, 9)
+    x[20:] *= 1.25
+    store_series(db_url, tmp_path, x[:21])  # the step shows on its first night here
+    reports = watch_dag_run(db_url, "perfwatch_profile", "n20", now=T0 + dt.timedelta(days=21))
+    (r,) = reports
+    assert r.run_id is not None and len(r.new_change_points) == 1 and r.new_change_points[0]["slower"]
+    assert r.alerts and r.alerts[0].startswith("change point at run ")
+    assert r.creep["verdict"] == "no-history"  # nothing accepted 30 days before
+    assert watch_dag_run(db_url, "perfwatch_profile", "no-such-run") == []

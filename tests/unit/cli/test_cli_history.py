@@ -1,0 +1,162 @@
+"""perfwatch history / regressions / failures / env-changes / gate / query, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tasks.cli.main import app
+from tests.unit.store.test_queries import add_failure, add_run
+
+
+@pytest.fixture
+def releases(db_url, tmp_path) -> dict[str, int]:
+    """m: v1 first run, v2 pass, v3 regression, v4 inconclusive, v5 env-changed, v6 improvement, v7 failed."""
+    ids = {"1": add_run(db_url, tmp_path, "v1", version="1", verdict="no-baseline", day=0)}
+    ids["2"] = add_run(db_url, tmp_path, "v2", version="2", verdict="pass", day=1, baseline=ids["1"], ratio=1.0)
+    ids["3"] = add_run(
+        db_url, tmp_path, "v3", version="3", verdict="regression", median=13, day=2, baseline=ids["2"], ratio=1.3
+    )
+    ids["4"] = add_run(
+        db_url, tmp_path, "v4", version="4", verdict="inconclusive", day=3, baseline=ids["2"], ratio=1.04
+    )
+    ids["5"] = add_run(
+        db_url,
+        tmp_path,
+        "v5",
+        version="5",
+        verdict="env-changed",
+        day=4,
+        fp="e",
+        env_data={"tf": {"version": "2.21"}},
+        baseline=ids["2"],
+        ratio=1.0,
+    )
+    ids["6"] = add_run(
+        db_url,
+        tmp_path,
+        "v6",
+        version="6",
+        verdict="improvement",
+        median=8,
+        day=5,
+        fp="e",
+        baseline=ids["5"],
+        ratio=0.8,
+    )
+    return ids
+
+
+@pytest.mark.parametrize(("version", "code"), [("1", 0), ("2", 0), ("3", 1), ("4", 2), ("5", 2), ("6", 0), ("99", 2)])
+def test_gate_exit_code_per_verdict(cli, releases, version, code):
+    res = cli("gate", "m", version)
+    assert res.exit_code == code, res.output
+    word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code]
+    assert f"gate m v{version}: {word}" in res.output
+
+
+def test_gate_failed_run_is_inconclusive_and_strict_refuses_no_baseline(cli, releases, db_url, tmp_path):
+    assert cli("gate", "m", "1", "--strict").exit_code == 2
+    ctx_fail = add_failure(db_url, tmp_path, "v7fail", day=6)
+    from sqlalchemy import update
+
+    from tasks.store import Run, session_scope
+
+    with session_scope(db_url) as s:  # a failure after the pull of version 7 was requested
+        s.execute(update(Run).where(Run.id == ctx_fail).values(version_requested="7"))
+    res = cli("gate", "m", "7")
+    assert res.exit_code == 2 and "failed at warm-up" in res.output
+
+
+def test_gate_regression_in_any_case_wins(cli, db_url, tmp_path):
+    add_run(db_url, tmp_path, "a", version="2", verdict="inconclusive", batch_size=16)
+    add_run(db_url, tmp_path, "b", version="2", verdict="regression", batch_size=32, ratio=1.5)
+    assert cli("gate", "m", "2").exit_code == 1
+    assert cli("gate", "m", "2", "--case", "train-bs16").exit_code == 2
+
+
+def test_gate_reads_the_newest_run_of_the_version(cli, db_url, tmp_path):
+    add_run(db_url, tmp_path, "old", version="2", verdict="regression", day=0, ratio=1.5)
+    add_run(db_url, tmp_path, "new", version="2", verdict="pass", day=1, ratio=1.0)
+    assert cli("gate", "m", "2").exit_code == 0
+
+
+def test_history_lists_runs_and_draws_the_plot(cli, releases, tmp_path):
+    res = cli("history", "m", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [r["version"] for r in rows] == ["1", "2", "3", "4", "5", "6"]
+    assert [r["env_changed"] for r in rows] == [0, 0, 0, 0, 1, 0]
+    png = tmp_path / "plots" / "m.png"
+    res = cli("history", "m", "--plot", png)
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[1] > 500
+
+
+def test_history_of_an_unknown_model_says_which_exist(cli, releases):
+    res = cli("history", "nobody")
+    assert res.exit_code == 1 and "unknown model 'nobody'; models: m" in res.output
+
+
+def test_regressions_failures_env_changes(cli, releases, db_url, tmp_path):
+    add_failure(db_url, tmp_path, "boom", day=2, error="RuntimeError: out of memory\nTraceback ...")
+    res = cli("regressions", "--since", "2026-03-01", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln]
+    assert lines[0].startswith("run_id,") and len(lines) == 2 and lines[1].startswith(f"{releases['3']},")
+    res = cli("failures", "--since", "2026-03-01", "--format", "json")
+    (row,) = json.loads(res.stdout)
+    assert (row["failed_stage"], row["reason"]) == ("warm-up", "RuntimeError: out of memory") and "error" not in row
+    res = cli("env-changes", "--since", "2026-03-01", "--format", "markdown")
+    assert res.exit_code == 0 and "tf.version" in res.stdout
+    assert cli("regressions", "--since", "yesterday-ish").exit_code == 1
+
+
+def test_query_runs_any_named_query(cli, releases):
+    res = cli(
+        "query",
+        "top_op_regressions",
+        "-p",
+        f"run_a={releases['1']}",
+        "-p",
+        f"run_b={releases['3']}",
+        "-p",
+        "limit=5",
+        "--format",
+        "json",
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)[0]["op_name"] == "conv"
+    assert "version_compare" in cli("query", "--format", "csv").stdout
+    assert cli("query", "runs", "-p", "colour=red").exit_code == 1
+
+
+def test_cli_errors_never_show_the_password(monkeypatch):
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", "postgresql+psycopg://perf:s3cret@127.0.0.1:1/perfwatch")
+    res = CliRunner().invoke(app, ["gate", "m", "1"])
+    assert res.exit_code == 2
+    assert "s3cret" not in res.output and "perf:***@127.0.0.1:1" in res.output
+    res = CliRunner().invoke(app, ["history", "m"])
+    assert res.exit_code == 1 and "s3cret" not in res.output
+
+
+def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path, monkeypatch):
+    """A mistyped PERFWATCH_HOME must not look like a store without runs."""
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+
+    for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "perfwach"))
+    first = CliRunner().invoke(app, ["runs"])
+    assert first.exit_code == 0, first.output
+    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in first.output
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in first.output
+    again = CliRunner().invoke(app, ["runs"])
+    assert again.exit_code == 0 and "no perfwatch store" not in again.output  # said once, when it was made

@@ -1,0 +1,230 @@
+"""Sweep curves and the knee; the axes of matrix cases in `perfwatch runs` and `perfwatch history --case`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from tasks.analysis.sweep import sweep
+from tasks.matrix import expand_entry
+from tasks.stages.archive import archive_run
+from tasks.store import queries
+from tasks.store.writes import record_failure
+from tests.unit.store.test_store import make_records
+
+T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
+AXES = queries.AXIS_COLUMNS
+# median step time (ms) per (precision, batch size); throughput = batch / median
+MEDIANS = {
+    ("fp32", 8): 10.0,
+    ("fp32", 16): 18.0,
+    ("fp32", 32): 40.0,
+    ("mixed_bfloat16", 8): 8.0,
+    ("mixed_bfloat16", 16): 14.0,
+    ("mixed_bfloat16", 32): 30.0,
+}
+
+
+def _store(url, tmp, case, median, day, name):
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=name, model="demo", median=median)
+    ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=day)})
+    run = run.model_copy(update={"throughput_eps": case.batch_size / median * 1000})
+    return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+
+@pytest.fixture
+def matrix_runs(db_url, tmp_path):
+    """The matrix batch_size 8/16/32 x precision fp32/mixed_bfloat16 of model 'demo', one run per case
+    (samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09), an older run of one case and a
+    newer failed run of another, which the sweep must skip."""
+    cases = expand_entry(
+        {
+            "model": "demo",
+            "measured_steps": 10,
+            "matrix": {"precision": ["fp32", "mixed_bfloat16"], "batch_size": [8, 16, 32]},
+        }
+    )
+    older = _store(db_url, tmp_path, cases[0], 99.0, 0, "old")
+    ids = {
+        c.name: _store(db_url, tmp_path, c, MEDIANS[(c.precision, c.batch_size)], 1, f"n{i}")
+        for i, c in enumerate(cases)
+    }
+    ctx = make_records(tmp_path, dag_run_id="failed", model="demo")[0]
+    record_failure(
+        db_url,
+        ctx.model_copy(update={"case": cases[1], "started_at": T0 + dt.timedelta(days=2)}),
+        "warm-up",
+        "RunnerError: boom",
+    )
+    return {"older": older, **ids}
+
+
+def _point(case, value, median, p99, **axes):
+    return {
+        "case": case,
+        "run_id": 1,
+        "version": "1",
+        "median_step_ms": median,
+        "p99_step_ms": p99,
+        "throughput_eps": value / median * 1000,
+        **dict.fromkeys(AXES, None),
+        "batch_size": value,
+        **axes,
+    }
+
+
+def test_knee_is_the_highest_throughput_within_the_budget():
+    pts = [_point("b8", 8, 10.0, 12.0), _point("b16", 16, 18.0, 19.0), _point("b32", 32, 30.0, 50.0)]
+    got = sweep(pts, "batch_size", AXES)
+    assert [(p.value, p.knee, p.within_budget) for p in got] == [(8, False, None), (16, False, None), (32, True, None)]
+    got = sweep(pts, "batch_size", AXES, latency_budget_ms=20.0)
+    assert [(p.value, p.knee, p.within_budget) for p in got] == [(8, False, True), (16, True, True), (32, False, False)]
+    got = sweep(pts, "batch_size", AXES, latency_budget_ms=5.0)  # nothing fits: no knee, never a made-up one
+    assert not any(p.knee for p in got) and all(p.within_budget is False for p in got)
+    no_p99 = [_point("b8", 8, 10.0, None)]
+    assert sweep(no_p99, "batch_size", AXES, latency_budget_ms=20.0)[0].knee is False  # absent p99 is no pass
+
+
+def test_series_are_the_other_axes_that_vary():
+    pts = [
+        _point("a", 8, 10.0, 11.0, precision="fp32", mode="train"),
+        _point("b", 16, 15.0, 16.0, precision="fp32", mode="train"),
+        _point("c", 8, 8.0, 9.0, precision="mixed_bfloat16", mode="train"),
+    ]
+    got = sweep(pts, "batch_size", AXES)
+    assert [(p.series, p.case, p.knee) for p in got] == [
+        ("precision=fp32", "a", False),
+        ("precision=fp32", "b", True),
+        ("precision=mixed_bfloat16", "c", True),
+    ]
+    assert {p.series for p in sweep(pts[:2], "batch_size", AXES)} == {"all"}
+    by_precision = sweep(pts, "precision", AXES)  # along another axis: batch size makes the series
+    assert [(p.series, p.value) for p in by_precision] == [
+        ("batch_size=16", "fp32"),
+        ("batch_size=8", "fp32"),
+        ("batch_size=8", "mixed_bfloat16"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"axis": "colour"}, "unknown sweep axis 'colour'; the axes are mode, batch_size"),
+        ({"latency_budget_ms": 0.0}, "latency budget 0.0 ms must be positive"),
+        ({"points": []}, "no successful run to sweep"),
+        ({"points": [{"case": "x"}]}, "lacks run_id"),
+    ],
+)
+def test_bad_sweep_input_is_named(kwargs, message):
+    args = {"points": [_point("b8", 8, 10.0, 12.0)], "axis": "batch_size", "axes": AXES, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        sweep(**args)
+
+
+def test_sweep_command_reads_the_newest_success_of_each_case(cli, matrix_runs, tmp_path):
+    res = cli("sweep", "demo", "--latency-budget-ms", "20", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["series"], r["batch_size"]) for r in rows] == [
+        ("precision=fp32", 8),
+        ("precision=fp32", 16),
+        ("precision=fp32", 32),
+        ("precision=mixed_bfloat16", 8),
+        ("precision=mixed_bfloat16", 16),
+        ("precision=mixed_bfloat16", 32),
+    ]
+    first = rows[0]
+    assert first["run_id"] == matrix_runs["train-bs8"] != matrix_runs["older"]  # the newest run of the case
+    assert (first["median_step_ms"], first["p99_step_ms"]) == (10.0, pytest.approx(10.09))
+    assert rows[1]["run_id"] == matrix_runs["train-bs16"]  # its newer failed run is skipped
+    assert [r["case"] for r in rows if r["knee"]] == ["train-bs16", "train-bs16-mixed_bfloat16"]
+    assert [r["within_budget"] for r in rows] == [True, True, False, True, True, False]
+    assert "precision=mixed_bfloat16: knee train-bs16-mixed_bfloat16 (batch_size=16): 1142.9 examples/s" in res.stderr
+    tight = cli("sweep", "demo", "--latency-budget-ms", "9", "--format", "csv")
+    assert "precision=fp32: no case within the latency budget of 9.0 ms (lowest p99 10.09 ms)" in tight.stderr
+    png = tmp_path / "sweep.png"
+    res = cli("sweep", "demo", "--axis", "precision", "--plot", png)
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_sweep_command_errors(cli, matrix_runs):
+    res = cli("sweep", "demo", "--axis", "colour")
+    assert res.exit_code == 1 and "unknown sweep axis 'colour'" in res.stderr
+    res = cli("sweep", "demo", "--version", "7")
+    assert res.exit_code == 1 and "no successful run of model 'demo' version 7" in res.stderr
+    res = cli("sweep", "dem")
+    assert res.exit_code == 1 and "unknown model 'dem' (did you mean 'demo'?)" in res.stderr
+
+
+def test_runs_and_history_show_matrix_cases(cli, matrix_runs):
+    res = cli("runs", "--model", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = {r["run_id"]: r for r in json.loads(res.stdout)}
+    row = rows[matrix_runs["train-bs32-mixed_bfloat16"]]
+    assert {k: row[k] for k in ("case", *AXES)} == {
+        "case": "train-bs32-mixed_bfloat16",
+        "mode": "train",
+        "batch_size": 32,
+        "precision": "mixed_bfloat16",
+        "xla": False,
+        "strategy": "none",
+        "quantization": "none",
+    }
+    res = cli("history", "demo", "--case", "train-bs16-mixed_bfloat16", "--format", "json")
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout)
+    assert (run["run_id"], run["median_step_ms"]) == (matrix_runs["train-bs16-mixed_bfloat16"], 14.0)
+
+
+def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
+    old = {"model": "m", "batch_size": 16, "measured_steps": 320}  # a Case of before 0.x: no mode, no precision
+    assert queries.case_axes(json.dumps(old)) == {
+        "mode": "train",
+        "batch_size": 16,
+        "precision": "fp32",
+        "xla": False,
+        "strategy": "none",
+        "quantization": "none",
+    }
+    with pytest.raises(queries.QueryError, match="must be its Case as a JSON object, got list"):
+        queries.case_axes([1])
+
+
+def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, monkeypatch):
+    from starlette.requests import Request
+
+    from plugins.perfwatch_history import _sweep_section, model_sweep_plot
+
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    request = Request(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "/perfwatch/models/demo",
+            "root_path": "/perfwatch",
+            "headers": [],
+            "query_string": b"",
+        }
+    )
+    html = _sweep_section(request, "demo")
+    assert "<img src='/perfwatch/models/demo/sweep.png'" in html
+    assert html.count("<tr>") == 1 + 6 and "train-bs16-mixed_bfloat16" in html  # header + one row per case
+    png = model_sweep_plot("demo")
+    assert png.media_type == "image/png" and png.body[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _sweep_section(request, "nomodel") == ""  # no successful run: no section
+
+
+def test_sweep_says_when_its_points_come_from_more_than_one_version(cli, matrix_runs, db_url, tmp_path):
+    assert "more than one model version" not in cli("sweep", "demo").stderr
+    case = expand_entry({"model": "demo", "measured_steps": 10, "matrix": {"batch_size": [8]}})[0]
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp_path, dag_run_id="v2", model="demo", median=9.0)
+    ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=3)})
+    pulled = pulled.model_copy(update={"version": "2", "digest": "b" * 64})
+    archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp)
+    res = cli("sweep", "demo")
+    assert res.exit_code == 0, res.output
+    assert "note: the newest run of each case comes from more than one model version (1, 2)" in res.stderr
+    assert "more than one model version" not in cli("sweep", "demo", "--version", "1").stderr

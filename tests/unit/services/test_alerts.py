@@ -1,0 +1,314 @@
+"""Alerts: the Airflow notifier POSTs perfwatch's Slack-compatible message to a real HTTP sink on a loopback
+port (a regression, an env-changed verdict, a failed stage, missing data), configured by an Airflow
+connection; and the missing-data check against the store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tasks.services import alerts
+from tasks.settings import Settings
+from tasks.store import Comparison, session_scope
+from tests.helpers import ROOT as ROOT
+from tests.unit.store.test_queries import T0, add_failure, add_run
+
+ATTRIBUTION = {
+    "available": True,
+    "grew_most": [
+        {
+            "op_name": "conv",
+            "delta_us_per_step": 120.0,
+            "relative_change": 0.4,
+            "share_of_change": 0.35,
+            "status": "grew",
+        }
+    ],
+}
+
+
+class Sink:
+    """A webhook: a real HTTP server on 127.0.0.1 that records every POST (path, headers, JSON body);
+    answers ``status``."""
+
+    def __init__(self, status: int = 200):
+        self.posts: list[dict] = []
+        self.status = status
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                sink.posts.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                self.send_response(sink.status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def sink(monkeypatch):
+    s = Sink()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PERFWATCH_ALERTS",
+        json.dumps({"conn_type": "http", "host": f"{s.url}/hooks/T1/B2", "password": "s3cret"}),
+    )
+    monkeypatch.setenv("PERFWATCH_UI_URL", "http://airflow.example:8080")
+    monkeypatch.delenv("PERFWATCH_ALERT_CONN_ID", raising=False)
+    monkeypatch.delenv("PERFWATCH_DB_CONN_ID", raising=False)
+    yield s
+    s.server.shutdown()
+
+
+@pytest.fixture
+def notifier_module(monkeypatch):
+    """``dags/perfwatch_alerts.py`` imported as Airflow imports it (the dags folder on sys.path)."""
+    monkeypatch.syspath_prepend(str(ROOT / "dags"))
+    return importlib.import_module("perfwatch_alerts")
+
+
+def set_evidence(db_url: str, run_id: int, **evidence) -> None:
+    with session_scope(db_url) as s:
+        c = s.query(Comparison).filter_by(run_id=run_id).one()
+        c.evidence = {**c.evidence, **evidence}
+
+
+def dag_context(run_id: str, **extra):
+    """What Airflow hands a DAG-level callback (``dag``, ``run_id``, ``reason``)."""
+    from airflow.sdk import DAG
+
+    return {"dag": DAG("d", schedule=None), "run_id": run_id, **extra}
+
+
+def test_a_regression_reaches_the_webhook(db_url, tmp_path, sink, notifier_module, monkeypatch):
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    base = add_run(db_url, tmp_path, "night1", verdict="no-baseline")
+    reg = add_run(db_url, tmp_path, "night2", version="2", verdict="regression", median=13.0, baseline=base, ratio=1.3)
+    set_evidence(db_url, reg, attribution=ATTRIBUTION)
+    notifier_module.PerfwatchNotifier()(dag_context("night2", reason="task_failure"))
+    (post,) = sink.posts
+    assert post["path"] == "/hooks/T1/B2" and post["auth"] == "Bearer s3cret"
+    body = post["body"]
+    assert body["blocks"][0] == {
+        "type": "header",
+        "text": {"type": "plain_text", "text": "perfwatch: d failed (regression)"},
+    }
+    (section,) = [b["text"]["text"] for b in body["blocks"] if b["type"] == "section"]
+    assert section.startswith(
+        f"*m* v2 `{'train-bs16'}` (run {reg}): verdict *regression* (none): "
+        "step-time ratio 1.300 [1.200, 1.400] vs baseline; top ops: conv (+120.0 µs/step, +40%, "
+        "35% of the change)"
+    )
+    assert section.endswith(f"<http://airflow.example:8080/perfwatch/runs/{reg}|run page>")
+    assert body["text"].startswith("perfwatch: d failed (regression)\n*m* v2")
+    # the DAG run's first night (no-baseline) is not news
+    assert notifier_module.PerfwatchNotifier(only_noteworthy=True)(dag_context("night1")) is None
+    assert len(sink.posts) == 1
+
+
+def test_env_changed_on_success_and_a_failed_stage(db_url, tmp_path, sink, notifier_module, monkeypatch):
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    run = add_run(db_url, tmp_path, "n3", verdict="env-changed", fp="e")
+    set_evidence(db_url, run, env_changes=[{"field": "tf.version", "old": "2.20", "new": "2.21"}])
+    notifier_module.PerfwatchNotifier(only_noteworthy=True)(dag_context("n3", reason="success"))
+    failed = add_failure(db_url, tmp_path, "n4", stage="warm-up")
+    notifier_module.PerfwatchNotifier()(dag_context("n4", reason="task_failure"))
+    env_alert, fail_alert = (p["body"] for p in sink.posts)
+    assert env_alert["blocks"][0]["text"]["text"] == "perfwatch: d finished (env-changed)"
+    assert "verdict *env-changed*: tf.version '2.20' → '2.21'" in env_alert["text"]
+    assert fail_alert["blocks"][0]["text"]["text"] == "perfwatch: d failed (failed stage)"
+    assert (
+        f"(run {failed}): failed at stage *warm-up*: RunnerError: training step failed\n"
+        f"<http://airflow.example:8080/perfwatch/runs/{failed}|run page>"
+    ) in fail_alert["text"]
+
+
+def test_a_busy_host_inconclusive_verdict_is_shown_when_it_failed_the_run(
+    db_url, tmp_path, sink, notifier_module, monkeypatch
+):
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    base = add_run(db_url, tmp_path, "b1", verdict="no-baseline")
+    run = add_run(db_url, tmp_path, "b2", verdict="inconclusive", baseline=base, ratio=1.02)
+    set_evidence(db_url, run, noise={"busy": True, "reason": "host busy: other processes took 58% of the CPU"})
+    assert notifier_module.PerfwatchNotifier(only_noteworthy=True)(dag_context("b2")) is None  # not news alone
+    ti = SimpleNamespace(task_id="archive", log_url="http://x/log")
+    notifier_module.PerfwatchNotifier()(dag_context("b2", reason="task_failure", ti=ti))
+    (post,) = sink.posts
+    assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: d failed (inconclusive)"
+    assert (
+        "verdict *inconclusive* (none): step-time ratio 1.020 [0.920, 1.120] vs baseline; no op attribution; "
+        "host busy: other processes took 58% of the CPU"
+    ) in post["body"]["text"]
+    assert "task *archive*" not in post["body"]["text"]  # the stored run explains the failure
+
+
+def test_a_task_failure_without_a_stored_run_still_alerts(db_url, sink, notifier_module, monkeypatch):
+    """A failure before any run was stored (the plan task: a broken config) names the task, its error and log."""
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    ti = SimpleNamespace(task_id="plan", log_url="http://airflow.example:8080/dags/d/runs/x/tasks/plan")
+    ctx = dag_context("x", ti=ti, exception=ValueError("config.yaml: models[0] is invalid: batch_size"))
+    notifier_module.PerfwatchNotifier()(ctx)
+    body = sink.posts[0]["body"]
+    assert body["blocks"][1]["text"]["text"] == (
+        "task *plan* failed: ValueError: config.yaml: models[0] is invalid: batch_size\n"
+        "<http://airflow.example:8080/dags/d/runs/x/tasks/plan|task log>"
+    )
+
+
+def test_a_dag_test_callback_context_with_a_serialized_dag(db_url, sink, notifier_module, monkeypatch):
+    """``airflow dags test`` hands DAG callbacks a SerializedDAG, which has no template env
+    (apache/airflow#64649): the notifier still renders and sends."""
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    serialized = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(DAG("d", schedule=None)))
+    assert not hasattr(serialized, "get_template_env")
+    notifier_module.PerfwatchNotifier()({"dag": serialized, "run_id": "r", "reason": "task_failure"})
+    assert sink.posts[0]["body"]["blocks"][1]["text"]["text"] == "the DAG run failed: task_failure"
+
+
+def test_delivery_errors_and_a_missing_connection(db_url, sink, notifier_module, monkeypatch, caplog):
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    sink.status = 500
+    with pytest.raises(alerts.AlertDeliveryError, match=r"alert webhook http://127\.0\.0\.1:\d+ answered HTTP 500"):
+        notifier_module.PerfwatchNotifier()(dag_context("none", reason="task_failure"))
+    with pytest.raises(alerts.AlertDeliveryError, match="could not be reached"):
+        alerts.post_webhook("http://127.0.0.1:9/hook", {"text": "x"}, timeout_s=2)
+    monkeypatch.setenv("PERFWATCH_ALERT_CONN_ID", "nowhere")
+    with caplog.at_level(logging.WARNING):
+        notifier_module.PerfwatchNotifier()(dag_context("none", reason="task_failure"))
+    assert "perfwatch alert NOT sent: no Airflow connection 'nowhere'" in caplog.text
+    assert "perfwatch: d failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "conn, url, headers",
+    [
+        ({"host": "https://hooks.slack.com/services/T/B/X"}, "https://hooks.slack.com/services/T/B/X", {}),
+        (
+            {"host": "alerts.internal", "port": 8443, "extra": {"endpoint": "/v1/hook", "headers": {"X-Team": "ml"}}},
+            "https://alerts.internal:8443/v1/hook",
+            {"X-Team": "ml"},
+        ),
+        (
+            {"host": "127.0.0.1", "port": 9000, "schema": "http", "password": "tok"},
+            "http://127.0.0.1:9000",
+            {"Authorization": "Bearer tok"},
+        ),
+        ({"host": "127.0.0.1", "port": 9000, "schema": "hook/path"}, "https://127.0.0.1:9000/hook/path", {}),
+    ],
+)
+def test_webhook_target_from_a_connection(notifier_module, conn, url, headers):
+    from airflow.sdk import Connection
+
+    c = Connection(
+        conn_id="perfwatch_alerts",
+        conn_type="http",
+        host=conn["host"],
+        port=conn.get("port"),
+        schema=conn.get("schema"),
+        password=conn.get("password"),
+        extra=json.dumps(conn.get("extra", {})),
+    )
+    assert notifier_module.webhook_target(c) == (url, headers)
+
+
+def test_missing_data_names_each_model_without_a_recent_success(db_url, tmp_path, monkeypatch):
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("models:\n  - {model: m}\n  - {model: other}\n  - {model: never}\n")
+    add_run(db_url, tmp_path, "a", model="m", day=0)
+    add_run(db_url, tmp_path, "b", model="other", day=2)
+    add_failure(db_url, tmp_path, "c", model="never", day=2)  # a failed run is no data
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_CONFIG": str(cfg)})
+    with session_scope(db_url) as s:  # finished_at is when the run was archived: pin it to its day
+        from tasks.store import Run
+
+        for r in s.query(Run):
+            r.finished_at = r.started_at + dt.timedelta(minutes=5)
+    now = T0 + dt.timedelta(days=2, hours=12)
+    with pytest.raises(alerts.MissingData) as e:
+        alerts.check_missing_data(settings, window_h=36, now=now)
+    assert str(e.value).startswith(
+        "no successful perfwatch run in the last 36 h for: m (last success "
+        "2026-03-01 02:05 UTC), never (never succeeded);"
+    )
+    assert [m.model for m in e.value.missing] == ["m", "never"]
+    assert alerts.missing_models(settings, 24 * 30, now) == (
+        ["m", "never", "other"],
+        [alerts.MissingModel("never", None)],
+    )
+    cfg.write_text("models:\n  - {model: m}\n  - {model: other}\n")
+    assert alerts.check_missing_data(settings, window_h=72, now=now) == [
+        {"model": "m", "window_h": 72},
+        {"model": "other", "window_h": 72},
+    ]
+
+
+def test_missing_data_window_setting(monkeypatch):
+    assert alerts.missing_window_h({}) == 36
+    assert alerts.missing_window_h({"PERFWATCH_MISSING_DATA_HOURS": "48"}) == 48
+    with pytest.raises(ValueError, match=r"PERFWATCH_MISSING_DATA_HOURS='-1': expected a window in hours"):
+        alerts.missing_window_h({"PERFWATCH_MISSING_DATA_HOURS": "-1"})
+
+
+_WATCH_RUN = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+dr = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_watch").test()
+print(json.dumps({"state": str(dr.state)}))
+"""
+
+
+def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
+    """The hourly perfwatch_watch DAG (``dag.test()``, a real Airflow task run) fails on a model without data,
+    and its notifier POSTs the missing-data alert to the webhook."""
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("models:\n  - {model: demo_mobilenet}\n")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PERFWATCH_CONFIG": str(cfg),
+        "GX_ANALYTICS_ENABLED": "false",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
+    }
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _WATCH_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["state"] == "failed"
+    (post,) = sink.posts
+    assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: missing data"
+    assert "no successful perfwatch run in the last 36 h for: demo_mobilenet (never succeeded)" in post["body"]["text"]

@@ -1,0 +1,241 @@
+"""The benchmark matrix of the YAML config: expansion, exclude, names, errors; a manual trigger naming a case."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.matrix import AXES, MatrixError, config_cases, expand_entry, load_config
+from tasks.records import RunContext
+from tasks.settings import Settings
+from tasks.stages.pipeline import plan_cases
+from tests.helpers import ROOT as ROOT_DIR
+
+CONFIG = """
+defaults:
+  measured_steps: 30
+models:
+  - model: demo_mobilenet
+    version: "2"
+    matrix:
+      mode: [train, infer]
+      batch_size: [8, 16]
+      precision: [fp32, mixed_bfloat16]
+      xla: [false, true]
+    exclude:
+      - {mode: infer, xla: true}
+      - {precision: mixed_bfloat16, batch_size: 8}
+  - model: bert
+    batch_size: 4
+"""
+
+PARAMS = {
+    "model": None,
+    "case": None,
+    "version": "latest",
+    "batch_size": 16,
+    "measured_steps": 320,
+    "trigger": "manual",
+}
+
+
+@pytest.fixture
+def settings(home, tmp_path):
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(CONFIG)
+    return Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
+
+
+def _cases(bundles):
+    return [RunContext.model_validate(b["ctx"]).case for b in bundles]
+
+
+def test_matrix_expands_in_order_minus_excludes(settings):
+    cases = load_config(settings.config_path)
+    names = [c.name for c in cases if c.model == "demo_mobilenet"]
+    # 2 x 2 x 2 x 2 = 16 combinations; infer+xla leaves out 4, bf16+bs8 another 3 (one overlaps): 9
+    assert names == [
+        "train-bs8",
+        "train-bs8-xla",
+        "train-bs16",
+        "train-bs16-xla",
+        "train-bs16-mixed_bfloat16",
+        "train-bs16-mixed_bfloat16-xla",
+        "infer-bs8",
+        "infer-bs16",
+        "infer-bs16-mixed_bfloat16",
+    ]
+    assert len(set(names)) == len(names)
+    demo = [c for c in cases if c.model == "demo_mobilenet"]
+    assert {(c.version, c.measured_steps) for c in demo} == {("2", 30)}  # entry fields and defaults on every case
+    assert [(c.model, c.name) for c in cases][-1] == ("bert", "train-bs4")  # an entry without a matrix: one case
+    bf16_xla = next(c for c in demo if c.name == "train-bs16-mixed_bfloat16-xla")
+    assert (bf16_xla.mode, bf16_xla.batch_size, bf16_xla.precision, bf16_xla.xla) == (
+        "train",
+        16,
+        "mixed_bfloat16",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"matrix": {"batch": [8]}}, "unknown matrix axis 'batch'; the axes are mode, batch_size"),
+        ({"matrix": {"batch_size": []}}, "matrix axis 'batch_size' must be a non-empty list"),
+        ({"matrix": {"batch_size": 8}}, "matrix axis 'batch_size' must be a non-empty list of values, got 8"),
+        ({"matrix": {"xla": [True, True]}}, "matrix axis 'xla' lists True twice"),
+        ({"matrix": []}, "'matrix' must map axes to lists of values"),
+        (
+            {"batch_size": 8, "matrix": {"batch_size": [8, 16]}},
+            "batch_size is set both as a field and as a matrix axis",
+        ),
+        (
+            {"matrix": {"xla": [False, True]}, "exclude": [{"precision": "fp32"}]},
+            "exclude[0] names 'precision', which is not an axis of this entry's matrix (xla): "
+            "it matches no combination",
+        ),
+        (
+            {"matrix": {"xla": [False, True]}, "exclude": [{"xla": "yes"}]},
+            "exclude[0]: xla='yes' is not a value of the matrix's xla list [False, True]: it matches no combination",
+        ),
+        ({"matrix": {"xla": [False, True]}, "exclude": [{"xla": 1}]}, "xla=1 is not a value"),  # 1 is no bool
+        (
+            {"matrix": {"xla": [False, True]}, "exclude": [{"xla": False}, {"xla": True}]},
+            "'exclude' leaves out all 2 combinations",
+        ),
+        ({"exclude": [{"xla": True}]}, "'exclude' without a 'matrix'"),
+        (
+            {"matrix": {"mode": ["train", "tflite"], "quantization": ["none", "int8"]}},
+            "the combination {'mode': 'train', 'quantization': 'int8'} is not a valid case",
+        ),
+        # a mistyped value or field is a typo to fix, never a combination to exclude
+        ({"matrix": {"batch_size": [8, 0]}}, "matrix value batch_size=0: Input should be greater than or equal to 1"),
+        ({"matrix": {"precision": ["fp32", "fp16"]}}, "matrix value precision='fp16': Input should be 'fp32', "),
+        ({"batchsize": 8, "matrix": {"xla": [False, True]}}, "batchsize: not a Case field (did you mean batch_size?)"),
+    ],
+)
+def test_bad_matrix_is_named(entry, message):
+    with pytest.raises(MatrixError) as err:
+        config_cases({"models": [{"model": "m"}, {"model": "mine", **entry}]}, where="cfg.yaml")
+    assert err.value.args[0].startswith("cfg.yaml: models[1] (mine)")
+    assert message in str(err.value)
+
+
+def test_a_typo_under_defaults_is_blamed_on_defaults():
+    with pytest.raises(ValueError) as err:
+        config_cases({"defaults": {"measured_step": 50}, "models": [{"model": "m"}]}, where="cfg.yaml")
+    assert str(err.value) == "cfg.yaml: defaults: measured_step: not a Case field (did you mean measured_steps?)"
+
+
+def test_invalid_combination_can_be_excluded():
+    entry = {
+        "model": "m",
+        "batch_size": 1,
+        "matrix": {"mode": ["train", "tflite"], "quantization": ["none", "int8"]},
+        "exclude": [{"mode": "train", "quantization": "int8"}],
+    }
+    assert [c.name for c in expand_entry(entry)] == ["train-bs1", "tflite-bs1", "tflite-bs1-int8"]
+
+
+def test_two_entries_with_one_case_name_are_refused():
+    data = {"models": [{"model": "m", "matrix": {"batch_size": [8, 16]}}, {"model": "m", "batch_size": 16}]}
+    with pytest.raises(
+        ValueError, match=r"models\[1\]: case 'train-bs16' of model 'm' is already planned by models\[0\]"
+    ):
+        config_cases(data, where="cfg.yaml")
+    data["models"][1]["model"] = "other"  # another model may have the same case name
+    assert len(config_cases(data, where="cfg.yaml")) == 3
+
+
+def test_every_axis_is_part_of_the_case_name():
+    values = {
+        "mode": "infer",
+        "batch_size": 3,
+        "precision": "mixed_float16",
+        "xla": True,
+        "strategy": "mirrored",
+        "deterministic": True,
+    }
+    for axis in AXES:  # quantization applies to tflite only, precision/xla/strategy to train and infer only
+        fields = {"model": "m", "mode": "tflite" if axis == "quantization" else "train", "batch_size": 1}
+        base = expand_entry(fields)[0].name
+        v = "int8" if axis == "quantization" else values[axis]
+        entry = {**{k: f for k, f in fields.items() if k != axis}, "matrix": {axis: [v]}}
+        assert expand_entry(entry)[0].name != base, axis
+
+
+def test_tflite_with_precision_xla_or_strategy_is_refused_when_planned():
+    with pytest.raises(ValueError, match="mode 'tflite' times the TFLite interpreter"):
+        expand_entry({"model": "m", "matrix": {"mode": ["tflite", "infer"], "xla": [False, True]}})
+    cases = expand_entry(
+        {
+            "model": "m",
+            "matrix": {"mode": ["tflite", "infer"], "xla": [False, True]},
+            "exclude": [{"mode": "tflite", "xla": True}],
+        }
+    )
+    assert [c.name for c in cases] == ["tflite-bs16", "infer-bs16", "infer-bs16-xla"]
+
+
+def test_nightly_plan_runs_the_whole_matrix(settings):
+    bundles = plan_cases("dag", "scheduled__1", "scheduled", PARAMS, settings)
+    assert len(bundles) == 10
+    assert bundles[5]["label"] == "demo_mobilenet train-bs16-mixed_bfloat16-xla"  # named in the Airflow grid
+
+
+def test_manual_trigger_names_one_case_or_the_whole_matrix(settings):
+    params = {
+        **PARAMS,
+        "model": "demo_mobilenet",
+        "case": "train-bs16-mixed_bfloat16-xla",
+        "version": "3",
+        "measured_steps": 40,
+    }
+    (case,) = _cases(plan_cases("dag", "manual__1", "manual", params, settings))
+    assert (case.name, case.version, case.measured_steps, case.paired_blocks) == (
+        "train-bs16-mixed_bfloat16-xla",
+        "3",
+        40,
+        40,
+    )  # the Params' version and steps; the paired layout follows
+    every = _cases(plan_cases("dag", "manual__2", "release", {**params, "case": "all"}, settings))
+    assert [c.name for c in every] == [c.name for c in load_config(settings.config_path) if c.model == "demo_mobilenet"]
+    assert {c.version for c in every} == {"3"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"model": "demo_mobilenet", "case": "train-bs32"},
+            r"model 'demo_mobilenet' has no case 'train-bs32' in .*perfwatch.yaml; "
+            r"its cases: train-bs8, train-bs8-xla, ",
+        ),
+        ({"model": "resnet", "case": "all"}, r"has no entry for model 'resnet' \(models: bert, demo_mobilenet\)"),
+        ({"case": "all"}, "the case Param 'all' needs the model Param"),
+    ],
+)
+def test_manual_case_errors_are_named(settings, params, message):
+    with pytest.raises(ValueError, match=message):
+        plan_cases("dag", "manual__1", "manual", {**PARAMS, **params}, settings)
+
+
+def test_the_shipped_config_is_a_small_demo_matrix():
+
+    cases = load_config(ROOT_DIR / "config" / "perfwatch.yaml")
+    assert {c.model for c in cases} == {"demo_mobilenet"}
+    assert len(cases) == 8  # what bench/matrix.py runs: at most 8 cases
+    assert {c.mode for c in cases} == {"train", "infer"} and {c.precision for c in cases} == {"fp32", "mixed_bfloat16"}
+    assert {c.xla for c in cases} == {False, True} and {c.batch_size for c in cases} == {8, 16}
+
+
+def test_a_yaml_syntax_error_names_the_config_file(tmp_path):
+    import yaml
+
+    from tasks.matrix import load_config
+
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("models:\n  - model: m\n    matrix: {batch_size: [8, 16}\n")
+    with pytest.raises(yaml.YAMLError) as err:
+        load_config(cfg)
+    assert f'in "{cfg}", line 3' in str(err.value) and "<unicode string>" not in str(err.value)
