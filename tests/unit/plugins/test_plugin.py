@@ -227,15 +227,10 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
 def test_standalone_app_takes_the_deployments_tokens_and_has_no_login_page(airflow):
     """``standalone_app()`` (uvicorn without Airflow's API server): the same routes and rules, but a browser
     without a login gets 401, not a redirect to a login page that server does not have."""
-    import importlib.util
+    from plugins.perfwatch.app import standalone_app
 
     _, token, _, _ = airflow
-    spec = importlib.util.spec_from_file_location(
-        "perfwatch_history_standalone", ROOT / "plugins" / "perfwatch_history.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    client = TestClient(mod.standalone_app())
+    client = TestClient(standalone_app())
     assert client.get("/perfwatch/", headers={"Accept": "text/html"}, follow_redirects=False).status_code == 401
     assert client.get("/perfwatch", follow_redirects=False).headers["location"] == "/perfwatch/"
     page = client.get("/perfwatch", headers=_auth(token))
