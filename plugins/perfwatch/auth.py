@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import Header, HTTPException, Request
 
 from .urls import LOGIN_PATH, airflow_root, quote_segment
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 
 
 class LoginRequired(Exception):
@@ -36,8 +39,8 @@ def bearer_ok(authorization: str | None, expected: str) -> bool:
     return secrets.compare_digest((authorization or "").encode(), f"Bearer {expected}".encode())
 
 
-async def airflow_user(request: Request) -> Any:
-    """FastAPI dependency: the Airflow user of the request (the auth manager's user object), authenticated as
+async def airflow_user(request: Request) -> BaseUser:
+    """FastAPI dependency: the Airflow user of the request, authenticated as
     Airflow's own API and UI do (``airflow.api_fastapi.core_api.security.get_user``: a bearer JWT, else the
     ``_token`` cookie) and allowed the Airflow website by the auth manager (``AccessView.WEBSITE``).
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from .auth import metrics_access
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +47,10 @@ class StoreCollector:
     def __init__(self, db_url: str | None = None):
         self.db_url = db_url
 
-    def describe(self):  # no metrics are read at registration time
+    def describe(self) -> list[Metric]:  # no metrics are read at registration time
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         from tasks.store.series import metrics_snapshot

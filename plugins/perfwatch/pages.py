@@ -18,13 +18,18 @@ import html
 import io
 import mimetypes
 import shlex
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from .urls import airflow_root, plugin_root, quote_segment
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from fsspec import AbstractFileSystem
 
 router = APIRouter()  #: the history pages and the archive files
 
@@ -108,7 +113,7 @@ def _links_cell(request: Request, run: dict[str, Any] | None) -> str:
     return " · ".join(out) or MISSING
 
 
-def _table(request: Request, df, *, links: dict[int, dict[str, Any]] | None = None) -> str:
+def _table(request: Request, df: pd.DataFrame, *, links: dict[int, dict[str, Any]] | None = None) -> str:
     """An HTML table of ``df`` (one row per run, newest first as given): ``MISSING`` for missing values,
     run ids linked to the run's page, model names to the model's page, verdicts coloured; with ``links``
     (``run_pages`` rows by run id) a last column links each run's task log, Data Docs and profile."""
@@ -139,12 +144,12 @@ def _table(request: Request, df, *, links: dict[int, dict[str, Any]] | None = No
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _newest_first(df):
+def _newest_first(df: pd.DataFrame) -> pd.DataFrame:
     """Rows by run id, newest first (the store's ids grow with time)."""
     return df.sort_values("run_id", ascending=False, kind="stable") if not df.empty else df
 
 
-def _run_rows(df) -> dict[int, dict[str, Any]]:
+def _run_rows(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
     from tasks.store.reads import run_pages
 
     return run_pages([int(i) for i in df["run_id"].dropna()] if not df.empty else [])
@@ -245,7 +250,7 @@ def _stored(run_id: int) -> dict[str, Any]:
     return run
 
 
-def _archive_fs(run: dict[str, Any]):
+def _archive_fs(run: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
     """(fsspec filesystem, path) of a run's archive directory; 404 when the run has none."""
     import fsspec
 
@@ -343,7 +348,7 @@ def archive_file(run_id: int, path: str) -> Response:
         raise HTTPException(404, f"no file {path!r} in the archive of run {run_id}")
     media = mimetypes.guess_type(parts[-1])[0] or "application/octet-stream"
 
-    def chunks():
+    def chunks() -> Iterator[bytes]:
         with fs.open(target, "rb") as fh:
             while chunk := fh.read(1 << 20):
                 yield chunk

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Header, HTTPException
 from fastapi.responses import JSONResponse
@@ -21,6 +21,9 @@ from tasks.records import canonical_version, check_case_name, check_model_name
 from tasks.services.airflow_api import AirflowApi, AirflowApiError, airflow_token
 
 from .auth import alertmanager_access
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
     }, None
 
 
-def _airflow_token(client, base: str) -> str | None:
+def _airflow_token(client: httpx.Client, base: str) -> str | None:
     """The bearer token for Airflow's API (``tasks.services.airflow_api.airflow_token``): ``PERFWATCH_AIRFLOW_TOKEN``,
     else one from ``POST /auth/token`` with ``PERFWATCH_AIRFLOW_USERNAME`` and ``PERFWATCH_AIRFLOW_PASSWORD``;
     None when neither is set."""
@@ -159,7 +162,8 @@ def alertmanager_webhook(
     alertmanager_access(authorization)
     if payload.version != "4":
         raise HTTPException(400, f"Alertmanager payload version {payload.version!r}: expected '4'")
-    wanted, skipped = [], []
+    wanted: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for a in payload.alerts:
         req, why = profile_request(a)
         if req is None:
