@@ -1,8 +1,9 @@
 """``/perfwatch/alertmanager`` (POST): Alertmanager's webhook (payload version 4), macro alert to micro
 diagnosis. Every firing alert labelled ``perfwatch_model`` (optionally ``perfwatch_version``,
 ``perfwatch_case``) triggers a run of the ``perfwatch_profile`` DAG for that model through Airflow's REST API
-(:func:`trigger_profile_run`). The labels are checked by the records' own rules (``tasks.records``), so an
-alert is refused here for what the DAG would refuse. Access: ``auth.alertmanager_access``.
+(:func:`trigger_profile_run`). The labels are checked with the rules the DAG's ``Case`` applies
+(``tasks.records``: ``check_model_name``, ``canonical_version``, ``check_case_name``). Access:
+``auth.alertmanager_access``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class AlertmanagerPayload(BaseModel):
 def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
     """The DAG run an alert asks for: ``({"dag_run_id", "conf", "note"}, None)``, or ``(None, why not)``.
 
-    Labels: ``perfwatch_model`` (required), ``perfwatch_version`` (default ``latest``),
+    Labels: ``perfwatch_model`` (required), ``perfwatch_version`` (default ``latest``; ``0003`` is sent as ``3``),
     ``perfwatch_case`` (``train-bs<N>``: the batch size N; another case name, e.g. ``infer-bs16-xla``: that
     case of the model's config matrix, the DAG's Param ``case``; default the DAG's). The DAG run id is made from
     the alert's fingerprint and start, so Alertmanager's repeated notifications of one alert trigger one run.

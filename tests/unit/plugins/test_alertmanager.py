@@ -114,6 +114,17 @@ def test_a_matrix_case_label_picks_that_case_of_the_config():
     assert req is None and why.startswith("perfwatch_case 'infer-bs16; drop': expected a perfwatch case name")
 
 
+def test_model_and_version_labels_follow_the_records_rules():
+    from plugins.perfwatch.webhook import Alert, profile_request
+
+    req, why = profile_request(Alert(**alert(perfwatch_model="résnet v2", perfwatch_version="0003")))
+    assert why is None and req["conf"] == {"model": "résnet v2", "version": "3", "trigger": "manual"}
+    req, why = profile_request(Alert(**alert(perfwatch_model="../resnet")))
+    assert req is None and why.startswith("perfwatch_model '../resnet' is not a model name the DAG accepts: ")
+    req, why = profile_request(Alert(**alert(perfwatch_model="resnet", perfwatch_version="v3")))
+    assert req is None and why == "perfwatch_version 'v3': expected an integer version or 'latest'"
+
+
 def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
     from plugins.perfwatch.app import standalone_app
 
