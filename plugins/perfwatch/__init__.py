@@ -12,11 +12,12 @@ one FastAPI app that Airflow's API server mounts at ``/perfwatch``. The store is
     webhook.py  /perfwatch/alertmanager: Alertmanager's webhook, which triggers perfwatch_profile DAG runs
     app.py      the app of those routes, the /perfwatch -> /perfwatch/ redirect, standalone_app()
 
-How Airflow loads it. Airflow 3.3's plugins manager does not import packages: it executes every ``.py``
-file under the plugins folder on its own, by path, as a top-level module named after the file's stem
-(``__init__``, ``pages``, ...), where relative imports fail; and it registers every ``AirflowPlugin``
-subclass it finds in such a module's namespace. It also puts the plugins folder on ``sys.path``. So
-``plugins/.airflowignore`` keeps this package's folder out of that scan, and ``plugins/perfwatch_plugin.py``,
+How Airflow loads it. Airflow 3.3's plugins manager (``_load_plugins_from_plugin_directory``) does not
+import packages: it executes every ``.py`` file under the plugins folder on its own, by path, as a top-level
+module named after the file's stem (``__init__``, ``pages``, ...), where relative imports fail; and it
+registers every ``AirflowPlugin`` subclass it finds in such a module's namespace. It also puts the plugins
+folder on ``sys.path``. So ``plugins/.airflowignore`` (its pattern ``perfwatch/`` reads the same as a glob
+and as a regexp) keeps this package's folder out of that scan, and ``plugins/perfwatch_plugin.py``,
 the one file Airflow executes, imports :class:`PerfwatchPlugin` from here as the package ``perfwatch``:
 each module of the package is imported once, as ``perfwatch.<module>``, and the plugin is registered once.
 Outside Airflow the package is ``plugins.perfwatch`` from the repository root (the tests;
