@@ -33,5 +33,6 @@ cli         everything; nothing in tasks/ imports it
 ==========  =========================================================
 
 Nothing in ``tasks/`` imports Airflow; only ``runner`` imports TensorFlow or Keras. Outside:
-``dags/`` may import ``stages``, ``services`` and ``store``; ``plugins/`` ``store``, ``services`` and ``cli``.
+``dags/`` may import ``stages``, ``services`` and ``store``; ``plugins/`` ``records``, ``store``, ``services``
+and ``cli``.
 """

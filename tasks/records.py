@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import unicodedata
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -355,6 +356,34 @@ class Case(Record):
     def paired_timed_steps(self) -> int:
         """Timed steps of the paired (A/B) measurement, both versions together."""
         return 2 * self.paired_blocks * self.paired_block_steps
+
+
+def check_case_name(name: str) -> str:
+    """``name`` if :attr:`Case.name` can produce it (``train-bs16``, ``infer-bs8-mixed_bfloat16-xla``,
+    ``tflite-bs1-int8-in1a2b3c4d``): its axes, read back into a ``Case``, give the same name (the
+    ``-in<8 hex>`` part, a hash of the input options, is checked for its form only).
+
+    Raises:
+        ValueError: ``name`` is not ``<mode>-bs<batch_size>`` followed by the axes ``Case.name`` writes,
+            in its order, defaults left out, or names a case ``Case`` rejects (names the value).
+    """
+    words: dict[str, tuple[str, Any]] = {"xla": ("xla", True), "det": ("deterministic", True)}
+    for axis, values in (("precision", Precision), ("strategy", Strategy), ("quantization", Quantization)):
+        words |= {v: (axis, v) for v in get_args(values)}
+    parts = name.split("-")
+    if len(parts) > 2 and re.fullmatch(r"in[0-9a-f]{8}", parts[-1]):
+        parts.pop()
+    expected = "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-det][-in<8 hex>]"
+    if len(parts) < 2 or parts[1][:2] != "bs" or any(p not in words for p in parts[2:]):
+        raise ValueError(f"case name {name!r} is not {expected}")
+    try:
+        axes = {"model": "case", "mode": parts[0], "batch_size": parts[1][2:], **dict(words[p] for p in parts[2:])}
+        case = Case.model_validate(axes)
+    except ValueError as e:
+        raise ValueError(f"case name {name!r} names no valid case: {e}") from e
+    if case.name != "-".join(parts):
+        raise ValueError(f"case name {name!r} is not {expected} (this case is named {case.name!r})")
+    return name
 
 
 class RunContext(Record):

@@ -9,14 +9,12 @@ generated config that scrapes the plugin's routes served by uvicorn in this proc
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -38,14 +36,6 @@ needs_prometheus = pytest.mark.skipif(
     PROMETHEUS is None and os.environ.get("CI") != "true",
     reason="Prometheus is not installed (apt-get install prometheus; .ci/run installs it for CI)",
 )
-
-
-def plugin_module():
-    spec = importlib.util.spec_from_file_location("perfwatch_history_plugin", ROOT / "plugins" / "perfwatch_history.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def fill_store(url: str, tmp: Path) -> None:
@@ -85,10 +75,12 @@ def metric_values(text: str) -> dict[tuple[str, tuple], float]:
 def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
+    from plugins.perfwatch.app import standalone_app
+
     url = f"sqlite:///{tmp_path / 'store.db'}"
     fill_store(url, tmp_path)
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
-    client = TestClient(plugin_module().standalone_app())
+    client = TestClient(standalone_app())
     r = client.get("/perfwatch/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     v = metric_values(r.text)
@@ -137,15 +129,15 @@ def prometheus(tmp_path_factory):
         pytest.fail("CI=true but the prometheus binary is missing: .ci/run should have installed it")
     import uvicorn
 
+    from plugins.perfwatch.app import standalone_app
+
     tmp = tmp_path_factory.mktemp("prom")
     url = f"sqlite:///{tmp / 'store.db'}"
     fill_store(url, tmp)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
         app_port, prom_port = free_port(), free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(plugin_module().standalone_app(), host="127.0.0.1", port=app_port, log_level="warning")
-        )
+        server = uvicorn.Server(uvicorn.Config(standalone_app(), host="127.0.0.1", port=app_port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         config = tmp / "prometheus.yml"

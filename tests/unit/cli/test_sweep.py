@@ -196,7 +196,7 @@ def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
 def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, monkeypatch):
     from starlette.requests import Request
 
-    from plugins.perfwatch_history import _sweep_section, model_sweep_plot
+    from plugins.perfwatch.pages import _sweep_section, model_sweep_plot
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     request = Request(

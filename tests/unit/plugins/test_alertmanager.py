@@ -10,8 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.system.test_metrics import plugin_module
-
 
 class FakeAirflow:
     """Airflow's ``POST /auth/token`` and ``POST /api/v2/dags/{dag_id}/dagRuns``: records the requests;
@@ -103,22 +101,34 @@ HOOK = {"Authorization": "Bearer hook-token"}
 
 
 def test_a_matrix_case_label_picks_that_case_of_the_config():
-    mod = plugin_module()
-    req, why = mod.profile_request(
-        mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16-mixed_bfloat16"))
-    )
+    from plugins.perfwatch.webhook import Alert, profile_request
+
+    req, why = profile_request(Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16-mixed_bfloat16")))
     assert why is None and req["conf"] == {
         "model": "resnet",
         "version": "latest",
         "trigger": "manual",
         "case": "infer-bs16-mixed_bfloat16",
     }
-    req, why = mod.profile_request(mod.Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16; drop")))
+    req, why = profile_request(Alert(**alert(perfwatch_model="resnet", perfwatch_case="infer-bs16; drop")))
     assert req is None and why.startswith("perfwatch_case 'infer-bs16; drop': expected a perfwatch case name")
 
 
+def test_model_and_version_labels_follow_the_records_rules():
+    from plugins.perfwatch.webhook import Alert, profile_request
+
+    req, why = profile_request(Alert(**alert(perfwatch_model="résnet v2", perfwatch_version="0003")))
+    assert why is None and req["conf"] == {"model": "résnet v2", "version": "3", "trigger": "manual"}
+    req, why = profile_request(Alert(**alert(perfwatch_model="../resnet")))
+    assert req is None and why.startswith("perfwatch_model '../resnet' is not a model name the DAG accepts: ")
+    req, why = profile_request(Alert(**alert(perfwatch_model="resnet", perfwatch_version="v3")))
+    assert req is None and why == "perfwatch_version 'v3': expected an integer version or 'latest'"
+
+
 def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
-    client = TestClient(plugin_module().standalone_app())
+    from plugins.perfwatch.app import standalone_app
+
+    client = TestClient(standalone_app())
     body = payload(
         alert(perfwatch_model="resnet", perfwatch_version="3", perfwatch_case="train-bs32"),
         alert(job="recsys"),  # no perfwatch_model label: not ours
@@ -155,7 +165,9 @@ def test_a_firing_alert_triggers_a_profiling_dag_run(airflow):
 
 
 def test_webhook_refusals(airflow, monkeypatch):
-    client = TestClient(plugin_module().standalone_app())
+    from plugins.perfwatch.app import standalone_app
+
+    client = TestClient(standalone_app())
     body = payload(alert(perfwatch_model="resnet"))
     assert client.post("/perfwatch/alertmanager", json=body).status_code == 401
     assert (

@@ -227,17 +227,29 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
 def test_standalone_app_takes_the_deployments_tokens_and_has_no_login_page(airflow):
     """``standalone_app()`` (uvicorn without Airflow's API server): the same routes and rules, but a browser
     without a login gets 401, not a redirect to a login page that server does not have."""
-    import importlib.util
+    from plugins.perfwatch.app import standalone_app
 
     _, token, _, _ = airflow
-    spec = importlib.util.spec_from_file_location(
-        "perfwatch_history_standalone", ROOT / "plugins" / "perfwatch_history.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    client = TestClient(mod.standalone_app())
+    client = TestClient(standalone_app())
     assert client.get("/perfwatch/", headers={"Accept": "text/html"}, follow_redirects=False).status_code == 401
     assert client.get("/perfwatch", follow_redirects=False).headers["location"] == "/perfwatch/"
     page = client.get("/perfwatch", headers=_auth(token))
     assert page.status_code == 200 and [row[0] for row in _rows(page.text, "Latest runs")] == ["4", "3", "2", "1"]
     assert client.get("/perfwatch/metrics").status_code == 200
+
+
+def test_airflow_loads_the_plugin_package_once(airflow):
+    """Airflow's plugins manager executes every ``.py`` file of the plugins folder on its own, by path;
+    ``plugins/.airflowignore`` keeps the package out of that scan, so it executes ``perfwatch_plugin.py`` only:
+    the plugin is registered once, without import errors, and each module of the package is imported once,
+    as ``perfwatch.<module>``, never as a top-level module of its own (``pages``, ``__init__``, ...)."""
+    import sys
+
+    from airflow import plugins_manager
+
+    ours = [p for p in plugins_manager.get_plugin_info() if p["name"] == "perfwatch"]
+    assert len(ours) == 1 and str(ours[0]["source"]) == "$PLUGINS_FOLDER/perfwatch_plugin.py"
+    assert [e for e in plugins_manager.get_import_errors() if "perfwatch" in e] == []
+    modules = {p.stem for p in (ROOT / "plugins" / "perfwatch").glob("*.py")}
+    assert {f"perfwatch.{m}" for m in modules - {"__init__"}} <= set(sys.modules)
+    assert modules & set(sys.modules) == set()

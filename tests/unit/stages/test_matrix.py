@@ -164,6 +164,59 @@ def test_every_axis_is_part_of_the_case_name():
         assert expand_entry(entry)[0].name != base, axis
 
 
+def test_check_case_name_accepts_every_name_a_case_has_and_nothing_else():
+    import itertools
+
+    from pydantic import ValidationError
+
+    from tasks.records import Case, InputSpec, check_case_name
+
+    names = set()
+    for mode, bs, precision, xla, strategy, quantization, det, inputs in itertools.product(
+        ["train", "infer", "tflite"],
+        [1, 16, 65536],
+        ["fp32", "mixed_float16", "mixed_bfloat16"],
+        [False, True],
+        ["none", "mirrored"],
+        ["none", "dynamic", "int8"],
+        [False, True],
+        [None, {"x": InputSpec(shape=[3])}],
+    ):
+        try:
+            case = Case(
+                model="m",
+                mode=mode,
+                batch_size=bs,
+                precision=precision,
+                xla=xla,
+                strategy=strategy,
+                quantization=quantization,
+                deterministic=det,
+                inputs=inputs,
+            )
+        except ValidationError:  # tflite with precision/xla/strategy, quantization without tflite
+            continue
+        names.add(case.name)
+    assert len(names) == 2 * 3 * (3 * 2 * 2 * 2 * 2 + 3 * 2)  # inputs x batch sizes x (train, infer + tflite)
+    assert all(check_case_name(n) == n for n in names)
+    for bad in [
+        "eval-bs8",  # no such mode
+        "train-bs0",  # batch size out of range
+        "train-bs016",  # Case.name writes no leading zeros
+        "train-bs16-fp32",  # nor defaults
+        "train-bs16-xla-mixed_bfloat16",  # nor axes out of order
+        "train-bs16-xla-xla",
+        "train-bs16-int8",  # quantization is for tflite only
+        "tflite-bs1-xla",
+        "train-bs16-in1234567",  # the input hash has 8 hex digits
+        "train-bs16-fast",
+        "infer-bs16; drop",
+        "",
+    ]:
+        with pytest.raises(ValueError, match=f"case name {bad!r}"):
+            check_case_name(bad)
+
+
 def test_tflite_with_precision_xla_or_strategy_is_refused_when_planned():
     with pytest.raises(ValueError, match="mode 'tflite' times the TFLite interpreter"):
         expand_entry({"model": "m", "matrix": {"mode": ["tflite", "infer"], "xla": [False, True]}})

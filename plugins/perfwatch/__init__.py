@@ -1,0 +1,45 @@
+"""perfwatch's Airflow plugin: the history pages in the Airflow UI ("perfwatch" in the nav bar), the
+store's Prometheus metrics and the Alertmanager webhook that turns a macro alert into a profiling run,
+one FastAPI app that Airflow's API server mounts at ``/perfwatch``. The store is the one
+``PERFWATCH_DATABASE_URL`` names.
+
+::
+
+    urls.py     where the plugin sits in Airflow's URL space (mount point, login path, link roots)
+    auth.py     who may use which route: Airflow's login for the pages, bearer tokens for the services
+    pages.py    the history pages and the run archives' files (HTML, PNG plots)
+    metrics.py  /perfwatch/metrics: the store in the Prometheus text format
+    webhook.py  /perfwatch/alertmanager: Alertmanager's webhook, which triggers perfwatch_profile DAG runs
+    app.py      the app of those routes, the /perfwatch -> /perfwatch/ redirect, standalone_app()
+
+How Airflow loads it. Airflow 3.3's plugins manager (``_load_plugins_from_plugin_directory``) does not
+import packages: it executes every ``.py`` file under the plugins folder on its own, by path, as a top-level
+module named after the file's stem (``__init__``, ``pages``, ...), where relative imports fail; and it
+registers every ``AirflowPlugin`` subclass it finds in such a module's namespace. It also puts the plugins
+folder on ``sys.path``. So ``plugins/.airflowignore`` (its pattern ``perfwatch/`` reads the same as a glob
+and as a regexp) keeps this package's folder out of that scan, and ``plugins/perfwatch_plugin.py``,
+the one file Airflow executes, imports :class:`PerfwatchPlugin` from here as the package ``perfwatch``:
+each module of the package is imported once, as ``perfwatch.<module>``, and the plugin is registered once.
+Outside Airflow the package is ``plugins.perfwatch`` from the repository root (the tests;
+``uvicorn --factory plugins.perfwatch.app:standalone_app``); the modules import each other relatively,
+so either name works.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from .app import SlashRedirect, app
+from .urls import URL_PREFIX
+
+
+class PerfwatchPlugin(AirflowPlugin):
+    """Registers the history app (pages, metrics, Alertmanager webhook) at /perfwatch, the redirect of
+    /perfwatch to /perfwatch/, and a "perfwatch" entry in the nav bar."""
+
+    name = "perfwatch"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "perfwatch history"}]
+    fastapi_root_middlewares = [
+        {"middleware": SlashRedirect, "args": [], "kwargs": {}, "name": "perfwatch: /perfwatch -> /perfwatch/"}
+    ]
+    external_views = [{"name": "perfwatch", "href": "perfwatch/", "destination": "nav", "url_route": "perfwatch"}]

@@ -1,0 +1,129 @@
+"""``/perfwatch/metrics``: the store in the Prometheus text format (prometheus-client), read at every scrape;
+see :class:`StoreCollector` for the metrics, in base units. Access: ``auth.metrics_access``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from .auth import metrics_access
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()  #: ``/metrics``
+
+VERDICTS = ("pass", "regression", "improvement", "inconclusive", "no-baseline", "env-changed")
+
+
+class StoreCollector:
+    """A prometheus-client collector that reads the store at every scrape (``tasks.store.series.metrics_snapshot``).
+
+    Metrics (labels ``model``, ``case``; times in seconds, as Prometheus names them):
+
+    * ``perfwatch_step_time_seconds{quantile="0.5"|"0.9", source}``: median and p90 step time of the newest
+      successful run (perfwatch's timer, profiler off; xprof's step time for ``source="external"`` runs);
+    * ``perfwatch_baseline_step_time_seconds``: median step time of the active baseline run;
+    * ``perfwatch_throughput_examples_per_second``: the newest run's throughput (examples/s);
+    * ``perfwatch_latest_verdict{verdict}``: 1 for the newest run's verdict, 0 for the others;
+    * ``perfwatch_latest_run_info{version, source}``: 1, the newest run's version;
+    * ``perfwatch_last_success_timestamp_seconds``: when the newest successful run finished (Unix time);
+    * ``perfwatch_runs_total{status}``, ``perfwatch_regressions_total``: runs stored, by status; runs
+      judged a regression;
+    * ``perfwatch_newest_data_age_seconds`` (no labels): seconds since the newest run of any model finished;
+    * ``perfwatch_store_up`` (no labels): 1 when the store was read, 0 when it could not be (then no other
+      metric is given, and the error is logged).
+
+    perfwatch measures training steps; it records no inference latency, so no latency metric is given.
+    """
+
+    def __init__(self, db_url: str | None = None):
+        self.db_url = db_url
+
+    def describe(self) -> list[Metric]:  # no metrics are read at registration time
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from tasks.store.series import metrics_snapshot
+
+        up = GaugeMetricFamily("perfwatch_store_up", "1 when the perfwatch store could be read at this scrape")
+        try:
+            snap = metrics_snapshot(self.db_url)
+        except Exception as e:  # noqa: BLE001 - any store error is reported as store_up 0
+            log.error("perfwatch metrics: cannot read the store: %s: %s", type(e).__name__, e)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        mc = ["model", "case"]
+        step = GaugeMetricFamily(
+            "perfwatch_step_time_seconds",
+            "Step time of the newest successful run (quantile 0.5: median, 0.9: p90)",
+            labels=[*mc, "quantile", "source"],
+        )
+        thr = GaugeMetricFamily(
+            "perfwatch_throughput_examples_per_second",
+            "Throughput of the newest successful run (examples/s at its median step time)",
+            labels=[*mc, "source"],
+        )
+        verdict = GaugeMetricFamily(
+            "perfwatch_latest_verdict", "1 for the verdict of the newest successful run", labels=[*mc, "verdict"]
+        )
+        info = GaugeMetricFamily(
+            "perfwatch_latest_run_info",
+            "The newest successful run's model version and source",
+            labels=[*mc, "version", "source"],
+        )
+        last = GaugeMetricFamily(
+            "perfwatch_last_success_timestamp_seconds", "When the newest successful run finished (Unix time)", labels=mc
+        )
+        for r in snap.latest:
+            key = [r.model, r.case_name]
+            for q, ms in (("0.5", r.median_step_ms), ("0.9", r.p90_step_ms)):
+                if ms is not None:
+                    step.add_metric([*key, q, r.source], ms / 1000.0)
+            if r.throughput_eps is not None:
+                thr.add_metric([*key, r.source], r.throughput_eps)
+            for v in sorted(set(VERDICTS) | ({r.verdict} if r.verdict else set())):
+                verdict.add_metric([*key, v], 1.0 if v == r.verdict else 0.0)
+            info.add_metric([*key, r.version or "", r.source], 1.0)
+            if r.finished_at is not None:
+                last.add_metric(key, r.finished_at.timestamp())
+        base = GaugeMetricFamily(
+            "perfwatch_baseline_step_time_seconds", "Median step time of the active baseline run", labels=mc
+        )
+        for (m, c), ms in sorted(snap.baseline_ms.items()):
+            base.add_metric([m, c], ms / 1000.0)
+        runs = CounterMetricFamily("perfwatch_runs", "Runs stored, by status", labels=[*mc, "status"])
+        for (m, c, st), n in sorted(snap.runs_by_status.items()):
+            runs.add_metric([m, c, st], n)
+        regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
+        for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
+            regs.add_metric([m, c], snap.regressions.get((m, c), 0))
+        yield from (step, base, thr, verdict, info, last, runs, regs)
+        if snap.newest_finished_at is not None:
+            age = GaugeMetricFamily(
+                "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"
+            )
+            age.add_metric([], (dt.datetime.now(dt.UTC) - snap.newest_finished_at).total_seconds())
+            yield age
+
+
+@router.get("/metrics", dependencies=[Depends(metrics_access)])
+def metrics() -> Response:
+    """The store's figures in the Prometheus text format (``StoreCollector``); access: :func:`metrics_access`."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector())
+    return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
