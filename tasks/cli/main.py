@@ -5,7 +5,8 @@ Every listing takes ``--format table|csv|json|markdown``. Commands read the stor
 
 Start-up: importing this module (what ``perfwatch --help`` pays) loads typer and rich but
 never pandas, SQLAlchemy (the store), scipy, Great Expectations, TensorFlow or the pydantic records; every
-command imports what it needs in its body (``tests/unit/cli/test_cli_startup.py`` checks it; ``bench/cli_startup.py`` times it).
+command imports what it needs in its body (``tests/unit/cli/test_cli_startup.py`` checks it;
+``bench/cli_startup.py`` times it).
 """
 
 from __future__ import annotations
