@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "modelstore": {"records"},  # the versioned model store (fsspec)
     "runner": set(),  # runs in the runner's (TF/GPU) interpreter: nothing else from this project
     "analysis": {"records"},
-    "store": {"records", "settings", "analysis"},
+    "store": {"records", "settings"},
     "stages": {"records", "settings", "matrix", "modelstore", "analysis", "store", "runner"},
     "services": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages"},
     "cli": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "services", "runner"},
