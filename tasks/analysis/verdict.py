@@ -129,7 +129,8 @@ def paired_comparison(
         ValueError: unequal block counts, an empty block, a NaN/non-positive step time (named
             ``a_blocks[i]``/``b_blocks[i]``), or look points that do not fit the blocks.
     """
-    design = (paired.gate or {}).get("design")
+    gate = paired.gate or {}
+    design = gate.get("design")
     if not design:
         res = stats.compare_paired(
             paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
@@ -144,7 +145,7 @@ def paired_comparison(
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
     d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     dz = sequential.Design(**design)
-    g = sequential.analyse(d, paired.gate["look_pairs"], dz)
+    g = sequential.analyse(d, gate["look_pairs"], dz)
     f = g.final
     what = (
         f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "

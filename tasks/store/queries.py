@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -271,19 +270,18 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
     return run_query("env_changes", db_url, since=start, until=end, model=model)
 
 
-def fingerprint_data(fingerprint_ids: Iterable[str], db_url: str | None = None) -> dict[str, dict[str, Any]]:
+def fingerprint_data(fingerprint_ids: set[str], db_url: str | None = None) -> dict[str, dict[str, Any]]:
     """The stored fingerprint record (``environments.data``) of each of ``fingerprint_ids``; absent ids are
     left out."""
     from sqlalchemy import select
 
     from tasks.store import Environment, session_scope
 
-    ids = set(fingerprint_ids)
-    if not ids:
+    if not fingerprint_ids:
         return {}
     with session_scope(_default_url(db_url)) as s:
         rows = s.execute(
-            select(Environment.fingerprint_id, Environment.data).where(Environment.fingerprint_id.in_(ids))
+            select(Environment.fingerprint_id, Environment.data).where(Environment.fingerprint_id.in_(fingerprint_ids))
         ).all()
     return {fingerprint_id: env for fingerprint_id, env in rows}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -99,7 +99,7 @@ def _calibration_runs(
         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
         .limit(window)
     ).all()
-    return [(str(v), float(m)) for v, m in rows]
+    return [(str(v), float(cast(float, m))) for v, m in rows]  # median_step_ms IS NOT NULL
 
 
 def _paired_gates(
@@ -225,7 +225,7 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     with session_scope(db_url) as s:
         rows = s.execute(q.limit(200)).all()
     same = [r for r in rows if r[2] == comparability_key]
-    pick = (same or rows or [None])[0]
+    pick = same[0] if same else rows[0] if rows else None
     return None if pick is None else (str(pick[0]), int(pick[1]))
 
 
@@ -286,11 +286,11 @@ def warmup_to_reuse(
                 .order_by(StepSample.step)
             )
         )
-    return WarmupRecord(
-        warmup_steps=int(row[1]),
+    return WarmupRecord(  # the query asks for warmup_steps and cold_step_ms IS NOT NULL
+        warmup_steps=int(cast(int, row[1])),
         steady=bool(row[2]),
         final_cv=None,
-        cold_step_ms=float(row[3]),
+        cold_step_ms=float(cast(float, row[3])),
         step_times_ms=times,
         wall_s=0.0,
         reused_from_run_id=int(row[0]),
