@@ -112,6 +112,11 @@ def write(root: Path, rel: str, text: str) -> None:
             "tasks/store/reads.py:1: store may not import stages (tasks.stages)",
         ),
         (
+            "tasks/store/reads.py",
+            "def f():\n    from tasks.analysis.verdict import usable_baselines\n",
+            "tasks/store/reads.py:2: store may not import analysis (tasks.analysis.verdict)",
+        ),
+        (
             "tasks/stages/pull.py",
             "import tasks.cli.main\n",
             "tasks/stages/pull.py:1: stages may not import cli (tasks.cli.main)",
