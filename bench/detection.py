@@ -26,8 +26,8 @@ it is re-emulated here. What the bench supplies is what the product's stages wou
   and noise calibration ``tasks.stages.profiled_run.gate_setup`` would read from a store holding the OTHER
   self-vs-self processes as A/A gates (each judged whole by ``decide``, as the store would hold them). The gate
   stops at its first decisive look, measured in rounds of ``Case.paired_round_pairs`` pairs as the runner
-  does (``sequential.look`` decides each look); its noise is ``calibration.assess_noise`` of the source
-  process's host load and the gate's pair noise, as ``profiled_run`` computes it. Budget: the product's 320
+  does (``sequential.look`` decides each look); its noise is ``tasks.analysis.verdict.judge_noise`` of the source
+  process's host load and the gate's pair noise, as ``profiled_run`` judges it. Budget: the product's 320
   pairs, cut to the shortest process (``min(320, N)``): **no trial is longer than the data it is drawn from**.
   A trial draws one process and builds the gate's pairs by a moving-block bootstrap (Kuensch 1989) of
   ``BOOT_BLOCK`` = 37 consecutive pairs with random starts: **blocks longer than the statistic's batches (at
@@ -76,8 +76,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks.analysis import calibration, sequential, stats  # noqa: E402
-from tasks.analysis.verdict import PairedBlocks, decide, paired_comparison  # noqa: E402
-from tasks.records import Case  # noqa: E402
+from tasks.analysis.verdict import PairedBlocks, decide, judge_noise  # noqa: E402
+from tasks.records import Case, CompareInputs  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "detection_samples.json"
 LEVELS = (0.0, 0.02, 0.03, 0.05, 0.10)
@@ -353,22 +353,12 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
         },
         host_load=host_load,
     )
-    comparison, _ = paired_comparison(paired, case, setup.offset)
-    noise = calibration.assess_noise(
-        host_load,
-        gate_sd=comparison.details["scale_log_ratio"],
-        gate_pairs=comparison.n_candidate,
-        calibration=setup.noise,
-        max_other_cpu_share=case.max_other_cpu_share,
-    )
+    noise = judge_noise(case, host_load, paired, offset=setup.offset, calibrated=setup.noise)
     d = decide(
         list(b[:n]),
         case,
-        same_env=[],
-        other_env=[],
-        other_env_data=None,
+        CompareInputs(),
         env_data={},
-        samples={},
         paired=paired,
         baseline_version="1",
         baseline_digest="same",
@@ -446,12 +436,12 @@ def history_rates(
             d = decide(
                 list(cand),
                 case,
-                same_env=base,
-                other_env=[],
-                other_env_data=None,
+                CompareInputs(
+                    same_env=base,
+                    samples={j: list(runs[j]) for j in base},
+                    calibration_runs=[("1", medians[j]) for j in others],
+                ),
                 env_data={},
-                samples={j: list(runs[j]) for j in base},
-                calibration_runs=[("1", medians[j]) for j in others],
             )
             h += d.verdict == "regression"
             f += np.median(cand) > 1.10 * np.median(runs[base[0]])

@@ -46,12 +46,12 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from tasks.stages.archive import archive_run  # noqa: E402
 from tasks.store import (  # noqa: E402
     Baseline,
-    Comparison,
     Environment,
     Model,
     ModelVersion,
     OpStat,
     Run,
+    RunComparison,
     StepSample,
     get_engine,
     migrate,
@@ -231,7 +231,7 @@ TABLES = {
     "model_versions": ModelVersion,
     "environments": Environment,
     "runs": Run,
-    "comparisons": Comparison,
+    "comparisons": RunComparison,
     "baselines": Baseline,
     "step_samples": StepSample,
     "op_stats": OpStat,

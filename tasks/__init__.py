@@ -26,7 +26,7 @@ matrix      records
 modelstore  records
 runner      nothing from tasks/ (its venv may be a bare TF/GPU one)
 analysis    records
-store       records, settings, analysis
+store       records, settings
 stages      records, settings, matrix, modelstore, analysis, store, runner
 services    records, settings, matrix, modelstore, analysis, store, stages
 cli         everything; nothing in tasks/ imports it

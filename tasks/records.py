@@ -533,3 +533,76 @@ class ArchiveRecord(Record):
     run_id: int
     archive_uri: str
     verdict: str
+
+
+# ----------------------------------------------------------------- stored facts that baseline-compare decides on
+
+#: framework_op_stats columns as the parse stage writes them and the store keeps them (``op_stats``):
+#: self-times µs summed over the profiled window, ``self_time_share`` 0..1.
+OP_STATS_COLUMNS = [
+    "host_or_device",
+    "op_type",
+    "op_name",
+    "occurrences",
+    "total_self_time_us",
+    "avg_self_time_us",
+    "self_time_share",
+]
+
+
+class CompareInputs(Record):
+    """What baseline-compare reads from the store, in one session (``tasks.store.reads.gather_compare_inputs``),
+    as stored: nothing is filtered or judged here; ``tasks.analysis.verdict.decide`` does that.
+    ``CompareInputs()`` is what a store that knows nothing of the model gives."""
+
+    same_env: list[int] = Field(
+        default_factory=list, description="lookback baseline run ids in the candidate's environment, newest first"
+    )
+    other_env: list[int] = Field(
+        default_factory=list,
+        description="the newest accepted run id in another environment (at most one; only when same_env is empty)",
+    )
+    other_env_data: dict[str, Any] | None = Field(
+        default=None, description="the fingerprint record (environments.data) of the other_env run"
+    )
+    samples: dict[int, list[float]] = Field(
+        default_factory=dict,
+        description="measured step times (ms, our timer) of each same_env / other_env run, in step order",
+    )
+    calibration_runs: list[tuple[str, float]] = Field(
+        default_factory=list,
+        description="(version, median step ms) of the newest accepted runs of the model, case and environment "
+        "(tasks.analysis.calibration.prior_for_case's input)",
+    )
+    aa_gates: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="evidence['paired'] of the stored paired gates of the case and environment whose baseline "
+        "bytes equal the candidate's (A/A gates), newest first",
+    )
+    paired_gates: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="evidence['paired'] of every stored paired gate of the case and environment (any versions, "
+        "A/A ones included), newest first (tasks.analysis.calibration.calibrated_noise's input)",
+    )
+
+
+class RunOps(Record):
+    """A stored run's op table and the facts of its profiled window, as attribution needs them
+    (``tasks.store.reads.run_ops``; ``tasks.analysis.attribution.attribute_against_run``)."""
+
+    run_id: int
+    ops: list[dict[str, Any]] = Field(
+        description="framework_op_stats rows (OP_STATS_COLUMNS keys; self-times µs over the profiled window)"
+    )
+    profiled_steps: int | None = Field(description="steps in the profiled window; None when the run records none")
+    profiler_avg_step_ms: float | None = Field(
+        description="xprof's average step time over the window (ms, overview_page); None without step markers"
+    )
+    measured_median_ms: float | None = Field(
+        default=None, description="the run's measured median step time (ms, profiler off; runs.median_step_ms)"
+    )
+    window_check: dict[str, Any] | None = Field(
+        default=None,
+        description="the run's window check (tasks.analysis.profile.CrossCheck fields, run_tables 'cross_check'); "
+        "None when not stored",
+    )

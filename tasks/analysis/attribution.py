@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel
+
+from tasks.records import RunOps
 
 KEY = ["host_or_device", "op_type", "op_name"]
 #: (category, regex on the op type with TF's ``_Mkl``/``_MklNative``/``_`` prefixes stripped); first match wins.
@@ -399,26 +400,6 @@ EVIDENCE_TOP_N = 5
 EVIDENCE_NAMES_MAX = 20
 
 
-@dataclass(frozen=True)
-class RunOps:
-    """A stored run's op table and the facts of its profiled window, as attribution needs them.
-
-    ``ops``: framework_op_stats rows (``OP_STATS_COLUMNS``, self-times µs over the window);
-    ``profiled_steps``: steps in the window (None when the run records none); ``profiler_avg_step_ms``:
-    xprof's average step time over the window (ms, overview_page), None without step markers;
-    ``measured_median_ms``: the run's measured median step time (ms, profiler off; ``runs.median_step_ms``);
-    ``window_check``: the run's window check (``tasks.analysis.profile.CrossCheck`` fields, ``run_tables``
-    'cross_check'; None when not stored).
-    """
-
-    run_id: int
-    ops: pd.DataFrame
-    profiled_steps: int | None
-    profiler_avg_step_ms: float | None
-    measured_median_ms: float | None = None
-    window_check: Mapping[str, Any] | None = None
-
-
 def _op_brief(o: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: o[k]
@@ -508,10 +489,11 @@ def attribute_against_run(
 ) -> dict[str, Any]:
     """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence.
 
-    Baseline: ``baseline`` (``tasks.store.reads.run_ops``; None when the run is not in the store): its op
-    table, profiled steps, measured median and window check. Candidate: ``parsed_tables`` (the parse stage's
-    ``parsed.json``: ``op_stats`` records and ``cross_check``), ``candidate_steps`` profiled steps and
-    ``candidate_measured_ms`` (its measured median step time, ms, ``ProfiledRun.median_step_ms``).
+    Baseline: ``baseline`` (``tasks.records.RunOps``, ``tasks.store.reads.run_ops``; None when the run is not
+    in the store): its op table, profiled steps, measured median and window check. Candidate:
+    ``parsed_tables`` (the parse stage's ``parsed.json``: ``op_stats`` records and ``cross_check``),
+    ``candidate_steps`` profiled steps and ``candidate_measured_ms`` (its measured median step time, ms,
+    ``ProfiledRun.median_step_ms``).
 
     The op figures are scaled to measured medians (``attribute``). With ``ratio`` (the verdict's step-time
     ratio candidate / baseline, from ``ratio_source``, e.g. ``paired-abba``) the baseline's level is
@@ -534,7 +516,7 @@ def attribute_against_run(
         return {**unavailable, "reason": f"baseline run {baseline_run_id} is not in the store"}
     if baseline.profiled_steps is None:
         return {**unavailable, "reason": f"baseline run {baseline_run_id} records no profiled_steps in its params"}
-    if baseline.ops.empty:
+    if not baseline.ops:
         return {**unavailable, "reason": f"baseline run {baseline_run_id} has no op_stats rows"}
     cand_ops = list(parsed_tables.get("op_stats") or [])
     if not cand_ops:

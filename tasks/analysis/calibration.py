@@ -276,7 +276,7 @@ def _gate_sd(paired: dict) -> float:
 def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
     """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the quiet A/A
     gates among ``aa_gates`` (stored ``evidence["paired"]`` dicts of gates whose baseline bytes equal the
-    candidate's, newest first, ``tasks.store.reads.CompareInputs.aa_gates``) by
+    candidate's, newest first, ``tasks.records.CompareInputs.aa_gates``) by
     :func:`estimate_paired_offset`, capped at :data:`MAX_PAIRED_OFFSET_SD`; else the default."""
     if case.paired_offset_sd is not None:
         return Offset(sd=case.paired_offset_sd, source="case")
@@ -311,7 +311,7 @@ class NoiseCalibration(BaseModel):
 
 def calibrated_noise(paired_gates: Iterable[dict]) -> NoiseCalibration:
     """:class:`NoiseCalibration` from stored gates (``evidence["paired"]`` dicts, newest first, any
-    versions; ``tasks.store.reads.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)
+    versions; ``tasks.records.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)
     that recorded the robust scale (``details["scale_log_ratio"]``; older gates have only sds, which are
     not comparable with it)."""
     sds = [

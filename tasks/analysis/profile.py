@@ -19,19 +19,12 @@ import pandas as pd
 from pydantic import BaseModel, Field
 from scipy import stats as scipy_stats
 
+from tasks.records import OP_STATS_COLUMNS as OP_STATS_COLUMNS
+
 IDLE_OP = "IDLE"
 #: framework_op_stats keeps at most this many rows (IDLE included), the ops with most self-time; seen on the
 #: demo model (499 ops + IDLE), where smaller ops are dropped.
 XPROF_MAX_OP_ROWS = 500
-OP_STATS_COLUMNS = [
-    "host_or_device",
-    "op_type",
-    "op_name",
-    "occurrences",
-    "total_self_time_us",
-    "avg_self_time_us",
-    "self_time_share",
-]
 #: xprof step-table column id -> our name (all values in ms).
 STEP_COLUMNS = {
     "stepnum": "step",

@@ -1,11 +1,12 @@
 """The verdict of baseline-compare, decided from plain values (no store, no files, no GX).
 
-``decide`` takes the candidate's measured step times (ms, our timer), the baseline runs' samples as
-``tasks.store.reads.CompareInputs`` gathered them, for a paired gate the ABBA blocks of the baseline
-version (A) and the candidate (B) with the gate's record, and the measurement's noise
-(``calibration.assess_noise``), and returns the **final** verdict with its estimate, interval and
-evidence. Every rule that can change a verdict is here (the GX suites of ``tasks.stages.expectations``
-only validate it), so a benchmark that calls ``decide`` runs the verdict as the product does:
+``decide`` takes the candidate's measured step times (ms, our timer), the stored facts as the store
+gathered them (``tasks.records.CompareInputs``: which baselines are usable is decided here), for a
+paired gate the ABBA blocks of the baseline version (A) and the candidate (B) with the gate's record,
+and the measurement's noise as the profiled run judged it (:func:`judge_noise`, ``ProfiledRun.noise``),
+and returns the **final** verdict with its estimate, interval and evidence. Every rule that can change
+a verdict is here (the GX suites of ``tasks.stages.expectations`` only validate it), so a benchmark that
+calls ``decide`` runs the verdict as the product does:
 
 * same-environment lookback history: ``stats.compare_to_history`` with the calibrated drift prior
   (``calibration.prior_for_case``), method ``history-lookback``;
@@ -53,6 +54,7 @@ from typing import Any
 
 from tasks.analysis import calibration, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
+from tasks.records import CompareInputs
 
 DECIDED = ("pass", "regression", "improvement")  #: the verdicts the noise rule turns into inconclusive
 
@@ -127,7 +129,8 @@ def paired_comparison(
         ValueError: unequal block counts, an empty block, a NaN/non-positive step time (named
             ``a_blocks[i]``/``b_blocks[i]``), or look points that do not fit the blocks.
     """
-    design = (paired.gate or {}).get("design")
+    gate = paired.gate or {}
+    design = gate.get("design")
     if not design:
         res = stats.compare_paired(
             paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
@@ -142,7 +145,7 @@ def paired_comparison(
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
     d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     dz = sequential.Design(**design)
-    g = sequential.analyse(d, paired.gate["look_pairs"], dz)
+    g = sequential.analyse(d, gate["look_pairs"], dz)
     f = g.final
     what = (
         f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
@@ -184,17 +187,41 @@ def paired_comparison(
     return res, g
 
 
+def judge_noise(
+    case: Any,
+    host_load: dict[str, Any] | None,
+    paired: PairedBlocks | None,
+    *,
+    offset: calibration.Offset,
+    calibrated: calibration.NoiseCalibration,
+) -> calibration.Noise:
+    """The measurement's noise, judged once (the profiled run records it as ``ProfiledRun.noise``; ``decide``
+    applies it): ``calibration.assess_noise`` of the paired phase's host load and the gate's robust pair
+    noise (``details["scale_log_ratio"]`` of :func:`paired_comparison` with ``offset``) against the case's
+    ``calibrated`` gate noise when there is a paired gate, else of ``host_load`` (the runner's ``HostLoad``
+    over the measured steps). ``case`` is a ``tasks.records.Case`` (``max_other_cpu_share``).
+
+    Raises:
+        ValueError: as :func:`paired_comparison` and ``calibration.assess_noise``.
+    """
+    if paired is None:
+        return calibration.assess_noise(host_load, max_other_cpu_share=case.max_other_cpu_share)
+    comparison, _ = paired_comparison(paired, case, offset)
+    return calibration.assess_noise(
+        paired.host_load,
+        gate_sd=comparison.details["scale_log_ratio"],
+        gate_pairs=comparison.n_candidate,
+        calibration=calibrated,
+        max_other_cpu_share=case.max_other_cpu_share,
+    )
+
+
 def decide(
     measured: Sequence[float],
     case: Any,
+    inputs: CompareInputs,
     *,
-    same_env: list[int],
-    other_env: list[int],
-    other_env_data: Mapping[str, Any] | None,
     env_data: Mapping[str, Any],
-    samples: Mapping[int, list[float]],
-    calibration_runs: Sequence[tuple[str, float]] = (),
-    aa_gates: Sequence[dict[str, Any]] = (),
     paired: PairedBlocks | None = None,
     baseline_version: str | None = None,
     baseline_digest: str | None = None,
@@ -203,21 +230,30 @@ def decide(
     """Decide the final verdict (see the module docstring); ``case`` is a ``tasks.records.Case``.
 
     Args:
-        noise: ``calibration.Noise`` as a dict (``ProfiledRun.noise``): its ``busy`` applies the noise
-            rule; None: not assessed (no rule, no ``evidence["noise"]``).
+        measured: the candidate's measured step times (ms, our timer).
+        inputs: the stored facts (``tasks.store.reads.gather_compare_inputs``); baselines whose samples are
+            unusable (:func:`usable_baselines`) are left out here and named in ``evidence["skipped_baselines"]``.
+        env_data: the candidate's fingerprint record (``EnvRecord.data``), diffed against
+            ``inputs.other_env_data`` for ``env-changed``.
+        paired: the paired gate's blocks (``tasks.stages.profiled_run.read_paired``); None: no gate.
+        baseline_version, baseline_digest: the baseline model version the gate re-measured, and its bytes'
+            sha256 (recorded in ``evidence["paired"]``).
+        noise: ``calibration.Noise`` as a dict (:func:`judge_noise`, ``ProfiledRun.noise``): its ``busy``
+            applies the noise rule; None: not assessed (no rule, no ``evidence["noise"]``).
 
     Raises:
         ValueError: the paired blocks are unequal in number or hold a NaN/non-positive step time
             (``stats.compare_paired`` names ``a_blocks[i]``/``b_blocks[i]``).
     """
     evidence: dict[str, Any] = {"candidate_median_ms": statistics.median(measured), "n_candidate": len(measured)}
-    same, skipped_same = usable_baselines(samples, same_env)
-    other, skipped_other = usable_baselines(samples, other_env)
+    samples = inputs.samples
+    same, skipped_same = usable_baselines(samples, inputs.same_env)
+    other, skipped_other = usable_baselines(samples, inputs.other_env)
     if skipped_same or skipped_other:
         evidence["skipped_baselines"] = skipped_same + skipped_other
     d = Decision(verdict="no-baseline", method="none", baseline_run_ids=same or other, evidence=evidence)
     if same:
-        prior = calibration.prior_for_case(case, calibration_runs)
+        prior = calibration.prior_for_case(case, inputs.calibration_runs)
         evidence["prior"] = prior.model_dump(mode="json")
         result = stats.compare_to_history(
             measured,
@@ -236,7 +272,7 @@ def decide(
         est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
         changes = [
             c.model_dump(mode="json")
-            for c in diff_fingerprints(dict(other_env_data or {}), dict(env_data))
+            for c in diff_fingerprints(dict(inputs.other_env_data or {}), dict(env_data))
             if c.affects_comparability
         ]
         d.verdict, d.method = "env-changed", "cross-environment"
@@ -253,7 +289,7 @@ def decide(
         )
         d.reason = evidence["reason"]
     if paired is not None:
-        _decide_paired(d, measured, case, paired, aa_gates, baseline_version, baseline_digest, noise)
+        _decide_paired(d, measured, case, paired, inputs.aa_gates, baseline_version, baseline_digest, noise)
     if noise is not None:
         evidence["noise"] = dict(noise)
         if noise.get("busy") and d.verdict in DECIDED:

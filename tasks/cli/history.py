@@ -187,6 +187,31 @@ def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
     return out.assign(env_changed=changed)
 
 
+def env_changes(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None) -> pd.DataFrame:
+    """Environment changes in [since, until) (UTC), oldest first (``tasks.store.queries.env_changes``), plus
+    ``changed_fields``: the fingerprint fields that differ (``tasks.analysis.environment.diff_fingerprints``),
+    comparability-affecting ones first, ``", "``-joined.
+
+    Raises:
+        tasks.store.queries.QueryError: a bad window, or the store refused the query.
+    """
+    import pandas as pd
+
+    from tasks.analysis.environment import diff_fingerprints
+    from tasks.store import queries
+
+    df = queries.env_changes(since, until, model, db_url)
+    data = queries.fingerprint_data(set(df["from_fingerprint"]) | set(df["to_fingerprint"]), db_url)
+
+    def fields(row: Any) -> str:
+        changes = diff_fingerprints(data.get(row.from_fingerprint, {}), data.get(row.to_fingerprint, {}))
+        changes.sort(key=lambda c: not c.affects_comparability)
+        return ", ".join(c.field for c in changes)
+
+    df["changed_fields"] = [fields(r) for r in df.itertuples()] if len(df) else pd.Series(dtype=object)
+    return df
+
+
 def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
     """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``).
 
@@ -406,7 +431,7 @@ def register(app: typer.Typer) -> None:
         from tasks.store import queries
 
         try:
-            df = queries.env_changes(_since(since), until, model, _known(model))
+            df = env_changes(_since(since), until, model, _known(model))
         except queries.QueryError as e:
             raise _fail(e) from None
         if fmt is Format.table:

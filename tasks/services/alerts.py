@@ -68,7 +68,7 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
     """Every run the DAG run stored (any status), in run id order, with its comparison."""
     from sqlalchemy import func, select
 
-    from tasks.store import Comparison, Model, ModelVersion, Run, session_scope
+    from tasks.store import Model, ModelVersion, Run, RunComparison, session_scope
 
     q = (
         select(
@@ -78,17 +78,17 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
             Run.case_name,
             Run.status,
             Run.verdict,
-            Comparison.method,
-            Comparison.ratio,
-            Comparison.ci_low,
-            Comparison.ci_high,
+            RunComparison.method,
+            RunComparison.ratio,
+            RunComparison.ci_low,
+            RunComparison.ci_high,
             Run.failed_stage,
             Run.error,
-            Comparison.evidence,
+            RunComparison.evidence,
         )
         .join(Model, Model.id == Run.model_id)
         .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
-        .outerjoin(Comparison, Comparison.run_id == Run.id)
+        .outerjoin(RunComparison, RunComparison.run_id == Run.id)
         .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id)
         .order_by(Run.id)
     )

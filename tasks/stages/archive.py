@@ -33,6 +33,7 @@ from typing import Any, Literal
 import fsspec
 import psutil
 
+from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
     ArchiveRecord,
     CompareRecord,
@@ -261,6 +262,9 @@ def archive_run(
             samples=samples,
             parsed_tables=parsed_tables,
             gx_result=gx_result,
+            telemetry_summary=(
+                summarize_telemetry(samples["telemetry"], ctx.case.batch_size) if samples.get("telemetry") else None
+            ),
             artifacts=artifacts,
             archive_uri=name_for,
             auto_accept=auto_accept,

@@ -1,11 +1,13 @@
 """baseline-compare: gather → decide → validate → explain.
 
-1. gather: one read of the store (``tasks.store.reads.gather_compare_inputs``);
-2. decide: the final verdict, pure (``tasks.analysis.verdict.decide``): the statistics, then the noise rule;
+1. gather: one read of the stored facts (``tasks.store.reads.gather_compare_inputs``, ``tasks.records.CompareInputs``);
+2. decide: the final verdict, pure (``tasks.analysis.verdict.decide``): the usable baselines, the statistics,
+   then the noise rule;
 3. validate: the Great Expectations suites (``tasks.stages.expectations``) on the samples' data quality,
    the op table, and the **verdict's result table** (ratio, interval, host_busy) with the step-time
    threshold ``1 + tolerance`` as a suite parameter;
-4. explain: op-level attribution against the newest baseline run (``tasks.analysis.attribution``).
+4. explain: op-level attribution against the newest usable baseline run, its op table read from the store
+   (``tasks.store.reads.run_ops``, ``tasks.analysis.attribution``).
 
 The baseline is the lookback history of accepted runs (``baselines`` rows, newest first) of the
 same model, case and environment comparability key. Without one, the latest accepted run of the
@@ -36,8 +38,8 @@ the sequential gate's final repeated confidence interval as the profiled-run sta
 cost actually spent in ``evidence["paired"]["spent"]``). The history verdict is kept as evidence
 (``evidence["history"]``); the process-level offset the gate used is in ``evidence["paired_offset"]``.
 
-Noise (``run.noise``, judged by the profiled-run stage, ``tasks.analysis.calibration.assess_noise``): on
-a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
+Noise (``run.noise``, judged once, by the profiled-run stage: ``tasks.analysis.verdict.judge_noise``; this
+stage only applies it): on a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
 ``CompareRecord.reason`` and ``evidence["noise"]``), the statistics' own verdict kept in
 ``evidence["verdict_statistics"]``.
 """
@@ -142,13 +144,8 @@ def baseline_compare(
     d = decide(
         measured,
         case,
-        same_env=inputs.same_env,
-        other_env=inputs.other_env,
-        other_env_data=inputs.other_env_data,
+        inputs,
         env_data=env.data,
-        samples=inputs.samples,
-        calibration_runs=inputs.calibration_runs,
-        aa_gates=inputs.aa_gates,
         paired=paired,
         baseline_version=base.version if base else None,
         baseline_digest=base.digest if base else None,
@@ -177,7 +174,7 @@ def baseline_compare(
     if d.baseline_run_ids:  # op-level attribution against the newest baseline run, whatever the verdict
         # op shares of each profiled window scaled to measured medians: the deltas add up to the verdict's change
         evidence["attribution"] = attribute_against_run(
-            inputs.baseline_ops,
+            reads.run_ops(db_url, d.baseline_run_ids[0]),
             d.baseline_run_ids[0],
             parsed_tables,
             case.profiled_steps,

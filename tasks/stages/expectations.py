@@ -239,7 +239,7 @@ def verdict_expectations() -> list:
 
 
 def validate_verdict(
-    ratio: float, ci_low: float, ci_high: float, *, tolerance: float, host_busy: bool = False
+    ratio: float | None, ci_low: float | None, ci_high: float | None, *, tolerance: float, host_busy: bool = False
 ) -> GxOutcome:
     """Validate a comparison's result (candidate/baseline step-time ratio and its interval) with the
     ``perfwatch_verdict`` suite: a sound interval, and the threshold ``1 + tolerance`` (suite

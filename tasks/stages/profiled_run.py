@@ -19,8 +19,9 @@ gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look 
 
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.process.HostLoad``); this stage judges it, with the gate's own pair noise against
-the case's calibrated noise, by ``tasks.analysis.calibration.assess_noise`` and records the result in
-``ProfiledRun.noise`` (the verdict becomes ``inconclusive``, "host busy: ...", when a bound is passed).
+the case's calibrated noise, by ``tasks.analysis.verdict.judge_noise`` and records the result in
+``ProfiledRun.noise``, the one judgement of it: baseline-compare applies it (the verdict becomes
+``inconclusive``, "host busy: ...", when a bound is passed).
 
 Cost actually spent: ``2 x pairs x paired_block_steps`` timed steps of the paired gate, plus a second
 model load, cold step and warm-up per version (stated in the verdict's ``evidence["paired"]["spent"]``).
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.analysis import calibration, sequential
-from tasks.analysis.verdict import PairedBlocks, paired_comparison
+from tasks.analysis.verdict import PairedBlocks, judge_noise
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerSpec, launch
 from tasks.runner.session import run_rounds
@@ -268,20 +269,13 @@ def profiled_run(
     median = statistics.median(measured)
     prof_median = statistics.median(r["profiled_step_times_ms"]) if r["profiled_step_times_ms"] else None
     paired_path = paired_wall = None
-    noise = calibration.assess_noise(r.get("host_load"), max_other_cpu_share=case.max_other_cpu_share)
+    paired: PairedBlocks | None = None
     if baseline is not None:
         paired_path, paired_wall = paired_run(
             pulled, baseline, case, warmup, work_dir, runner_python, timeout_s, setup=setup
         )
         paired = read_paired(paired_path)
-        comparison, _ = paired_comparison(paired, case, setup.offset)
-        noise = calibration.assess_noise(
-            paired.host_load,
-            gate_sd=comparison.details["scale_log_ratio"],
-            gate_pairs=comparison.n_candidate,
-            calibration=setup.noise,
-            max_other_cpu_share=case.max_other_cpu_share,
-        )
+    noise = judge_noise(case, r.get("host_load"), paired, offset=setup.offset, calibrated=setup.noise)
     return ProfiledRun(
         work_dir=str(work_dir),
         samples_path=str(out / "result.json"),

@@ -4,8 +4,8 @@ Modules: ``schema`` (ORM tables), ``engine`` (engines, transactions, serialised 
 the typed store errors: unreachable, schema too new), ``queries`` (the
 named comparison queries in ``sql/queries/*.sql``), ``reads`` (what the stages read back: baselines,
 samples, op tables, calibration history), ``writes`` (the archive's transaction, failure records,
-baselines). May import ``tasks.records``, ``tasks.settings`` and ``tasks.analysis``; never a stage,
-the runner or the command line.
+baselines). May import ``tasks.records`` and ``tasks.settings`` only: it returns stored facts as records,
+and what they mean is decided in ``tasks.analysis``; never a stage, the runner or the command line.
 
 The schema and engine names are re-exported here: ``from tasks.store import Run, session_scope``.
 """
@@ -25,12 +25,12 @@ from tasks.store.schema import (
     Artifact,
     Base,
     Baseline,
-    Comparison,
     Environment,
     Model,
     ModelVersion,
     OpStat,
     Run,
+    RunComparison,
     RunTable,
     StepBreakdown,
     StepSample,
@@ -43,7 +43,7 @@ __all__ = [
     "Artifact",
     "Base",
     "Baseline",
-    "Comparison",
+    "RunComparison",
     "Environment",
     "Model",
     "ModelVersion",

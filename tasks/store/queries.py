@@ -264,33 +264,26 @@ def failures(
 
 def env_changes(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """Environment changes in [since, until) (UTC), oldest first: runs whose fingerprint differs
-    from the previous run of the same model and case, plus ``changed_fields`` (the fingerprint
-    fields that differ, comparability-affecting ones first; ``recorded.*`` details skipped).
-    See ``sql/queries/env_changes.sql``."""
+    from the previous run of the same model and case (``from_fingerprint``, ``to_fingerprint``). See
+    ``sql/queries/env_changes.sql``; ``tasks.cli.history.env_changes`` names the fields that differ."""
+    start, end = _window(since, until)
+    return run_query("env_changes", db_url, since=start, until=end, model=model)
+
+
+def fingerprint_data(fingerprint_ids: set[str], db_url: str | None = None) -> dict[str, dict[str, Any]]:
+    """The stored fingerprint record (``environments.data``) of each of ``fingerprint_ids``; absent ids are
+    left out."""
     from sqlalchemy import select
 
-    from tasks.analysis.environment import diff_fingerprints
     from tasks.store import Environment, session_scope
 
-    start, end = _window(since, until)
-    url = _default_url(db_url)
-    df = run_query("env_changes", url, since=start, until=end, model=model)
-    ids = set(df["from_fingerprint"]) | set(df["to_fingerprint"])
-    data: dict[str, dict] = {}
-    if ids:
-        with session_scope(url) as s:
-            rows = s.execute(
-                select(Environment.fingerprint_id, Environment.data).where(Environment.fingerprint_id.in_(ids))
-            ).all()
-            data = {fingerprint_id: env for fingerprint_id, env in rows}
-
-    def fields(row) -> str:
-        changes = diff_fingerprints(data.get(row.from_fingerprint, {}), data.get(row.to_fingerprint, {}))
-        changes.sort(key=lambda c: not c.affects_comparability)
-        return ", ".join(c.field for c in changes)
-
-    df["changed_fields"] = [fields(r) for r in df.itertuples()] if len(df) else pd.Series(dtype=object)
-    return df
+    if not fingerprint_ids:
+        return {}
+    with session_scope(_default_url(db_url)) as s:
+        rows = s.execute(
+            select(Environment.fingerprint_id, Environment.data).where(Environment.fingerprint_id.in_(fingerprint_ids))
+        ).all()
+    return {fingerprint_id: env for fingerprint_id, env in rows}
 
 
 def top_op_regressions(run_a: int, run_b: int, limit: int | None = 20, db_url: str | None = None) -> pd.DataFrame:

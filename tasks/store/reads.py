@@ -1,9 +1,9 @@
 """The store's reads for the stages and the command line: typed snapshots, one session each.
 
-``gather_compare_inputs`` is baseline-compare's single read: the lookback baselines and their
-measured samples, the history that calibrates the drift prior and the paired offset, and the op
-table of the newest baseline run; the decisions on them are pure (``tasks.analysis``). The other
-functions read one run's parsed tables back (op self-times µs over the profiled window, per-step
+``gather_compare_inputs`` is baseline-compare's read of the stored facts (``tasks.records.CompareInputs``):
+the lookback baselines and their measured samples, the history that calibrates the drift prior and the
+paired offset; which of them count is decided in ``tasks.analysis`` (the store imports no analysis). The
+other functions read one run's parsed tables back (op self-times µs over the profiled window, per-step
 breakdown ms, the xprof tool tables) or the latest runs of a version.
 """
 
@@ -11,63 +11,31 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tasks.records import WarmupRecord
+from tasks.records import OP_STATS_COLUMNS, CompareInputs, RunOps, WarmupRecord
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
     REUSED_WARMUP_TOOL,
     Baseline,
-    Comparison,
     Environment,
     Model,
     ModelVersion,
     OpStat,
     Run,
+    RunComparison,
     RunTable,
     StepBreakdown,
     StepSample,
 )
 
-if TYPE_CHECKING:  # pandas, scipy and the analysis modules are imported where used: every stage reads
-    import pandas as pd  # this module (stored_run), and a DAG task should not pay for what it does not use
-
-    from tasks.analysis.attribution import RunOps
-
-
-@dataclass(frozen=True)
-class CompareInputs:
-    """Everything baseline-compare reads from the store, read in one session.
-
-    Attributes:
-        same_env: lookback baseline run ids in the candidate's environment, newest first.
-        other_env: the newest accepted run id in another environment (at most one; only when
-            ``same_env`` is empty), and ``other_env_data`` its fingerprint record.
-        samples: measured step times (ms, our timer) of each of those runs, in step order.
-        calibration_runs: ``(version, median step ms)`` of the newest accepted runs of the model, case
-            and environment (``tasks.analysis.calibration.prior_for_case``'s input).
-        aa_gates: stored paired gates of the case and environment whose baseline bytes equal the
-            candidate's (A/A gates): their ``evidence["paired"]`` dicts, newest first.
-        paired_gates: every stored paired gate of the case and environment (any versions, A/A ones
-            included), ``evidence["paired"]`` dicts, newest first: the calibrated gate noise
-            (``tasks.analysis.calibration.calibrated_noise``).
-        baseline_ops: the op table and profiled-window facts of the newest baseline run whose samples
-            are usable (``tasks.analysis.verdict.usable_baselines``), for attribution; None without one.
-    """
-
-    same_env: list[int] = field(default_factory=list)
-    other_env: list[int] = field(default_factory=list)
-    other_env_data: dict[str, Any] | None = None
-    samples: dict[int, list[float]] = field(default_factory=dict)
-    calibration_runs: list[tuple[str, float]] = field(default_factory=list)
-    aa_gates: list[dict[str, Any]] = field(default_factory=list)
-    baseline_ops: RunOps | None = None
-    paired_gates: list[dict[str, Any]] = field(default_factory=list)
+if TYPE_CHECKING:  # pandas is imported where used: every stage reads this module (stored_run), and a DAG
+    import pandas as pd  # task should not pay for what it does not use
 
 
 def _model_id(s: Session, model: str) -> int | None:
@@ -131,7 +99,7 @@ def _calibration_runs(
         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
         .limit(window)
     ).all()
-    return [(str(v), float(m)) for v, m in rows]
+    return [(str(v), float(cast(float, m))) for v, m in rows]  # median_step_ms IS NOT NULL
 
 
 def _paired_gates(
@@ -139,14 +107,14 @@ def _paired_gates(
 ) -> list[tuple[dict[str, Any], str]]:
     """(``evidence["paired"]``, the candidate's digest) of the newest ``window`` paired gates."""
     rows = s.execute(
-        select(Comparison.evidence, ModelVersion.digest)
-        .join(Run, Run.id == Comparison.run_id)
+        select(RunComparison.evidence, ModelVersion.digest)
+        .join(Run, Run.id == RunComparison.run_id)
         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
         .join(Environment, Environment.id == Run.environment_id)
         .where(
             Run.model_id == model_id,
             Run.case_name == case_name,
-            Comparison.method == "paired-abba",
+            RunComparison.method == "paired-abba",
             Environment.comparability_key == comparability_key,
         )
         .order_by(Run.id.desc())
@@ -164,11 +132,6 @@ def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
 
 
 def _run_ops(s: Session, run_id: int) -> RunOps | None:
-    import pandas as pd
-
-    from tasks.analysis.attribution import RunOps
-    from tasks.analysis.profile import OP_STATS_COLUMNS
-
     base = s.execute(select(Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id == run_id)).first()
     if base is None:
         return None
@@ -179,7 +142,7 @@ def _run_ops(s: Session, run_id: int) -> RunOps | None:
     steps = (base.params or {}).get("profiled_steps")
     return RunOps(
         run_id=run_id,
-        ops=pd.DataFrame([tuple(r) for r in rows], columns=OP_STATS_COLUMNS),
+        ops=[dict(zip(OP_STATS_COLUMNS, r, strict=True)) for r in rows],
         profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
         profiler_avg_step_ms=base.profiler_avg_step_ms,
         measured_median_ms=base.median_step_ms,
@@ -190,31 +153,27 @@ def _run_ops(s: Session, run_id: int) -> RunOps | None:
 def gather_compare_inputs(
     db_url: str, model: str, case_name: str, comparability_key: str, *, lookback: int, calibration_window: int
 ) -> CompareInputs:
-    """Baseline-compare's one read of the store (see ``CompareInputs``); empty inputs for an unknown model.
+    """Baseline-compare's one read of the store (``tasks.records.CompareInputs``, the facts as stored);
+    empty inputs for an unknown model.
 
     ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
     and paired gates looked at for calibration.
     """
-    from tasks.analysis.verdict import usable_baselines
-
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
         if model_id is None:
             return CompareInputs()
         same, other, other_data = _baselines(s, model_id, case_name, comparability_key, lookback)
         ids = same or other
-        samples = _measured_samples(s, ids) if ids else {}
-        usable = usable_baselines(samples, same)[0] or usable_baselines(samples, other)[0]
         gates = _paired_gates(s, model_id, case_name, comparability_key, calibration_window)
         return CompareInputs(
             same_env=same,
             other_env=other,
             other_env_data=other_data,
-            samples=samples,
+            samples=_measured_samples(s, ids) if ids else {},
             calibration_runs=_calibration_runs(s, model_id, case_name, comparability_key, calibration_window),
             aa_gates=[p for p, digest in gates if p.get("baseline_digest") == digest],
             paired_gates=[p for p, _ in gates],
-            baseline_ops=_run_ops(s, usable[0]) if usable else None,
         )
 
 
@@ -266,7 +225,7 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     with session_scope(db_url) as s:
         rows = s.execute(q.limit(200)).all()
     same = [r for r in rows if r[2] == comparability_key]
-    pick = (same or rows or [None])[0]
+    pick = same[0] if same else rows[0] if rows else None
     return None if pick is None else (str(pick[0]), int(pick[1]))
 
 
@@ -327,11 +286,11 @@ def warmup_to_reuse(
                 .order_by(StepSample.step)
             )
         )
-    return WarmupRecord(
-        warmup_steps=int(row[1]),
+    return WarmupRecord(  # the query asks for warmup_steps and cold_step_ms IS NOT NULL
+        warmup_steps=int(cast(int, row[1])),
         steady=bool(row[2]),
         final_cv=None,
-        cold_step_ms=float(row[3]),
+        cold_step_ms=float(cast(float, row[3])),
         step_times_ms=times,
         wall_s=0.0,
         reused_from_run_id=int(row[0]),
@@ -358,10 +317,8 @@ def op_table(db_url: str, run_id: int) -> pd.DataFrame:
     ``self_time_share`` 0..1). Empty frame when the run has none."""
     import pandas as pd
 
-    from tasks.analysis.profile import OP_STATS_COLUMNS
-
     ops = run_ops(db_url, run_id)
-    return ops.ops if ops is not None else pd.DataFrame(columns=OP_STATS_COLUMNS)
+    return pd.DataFrame(ops.ops if ops is not None else [], columns=OP_STATS_COLUMNS)
 
 
 def step_breakdown_table(db_url: str, run_id: int) -> pd.DataFrame:

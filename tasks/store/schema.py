@@ -202,7 +202,7 @@ class RunTable(Base):
     data: Mapped[dict[str, Any]]
 
 
-class Comparison(Base):
+class RunComparison(Base):
     """The baseline-compare result of a run: verdict, ratio with its interval, GX validation."""
 
     __tablename__ = "comparisons"

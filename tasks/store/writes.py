@@ -24,7 +24,6 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
     CompareRecord,
     EnvRecord,
@@ -39,12 +38,12 @@ from tasks.store.schema import (
     REUSED_WARMUP_TOOL,
     Artifact,
     Baseline,
-    Comparison,
     Environment,
     Model,
     ModelVersion,
     OpStat,
     Run,
+    RunComparison,
     RunTable,
     StepBreakdown,
     StepSample,
@@ -105,9 +104,9 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
         return None
     if old.status == "success":
         raise SuccessAlreadyStored(old.id, ctx)
-    for table in (StepSample, TelemetrySample, OpStat, StepBreakdown, RunTable, Comparison, Artifact, Baseline):
+    for table in (StepSample, TelemetrySample, OpStat, StepBreakdown, RunTable, RunComparison, Artifact, Baseline):
         s.execute(delete(table).where(table.run_id == old.id))
-    s.execute(update(Comparison).where(Comparison.baseline_run_id == old.id).values(baseline_run_id=None))
+    s.execute(update(RunComparison).where(RunComparison.baseline_run_id == old.id).values(baseline_run_id=None))
     s.execute(delete(Run).where(Run.id == old.id))
     s.flush()
     return f"[{old.failed_stage}] {old.error or ''}"
@@ -185,6 +184,7 @@ def store_run(
     samples: dict[str, Any],
     parsed_tables: dict[str, Any],
     gx_result: Any,
+    telemetry_summary: dict[str, Any] | None,
     artifacts: list[tuple[str, str, int, str]],
     archive_uri: str | Callable[[int], str],
     auto_accept: bool = True,
@@ -194,12 +194,14 @@ def store_run(
 
     ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
     ``measured_step_times_ms``, ``profiled_step_times_ms``); ``parsed_tables``: the parse stage's
-    ``parsed.json``; ``artifacts``: (kind, path relative to the run's archive directory, size in bytes,
-    sha256) rows, stored with the directory's URI in front; ``archive_uri``: the run's archive directory,
-    or a function of the new run id that names it (the archive names its directories after the run id,
-    known only once the row is flushed; it is called again on a retried transaction); ``before_commit`` runs
-    last inside the transaction (the archive moves its copy into place there; it may run again when
-    the transaction is retried, so it must be idempotent). An earlier failed row of the run is replaced.
+    ``parsed.json``; ``telemetry_summary``: the summary of ``samples["telemetry"]``
+    (``tasks.analysis.telemetry.summarize``), stored as ``run_tables`` 'telemetry' with its samples;
+    ``artifacts``: (kind, path relative to the run's archive directory, size in bytes, sha256) rows, stored
+    with the directory's URI in front; ``archive_uri``: the run's archive directory, or a function of the new
+    run id that names it (the archive names its directories after the run id, known only once the row is
+    flushed; it is called again on a retried transaction); ``before_commit`` runs last inside the transaction
+    (the archive moves its copy into place there; it may run again when the transaction is retried, so it
+    must be idempotent). An earlier failed row of the run is replaced.
 
     Raises:
         SuccessAlreadyStored: the run is already stored as a success (nothing is written; ``before_commit``
@@ -283,7 +285,7 @@ def store_run(
             if samples.get("telemetry"):  # the measured steps' device telemetry (tasks.runner.telemetry)
                 tel = samples["telemetry"]
                 s.add_all(TelemetrySample(run_id=r.id, seq=i, **row) for i, row in enumerate(tel["samples"]))
-                s.add(RunTable(run_id=r.id, tool="telemetry", data=summarize_telemetry(tel, ctx.case.batch_size)))
+                s.add(RunTable(run_id=r.id, tool="telemetry", data=telemetry_summary))
             if warmup.reused_from_run_id is not None:  # tasks.store.reads.warmup_to_reuse
                 s.add(RunTable(run_id=r.id, tool=REUSED_WARMUP_TOOL, data={"run_id": warmup.reused_from_run_id}))
             s.add_all(
@@ -305,7 +307,7 @@ def store_run(
                 fed = {k: samples[k] for k in RUN_INPUT_KEYS if k in samples}
                 s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
             s.add(
-                Comparison(
+                RunComparison(
                     run_id=r.id,
                     baseline_run_id=(verdict.baseline_run_ids or [None])[0],
                     method=verdict.method,

@@ -21,7 +21,7 @@ def test_calibrate_rejects_bad_options(home, monkeypatch):
 
 @pytest.mark.slow
 def test_calibrate_runs_aa_gates_through_the_stages(model_store, home, monkeypatch):
-    from tasks.store import Baseline, Comparison, Run, session_scope
+    from tasks.store import Baseline, Run, RunComparison, session_scope
 
     url = f"sqlite:///{home / 'pw.db'}"
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
@@ -51,7 +51,7 @@ def test_calibrate_runs_aa_gates_through_the_stages(model_store, home, monkeypat
     assert "process offset sd" in r.stdout and "gate noise" in r.stdout
     with session_scope(url) as s:
         run = s.scalars(select(Run)).one()
-        comp = s.scalars(select(Comparison)).one()
+        comp = s.scalars(select(RunComparison)).one()
         assert (run.trigger, run.status, comp.method) == ("calibrate", "success", "paired-abba")
         assert comp.evidence["paired"]["baseline_version"] == "1"  # A is the same version: an A/A gate
         assert comp.evidence["paired"]["baseline_digest"] is not None

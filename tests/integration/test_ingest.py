@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from tasks.runner.jobprofile import StepProfiler, parse_steps
-from tasks.store import Comparison, Run, session_scope
+from tasks.store import Run, RunComparison, session_scope
 from tests.helpers import ROOT as ROOT
 
 _JOBS = textwrap.dedent("""
@@ -117,7 +117,7 @@ def test_ingested_job_profiles_join_the_history(job_logs, home, db_url, cli):
                 Run.archive_uri,
             ).order_by(Run.id)
         ).all()
-        evidence = s.scalars(select(Comparison.evidence).order_by(Comparison.id)).all()
+        evidence = s.scalars(select(RunComparison.evidence).order_by(RunComparison.id)).all()
     assert [r.source for r in runs] == ["external", "external"] and runs[0].dag_id == "perfwatch_ingest"
     assert runs[0].median_step_ms > 0 and runs[0].throughput_eps == pytest.approx(8000 / runs[0].median_step_ms)
     # nothing made up; steps 3..10 profiled, xprof times the complete ones (it may drop the first)

@@ -214,7 +214,7 @@ def test_full_gx_results_travel_by_file_and_land_in_the_store(baseline, tmp_path
     """XCom carries the GX summary; the archive stores the full validation results."""
     from sqlalchemy import select
 
-    from tasks.store import Comparison, session_scope
+    from tasks.store import RunComparison, session_scope
 
     v = _paired_compare(baseline, tmp_path, 1.15)
     assert v.evidence["gx"]["verdict"] == {"success": False, "failures": 1}  # the threshold, on the interval
@@ -224,7 +224,7 @@ def test_full_gx_results_travel_by_file_and_land_in_the_store(baseline, tmp_path
     ctx, pulled, env, warm, run, parsed, _ = make_records(tmp_path, dag_run_id="cand")
     archive_run(baseline, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, v)
     with session_scope(baseline) as s:
-        stored = s.scalar(select(Comparison.gx_result).where(Comparison.verdict == "regression"))
+        stored = s.scalar(select(RunComparison.gx_result).where(RunComparison.verdict == "regression"))
     assert stored == full
 
 

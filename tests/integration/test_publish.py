@@ -306,7 +306,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
 
     from tasks.records import Case, RunContext
     from tasks.stages.pipeline import run_case
-    from tasks.store import Comparison, Run
+    from tasks.store import Run, RunComparison
     from tests.unit.services.test_alerts import Sink
 
     small = {
@@ -403,7 +403,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
     assert dag_run["state"] == "failed"  # a regression turns the DAG run red after archiving
     with session_scope_of(env) as s:
         run = s.scalar(select(Run).where(Run.dag_run_id == dag_run["run_id"]))
-        comp = s.scalar(select(Comparison).where(Comparison.run_id == run.id))
+        comp = s.scalar(select(RunComparison).where(RunComparison.run_id == run.id))
         assert (run.trigger, run.version_requested, run.case_name, run.status) == (
             "release",
             "3",

@@ -20,7 +20,7 @@ import pytest
 
 from tasks.services import alerts
 from tasks.settings import Settings
-from tasks.store import Comparison, session_scope
+from tasks.store import RunComparison, session_scope
 from tests.helpers import ROOT as ROOT
 from tests.unit.store.test_queries import T0, add_failure, add_run
 
@@ -87,7 +87,7 @@ def notifier_module(monkeypatch):
 
 def set_evidence(db_url: str, run_id: int, **evidence) -> None:
     with session_scope(db_url) as s:
-        c = s.query(Comparison).filter_by(run_id=run_id).one()
+        c = s.query(RunComparison).filter_by(run_id=run_id).one()
         c.evidence = {**c.evidence, **evidence}
 
 

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from tasks.cli.history import env_changes
 from tasks.cli.main import runs_frame
 from tasks.stages.archive import archive_run
 from tasks.store import queries
@@ -181,13 +182,13 @@ def test_regressions_in_a_window(db_url, story):
 
 
 def test_env_changes_names_the_changed_fields(db_url, story):
-    df = queries.env_changes("2026-03-01", db_url=db_url)
+    df = env_changes("2026-03-01", db_url=db_url)
     assert len(df) == 1
     row = df.iloc[0]
     assert (row.prev_run_id, row.run_id, row.model) == (story["r2"], story["r3"], "m")
     assert (row.from_env_key, row.to_env_key, row.affects_comparability) == ("key-f", "key-e", 1)
     assert "tf.version" in row.changed_fields
-    assert queries.env_changes("2026-03-05", db_url=db_url).empty
+    assert env_changes("2026-03-05", db_url=db_url).empty
 
 
 def test_top_op_regressions_per_profiled_step(db_url, tmp_path):
