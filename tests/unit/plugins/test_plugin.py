@@ -22,6 +22,8 @@ from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
 from tests.unit.store.test_store import make_records
 
+pytestmark = pytest.mark.slow  # every test shares Airflow's API server app with the plugin (~20 s to start)
+
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
