@@ -216,7 +216,7 @@ def test_an_archived_busy_verdict_turns_the_run_red():
     pipeline.raise_on_host_busy(_bundle(BUSY, "regression"))  # a regression goes red by RegressionDetected
 
 
-@pytest.mark.slow  # a fresh interpreter loads the DAGs with Airflow's DagBag (~8 s)
+@pytest.mark.slow  # a fresh interpreter loads the DAGs with Airflow's DagBag
 def test_dag_retries_the_profiled_run_later_for_a_busy_host():
     """The DAG's profiled_run task has retries with a delay (HostBusy is the only failure it retries)."""
     root = ROOT_DIR

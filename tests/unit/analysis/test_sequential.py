@@ -53,7 +53,7 @@ def test_boundaries_spend_the_level_over_all_looks():
     assert c[0] > 8 and c[-1] < 2.75  # O'Brien-Fleming shape: wide first, near z_0.995 = 2.58 last
 
 
-@pytest.mark.slow  # a Monte Carlo of sequential gates (~8 s)
+@pytest.mark.slow  # a Monte Carlo of sequential gates
 def test_no_change_false_alarms_stay_under_half_alpha_over_repeated_looks():
     """An unchanged model (iid pair noise sd 0.15, as on the dev machine) looked at up to 19 times: the
     gate says regression in at most alpha/2 = 0.5% of gates (+ MC error), and passes almost always."""

@@ -193,7 +193,7 @@ def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
         queries.case_axes([1])
 
 
-@pytest.mark.slow  # imports the Airflow plugin and Airflow's web stack (~6 s)
+@pytest.mark.slow  # imports the Airflow plugin and Airflow's web stack
 def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, monkeypatch):
     from starlette.requests import Request
 

@@ -22,7 +22,7 @@ from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
 from tests.unit.store.test_store import make_records
 
-pytestmark = pytest.mark.slow  # every test shares Airflow's API server app with the plugin (~20 s to start)
+pytestmark = pytest.mark.slow  # every test shares Airflow's API server app with the plugin
 
 
 @pytest.fixture(scope="module")

@@ -278,7 +278,7 @@ print(json.dumps({"state": str(dr.state)}))
 """
 
 
-@pytest.mark.slow  # migrates an Airflow metadata DB and runs the watch DAG (dag.test(), ~30 s)
+@pytest.mark.slow  # migrates an Airflow metadata DB and runs the watch DAG (dag.test())
 def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
     """The hourly perfwatch_watch DAG (``dag.test()``, a real Airflow task run) fails on a model without data,
     and its notifier POSTs the missing-data alert to the webhook."""
