@@ -9,14 +9,12 @@ generated config that scrapes the plugin's routes served by uvicorn in this proc
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -30,7 +28,8 @@ from tasks.stages.archive import archive_run
 from tasks.store import migrate
 from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
-from tests.unit.store.test_store import make_records
+from tests.helpers.airflow import plugin_module
+from tests.helpers.builders import make_records
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -38,14 +37,6 @@ needs_prometheus = pytest.mark.skipif(
     PROMETHEUS is None and os.environ.get("CI") != "true",
     reason="Prometheus is not installed (apt-get install prometheus; .ci/run installs it for CI)",
 )
-
-
-def plugin_module():
-    spec = importlib.util.spec_from_file_location("perfwatch_history_plugin", ROOT / "plugins" / "perfwatch_history.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def fill_store(url: str, tmp: Path) -> None:

@@ -22,8 +22,7 @@ from tasks.stages import pipeline
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tests.helpers import ROOT as ROOT_DIR
-from tests.integration.test_paired import _paired_file
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import _paired_file, make_records
 
 QUIET = {
     "wall_s": 10.0,

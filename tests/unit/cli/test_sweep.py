@@ -12,7 +12,7 @@ from tasks.matrix import expand_entry
 from tasks.stages.archive import archive_run
 from tasks.store import queries
 from tasks.store.writes import record_failure
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
 AXES = queries.AXIS_COLUMNS

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.system.test_metrics import plugin_module
+from tests.helpers.airflow import plugin_module
 
 
 class FakeAirflow:
