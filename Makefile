@@ -1,4 +1,5 @@
 # perfwatch — the two commands: `make demo` and `make test`. Each bootstraps itself and is idempotent.
+# While working: `make check` (lint, format, types) and `make test-fast` (the unit tests: no TensorFlow, no Airflow).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PY ?= python3
@@ -28,7 +29,7 @@ DEMO_FOLLOW := sed -u -n -E \
   -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] Error running task .*/   \1 the task FAILED (traceback in the log)/p' \
   -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] (.*[^ ]) +\[tasks\.[a-z_.]+\].*/   \1     \2/p'
 
-.PHONY: demo test bootstrap airflow-init airflow ui env lint bench clean
+.PHONY: demo test test-fast check bootstrap airflow-init airflow ui env lint bench clean
 
 $(UV):
 	$(PY) -m venv $(ROOT)/.venv-uv
@@ -102,6 +103,17 @@ demo: airflow-init
 
 test: airflow-init
 	$(VENV)/bin/pytest -q
+
+# The unit tests (tests/unit): pure Python, SQLite (PostgreSQL too when PERFWATCH_TEST_DATABASE_URL is set),
+# no TensorFlow runner and no Airflow services; the marker filter keeps a slow or live test out if one lands there.
+test-fast: airflow-init
+	$(VENV)/bin/pytest -q -m "not slow and not airflow_live" tests/unit
+
+# What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]).
+check: bootstrap
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .

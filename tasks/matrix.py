@@ -120,7 +120,7 @@ def field_errors(fields: Mapping[str, Any], keys: Any) -> list[str]:
         out = []
         for err in e.errors():
             name = err["loc"][0] if err["loc"] else None
-            if name not in keys:
+            if not isinstance(name, str) or name not in keys:
                 continue
             if err["type"] == "extra_forbidden":
                 close = difflib.get_close_matches(str(name), list(Case.model_fields), n=1)

@@ -137,7 +137,7 @@ def resolve_version_dir(store_uri: str, model: str, version: str) -> tuple[int, 
             )
         return v, _one_dir(store_uri, model, v, dirs[v])
     fs, root = filesystem(store_uri)
-    skipped = []
+    skipped: list[str] = []
     for v in reversed(dirs):
         name = _one_dir(store_uri, model, v, dirs[v])
         if layout(fs, f"{root}/{model}/{name}") is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import pandas as pd
 from pydantic import BaseModel
@@ -200,6 +200,10 @@ def _rel(delta: float, base: float) -> float | None:
     return delta / base if base > 0 else None
 
 
+@overload
+def _measured(value: float, name: str) -> float: ...
+@overload
+def _measured(value: float | None, name: str) -> float | None: ...
 def _measured(value: float | None, name: str) -> float | None:
     if value is None:
         return None
@@ -243,11 +247,18 @@ def attribute(
     cand = _per_step(_rename_scopes(cand_df, renames), candidate_steps, "candidate")
     notes = list(warnings)
     base_total, cand_total = float(base.sum()), float(cand.sum())
-    scaled = base_ms is not None and cand_ms is not None and base_total > 0 and cand_total > 0
-    if scaled:
-        base_scale, cand_scale = base_ms * 1e3 / base_total, cand_ms * 1e3 / cand_total
+    # the op figures are scaled to the (baseline, candidate) measured medians, ms, when both exist and both windows
+    # hold op self-time; None: unscaled
+    medians = (
+        (base_ms, cand_ms)
+        if base_ms is not None and cand_ms is not None and base_total > 0 and cand_total > 0
+        else None
+    )
+    base_scale: float | None = None
+    cand_scale: float | None = None
+    if medians is not None:
+        base_scale, cand_scale = medians[0] * 1e3 / base_total, medians[1] * 1e3 / cand_total
     else:
-        base_scale = cand_scale = None
         notes.append(
             "op figures are the profiled windows' raw self-times per step: "
             + (
@@ -263,14 +274,14 @@ def attribute(
     status[raw["b"].isna()] = "appeared"
     status[raw["c"].isna()] = "vanished"
     raw = raw.fillna(0.0)
-    both = raw * [base_scale, cand_scale] if scaled else raw.copy()
+    both = raw * [base_scale, cand_scale] if medians is not None else raw.copy()
     both["d"] = both["c"] - both["b"]
     both["status"] = status
     both["rb"], both["rc"] = raw["b"], raw["c"]
     both = both.reindex(both["d"].abs().sort_values(ascending=False, kind="stable").index)
     op_change = float((raw["c"] - raw["b"]).sum())
-    if scaled:
-        change, source = (cand_ms - base_ms) * 1e3, "measured_median"
+    if medians is not None:
+        change, source = (medians[1] - medians[0]) * 1e3, "measured_median"
     else:
         change, source = op_change, "op_self_time"
     ops = [
@@ -314,10 +325,10 @@ def attribute(
     )
     appeared = [o.op_name for o in ops if o.status == "appeared"]
     vanished = [o.op_name for o in ops if o.status == "vanished"]
-    if scaled:
+    if medians is not None:
         lines = [
-            f"Measured median step time changed by {change:+.1f} µs/step ({base_ms:.3f} -> {cand_ms:.3f} ms, "
-            f"x{cand_ms / base_ms:.3f}); each op's share of its profiled window's op self-time is scaled to "
+            f"Measured median step time changed by {change:+.1f} µs/step ({medians[0]:.3f} -> {medians[1]:.3f} ms, "
+            f"x{medians[1] / medians[0]:.3f}); each op's share of its profiled window's op self-time is scaled to "
             f"its run's measured median (x{base_scale:.3f} baseline, x{cand_scale:.3f} candidate), so the op "
             f"deltas add up to that change. Unscaled, the windows' op self-time changed by "
             f"{op_change:+.1f} µs/step."
@@ -521,6 +532,7 @@ def attribute_against_run(
     cand_ops = list(parsed_tables.get("op_stats") or [])
     if not cand_ops:
         return {**unavailable, "reason": "the candidate's parsed profile has no op_stats rows"}
+    base_ms: float | None
     if ratio is not None and candidate_measured_ms is not None:
         base_ms = _measured(candidate_measured_ms, "candidate_measured_ms") / ratio
         basis = (

@@ -406,9 +406,11 @@ def assess_noise(
                 f"{load['gpu_other_processes']} other process(es) ran on the GPU (bound {MAX_GPU_OTHER_PROCESSES})"
             )
     cal_sd = calibration.sd_pair if calibration else None
-    ratio = gate_sd / cal_sd if gate_sd is not None and cal_sd else None
-    low = ratio * math.exp(-NOISE_Z * MAD_RELATIVE_SE / math.sqrt(gate_pairs)) if ratio is not None else None
-    if low is not None and low > MAX_NOISE_RATIO:
+    ratio = low = None
+    if calibration is not None and cal_sd and gate_sd is not None and gate_pairs is not None:
+        ratio = gate_sd / cal_sd
+        low = ratio * math.exp(-NOISE_Z * MAD_RELATIVE_SE / math.sqrt(gate_pairs))
+    if calibration is not None and low is not None and low > MAX_NOISE_RATIO:
         why.append(
             f"the gate's pair noise (scale {gate_sd:.3f} of the log ratios over {gate_pairs} pairs) is "
             f"{ratio:.1f}x the calibrated {cal_sd:.3f} of this case, at least {low:.1f}x at 95% "

@@ -261,7 +261,9 @@ def creep_guard(
         for i, v in enumerate(xs):
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}[{i}] = {v!r}: expected a median step time in ms, finite and > 0")
-    base = dict(tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs))
+    base: dict[str, Any] = dict(
+        tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs)
+    )
     if len(now_ms) < 2 or len(then_ms) < 2:
         return CreepCheck(
             "no-history",
@@ -280,6 +282,7 @@ def creep_guard(
     ci = sps.ttest_ind(ln, lt, equal_var=False).confidence_interval(2 * confidence - 1)
     low, high = float(np.exp(ci.low)), float(np.exp(ci.high))
     limit = 1 + tolerance
+    verdict: Literal["creep", "ok", "inconclusive"]
     if low > limit:
         verdict, why = (
             "creep",

@@ -192,6 +192,8 @@ def diagnose_window(check: CrossCheck) -> list[Finding]:
         if runner_out
         else (check.profiler_band_low_ms, check.profiler_band_high_ms)
     )
+    if med is None or x is None or lo is None or hi is None:  # a check that decided has all four
+        return []
     edge = hi if x > hi else lo
     who = "runner timer" if runner_out else "xprof"
     return [

@@ -116,7 +116,7 @@ class Fingerprint(pydantic.BaseModel):
         body = {k: v for k, v in data.items() if k != "recorded"}
         keyed: Any = comparability_fields(data)
         if (reason := not_comparable_reason(data)) is not None:
-            recorded = data.get("recorded") if isinstance(data.get("recorded"), dict) else {}
+            recorded = data["recorded"] if isinstance(data.get("recorded"), dict) else {}
             keyed = {"fields": keyed, "not_comparable": reason, "reading": recorded.get("probe_id") or data}
         return cls(
             data=data,

@@ -122,8 +122,8 @@ def accept_run(db_url: str, run_id: int, by: str, reason: str) -> dict[str, Any]
                 + (f" (failed at {run.failed_stage})" if run.failed_stage else "")
                 + ": only a successful run with measured samples can be a baseline"
             )
-        key = s.get(Environment, run.environment_id).comparability_key
-        model = s.get(Model, run.model_id).name
+        key = s.get_one(Environment, run.environment_id).comparability_key
+        model = s.get_one(Model, run.model_id).name
         active = s.scalar(
             select(Baseline).where(
                 Baseline.model_id == run.model_id,

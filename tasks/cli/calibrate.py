@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         settings = Settings.from_env()
         check_in_model_store(settings.model_store, model, case.version)
         migrate(settings.database_url)
-        rows, key = [], None
+        rows, key = [], ""  # key: the environment's comparability key, from the gates (at least one)
         for i in range(gates):
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
             ctx = RunContext(

@@ -126,7 +126,7 @@ def compare_versions(
     """
     import pandas as pd
 
-    from tasks.analysis.attribution import attribute, window_warnings
+    from tasks.analysis.attribution import RunOps, attribute, window_warnings
     from tasks.store import reads
 
     to_runs = _latest(db_url, model, to_version, case)
@@ -143,12 +143,18 @@ def compare_versions(
             + (f" (it has runs in {other}; pass --case)" if other else "")
         )
     sides = {"from": from_runs[0], "to": to_runs[0]}
-    steps = {}
+    steps: dict[str, int] = {}
+    run_ops: dict[str, RunOps] = {}
     for side, r in sides.items():
-        steps[side] = _profiled_steps(r["params"])
-        if steps[side] is None:
+        n_steps = _profiled_steps(r["params"])
+        if n_steps is None:
             raise ValueError(f"run {r['run_id']} ({side} version {r['version']}) records no profiled_steps")
-    run_ops = {side: reads.run_ops(db_url, r["run_id"]) for side, r in sides.items()}
+        steps[side] = n_steps
+    for side, r in sides.items():
+        ops = reads.run_ops(db_url, r["run_id"])
+        if ops is None:  # deleted since it was listed
+            raise ComparisonUnavailable(f"run {r['run_id']} ({side} version {r['version']}) is no longer in the store")
+        run_ops[side] = ops
     a = attribute(
         run_ops["from"].ops,
         run_ops["to"].ops,

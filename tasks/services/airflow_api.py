@@ -39,7 +39,7 @@ class AirflowApi:
         ``PERFWATCH_AIRFLOW_TOKEN``, ``PERFWATCH_AIRFLOW_USERNAME``, ``PERFWATCH_AIRFLOW_PASSWORD``;
         ``base_url`` and ``overrides`` that are not None win."""
         env = os.environ
-        values = {
+        values: dict[str, Any] = {
             "token": env.get("PERFWATCH_AIRFLOW_TOKEN"),
             "username": env.get("PERFWATCH_AIRFLOW_USERNAME"),
             "password": env.get("PERFWATCH_AIRFLOW_PASSWORD"),

@@ -93,7 +93,11 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
         .order_by(Run.id)
     )
     with session_scope(db_url) as s:
-        return [RunNote(*row[:-1], evidence=row[-1] or {}) for row in s.execute(q)]
+        rows = s.execute(q).all()
+    return [
+        RunNote(run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, evidence or {})
+        for run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, evidence in rows
+    ]
 
 
 def run_page_url(base_url: str | None, run_id: int) -> str | None:
@@ -166,7 +170,8 @@ def dag_run_alert(
     notes = [n for n in dag_run_notes(db_url, dag_id, dag_run_id) if n.status == "failed" or n.verdict in shown]
     if not failed and not notes:
         return None
-    kinds = sorted({"failed stage" if n.status == "failed" else n.verdict for n in notes})
+    # a note that did not fail has a verdict in `shown`
+    kinds = sorted({n.verdict if n.status != "failed" and n.verdict else "failed stage" for n in notes})
     title = f"perfwatch: {dag_id} {'failed' if failed else 'finished'}" + (f" ({', '.join(kinds)})" if kinds else "")
     paragraphs = [note_text(n, base_url) for n in notes]
     if error or (failed and not notes):

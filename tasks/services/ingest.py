@@ -112,7 +112,7 @@ class ExternalRun(ProfiledRun):
     """The profiled window of an external job: xprof's per-step times (ms) are its measured steps."""
 
     throughput_eps: float | None = None  # type: ignore[assignment]
-    profile_overhead_ratio: float | None = None  # type: ignore[assignment]
+    profile_overhead_ratio: float | None = None
     peak_rss_bytes: int | None = None  # type: ignore[assignment]
     wall_s: float | None = None  # type: ignore[assignment]
 

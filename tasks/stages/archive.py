@@ -153,7 +153,7 @@ def sweep_partials(archive_root: str, *, grace_s: float = STALE_PARTIAL_S) -> li
     """Remove the stale partial copies (``<archive>/<model>/<run dir>.partial``, see ``partial_state``)
     of every model; returns the paths removed. Errors are logged, never raised."""
     fs, root = fsspec.core.url_to_fs(archive_root)
-    removed = []
+    removed: list[str] = []
     try:
         partials = fs.glob(f"{root.rstrip('/')}/*/*{PARTIAL_SUFFIX}")
     except OSError as e:
@@ -273,6 +273,8 @@ def archive_run(
     except SuccessAlreadyStored:  # a concurrent attempt stored it first: keep theirs
         _remove(fs, staging)
         done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+        if done is None:  # the store said it holds that success: it cannot be gone
+            raise
         return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
     except BaseException:
         _remove(fs, staging)

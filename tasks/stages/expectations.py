@@ -42,6 +42,7 @@ os.environ["GX_ANALYTICS_ENABLED"] = "false"  # must be set before great_expecta
 
 if TYPE_CHECKING:
     import pandas as pd
+    from great_expectations.expectations import Expectation
 
 __all__ = [
     "GxFailure",
@@ -283,7 +284,7 @@ def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:
     import great_expectations as gx
 
     E = gx.expectations
-    exps = [E.ExpectTableRowCountToBeBetween(min_value=1)]
+    exps: list[Expectation] = [E.ExpectTableRowCountToBeBetween(min_value=1)]
     exps += [E.ExpectColumnToExist(column=c) for c in OP_COLUMNS]
     if "op_name" in op_df.columns:
         exps.append(E.ExpectColumnValuesToNotBeNull(column="op_name"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,6 +30,7 @@ import pandas as pd
 from sqlalchemy import DateTime, Float, Integer, String, bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.types import TypeEngine
 
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
@@ -38,7 +40,12 @@ QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
 """What ``limit=None`` binds to: the largest 32-bit integer, i.e. no limit on either database."""
 
-_TYPES = {"text": String(), "integer": Integer(), "float": Float(), "timestamp": DateTime(timezone=True)}
+_TYPES: dict[str, TypeEngine[Any]] = {
+    "text": String(),
+    "integer": Integer(),
+    "float": Float(),
+    "timestamp": DateTime(timezone=True),
+}
 
 
 class QueryError(ValueError):
@@ -187,7 +194,7 @@ def run_query(name: str, db_url: str | None = None, **params: Any) -> pd.DataFra
     return _frame(columns, rows)
 
 
-def _frame(columns: list[str], rows: list) -> pd.DataFrame:
+def _frame(columns: list[str], rows: Sequence[Sequence[Any]]) -> pd.DataFrame:
     """Rows as a DataFrame with the same dtypes on both databases: ``*_at`` as UTC datetimes,
     numbers as float (PostgreSQL's NUMERIC too), whole-number columns as int64, or as Python
     ints and None when some are missing (never NaN for an id)."""

@@ -15,11 +15,14 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import Float, func, select, type_coerce
 
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run
+
+# Run.median_step_ms in the queries below that keep only runs with one (``is_not(None)``): typed float, same SQL
+_MEDIAN_MS = type_coerce(Run.median_step_ms, Float)
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def run_series(
                 Run.source,
                 Environment.fingerprint_id,
                 Environment.comparability_key,
-                Run.median_step_ms,
+                _MEDIAN_MS,
                 Run.p90_step_ms,
                 Run.throughput_eps,
                 Run.verdict,
@@ -114,7 +117,7 @@ def baseline_levels(
     with session_scope(db_url) as s:
         mid = _model_id(s, model)
         q = (
-            select(Baseline.comparability_key, Run.id, Run.median_step_ms)
+            select(Baseline.comparability_key, Run.id, _MEDIAN_MS)
             .join(Run, Run.id == Baseline.run_id)
             .where(Baseline.model_id == mid, Baseline.case_name == case_name, Run.median_step_ms.is_not(None))
             .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
@@ -228,7 +231,7 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
         newest = s.scalar(select(func.max(Run.finished_at)))
         baseline_ms: dict[tuple[str, str], float] = {}
         for m, c, med in s.execute(
-            select(Model.name, Baseline.case_name, Run.median_step_ms)
+            select(Model.name, Baseline.case_name, _MEDIAN_MS)
             .join(Model, Model.id == Baseline.model_id)
             .join(Run, Run.id == Baseline.run_id)
             .where(Baseline.superseded_at.is_(None), Run.median_step_ms.is_not(None))
@@ -242,8 +245,8 @@ def dag_run_cases(db_url: str, dag_id: str, dag_run_id: str) -> list[tuple[str, 
     """The runs one DAG run stored, any status: ``(model, case, run id, status)`` in run id order."""
     with session_scope(db_url) as s:
         return [
-            tuple(r)
-            for r in s.execute(
+            (m, c, i, st)
+            for m, c, i, st in s.execute(
                 select(Model.name, Run.case_name, Run.id, Run.status)
                 .join(Model, Model.id == Run.model_id)
                 .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id)

@@ -309,7 +309,7 @@ def store_run(
             s.add(
                 RunComparison(
                     run_id=r.id,
-                    baseline_run_id=(verdict.baseline_run_ids or [None])[0],
+                    baseline_run_id=verdict.baseline_run_ids[0] if verdict.baseline_run_ids else None,
                     method=verdict.method,
                     verdict=verdict.verdict,
                     ratio=verdict.ratio,

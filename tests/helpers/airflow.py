@@ -1,10 +1,17 @@
-"""A fake Airflow API server on loopback for tests of the REST client (``tasks.services.airflow_api``)."""
+"""Airflow for tests: a fake Airflow API server on loopback for tests of the REST client
+(``tasks.services.airflow_api``), the environment and paths the DAG files and the Airflow CLI need, and the
+plugin module loaded from its file."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tests.helpers import ROOT
 
 
 class FakeAirflowAssets:
@@ -47,3 +54,29 @@ class FakeAirflowAssets:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+# the perfwatch plugin module, loaded from its file
+
+
+# Airflow puts the dags folder on sys.path when it parses it (its DAG bundles do): the DAG files import
+# their sibling perfwatch_alerts.py. A bare DagBag() does not, so the probes here add it.
+DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "dags")])
+
+
+# this venv's Airflow CLI and the environment of a DAG run through it
+
+
+BIN = Path(sys.executable).parent
+
+
+def _airflow_env(home: Path, airflow_home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": str(ROOT),
+        "PERFWATCH_HOME": str(home),
+        "GX_ANALYTICS_ENABLED": "false",
+    }

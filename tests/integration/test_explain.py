@@ -3,7 +3,6 @@ the regression message, and the two-version comparison behind ``perfwatch compar
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -22,45 +21,12 @@ from tasks.stages.parse import parse_run
 from tasks.stages.pipeline import RegressionDetected, raise_on_regression
 from tasks.store.reads import op_table, run_findings, run_ops, run_tool_tables, step_breakdown_table
 from tasks.store.writes import RUN_TABLE_GROUPS, group_tables, record_failure
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive, make_records, op, records
 
 
 def attribute_against_run(db_url, run_id, parsed_tables, steps, measured_ms, **kw):
     """The evidence baseline-compare builds: the stored run's ops read back, then attributed."""
     return attribution.attribute_against_run(run_ops(db_url, run_id), run_id, parsed_tables, steps, measured_ms, **kw)
-
-
-def op(name: str, op_type: str, total_us: float, side: str = "Host") -> dict[str, Any]:
-    return {
-        "host_or_device": side,
-        "op_type": op_type,
-        "op_name": name,
-        "occurrences": 5,
-        "total_self_time_us": total_us,
-        "avg_self_time_us": total_us / 5,
-        "self_time_share": 0.1,
-    }
-
-
-BASE_OPS = [op("conv", "Conv2D", 100.0), op("relu", "Relu", 50.0), op("dense", "MatMul", 30.0)]
-# per step (5 steps): conv 20 -> 120 µs, relu unchanged, dense vanished (-6), bn appeared (+5)
-CAND_OPS = [op("conv", "Conv2D", 600.0), op("relu", "Relu", 50.0), op("bn", "FusedBatchNormV3", 25.0)]
-CPU_ONLY = {
-    "code": "cpu_only",
-    "severity": "info",
-    "message": "No device planes",
-    "figure": "device_core_count",
-    "value": 0.0,
-    "threshold": None,
-}
-INPUT_BOUND = {
-    "code": "input_bound",
-    "severity": "warning",
-    "message": "The run is HIGHLY input-bound",
-    "figure": "input_bound_pct",
-    "value": 31.0,
-    "threshold": 20.0,
-}
 
 
 def window(ratio: float, median: float = 10.0) -> dict[str, Any]:
@@ -69,48 +35,6 @@ def window(ratio: float, median: float = 10.0) -> dict[str, Any]:
     return cross_check([median * (1 + 0.002 * (i - 20)) for i in range(41)], [median * ratio] * 5).model_dump(
         mode="json"
     )
-
-
-def records(
-    tmp: Path,
-    dag_run_id: str,
-    *,
-    version: str = "1",
-    ops=BASE_OPS,
-    findings=(),
-    avg_ms: float = 11.5,
-    profiled_steps: int = 5,
-    median: float = 10.0,
-    check: dict[str, Any] | None = None,
-):
-    """make_records' stage records with our op table, findings, version, xprof step time, step count and
-    window check."""
-    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, median=median)
-    Path(parse.parsed_path).write_text(
-        json.dumps(
-            {
-                "op_stats": list(ops),
-                "findings": list(findings),
-                "avg_step_time_ms": avg_ms,
-                "step_breakdown": [{"step": 0, "step_time_ms": avg_ms, "input_ms": 1.0}],
-                **({"cross_check": check} if check else {}),
-            }
-        )
-    )
-    case = ctx.case.model_copy(update={"version": version, "profiled_steps": profiled_steps})
-    return (
-        ctx.model_copy(update={"case": case}),
-        pulled.model_copy(update={"version": version, "digest": hashlib.sha256(version.encode()).hexdigest()}),
-        env,
-        warm,
-        run,
-        parse.model_copy(update={"avg_step_time_ms": avg_ms, "n_ops": len(ops)}),
-        comp,
-    )
-
-
-def archive(db_url: str, tmp: Path, dag_run_id: str, **kw) -> int:
-    return archive_run(db_url, str(tmp / "archive"), *records(tmp, dag_run_id, **kw)).run_id
 
 
 # ------------------------------------------------------------------------------------- attribution

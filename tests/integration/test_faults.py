@@ -21,17 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 
 from tasks.settings import Settings
 from tasks.stages import pipeline
 from tasks.store import (
-    Artifact,
     Baseline,
-    OpStat,
     Run,
-    RunComparison,
-    StepSample,
     get_engine,
     migrate,
     session_scope,
@@ -39,9 +35,8 @@ from tasks.store import (
 from tasks.store.writes import record_failure
 from tests.conftest import PG_URL, _fresh_pg_url
 from tests.helpers import ROOT as ROOT
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import KEYS, compared_bundle, count, files, make_records, settings_for, snapshot
 
-KEYS = ["pulled", "env", "warmup", "run", "parsed", "verdict"]
 STAGES = [
     pipeline.pull,
     pipeline.fingerprint,
@@ -54,18 +49,6 @@ STAGES = [
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def settings_for(tmp: Path, db_url: str, archive: Path | None = None) -> Settings:
-    return Settings.from_env(
-        {
-            "PERFWATCH_HOME": str(tmp / "home"),
-            "PERFWATCH_DATABASE_URL": db_url,
-            "PERFWATCH_ARCHIVE": str(archive or tmp / "archive"),
-            "PERFWATCH_WORK": str(tmp / "work"),
-            "PERFWATCH_MODEL_STORE": str(tmp / "models"),
-        }
-    )
 
 
 def env_for(st: Settings) -> dict[str, str]:
@@ -85,52 +68,9 @@ def xcom(bundle: dict) -> dict:
     return json.loads(json.dumps(bundle))
 
 
-def compared_bundle(st: Settings, dag_run_id: str, *, xplane_bytes: int = 0, **kw) -> dict:
-    """The bundle the archive task receives: every stage done, files in the run's scratch dir."""
-    ctx, *recs = make_records(st.home / "made", dag_run_id=dag_run_id, **kw)
-    src, dst = st.home / "made" / dag_run_id, st.work_root / ctx.slug
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(src, dst)
-    if xplane_bytes:
-        (next(dst.rglob("*.xplane.pb"))).write_bytes(os.urandom(xplane_bytes))
-    bundle = {"ctx": ctx.to_xcom(), **{k: r.to_xcom() for k, r in zip(KEYS, recs, strict=True)}}
-    return json.loads(json.dumps(bundle).replace(json.dumps(str(src))[1:-1], json.dumps(str(dst))[1:-1]))
-
-
 def upstream(bundle: dict, i: int) -> dict:
     """What task ``i`` (0 = pull ... 6 = archive) of the DAG receives: the bundle up to its upstream."""
     return xcom({k: v for k, v in bundle.items() if k == "ctx" or (k in KEYS and KEYS.index(k) < i)})
-
-
-def count(url: str, table, *where) -> int:
-    with session_scope(url) as s:
-        return s.scalar(select(func.count()).select_from(table).where(*where))
-
-
-def files(root: Path | str) -> list[str]:
-    root = Path(root)
-    return (
-        sorted(f"{p.relative_to(root)}:{p.stat().st_size}" for p in root.rglob("*") if p.is_file())
-        if root.exists()
-        else []
-    )
-
-
-def snapshot(st: Settings) -> dict:
-    """Row counts per table and status, the archive's files (path:size) and the scratch dirs."""
-    url = st.database_url
-    with session_scope(url) as s:
-        runs = sorted(s.execute(select(Run.id, Run.status, Run.failed_stage, Run.archive_uri)).all())
-    return {
-        "runs": runs,
-        "samples": count(url, StepSample),
-        "ops": count(url, OpStat),
-        "artifacts": count(url, Artifact),
-        "comparisons": count(url, RunComparison),
-        "baselines": count(url, Baseline),
-        "archive": files(st.archive_root),
-        "scratch": sorted(p.name for p in st.work_root.iterdir()) if st.work_root.exists() else [],
-    }
 
 
 def partials(st: Settings) -> list[Path]:
@@ -678,7 +618,7 @@ def test_real_run_failed_at_archive_then_every_task_retried(tmp_path, model_file
 def test_airflow_tasks_test_of_a_finished_runs_archive_keeps_it(home, model_store, tmp_path):
     """The operator's retry of item 1, for real: `airflow tasks test perfwatch_profile archive <run> --map-index 0`
     after the DAG run finished exits 0 and changes nothing in the store, the archive or the scratch space."""
-    from tests.system.test_e2e import BIN, _airflow_env
+    from tests.helpers.airflow import BIN, _airflow_env
 
     env = _airflow_env(home, tmp_path / "airflow")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)

@@ -9,7 +9,6 @@ import ctypes
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pynvml
@@ -19,20 +18,8 @@ from tasks.analysis import environment as envm
 from tasks.runner import probe
 from tasks.stages import fingerprint as fpm
 from tests.helpers import ROOT as REPO
+from tests.helpers.fakes import H100, FakeNVML
 
-H100 = {
-    "name": "NVIDIA H100 80GB HBM3",
-    "uuid": "GPU-aaaa-1111",
-    "mem": 85_899_345_920,
-    "cc": (9, 0),
-    "power": 700_000,
-    "app": {1: 1980, 2: 2619},
-    "max": {1: 1980, 2: 2619},
-    "ecc": [1, 1],
-    "persist": 1,
-    "mig": [0, 0],
-    "migs": [],
-}
 A100 = {
     **H100,
     "name": "NVIDIA A100-SXM4-40GB",
@@ -41,59 +28,6 @@ A100 = {
     "cc": (8, 0),
     "power": 400_000,
 }
-
-
-class FakeNVML:
-    """Replaces the pynvml functions fingerprint.py calls; ``errors`` maps a function name to an exception."""
-
-    def __init__(
-        self, devices: list[dict], errors: dict[str, Exception] | None = None, init_error: Exception | None = None
-    ) -> None:
-        self.devices, self.errors, self.init_error = devices, errors or {}, init_error
-        self.shutdowns = 0
-
-    def install(self, mp: pytest.MonkeyPatch) -> FakeNVML:
-        def call(name, fn):
-            def wrapper(*args):
-                if name in self.errors:
-                    raise self.errors[name]
-                return fn(*args)
-
-            mp.setattr(pynvml, name, wrapper)
-
-        def init():
-            if self.init_error:
-                raise self.init_error
-
-        def dev(h):
-            return h if isinstance(h, dict) else self.devices[h]
-
-        def mig_handle(h, slot):
-            migs = self.devices[h]["migs"]
-            if slot >= len(migs) or migs[slot] is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-            return migs[slot]
-
-        mp.setattr(pynvml, "nvmlInit", init)
-        mp.setattr(pynvml, "nvmlShutdown", lambda: setattr(self, "shutdowns", self.shutdowns + 1))
-        call("nvmlSystemGetDriverVersion", lambda: "550.54.15")
-        call("nvmlSystemGetCudaDriverVersion_v2", lambda: 12040)
-        call("nvmlSystemGetCudaDriverVersion", lambda: 11080)
-        call("nvmlDeviceGetCount", lambda: len(self.devices))
-        call("nvmlDeviceGetHandleByIndex", lambda i: i)
-        call("nvmlDeviceGetName", lambda h: dev(h)["name"])
-        call("nvmlDeviceGetUUID", lambda h: dev(h)["uuid"])
-        call("nvmlDeviceGetMemoryInfo", lambda h: types.SimpleNamespace(total=dev(h)["mem"], free=1, used=2))
-        call("nvmlDeviceGetCudaComputeCapability", lambda h: dev(h)["cc"])
-        call("nvmlDeviceGetPowerManagementLimit", lambda h: dev(h)["power"])
-        call("nvmlDeviceGetApplicationsClock", lambda h, t: dev(h)["app"][t])
-        call("nvmlDeviceGetMaxClockInfo", lambda h, t: dev(h)["max"][t])
-        call("nvmlDeviceGetEccMode", lambda h: dev(h)["ecc"])
-        call("nvmlDeviceGetPersistenceMode", lambda h: dev(h)["persist"])
-        call("nvmlDeviceGetMigMode", lambda h: dev(h)["mig"])
-        call("nvmlDeviceGetMaxMigDeviceCount", lambda h: 7)
-        call("nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
-        return self
 
 
 def gpu(mp, devices, **kw) -> tuple[dict, FakeNVML]:

@@ -282,7 +282,8 @@ _PARAMS_PROBE = textwrap.dedent("""
 def test_the_trigger_form_validates_the_new_params(tmp_path):
     import json
 
-    from tests.system.test_dag import DAG_PYTHONPATH, ROOT
+    from tests.helpers import ROOT
+    from tests.helpers.airflow import DAG_PYTHONPATH
 
     tried = [
         ("inputs", {"image": {"shape": [224, 224, 3]}}),
@@ -322,7 +323,7 @@ def test_what_was_fed_is_stored_with_the_run_and_shown(db_url, tmp_path):
     from tasks.cli.main import runs_frame
     from tasks.stages.archive import archive_run
     from tasks.store import RunTable, session_scope
-    from tests.unit.store.test_store import make_records
+    from tests.helpers.builders import make_records
 
     ctx, pulled, env, warm, run, parse, comp = make_records(tmp_path)
     ctx = ctx.model_copy(update={"case": ctx.case.model_copy(update={"mode": "infer", "safe_mode": False})})

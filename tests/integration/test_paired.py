@@ -4,8 +4,6 @@ it (release, paired cases, nightly runs of a new version, A/A calibration), and 
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import sys
 import zipfile
 
@@ -13,7 +11,6 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from tasks.analysis import sequential
 from tasks.analysis.calibration import DEFAULT_PAIRED_OFFSET_SD
 from tasks.records import Case, RunContext
 from tasks.runner import RunnerError, RunnerSpec, launch
@@ -22,61 +19,7 @@ from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.stages.pipeline import pull_paired_baseline
-from tests.unit.store.test_store import make_records
-
-
-def _blocks(ratio, n, steps, sd, seed, bad=None):
-    """n ABBA block pairs: A ~ 10 ms with ``sd`` step noise and a drifting level, B = ratio x that."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        level = 10.0 * (1 + 0.2 * i / n)  # drift across the process: cancels within pairs
-        a = (level * rng.lognormal(0, sd, steps)).tolist()
-        b = (ratio * level * rng.lognormal(0, sd, steps)).tolist()
-        out.append({"pair": i, "order": "AB" if i % 2 == 0 else "BA", "a_ms": a, "b_ms": b})
-    if bad is not None:
-        out[2]["b_ms"][min(1, steps - 1)] = bad
-    return out
-
-
-def _paired_file(path, ratio, *, budget=64, steps=1, sd=0.03, seed=0, bad=None, offset_sd=None, rounds=16):
-    """A paired result as the profiled-run stage leaves it: a sequential gate (budget >= 32 pairs) stops
-    at its first decisive look, as ``tasks.stages.profiled_run.paired_run`` does; a smaller budget is one
-    fixed look. ``offset_sd``: the offset recorded in the gate (None: no gate record, the stage's
-    offset comes from the case/store at compare time)."""
-    blocks = _blocks(ratio, budget, steps, sd, seed, bad)
-    design, looks = None, [budget]
-    if budget >= sequential.MIN_LOOK_PAIRS:
-        design = sequential.Design(max_pairs=budget, round_pairs=rounds, offset_sd=offset_sd or 0.0)
-        d = [math.log(statistics.median(b["b_ms"]) / statistics.median(b["a_ms"])) for b in blocks]
-        looks = []
-        for p in sequential.look_schedule(budget, rounds):
-            looks.append(p)
-            if sequential.look(d, looks, design).verdict != "inconclusive":
-                break
-        blocks = blocks[: looks[-1]]
-    gate = {
-        "design": design.model_dump(mode="json") if design else None,
-        "look_pairs": looks,
-        "calibrated_noise": {"sd_pair": None, "n_gates": 0},
-    }
-    if offset_sd is not None:
-        gate["offset"] = {"sd": offset_sd, "source": "case", "n_gates": 0, "capped": False, "skipped_busy": 0}
-    path.write_text(
-        json.dumps(
-            {
-                "mode": "paired",
-                "blocks": blocks,
-                "block_steps": steps,
-                "timed_steps": 2 * len(blocks) * steps,
-                "wall_s": 3.0,
-                "pairs_wall_s": 2.5,
-                "stopped_by": "parent" if len(blocks) < budget else "budget",
-                "gate": gate,
-            }
-        )
-    )
-    return str(path)
+from tests.helpers.builders import _paired_file, make_records
 
 
 @pytest.fixture

@@ -307,7 +307,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
     from tasks.records import Case, RunContext
     from tasks.stages.pipeline import run_case
     from tasks.store import Run, RunComparison
-    from tests.unit.services.test_alerts import Sink
+    from tests.helpers.fakes import Sink
 
     small = {
         "batch_size": 4,

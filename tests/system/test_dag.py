@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT as ROOT
+from tests.helpers.airflow import DAG_PYTHONPATH
 
-# Airflow puts the dags folder on sys.path when it parses it (its DAG bundles do): the DAG files import
-# their sibling perfwatch_alerts.py. A bare DagBag() does not, so the probes here add it.
-DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "dags")])
 STAGE_TASKS = [
     "pull_model_version",
     "env_fingerprint",

@@ -4,9 +4,7 @@ and the pipeline's failure records for bad input."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +15,9 @@ from tasks.settings import Settings
 from tasks.stages.pipeline import run_case
 from tasks.store import Run, session_scope
 from tests.helpers import ROOT as ROOT
+from tests.helpers.airflow import BIN, _airflow_env
 
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
-
-
-def _airflow_env(home: Path, airflow_home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "AIRFLOW_HOME": str(airflow_home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PYTHONPATH": str(ROOT),
-        "PERFWATCH_HOME": str(home),
-        "GX_ANALYTICS_ENABLED": "false",
-    }
 
 
 def test_dag_run_end_to_end(home, model_store, tmp_path):

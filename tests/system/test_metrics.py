@@ -28,7 +28,7 @@ from tasks.stages.archive import archive_run
 from tasks.store import migrate
 from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")

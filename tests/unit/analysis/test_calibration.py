@@ -15,7 +15,7 @@ from tasks.records import Case
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.store import reads
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 
 def prior_for_case(db_url, case, key):

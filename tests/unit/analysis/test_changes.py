@@ -14,7 +14,7 @@ from tasks.analysis import changes
 from tasks.services.trend import TrendAlert, creep_check, raise_on_trend_alert, watch_case, watch_dag_run
 from tasks.stages.archive import archive_run
 from tasks.store import Baseline, Run, session_scope
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)
 

@@ -22,8 +22,7 @@ from tasks.stages import pipeline
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tests.helpers import ROOT as ROOT_DIR
-from tests.integration.test_paired import _paired_file
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import _paired_file, make_records
 
 QUIET = {
     "wall_s": 10.0,
@@ -216,6 +215,7 @@ def test_an_archived_busy_verdict_turns_the_run_red():
     pipeline.raise_on_host_busy(_bundle(BUSY, "regression"))  # a regression goes red by RegressionDetected
 
 
+@pytest.mark.slow  # a fresh interpreter loads the DAGs with Airflow's DagBag
 def test_dag_retries_the_profiled_run_later_for_a_busy_host():
     """The DAG's profiled_run task has retries with a delay (HostBusy is the only failure it retries)."""
     root = ROOT_DIR

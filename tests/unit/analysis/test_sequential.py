@@ -53,6 +53,7 @@ def test_boundaries_spend_the_level_over_all_looks():
     assert c[0] > 8 and c[-1] < 2.75  # O'Brien-Fleming shape: wide first, near z_0.995 = 2.58 last
 
 
+@pytest.mark.slow  # a Monte Carlo of sequential gates
 def test_no_change_false_alarms_stay_under_half_alpha_over_repeated_looks():
     """An unchanged model (iid pair noise sd 0.15, as on the dev machine) looked at up to 19 times: the
     gate says regression in at most alpha/2 = 0.5% of gates (+ MC error), and passes almost always."""
@@ -62,6 +63,7 @@ def test_no_change_false_alarms_stay_under_half_alpha_over_repeated_looks():
     assert verdicts.count("pass") / 800 >= 0.95
 
 
+@pytest.mark.slow  # a Monte Carlo of sequential gates
 def test_a_fixed_interval_looked_at_19_times_would_not_keep_the_level():
     """Why the sequential boundaries: the same looks with the fixed 99% batch-means t interval alarm
     several times as often (the test can tell the two apart)."""
@@ -79,6 +81,7 @@ def test_a_fixed_interval_looked_at_19_times_would_not_keep_the_level():
     assert naive >= 3 * max(seq, 1)
 
 
+@pytest.mark.slow  # a Monte Carlo of sequential gates
 def test_correlated_neighbours_keep_the_level():
     """Pair ratios with AR(1) correlation 0.3 and a slow wave (a host's drift ABBA did not cancel):
     batch means carry the correlation, false alarms stay near alpha/2."""

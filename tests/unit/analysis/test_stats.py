@@ -63,6 +63,7 @@ def test_median_ratio_ci_recovers_ratio():
     assert est == median_ratio_ci(cand, base, confidence=0.99, n_resamples=2000, seed=1)  # seeded
 
 
+@pytest.mark.slow  # a Monte Carlo of history comparisons (bootstrap)
 def test_history_no_change_false_alarms_low_where_fixed_rule_fails():
     rng = np.random.default_rng(11)
     ours = fixed = 0

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from tasks.cli.main import app
 from tasks.stages.archive import archive_run
 from tasks.store.writes import record_failure
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from tasks.cli.main import app
 from tasks.settings import Settings
 from tasks.store import migrate
-from tests.integration.test_explain import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive
+from tests.helpers.builders import CAND_OPS, CPU_ONLY, INPUT_BOUND, archive
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_byte_identical_versions_are_called_drift_not_a_change(store, tmp_path):
     import hashlib
 
     from tasks.stages.archive import archive_run
-    from tests.integration.test_explain import records
+    from tests.helpers.builders import records
 
     assert "byte-identical" not in invoke("m", "--from", "1", "--to", "2").stdout
     ctx, pulled, *rest = records(tmp_path, "v3", version="3", median=13.5)

@@ -10,15 +10,15 @@ from tasks.analysis.environment import COMPARABILITY_FIELDS
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.store.writes import record_failure
-from tests.unit.stages.test_env_changed import (
+from tests.helpers.builders import (
     BASELINE_FINGERPRINT,
     CANDIDATE_FINGERPRINT,
     CHANGED,
     archive_with_env,
     env_record,
+    make_records,
     with_changes,
 )
-from tests.unit.store.test_store import make_records
 
 
 def text(res) -> str:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tasks.cli.main import app
-from tests.unit.store.test_queries import add_failure, add_run
+from tests.helpers.builders import add_failure, add_run
 
 
 @pytest.fixture

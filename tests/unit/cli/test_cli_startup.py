@@ -73,6 +73,7 @@ def test_help_imports_no_heavy_library(argv):
     )
 
 
+@pytest.mark.slow  # a fresh interpreter runs a command that imports SQLAlchemy and pandas
 def test_probe_sees_a_heavy_import():
     """The check can fail: a command whose body reads the store (``query`` lists the named queries) imports
     SQLAlchemy and pandas when it runs, and the probe reports them."""
@@ -98,6 +99,7 @@ def test_store_error_is_still_one_line(tmp_path, monkeypatch):
     assert "Traceback" not in res.output
 
 
+@pytest.mark.slow  # a fresh interpreter per stage imports the pipeline and the stage
 @pytest.mark.parametrize("stage", ["pull", "fingerprint", "warmup", "profile", "archive"])
 def test_a_dag_task_imports_only_what_its_stage_uses(stage):
     """Every Airflow task imports ``tasks.stages.pipeline``; the stage wrappers import their own module when they

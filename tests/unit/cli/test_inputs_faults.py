@@ -29,9 +29,8 @@ from tasks.stages import fingerprint as fpm
 from tasks.stages.warmup import limit_after_warmup, warm_up
 from tasks.store import Model, session_scope
 from tests.helpers import ROOT as REPO
-from tests.integration.test_fingerprint import H100, FakeNVML
-from tests.unit.stages.test_env_changed import BASELINE_FINGERPRINT, archive_with_env, compare_candidate, with_changes
-from tests.unit.store.test_queries import add_run
+from tests.helpers.builders import BASELINE_FINGERPRINT, add_run, archive_with_env, compare_candidate, with_changes
+from tests.helpers.fakes import H100, FakeNVML
 
 
 def _shim(tmp_path: Path, script: str) -> str:

@@ -12,7 +12,7 @@ from tasks.matrix import expand_entry
 from tasks.stages.archive import archive_run
 from tasks.store import queries
 from tasks.store.writes import record_failure
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
 AXES = queries.AXIS_COLUMNS
@@ -193,6 +193,7 @@ def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
         queries.case_axes([1])
 
 
+@pytest.mark.slow  # imports the Airflow plugin and Airflow's web stack
 def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, monkeypatch):
     from starlette.requests import Request
 

@@ -20,7 +20,9 @@ from tasks.stages.archive import archive_run
 from tasks.store import migrate
 from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
+
+pytestmark = pytest.mark.slow  # every test shares Airflow's API server app with the plugin
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +20,8 @@ from tasks.services import alerts
 from tasks.settings import Settings
 from tasks.store import RunComparison, session_scope
 from tests.helpers import ROOT as ROOT
-from tests.unit.store.test_queries import T0, add_failure, add_run
+from tests.helpers.builders import T0, add_failure, add_run
+from tests.helpers.fakes import Sink
 
 ATTRIBUTION = {
     "available": True,
@@ -36,32 +35,6 @@ ATTRIBUTION = {
         }
     ],
 }
-
-
-class Sink:
-    """A webhook: a real HTTP server on 127.0.0.1 that records every POST (path, headers, JSON body);
-    answers ``status``."""
-
-    def __init__(self, status: int = 200):
-        self.posts: list[dict] = []
-        self.status = status
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                sink.posts.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                self.send_response(sink.status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture
@@ -278,6 +251,7 @@ print(json.dumps({"state": str(dr.state)}))
 """
 
 
+@pytest.mark.slow  # migrates an Airflow metadata DB and runs the watch DAG (dag.test())
 def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
     """The hourly perfwatch_watch DAG (``dag.test()``, a real Airflow task run) fails on a model without data,
     and its notifier POSTs the missing-data alert to the webhook."""

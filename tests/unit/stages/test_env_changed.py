@@ -7,149 +7,22 @@ cuDNN 8.6); a candidate fingerprinted after a driver and cuDNN upgrade must get 
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-from typing import Any
-
 import pytest
 from sqlalchemy import func, select
 
 from tasks.analysis.environment import Fingerprint, comparability_fields
 from tasks.cli.env import env_change_summary
-from tasks.records import EnvRecord
 from tasks.stages.archive import archive_run
-from tasks.stages.compare import baseline_compare
 from tasks.store import Environment, Run, session_scope
-from tests.unit.store.test_store import make_records
-
-_DEVICE = {
-    "index": 0,
-    "name": "NVIDIA A100-SXM4-40GB",
-    "uuid": "GPU-5d1c0a6e-9f1b-4b7e-8c1e-2a9b3c4d5e6f",
-    "memory_total_bytes": 42_949_672_960,
-    "compute_capability": "8.0",
-    "power_limit_mw": 400_000,
-    "applications_clock_mhz": {"sm": 1410, "mem": 1215},
-    "max_clock_mhz": {"sm": 1410, "mem": 1215},
-    "ecc_mode": {"current": "enabled", "pending": "enabled"},
-    "persistence_mode": "enabled",
-    "mig_mode": {"current": "disabled", "pending": "disabled"},
-    "mig_devices": [],
-}
-
-BASELINE_FINGERPRINT: dict[str, Any] = {
-    "tensorflow": {
-        "version": "2.12.0",
-        "git_version": "v2.12.0-rc1-12-g0db597d0d75",
-        "built_with_xla": True,
-        "xla_jit": "off",
-        "onednn_enabled": True,
-        "op_determinism": False,
-        "tensor_float_32": True,
-        "build": {
-            "cuda_version": "11.8",
-            "cudnn_version": "8.6",
-            "is_cuda_build": True,
-            "is_rocm_build": False,
-            "is_tensorrt_build": True,
-        },
-    },
-    "gpu": {
-        "nvml": "ok",
-        "driver_version": "535.104.05",
-        "cuda_driver_version": "12.2",
-        "count": 1,
-        "physical_count": 1,
-        "devices": [_DEVICE],
-    },
-    "host": {
-        "cpu_model": "AMD EPYC 7742 64-Core Processor",
-        "cpu_count_logical": 32,
-        "cpu_count_physical": 16,
-        "cpu_governor": "performance",
-        "memory_total_bytes": 270_000_000_000,
-        "os": "Linux",
-        "os_release": "Ubuntu 22.04.3 LTS",
-        "kernel": "5.15.0-91-generic",
-        "machine": "x86_64",
-        "python_version": "3.11.7",
-        "image_digest": "absent",
-    },
-    "packages": {
-        "tensorflow": "2.12.0",
-        "tensorflow-cpu": "absent",
-        "keras": "2.12.0",
-        "numpy": "1.23.5",
-        "xprof": "absent",
-        "installed_count": 180,
-        "installed_sha256": "ab" * 32,
-    },
-    "env_vars": {
-        "CUDA_DEVICE_ORDER": "absent",
-        "CUDA_VISIBLE_DEVICES": "0",
-        "NVIDIA_TF32_OVERRIDE": "absent",
-        "OMP_NUM_THREADS": "absent",
-        "TF_DETERMINISTIC_OPS": "absent",
-        "TF_ENABLE_AUTO_MIXED_PRECISION": "absent",
-        "TF_ENABLE_ONEDNN_OPTS": "absent",
-        "TF_XLA_FLAGS": "absent",
-        "XLA_FLAGS": "absent",
-    },
-    "recorded": {
-        "hostname": "gpu-worker-01",
-        "timestamp_utc": "2026-01-05T02:00:11+00:00",
-        "python_executable": "/opt/tf/bin/python",
-    },
-}
-
-# The candidate: the node's driver was upgraded and TF rebuilt against a newer cuDNN; also a
-# different worker host and time, which only the ``recorded`` section holds.
-CHANGED = {"gpu.driver_version": ("535.104.05", "535.129.03"), "tensorflow.build.cudnn_version": ("8.6", "8.9")}
-
-
-def with_changes(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of fingerprint ``data`` with dotted-path fields set (list indices as digits)."""
-    out = copy.deepcopy(data)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node: Any = out
-        for p in parents:
-            node = node[int(p)] if isinstance(node, list) else node[p]
-        node[int(leaf) if isinstance(node, list) else leaf] = value
-    return out
-
-
-def env_record(data: dict[str, Any]) -> EnvRecord:
-    """The env-fingerprint stage's record for ``data`` (hashes computed as the stage does)."""
-    return EnvRecord(**Fingerprint.from_data(data).model_dump())
-
-
-CANDIDATE_FINGERPRINT = with_changes(
+from tests.helpers.builders import (
     BASELINE_FINGERPRINT,
-    {
-        **{field: new for field, (_, new) in CHANGED.items()},
-        "recorded.hostname": "gpu-worker-07",
-        "recorded.timestamp_utc": "2026-01-06T02:00:09+00:00",
-    },
+    CANDIDATE_FINGERPRINT,
+    CHANGED,
+    archive_with_env,
+    compare_candidate,
+    env_record,
+    with_changes,
 )
-
-
-def archive_with_env(
-    db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], *, median: float = 10.0, verdict=None
-) -> int:
-    """Archive one run (make_records' files) fingerprinted as ``data``; returns its run id."""
-    ctx, pulled, _, warm, run, parsed, comp = make_records(tmp, dag_run_id=dag_run_id, median=median)
-    return archive_run(
-        db_url, str(tmp / "archive"), ctx, pulled, env_record(data), warm, run, parsed, verdict or comp
-    ).run_id
-
-
-def compare_candidate(db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], median: float):
-    """baseline_compare for a candidate run fingerprinted as ``data``; returns (records, CompareRecord)."""
-    ctx, pulled, _, warm, run, parsed, _ = make_records(tmp, dag_run_id=dag_run_id, median=median)
-    env = env_record(data)
-    verdict = baseline_compare(db_url, ctx.case, env, run, parsed, tmp / dag_run_id / "work")
-    return (ctx, pulled, env, warm, run, parsed), verdict
 
 
 @pytest.fixture

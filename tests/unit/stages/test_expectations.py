@@ -89,6 +89,7 @@ def test_threshold_expectation_fails_exactly_for_a_regression(low, high, busy):
         assert f"[{high}]" in f.text
 
 
+@pytest.mark.slow  # 40 Great Expectations validations
 def test_threshold_agrees_with_the_verdict_rule_on_random_intervals():
     rng = np.random.default_rng(9)
     for _ in range(40):

@@ -14,8 +14,7 @@ import pytest
 
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
-from tests.integration.test_paired import _paired_file
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import _paired_file, make_records
 
 
 def _with_samples(tmp_path, dag_run_id, steps):

@@ -17,7 +17,7 @@ from tasks.stages.archive import archive_run, check_archive, run_dir_name
 from tasks.store.engine import session_scope
 from tasks.store.reads import run_locations
 from tasks.store.schema import Run
-from tests.unit.store.test_store import make_records
+from tests.helpers.builders import make_records
 
 NAME = re.compile(r"^run(\d{6,})_(\d{8}T\d{4})_v1_train-bs16_[0-9a-f]{8}$")
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tasks.stages import pipeline
-from tests.integration.test_faults import compared_bundle, settings_for, snapshot
+from tests.helpers.builders import compared_bundle, settings_for, snapshot
 
 HOUR = 3600
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -15,83 +13,8 @@ from sqlalchemy.engine import make_url
 
 from tasks.cli.history import env_changes
 from tasks.cli.main import runs_frame
-from tasks.stages.archive import archive_run
 from tasks.store import queries
-from tasks.store.writes import record_failure
-from tests.unit.store.test_store import make_records
-
-T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=dt.UTC)
-
-
-def add_run(
-    url: str,
-    tmp: Path,
-    name: str,
-    *,
-    model="m",
-    version="1",
-    verdict="pass",
-    median=10.0,
-    fp="f",
-    env_data=None,
-    day=0,
-    batch_size=16,
-    baseline=None,
-    ratio=None,
-    ops=None,
-) -> int:
-    """Archive one run (make_records) with the given version, environment, day, verdict and comparison."""
-    ctx, pulled, env, warm, run, parse, comp = make_records(
-        tmp, dag_run_id=name, verdict=verdict, model=model, median=median, key=f"key-{fp}"
-    )
-    ctx = ctx.model_copy(
-        update={
-            "started_at": T0 + dt.timedelta(days=day),
-            "case": ctx.case.model_copy(update={"batch_size": batch_size}),
-        }
-    )
-    pulled = pulled.model_copy(update={"version": version})
-    env = env.model_copy(update={"fingerprint_id": fp * 64, "data": env_data or {"tf": {"version": "2.20"}}})
-    comp = comp.model_copy(
-        update={
-            "baseline_run_ids": [baseline] if baseline else [],
-            "ratio": ratio,
-            "ci_low": ratio and ratio - 0.1,
-            "ci_high": ratio and ratio + 0.1,
-        }
-    )
-    if ops is not None:
-        p = Path(parse.parsed_path)
-        parsed = json.loads(p.read_text())
-        parsed["op_stats"] = [
-            {
-                "host_or_device": "Host",
-                "op_type": t,
-                "op_name": n,
-                "occurrences": 2,
-                "total_self_time_us": us,
-                "avg_self_time_us": us / 2,
-                "self_time_share": 0.5,
-            }
-            for n, t, us in ops
-        ]
-        p.write_text(json.dumps(parsed))
-    return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
-
-
-def add_failure(
-    url: str,
-    tmp: Path,
-    name: str,
-    *,
-    model="m",
-    day=0,
-    stage="warm-up",
-    error="RunnerError: training step failed\nTraceback (most recent call last): ...",
-) -> int:
-    ctx = make_records(tmp, dag_run_id=name, model=model)[0]
-    ctx = ctx.model_copy(update={"started_at": T0 + dt.timedelta(days=day)})
-    return record_failure(url, ctx, stage, error)
+from tests.helpers.builders import T0, add_failure, add_run
 
 
 @pytest.fixture
