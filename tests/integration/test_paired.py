@@ -12,12 +12,12 @@ import zipfile
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from tasks.runner.session import run_rounds
 
 from tasks.analysis import sequential
 from tasks.analysis.calibration import DEFAULT_PAIRED_OFFSET_SD
 from tasks.records import Case, RunContext
 from tasks.runner import RunnerError, RunnerSpec, launch
-from tasks.runner.session import run_rounds
 from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tasks.runner import progress
 from tasks.runner.launch import launch
 from tasks.runner.session import run_rounds
+
+from tasks.runner import progress
 from tasks.runner.spec import ROUND_PREFIX, RunnerSpec
 
 
