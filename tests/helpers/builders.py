@@ -17,6 +17,7 @@ from tasks.records import (
     RunContext,
     WarmupRecord,
 )
+from tasks.runner.protocol import SCHEMA_VERSION
 from tasks.store import session_scope
 
 
@@ -27,6 +28,7 @@ def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m"
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "host.xplane.pb").write_bytes(b"xplane-bytes")
     samples = {
+        "schema_version": SCHEMA_VERSION,
         "measured_step_times_ms": [median + i * 0.01 for i in range(10)],
         "warmup_step_times_ms": [20.0, 15.0],
         "profiled_step_times_ms": [11.0, 12.0],
