@@ -47,13 +47,6 @@ from tasks.runner.spec import RunnerSpec
 
 #: the checkout (or installed package's parent) that holds ``tasks``: prepended to the runner's PYTHONPATH
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-#: the result record of each request mode
-RESULT_OF_MODE: dict[str, type[ProbeResult | WarmupResult | ProfileResult | PairedResult]] = {
-    "probe": ProbeResult,
-    "warmup": WarmupResult,
-    "profile": ProfileResult,
-    "paired": PairedResult,
-}
 
 R = TypeVar("R", ProbeResult, WarmupResult, ProfileResult, PairedResult)
 OnRound = Callable[[RoundEvent], bool]
@@ -268,8 +261,12 @@ def launch(
 ) -> WarmupResult | ProfileResult | PairedResult:
     """Run ``spec`` to its end (:meth:`RunnerProcess.run` with the record of ``spec.mode``); ``runner``: a
     :class:`RunnerProcess` or an interpreter path."""
-    kind = {"warmup": WarmupResult, "profile": ProfileResult, "paired": PairedResult}[spec.mode]
-    return as_runner(runner).run(spec, kind, timeout_s, limit_note=limit_note)
+    proc = as_runner(runner)
+    if spec.mode == "warmup":
+        return proc.run(spec, WarmupResult, timeout_s, limit_note=limit_note)
+    if spec.mode == "profile":
+        return proc.run(spec, ProfileResult, timeout_s, limit_note=limit_note)
+    return proc.run(spec, PairedResult, timeout_s, limit_note=limit_note)
 
 
 def run_rounds(

@@ -71,7 +71,9 @@ class HostLoad:
     """
 
     def __init__(self) -> None:
-        self._t0 = self._sys0 = self._me0 = None
+        self._t0: float | None = None
+        self._sys0: Any = None  # psutil's cpu_times records
+        self._me0: Any = None
         self._load0 = 0.0
         self._gpu0: int | None = None
 
@@ -296,12 +298,12 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
     if spec.case_mode == "infer":
         infer_step = ex.step_function(lambda batch: m.forward(m.sig.pack(batch), False), ds, combine="concat")
 
-        def step() -> float:
+        def infer() -> float:
             t0 = time.perf_counter()
             tf.nest.map_structure(lambda t: t.numpy(), infer_step())  # the batch ends on the host
             return (time.perf_counter() - t0) * 1000.0
 
-        return Step(step, inputs, source, extra={"execution": ex.describe()})
+        return Step(infer, inputs, source, extra={"execution": ex.describe()})
 
     if m.no_training:
         raise RunnerError(m.no_training)
@@ -409,12 +411,6 @@ def case_record(spec: RunnerSpec, step: Step) -> dict[str, Any]:
         "signature": spec.signature,
         **step.extra,
     }
-
-
-def memory() -> dict[str, int | None]:
-    """``peak_rss_bytes`` (this process, getrusage) and ``peak_device_bytes`` (GPU:0, TF's allocator; None on
-    CPU), for the result."""
-    return {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": device_peak_bytes()}
 
 
 @dataclass

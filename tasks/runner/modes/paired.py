@@ -20,9 +20,20 @@ from __future__ import annotations
 import random
 import sys
 import time
+from typing import Literal
 
 from tasks.runner import measure, progress
-from tasks.runner.protocol import MORE, STOP, BlockPair, PairedResult, RoundEvent, RoundSummary, StopReason, event_line
+from tasks.runner.protocol import (
+    MORE,
+    STOP,
+    BlockPair,
+    InputFeed,
+    PairedResult,
+    RoundEvent,
+    RoundSummary,
+    StopReason,
+    event_line,
+)
 from tasks.runner.spec import RunnerError, RunnerSpec
 
 
@@ -39,7 +50,7 @@ def run(spec: RunnerSpec) -> PairedResult:
     # gates on the 2-core dev machine the version set up first ran about 1% faster (issue 12). A fixed order
     # would put that bias on every gate in one direction, unseen by A/A calibration; drawn per gate it is
     # zero-mean gate-to-gate spread, which the calibrated offset (``paired_offset_sd``) covers.
-    first_built = random.SystemRandom().choice("AB")
+    first_built: Literal["A", "B"] = random.SystemRandom().choice(("A", "B"))
     paths = {"A": spec.baseline_model_path, "B": spec.model_path}
     setup_order = sorted("AB", key=lambda w: w != first_built)
     steps = {who: measure.build_step(spec, paths[who]) for who in setup_order}
@@ -58,7 +69,7 @@ def run(spec: RunnerSpec) -> PairedResult:
         load = measure.HostLoad().start()
         first = len(blocks)
         for i in range(first, min(spec.blocks, first + per_round)):
-            order = "AB" if i % 2 == 0 else "BA"
+            order: Literal["AB", "BA"] = "AB" if i % 2 == 0 else "BA"
             times: dict[str, list[float]] = {}
             for who in order:
                 step = step_a if who == "A" else step_b
@@ -90,7 +101,7 @@ def run(spec: RunnerSpec) -> PairedResult:
             )
     return PairedResult(
         **measure.case_record(spec, step_b),
-        a_inputs=step_a.inputs,
+        a_inputs={name: InputFeed(**feed) for name, feed in step_a.inputs.items()},
         batch_size=spec.batch_size,
         seed=spec.seed,
         deterministic=spec.deterministic,
@@ -111,6 +122,7 @@ def run(spec: RunnerSpec) -> PairedResult:
         host_load=phase.result(),
         pairs_wall_s=time.perf_counter() - t_pairs,
         timed_steps=2 * len(blocks) * spec.block_steps,
-        **measure.memory(),
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        peak_device_bytes=measure.device_peak_bytes(),
         wall_s=time.perf_counter() - t_start,
     )

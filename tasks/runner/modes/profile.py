@@ -81,6 +81,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         profiled_step_times_ms=profiled,
         profile_dir=str(logdir),
         profiled_window_s=phases["profiled_window"],
-        **measure.memory(),
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        peak_device_bytes=measure.device_peak_bytes(),
         wall_s=time.perf_counter() - started.t_start,
     )

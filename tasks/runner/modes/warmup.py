@@ -43,6 +43,7 @@ def run(spec: RunnerSpec, import_s: float) -> WarmupResult:
         final_cv=res.final_cv,
         reason=res.reason,
         phases_s=phases,
-        **measure.memory(),
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        peak_device_bytes=measure.device_peak_bytes(),
         wall_s=time.perf_counter() - started.t_start,
     )
