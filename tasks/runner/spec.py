@@ -1,4 +1,4 @@
-"""What the runner is asked to do (``RunnerSpec``, JSON on disk) and how it says it failed.
+"""What the runner is asked to measure (``RunnerSpec``, JSON on disk; the request of ``tasks.runner.protocol``).
 
 Imported on both sides of the process boundary: by the stages that write a spec and by the runner
 process that reads it. Needs only pydantic, so it loads in a bare TF/GPU venv.

@@ -33,7 +33,6 @@ import time
 import zipfile
 from pathlib import Path
 
-from tasks.runner import probe
 from tasks.runner.protocol import (
     MORE,
     SCHEMA_VERSION,
@@ -245,6 +244,8 @@ def main(argv: list[str]) -> int:
         if os.environ.get("PERFWATCH_FAKE_FAIL") == raw["mode"]:
             raise RuntimeError(f"fake runner asked to fail in mode {raw['mode']} (PERFWATCH_FAKE_FAIL)")
         if raw["mode"] == "probe":
+            from tasks.runner import probe
+
             ProbeSpec.model_validate(raw)
             result: object = ProbeResult(data=probe.collect(include_tensorflow=False))
         else:
