@@ -54,7 +54,8 @@ def mismatch(runner: str, theirs: object) -> ProtocolMismatch:
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities are written as JSON's NaN/Infinity (as json.dumps does), never silently as null
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
 
 # ---------------------------------------------------------------- requests
