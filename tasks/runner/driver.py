@@ -57,18 +57,14 @@ def default_command(python: str) -> tuple[str, ...]:
     return (python, "-m", "tasks.runner")
 
 
-def stderr_tail(stderr: str | bytes | None, lines: int = 15) -> str:
-    """The last ``lines`` non-empty lines of a child's stderr (bytes decoded), or ``(nothing)``."""
-    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
-    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
-    return "\n".join(tail) if tail else "(nothing)"
-
-
-def _log_tail(path: Path) -> str:
+def _log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` non-empty lines of the runner's stderr log, ``(nothing)`` or ``(no stderr)``."""
     try:
-        return stderr_tail(path.read_text(errors="replace"))
+        text = path.read_text(errors="replace")
     except OSError:
         return "(no stderr)"
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+    return "\n".join(tail) if tail else "(nothing)"
 
 
 class RunnerProcess:
