@@ -1,5 +1,6 @@
 """Shared test helpers: ``builders`` (stage records with files), ``models`` (tiny real Keras models),
-``xplanes`` (real profiles from a TF session), ``airflow`` (a fake Airflow API server). ``ROOT`` is the checkout."""
+``xplanes`` (real profiles from a TF session), ``fake_runner`` (the runner protocol without TensorFlow),
+``airflow`` (a fake Airflow API server). ``ROOT`` is the checkout."""
 
 from pathlib import Path
 
