@@ -135,7 +135,7 @@ def _paired_process(model: str, base: str, out_dir: str, blocks: int, t0: float)
         blocks=blocks,
         block_steps=1,
     )
-    r = launch(spec, sys.executable)
+    r = launch(spec, sys.executable).model_dump(mode="json")
     return {
         "started": time.time() - t0,
         "load1": load,
@@ -180,7 +180,7 @@ def collect(path: Path) -> dict:
                 measured_steps=HISTORY_STEPS,
                 profiled_steps=0,
             )
-            r = launch(spec, sys.executable)
+            r = launch(spec, sys.executable).model_dump(mode="json")
             key = "history" if kind == "base" else "heavy_history"
             out[key].append({"started": time.time() - t0, "load1": load, "steps_ms": r["measured_step_times_ms"]})
             print(f"  {key}[{i}] load1={load:.2f} median {np.median(r['measured_step_times_ms']):.1f} ms", flush=True)

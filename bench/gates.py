@@ -332,8 +332,8 @@ def measure_true_ratio(base: Path, variant: Path, pairs: int, work: Path, python
         ),
         python,
     )
-    a = [b["a_ms"] for b in r["blocks"]]
-    b = [b["b_ms"] for b in r["blocks"]]
+    a = [b.a_ms for b in r.blocks]
+    b = [b.b_ms for b in r.blocks]
     res = stats.compare_paired(a, b, tolerance=0.05, confidence=0.95)
     return TrueRatio(
         ratio=res.ratio,

@@ -73,7 +73,7 @@ def main() -> None:
             profiled_steps=args.profiled_steps,
         )
         t0 = time.perf_counter()
-        result = launch(spec, sys.executable)
+        result = launch(spec, sys.executable).model_dump(mode="json")
         process_s = time.perf_counter() - t0
         logdir = result["profile_dir"]
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@
     matrix.py                 the YAML config and its benchmark matrix, expanded into Cases
     modelstore.py             the versioned model store (TF Serving's layout, any fsspec URI)
     runner/                   the only TensorFlow code; runs in the runner's interpreter
-                              (``python -m tasks.runner SPEC.json``, ``python -m tasks.runner.probe``)
+                              (``python -m tasks.runner SPEC.json``), and its typed protocol and driver
     analysis/                 pure functions over plain values: statistics, calibration, verdicts,
                               attribution, diagnosis, environment diffs (no database, no files)
     store/                    the SQL side: schema, engine and migrations, named queries, reads, writes
@@ -28,7 +28,7 @@ runner      nothing from tasks/ (its venv may be a bare TF/GPU one)
 analysis    records
 store       records, settings
 stages      records, settings, matrix, modelstore, analysis, store, runner
-services    records, settings, matrix, modelstore, analysis, store, stages
+services    records, settings, matrix, modelstore, analysis, store, stages, runner (its protocol)
 cli         everything; nothing in tasks/ imports it
 ==========  =========================================================
 

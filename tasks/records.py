@@ -495,7 +495,7 @@ class ProfiledRun(Record):
     #: paired gate when there is one, else of the measured steps; None when not assessed
     noise: dict[str, Any] | None = None
     #: ``infer`` mode: per-batch latency of the measured batches, ``p50``/``p90``/``p99``/``max`` (ms, our
-    #: timer) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.process.latency_summary``)
+    #: timer) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.measure.latency_summary``)
     latency_ms: dict[str, float] | None = None
 
 

@@ -16,6 +16,7 @@ under load (figures beside :data:`TIMEOUT_DEFAULTS`), and the two measuring stag
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,9 @@ class Settings:
             default ``<home>/work``).
         runner_python: interpreter that runs ``python -m tasks.runner`` — the only place
             TensorFlow is imported (``PERFWATCH_RUNNER_PYTHON``, default this interpreter).
+        runner_command: the command that starts the runner, ``SPEC.json`` appended (``PERFWATCH_RUNNER_COMMAND``,
+            split like a shell line, e.g. ``docker run -i --gpus all IMAGE python -m tasks.runner``; default
+            ``<runner_python> -m tasks.runner``; ``tasks.runner.driver.RunnerProcess``).
         config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``,
             default ``config/perfwatch.yaml`` in the project).
         timeout_env: the ``PERFWATCH_*_TIMEOUT_S`` variables as set (``PERFWATCH_FINGERPRINT_TIMEOUT_S``,
@@ -88,6 +92,7 @@ class Settings:
     work_root: Path
     runner_python: str
     config_path: Path
+    runner_command: tuple[str, ...]
     timeout_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -96,13 +101,16 @@ class Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env.get("PERFWATCH_HOME") or Path.home() / ".perfwatch").expanduser().resolve()
         project = Path(__file__).resolve().parent.parent
+        runner_python = env.get("PERFWATCH_RUNNER_PYTHON") or sys.executable
         return cls(
             home=home,
             database_url=env.get("PERFWATCH_DATABASE_URL") or f"sqlite:///{home / 'perfwatch.db'}",
             model_store=env.get("PERFWATCH_MODEL_STORE") or str(home / "models"),
             archive_root=env.get("PERFWATCH_ARCHIVE") or str(home / "archive"),
             work_root=Path(env.get("PERFWATCH_WORK") or home / "work"),
-            runner_python=env.get("PERFWATCH_RUNNER_PYTHON") or sys.executable,
+            runner_python=runner_python,
+            runner_command=tuple(shlex.split(env.get("PERFWATCH_RUNNER_COMMAND") or ""))
+            or (runner_python, "-m", "tasks.runner"),
             config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
             timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
         )

@@ -34,7 +34,7 @@ themselves were disturbed, and an uncapped one (0.062-0.072 learnt under load on
 widened every later interval to about +-20%, after which no gate could decide anything.
 
 Noise awareness (:func:`assess_noise`): a measurement is judged against documented bounds on the
-host's load while it ran (``tasks.runner.process.HostLoad``) and, for a paired gate, on its own noise
+host's load while it ran (``tasks.runner.measure.HostLoad``) and, for a paired gate, on its own noise
 (the robust per-pair scale of its log ratios, 1.4826 x MAD: ``tasks.analysis.stats.noise_scale``)
 against the calibrated noise of the case (:func:`calibrated_noise`: the median of that scale over the
 newest quiet gates of the case and environment). Beyond a bound the

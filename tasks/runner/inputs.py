@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,6 +252,7 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
             f"input_fn {ref!r}: module {mod_name!r} has no callable {fn_name!r}"
             + ("" if fn is None else f" (it is a {type(fn).__name__})")
         )
+    accepted: Mapping[str, inspect.Parameter]
     try:
         accepted = inspect.signature(fn).parameters
     except (TypeError, ValueError):

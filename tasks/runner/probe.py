@@ -185,6 +185,8 @@ def _tf_native(pkg: Path, module: str) -> Any:
     if path is None:
         raise FileNotFoundError(f"no extension module {where}.so in the TensorFlow package")
     spec = importlib.util.spec_from_file_location(full, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the extension module {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[full] = mod
@@ -200,7 +202,7 @@ def _tensorflow_section(include: bool) -> dict:
             marker = ABSENT if pkg is None else None
         except Exception as exc:  # noqa: BLE001 - a broken TF install is recorded, not raised
             marker = _unknown(exc)
-    if marker is not None:
+    if marker is not None or pkg is None:
         return {**dict.fromkeys(_TF_FIELDS, marker), "build": dict.fromkeys(_TF_BUILD_KEYS, marker)}
     out: dict[str, Any] = {"version": _safe(_tf_version, pkg), "xla_jit": "off"}
     for field, (module, fn) in _TF_NATIVE.items():

@@ -1,33 +1,31 @@
 """Progress of the runner's long phases: emitted by the runner process, relayed by its parent.
 
-The runner (``tasks.runner.process``) writes one stdout line per event, :data:`PROGRESS_PREFIX` + JSON
-(stdout because the paired mode's parent already reads it; ``tasks.runner.session`` and
-``tasks.runner.launch`` pick these lines out and skip every other one). An event is a dict:
-``phase`` (``start``, ``warm-up``, ``measure``, ``profile``, ``paired``, a paired run's ``warm-up A`` /
-``warm-up B``), ``n`` steps done of ``of`` (None when open-ended), and where known ``median_ms`` (running
-median step time so far, ms), ``cv`` (coefficient of variation of the warm-up's last window, a
-fraction), ``cv_max`` (the steady threshold), ``round`` (paired gate round), ``text``. Counted phases are
-reported about every 10% of their steps or every :data:`EVERY_S` seconds, whichever comes first, and at
-their end.
+The runner (``tasks.runner.modes``) writes each event as a protocol line on stdout
+(``tasks.runner.protocol.ProgressEvent``; the parent's ``tasks.runner.driver`` reads them, with the round
+events of a paired gate). An event's fields: ``phase`` (``start``, ``warm-up``, ``measure``, ``profile``,
+``paired``, a paired run's ``warm-up A`` / ``warm-up B``), ``n`` steps done of ``of`` (None when open-ended),
+and where known ``median_ms`` (running median step time so far, ms), ``cv`` (coefficient of variation of the
+warm-up's last window, a fraction), ``cv_max`` (the steady threshold), ``round`` (paired gate round), ``text``.
+Counted phases are reported about every 10% of their steps or every :data:`EVERY_S` seconds, whichever comes
+first, and at their end.
 
-The parent hands each event to the current reporter (:func:`report`): by default a log line on the
-``tasks.runner.progress`` logger (what an Airflow task log shows), or a rich progress bar on a
+The parent hands each event (a dict of the fields set) to the current reporter (:func:`report`): by default a
+log line on the ``tasks.runner.progress`` logger (what an Airflow task log shows), or a rich progress bar on a
 terminal (:class:`RichProgress`, used by ``perfwatch run``). Imports nothing else from ``tasks``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-#: prefix of the runner's progress lines on stdout; the JSON object follows it
-PROGRESS_PREFIX = "PERFWATCH_PROGRESS "
+from tasks.runner.protocol import ProgressEvent, event_line
+
 #: longest silence (s) between two progress lines of a counted phase
 EVERY_S = 5.0
 
@@ -39,9 +37,13 @@ Event = dict[str, Any]
 
 
 def emit(phase: str, *, stream: IO[str] | None = None, **fields: Any) -> None:
-    """Write one progress line (``PROGRESS_PREFIX`` + JSON of ``{"phase": phase, **fields}``) and flush."""
+    """Write one progress event (``tasks.runner.protocol.ProgressEvent``: ``phase`` and ``fields``) and flush.
+
+    Raises:
+        pydantic.ValidationError: a field the event does not have, or of the wrong type.
+    """
     out = stream or sys.stdout
-    out.write(PROGRESS_PREFIX + json.dumps({"phase": phase, **fields}) + "\n")
+    out.write(event_line(ProgressEvent(phase=phase, **fields)))
     out.flush()
 
 
@@ -97,17 +99,6 @@ def run_steps(phase: str, step: Callable[[], float], n: int, **fields: Any) -> l
 # ---------------------------------------------------------------- parent side
 
 
-def parse_line(line: str) -> Event | None:
-    """The event of a progress line, or None for any other line (or a malformed progress line)."""
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
-    try:
-        event = json.loads(line[len(PROGRESS_PREFIX) :])
-    except json.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) and isinstance(event.get("phase"), str) else None
-
-
 def describe(event: Event) -> str:
     """One line for people, e.g. ``measure: 50/100 steps, running median 41.20 ms`` or
     ``warm-up: step 12 (at most 60), CV 8.3% (steady below 5.0%)``."""
@@ -154,13 +145,6 @@ def reporting(reporter: Callable[[Event], None]) -> Iterator[None]:
         yield
     finally:
         _reporter = previous
-
-
-def relay(lines: Iterable[str]) -> None:
-    """Report the progress events among a runner's stdout ``lines`` (other lines are skipped)."""
-    for line in lines:
-        if (event := parse_line(line)) is not None:
-            report(event)
 
 
 class RichProgress:

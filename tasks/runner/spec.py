@@ -1,4 +1,4 @@
-"""What the runner is asked to do (``RunnerSpec``, JSON on disk) and how it says it failed.
+"""What the runner is asked to measure (``RunnerSpec``, JSON on disk; the request of ``tasks.runner.protocol``).
 
 Imported on both sides of the process boundary: by the stages that write a spec and by the runner
 process that reads it. Needs only pydantic, so it loads in a bare TF/GPU venv.
@@ -10,12 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tasks.runner.protocol import SCHEMA_VERSION, RunnerError
+
 
 class RunnerSpec(BaseModel):
     """What the runner is asked to do; written by the warm-up and profiled-run stages."""
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: int = SCHEMA_VERSION  # tasks.runner.protocol: a runner of another version refuses it
     mode: Literal["warmup", "profile", "paired"]
     model_path: str  # paired mode: the candidate (B)
     out_dir: str
@@ -32,8 +35,8 @@ class RunnerSpec(BaseModel):
     block_steps: int = Field(10, ge=1, le=10_000)  # paired mode: timed steps per block
     blocks: int = Field(8, ge=2, le=100_000)  # paired mode: block pairs at most, the step budget (Case allows 100000)
     # paired mode: block pairs per round. None: all ``blocks`` pairs in one go (a fixed gate). Set: after
-    # every round the runner writes the round as one ``ROUND_PREFIX`` JSON line on stdout and reads one
-    # command line on stdin (``more`` or ``stop``), until the parent says stop or ``blocks`` are done.
+    # every round the runner writes a round event on stdout (``tasks.runner.protocol.RoundEvent``) and reads
+    # one command line on stdin (``more`` or ``stop``), until the parent says stop or ``blocks`` are done.
     round_pairs: int | None = Field(None, ge=1, le=100_000)
     # What is measured (the Case fields of the same names, ``tasks.records.Case``; plain values here so
     # the runner needs only pydantic): the step kind, how inputs are fed, and the execution options.
@@ -58,11 +61,4 @@ class RunnerSpec(BaseModel):
         return self
 
 
-#: prefix of the runner's per-round lines on stdout (paired mode with rounds); the JSON object follows it
-ROUND_PREFIX = "PERFWATCH_ROUND "
-#: the commands the parent answers a round with, one per line on the runner's stdin
-MORE, STOP = "more", "stop"
-
-
-class RunnerError(RuntimeError):
-    """The runner failed; the message names the model and what went wrong."""
+__all__ = ["RunnerError", "RunnerSpec"]

@@ -52,6 +52,7 @@ from tasks.records import (
     WarmupRecord,
     canonical_version,
 )
+from tasks.runner.protocol import ExternalSamples, write_result
 from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
@@ -241,16 +242,7 @@ def ingest_profile(
         n = len(steps)
         ctx = ctx.model_copy(update={"case": case.model_copy(update={"measured_steps": n, "profiled_steps": n})})
         median = statistics.median(steps)
-        (work / "samples.json").write_text(
-            json.dumps(
-                {
-                    "measured_step_times_ms": steps,
-                    "warmup_step_times_ms": [],
-                    "profiled_step_times_ms": [],
-                    "step_time_source": "xprof",
-                }
-            )
-        )
+        write_result(work / "samples.json", ExternalSamples(measured_step_times_ms=steps, step_time_source="xprof"))
         env = external_environment(tables)
         run = ExternalRun(
             work_dir=str(work),

@@ -45,6 +45,7 @@ from tasks.records import (
     WarmupRecord,
     safe_name,
 )
+from tasks.runner.protocol import load_json
 from tasks.store.reads import RunLocation, stored_run
 from tasks.store.writes import SuccessAlreadyStored, store_run
 
@@ -204,7 +205,7 @@ def archive_run(
     done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
     if done is not None and done.status == "success":
         return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
-    samples = json.loads(Path(run.samples_path).read_text())
+    samples = load_json(run.samples_path)  # the whole result, version-checked: the store keeps what it names
     parsed_tables: dict[str, Any] = json.loads(Path(parsed.parsed_path).read_text())
     xplanes = sorted(Path(run.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
     gx_result = (

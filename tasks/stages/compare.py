@@ -56,6 +56,7 @@ from tasks.analysis import calibration, sequential
 from tasks.analysis.attribution import attribute_against_run
 from tasks.analysis.verdict import Decision, decide
 from tasks.records import Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
+from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
 from tasks.stages.profiled_run import read_paired
 from tasks.store import reads
@@ -130,7 +131,7 @@ def baseline_compare(
         ValueError: the paired result (``run.paired_path``) holds no blocks, unequal block counts or a
             NaN/non-positive step time (names ``a_blocks[i]``/``b_blocks[i]`` and the index).
     """
-    measured: list[float] = json.loads(Path(run.samples_path).read_text())["measured_step_times_ms"]
+    measured = read_view(run.samples_path, StepSamples).measured_step_times_ms
     inputs = reads.gather_compare_inputs(
         db_url,
         case.model,

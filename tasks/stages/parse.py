@@ -45,6 +45,7 @@ from tasks.analysis.profile import (
     cross_check,
 )
 from tasks.records import ParseRecord, ProfiledRun
+from tasks.runner.protocol import StepSamples, read_view
 
 OVERVIEW, OP_STATS, INPUT_PIPELINE, MEMORY, KERNELS = (
     "overview_page",
@@ -467,12 +468,13 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     collective time per step (``tasks.analysis.collectives``; None where the profile has none).
 
     Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), OSError when the runner's
-    samples file is missing or unreadable, and ValueError when it lacks the measured or profiled step times
+    samples file is missing or unreadable, ``tasks.runner.protocol.ProtocolMismatch`` when it is of another
+    protocol version, and ValueError when it lacks the measured or profiled step times
     (names the file and the key) or holds a non-positive one.
     """
-    samples = json.loads(Path(run.samples_path).read_text())
-    if samples.get("profile_absent_reason"):  # the runner ran no profiler window (a tflite run)
-        return _no_profile(samples["profile_absent_reason"], work_dir)
+    samples = read_view(run.samples_path, StepSamples)
+    if samples.profile_absent_reason:  # the runner ran no profiler window (a tflite run)
+        return _no_profile(samples.profile_absent_reason, work_dir)
     parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
     if parsed.avg_step_time_ms is None:  # xprof found no steps, though the runner marks every profiled step
         try:
@@ -488,12 +490,15 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
                     ]
                 }
             )
-    for key in ("measured_step_times_ms", "profiled_step_times_ms"):
-        if not samples.get(key):
+    for key, times in (
+        ("measured_step_times_ms", samples.measured_step_times_ms),
+        ("profiled_step_times_ms", samples.profiled_step_times_ms),
+    ):
+        if not times:
             raise ValueError(f"{run.samples_path}: no {key!r} (expected the runner's profile-mode result)")
     check = cross_check(
-        samples["measured_step_times_ms"],
-        samples["profiled_step_times_ms"],
+        samples.measured_step_times_ms,
+        samples.profiled_step_times_ms,
         [s["step_time_ms"] for s in parsed.step_breakdown],
         profiler_avg_step_ms=parsed.avg_step_time_ms,
     )

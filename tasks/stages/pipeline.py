@@ -276,15 +276,17 @@ pull = _stage("pull-model-version", "pulled", _pull)
 
 
 def _fingerprint(b: Bundle, ctx: RunContext, st: Settings) -> EnvRecord:
+    from tasks.runner import RunnerProcess
     from tasks.stages.fingerprint import take_fingerprint_in
 
-    return EnvRecord(**take_fingerprint_in(st.runner_python).model_dump())
+    return EnvRecord(**take_fingerprint_in(RunnerProcess(st.runner_command)).model_dump())
 
 
 fingerprint = _stage("env-fingerprint", "env", _fingerprint)
 
 
 def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
+    from tasks.runner import RunnerProcess
     from tasks.stages.warmup import reusable_warm_up, warm_up
 
     pulled = PulledModel.model_validate(b["pulled"])
@@ -298,7 +300,7 @@ def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
             ctx.case.warmup_reuse_days,
         )
         return reused
-    return warm_up(pulled, ctx.case, work_dir(st, ctx), st.runner_python)
+    return warm_up(pulled, ctx.case, work_dir(st, ctx), RunnerProcess(st.runner_command))
 
 
 warmup = _stage("warm-up", "warmup", _warmup)
@@ -323,6 +325,7 @@ def pull_paired_baseline(
 
 
 def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
+    from tasks.runner import RunnerProcess
     from tasks.stages.profiled_run import gate_setup, profiled_run
 
     pulled = PulledModel.model_validate(b["pulled"])
@@ -334,7 +337,7 @@ def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
         ctx.case,
         WarmupRecord.model_validate(b["warmup"]),
         work_dir(st, ctx),
-        st.runner_python,
+        RunnerProcess(st.runner_command),
         baseline=baseline,
         setup=setup,
     )

@@ -18,7 +18,7 @@ the runner's result (``gate``), so baseline-compare recomputes the very interval
 gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look at the end.
 
 Noise: the runner records the host's load during the measured steps and the paired phase
-(``tasks.runner.process.HostLoad``); this stage judges it, with the gate's own pair noise against
+(``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
 the case's calibrated noise, by ``tasks.analysis.verdict.judge_noise`` and records the result in
 ``ProfiledRun.noise``, the one judgement of it: baseline-compare applies it (the verdict becomes
 ``inconclusive``, "host busy: ...", when a bound is passed).
@@ -29,18 +29,25 @@ model load, cold step and warm-up per version (stated in the verdict's ``evidenc
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tasks.analysis import calibration, sequential
 from tasks.analysis.verdict import PairedBlocks, judge_noise
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
-from tasks.runner import RunnerError, RunnerSpec, launch
-from tasks.runner.session import run_rounds
+from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
+from tasks.runner.driver import as_runner
+from tasks.runner.protocol import (
+    BlockPair,
+    PairedResult,
+    PairedSamples,
+    ProfileResult,
+    RoundEvent,
+    read_view,
+    write_result,
+)
 from tasks.stages.warmup import case_options, limit_after_warmup, xla_cache_dir
 from tasks.store import reads
 
@@ -89,22 +96,22 @@ def gate_design(case: Case, offset_sd: float) -> sequential.Design | None:
     )
 
 
-def _check_blocks(blocks: list[dict[str, Any]], case: Case, first: int = 0) -> None:
+def _check_blocks(blocks: list[BlockPair], case: Case, first: int = 0) -> None:
     for i, b in enumerate(blocks, start=first):
-        for who, key in (("A (baseline)", "a_ms"), ("B (candidate)", "b_ms")):
-            if len(b[key]) < case.paired_block_steps:
+        for who, times in (("A (baseline)", b.a_ms), ("B (candidate)", b.b_ms)):
+            if len(times) < case.paired_block_steps:
                 raise RunnerError(
-                    f"paired block {i} of {who} has {len(b[key])} steps, {case.paired_block_steps} were asked"
+                    f"paired block {i} of {who} has {len(times)} steps, {case.paired_block_steps} were asked"
                 )
-            bad = [(j, t) for j, t in enumerate(b[key]) if not t > 0]
+            bad = [(j, t) for j, t in enumerate(times) if not t > 0]
             if bad:
                 raise RunnerError(
                     f"paired block {i} of {who}: non-positive or NaN step time(s) at (index, ms) {bad[:5]}"
                 )
 
 
-def _log_ratio(block: dict[str, Any]) -> float:
-    return math.log(statistics.median(block["b_ms"]) / statistics.median(block["a_ms"]))
+def _log_ratio(block: BlockPair) -> float:
+    return math.log(statistics.median(block.b_ms) / statistics.median(block.a_ms))
 
 
 def paired_run(
@@ -113,13 +120,14 @@ def paired_run(
     case: Case,
     warmup: WarmupRecord,
     work_dir: str | Path,
-    runner_python: str,
+    runner: RunnerProcess | str,
     timeout_s: float | None = None,
     *,
     setup: GateSetup | None = None,
 ) -> tuple[str, float]:
     """Run the paired (A/B) gate in ``<work_dir>/paired``: A = ``baseline``, B = ``pulled`` (module docstring).
 
+    ``runner``: how the runner is started (``RunnerProcess``; an interpreter path: its ``-m tasks.runner``).
     Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
     The runner's result gets a ``gate`` record: ``design`` (``sequential.Design`` fields, None for a
     fixed gate), ``look_pairs`` (pairs at each look), ``offset`` and ``calibrated_noise`` (``setup``).
@@ -149,38 +157,34 @@ def paired_run(
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     looks: list[int] = []
     if design is None:
-        r = launch(spec, runner_python, limit, limit_note=how)
-        if len(r["blocks"]) < case.paired_blocks:
-            raise RunnerError(f"paired runner returned {len(r['blocks'])} block pairs, {case.paired_blocks} were asked")
-        _check_blocks(r["blocks"], case)
-        looks.append(len(r["blocks"]))
+        r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
+        if len(r.blocks) < case.paired_blocks:
+            raise RunnerError(f"paired runner returned {len(r.blocks)} block pairs, {case.paired_blocks} were asked")
+        _check_blocks(r.blocks, case)
+        looks.append(len(r.blocks))
     else:
         d: list[float] = []
 
-        def on_round(info: dict[str, Any]) -> bool:
-            _check_blocks(info["blocks"], case, first=len(d))
-            d.extend(_log_ratio(b) for b in info["blocks"])
-            if len(d) < sequential.MIN_LOOK_PAIRS and not info.get("final"):
+        def on_round(info: RoundEvent) -> bool:
+            _check_blocks(info.blocks, case, first=len(d))
+            d.extend(_log_ratio(b) for b in info.blocks)
+            if len(d) < sequential.MIN_LOOK_PAIRS and not info.final:
                 return True
             looks.append(len(d))
             return sequential.look(d, looks, design).verdict == "inconclusive"
 
-        r = run_rounds(spec, runner_python, on_round, limit, limit_note=how)
-        if len(r["blocks"]) != len(d):
-            raise RunnerError(
-                f"paired runner's result holds {len(r['blocks'])} block pairs but its rounds held {len(d)}"
-            )
-    r["gate"] = {
+        r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how, on_round=on_round)
+        if len(r.blocks) != len(d):
+            raise RunnerError(f"paired runner's result holds {len(r.blocks)} block pairs but its rounds held {len(d)}")
+    gate = {
         "design": design.model_dump(mode="json") if design else None,
         "look_pairs": looks,
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
     }
     path = out / "result.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(r))
-    tmp.replace(path)
-    return str(path), float(r["wall_s"])
+    write_result(path, r.model_copy(update={"gate": gate}))
+    return str(path), r.wall_s
 
 
 def read_paired(path: str | Path) -> PairedBlocks:
@@ -190,27 +194,28 @@ def read_paired(path: str | Path) -> PairedBlocks:
 
     Raises:
         ValueError: the file holds no ``blocks`` (names the path).
+        tasks.runner.protocol.ProtocolMismatch: the file is of another protocol version.
     """
-    r = json.loads(Path(path).read_text())
-    blocks = r.get("blocks")
+    r = read_view(path, PairedSamples)
+    blocks = r.blocks
     if not blocks:
         raise ValueError(f"{path}: paired result holds no 'blocks' (expected the runner's paired-mode output)")
     layout = {
         "blocks": len(blocks),
-        "block_steps": r.get("block_steps"),
-        "timed_steps": r.get("timed_steps"),
-        "wall_s": r.get("wall_s"),
-        "pairs_wall_s": r.get("pairs_wall_s"),
-        "orders": "".join(b["order"] for b in blocks),
-        "stopped_by": r.get("stopped_by"),
-        "rounds": len(r.get("rounds") or []) or None,
+        "block_steps": r.block_steps,
+        "timed_steps": r.timed_steps,
+        "wall_s": r.wall_s,
+        "pairs_wall_s": r.pairs_wall_s,
+        "orders": "".join(b.order for b in blocks),
+        "stopped_by": r.stopped_by,
+        "rounds": len(r.rounds or []) or None,
     }
     return PairedBlocks(
-        a=[b["a_ms"] for b in blocks],
-        b=[b["b_ms"] for b in blocks],
+        a=[b.a_ms for b in blocks],
+        b=[b.b_ms for b in blocks],
         layout=layout,
-        gate=r.get("gate"),
-        host_load=r.get("host_load"),
+        gate=r.gate,
+        host_load=r.host_load,
     )
 
 
@@ -219,7 +224,7 @@ def profiled_run(
     case: Case,
     warmup: WarmupRecord,
     work_dir: str | Path,
-    runner_python: str,
+    runner: RunnerProcess | str,
     timeout_s: float | None = None,
     *,
     baseline: PulledModel | None = None,
@@ -256,40 +261,38 @@ def profiled_run(
     limit, how = limit_after_warmup(
         "profiled-run", warmup, warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s
     )
-    r = launch(spec, runner_python, limit, limit_note=how)
-    measured = r["measured_step_times_ms"]
+    r = as_runner(runner).run(spec, ProfileResult, limit, limit_note=how)
+    measured = r.measured_step_times_ms
     if len(measured) < case.measured_steps:
         raise RunnerError(f"runner returned {len(measured)} measured steps, {case.measured_steps} were asked")
     bad = [(i, t) for i, t in enumerate(measured) if not t > 0]
     if bad:
         raise RunnerError(f"non-positive or NaN measured step time(s) at (index, ms) {bad[:5]}")
-    xplanes = sorted(Path(r["profile_dir"]).glob("plugins/profile/*/*.xplane.pb"))
-    if not xplanes and not r.get("profile_absent_reason"):  # a tflite run has no profiler window, and says so
-        raise RunnerError(f"the profiler wrote no *.xplane.pb under {r['profile_dir']}/plugins/profile/*/")
+    xplanes = sorted(Path(r.profile_dir).glob("plugins/profile/*/*.xplane.pb"))
+    if not xplanes and not r.profile_absent_reason:  # a tflite run has no profiler window, and says so
+        raise RunnerError(f"the profiler wrote no *.xplane.pb under {r.profile_dir}/plugins/profile/*/")
     median = statistics.median(measured)
-    prof_median = statistics.median(r["profiled_step_times_ms"]) if r["profiled_step_times_ms"] else None
+    prof_median = statistics.median(r.profiled_step_times_ms) if r.profiled_step_times_ms else None
     paired_path = paired_wall = None
     paired: PairedBlocks | None = None
     if baseline is not None:
-        paired_path, paired_wall = paired_run(
-            pulled, baseline, case, warmup, work_dir, runner_python, timeout_s, setup=setup
-        )
+        paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup)
         paired = read_paired(paired_path)
-    noise = judge_noise(case, r.get("host_load"), paired, offset=setup.offset, calibrated=setup.noise)
+    noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise)
     return ProfiledRun(
         work_dir=str(work_dir),
         samples_path=str(out / "result.json"),
-        profile_dir=r["profile_dir"],
+        profile_dir=r.profile_dir,
         measured_steps=len(measured),
         median_step_ms=median,
         throughput_eps=case.batch_size / (median / 1000.0),
         profile_overhead_ratio=None if prof_median is None else prof_median / median,
-        peak_rss_bytes=r["peak_rss_bytes"],
-        peak_device_bytes=r["peak_device_bytes"],
-        wall_s=r["wall_s"],
+        peak_rss_bytes=r.peak_rss_bytes,
+        peak_device_bytes=r.peak_device_bytes,
+        wall_s=r.wall_s,
         paired_path=paired_path,
         baseline_model=baseline,
         paired_wall_s=paired_wall,
         noise=noise.model_dump(mode="json"),
-        latency_ms=r.get("latency_ms"),
+        latency_ms=r.latency_ms.model_dump() if r.latency_ms else None,
     )

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.records import Case, PulledModel, WarmupRecord
-from tasks.runner import RunnerSpec, launch
+from tasks.runner import RunnerProcess, RunnerSpec
+from tasks.runner.driver import as_runner
+from tasks.runner.protocol import WarmupResult
 from tasks.settings import RunnerStage, Settings
 from tasks.store import reads
 
@@ -52,10 +54,15 @@ def xla_cache_dir(case: Case, work_dir: str | Path) -> str | None:
 
 
 def warm_up(
-    pulled: PulledModel, case: Case, work_dir: str | Path, runner_python: str, timeout_s: float | None = None
+    pulled: PulledModel,
+    case: Case,
+    work_dir: str | Path,
+    runner: RunnerProcess | str,
+    timeout_s: float | None = None,
 ) -> WarmupRecord:
     """Run the warm-up in ``<work_dir>/warmup`` and return its record (our timer, ms).
 
+    ``runner``: how the runner is started (``RunnerProcess``; an interpreter path: its ``-m tasks.runner``).
     ``timeout_s`` (s) defaults to ``PERFWATCH_WARMUP_TIMEOUT_S`` (``tasks.settings.TIMEOUT_DEFAULTS``).
 
     Raises:
@@ -76,14 +83,14 @@ def warm_up(
         warmup_max_steps=case.warmup_max_steps,
         xla_cache_dir=xla_cache_dir(case, work_dir),
     )
-    r = launch(spec, runner_python, timeout_s, limit_note=how)
+    r = as_runner(runner).run(spec, WarmupResult, timeout_s, limit_note=how)
     return WarmupRecord(
-        warmup_steps=r["warmup_steps"],
-        steady=r["steady"],
-        final_cv=r["final_cv"],
-        cold_step_ms=r["cold_step_ms"],
-        step_times_ms=r["warmup_step_times_ms"],
-        wall_s=r["wall_s"],
+        warmup_steps=r.warmup_steps,
+        steady=r.steady,
+        final_cv=r.final_cv,
+        cold_step_ms=r.cold_step_ms,
+        step_times_ms=r.warmup_step_times_ms,
+        wall_s=r.wall_s,
     )
 
 

@@ -338,7 +338,7 @@ def store_run(
 
 
 RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature", "latency_ms")
-"""What the runner's result says it measured (``tasks.runner.process``), kept as the run's ``run_tables``
+"""What the runner's result says it measured (``tasks.runner.protocol``), kept as the run's ``run_tables``
 row ``inputs``: the step kind, per input the shape fed (batch dimension first), dtype and value range,
 ``synthetic`` or the ``input_fn``, Keras ``safe_mode``, the SavedModel signature, and in ``infer`` mode
 the per-batch latency percentiles (ms) and throughput (examples/s)."""

@@ -29,6 +29,7 @@ from tasks.records import (
     RunContext,
     WarmupRecord,
 )
+from tasks.runner.protocol import SCHEMA_VERSION
 from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
@@ -43,6 +44,7 @@ def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m"
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "host.xplane.pb").write_bytes(b"xplane-bytes")
     samples = {
+        "schema_version": SCHEMA_VERSION,
         "measured_step_times_ms": [median + i * 0.01 for i in range(10)],
         "warmup_step_times_ms": [20.0, 15.0],
         "profiled_step_times_ms": [11.0, 12.0],
@@ -239,6 +241,7 @@ def _paired_file(path, ratio, *, budget=64, steps=1, sd=0.03, seed=0, bad=None, 
     path.write_text(
         json.dumps(
             {
+                "schema_version": SCHEMA_VERSION,
                 "mode": "paired",
                 "blocks": blocks,
                 "block_steps": steps,

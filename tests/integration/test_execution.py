@@ -25,7 +25,7 @@ def _profile(tmp_path, model, monkeypatch=None, **kw):
         profiled_steps=2,
         **kw,
     )
-    return launch(spec, sys.executable, 900)
+    return launch(spec, sys.executable, 900).model_dump(mode="json")
 
 
 def _op_types(profile_dir) -> set[str]:
@@ -107,7 +107,7 @@ def test_the_profiled_run_loads_what_the_warm_up_compiled(model_files, tmp_path)
         warmup_window=3,
         warmup_max_steps=6,
     )
-    w = launch(warm, sys.executable, 900)
+    w = launch(warm, sys.executable, 900).model_dump(mode="json")
     entries = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     assert entries and w["xla_cache"] == {"dir": str(cache), "entries_before": 0, "entries_after": len(entries)}
     r = _profile(tmp_path, model_files["tiny"], xla=True, xla_cache_dir=str(cache))

@@ -15,6 +15,7 @@ from tasks.analysis import attribution
 from tasks.analysis.attribution import top_ops_text
 from tasks.analysis.profile import OP_STATS_COLUMNS, STEP_COLUMNS, cross_check
 from tasks.cli.compare import ComparisonUnavailable, compare_versions
+from tasks.runner.protocol import SCHEMA_VERSION
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.stages.parse import parse_run
@@ -249,7 +250,11 @@ def test_every_tool_table_of_a_real_profile_is_queryable_per_run(db_url, tmp_pat
     shutil.copytree(prof.logdir, run.profile_dir)
     Path(run.samples_path).write_text(
         json.dumps(
-            {"measured_step_times_ms": [10.0 + i * 0.01 for i in range(10)], "profiled_step_times_ms": prof.step_ms}
+            {
+                "schema_version": SCHEMA_VERSION,
+                "measured_step_times_ms": [10.0 + i * 0.01 for i in range(10)],
+                "profiled_step_times_ms": prof.step_ms,
+            }
         )
     )
     parsed = parse_run(run, tmp_path / "real" / "work")

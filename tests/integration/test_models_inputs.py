@@ -76,7 +76,7 @@ def _run(model: Path, tmp_path: Path, mode: str = "warmup", **options) -> dict:
         out_dir=str(tmp_path / f"out{len(list(tmp_path.iterdir()))}"),
         **{"batch_size": 2, **steps, **options},
     )
-    return launch(spec, sys.executable, 600)
+    return launch(spec, sys.executable, 600).model_dump(mode="json")
 
 
 # ------------------------------------------------------------------ input resolution, no TensorFlow
@@ -209,7 +209,7 @@ def test_export_only_savedmodel_train_says_use_infer_and_infer_works(zoo, tmp_pa
         ),
         sys.executable,
         600,
-    )
+    ).model_dump(mode="json")
     assert paired["case_mode"] == "infer" and [len(b["a_ms"]) for b in paired["blocks"]] == [1, 1]
 
 

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 
 from tasks.analysis.calibration import DEFAULT_PAIRED_OFFSET_SD
 from tasks.records import Case, RunContext
-from tasks.runner import RunnerError, RunnerSpec, launch
-from tasks.runner.session import run_rounds
+from tasks.runner import RunnerError, RunnerSpec, launch, run_rounds
 from tasks.settings import Settings
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
@@ -183,7 +182,7 @@ def test_runner_paired_mode_abba_on_tiny_models(model_files, tmp_path):
         blocks=4,
         block_steps=3,
     )
-    r = launch(spec, sys.executable)
+    r = launch(spec, sys.executable).model_dump(mode="json")
     assert [b["order"] for b in r["blocks"]] == ["AB", "BA", "AB", "BA"] and r["timed_steps"] == 24
     assert r["first_built"] in ("A", "B")  # drawn per gate (issue 12: the version set up first ran faster)
     assert all(len(b["a_ms"]) == len(b["b_ms"]) == 3 for b in r["blocks"])
@@ -201,7 +200,7 @@ def test_parent_drives_the_runner_round_by_round(model_files, tmp_path):
     seen = []
 
     def stop_after_two(info):
-        seen.append(info)
+        seen.append(info.model_dump(mode="json"))
         return len(seen) < 2
 
     spec = RunnerSpec(
@@ -215,14 +214,14 @@ def test_parent_drives_the_runner_round_by_round(model_files, tmp_path):
         block_steps=1,
         round_pairs=4,
     )
-    r = run_rounds(spec, sys.executable, stop_after_two, 600)
+    r = run_rounds(spec, sys.executable, stop_after_two, 600).model_dump(mode="json")
     assert [x["pairs"] for x in seen] == [4, 8] and [len(x["blocks"]) for x in seen] == [4, 4]
     assert r["stopped_by"] == "parent" and len(r["blocks"]) == 8 and r["timed_steps"] == 16
     assert [b["pair"] for b in r["blocks"]] == list(range(8)) and len(r["rounds"]) == 2
     assert all({"other_cpu_share", "steal_share", "load1_start", "load1_end"} <= set(x["host_load"]) for x in seen)
     full = run_rounds(
         spec.model_copy(update={"blocks": 6, "out_dir": str(tmp_path / "f")}), sys.executable, lambda info: True, 600
-    )
+    ).model_dump(mode="json")
     assert full["stopped_by"] == "budget" and len(full["blocks"]) == 6 and full["rounds"][-1]["final"] is True
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from tasks.analysis.profile import OP_STATS_COLUMNS, STEP_COLUMNS, ParsedProfile, cross_check
 from tasks.records import ProfiledRun
+from tasks.runner.protocol import SCHEMA_VERSION
 from tasks.stages.parse import (
     ALL_TOOLS,
     ProfileNotFoundError,
@@ -261,7 +262,7 @@ def _measured_around(center_ms: float, n: int = 39) -> list[float]:
 
 def _profiled(tmp_path: Path, prof, measured: list[float] | None) -> ProfiledRun:
     samples = tmp_path / "result.json"
-    data = {"profiled_step_times_ms": prof.step_ms}
+    data = {"schema_version": SCHEMA_VERSION, "profiled_step_times_ms": prof.step_ms}
     if measured is not None:
         data["measured_step_times_ms"] = measured
     samples.write_text(json.dumps(data))

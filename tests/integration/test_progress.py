@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tasks.runner import progress
-from tasks.runner.launch import launch
-from tasks.runner.session import run_rounds
-from tasks.runner.spec import ROUND_PREFIX, RunnerSpec
+from tasks.runner import progress, protocol
+from tasks.runner.driver import launch, run_rounds
+from tasks.runner.protocol import EVENT_PREFIX, ProfileResult
+from tasks.runner.spec import RunnerSpec
 
 
 def emitted(stream: io.StringIO) -> list[dict]:
-    return [progress.parse_line(ln) for ln in stream.getvalue().splitlines()]
+    return [protocol.parse_event(ln).fields() for ln in stream.getvalue().splitlines()]
 
 
 def test_ticker_reports_every_tenth_with_the_running_median():
@@ -47,12 +47,16 @@ def test_ticker_reports_after_a_silence_even_between_tenths():
 
 
 def test_parse_and_describe():
-    assert progress.parse_line("epoch 1/3 ...") is None
-    assert progress.parse_line(progress.PROGRESS_PREFIX + "{not json") is None
-    assert progress.parse_line(ROUND_PREFIX + "{}") is None
-    e = progress.parse_line(
-        progress.PROGRESS_PREFIX + json.dumps({"phase": "measure", "n": 50, "of": 100, "median_ms": 41.2})
+    assert protocol.parse_event("epoch 1/3 ...") is None
+    with pytest.raises(protocol.ProtocolError, match="malformed event line"):
+        protocol.parse_event(EVENT_PREFIX + "{not json")
+    round_line = EVENT_PREFIX + json.dumps(
+        {"event": "round", "round": 0, "pairs": 0, "blocks": [], "host_load": {}, "wall_s": 0, "final": True}
     )
+    assert not isinstance(protocol.parse_event(round_line), protocol.ProgressEvent)
+    e = protocol.parse_event(
+        EVENT_PREFIX + json.dumps({"event": "progress", "phase": "measure", "n": 50, "of": 100, "median_ms": 41.2})
+    ).fields()
     assert progress.describe(e) == "measure: 50/100 steps, running median 41.20 ms"
     warm = {"phase": "warm-up", "n": 12, "of": 60, "median_ms": 3.0, "cv": 0.083, "cv_max": 0.05, "open_ended": True}
     assert (
@@ -89,15 +93,21 @@ def test_rich_progress_draws_one_bar_per_phase():
 
 def fake_runner(tmp_path: Path, body: str) -> str:
     """An interpreter stand-in for ``python -m tasks.runner SPEC``: runs ``body`` with ``spec`` (the spec
-    dict) and ``out`` (its out_dir) set, then writes an ok result.json."""
+    dict) and ``out`` (its out_dir) set, then writes an ok result.json (the fake runner's record of the mode,
+    its own events left out)."""
     script = tmp_path / "fake-python"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import json, sys, pathlib\n"
+        "import contextlib, io, json, sys, pathlib\n"
         "spec = json.loads(pathlib.Path(sys.argv[-1]).read_text())\n"
         "out = pathlib.Path(spec['out_dir'])\n"
         f"{body}\n"
-        "(out / 'result.json').write_text(json.dumps({'status': 'ok'}))\n"
+        "from tests.helpers import fake_runner\n"
+        "from tasks.runner.protocol import write_result\n"
+        "from tasks.runner.spec import RunnerSpec\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    result = getattr(fake_runner, spec['mode'])(RunnerSpec.model_validate(spec))\n"
+        "write_result(out / 'result.json', result)\n"
     )
     script.chmod(0o755)
     return str(script)
@@ -113,7 +123,7 @@ def test_launch_relays_progress_while_the_runner_runs(tmp_path):
     spec = RunnerSpec(mode="profile", model_path="m", out_dir=str(tmp_path / "o"), batch_size=1)
     got = []
     with progress.reporting(got.append):
-        assert launch(spec, fake_runner(tmp_path, body)) == {"status": "ok"}
+        assert isinstance(launch(spec, fake_runner(tmp_path, body)), ProfileResult)
     assert [(e["phase"], e["n"]) for e in got] == [
         ("measure", 1),
         ("measure", 2),
@@ -128,8 +138,8 @@ def test_paired_session_relays_progress_and_rounds(tmp_path):
     body = (
         "from tasks.runner import progress\n"
         "progress.run_steps('warm-up A', lambda: 1.0, 1)\n"
-        f"print({ROUND_PREFIX!r} + json.dumps({{'round': 0, 'pairs': 2, 'blocks': [], 'final': True}}), "
-        "flush=True)"
+        f"print({EVENT_PREFIX!r} + json.dumps({{'event': 'round', 'round': 0, 'pairs': 2, 'blocks': [], "
+        "'host_load': {}, 'wall_s': 0.1, 'final': True}), flush=True)"
     )
     spec = RunnerSpec(
         mode="paired",

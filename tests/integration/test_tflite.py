@@ -33,7 +33,7 @@ def _tflite(tmp_path, model, quantization, batch_size=4, **kw):
         profiled_steps=2,
         **kw,
     )
-    return launch(spec, sys.executable, 900)
+    return launch(spec, sys.executable, 900).model_dump(mode="json")
 
 
 @pytest.mark.slow

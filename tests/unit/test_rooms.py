@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": {"records"},
     "store": {"records", "settings"},
     "stages": {"records", "settings", "matrix", "modelstore", "analysis", "store", "runner"},
-    "services": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages"},
+    "services": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "runner"},
     "cli": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "services", "runner"},
 }
 #: third-party packages a room may not import (any module of the room, at any depth).

@@ -17,7 +17,7 @@ import pytest
 from tasks.analysis import calibration, stats
 from tasks.analysis.calibration import NoiseCalibration, assess_noise, calibrated_noise
 from tasks.records import Case, RunContext
-from tasks.runner.process import HostLoad, _gpu_other_processes
+from tasks.runner.measure import HostLoad, gpu_other_processes
 from tasks.stages import pipeline
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
@@ -52,7 +52,7 @@ def test_host_load_sees_the_cpu_other_processes_take():
     assert r["cpus"] == os.cpu_count() and 1.4 < r["wall_s"] < 10 and 0 <= r["steal_share"] <= 1
     assert r["load1_start"] >= 0 and r["load1_end"] >= 0
     # GPU other processes only where NVML answers: absent, never 0 by default
-    assert ("gpu_other_processes" in r) == (_gpu_other_processes() is not None)
+    assert ("gpu_other_processes" in r) == (gpu_other_processes() is not None)
     assert assess_noise(r).busy
 
 

@@ -1,0 +1,452 @@
+"""What every measuring mode shares: loading the model, building its timed step, host load and memory.
+
+A step (:func:`build_step`) is the case's ``case_mode`` for one model: ``train`` (forward + backward + SGD
+update of a Keras model, the synthetic loss the mean square of its floating outputs), ``infer`` (the forward
+pass, Keras ``training=False`` or the SavedModel's ``signature``), or ``tflite`` (one TFLite interpreter
+invocation, ``tasks.runner.tflite``), with the case's ``precision``, ``xla`` and ``strategy``
+(``tasks.runner.execution``). Every step is timed by our timer (``time.perf_counter``) and ends only when its
+output is on the host (``.numpy()``), so asynchronous dispatch cannot make a step look short.
+
+Host load (:class:`HostLoad`, psutil): the 1-minute load average at start and end of a window; the CPU time
+the other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from /proc/stat) -
+this process's CPU time``, as a share of ``wall x logical CPUs``; the steal time (hypervisor) as the same
+share; and, where NVML answers, the most processes other than this one seen on any GPU (the key is absent
+without NVML, never 0 by default). The load average counts this process's own threads too, so it is
+recorded, not judged here (``tasks.analysis.calibration`` judges).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tasks.runner import execution
+from tasks.runner import inputs as inputs_mod
+from tasks.runner import tflite as tflite_mod
+from tasks.runner.spec import RunnerError, RunnerSpec
+
+
+def gpu_other_processes() -> int | None:
+    """Processes other than this one on any GPU (compute and graphics, NVML), the most on one device;
+    ``None`` when NVML is not there (no driver, no pynvml, or it fails)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses (no driver, no GPU)
+        return None
+    try:
+        me, most = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
+            pids |= {p.pid for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)}
+            most = max(most, len(pids - {me}))
+        return most
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class HostLoad:
+    """How busy the host was over a window of this process's life (module docstring), from psutil.
+
+    ``start()`` takes the first reading, ``result()`` the second and returns a JSON-safe dict:
+    ``wall_s``; ``cpus`` (logical); ``load1_start``, ``load1_end`` (1-min load average);
+    ``other_cpu_s`` (CPU seconds other processes used) and ``other_cpu_share`` (that over ``wall_s x
+    cpus``, 0..1); ``steal_share`` (likewise, steal time); ``own_cpu_share`` (this process);
+    ``gpu_other_processes`` only where NVML answers (the most seen at start or end). Without psutil,
+    ``{"error": ...}``.
+    """
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+        self._sys0: Any = None  # psutil's cpu_times records
+        self._me0: Any = None
+        self._load0 = 0.0
+        self._gpu0: int | None = None
+
+    def start(self) -> HostLoad:
+        try:
+            import psutil
+        except ImportError:
+            return self
+        self._psutil = psutil
+        self._t0 = time.perf_counter()
+        self._sys0, self._me0 = psutil.cpu_times(), psutil.Process().cpu_times()
+        self._load0 = os.getloadavg()[0]
+        self._gpu0 = gpu_other_processes()
+        return self
+
+    def result(self) -> dict[str, Any]:
+        if self._t0 is None:
+            return {"error": "psutil is not installed in the runner's interpreter: host load not recorded"}
+        psutil = self._psutil
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        sys1, me1 = psutil.cpu_times(), psutil.Process().cpu_times()
+        cpus = psutil.cpu_count() or 1
+
+        def busy(t) -> float:
+            return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+
+        own = (me1.user + me1.system) - (self._me0.user + self._me0.system)
+        other = max(0.0, busy(sys1) - busy(self._sys0) - own)
+        steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(self._sys0, "steal", 0.0))
+        out: dict[str, Any] = {
+            "wall_s": wall,
+            "cpus": cpus,
+            "load1_start": self._load0,
+            "load1_end": os.getloadavg()[0],
+            "other_cpu_s": other,
+            "other_cpu_share": min(1.0, other / (wall * cpus)),
+            "steal_share": min(1.0, steal / (wall * cpus)),
+            "own_cpu_share": min(1.0, max(0.0, own) / (wall * cpus)),
+        }
+        gpu = [g for g in (self._gpu0, gpu_other_processes()) if g is not None]
+        if gpu:
+            out["gpu_other_processes"] = max(gpu)
+        return out
+
+
+def peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@dataclass
+class Loaded:
+    """A loaded model: ``kind`` (``keras`` or ``saved_model``), ``obj``, its inputs ``sig``, ``variables``
+    (trainable), ``forward(inputs, training)`` (inputs in ``sig``'s structure), and ``no_training``: why it
+    cannot train (None: it can)."""
+
+    kind: str
+    obj: Any
+    sig: inputs_mod.Signature
+    variables: list[Any]
+    forward: Callable[[Any, bool], Any]
+    no_training: str | None = None
+
+
+def load_model(model_path: str, spec: RunnerSpec) -> Loaded:
+    """Load a ``.keras`` file (with ``spec.safe_mode``) or a SavedModel dir (its ``spec.signature``).
+
+    Raises:
+        RunnerError: nothing loadable there, the load failed (names the file; a ``safe_mode`` refusal says
+            how a trusted model is loaded), or the SavedModel has no signature ``spec.signature`` (lists
+            those it has).
+    """
+    import keras
+    import tensorflow as tf
+
+    p = Path(model_path)
+    files = [p] if p.is_file() else sorted(p.glob("*.keras"))
+    if files:
+        try:
+            model = keras.models.load_model(files[0], compile=False, safe_mode=spec.safe_mode)
+        except Exception as e:  # noqa: BLE001 - re-raised with the file named
+            hint = (
+                (
+                    "; if you trust this model's code (e.g. a Lambda layer), set safe_mode: false in its case "
+                    "(perfwatch run --no-safe-mode)"
+                )
+                if spec.safe_mode and "safe_mode" in str(e)
+                else ""
+            )
+            raise RunnerError(f"cannot load Keras model {files[0]}: {type(e).__name__}: {e}{hint}") from e
+        return Loaded(
+            "keras",
+            model,
+            inputs_mod.keras_signature(model),
+            list(model.trainable_variables),
+            lambda x, training: model(x, training=training),
+        )
+    if (p / "saved_model.pb").exists():
+        try:
+            loaded = tf.saved_model.load(str(p))
+        except Exception as e:  # noqa: BLE001
+            raise RunnerError(f"cannot load SavedModel {p}: {type(e).__name__}: {e}") from e
+        if spec.signature not in loaded.signatures:
+            raise RunnerError(
+                f"SavedModel {p} has no signature {spec.signature!r}; its signatures are {sorted(loaded.signatures)}"
+            )
+        fn = loaded.signatures[spec.signature]
+        why = (
+            f"SavedModel {p} has no training function: its signatures {sorted(loaded.signatures)} are "
+            "inference functions (model.export, tf.saved_model.save), and a gradient through one is not "
+            "the model's training step; measure it with mode: infer (or bring the .keras model to time "
+            "training)"
+        )
+        return Loaded(
+            "saved_model",
+            loaded,
+            inputs_mod.function_signature(fn),
+            list(fn.trainable_variables),
+            lambda x, training: fn(**x),
+            no_training=why,
+        )
+    raise RunnerError(f"no model at {model_path}: expected a *.keras file or a SavedModel (saved_model.pb)")
+
+
+def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature):
+    """The batches the step pulls (``{input name: tensor}``) and the feeds they hold: the case's
+    ``input_fn`` pipeline as it is, else 4 distinct synthetic batches cycled through ``tf.data`` with
+    prefetch (``tasks.runner.inputs``)."""
+    import tensorflow as tf
+
+    if spec.input_fn:
+        return inputs_mod.user_dataset(spec.input_fn, sig, spec.batch_size, spec.seed)
+    feeds = inputs_mod.resolve(sig, spec.inputs, spec.batch_size)
+    pool = 4  # distinct synthetic batches, cycled
+    xs = inputs_mod.synthetic(feeds, spec.batch_size * pool, spec.seed)
+    ds = (
+        tf.data.Dataset.from_tensor_slices(xs)
+        .repeat()
+        .batch(spec.batch_size, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return ds, feeds
+
+
+def _synthetic_loss(outputs):
+    """Mean square of every floating output, summed (a scalar float32): the step's cost is the model's
+    forward + backward + update; the value itself means nothing. Integer, bool and string outputs (labels,
+    argmax ids) are left out.
+
+    Raises:
+        RunnerError: the model has no floating output.
+    """
+    import tensorflow as tf
+
+    floats = [o for o in tf.nest.flatten(outputs) if o.dtype.is_floating]
+    if not floats:
+        raise RunnerError(
+            f"the model has no floating output to build a synthetic training loss from (outputs: "
+            f"{[o.dtype.name for o in tf.nest.flatten(outputs)]}); measure it with mode: infer"
+        )
+    return tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in floats])
+
+
+@dataclass
+class Step:
+    """One timed step: ``step()`` runs it and returns its time in ms (our timer, ends when its result is on
+    the host); ``inputs``: the feeds it takes (input name -> ``{"shape", "dtype", "min", "max"}``, batch
+    dimension first); ``source``: ``synthetic`` or the ``input_fn`` reference."""
+
+    run: Callable[[], float]
+    inputs: dict[str, dict[str, Any]]
+    source: str
+    extra: dict[str, Any] = field(default_factory=dict)  # more for the result: execution, tflite
+
+    def __call__(self) -> float:
+        return self.run()
+
+
+def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
+    """The step of ``spec.case_mode`` for the model at ``model_path`` (default ``spec.model_path``), a
+    ``tf.function`` pulling from its own tf.data iterator: ``train`` runs forward + backward + SGD update
+    (synthetic loss of the floating outputs) and ends when the loss is on the host; ``infer`` runs the
+    forward pass (Keras ``training=False``, or the SavedModel's ``signature``) and ends when every output
+    is on the host.
+
+    Raises:
+        RunnerError: the model cannot be loaded or fed (``tasks.runner.inputs``), cannot train in ``train``
+            mode (a SavedModel, no trainable variables: says to use ``infer``), or the mode is not here.
+    """
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(spec.seed)
+    if spec.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    model_path = model_path or spec.model_path
+    if spec.case_mode == "tflite" and (spec.precision, spec.xla, spec.strategy) != ("fp32", False, "none"):
+        raise RunnerError(
+            f"mode tflite times the TFLite interpreter: precision {spec.precision}, xla {spec.xla}, "
+            f"strategy {spec.strategy} do not apply (use quantization); give fp32, no xla, none"
+        )
+    ex = execution.Execution(spec.precision, spec.xla, spec.strategy)
+    with ex.scope():  # the model's variables live on the strategy's devices
+        m = _in_precision(load_model(model_path, spec), ex, model_path)
+    ds, feeds = _dataset(spec, m.sig)
+    inputs = {f.name: f.record() for f in feeds}
+    source = spec.input_fn or "synthetic"
+
+    if spec.case_mode == "tflite":
+        name = "model.tflite" if model_path == spec.model_path else "baseline.tflite"  # paired: A is the baseline
+        lite = tflite_mod.build(
+            model_path,
+            m.obj if m.kind == "keras" else None,
+            lambda b: m.forward(m.sig.pack(b), False),
+            ds,
+            spec.quantization,
+            spec.signature,
+            Path(spec.out_dir) / name,
+        )
+        return Step(lite.run, inputs, source, extra={"tflite": lite.record})
+    ds = ex.distribute(ds)
+    if spec.case_mode == "infer":
+        infer_step = ex.step_function(lambda batch: m.forward(m.sig.pack(batch), False), ds, combine="concat")
+
+        def infer() -> float:
+            t0 = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), infer_step())  # the batch ends on the host
+            return (time.perf_counter() - t0) * 1000.0
+
+        return Step(infer, inputs, source, extra={"execution": ex.describe()})
+
+    if m.no_training:
+        raise RunnerError(m.no_training)
+    if not m.variables:
+        raise RunnerError(
+            f"model {model_path} has no trainable variables: nothing to train; measure it with mode: infer"
+        )
+    with ex.scope():
+        optimizer = ex.optimizer(keras.optimizers.SGD(learning_rate=1e-4), m.variables)
+
+    def compute(batch):  # one replica's step (all of it without a strategy); tasks.runner.execution
+        with tf.GradientTape() as tape:
+            loss = _synthetic_loss(m.forward(m.sig.pack(batch), True))
+            scaled = ex.scaled(loss, optimizer)  # / replicas; x loss scale under mixed_float16
+        grads = tape.gradient(scaled, m.variables)
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, m.variables, strict=True) if g is not None])
+        return loss
+
+    train_step = ex.step_function(compute, ds)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        loss = train_step()
+        value = float(loss.numpy())  # sync: the step ends when its output is on the host
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        if value != value:  # NaN loss means the step computed garbage
+            raise RunnerError("training step produced a NaN loss")
+        return elapsed
+
+    return Step(step, inputs, source, extra={"execution": ex.describe()})
+
+
+def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded:
+    """``m`` computing in ``ex``'s precision: a Keras model rebuilt in its dtype policy
+    (``execution.with_precision``); a SavedModel only in fp32 (its graph fixes its dtypes).
+
+    Raises:
+        RunnerError: a SavedModel with a precision other than fp32, or the model cannot be rebuilt.
+    """
+    if m.kind != "keras":
+        ex.check_graph_model(model_path)
+        return m
+    model = ex.prepare_model(m.obj)
+    if model is m.obj:
+        return m
+    return replace(
+        m,
+        obj=model,
+        sig=inputs_mod.keras_signature(model),
+        variables=list(model.trainable_variables),
+        forward=lambda x, training: model(x, training=training),
+    )
+
+
+def device_peak_bytes() -> int | None:
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        return None
+    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
+
+def cold_step(step, model_path: str, case_mode: str = "train") -> float:
+    """The first (tracing/compiling) step, its failure re-raised naming the model and the step kind."""
+    try:
+        return step()
+    except RunnerError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        kind = "inference" if case_mode == "infer" else "training"
+        raise RunnerError(f"{kind} step failed for model {model_path}: {type(e).__name__}: {e}") from e
+
+
+def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
+    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; numpy's linear interpolation):
+    ``p50``, ``p90``, ``p99``, ``max``, and ``throughput_eps``: examples/s over all of them
+    (``batch_size x len(times_ms) / total seconds``).
+
+    Raises:
+        RunnerError: ``times_ms`` is empty.
+    """
+    import numpy as np
+
+    if not times_ms:
+        raise RunnerError("no timed batches to summarise")
+    t = np.asarray(times_ms, dtype=float)
+    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
+    return {
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": float(t.max()),
+        "throughput_eps": batch_size * len(t) / (float(t.sum()) / 1000.0),
+    }
+
+
+def case_record(spec: RunnerSpec, step: Step) -> dict[str, Any]:
+    """What was measured, for the result: ``case_mode``, ``inputs`` (name -> shape with batch dimension,
+    dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``), ``safe_mode``, ``signature``."""
+    return {
+        "case_mode": spec.case_mode,
+        "inputs": step.inputs,
+        "input_source": step.source,
+        "safe_mode": spec.safe_mode,
+        "signature": spec.signature,
+        **step.extra,
+    }
+
+
+@dataclass
+class Started:
+    """A single-model mode after its first step: the ``step``, its ``cold_ms`` (ms), where the wall time went
+    so far (``phases``: s in ``import_tf``, ``load_model``, ``cold_step``) and ``t_start`` (our timer, after the
+    TensorFlow import)."""
+
+    spec: RunnerSpec
+    step: Step
+    cold_ms: float
+    phases: dict[str, float]
+    t_start: float
+
+    def record(self) -> dict[str, Any]:
+        """The result fields every single-model mode shares (:func:`case_record`, the cold step, the spec's
+        batch size, seed and determinism)."""
+        return {
+            **case_record(self.spec, self.step),
+            "cold_step_ms": self.cold_ms,
+            "batch_size": self.spec.batch_size,
+            "seed": self.spec.seed,
+            "deterministic": self.spec.deterministic,
+        }
+
+
+def start(spec: RunnerSpec, import_s: float) -> Started:
+    """Load the model of ``spec``, build its step and run the cold step (``import_s``: s the TF import took).
+
+    Raises:
+        RunnerError: see :func:`build_step` and :func:`cold_step`.
+    """
+    t_start = time.perf_counter()
+    phases = {"import_tf": import_s}  # where this process's wall time went (s, our timer)
+    step = build_step(spec)
+    phases["load_model"] = time.perf_counter() - t_start
+    cold_ms = cold_step(step, spec.model_path, spec.case_mode)
+    phases["cold_step"] = time.perf_counter() - t_start - phases["load_model"]
+    return Started(spec, step, cold_ms, phases, t_start)

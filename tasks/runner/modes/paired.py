@@ -1,0 +1,128 @@
+"""Paired mode: the A/B release gate, both versions in this ONE process, timed in ABBA block pairs.
+
+Loads the baseline version (A, ``baseline_model_path``) and the candidate (B, ``model_path``), each with its
+own ``tf.data`` iterator, optimizer and compiled step (which of the two is set up first is drawn per gate,
+``first_built``); runs each one's cold step and ``warmup_steps`` warm-up steps, then ``blocks`` block pairs
+of ``block_steps`` steps each in ABBA order (pair i is A then B for even i, B then A for odd i), so
+process-level drift cancels within a pair and a linear trend over each ABBA quadruple. Cost:
+``2 * blocks * block_steps`` timed steps plus two warm-ups.
+
+With ``round_pairs`` set the pairs are measured in rounds and the *parent* decides after each one whether to
+go on (a sequential gate, ``tasks.runner.driver``): the runner writes each round as a round event
+(``tasks.runner.protocol.RoundEvent``) and reads one line on stdin, ``more`` or ``stop``; it stops by itself
+once ``blocks`` pairs are done (``final``, nothing is read) and treats a closed stdin as ``stop``. The
+decision never lives here: the runner only measures. The host's load is recorded over every round and all
+pairs (``tasks.runner.measure.HostLoad``).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from typing import Literal
+
+from tasks.runner import measure, progress
+from tasks.runner.protocol import (
+    MORE,
+    STOP,
+    BlockPair,
+    InputFeed,
+    PairedResult,
+    RoundEvent,
+    RoundSummary,
+    StopReason,
+    event_line,
+)
+from tasks.runner.spec import RunnerError, RunnerSpec
+
+
+def run(spec: RunnerSpec) -> PairedResult:
+    """Run the gate of ``spec`` (module docstring); times in ms, our timer.
+
+    Raises:
+        RunnerError: a model failed to load or its step failed (names the model), or an unknown command on
+            stdin after a round.
+    """
+    t_start = time.perf_counter()
+    assert spec.baseline_model_path is not None  # checked by RunnerSpec
+    # Which version is loaded, traced and warmed up first is drawn for each gate (``first_built``): in A/A
+    # gates on the 2-core dev machine the version set up first ran about 1% faster (issue 12). A fixed order
+    # would put that bias on every gate in one direction, unseen by A/A calibration; drawn per gate it is
+    # zero-mean gate-to-gate spread, which the calibrated offset (``paired_offset_sd``) covers.
+    first_built: Literal["A", "B"] = random.SystemRandom().choice(("A", "B"))
+    paths = {"A": spec.baseline_model_path, "B": spec.model_path}
+    setup_order = sorted("AB", key=lambda w: w != first_built)
+    steps = {who: measure.build_step(spec, paths[who]) for who in setup_order}
+    cold = {who: measure.cold_step(steps[who], paths[who], spec.case_mode) for who in setup_order}
+    warm = {}
+    for who in setup_order:
+        warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
+    step_a, step_b = steps["A"], steps["B"]
+    blocks: list[BlockPair] = []
+    rounds: list[RoundSummary] = []
+    per_round = spec.round_pairs or spec.blocks
+    stopped_by: StopReason = "budget"
+    t_pairs = time.perf_counter()
+    phase = measure.HostLoad().start()
+    while len(blocks) < spec.blocks:
+        load = measure.HostLoad().start()
+        first = len(blocks)
+        for i in range(first, min(spec.blocks, first + per_round)):
+            order: Literal["AB", "BA"] = "AB" if i % 2 == 0 else "BA"
+            times: dict[str, list[float]] = {}
+            for who in order:
+                step = step_a if who == "A" else step_b
+                times[who] = [step() for _ in range(spec.block_steps)]
+            blocks.append(BlockPair(pair=i, order=order, a_ms=times["A"], b_ms=times["B"]))
+        final = len(blocks) >= spec.blocks
+        info = RoundSummary(
+            round=len(rounds),
+            pairs=len(blocks),
+            host_load=load.result(),
+            wall_s=time.perf_counter() - t_pairs,
+            final=final,
+        )
+        rounds.append(info)
+        if spec.round_pairs is None:
+            continue
+        sys.stdout.write(event_line(RoundEvent(**info.model_dump(), blocks=blocks[first:])))
+        sys.stdout.flush()
+        if final:
+            break
+        command = sys.stdin.readline().strip()
+        if command in ("", STOP):  # "" is a closed stdin: the parent is gone
+            stopped_by = "parent" if command else "stdin closed"
+            break
+        if command != MORE:
+            raise RunnerError(
+                f"paired mode: unknown command {command!r} on stdin after round {info.round}; "
+                f"expected {MORE!r} or {STOP!r}"
+            )
+    return PairedResult(
+        **measure.case_record(spec, step_b),
+        a_inputs={name: InputFeed(**feed) for name, feed in step_a.inputs.items()},
+        batch_size=spec.batch_size,
+        seed=spec.seed,
+        deterministic=spec.deterministic,
+        baseline_model_path=spec.baseline_model_path,
+        candidate_model_path=spec.model_path,
+        cold_step_ms=cold["B"],
+        a_cold_step_ms=cold["A"],
+        b_cold_step_ms=cold["B"],
+        first_built=first_built,
+        a_warmup_step_times_ms=warm["A"],
+        b_warmup_step_times_ms=warm["B"],
+        block_steps=spec.block_steps,
+        blocks=blocks,
+        max_blocks=spec.blocks,
+        round_pairs=spec.round_pairs,
+        rounds=rounds,
+        stopped_by=stopped_by,
+        host_load=phase.result(),
+        pairs_wall_s=time.perf_counter() - t_pairs,
+        timed_steps=2 * len(blocks) * spec.block_steps,
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        peak_device_bytes=measure.device_peak_bytes(),
+        wall_s=time.perf_counter() - t_start,
+    )

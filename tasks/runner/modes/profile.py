@@ -1,0 +1,87 @@
+"""Profile mode: warm-up steps, measured steps with the profiler OFF, then the profiled window.
+
+The cold step and ``warmup_steps`` steps (untimed for results) come first; the ``measured_steps`` steps are
+the numbers compared against the baseline, sampled by ``tasks.runner.telemetry`` every ``telemetry_interval_ms``
+(host CPU and RSS, per-GPU NVML series where NVML answers) with the host's load recorded around them
+(``tasks.runner.measure.HostLoad``); then ``profiled_steps`` steps run under ``tf.profiler.experimental`` with
+every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
+``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
+window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tasks.runner import measure, progress
+from tasks.runner import tflite as tflite_mod
+from tasks.runner.protocol import LatencySummary, ProfileResult
+from tasks.runner.spec import RunnerSpec
+from tasks.runner.telemetry import Sampler
+
+
+def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
+    """Measure and profile the model of ``spec`` (times in ms, our timer); ``import_s``: s the TF import took.
+
+    Raises:
+        RunnerError: the model failed to load or a step failed (names the model).
+    """
+    import tensorflow as tf
+
+    started = measure.start(spec, import_s)
+    step, phases = started.step, started.phases
+    t0 = time.perf_counter()
+    warm = progress.run_steps("warm-up", step, spec.warmup_steps)
+    phases["warmup_steps"] = time.perf_counter() - t0
+    load = measure.HostLoad().start()
+    sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
+    counted = sampler.count(step)
+    t0 = time.perf_counter()
+    measured = progress.run_steps("measure", counted, spec.measured_steps)
+    phases["measured_steps"] = time.perf_counter() - t0
+    telemetry = sampler.stop()
+    host_load = load.result()
+    latency = (
+        LatencySummary(**measure.latency_summary(measured, spec.batch_size))
+        if spec.case_mode in ("infer", "tflite")
+        else None
+    )
+    logdir = Path(spec.out_dir) / "profile"
+    logdir.mkdir(parents=True, exist_ok=True)
+    profiled: list[float] = []
+    absent = None
+    t_prof = time.perf_counter()
+    if spec.case_mode == "tflite":  # the TF profiler cannot see the TFLite interpreter: no window
+        absent = tflite_mod.PROFILE_ABSENT_REASON
+    else:
+        progress.emit(
+            "profile",
+            n=0,
+            of=spec.profiled_steps,
+            text=f"{spec.profiled_steps} steps under the TF profiler, then writing the XSpace",
+        )
+        tf.profiler.experimental.start(str(logdir))
+        try:
+            for i in range(spec.profiled_steps):
+                with tf.profiler.experimental.Trace(spec.case_mode, step_num=i, _r=1):
+                    profiled.append(step())
+        finally:
+            tf.profiler.experimental.stop()
+    phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
+    return ProfileResult(
+        **started.record(),
+        phases_s=phases,
+        telemetry=telemetry,
+        host_load=host_load,
+        latency_ms=latency,
+        profile_absent_reason=absent,
+        warmup_step_times_ms=warm,
+        measured_step_times_ms=measured,
+        profiled_step_times_ms=profiled,
+        profile_dir=str(logdir),
+        profiled_window_s=phases["profiled_window"],
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        peak_device_bytes=measure.device_peak_bytes(),
+        wall_s=time.perf_counter() - started.t_start,
+    )

@@ -1,0 +1,422 @@
+"""The runner protocol: what crosses the boundary between perfwatch and its runner process, typed and versioned.
+
+The parent writes a request (``tasks.runner.spec.RunnerSpec``, or :class:`ProbeSpec`) as JSON and starts
+``<runner command> SPEC.json``; the runner writes *events* on stdout, one line each, :data:`EVENT_PREFIX` + JSON
+(:class:`HelloEvent` first, then :class:`ProgressEvent` and, in a paired gate in rounds, :class:`RoundEvent`),
+reads ``more``/``stop`` on stdin after each round, and ends by writing ``<out_dir>/result.json``: one result
+record per mode (:class:`ProbeResult`, :class:`WarmupResult`, :class:`ProfileResult`, :class:`PairedResult`)
+or an :class:`ErrorResult`. Every record carries :data:`SCHEMA_VERSION`; a result of another version is
+refused by name (:class:`ProtocolMismatch`), since the runner's venv may hold another perfwatch.
+
+The two interpreters may differ, so this module imports only pydantic and the standard library. Field names
+are those of the result files on disk before the protocol was typed: archived runs and the store read them.
+Units: step times in ms (our timer, ``time.perf_counter``, a step ends when its output is on the host), wall
+times in s (the same timer), memory in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+#: Version of this protocol (requests, events, results). Raise it whenever a field is renamed, removed or
+#: changes meaning; a runner and a parent of different versions refuse each other by name.
+SCHEMA_VERSION = 1
+#: prefix of every event line on the runner's stdout; the JSON object follows it. Other lines are chatter.
+EVENT_PREFIX = "PERFWATCH_EVENT "
+#: the commands the parent answers a round with, one per line on the runner's stdin
+MORE, STOP = "more", "stop"
+
+StopReason = Literal["budget", "parent", "stdin closed"]
+
+
+class RunnerError(RuntimeError):
+    """The runner failed; the message names the stage or the model and what went wrong."""
+
+
+class ProtocolMismatch(RunnerError):
+    """The runner speaks another protocol version than this perfwatch (the message names both and the runner)."""
+
+
+class ProtocolError(RunnerError):
+    """A line or file that claims to follow the protocol but does not parse (the message quotes it)."""
+
+
+def mismatch(runner: str, theirs: object) -> ProtocolMismatch:
+    """The refusal of a runner at ``runner`` (its command or result file) that speaks version ``theirs``."""
+    return ProtocolMismatch(
+        f"runner at {runner} speaks protocol {theirs}, this perfwatch speaks {SCHEMA_VERSION}: "
+        "install the same perfwatch in the runner's venv"
+    )
+
+
+class _Record(BaseModel):
+    # NaN and infinities are written as JSON's NaN/Infinity (as json.dumps does), never silently as null
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+
+# ---------------------------------------------------------------- requests
+
+
+class ProbeSpec(_Record):
+    """The request of the env-fingerprint stage: read this interpreter's and host's facts (``tasks.runner.probe``)."""
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["probe"] = "probe"
+    out_dir: str = Field(description="where the runner writes result.json")
+    include_tensorflow: bool = Field(True, description="read TensorFlow's facts from its package (never imported)")
+
+
+# ---------------------------------------------------------------- events (stdout lines)
+
+
+class HelloEvent(_Record):
+    """The runner's first line, before anything slow: the parent refuses another protocol version at once."""
+
+    event: Literal["hello"] = "hello"
+    schema_version: int
+    python: str = Field(description="the runner's interpreter, ``sys.executable``")
+
+
+class ProgressEvent(_Record):
+    """Progress of a long phase (``tasks.runner.progress``); only the fields the runner set are sent."""
+
+    event: Literal["progress"] = "progress"
+    phase: str = Field(description="start, warm-up, measure, profile, paired, or a paired run's 'warm-up A'/'B'")
+    n: int | None = Field(None, description="steps (or pairs) done")
+    of: int | None = Field(None, description="steps planned (a warm-up's most steps, a gate's most pairs)")
+    median_ms: float | None = Field(None, description="running median step time so far, ms (our timer)")
+    cv: float | None = Field(None, description="coefficient of variation of the warm-up's last window, a fraction")
+    cv_max: float | None = Field(None, description="the warm-up's steady threshold, a fraction")
+    open_ended: bool | None = Field(None, description="a warm-up that stops when steady, before ``of``")
+    final: bool | None = Field(None, description="the phase's last line")
+    round: int | None = Field(None, description="paired gate: the round just measured")
+    decision: str | None = Field(None, description="paired gate: why it stops, in words")
+    text: str | None = Field(None, description="what is going on, for people")
+
+    def fields(self) -> dict[str, Any]:
+        """The event as the progress reporters take it: the fields set, without ``event``."""
+        return self.model_dump(exclude_unset=True, exclude={"event"})
+
+
+class BlockPair(_Record):
+    """One ABBA block pair of a paired gate: ``block_steps`` steps of each version, per-step ms (our timer)."""
+
+    pair: int = Field(description="index of the pair, from 0")
+    order: Literal["AB", "BA"] = Field(description="which version ran first (AB for even pairs)")
+    a_ms: list[float] = Field(description="the baseline's (A) step times, ms")
+    b_ms: list[float] = Field(description="the candidate's (B) step times, ms")
+
+
+class RoundSummary(_Record):
+    """One round of a paired gate as kept in the result (the blocks are in ``PairedResult.blocks``)."""
+
+    round: int = Field(description="index of the round, from 0")
+    pairs: int = Field(description="block pairs measured so far, this round included")
+    host_load: dict[str, Any] = Field(description="host load over the round (``tasks.runner.measure.HostLoad``)")
+    wall_s: float = Field(description="s since the first pair (our timer)")
+    final: bool = Field(description="the budget (``blocks``) is spent: the runner stops without asking")
+
+
+class RoundEvent(RoundSummary):
+    """A round of a paired gate in rounds, sent when measured; the parent answers ``more`` or ``stop``
+    unless ``final``."""
+
+    event: Literal["round"] = "round"
+    blocks: list[BlockPair] = Field(description="the block pairs of this round")
+
+
+Event = Annotated[HelloEvent | ProgressEvent | RoundEvent, Field(discriminator="event")]
+_EVENT: TypeAdapter[HelloEvent | ProgressEvent | RoundEvent] = TypeAdapter(Event)
+
+
+def event_line(event: HelloEvent | ProgressEvent | RoundEvent) -> str:
+    """The stdout line of ``event`` (with its newline); only the fields set are written."""
+    fields = {"event": event.event, **event.model_dump(mode="json", exclude_unset=True)}
+    return EVENT_PREFIX + json.dumps(fields) + "\n"
+
+
+def parse_event(line: str) -> HelloEvent | ProgressEvent | RoundEvent | None:
+    """The event of one stdout line, or ``None`` for a line that is not an event (TF's chatter).
+
+    Raises:
+        ProtocolError: the line starts with :data:`EVENT_PREFIX` but holds no valid event (quotes the line).
+    """
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    body = line[len(EVENT_PREFIX) :]
+    try:
+        return _EVENT.validate_json(body)
+    except ValidationError as e:
+        raise ProtocolError(f"malformed event line ({_first_error(e)}): {line.rstrip()[:200]!r}") from e
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+# ---------------------------------------------------------------- results (result.json)
+
+
+class InputFeed(_Record):
+    """One input as fed (``tasks.runner.inputs.Feed.record``): shape with the batch dimension first."""
+
+    shape: list[int]
+    dtype: str
+    min: int | float | None = Field(description="lowest synthetic value (None: the dtype's default range)")
+    max: int | float | None = Field(description="highest (exclusive for integers)")
+
+
+class LatencySummary(_Record):
+    """Per-batch latency of the measured steps (infer, tflite), ms (our timer; numpy's linear percentiles)."""
+
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    throughput_eps: float = Field(description="examples/s over all measured batches")
+
+
+class XlaCache(_Record):
+    """XLA's persistent compilation cache of the run (``tasks.runner.execution.configure_xla_cache``)."""
+
+    dir: str
+    entries_before: int | None = Field(description="files in it when this process started")
+    entries_after: int = Field(description="files in it when this process ended")
+
+
+class _Result(_Record):
+    schema_version: int = SCHEMA_VERSION
+    status: Literal["ok"] = "ok"
+    #: the pipeline stage this mode serves, as error messages name it
+    stage: ClassVar[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as a plain JSON object, fields that do not apply (None) left out: what the store keeps."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+
+
+class ProbeResult(_Result):
+    """The probe's record (``tasks.runner.probe.collect``): sections ``tensorflow``, ``gpu``, ``host``,
+    ``packages``, ``env_vars``, ``recorded``; a fact that cannot be read is ``"absent"`` or ``"unknown: ..."``."""
+
+    stage: ClassVar[str] = "env-fingerprint"
+    mode: Literal["probe"] = "probe"
+    data: dict[str, Any] = Field(description="the fingerprint record, hashed by tasks.analysis.environment")
+
+
+class _Measured(_Result):
+    """What every measuring mode records about what it measured (the case's options, as built)."""
+
+    case_mode: Literal["train", "infer", "tflite"]
+    inputs: dict[str, InputFeed] = Field(description="input name -> what was fed (the candidate's, paired)")
+    input_source: str = Field(description="``synthetic`` or the case's ``input_fn`` reference")
+    safe_mode: bool
+    signature: str = Field(description="the SavedModel signature called (Keras models: unused)")
+    execution: dict[str, Any] | None = Field(
+        None, description="train/infer: what was built (``tasks.runner.execution.Execution.describe``)"
+    )
+    tflite: dict[str, Any] | None = Field(
+        None, description="tflite: sizes before/after conversion (bytes), agreement with TF (``tasks.runner.tflite``)"
+    )
+    batch_size: int
+    seed: int
+    deterministic: bool
+    cold_step_ms: float = Field(description="the first step: tracing/compilation and one step, ms")
+    peak_rss_bytes: int = Field(description="this process's peak resident memory (getrusage), bytes")
+    peak_device_bytes: int | None = Field(description="GPU:0's peak allocation (TF's allocator), bytes; None on CPU")
+    wall_s: float = Field(description="from the model load to the result, s (our timer)")
+    xla_cache: XlaCache | None = None
+
+
+class WarmupResult(_Measured):
+    """Warm-up mode: steps until step time is steady (``tasks.runner.steady.SteadyDetector``)."""
+
+    stage: ClassVar[str] = "warm-up"
+    mode: Literal["warmup"] = "warmup"
+    phases_s: dict[str, float] = Field(
+        description="wall time (s) in import_tf, load_model, cold_step, warmup_steps (our timer)"
+    )
+    warmup_step_times_ms: list[float]
+    warmup_steps: int = Field(description="steps to run before measuring (start of the steady window)")
+    steady: bool
+    final_cv: float | None = Field(description="CV of the deciding (or last full) window, a fraction")
+    reason: str = Field(description="the figures behind the decision, in words")
+
+
+class ProfileResult(_Measured):
+    """Profile mode: warm-up steps, measured steps with the profiler off, then the profiled window."""
+
+    stage: ClassVar[str] = "profiled run"
+    mode: Literal["profile"] = "profile"
+    phases_s: dict[str, float] = Field(
+        description="wall time (s) in import_tf, load_model, cold_step, warmup_steps, measured_steps, profiled_window"
+    )
+    warmup_step_times_ms: list[float]
+    measured_step_times_ms: list[float] = Field(description="the numbers compared against the baseline, ms")
+    profiled_step_times_ms: list[float] = Field(description="the steps under the TF profiler, ms (empty: no window)")
+    profile_dir: str = Field(description="the profiler's logdir; the XSpace is under plugins/profile/<run>/")
+    profiled_window_s: float = Field(description="profiler start, the profiled steps and the XSpace written, s")
+    telemetry: dict[str, Any] = Field(
+        description="the measured steps' host/GPU samples (``tasks.runner.telemetry.Sampler.stop``; psutil, NVML)"
+    )
+    host_load: dict[str, Any] = Field(
+        description="host load over the measured steps (``tasks.runner.measure.HostLoad``)"
+    )
+    latency_ms: LatencySummary | None = Field(None, description="infer and tflite modes")
+    profile_absent_reason: str | None = Field(None, description="why there is no profiler window (tflite)")
+
+
+class PairedResult(_Measured):
+    """Paired mode: baseline (A) and candidate (B) in one process, ABBA block pairs (``inputs`` etc. are B's)."""
+
+    stage: ClassVar[str] = "paired run"
+    mode: Literal["paired"] = "paired"
+    a_inputs: dict[str, InputFeed]
+    baseline_model_path: str
+    candidate_model_path: str
+    a_cold_step_ms: float
+    b_cold_step_ms: float = Field(description="also in ``cold_step_ms``")
+    first_built: Literal["A", "B"] = Field(description="the version set up first, drawn per gate")
+    a_warmup_step_times_ms: list[float]
+    b_warmup_step_times_ms: list[float]
+    block_steps: int = Field(description="timed steps per version and block")
+    blocks: list[BlockPair] = Field(description="every pair measured, in order")
+    max_blocks: int = Field(description="the budget: block pairs at most")
+    round_pairs: int | None = Field(description="pairs per round (None: one fixed look at the end)")
+    rounds: list[RoundSummary]
+    stopped_by: StopReason
+    host_load: dict[str, Any] = Field(description="host load over all pairs (``tasks.runner.measure.HostLoad``)")
+    pairs_wall_s: float = Field(description="from the first pair to the last, s")
+    timed_steps: int = Field(description="2 x pairs x block_steps")
+    gate: dict[str, Any] | None = Field(
+        None, description="written by the parent (tasks.stages.profiled_run.paired_run): design, looks, offset, noise"
+    )
+
+
+class ErrorResult(_Record):
+    """The runner failed: ``error`` names the model and what went wrong; ``traceback`` its last 4000 characters."""
+
+    schema_version: int = SCHEMA_VERSION
+    status: Literal["error"] = "error"
+    mode: str | None = Field(None, description="the request's mode (None: the request did not parse)")
+    error: str
+    traceback: str
+
+
+class ExternalSamples(_Record):
+    """The samples file of a profile not run by the runner (``perfwatch ingest``): xprof's step times stand
+    for the measured steps; read by the same reader as a profile result (:func:`read_samples`)."""
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["external"] = "external"
+    measured_step_times_ms: list[float]
+    warmup_step_times_ms: list[float] = []
+    profiled_step_times_ms: list[float] = []
+    step_time_source: str = Field(description="where the step times come from, e.g. xprof")
+
+
+ModeResult = ProbeResult | WarmupResult | ProfileResult | PairedResult
+R = TypeVar("R", bound=BaseModel)
+
+
+def load_json(path: str | Path, runner: str | None = None) -> dict[str, Any]:
+    """A result file's JSON object, its schema version checked.
+
+    Raises:
+        OSError: the file cannot be read.
+        ProtocolError: it holds no JSON object.
+        ProtocolMismatch: its ``schema_version`` is not :data:`SCHEMA_VERSION` (``runner`` names the runner in
+            the message; default the file).
+    """
+    text = Path(path).read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProtocolError(f"{path}: not a JSON result ({e})") from e
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{path}: not a JSON object")
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise mismatch(runner or str(path), raw.get("schema_version", "0 (before versions)"))
+    return raw
+
+
+def read_result(path: str | Path, kind: type[R], runner: str | None = None) -> R:
+    """The record ``kind`` held in ``path`` (a ``result.json``).
+
+    Raises:
+        OSError, ProtocolError, ProtocolMismatch: see :func:`load_json`.
+        RunnerError: the file holds an :class:`ErrorResult` (``runner (<mode>) failed: <its error>``).
+        ProtocolError: the file is not a ``kind`` (names the field).
+    """
+    raw = load_json(path, runner)
+    if raw.get("status") == "error":
+        raise RunnerError(f"runner ({raw.get('mode')}) failed: {raw.get('error')}")
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as e:
+        raise ProtocolError(f"{path}: not a {kind.__name__} ({_first_error(e)})") from e
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    schema_version: int
+
+
+class StepSamples(_View):
+    """What the stages after the profiled run read of a run's samples file (``ProfiledRun.samples_path``): a
+    :class:`ProfileResult`, or an ingested profile's :class:`ExternalSamples`; step times in ms (our timer,
+    or xprof's for an ingested profile). A list the file lacks is empty."""
+
+    measured_step_times_ms: list[float] = []
+    warmup_step_times_ms: list[float] = []
+    profiled_step_times_ms: list[float] = []
+    cold_step_ms: float | None = None
+    profile_absent_reason: str | None = None
+
+
+class PairedSamples(_View):
+    """What baseline-compare reads of a paired gate's result (``ProfiledRun.paired_path``, a
+    :class:`PairedResult` with the parent's ``gate``); a field the file lacks is None (``blocks``: empty)."""
+
+    blocks: list[BlockPair] = []
+    block_steps: int | None = None
+    timed_steps: int | None = None
+    wall_s: float | None = None
+    pairs_wall_s: float | None = None
+    stopped_by: StopReason | None = None
+    rounds: list[dict[str, Any]] | None = None
+    gate: dict[str, Any] | None = None
+    host_load: dict[str, Any] | None = None
+
+
+V = TypeVar("V", bound=_View)
+
+
+def read_view(path: str | Path, kind: type[V]) -> V:
+    """The fields ``kind`` reads of the result or samples file ``path`` (:class:`StepSamples`,
+    :class:`PairedSamples`); other fields are left to :func:`load_json`'s readers (the store).
+
+    Raises:
+        OSError, ProtocolError, ProtocolMismatch: see :func:`load_json`; ProtocolError also for a field of the
+            wrong type (names it).
+    """
+    raw = load_json(path)
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as e:
+        raise ProtocolError(f"{path}: not a {kind.__name__} ({_first_error(e)})") from e
+
+
+def write_result(path: str | Path, record: BaseModel) -> None:
+    """Write ``record`` to ``path`` atomically (a temporary file, then a rename): a reader never sees half."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(record.model_dump_json())
+    tmp.replace(p)

@@ -1,0 +1,264 @@
+"""A fake runner: speaks the runner protocol (``tasks.runner.protocol``) without TensorFlow, for stage and DAG tests.
+
+Run as ``python -m tests.helpers.fake_runner SPEC.json`` through the runner command setting
+(``PERFWATCH_RUNNER_COMMAND``; :func:`command` gives it): it reads the request, says hello, emits the same
+progress and round events as the real runner (answering ``more``/``stop`` in a paired gate in rounds), and
+writes a schema-versioned ``result.json`` of the mode's record. Profile mode copies a committed real XSpace
+(``tests/data/tiny_train_3steps.xplane.pb``: the tiny Conv2D model of ``tests.helpers.models``, 3 profiled
+train steps of batch 4 on CPU) to ``<out_dir>/profile/plugins/profile/<ts>/<host>.xplane.pb``, so the parse
+stage runs xprof on a real profile. The probe mode is the real probe without TensorFlow's facts.
+
+Configuration:
+
+* step times: ``PERFWATCH_FAKE_STEP_MS`` (base ms, default 1.0: about the fixture's own step time, so the
+  parse stage's cross-check holds) x the model's ``step_factor`` x log-normal noise of sd
+  ``PERFWATCH_FAKE_NOISE_CV`` (default 0.02), seeded by the spec's seed and the model's path;
+* ``step_factor`` per model version: the ``fake_runner.json`` member (``{"step_factor": 1.5}``) of the model's
+  ``.keras`` zip, written by :func:`write_model` (1.0 without one), so a store of fake models carries its
+  versions' speeds and a paired gate sees a regression;
+* ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
+* ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
+* the host load it reports is a quiet host's (other processes 1% of the CPU), never this machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from tasks.runner.protocol import (
+    MORE,
+    SCHEMA_VERSION,
+    STOP,
+    BlockPair,
+    ErrorResult,
+    HelloEvent,
+    InputFeed,
+    PairedResult,
+    ProbeResult,
+    ProbeSpec,
+    ProfileResult,
+    RoundEvent,
+    RoundSummary,
+    WarmupResult,
+    event_line,
+)
+from tasks.runner.spec import RunnerSpec
+from tasks.runner.steady import SteadyDetector
+
+XPLANE = Path(__file__).resolve().parents[1] / "data" / "tiny_train_3steps.xplane.pb"
+#: the host load the fake reports (tasks.runner.measure.HostLoad's keys): a quiet host
+QUIET_HOST = {
+    "wall_s": 1.0,
+    "cpus": 2,
+    "load1_start": 0.5,
+    "load1_end": 0.5,
+    "other_cpu_s": 0.02,
+    "other_cpu_share": 0.01,
+    "steal_share": 0.0,
+    "own_cpu_share": 0.9,
+}
+
+
+def command() -> str:
+    """The ``PERFWATCH_RUNNER_COMMAND`` value that runs this fake with the test's interpreter."""
+    return f"{sys.executable} -m tests.helpers.fake_runner"
+
+
+def write_model(path: Path, step_factor: float = 1.0) -> Path:
+    """Write a fake ``.keras`` model (a zip, as the model store checks) whose steps take ``step_factor`` x the base."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("fake_runner.json", json.dumps({"step_factor": step_factor}))
+    return path
+
+
+def step_factor(model_path: str) -> float:
+    """The ``step_factor`` of the fake model at ``model_path`` (a ``.keras`` file or a directory holding one;
+    1.0 for any other path or file)."""
+    p = Path(model_path)
+    files = [p] if p.is_file() else sorted(p.glob("*.keras"))
+    if not files:
+        return 1.0
+    try:
+        with zipfile.ZipFile(files[0]) as z:
+            return float(json.loads(z.read("fake_runner.json"))["step_factor"])
+    except (KeyError, zipfile.BadZipFile):
+        return 1.0
+
+
+class Steps:
+    """Fake step times (ms) of one model: base x factor x log-normal noise, seeded."""
+
+    def __init__(self, spec: RunnerSpec, model_path: str) -> None:
+        base = float(os.environ.get("PERFWATCH_FAKE_STEP_MS", "1.0"))
+        self.ms = base * step_factor(model_path)
+        self.cv = float(os.environ.get("PERFWATCH_FAKE_NOISE_CV", "0.02"))
+        self.rng = random.Random(f"{spec.seed}:{model_path}")
+
+    def __call__(self) -> float:
+        return self.ms * math.exp(self.rng.gauss(0.0, self.cv))
+
+    def run(self, n: int) -> list[float]:
+        return [self() for _ in range(n)]
+
+
+def _emit_progress(phase: str, n: int, of: int, times: list[float]) -> None:
+    from tasks.runner import progress
+
+    median = sorted(times)[len(times) // 2] if times else None
+    progress.emit(phase, n=n, of=of, median_ms=median, final=True)
+
+
+def _case(spec: RunnerSpec, cold_ms: float) -> dict[str, object]:
+    return {
+        "case_mode": spec.case_mode,
+        "inputs": {"input": InputFeed(shape=[spec.batch_size, 16, 16, 3], dtype="float32", min=None, max=None)},
+        "input_source": spec.input_fn or "synthetic",
+        "safe_mode": spec.safe_mode,
+        "signature": spec.signature,
+        "batch_size": spec.batch_size,
+        "seed": spec.seed,
+        "deterministic": spec.deterministic,
+        "cold_step_ms": cold_ms,
+        "peak_rss_bytes": 50 * 2**20,
+        "peak_device_bytes": None,
+    }
+
+
+def warmup(spec: RunnerSpec) -> WarmupResult:
+    step, t0 = Steps(spec, spec.model_path), time.perf_counter()
+    det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max, max_steps=spec.warmup_max_steps)
+    times: list[float] = []
+    while True:
+        times.append(step())
+        if det.add(times[-1]):
+            break
+    res = det.result()
+    _emit_progress("warm-up", len(times), spec.warmup_max_steps, times)
+    return WarmupResult(
+        **_case(spec, 20 * step.ms),
+        phases_s={"import_tf": 0.0, "load_model": 0.0, "cold_step": 0.0, "warmup_steps": 0.0},
+        warmup_step_times_ms=times,
+        warmup_steps=res.warmup_steps,
+        steady=res.steady,
+        final_cv=res.final_cv,
+        reason=res.reason,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def profile(spec: RunnerSpec) -> ProfileResult:
+    step, t0 = Steps(spec, spec.model_path), time.perf_counter()
+    warm = step.run(spec.warmup_steps)
+    measured = step.run(spec.measured_steps)
+    _emit_progress("measure", len(measured), spec.measured_steps, measured)
+    profiled = step.run(spec.profiled_steps)
+    logdir = Path(spec.out_dir) / "profile"
+    run_dir = logdir / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"{socket.gethostname()}.xplane.pb").write_bytes(XPLANE.read_bytes())
+    return ProfileResult(
+        **_case(spec, 20 * step.ms),
+        phases_s={"import_tf": 0.0, "load_model": 0.0, "cold_step": 0.0, "warmup_steps": 0.0},
+        warmup_step_times_ms=warm,
+        measured_step_times_ms=measured,
+        profiled_step_times_ms=profiled,
+        profile_dir=str(logdir),
+        profiled_window_s=0.0,
+        telemetry={},
+        host_load=QUIET_HOST,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def paired(spec: RunnerSpec) -> PairedResult:
+    assert spec.baseline_model_path is not None
+    t0 = time.perf_counter()
+    step = {"A": Steps(spec, spec.baseline_model_path), "B": Steps(spec, spec.model_path)}
+    warm = {who: s.run(spec.warmup_steps) for who, s in step.items()}
+    blocks: list[BlockPair] = []
+    rounds: list[RoundSummary] = []
+    per_round = spec.round_pairs or spec.blocks
+    stopped_by = "budget"
+    while len(blocks) < spec.blocks:
+        first = len(blocks)
+        for i in range(first, min(spec.blocks, first + per_round)):
+            a, b = step["A"].run(spec.block_steps), step["B"].run(spec.block_steps)
+            blocks.append(BlockPair(pair=i, order="AB" if i % 2 == 0 else "BA", a_ms=a, b_ms=b))
+        final = len(blocks) >= spec.blocks
+        info = RoundSummary(
+            round=len(rounds), pairs=len(blocks), host_load=QUIET_HOST, wall_s=time.perf_counter() - t0, final=final
+        )
+        rounds.append(info)
+        if spec.round_pairs is None:
+            continue
+        sys.stdout.write(event_line(RoundEvent(**info.model_dump(), blocks=blocks[first:])))
+        sys.stdout.flush()
+        if final:
+            break
+        command = sys.stdin.readline().strip()
+        if command in ("", STOP):
+            stopped_by = "parent" if command else "stdin closed"
+            break
+        assert command == MORE, command
+    cold = 20 * step["B"].ms
+    return PairedResult(
+        **_case(spec, cold),
+        a_inputs={"input": InputFeed(shape=[spec.batch_size, 16, 16, 3], dtype="float32", min=None, max=None)},
+        baseline_model_path=spec.baseline_model_path,
+        candidate_model_path=spec.model_path,
+        a_cold_step_ms=20 * step["A"].ms,
+        b_cold_step_ms=cold,
+        first_built="A",
+        a_warmup_step_times_ms=warm["A"],
+        b_warmup_step_times_ms=warm["B"],
+        block_steps=spec.block_steps,
+        blocks=blocks,
+        max_blocks=spec.blocks,
+        round_pairs=spec.round_pairs,
+        rounds=rounds,
+        stopped_by=stopped_by,
+        host_load=QUIET_HOST,
+        pairs_wall_s=time.perf_counter() - t0,
+        timed_steps=2 * len(blocks) * spec.block_steps,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def main(argv: list[str]) -> int:
+    version = int(os.environ.get("PERFWATCH_FAKE_SCHEMA_VERSION", SCHEMA_VERSION))
+    sys.stdout.write(event_line(HelloEvent(schema_version=version, python=sys.executable)))
+    sys.stdout.flush()
+    raw = json.loads(Path(argv[0]).read_text())
+    out = Path(raw["out_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if os.environ.get("PERFWATCH_FAKE_FAIL") == raw["mode"]:
+            raise RuntimeError(f"fake runner asked to fail in mode {raw['mode']} (PERFWATCH_FAKE_FAIL)")
+        if raw["mode"] == "probe":
+            from tasks.runner import probe
+
+            ProbeSpec.model_validate(raw)
+            result: object = ProbeResult(data=probe.collect(include_tensorflow=False))
+        else:
+            spec = RunnerSpec.model_validate(raw)
+            result = {"warmup": warmup, "profile": profile, "paired": paired}[spec.mode](spec)
+        code = 0
+    except Exception as e:  # noqa: BLE001 - reported in result.json, as the real runner does
+        result, code = ErrorResult(mode=raw.get("mode"), error=f"{type(e).__name__}: {e}", traceback=""), 1
+    data = json.loads(result.model_dump_json())  # type: ignore[attr-defined]
+    data["schema_version"] = version
+    (out / "result.json").write_text(json.dumps(data))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
