@@ -376,6 +376,7 @@ class Case(Record):
 
     @model_validator(mode="after")
     def _paired_size(self) -> Case:
+        assert self.paired_blocks is not None  # filled in by _paired_layout
         per_version = self.paired_blocks * self.paired_block_steps
         if per_version > MAX_TIMED_STEPS:
             raise ValueError(
@@ -444,6 +445,7 @@ class Case(Record):
     @property
     def paired_timed_steps(self) -> int:
         """Timed steps of the paired (A/B) measurement, both versions together."""
+        assert self.paired_blocks is not None  # filled in by _paired_layout
         return 2 * self.paired_blocks * self.paired_block_steps
 
 

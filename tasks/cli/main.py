@@ -70,7 +70,8 @@ def _settings() -> Settings:
 
     s = Settings.from_env()
     url = make_url(s.database_url)
-    fresh = url.get_backend_name() == "sqlite" and bool(url.database) and not Path(url.database).exists()
+    db = url.database
+    fresh = url.get_backend_name() == "sqlite" and db is not None and db != "" and not Path(db).exists()
     migrate(s.database_url)
     if fresh:
         typer.echo(
@@ -289,8 +290,8 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
     from tasks.cli.env import env_change_summary
 
-    if note := env_change_summary(v.to_xcom()):
-        typer.echo(note)
+    if changed := env_change_summary(v.to_xcom()):
+        typer.echo(changed)
     try:
         raise_on_regression(state)
     except RegressionDetected as e:

@@ -310,9 +310,11 @@ def pull_paired_baseline(
     from tasks.stages.pull import pull_model_version
 
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
-    if not ctx.pairs_with(pulled.version if pulled else None, found[0] if found else None):
+    baseline = found[0] if found else None
+    if not ctx.pairs_with(pulled.version if pulled else None, baseline):
         return None
-    version = ctx.paired_version or (found[0] if found else None)
+    version = ctx.paired_version or baseline
+    assert version is not None  # pairs_with is False without a baseline unless paired_version names A
     return pull_model_version(settings.model_store, ctx.case.model, version, work_dir(settings, ctx) / "baseline")
 
 
