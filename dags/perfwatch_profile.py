@@ -46,7 +46,7 @@ HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATC
 # Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
-CASE_LABEL = "{{ task.op_kwargs['bundle']['label'] }}"
+CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
 
 
 NIGHTLY = "0 2 * * *"
@@ -114,26 +114,26 @@ def perfwatch_profile():
         return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]))
 
     @task(map_index_template=CASE_LABEL)
-    def pull_model_version(bundle: dict) -> dict:
+    def pull_model_version(state: dict) -> dict:
         """Resolve the model version in the store, copy it to the work dir, sha256 it."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(bundle, "pull-model-version").to_xcom()
+        return run_stage(state, "pull-model-version").to_xcom()
 
     @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def env_fingerprint(bundle: dict) -> dict:
+    def env_fingerprint(state: dict) -> dict:
         """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(bundle, "env-fingerprint").to_xcom()
+        return run_stage(state, "env-fingerprint").to_xcom()
 
     @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def warm_up(bundle: dict) -> dict:
+    def warm_up(state: dict) -> dict:
         """Fresh process: train until step time is steady; cold first step recorded. An unchanged model
         (same bytes, same environment) reuses its newest warm-up within the case's warmup_reuse_days."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(bundle, "warm-up").to_xcom()
+        return run_stage(state, "warm-up").to_xcom()
 
     @task(
         map_index_template=CASE_LABEL,
@@ -142,45 +142,45 @@ def perfwatch_profile():
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
     )
-    def profiled_run(bundle: dict) -> dict:
+    def profiled_run(state: dict) -> dict:
         """Fresh process: measured steps with the profiler off, then a profiled window (and the paired
         gate). Retried later only when the host was busy; any other failure is final."""
         from tasks.stages.pipeline import HostBusy, profile_unless_busy
 
         ti = get_current_context()["ti"]
         try:
-            return profile_unless_busy(bundle, retry_left=ti.try_number <= ti.max_tries).to_xcom()
+            return profile_unless_busy(state, retry_left=ti.try_number <= ti.max_tries).to_xcom()
         except HostBusy:
             raise
         except Exception as e:
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
     @task(map_index_template=CASE_LABEL)
-    def parse(bundle: dict) -> dict:
+    def parse(state: dict) -> dict:
         """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(bundle, "parse").to_xcom()
+        return run_stage(state, "parse").to_xcom()
 
     @task(map_index_template=CASE_LABEL)
-    def baseline_compare(bundle: dict) -> dict:
+    def baseline_compare(state: dict) -> dict:
         """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(bundle, "baseline-compare").to_xcom()
+        return run_stage(state, "baseline-compare").to_xcom()
 
     @task(map_index_template=CASE_LABEL)
-    def archive(bundle: dict) -> dict:
+    def archive(state: dict) -> dict:
         """Store run, samples, tables and verdict in one transaction; archive the profile.
         Then fail the task if the verdict is a regression, or undecided on a busy host, so alerting fires."""
         from tasks.stages.pipeline import HostBusy, RegressionDetected, raise_on_outcome, run_stage
 
-        state = run_stage(bundle, "archive")
+        done = run_stage(state, "archive")
         try:
-            raise_on_outcome(state)
+            raise_on_outcome(done)
         except (RegressionDetected, HostBusy) as e:
             raise AirflowFailException(str(e)) from e
-        return state.archived.to_xcom()
+        return done.archived.to_xcom()
 
     @task(trigger_rule="all_done")
     def watch_trend() -> list[dict]:
@@ -200,14 +200,14 @@ def perfwatch_profile():
         makes the DAG run red (watch_trend, which runs whatever the cases did, would leave it green)."""
 
     @task_group(prefix_group_id=False)
-    def each_case(bundle: dict):
+    def each_case(state: dict):
         """The stages of one case, mapped over the cases: a task instance waits only for the same case's
         upstream, so one failing case fails only itself."""
-        env = env_fingerprint(bundle=pull_model_version(bundle=bundle))
-        run = profiled_run(bundle=warm_up(bundle=env))
-        return archive(bundle=baseline_compare(bundle=parse(bundle=run)))
+        env = env_fingerprint(state=pull_model_version(state=state))
+        run = profiled_run(state=warm_up(state=env))
+        return archive(state=baseline_compare(state=parse(state=run)))
 
-    cases, done = each_case.expand(bundle=plan()), outcome()
+    cases, done = each_case.expand(state=plan()), outcome()
     cases >> watch_trend() >> done
     cases >> done
 

@@ -48,7 +48,7 @@ from tasks.records import (
     run_slug,
 )
 from tasks.settings import Settings
-from tasks.stages.registry import STAGES, StageId, StateField, producer, stage
+from tasks.stages.registry import STAGE_IDS, STAGES, StageId, StateField, producer, stage
 from tasks.store import migrate
 from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
 from tasks.store.writes import SuccessAlreadyStored, record_failure
@@ -248,7 +248,14 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
         _need(state, stage_id)
         t0 = time.monotonic()
         log.info(
-            "%s: %s (%s v%s, %s)", stage_id, stage(stage_id).doing, ctx.case.model, ctx.case.version, ctx.case.name
+            "%s (stage %d of %d): %s (%s v%s, %s)",
+            stage_id,
+            STAGE_IDS.index(stage_id) + 1,
+            len(STAGE_IDS),
+            stage(stage_id).doing,
+            ctx.case.model,
+            ctx.case.version,
+            ctx.case.name,
         )
         record = _WORK[stage_id](state, ctx, settings)
         log.info("%s: done in %.1f s", stage_id, time.monotonic() - t0)
