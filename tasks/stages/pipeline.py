@@ -209,7 +209,7 @@ class StageInputMissing(FileNotFoundError):
 def _need(state: RunState, stage_id: StageId) -> None:
     """Check that the files this stage reads from earlier stages are still there (``Stage.reads``)."""
     for field, attr in stage(stage_id).reads:
-        path = getattr(getattr(state, field), attr)
+        path = getattr(_have(getattr(state, field), field), attr)
         if path and not Path(path).exists():
             made_by = producer(field).id
             raise StageInputMissing(
