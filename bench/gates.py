@@ -377,7 +377,7 @@ class Bench:
         from tasks.stages.pipeline import run_case
 
         ctx = RunContext(dag_id="gatebench", dag_run_id="baseline", trigger="cli", case=self.case("1", paired=False))
-        bundle = run_case(ctx, self.settings())
+        bundle = run_case(ctx, self.settings()).to_xcom()
         self.env_record = bundle["env"]
         return bundle["verdict"]
 
@@ -385,6 +385,7 @@ class Bench:
         """One release gate through the stage functions (module docstring, step 4)."""
         from tasks.records import RunContext
         from tasks.stages import pipeline
+        from tasks.stages.registry import stage
 
         settings = self.settings()
         t0 = time.perf_counter()
@@ -396,18 +397,20 @@ class Bench:
             case=self.case(version, paired=True),
         )
         try:
-            bundle: dict[str, Any] = pipeline.pull({"ctx": ctx.to_xcom()}, settings)
+            bundle: dict[str, Any] = pipeline.run_stage(
+                {"ctx": ctx.to_xcom()}, "pull-model-version", settings
+            ).to_xcom()
             bundle["env"] = self.env_record  # the baseline run's fingerprint: same host, same packages
             prep = self.prepared.get((load, variant))
-            stages = [pipeline.profile, pipeline.parse, pipeline.compare, pipeline.archive]
+            stages = ["profiled-run", "parse", "baseline-compare", "archive"]
             if prep is None:
-                stages.insert(0, pipeline.warmup)
+                stages.insert(0, "warm-up")
             else:
                 bundle.update(prep)
-            for stage in stages:
+            for stage_id in stages:
                 t = time.perf_counter()
-                bundle = stage(bundle, settings)
-                timing[stage.__name__] = time.perf_counter() - t
+                bundle = pipeline.run_stage(bundle, stage_id, settings).to_xcom()
+                timing[stage(stage_id).field] = time.perf_counter() - t
             self.prepared.setdefault((load, variant), {"warmup": bundle["warmup"]})
         except Exception as e:  # noqa: BLE001 - a failed gate is counted and shown, the bench goes on
             return Gate(

@@ -130,6 +130,7 @@ def run_one(case: Any, settings: Any, night: int) -> dict[str, Any]:
     wall time went: per stage (s), and inside the warm-up and profiled-run processes (``phases_s``)."""
     from tasks.records import RunContext
     from tasks.stages import pipeline
+    from tasks.stages.registry import STAGES
 
     ctx = RunContext(
         dag_id="bench_matrix",
@@ -142,29 +143,18 @@ def run_one(case: Any, settings: Any, night: int) -> dict[str, Any]:
     bundle: dict[str, Any] = {"ctx": ctx.to_xcom()}
     t_case = time.perf_counter()
     error = None
-    for name, stage in zip(
-        pipeline.STAGES,
-        (
-            pipeline.pull,
-            pipeline.fingerprint,
-            pipeline.warmup,
-            pipeline.profile,
-            pipeline.parse,
-            pipeline.compare,
-            pipeline.archive,
-        ),
-        strict=True,
-    ):
+    for stage in STAGES:
+        name = stage.id
         t0 = time.perf_counter()
         try:
-            bundle = stage(bundle, settings)
+            bundle = pipeline.run_stage(bundle, name, settings).to_xcom()
         except Exception as e:  # noqa: BLE001 - a failing case is a figure of the bench, not its end
             error = f"{name}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
             break
         finally:
             stages[name] = time.perf_counter() - t0
         if name == "warm-up" and not bundle["warmup"].get("reused_from_run_id"):
-            procs["warm-up"] = _phases(pipeline.work_dir(settings, ctx) / "warmup" / "result.json")
+            procs["warm-up"] = _phases(pipeline.work_dir(settings, ctx, create=False) / "warmup" / "result.json")
         if name == "profiled-run":
             procs["profiled-run"] = _phases(Path(bundle["run"]["samples_path"]))
     out = {

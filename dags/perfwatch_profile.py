@@ -34,8 +34,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
 
 from tasks.services.publish import release_asset_uris
-
-MEASURED_STEPS = 320  # = tasks.records.DEFAULT_MEASURED_STEPS (tests/system/test_dag.py checks)
+from tasks.stages.params import case_param_schema
 
 PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
 # A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often and
@@ -46,8 +45,8 @@ HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATC
 # The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
 # Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
-# Each case's task instances are named "<model> <case name>" in the grid (the bundle's label, set by plan).
-CASE_LABEL = "{{ task.op_kwargs['bundle']['label'] }}"
+# Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
+CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
 
 
 NIGHTLY = "0 2 * * *"
@@ -81,19 +80,7 @@ SCHEDULE = (
             maxLength=128,
             description="Model name in the store; empty profiles every model of the config.",
         ),
-        "version": Param(
-            "latest", type="string", pattern=r"^(latest|[0-9]+)$", description="Integer version directory, or 'latest'."
-        ),
-        "batch_size": Param(16, type="integer", minimum=1, maximum=65536),
-        "measured_steps": Param(
-            MEASURED_STEPS,
-            type="integer",
-            minimum=5,
-            maximum=100000,
-            description="Steps timed with the profiler off (a paired release gate "
-            "times at most this many steps of each version, stopping as "
-            "soon as its interval decides).",
-        ),
+        **{name: Param(**schema) for name, schema in case_param_schema("dag").items()},  # the Case fields
         "case": Param(
             None,
             type=["null", "string"],
@@ -106,52 +93,6 @@ SCHEDULE = (
         ),
         "trigger": Param(
             "manual", type="string", enum=["manual", "release"], description="'release' marks a release-gate run."
-        ),
-        "mode": Param(
-            "train",
-            type="string",
-            enum=["train", "infer", "tflite"],
-            description="What a step is: 'train' (forward, backward, update), 'infer' (one batch's "
-            "forward pass; step times are per-batch latencies) or 'tflite'.",
-        ),
-        "inputs": Param(
-            None,
-            type=["null", "object"],
-            additionalProperties={
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "shape": {"type": ["null", "array"], "items": {"type": "integer", "minimum": 1}},
-                    "dtype": {"type": ["null", "string"]},
-                    "min": {"type": ["null", "integer"]},
-                    "max": {"type": ["null", "integer"]},
-                },
-            },
-            description='How to feed the model, per input name: {"image": {"shape": [224, 224, 3]}, '
-            '"ids": {"dtype": "int32", "min": 0, "max": 30522}}; shape without '
-            "the batch dimension (needed where the model has None), integer range [min, max). "
-            "Empty: the model's own input signature.",
-        ),
-        "input_fn": Param(
-            None,
-            type=["null", "string"],
-            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-            description="'package.module:function' (importable by the runner) returning a "
-            "tf.data.Dataset of model-ready batches; step time then includes that "
-            "pipeline. Empty: synthetic batches.",
-        ),
-        "signature": Param(
-            "serving_default",
-            type="string",
-            minLength=1,
-            maxLength=128,
-            description="The SavedModel signature called in 'infer' mode.",
-        ),
-        "safe_mode": Param(
-            True,
-            type="boolean",
-            description="Keras safe_mode when loading a .keras file; turn off only for a "
-            "model whose code (Lambda layers) you trust. Recorded with the run.",
         ),
     },
     doc_md=__doc__,
@@ -173,26 +114,26 @@ def perfwatch_profile():
         return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]))
 
     @task(map_index_template=CASE_LABEL)
-    def pull_model_version(bundle: dict) -> dict:
+    def pull_model_version(state: dict) -> dict:
         """Resolve the model version in the store, copy it to the work dir, sha256 it."""
-        from tasks.stages.pipeline import pull
+        from tasks.stages.pipeline import run_stage
 
-        return pull(bundle)
+        return run_stage(state, "pull-model-version").to_xcom()
 
     @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def env_fingerprint(bundle: dict) -> dict:
+    def env_fingerprint(state: dict) -> dict:
         """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
-        from tasks.stages.pipeline import fingerprint
+        from tasks.stages.pipeline import run_stage
 
-        return fingerprint(bundle)
+        return run_stage(state, "env-fingerprint").to_xcom()
 
     @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def warm_up(bundle: dict) -> dict:
+    def warm_up(state: dict) -> dict:
         """Fresh process: train until step time is steady; cold first step recorded. An unchanged model
         (same bytes, same environment) reuses its newest warm-up within the case's warmup_reuse_days."""
-        from tasks.stages.pipeline import warmup
+        from tasks.stages.pipeline import run_stage
 
-        return warmup(bundle)
+        return run_stage(state, "warm-up").to_xcom()
 
     @task(
         map_index_template=CASE_LABEL,
@@ -201,52 +142,45 @@ def perfwatch_profile():
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
     )
-    def profiled_run(bundle: dict) -> dict:
+    def profiled_run(state: dict) -> dict:
         """Fresh process: measured steps with the profiler off, then a profiled window (and the paired
         gate). Retried later only when the host was busy; any other failure is final."""
         from tasks.stages.pipeline import HostBusy, profile_unless_busy
 
         ti = get_current_context()["ti"]
         try:
-            return profile_unless_busy(bundle, retry_left=ti.try_number <= ti.max_tries)
+            return profile_unless_busy(state, retry_left=ti.try_number <= ti.max_tries).to_xcom()
         except HostBusy:
             raise
         except Exception as e:
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
     @task(map_index_template=CASE_LABEL)
-    def parse(bundle: dict) -> dict:
+    def parse(state: dict) -> dict:
         """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
-        from tasks.stages.pipeline import parse as parse_stage
+        from tasks.stages.pipeline import run_stage
 
-        return parse_stage(bundle)
+        return run_stage(state, "parse").to_xcom()
 
     @task(map_index_template=CASE_LABEL)
-    def baseline_compare(bundle: dict) -> dict:
+    def baseline_compare(state: dict) -> dict:
         """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
-        from tasks.stages.pipeline import compare
+        from tasks.stages.pipeline import run_stage
 
-        return compare(bundle)
+        return run_stage(state, "baseline-compare").to_xcom()
 
     @task(map_index_template=CASE_LABEL)
-    def archive(bundle: dict) -> dict:
+    def archive(state: dict) -> dict:
         """Store run, samples, tables and verdict in one transaction; archive the profile.
         Then fail the task if the verdict is a regression, or undecided on a busy host, so alerting fires."""
-        from tasks.stages.pipeline import (
-            HostBusy,
-            RegressionDetected,
-            archive,
-            raise_on_host_busy,
-            raise_on_regression,
-        )
+        from tasks.stages.pipeline import HostBusy, RegressionDetected, raise_on_outcome, run_stage
 
-        bundle = archive(bundle)
+        done = run_stage(state, "archive")
         try:
-            raise_on_regression(bundle)
-            raise_on_host_busy(bundle)
+            raise_on_outcome(done)
         except (RegressionDetected, HostBusy) as e:
             raise AirflowFailException(str(e)) from e
-        return bundle["archived"]
+        return done.archived.to_xcom()
 
     @task(trigger_rule="all_done")
     def watch_trend() -> list[dict]:
@@ -266,14 +200,14 @@ def perfwatch_profile():
         makes the DAG run red (watch_trend, which runs whatever the cases did, would leave it green)."""
 
     @task_group(prefix_group_id=False)
-    def each_case(bundle: dict):
+    def each_case(state: dict):
         """The stages of one case, mapped over the cases: a task instance waits only for the same case's
         upstream, so one failing case fails only itself."""
-        env = env_fingerprint(bundle=pull_model_version(bundle=bundle))
-        run = profiled_run(bundle=warm_up(bundle=env))
-        return archive(bundle=baseline_compare(bundle=parse(bundle=run)))
+        env = env_fingerprint(state=pull_model_version(state=state))
+        run = profiled_run(state=warm_up(state=env))
+        return archive(state=baseline_compare(state=parse(state=run)))
 
-    cases, done = each_case.expand(bundle=plan()), outcome()
+    cases, done = each_case.expand(state=plan()), outcome()
     cases >> watch_trend() >> done
     cases >> done
 

@@ -8,13 +8,14 @@ samples, profiles, parsed tables) travel as work-dir paths, never inline.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import hashlib
 import json
 import re
 import unicodedata
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 Trigger = Literal["scheduled", "manual", "release", "cli", "test", "calibrate"]
 
@@ -120,6 +121,12 @@ class Record(BaseModel):
 DEFAULT_MEASURED_STEPS = 320
 
 
+#: ``json_schema_extra`` of a Case field set in the YAML config only: neither a DAG Param nor a ``perfwatch run``
+#: option. A field without a mark is all three (``tasks.stages.params.case_param_schema``).
+CONFIG_ONLY: dict[str, Any] = {"set_in": ["config"]}
+#: ``json_schema_extra`` of a Case field set in the YAML config and by ``perfwatch run``, but not a DAG Param.
+NOT_A_PARAM: dict[str, Any] = {"set_in": ["config", "cli"]}
+
 Mode = Literal["train", "infer", "tflite"]
 Precision = Literal["fp32", "mixed_float16", "mixed_bfloat16"]
 Strategy = Literal["none", "mirrored"]
@@ -140,7 +147,8 @@ class InputSpec(Record):
             Floating inputs: uniform in ``[min, max)`` when both are given, else standard normal.
     """
 
-    shape: list[int] | None = None
+    # the schema says what the validator checks (the trigger form refuses a 0); the validator gives the message
+    shape: list[Annotated[int, WithJsonSchema({"type": "integer", "minimum": 1})]] | None = None
     dtype: str | None = None
     min: int | None = None
     max: int | None = None
@@ -160,114 +168,196 @@ class InputSpec(Record):
 
 
 class Case(Record):
-    """One benchmark case: which model, and how it is measured.
+    """One benchmark case: which model, and how it is measured. Each field's description says what it does
+    (the DAG's trigger form shows it: ``tasks.stages.params``); a field set in the
+    YAML config only says so in its ``json_schema_extra`` (``CONFIG_ONLY``, ``NOT_A_PARAM``)."""
 
-    Attributes:
-        model: model name: a directory of the model store, in any script (``check_model_name``:
-            no ``..``, path separators or control characters; at most 128 characters).
-        version: integer version (``0003`` is 3, as in TF Serving), or ``latest`` (the highest
-            version directory that holds a model).
-        batch_size: examples per training step.
-        measured_steps: steps timed with the profiler OFF (our timer, ms). Default 320
-            (``DEFAULT_MEASURED_STEPS``): what a paired gate needs to catch a 5% slowdown 95% of the
-            time at 14% step-to-step noise (the 2-core dev machine, ``bench/detection.py``); a quiet
-            GPU host needs far fewer.
-        profiled_steps: steps run under the TF profiler with step markers.
-        seed: seed for synthetic inputs and weights init (recorded with the run).
-        deterministic: run with TF op determinism (``TF_DETERMINISTIC_OPS``).
-        warmup_window, warmup_cv_max, warmup_max_steps: the steady-state rule of the warm-up
-            stage: rolling coefficient of variation of the last ``warmup_window`` step times
-            below ``warmup_cv_max``, at most ``warmup_max_steps`` steps.
-        tolerance: relative step-time change that counts (0.05 = 5%).
-        confidence: confidence level of the comparison interval.
-        lookback: how many accepted runs form the history baseline.
-        paired: re-measure the baseline version in the same process (A/B, release gates; a
-            ``release`` trigger is always paired, and so is a scheduled run whose version differs
-            from the baseline's: ``RunContext.pairs_with``).
-        paired_blocks, paired_block_steps: the paired (A/B) layout and budget: at most
-            ``paired_blocks`` block pairs in ABBA order of ``paired_block_steps`` steps per block
-            (default 1: A B B A A B ...; short blocks cancel more of the host's slow drift); at most
-            ``MAX_TIMED_STEPS`` (100000) timed steps per version, as for ``measured_steps``. Unset
-            ``paired_blocks`` is ``measured_steps // paired_block_steps`` (320 by default). The gate
-            is sequential (``tasks.analysis.sequential``): it stops at the first look whose interval
-            decides, so the cost actually spent, ``2 x pairs x paired_block_steps`` timed steps
-            (stated in each verdict's ``evidence["paired"]["spent"]``), is at most twice the measured
-            steps (640 by default), plus one more model load and warm-up per version.
-        paired_round_pairs: pairs measured between two looks of the sequential gate (default 16;
-            the first look is at 32 pairs). A budget under 32 pairs gets one fixed look at the end.
-        max_other_cpu_share: the host counts as busy when other processes took more than this
-            share of its CPU time during the measurement (default 0.25); the verdict is then
-            ``inconclusive`` ("host busy: ...", ``tasks.analysis.calibration.assess_noise``).
-        paired_offset_sd: sd (log scale) of the speed difference between two identical model copies
-            loaded in one process, which blocks cannot average out; it widens the paired interval
-            (``tasks.analysis.stats.compare_paired``). None: estimated from the store's A/A release gates
-            (the same version gated against itself), else 0 (``tasks.analysis.calibration``: 10
-            self-vs-self processes on the 2-core dev machine showed no offset).
-        prior_between_sd: prior sd (log scale) of the drift of median step time between
-            processes for the history comparison; ``None`` (default) estimates it from the
-            store's accepted runs in the same environment, falling back to 0.05 (rule:
-            ``tasks.analysis.calibration``).
-        auto_accept: a run whose verdict is pass / no-baseline / improvement / env-changed
-            becomes the active baseline automatically (a regression never does).
-        mode: ``train`` (a training step: forward, backward, update), ``infer`` (a forward pass with
-            ``training=False``, or a SavedModel's ``signature``; per-batch latency percentiles) or
-            ``tflite`` (the model converted by ``tf.lite.TFLiteConverter``, timed in the interpreter).
-        inputs: per model input name, how to feed it (:class:`InputSpec`); None: the model's own
-            input signature (a ``None`` dimension there is then an error naming the input).
-        input_fn: ``"package.module:function"`` importable in the runner's interpreter, returning a
-            ``tf.data.Dataset`` of model-ready batches of ``batch_size`` (step time then includes the
-            input pipeline); None: synthetic in-memory batches built from the input specs.
-        signature: the SavedModel signature called in ``infer`` mode (default ``serving_default``).
-        safe_mode: Keras ``safe_mode`` when loading a ``.keras`` file; ``False`` only for models whose
-            code (``Lambda`` layers) the owner trusts. Recorded with the run.
-        precision: Keras mixed-precision policy: ``fp32``, ``mixed_float16`` (with a loss-scaling
-            optimizer) or ``mixed_bfloat16``.
-        xla: compile the step with XLA (``jit_compile=True``).
-        strategy: ``none``, or ``mirrored`` (``tf.distribute.MirroredStrategy`` over the visible devices).
-        quantization: ``tflite`` mode only: ``none``, ``dynamic`` (dynamic-range) or ``int8`` (full
-            integer, with a representative dataset drawn from the case's input spec).
-        telemetry_interval_ms: how often the runner samples device telemetry during the measured
-            steps (NVML per GPU, else host CPU and RSS via psutil), ms. Not part of the case identity.
-        warmup_reuse_days: the warm-up stage reuses the steady-state step count of the newest run of
-            the same case whose warm-up ran within this many days on the same model bytes (digest)
-            and environment (comparability key), instead of starting a warm-up process: the
-            nightly run of an unchanged model then pays one runner process, not two
-            (``tasks.stages.warmup.reusable_warm_up``). The profiled run still warms up in its own
-            process. 0: always a fresh warm-up. Not part of the case identity.
-    """
-
-    model: str
-    version: str = "latest"
-    batch_size: int = Field(16, ge=1, le=65536)
-    measured_steps: int = Field(DEFAULT_MEASURED_STEPS, ge=5, le=MAX_TIMED_STEPS)
-    profiled_steps: int = Field(5, ge=1, le=1000)
-    seed: int = 0
-    deterministic: bool = False
-    warmup_window: int = Field(5, ge=2, le=7)
-    warmup_cv_max: float = Field(0.05, gt=0)
-    warmup_max_steps: int = Field(60, ge=10)  # must leave room for min_steps (3) + a window
-    tolerance: float = Field(0.05, gt=0, lt=1)
-    confidence: float = Field(0.99, gt=0.5, lt=1)
-    lookback: int = Field(5, ge=1, le=100)
-    paired: bool = False
-    paired_blocks: int | None = Field(None, ge=2, le=MAX_TIMED_STEPS)  # None: filled in by _paired_layout
-    paired_block_steps: int = Field(1, ge=1, le=10_000)
-    prior_between_sd: float | None = Field(None, gt=0, lt=1)
-    paired_offset_sd: float | None = Field(None, ge=0, lt=1)
-    paired_round_pairs: int = Field(16, ge=2, le=MAX_TIMED_STEPS)
-    max_other_cpu_share: float = Field(0.25, gt=0, le=1)
-    auto_accept: bool = True
-    mode: Mode = "train"
-    inputs: dict[str, InputSpec] | None = None
-    input_fn: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    signature: str = Field("serving_default", min_length=1, max_length=128)
-    safe_mode: bool = True
-    precision: Precision = "fp32"
-    xla: bool = False
-    strategy: Strategy = "none"
-    quantization: Quantization = "none"
-    telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
-    warmup_reuse_days: float = Field(7.0, ge=0, le=365)
+    model: str = Field(
+        description="Model name: a directory of the model store, in any script (no '..', path separators or "
+        "control characters; at most 128 characters)."
+    )
+    version: str = Field(
+        "latest",
+        pattern=r"^(latest|[0-9]+)$",
+        description="Integer version directory (0003 is 3, as in TF Serving), or 'latest' (the highest version "
+        "directory that holds a model).",
+    )
+    batch_size: int = Field(
+        16, ge=1, le=65536, description="Examples per step (a training step or an inference batch)."
+    )
+    measured_steps: int = Field(
+        DEFAULT_MEASURED_STEPS,
+        ge=5,
+        le=MAX_TIMED_STEPS,
+        description="Steps timed with the profiler off (our timer, ms); a paired release gate times at most this "
+        "many steps of each version, stopping as soon as its interval decides. The default is what a paired gate "
+        "needs to catch a 5% slowdown at 14% step-to-step noise (bench/detection.py).",
+    )
+    profiled_steps: int = Field(
+        5,
+        ge=1,
+        le=1000,
+        description="Steps run under the TF profiler, with step markers.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    seed: int = Field(
+        0,
+        description="Seed of synthetic inputs and weights init (recorded with the run).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    deterministic: bool = Field(
+        False, description="Run with TF op determinism (TF_DETERMINISTIC_OPS).", json_schema_extra=CONFIG_ONLY
+    )
+    warmup_window: int = Field(
+        5,
+        ge=2,
+        le=7,
+        description="Warm-up is steady when the coefficient of variation of the last this many step times is below "
+        "warmup_cv_max.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    warmup_cv_max: float = Field(
+        0.05, gt=0, description="The warm-up's steady-state coefficient of variation.", json_schema_extra=CONFIG_ONLY
+    )
+    warmup_max_steps: int = Field(  # must leave room for min_steps (3) + a window
+        60, ge=10, description="Most steps of the warm-up.", json_schema_extra=CONFIG_ONLY
+    )
+    tolerance: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Relative step-time change that counts (0.05 = 5%).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    confidence: float = Field(
+        0.99, gt=0.5, lt=1, description="Confidence level of the comparison interval.", json_schema_extra=CONFIG_ONLY
+    )
+    lookback: int = Field(
+        5, ge=1, le=100, description="Accepted runs that form the history baseline.", json_schema_extra=CONFIG_ONLY
+    )
+    paired: bool = Field(
+        False,
+        description="Re-measure the baseline version in the same process (A/B), as a release gate does; a release "
+        "trigger is always paired, and so is a scheduled run whose version differs from the baseline's.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    paired_blocks: int | None = Field(  # None: filled in by _paired_layout
+        None,
+        ge=2,
+        le=MAX_TIMED_STEPS,
+        description="Most block pairs of the paired gate, in ABBA order; unset: measured_steps // "
+        "paired_block_steps. The gate is sequential (tasks.analysis.sequential): it stops at the first look whose "
+        "interval decides, spending 2 x pairs x paired_block_steps timed steps (evidence['paired']['spent']).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    paired_block_steps: int = Field(
+        1,
+        ge=1,
+        le=10_000,
+        description="Steps per block of the paired gate (short blocks cancel more of the host's slow drift); "
+        "at most 100000 timed steps per version.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    prior_between_sd: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Prior sd (log scale) of the drift of median step time between processes, for the history "
+        "comparison; unset: estimated from the store's accepted runs in the environment, else 0.05 "
+        "(tasks.analysis.calibration).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    paired_offset_sd: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="Sd (log scale) of the speed difference of two identical model copies in one process, which "
+        "widens the paired interval; unset: estimated from the store's A/A release gates, else 0.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    paired_round_pairs: int = Field(
+        16,
+        ge=2,
+        le=MAX_TIMED_STEPS,
+        description="Pairs measured between two looks of the sequential gate (the first look is at 32 pairs; a "
+        "budget under 32 pairs gets one look at the end).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    max_other_cpu_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="The host is busy when other processes took more than this share of its CPU time during the "
+        "measurement; the verdict is then inconclusive ('host busy: ...').",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    auto_accept: bool = Field(
+        True,
+        description="A run whose verdict is pass, no-baseline, improvement or env-changed becomes the active "
+        "baseline (a regression never does).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    mode: Mode = Field(
+        "train",
+        description="What a step is: 'train' (forward, backward, update), 'infer' (one batch's forward pass, or a "
+        "SavedModel's signature; step times are per-batch latencies) or 'tflite' (the model converted by "
+        "TFLiteConverter, timed in the interpreter).",
+    )
+    inputs: dict[str, InputSpec] | None = Field(
+        None,
+        description='How to feed the model, per input name: {"image": {"shape": [224, 224, 3]}, "ids": {"dtype": '
+        '"int32", "min": 0, "max": 30522}}; shape without the batch dimension (needed where the model has None), '
+        "integer range [min, max). Empty: the model's own input signature.",
+    )
+    input_fn: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:function' (importable by the runner) returning a tf.data.Dataset of "
+        "model-ready batches of batch_size; step time then includes that pipeline. Empty: synthetic batches.",
+    )
+    signature: str = Field(
+        "serving_default", min_length=1, max_length=128, description="The SavedModel signature called in 'infer' mode."
+    )
+    safe_mode: bool = Field(
+        True,
+        description="Keras safe_mode when loading a .keras file; turn off only for a model whose code (Lambda "
+        "layers) you trust. Recorded with the run.",
+    )
+    precision: Precision = Field(
+        "fp32",
+        description="Keras mixed-precision policy: fp32, mixed_float16 (with a loss-scaling optimizer) or "
+        "mixed_bfloat16.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    xla: bool = Field(False, description="Compile the step with XLA (jit_compile).", json_schema_extra=NOT_A_PARAM)
+    strategy: Strategy = Field(
+        "none",
+        description="none, or mirrored (tf.distribute.MirroredStrategy over the visible devices).",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    quantization: Quantization = Field(
+        "none",
+        description="tflite mode only: none, dynamic (dynamic-range) or int8 (full integer, with a representative "
+        "dataset drawn from the input spec).",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    telemetry_interval_ms: int = Field(
+        100,
+        ge=10,
+        le=60_000,
+        description="How often the runner samples device telemetry during the measured steps (NVML per GPU, else "
+        "host CPU and RSS), ms. Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    warmup_reuse_days: float = Field(
+        7.0,
+        ge=0,
+        le=365,
+        description="Reuse the steady-state step count of this case's newest warm-up on the same model bytes and "
+        "environment within this many days instead of a warm-up process (the profiled run still warms up in its "
+        "own process); 0: always warm up afresh. Not part of the case identity.",
+        json_schema_extra=NOT_A_PARAM,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -287,6 +377,7 @@ class Case(Record):
 
     @model_validator(mode="after")
     def _paired_size(self) -> Case:
+        assert self.paired_blocks is not None  # filled in by _paired_layout
         per_version = self.paired_blocks * self.paired_block_steps
         if per_version > MAX_TIMED_STEPS:
             raise ValueError(
@@ -355,6 +446,7 @@ class Case(Record):
     @property
     def paired_timed_steps(self) -> int:
         """Timed steps of the paired (A/B) measurement, both versions together."""
+        assert self.paired_blocks is not None  # filled in by _paired_layout
         return 2 * self.paired_blocks * self.paired_block_steps
 
 
@@ -511,10 +603,22 @@ class ParseRecord(Record):
     cross_check_ok: bool | None
 
 
+class Verdict(enum.StrEnum):
+    """The baseline-compare verdict of a run; the values are the words stored in ``runs.verdict`` and shown
+    everywhere (a member equals its string: ``Verdict.PASS == "pass"``)."""
+
+    PASS = "pass"  #: within the tolerance of the baseline
+    REGRESSION = "regression"  #: slower than the baseline beyond the tolerance
+    IMPROVEMENT = "improvement"  #: faster than the baseline beyond the tolerance
+    INCONCLUSIVE = "inconclusive"  #: the interval is too wide to decide, or the host was busy
+    NO_BASELINE = "no-baseline"  #: no accepted run of the case in this environment to compare with
+    ENV_CHANGED = "env-changed"  #: compared with a baseline of another environment only
+
+
 class CompareRecord(Record):
     """Output of baseline-compare: the verdict and its evidence (JSON-safe)."""
 
-    verdict: Literal["pass", "regression", "improvement", "inconclusive", "no-baseline", "env-changed"]
+    verdict: Verdict
     method: str
     baseline_run_ids: list[int]
     ratio: float | None
@@ -533,6 +637,27 @@ class ArchiveRecord(Record):
     run_id: int
     archive_uri: str
     verdict: str
+
+
+class RunState(Record):
+    """One case's run as it goes from stage to stage: its identity, the grid label, and one record per stage
+    that ran (None until it has; ``tasks.stages.registry`` says which stage fills which field). Through XCom it
+    travels as ``to_xcom()``, a JSON dict with the fields that are set, which ``RunState.model_validate`` reads
+    back (the same keys as the dict "bundle" of earlier perfwatch versions)."""
+
+    ctx: RunContext
+    label: str | None = None  #: ``<model> <case name>``: the case's mapped task instances in the Airflow grid
+    pulled: PulledModel | None = None
+    env: EnvRecord | None = None
+    warmup: WarmupRecord | None = None
+    run: ProfiledRun | None = None
+    parsed: ParseRecord | None = None
+    verdict: CompareRecord | None = None
+    archived: ArchiveRecord | None = None
+
+    def to_xcom(self) -> dict[str, Any]:
+        """The state as a JSON-serialisable dict, without the stages that did not run."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
 
 
 # ----------------------------------------------------------------- stored facts that baseline-compare decides on

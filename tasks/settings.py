@@ -70,8 +70,8 @@ class Settings:
             ``<store>/<model>/<version>/`` (``PERFWATCH_MODEL_STORE``, default ``<home>/models``).
         archive_root: URI of the profile archive; ``tensorboard --logdir <archive>/<model>``
             opens it (``PERFWATCH_ARCHIVE``, default ``<home>/archive``).
-        work_root: local scratch space for one DAG run's files (``PERFWATCH_WORK``,
-            default ``<home>/work``).
+        work_root: local directory of the runs' work dirs, one per run of a case
+            (``tasks.stages.pipeline.work_dir``; ``PERFWATCH_WORK``, default ``<home>/work``).
         runner_python: interpreter that runs ``python -m tasks.runner`` — the only place
             TensorFlow is imported (``PERFWATCH_RUNNER_PYTHON``, default this interpreter).
         runner_command: the command that starts the runner, ``SPEC.json`` appended (``PERFWATCH_RUNNER_COMMAND``,

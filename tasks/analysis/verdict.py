@@ -54,9 +54,10 @@ from typing import Any
 
 from tasks.analysis import calibration, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
-from tasks.records import CompareInputs
+from tasks.records import CompareInputs, Verdict
 
-DECIDED = ("pass", "regression", "improvement")  #: the verdicts the noise rule turns into inconclusive
+#: the verdicts the noise rule turns into inconclusive
+DECIDED = (Verdict.PASS, Verdict.REGRESSION, Verdict.IMPROVEMENT)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def paired_comparison(
         f"({g.stopped}; {f.df + 1} batches of {f.batch}, boundary {f.boundary:.2f})"
     )
     reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
-    if f.verdict == "inconclusive":
+    if f.verdict == Verdict.INCONCLUSIVE:
         reason += (
             f" About {g.needed_pairs} pairs (now {f.pairs}) would give a decisive interval at this noise."
             if g.needed_pairs
@@ -251,7 +252,7 @@ def decide(
     other, skipped_other = usable_baselines(samples, inputs.other_env)
     if skipped_same or skipped_other:
         evidence["skipped_baselines"] = skipped_same + skipped_other
-    d = Decision(verdict="no-baseline", method="none", baseline_run_ids=same or other, evidence=evidence)
+    d = Decision(verdict=Verdict.NO_BASELINE, method="none", baseline_run_ids=same or other, evidence=evidence)
     if same:
         prior = calibration.prior_for_case(case, inputs.calibration_runs)
         evidence["prior"] = prior.model_dump(mode="json")
@@ -275,7 +276,7 @@ def decide(
             for c in diff_fingerprints(dict(inputs.other_env_data or {}), dict(env_data))
             if c.affects_comparability
         ]
-        d.verdict, d.method = "env-changed", "cross-environment"
+        d.verdict, d.method = Verdict.ENV_CHANGED, "cross-environment"
         d.ratio, d.ci_low, d.ci_high = est.ratio, est.low, est.high
         d.reason = "the environment changed" + (": " + ", ".join(c["field"] for c in changes) if changes else "")
         evidence.update(
@@ -294,7 +295,7 @@ def decide(
         evidence["noise"] = dict(noise)
         if noise.get("busy") and d.verdict in DECIDED:
             evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
-            d.verdict = "inconclusive"
+            d.verdict = Verdict.INCONCLUSIVE
             d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
     return d
 

@@ -25,7 +25,7 @@ from tasks.cli.render import Format, render
 from tasks.settings import Settings
 
 if TYPE_CHECKING:  # the records are imported where used: `perfwatch --help` must stay quick
-    from tasks.records import Case
+    from tasks.records import Case, RunState
 
 
 def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict:
@@ -50,17 +50,18 @@ def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict
     }
 
 
-def _row(bundle: dict) -> dict:
-    v = bundle["verdict"]
-    p = v["evidence"].get("paired") or {}
-    noise = v["evidence"].get("noise") or {}
+def _row(state: RunState) -> dict:
+    v, archived = state.verdict, state.archived
+    assert v is not None and archived is not None  # run_case ran every stage
+    p = v.evidence.get("paired") or {}
+    noise = v.evidence.get("noise") or {}
     load = noise.get("host_load") or {}
     return {
-        "run_id": bundle["archived"]["run_id"],
-        "verdict": v["verdict"],
-        "ratio": v["ratio"],
-        "ci_low": v["ci_low"],
-        "ci_high": v["ci_high"],
+        "run_id": archived.run_id,
+        "verdict": v.verdict.value,
+        "ratio": v.ratio,
+        "ci_low": v.ci_low,
+        "ci_high": v.ci_high,
         "pairs": (p.get("spent") or {}).get("pairs"),
         "gate_sd": noise.get("gate_sd"),
         "other_cpu_share": load.get("other_cpu_share"),
@@ -128,12 +129,12 @@ def register(app: typer.Typer) -> None:
             )
             try:
                 with progress_shown():
-                    bundle = run_case(ctx, settings)
+                    state = run_case(ctx, settings)
             except Exception as e:  # noqa: BLE001 - every stage error is reported (and recorded by the stage)
                 typer.echo(f"error: gate {i + 1} of {gates}: {type(e).__name__}: {e}", err=True)
                 raise typer.Exit(2) from e
-            key = bundle["env"]["comparability_key"]
-            rows.append(_row(bundle))
+            key = state.env.comparability_key if state.env else None
+            rows.append(_row(state))
             typer.echo(f"gate {i + 1}/{gates}: run {rows[-1]['run_id']} {rows[-1]['verdict']}", err=True)
         render(pd.DataFrame(rows), fmt, title=f"A/A gates of {model} v{case.version} ({case.name})")
         s = calibration_summary(settings.database_url, case, key)

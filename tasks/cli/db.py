@@ -1,5 +1,5 @@
 """``perfwatch db upgrade`` and ``perfwatch db check [--repair]``: the store's schema and its consistency
-with the archive and the scratch space.
+with the archive and the runs' work dirs.
 
 ``db check`` reports what finished, failed or killed runs should not have left behind:
 
@@ -8,7 +8,7 @@ with the archive and the scratch space.
 * ``orphan-archive``: an archive run directory no stored run points to;
 * ``missing-archive``: a successful run whose archive directory is gone (its samples and summaries stay:
   ``--repair`` never deletes history);
-* ``scratch``: a run's scratch dir under ``PERFWATCH_WORK`` that no run needs any more.
+* ``scratch``: a run's work dir under ``PERFWATCH_WORK`` that no run needs any more.
 
 With ``--repair`` it removes the first, second and fourth kinds. Exit code: 0 when nothing is left
 (after repair), 1 otherwise.
@@ -26,30 +26,30 @@ from tasks.settings import Settings
 
 def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> list:
     """Every leftover (``tasks.stages.archive.Leftover``) of the store at ``settings.database_url``, its
-    archive and its scratch space.
+    archive and its work dirs.
 
     ``grace_hours``: age after which something whose writer cannot be checked counts as left over
-    (default: 1 h for archive copies, ``STALE_PARTIAL_S``; 24 h for scratch dirs, ``SCRATCH_STALE_S``).
+    (default: 1 h for archive copies, ``STALE_PARTIAL_S``; 24 h for work dirs, ``WORK_DIR_STALE_S``).
 
     Raises:
         tasks.store.engine.StoreError: the store cannot be reached or is newer than this perfwatch.
     """
     from tasks.stages.archive import STALE_PARTIAL_S, check_archive
-    from tasks.stages.pipeline import SCRATCH_STALE_S, check_scratch  # imported here: it pulls in every stage
+    from tasks.stages.pipeline import WORK_DIR_STALE_S, check_work_dirs  # imported here: it pulls in every stage
     from tasks.store.reads import run_locations
 
     runs = run_locations(settings.database_url)
     archive_grace = STALE_PARTIAL_S if grace_hours is None else grace_hours * 3600
-    scratch_grace = SCRATCH_STALE_S if grace_hours is None else grace_hours * 3600
-    return check_archive(settings.archive_root, runs, grace_s=archive_grace) + check_scratch(
-        settings, runs, grace_s=scratch_grace
+    work_grace = WORK_DIR_STALE_S if grace_hours is None else grace_hours * 3600
+    return check_archive(settings.archive_root, runs, grace_s=archive_grace) + check_work_dirs(
+        settings, runs, grace_s=work_grace
     )
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``db`` command group (``upgrade``, ``check``) to the perfwatch CLI."""
     db_app = typer.Typer(
-        help="The store's schema, and its consistency with the archive and scratch space.", no_args_is_help=True
+        help="The store's schema, and its consistency with the archive and the work dirs.", no_args_is_help=True
     )
     app.add_typer(db_app, name="db")
 
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--repair",
                 help="Remove the stale partial copies, orphan "
-                "archive directories and scratch leftovers "
+                "archive directories and left-over work dirs "
                 "found (never a stored run).",
             ),
         ] = False,
@@ -80,13 +80,13 @@ def register(app: typer.Typer) -> None:
                 "--grace-hours",
                 min=0,
                 help="Age (h) after which what may still be in use counts as left over "
-                "(default 1 for archive copies, 24 for scratch dirs).",
+                "(default 1 for archive copies, 24 for work dirs).",
             ),
         ] = None,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
     ) -> None:
         """Report half-written archive copies, archive directories without a run, runs whose archive is
-        missing, and scratch leftovers; --repair removes all but the runs. Exit 1 when something is left."""
+        missing, and left-over work dirs; --repair removes all but the runs. Exit 1 when something is left."""
         import pandas as pd
 
         from tasks.stages.archive import remove_leftover

@@ -114,7 +114,9 @@ def env_change_summary(verdict: dict[str, Any]) -> str | None:
     values, and the cross-environment step-time ratio (candidate/baseline median) when known; says
     so when NVML failed (``"unknown: NVMLError..."``: comparable with no other environment).
     """
-    if verdict.get("verdict") != "env-changed":
+    from tasks.records import Verdict
+
+    if verdict.get("verdict") != Verdict.ENV_CHANGED:
         return None
     evidence = verdict.get("evidence") or {}
     base = ", ".join(str(i) for i in verdict.get("baseline_run_ids") or []) or "?"

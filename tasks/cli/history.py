@@ -50,7 +50,7 @@ UntilOpt = Annotated[str | None, typer.Option("--until", help="End of the window
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Only this model.")]
 
 GATE_PASS, GATE_REGRESSION, GATE_INCONCLUSIVE = 0, 1, 2
-GATE_CODES: dict[str, int] = {
+GATE_CODES: dict[str, int] = {  # by tasks.records.Verdict value (imported by commands only, not at start-up)
     "pass": GATE_PASS,
     "improvement": GATE_PASS,
     "no-baseline": GATE_PASS,
@@ -220,6 +220,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
     """
     import pandas as pd
 
+    from tasks.records import Verdict
     from tasks.store import queries
 
     if rows.empty:
@@ -231,7 +232,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
             why = f"run {r.run_id} failed at {r.failed_stage}: {queries.first_line(r.error)}"
         else:
             code = GATE_CODES.get(r.verdict, GATE_INCONCLUSIVE)
-            if strict and r.verdict == "no-baseline":
+            if strict and r.verdict == Verdict.NO_BASELINE:
                 code = GATE_INCONCLUSIVE
             why = f"run {r.run_id} verdict {r.verdict}"
             if r.ratio is not None and pd.notna(r.ratio):

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         """Store a profile of your own job (Keras callback or StepProfiler layout) as an external run."""
         from pydantic import ValidationError
 
+        from tasks.records import Verdict
         from tasks.services.ingest import NoStepTimes, ingest_profile
         from tasks.stages.parse import ProfileParseError
 
@@ -62,5 +63,5 @@ def register(app: typer.Typer) -> None:
             f"run {rec.run_id} (source external): verdict {verdict.verdict} ({verdict.method}){ratio}; "
             f"step time is xprof's ({verdict.evidence.get('step_time_source')}); archive {rec.archive_uri}"
         )
-        if verdict.verdict == "regression":
+        if verdict.verdict == Verdict.REGRESSION:
             raise typer.Exit(1)

@@ -70,7 +70,8 @@ def _settings() -> Settings:
 
     s = Settings.from_env()
     url = make_url(s.database_url)
-    fresh = url.get_backend_name() == "sqlite" and bool(url.database) and not Path(url.database).exists()
+    db = url.database
+    fresh = url.get_backend_name() == "sqlite" and db is not None and db != "" and not Path(db).exists()
     migrate(s.database_url)
     if fresh:
         typer.echo(
@@ -150,6 +151,7 @@ def runs(
 
 @app.command("run")
 def run_cmd(
+    typer_ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="Model name in the model store.")],
     version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
     batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
@@ -205,7 +207,9 @@ def run_cmd(
     ] = 7.0,
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow. The options are the
-    Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix").
+    Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix"): those
+    ``tasks.stages.params.case_param_schema("cli")`` lists, with the Case's defaults
+    (``tests/unit/cli/test_run_options.py`` checks).
 
     Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
     error are recorded in the store, as a DAG run's would be) or the input is wrong: an option out
@@ -227,24 +231,7 @@ def run_cmd(
             f'--inputs is not JSON ({e}); expected e.g. \'{{"image": {{"shape": [32, 32, 3]}}}}\''
         ) from e
     try:
-        case = Case(
-            model=model,
-            version=version,
-            batch_size=batch_size,
-            measured_steps=measured_steps,
-            profiled_steps=profiled_steps,
-            paired=paired,
-            mode=mode,
-            safe_mode=safe_mode,
-            inputs=feeds,
-            input_fn=input_fn,
-            signature=signature,
-            precision=precision,
-            xla=xla,
-            strategy=strategy,
-            quantization=quantization,
-            warmup_reuse_days=warmup_reuse_days,
-        )
+        case = Case.model_validate({**typer_ctx.params, "inputs": feeds})  # every option is the Case field
     except ValidationError as e:
         from tasks.cli.history import validation_message
 
@@ -261,7 +248,7 @@ def run_cmd(
     try:
         settings = _settings()
         with progress_shown():
-            bundle = run_case(ctx, settings)
+            state = run_case(ctx, settings)
     except StoreError:
         raise  # one line, exit STORE_ERROR_EXIT (_StoreErrorsInOneLine)
     except Exception as e:  # noqa: BLE001 - every stage error is reported, and said whether it was recorded
@@ -276,20 +263,21 @@ def run_cmd(
             )
         typer.echo(f"error: {type(e).__name__}: {e}\n({where})", err=True)
         raise typer.Exit(2) from e
-    v = bundle["verdict"]
+    v, run, archived = state.verdict, state.run, state.archived
+    assert v is not None and run is not None and archived is not None  # run_case ran every stage
     judged = (
-        f" (ratio {v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}], {v['method']})"
-        if v.get("ratio") is not None and v.get("ci_low") is not None
+        f" (ratio {v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], {v.method})"
+        if v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         else ""
     )
     typer.echo(
-        f"run {bundle['archived']['run_id']}: verdict {v['verdict']}{judged}, "
-        f"median {bundle['run']['median_step_ms']:.2f} ms, {bundle['run']['throughput_eps']:.1f} examples/s "
-        f"at the median (as `runs`, `sweep` and `compare` give it), archive {bundle['archived']['archive_uri']}"
+        f"run {archived.run_id}: verdict {v.verdict}{judged}, "
+        f"median {run.median_step_ms:.2f} ms, {run.throughput_eps:.1f} examples/s "
+        f"at the median (as `runs`, `sweep` and `compare` give it), archive {archived.archive_uri}"
     )
-    if v.get("reason"):
-        typer.echo(f"  {v['reason']}")
-    if lat := bundle["run"].get("latency_ms"):  # infer mode: the measured batches' latency (our timer)
+    if v.reason:
+        typer.echo(f"  {v.reason}")
+    if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer)
         typer.echo(
             f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
             f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
@@ -298,14 +286,14 @@ def run_cmd(
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables
 
-        if lite := run_tool_tables(settings.database_url, bundle["archived"]["run_id"]).get("tflite"):
+        if lite := run_tool_tables(settings.database_url, archived.run_id).get("tflite"):
             typer.echo(tflite_summary(lite))
     from tasks.cli.env import env_change_summary
 
-    if note := env_change_summary(bundle["verdict"]):
-        typer.echo(note)
+    if changed := env_change_summary(v.to_xcom()):
+        typer.echo(changed)
     try:
-        raise_on_regression(bundle)
+        raise_on_regression(state)
     except RegressionDetected as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from e
@@ -375,6 +363,8 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
 def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Check the demo's outcome in the store: the newest run of v1 succeeded and the newest run of
     v2 was archived and flagged as a regression. Exit 1 otherwise."""
+    from tasks.records import Verdict
+
     df = runs_frame(_settings().database_url, model)
     problems = []
     for version in ("1", "2"):
@@ -385,7 +375,7 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
         last = mine.iloc[-1]
         if last["status"] != "success":
             problems.append(f"version {version}: run {last['run_id']} failed: {last['error']}")
-        elif version == "2" and last["verdict"] != "regression":
+        elif version == "2" and last["verdict"] != Verdict.REGRESSION:
             problems.append(f"version 2: run {last['run_id']} verdict {last['verdict']!r}, expected 'regression'")
     if problems:
         typer.echo("demo check FAILED: " + "; ".join(problems), err=True)

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.analysis.attribution import top_ops_text
+from tasks.records import Verdict
 from tasks.settings import Settings
 
 #: verdicts a notification reports even when the DAG run succeeded
-NOTEWORTHY = ("regression", "env-changed")
+NOTEWORTHY = (Verdict.REGRESSION, Verdict.ENV_CHANGED)
 MISSING_DATA_HOURS = 36.0
 _SLACK_TEXT_MAX = 2900  # Slack rejects a section text over 3000 characters
 
@@ -114,7 +115,7 @@ def note_text(n: RunNote, base_url: str | None) -> str:
     head = f"*{n.model}* v{n.version} `{n.case_name}` (run {n.run_id})"
     if n.status == "failed":
         body = f"failed at stage *{n.failed_stage}*: {_first_line(n.error)[:500]}"
-    elif n.verdict == "env-changed":
+    elif n.verdict == Verdict.ENV_CHANGED:
         changes = n.evidence.get("env_changes") or []
         body = "verdict *env-changed*: " + (
             "; ".join(f"{c['field']} {c['old']!r} → {c['new']!r}" for c in changes) or "the comparability key changed"
@@ -166,7 +167,7 @@ def dag_run_alert(
         a Slack-compatible payload (:func:`slack_payload`), or None.
     """
     db_url = db_url or Settings.from_env().database_url
-    shown = NOTEWORTHY + (("inconclusive",) if failed else ())  # a busy host's undecided verdict fails the run
+    shown = NOTEWORTHY + ((Verdict.INCONCLUSIVE,) if failed else ())  # a busy host's undecided verdict fails the run
     notes = [n for n in dag_run_notes(db_url, dag_id, dag_run_id) if n.status == "failed" or n.verdict in shown]
     if not failed and not notes:
         return None

@@ -243,12 +243,12 @@ def release_requests(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str
 
 
 def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str, Any]]], settings=None) -> list[dict]:
-    """The bundles of a DAG run triggered by release Asset events: for every published (model, version)
-    (:func:`release_requests`), every case of that model in the nightly config (its whole matrix) with
-    ``version`` pinned and trigger ``release`` (a paired gate against the baseline's version), so the gate
-    measures exactly what the nightly runs measure and finds their baseline; a model outside the config
-    gets one case of the DAG's defaults. Built by ``pipeline.plan_cases`` (as for the Params ``model``,
-    ``version``, ``case='all'``), which also migrates the store.
+    """The run states (``tasks.records.RunState`` XCom dicts) of a DAG run triggered by release Asset events:
+    for every published (model, version) (:func:`release_requests`), every case of that model in the nightly
+    config (its whole matrix) with ``version`` pinned and trigger ``release`` (a paired gate against the
+    baseline's version), so the gate measures exactly what the nightly runs measure and finds their baseline;
+    a model outside the config gets one case of the DAG's defaults. Built by ``pipeline.plan_cases`` (as for
+    the Params ``model``, ``version``, ``case='all'``), which also migrates the store.
 
     Raises:
         ValueError: an event's extra is malformed, or the config is invalid (``tasks.matrix.load_config``).
@@ -260,8 +260,8 @@ def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str
     settings = settings or Settings.from_env()
     wanted = release_requests(events)
     configured = {c.model for c in load_config(settings.config_path)} if settings.config_path.exists() else set()
-    bundles: list[dict] = []
+    states: list[dict] = []
     for model, version in wanted:
         params = {"model": model, "version": version, **({"case": "all"} if model in configured else {})}
-        bundles += plan_cases(dag_id, dag_run_id, "release", params, settings)
-    return bundles
+        states += plan_cases(dag_id, dag_run_id, "release", params, settings)
+    return states

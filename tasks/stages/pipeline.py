@@ -1,19 +1,20 @@
-"""The seven stages glued for Airflow (one function per DAG task) and for a plain in-process run.
+"""The seven stages glued for Airflow (one DAG task each) and for a plain in-process run.
 
-Each stage function takes the run's *bundle* — a JSON dict ``{"ctx": RunContext, <stage>: record,
-...}`` as it travels through XCom — adds its own record and returns the bundle.
+A case's run travels as a :class:`tasks.records.RunState`: :func:`run_stage` runs one stage of the
+registry (``tasks.stages.registry``) on it and returns it with that stage's record added. The DAG's tasks
+hand it on through XCom as its JSON dict (``RunState.to_xcom()``); every public function here takes that
+dict too and validates it into a ``RunState`` first.
 
 Every stage is safe to retry at any time (an operator clearing a task of a finished DAG run):
 
-* a run already stored as a success is final: each stage of it is a no-op that returns the bundle
-  with ``archived`` (the stored run) added, removes a scratch dir it may have left, and writes
-  nothing;
+* a run already stored as a success is final: each stage of it is a no-op that returns the state
+  with ``archived`` (the stored run) added, removes a work dir it may have left, and writes nothing;
 * any exception is first recorded in the store as a failed run (stage and error; an earlier failed
-  attempt is replaced, its error kept below), then the run's scratch dir under ``PERFWATCH_WORK`` is
+  attempt is replaced, its error kept below), then the run's work dir under ``PERFWATCH_WORK`` is
   removed and the exception re-raised with a note saying so. When the failure could NOT be recorded
-  (store unreachable) the note says that instead, and the scratch dir is kept for a retry
+  (store unreachable) the note says that instead, and the work dir is kept for a retry
   (``failure_note`` reads the outcome). A failure record never replaces a stored success.
-* a stage whose inputs (earlier stages' files in the scratch dir) are gone says which file and from
+* a stage whose inputs (earlier stages' files in the work dir) are gone says which file and from
   which task to clear the run.
 """
 
@@ -23,11 +24,11 @@ import logging
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tasks.matrix import load_config, select_cases
 from tasks.records import (
@@ -38,12 +39,16 @@ from tasks.records import (
     ParseRecord,
     ProfiledRun,
     PulledModel,
+    Record,
     RunContext,
+    RunState,
     Trigger,
+    Verdict,
     WarmupRecord,
     run_slug,
 )
 from tasks.settings import Settings
+from tasks.stages.registry import STAGE_IDS, STAGES, StageId, StateField, producer, stage
 from tasks.store import migrate
 from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
 from tasks.store.writes import SuccessAlreadyStored, record_failure
@@ -51,39 +56,40 @@ from tasks.store.writes import SuccessAlreadyStored, record_failure
 if TYPE_CHECKING:
     from tasks.stages.archive import Leftover
 
-# Each stage's module is imported by its wrapper below, when it runs: every Airflow task imports this
+# Each stage's module is imported by its function below, when it runs: every Airflow task imports this
 # module, and a warm-up task should not pay for xprof, pandas, scipy and Great Expectations, which only
 # parse and baseline-compare use (tests/unit/test_rooms.py checks what importing this module pulls in).
 
 log = logging.getLogger(__name__)
-
-STAGES = ("pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive")
-#: what each stage does, as its start line in the log says (a DAG task log, or `perfwatch run` on stderr)
-DOING = {
-    "pull-model-version": "copying and hashing the model version",
-    "env-fingerprint": "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
-    "warm-up": "fresh runner process: steps until step time is steady",
-    "profiled-run": "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
-    "parse": "xprof converts the XSpace: step-time breakdown, op self-times, memory",
-    "baseline-compare": "finding the comparable baseline; statistics and the Great Expectations suites",
-    "archive": "writing run, samples and verdict in one transaction; moving the profile to the archive",
-}
-
-Bundle = dict[str, Any]
 
 
 class RegressionDetected(RuntimeError):
     """Raised after archiving when the verdict is ``regression``: the run must go red."""
 
 
+class HostBusy(RuntimeError):
+    """The host was busier than the documented bounds while the run measured
+    (``tasks.analysis.calibration.assess_noise``); the message gives the figures."""
+
+
+def as_state(state: RunState | Mapping[str, Any]) -> RunState:
+    """``state`` as a :class:`RunState`: a dict from XCom (``RunState.to_xcom()``, or the "bundle" of an
+    earlier perfwatch, which has the same keys) is validated.
+
+    Raises:
+        pydantic.ValidationError: the dict is not a run state.
+    """
+    return state if isinstance(state, RunState) else RunState.model_validate(state)
+
+
 def plan_cases(
     dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any], settings: Settings | None = None
-) -> list[Bundle]:
-    """One bundle per case: the Param-given model when set (the other Params fill its Case), else
-    every case of the YAML config exactly as configured there (the nightly run). With Params ``model``
-    and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
+) -> list[dict[str, Any]]:
+    """One run state per case, as its XCom dict: the Param-given model when set (the other Params fill its
+    Case), else every case of the YAML config exactly as configured there (the nightly run). With Params
+    ``model`` and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
     ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
-    ``version`` and ``measured_steps``. Each bundle's ``label`` (``<model> <case name>``) names its
+    ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``) names its
     mapped task instances in the Airflow grid.
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
@@ -112,10 +118,9 @@ def plan_cases(
     else:
         cases = load_config(settings.config_path)
     return [
-        {
-            "ctx": RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c).to_xcom(),
-            "label": f"{c.model} {c.name}",
-        }
+        RunState(
+            ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
+        ).to_xcom()
         for c in cases
     ]
 
@@ -128,15 +133,11 @@ def trigger_kind(run_type: str, requested: str | None) -> Trigger:
     return "release" if requested == "release" else "manual"
 
 
-def scratch_dir(settings: Settings, ctx: RunContext) -> Path:
-    """The run's local work directory (not created): ``<PERFWATCH_WORK>/<RunContext.slug>``."""
-    return settings.work_root / ctx.slug
-
-
-def work_dir(settings: Settings, ctx: RunContext) -> Path:
-    """The run's local work directory (created)."""
-    d = scratch_dir(settings, ctx)
-    d.mkdir(parents=True, exist_ok=True)
+def work_dir(settings: Settings, ctx: RunContext, *, create: bool = True) -> Path:
+    """The run's work directory, ``<PERFWATCH_WORK>/<RunContext.slug>`` (created unless ``create`` is False)."""
+    d = settings.work_root / ctx.slug
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
     return d
 
 
@@ -158,23 +159,23 @@ def failure_note(e: BaseException) -> FailureNote | None:
 
 
 @contextmanager
-def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunContext]:
-    ctx = RunContext.model_validate(bundle["ctx"])
+def _recorded(state: RunState, stage_id: StageId, settings: Settings) -> Iterator[None]:
+    ctx = state.ctx
     try:
-        yield ctx
+        yield
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
-        scratch = scratch_dir(settings, ctx)
+        wd = work_dir(settings, ctx, create=False)
         try:
             from tasks.modelstore import CorruptModelError
 
-            resolved = (bundle.get("pulled") or {}).get("version") or (
-                e.version if isinstance(e, CorruptModelError) else None
+            resolved = (
+                state.pulled.version if state.pulled else (e.version if isinstance(e, CorruptModelError) else None)
             )
             run_id = record_failure(
                 settings.database_url,
                 ctx,
-                stage,
+                stage_id,
                 msg + "\n" + traceback.format_exc()[-3000:],
                 version=str(resolved) if resolved is not None else None,
             )
@@ -184,113 +185,116 @@ def _recorded(bundle: Bundle, stage: str, settings: Settings) -> Iterator[RunCon
                 f"run {kept.run_id} of this DAG run is already stored as a success and is "
                 "kept; this failure was not recorded over it",
             )
-            shutil.rmtree(scratch, ignore_errors=True)  # the scratch of a finished run
-            e.add_note(note.detail)
+            shutil.rmtree(wd, ignore_errors=True)  # the work dir of a finished run
+            e.add_note(note.detail or "")
         except Exception as store_error:  # noqa: BLE001 - the original error matters more
             note = FailureNote(None, f"{type(store_error).__name__}: {store_error}")
             e.add_note(
-                f"the failure could NOT be recorded in the store ({note.detail}); the run's scratch dir "
-                f"{scratch} is kept for a retry"
+                f"the failure could NOT be recorded in the store ({note.detail}); the run's work dir "
+                f"{wd} is kept for a retry"
             )
         else:
             note = FailureNote(run_id)
-            shutil.rmtree(scratch, ignore_errors=True)
-            e.add_note(f"recorded in the store as failed run {run_id} (stage {stage}); scratch dir removed")
+            shutil.rmtree(wd, ignore_errors=True)
+            e.add_note(f"recorded in the store as failed run {run_id} (stage {stage_id}); work dir removed")
         setattr(e, _NOTE_ATTR, note)
         raise
 
 
-_PRODUCER = {"pulled": "pull-model-version", "run": "profiled-run", "parsed": "parse", "verdict": "baseline-compare"}
-
-
 class StageInputMissing(FileNotFoundError):
-    """A stage's input file from an earlier stage is gone (the run's scratch dir was removed after the
+    """A stage's input file from an earlier stage is gone (the run's work dir was removed after the
     run failed or finished); the message names the file and the task to clear the run from."""
 
 
-def _need(bundle: Bundle, stage: str) -> None:
-    """Check that the files this stage reads from earlier stages are still there."""
-    wanted: list[tuple[str, str | None]] = []
-    if stage in ("warm-up", "profiled-run"):
-        wanted.append(("pulled", bundle["pulled"]["local_path"]))
-    if stage == "parse":
-        wanted.append(("run", bundle["run"]["profile_dir"]))
-    if stage in ("baseline-compare", "archive"):
-        wanted += [("run", bundle["run"]["samples_path"]), ("parsed", bundle["parsed"]["parsed_path"])]
-    if stage == "archive":
-        wanted.append(("run", bundle["run"]["profile_dir"]))
-    for key, path in wanted:
+def _need(state: RunState, stage_id: StageId) -> None:
+    """Check that the files this stage reads from earlier stages are still there (``Stage.reads``)."""
+    for field, attr in stage(stage_id).reads:
+        path = getattr(_have(getattr(state, field), field), attr)
         if path and not Path(path).exists():
+            made_by = producer(field).id
             raise StageInputMissing(
-                f"{stage}: {path} (written by {_PRODUCER[key]}) is gone: this run's scratch dir was removed "
+                f"{stage_id}: {path} (written by {made_by}) is gone: this run's work dir was removed "
                 f"(its earlier attempt failed, or a restart cleaned it); clear the DAG run's tasks from "
-                f"{_PRODUCER[key]} on"
+                f"{made_by} on"
             )
 
 
-def _stage(name: str, key: str, fn: Callable[[Bundle, RunContext, Settings], Any]):
-    def run(bundle: Bundle, settings: Settings | None = None) -> Bundle:
-        settings = settings or Settings.from_env()
-        with _recorded(bundle, name, settings) as ctx:
-            done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
-            if done is not None and done.status == "success":
-                log.warning(
-                    "%s: run %s of %s %s (%s) is already archived; nothing to do",
-                    name,
-                    done.run_id,
-                    ctx.dag_id,
-                    ctx.dag_run_id,
-                    ctx.case.name,
-                )
-                shutil.rmtree(scratch_dir(settings, ctx), ignore_errors=True)
-                return {
-                    **bundle,
-                    "archived": ArchiveRecord(
-                        run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or ""
-                    ).to_xcom(),
-                }
-            _need(bundle, name)
-            t0 = time.monotonic()
-            log.info(
-                "%s: %s (%s v%s, %s)", name, DOING.get(name, "running"), ctx.case.model, ctx.case.version, ctx.case.name
+def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: Settings | None = None) -> RunState:
+    """Run stage ``stage_id`` (``tasks.stages.registry``) of the run ``state`` (a ``RunState``, or its XCom
+    dict) and return the state with the stage's record in its field (``Stage.field``). A no-op for a run
+    already stored as a success (the state gets ``archived``, the stored run); a failure is recorded in the
+    store, then re-raised (module docstring).
+
+    Raises:
+        StageInputMissing: an earlier stage's file is gone; anything the stage raises (recorded first).
+    """
+    settings = settings or Settings.from_env()
+    state = as_state(state)
+    ctx = state.ctx
+    with _recorded(state, stage_id, settings):
+        done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+        if done is not None and done.status == "success":
+            log.warning(
+                "%s: run %s of %s %s (%s) is already archived; nothing to do",
+                stage_id,
+                done.run_id,
+                ctx.dag_id,
+                ctx.dag_run_id,
+                ctx.case.name,
             )
-            record = fn(bundle, ctx, settings)
-            log.info("%s: done in %.1f s", name, time.monotonic() - t0)
-        return {**bundle, key: record.to_xcom()}
+            shutil.rmtree(work_dir(settings, ctx, create=False), ignore_errors=True)
+            archived = ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
+            return state.model_copy(update={"archived": archived})
+        _need(state, stage_id)
+        t0 = time.monotonic()
+        log.info(
+            "%s (stage %d of %d): %s (%s v%s, %s)",
+            stage_id,
+            STAGE_IDS.index(stage_id) + 1,
+            len(STAGE_IDS),
+            stage(stage_id).doing,
+            ctx.case.model,
+            ctx.case.version,
+            ctx.case.name,
+        )
+        record = _WORK[stage_id](state, ctx, settings)
+        log.info("%s: done in %.1f s", stage_id, time.monotonic() - t0)
+    return state.model_copy(update={stage(stage_id).field: record})
 
-    run.__name__ = key
-    run.__doc__ = (
-        f"Stage {name}: adds ``{key}`` to the bundle; a no-op for a run already stored as a success; "
-        "a failure is recorded, then re-raised."
-    )
-    return run
+
+_R = TypeVar("_R", bound=Record)
 
 
-def _pull(b: Bundle, ctx: RunContext, st: Settings) -> PulledModel:
+def _have(record: _R | None, field: StateField) -> _R:
+    """An earlier stage's record that this stage reads.
+
+    Raises:
+        StageInputMissing: the state lacks it (names the stage that makes it).
+    """
+    if record is None:
+        raise StageInputMissing(f"the run state has no {field} record: run {producer(field).id} first")
+    return record
+
+
+def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
     from tasks.stages.pull import pull_model_version
 
     return pull_model_version(st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx))
 
 
-pull = _stage("pull-model-version", "pulled", _pull)
-
-
-def _fingerprint(b: Bundle, ctx: RunContext, st: Settings) -> EnvRecord:
+def _fingerprint(s: RunState, ctx: RunContext, st: Settings) -> EnvRecord:
     from tasks.runner import RunnerProcess
     from tasks.stages.fingerprint import take_fingerprint_in
 
     return EnvRecord(**take_fingerprint_in(RunnerProcess(st.runner_command)).model_dump())
 
 
-fingerprint = _stage("env-fingerprint", "env", _fingerprint)
-
-
-def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
+def _warmup(s: RunState, ctx: RunContext, st: Settings) -> WarmupRecord:
     from tasks.runner import RunnerProcess
     from tasks.stages.warmup import reusable_warm_up, warm_up
 
-    pulled = PulledModel.model_validate(b["pulled"])
-    reused = reusable_warm_up(st.database_url, pulled, b["env"]["comparability_key"], ctx.case)
+    pulled = _have(s.pulled, "pulled")
+    reused = reusable_warm_up(st.database_url, pulled, _have(s.env, "env").comparability_key, ctx.case)
     if reused is not None:
         log.info(
             "warm-up: reusing run %s's warm-up (%d steps to steady state; same model bytes and environment "
@@ -301,9 +305,6 @@ def _warmup(b: Bundle, ctx: RunContext, st: Settings) -> WarmupRecord:
         )
         return reused
     return warm_up(pulled, ctx.case, work_dir(st, ctx), RunnerProcess(st.runner_command))
-
-
-warmup = _stage("warm-up", "warmup", _warmup)
 
 
 def pull_paired_baseline(
@@ -318,24 +319,26 @@ def pull_paired_baseline(
     from tasks.stages.pull import pull_model_version
 
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
-    if not ctx.pairs_with(pulled.version if pulled else None, found[0] if found else None):
+    baseline = found[0] if found else None
+    if not ctx.pairs_with(pulled.version if pulled else None, baseline):
         return None
-    version = ctx.paired_version or found[0]
+    version = ctx.paired_version or baseline
+    assert version is not None  # pairs_with is False without a baseline unless paired_version names A
     return pull_model_version(settings.model_store, ctx.case.model, version, work_dir(settings, ctx) / "baseline")
 
 
-def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
+def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
     from tasks.runner import RunnerProcess
     from tasks.stages.profiled_run import gate_setup, profiled_run
 
-    pulled = PulledModel.model_validate(b["pulled"])
-    env = EnvRecord.model_validate(b["env"])
+    pulled = _have(s.pulled, "pulled")
+    env = _have(s.env, "env")
     baseline = pull_paired_baseline(ctx, env, st, pulled)
     setup = gate_setup(st.database_url, ctx.case, env.comparability_key) if baseline else None
     return profiled_run(
         pulled,
         ctx.case,
-        WarmupRecord.model_validate(b["warmup"]),
+        _have(s.warmup, "warmup"),
         work_dir(st, ctx),
         RunnerProcess(st.runner_command),
         baseline=baseline,
@@ -343,75 +346,28 @@ def _profile(b: Bundle, ctx: RunContext, st: Settings) -> ProfiledRun:
     )
 
 
-profile = _stage("profiled-run", "run", _profile)
-
-
-class HostBusy(RuntimeError):
-    """The host was busier than the documented bounds while the run measured
-    (``tasks.analysis.calibration.assess_noise``); the message gives the figures."""
-
-
-def _will_be_compared(bundle: Bundle, settings: Settings) -> bool:
-    """The run's verdict depends on its noise: a paired gate ran, or the store holds a baseline of the
-    model and case in this environment (a first run is ``no-baseline`` however busy the host was)."""
-    if bundle["run"].get("paired_path"):
-        return True
-    ctx = RunContext.model_validate(bundle["ctx"])
-    found = gather_compare_inputs(
-        settings.database_url,
-        ctx.case.model,
-        ctx.case.name,
-        bundle["env"]["comparability_key"],
-        lookback=1,
-        calibration_window=1,
-    )
-    return bool(found.same_env)
-
-
-def profile_unless_busy(bundle: Bundle, settings: Settings | None = None, *, retry_left: bool) -> Bundle:
-    """The profiled-run stage for a task that Airflow retries later on a busy host: when the measurement's
-    noise is beyond the bounds, ``retry_left`` and the verdict depends on it (a paired gate, or a baseline
-    to compare with), raise :class:`HostBusy` instead of handing a busy measurement on (nothing is
-    stored; the scratch dir is kept, so the retry measures again from the warm-up's record). Without
-    ``retry_left`` (the last try, or ``perfwatch run``) the busy measurement goes on to baseline-compare,
-    which says ``inconclusive`` ("host busy: ..."), and archive."""
-    settings = settings or Settings.from_env()
-    out = profile(bundle, settings)
-    noise = (out.get("run") or {}).get("noise") or {}
-    if retry_left and noise.get("busy") and _will_be_compared(out, settings):
-        ctx = RunContext.model_validate(bundle["ctx"])
-        raise HostBusy(f"{ctx.case.model} ({ctx.case.name}): {noise.get('reason')}; measuring again later")
-    return out
-
-
-def _parse(b: Bundle, ctx: RunContext, st: Settings) -> ParseRecord:
+def _parse(s: RunState, ctx: RunContext, st: Settings) -> ParseRecord:
     from tasks.stages.parse import parse_run
 
-    return parse_run(ProfiledRun.model_validate(b["run"]), work_dir(st, ctx))
+    return parse_run(_have(s.run, "run"), work_dir(st, ctx))
 
 
-parse = _stage("parse", "parsed", _parse)
-
-
-def _compare(b: Bundle, ctx: RunContext, st: Settings) -> CompareRecord:
+def _compare(s: RunState, ctx: RunContext, st: Settings) -> CompareRecord:
     from tasks.stages.compare import baseline_compare
     from tasks.stages.expectations import data_docs_title
 
     return baseline_compare(
         st.database_url,
         ctx.case,
-        EnvRecord.model_validate(b["env"]),
-        ProfiledRun.model_validate(b["run"]),
-        ParseRecord.model_validate(b["parsed"]),
+        _have(s.env, "env"),
+        _have(s.run, "run"),
+        _have(s.parsed, "parsed"),
         work_dir(st, ctx),
-        docs_title=data_docs_title(ctx, PulledModel.model_validate(b["pulled"]).version),
+        docs_title=data_docs_title(ctx, _have(s.pulled, "pulled").version),
     )
 
 
-compare = _stage("baseline-compare", "verdict", _compare)
-
-
-def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
+def _archive(s: RunState, ctx: RunContext, st: Settings) -> ArchiveRecord:
     from tasks.stages.archive import archive_run
 
     wd = work_dir(st, ctx)
@@ -420,12 +376,12 @@ def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
         st.database_url,
         st.archive_root,
         ctx,
-        PulledModel.model_validate(b["pulled"]),
-        EnvRecord.model_validate(b["env"]),
-        WarmupRecord.model_validate(b["warmup"]),
-        ProfiledRun.model_validate(b["run"]),
-        ParseRecord.model_validate(b["parsed"]),
-        CompareRecord.model_validate(b["verdict"]),
+        _have(s.pulled, "pulled"),
+        _have(s.env, "env"),
+        _have(s.warmup, "warmup"),
+        _have(s.run, "run"),
+        _have(s.parsed, "parsed"),
+        _have(s.verdict, "verdict"),
         auto_accept=ctx.case.auto_accept,
         extra_dirs={"gx": str(gx)} if gx.is_dir() else None,
     )
@@ -433,11 +389,88 @@ def _archive(b: Bundle, ctx: RunContext, st: Settings) -> ArchiveRecord:
     return rec
 
 
-archive = _stage("archive", "archived", _archive)
+#: what each stage does, by id (the registry's order)
+_WORK: dict[StageId, Callable[[RunState, RunContext, Settings], Record]] = {
+    "pull-model-version": _pull,
+    "env-fingerprint": _fingerprint,
+    "warm-up": _warmup,
+    "profiled-run": _profile,
+    "parse": _parse,
+    "baseline-compare": _compare,
+    "archive": _archive,
+}
 
 
-SCRATCH_STALE_S = 24 * 3600.0
-"""A scratch dir of a run that is not stored as a success counts as left over after this many seconds
+def _will_be_compared(state: RunState, settings: Settings) -> bool:
+    """The run's verdict depends on its noise: a paired gate ran, or the store holds a baseline of the
+    model and case in this environment (a first run is ``no-baseline`` however busy the host was)."""
+    if _have(state.run, "run").paired_path:
+        return True
+    found = gather_compare_inputs(
+        settings.database_url,
+        state.ctx.case.model,
+        state.ctx.case.name,
+        _have(state.env, "env").comparability_key,
+        lookback=1,
+        calibration_window=1,
+    )
+    return bool(found.same_env)
+
+
+def busy_reason(state: RunState, settings: Settings | None = None) -> str | None:
+    """Why the run's verdict is, or will be, undecided because the host was busy (the noise's ``reason``,
+    ``tasks.analysis.calibration.assess_noise``); None when it is not. After baseline-compare: the verdict is
+    ``inconclusive`` and its ``evidence["noise"]`` says busy. Before it (the profiled run measured): the run's
+    noise says busy and the verdict depends on it (a paired gate ran, or the store holds a baseline to compare
+    with; a first run is ``no-baseline`` however busy the host). A run already archived whose state lacks the
+    verdict (a retried task): None."""
+    if state.verdict is not None:
+        noise = state.verdict.evidence.get("noise") or {}
+        busy = state.verdict.verdict == Verdict.INCONCLUSIVE and bool(noise.get("busy"))
+        return str(noise.get("reason")) if busy else None
+    if state.run is None or state.archived is not None:
+        return None
+    noise = state.run.noise or {}
+    if noise.get("busy") and _will_be_compared(state, settings or Settings.from_env()):
+        return str(noise.get("reason"))
+    return None
+
+
+def raise_on_host_busy(state: RunState | Mapping[str, Any], settings: Settings | None = None) -> None:
+    """Raise :class:`HostBusy` when :func:`busy_reason` says the verdict is undecided because the host was busy:
+    after the profiled run, so that the task measures again later ("...; measuring again later"); after
+    archiving (the state has ``archived``), so that the run goes red with the reason instead of passing
+    silently undecided ("verdict inconclusive, ...; archived as run N")."""
+    state = as_state(state)
+    reason = busy_reason(state, settings)
+    if reason is None:
+        return
+    case = state.ctx.case
+    if state.archived is not None:
+        raise HostBusy(
+            f"{case.model} ({case.name}): verdict inconclusive, {reason}; archived as run {state.archived.run_id}"
+        )
+    raise HostBusy(f"{case.model} ({case.name}): {reason}; measuring again later")
+
+
+def profile_unless_busy(
+    state: RunState | Mapping[str, Any], settings: Settings | None = None, *, retry_left: bool
+) -> RunState:
+    """The profiled-run stage for a task that Airflow retries later on a busy host: when the measurement's
+    noise is beyond the bounds, ``retry_left`` and the verdict depends on it (:func:`busy_reason`), raise
+    :class:`HostBusy` instead of handing a busy measurement on (nothing is stored; the work dir is kept, so
+    the retry measures again from the warm-up's record). Without ``retry_left`` (the last try, or
+    ``perfwatch run``) the busy measurement goes on to baseline-compare, which says ``inconclusive``
+    ("host busy: ..."), and archive."""
+    settings = settings or Settings.from_env()
+    out = run_stage(state, "profiled-run", settings)
+    if retry_left:
+        raise_on_host_busy(out, settings)
+    return out
+
+
+WORK_DIR_STALE_S = 24 * 3600.0
+"""A work dir of a run that is not stored as a success counts as left over after this many seconds
 without a write (a long profiled run writes nothing there for a while)."""
 
 
@@ -452,10 +485,13 @@ def _tree_age_s(path: Path) -> float:
     return time.time() - newest
 
 
-def check_scratch(settings: Settings, runs: list[RunLocation], *, grace_s: float = SCRATCH_STALE_S) -> list[Leftover]:
-    """Scratch dirs under ``PERFWATCH_WORK`` that no run needs any more: the scratch of a run stored as
-    a success (archive removes it), and any other untouched for ``grace_s`` seconds (a failed run's
-    that could not be cleaned, a killed run's). Younger ones may belong to a run in progress: not reported."""
+def check_work_dirs(
+    settings: Settings, runs: list[RunLocation], *, grace_s: float = WORK_DIR_STALE_S
+) -> list[Leftover]:
+    """Work dirs under ``PERFWATCH_WORK`` that no run needs any more (``Leftover`` kind ``scratch``): the work
+    dir of a run stored as a success (archive removes it), and any other untouched for ``grace_s`` seconds (a
+    failed run's that could not be cleaned, a killed run's). Younger ones may belong to a run in progress: not
+    reported."""
     from tasks.stages.archive import Leftover
 
     root = settings.work_root
@@ -477,55 +513,47 @@ def check_scratch(settings: Settings, runs: list[RunLocation], *, grace_s: float
     return out
 
 
-def raise_on_host_busy(bundle: Bundle) -> None:
-    """After archiving: raise :class:`HostBusy` when the archived verdict is ``inconclusive`` because the host
-    was busy (``evidence["noise"]["busy"]``), so that the run goes red with the reason instead of passing
-    silently undecided."""
-    verdict = bundle.get("verdict") or {}
-    noise = (verdict.get("evidence") or {}).get("noise") or {}
-    if verdict.get("verdict") == "inconclusive" and noise.get("busy"):
-        ctx = RunContext.model_validate(bundle["ctx"])
-        raise HostBusy(
-            f"{ctx.case.model} ({ctx.case.name}): verdict inconclusive, {noise.get('reason')}; archived "
-            f"as run {bundle['archived']['run_id']}"
-        )
-
-
-def raise_on_regression(bundle: Bundle) -> None:
+def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
     """After archiving: raise RegressionDetected when the verdict is ``regression``; the message names the
     three ops whose self-time per step grew most (``evidence["attribution"]``). For a retried task of a
-    run already archived (its bundle may lack the verdict) the stored run's verdict decides."""
-    verdict = bundle.get("verdict")
-    ctx = RunContext.model_validate(bundle["ctx"])
+    run already archived (its state may lack the verdict) the stored run's verdict decides."""
+    state = as_state(state)
+    ctx, verdict, archived = state.ctx, state.verdict, _have(state.archived, "archived")
     if verdict is None:
-        archived = bundle["archived"]
-        if archived["verdict"] == "regression":
+        if archived.verdict == Verdict.REGRESSION:
             raise RegressionDetected(
                 f"{ctx.case.model} ({ctx.case.name}) regressed: archived as run "
-                f"{archived['run_id']} (`perfwatch compare` shows the evidence)"
+                f"{archived.run_id} (`perfwatch compare` shows the evidence)"
             )
         return
-    if verdict["verdict"] == "regression":
+    if verdict.verdict == Verdict.REGRESSION:
         from tasks.analysis.attribution import top_ops_text
 
         raise RegressionDetected(
-            f"{ctx.case.model} v{bundle['pulled']['version']} ({ctx.case.name}) regressed ({verdict['method']}"
-            f"): step-time ratio {verdict['ratio']:.3f} [{verdict['ci_low']:.3f}, {verdict['ci_high']:.3f}] "
-            f"vs baseline run(s) "
-            f"{verdict['baseline_run_ids']}; archived as run {bundle['archived']['run_id']}; "
-            + top_ops_text(verdict.get("evidence", {}).get("attribution"))
+            f"{ctx.case.model} v{_have(state.pulled, 'pulled').version} ({ctx.case.name}) regressed "
+            f"({verdict.method}): step-time ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
+            f"vs baseline run(s) {verdict.baseline_run_ids}; archived as run {archived.run_id}; "
+            + top_ops_text(verdict.evidence.get("attribution"))
         )
 
 
-def run_case(ctx: RunContext, settings: Settings | None = None) -> Bundle:
-    """All seven stages in this process, in the card's order (for the CLI and tests).
+def raise_on_outcome(state: RunState | Mapping[str, Any]) -> None:
+    """After archiving, what turns the run red: :func:`raise_on_regression`, then :func:`raise_on_host_busy`
+    (a verdict undecided on a busy host)."""
+    state = as_state(state)
+    raise_on_regression(state)
+    raise_on_host_busy(state)
 
-    Returns the final bundle; raises the first stage's error (already recorded in the store).
+
+def run_case(ctx: RunContext, settings: Settings | None = None) -> RunState:
+    """All seven stages in this process, in the registry's order (for the CLI and tests).
+
+    Returns the final state; raises the first stage's error (already recorded in the store).
     Does not raise on a regression: call ``raise_on_regression`` for that.
     """
     settings = settings or Settings.from_env()
     migrate(settings.database_url)
-    bundle: Bundle = {"ctx": ctx.to_xcom()}
-    for stage in (pull, fingerprint, warmup, profile, parse, compare, archive):
-        bundle = stage(bundle, settings)
-    return bundle
+    state = RunState(ctx=ctx)
+    for s in STAGES:
+        state = run_stage(state, s.id, settings)
+    return state

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Float, func, select, type_coerce
 
+from tasks.records import Verdict
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run
@@ -224,7 +225,7 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
             for m, c, n in s.execute(
                 select(Model.name, Run.case_name, func.count())
                 .join(Model, Model.id == Run.model_id)
-                .where(Run.verdict == "regression")
+                .where(Run.verdict == Verdict.REGRESSION)
                 .group_by(Model.name, Run.case_name)
             )
         }

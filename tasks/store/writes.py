@@ -31,6 +31,7 @@ from tasks.records import (
     ProfiledRun,
     PulledModel,
     RunContext,
+    Verdict,
     WarmupRecord,
 )
 from tasks.store.engine import session_scope
@@ -51,7 +52,7 @@ from tasks.store.schema import (
     utcnow,
 )
 
-ACCEPTED_VERDICTS = frozenset({"pass", "no-baseline", "improvement", "env-changed"})
+ACCEPTED_VERDICTS = frozenset({Verdict.PASS, Verdict.NO_BASELINE, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED})
 """Verdicts whose run becomes the new baseline (when auto-accept is on). A regression or an
 inconclusive run never moves the baseline."""
 

@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import select, text
 
 from tasks.settings import Settings
-from tasks.stages import pipeline
+from tasks.stages import pipeline, registry
 from tasks.store import (
     Baseline,
     Run,
@@ -37,15 +37,19 @@ from tests.conftest import PG_URL, _fresh_pg_url
 from tests.helpers import ROOT as ROOT
 from tests.helpers.builders import KEYS, compared_bundle, count, files, make_records, settings_for, snapshot
 
-STAGES = [
-    pipeline.pull,
-    pipeline.fingerprint,
-    pipeline.warmup,
-    pipeline.profile,
-    pipeline.parse,
-    pipeline.compare,
-    pipeline.archive,
-]
+
+def task(stage_id: str):
+    """The DAG task of a stage (``dags/perfwatch_profile.py``): the run state's XCom dict in, its dict out."""
+
+    def run(bundle: dict, settings: Settings | None = None) -> dict:
+        return pipeline.run_stage(bundle, stage_id, settings).to_xcom()
+
+    run.__name__ = stage_id
+    return run
+
+
+STAGES = [task(s.id) for s in registry.STAGES]
+archive = task("archive")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -82,7 +86,7 @@ def partials(st: Settings) -> list[Path]:
 
 def test_every_task_of_a_finished_run_retried_keeps_it(db_url, tmp_path):
     st = settings_for(tmp_path, db_url)
-    done = pipeline.archive(compared_bundle(st, "r1"), st)
+    done = archive(compared_bundle(st, "r1"), st)
     before = snapshot(st)
     assert before["runs"] == [(done["archived"]["run_id"], "success", None, done["archived"]["archive_uri"])]
     assert before["samples"] == 14 and before["scratch"] == [] and before["archive"]
@@ -98,9 +102,9 @@ def test_retried_archive_of_a_regression_keeps_the_run_and_goes_red_again(db_url
     st = settings_for(tmp_path, db_url)
     bundle = compared_bundle(st, "r1", verdict="regression")
     bundle["verdict"].update(ratio=1.3, ci_low=1.2, ci_high=1.4, method="history")
-    done = pipeline.archive(xcom(bundle), st)
+    done = archive(xcom(bundle), st)
     before = snapshot(st)
-    again = pipeline.archive(xcom(bundle), st)  # the work dir is gone: the bug was FileNotFoundError here
+    again = archive(xcom(bundle), st)  # the work dir is gone: the bug was FileNotFoundError here
     assert again["archived"] == done["archived"] and snapshot(st) == before
     with pytest.raises(pipeline.RegressionDetected, match=f"archived as run {done['archived']['run_id']}"):
         pipeline.raise_on_regression(again)
@@ -111,7 +115,7 @@ def test_a_failure_record_never_replaces_a_success(db_url, tmp_path):
 
     st = settings_for(tmp_path, db_url)
     bundle = compared_bundle(st, "r1")
-    done = pipeline.archive(bundle, st)
+    done = archive(bundle, st)
     before = snapshot(st)
     with pytest.raises(SuccessAlreadyStored, match=f"run {done['archived']['run_id']} .* is already stored"):
         record_failure(db_url, pipeline.RunContext.model_validate(bundle["ctx"]), "archive", "OSError: boom")
@@ -124,19 +128,19 @@ def test_retries_of_a_failed_run_replace_its_record_and_keep_the_first_error(db_
     st_bad, st = settings_for(tmp_path, db_url, archive=not_a_dir), settings_for(tmp_path, db_url)
     bundle = compared_bundle(st, "r1")
     with pytest.raises(OSError) as first:
-        pipeline.archive(xcom(bundle), st_bad)
+        archive(xcom(bundle), st_bad)
     note = pipeline.failure_note(first.value)
     (row,) = snapshot(st)["runs"]
     assert note.run_id == row[0] and row[1:3] == ("failed", "archive")
     assert snapshot(st)["scratch"] == [], "a failed run leaves no scratch dir"
     with pytest.raises(pipeline.StageInputMissing, match="clear the DAG run's tasks from profiled-run on"):
-        pipeline.archive(xcom(bundle), st)  # retried alone: its inputs went with the scratch dir
+        archive(xcom(bundle), st)  # retried alone: its inputs went with the scratch dir
     with session_scope(db_url) as s:
         (failed,) = s.scalars(select(Run)).all()
         assert failed.failed_stage == "archive" and "StageInputMissing" in failed.error
         assert "earlier attempt failed at [archive]" in failed.error and "archive-is-a-file" in failed.error
     bundle = compared_bundle(st, "r1")  # the run's tasks cleared from profiled-run on: the files are back
-    ok = pipeline.archive(xcom(bundle), st)
+    ok = archive(xcom(bundle), st)
     after = snapshot(st)
     assert after["runs"] == [(ok["archived"]["run_id"], "success", None, ok["archived"]["archive_uri"])]
     assert after["samples"] == 14 and after["scratch"] == [] and partials(st) == []
@@ -149,7 +153,7 @@ def test_a_failed_run_leaves_no_scratch_dir(db_url, tmp_path):
         update={"case": make_records(tmp_path, dag_run_id="f1")[0].case.model_copy(update={"version": "7"})}
     )
     with pytest.raises(LookupError):
-        pipeline.pull({"ctx": ctx.to_xcom()}, st)
+        task("pull-model-version")({"ctx": ctx.to_xcom()}, st)
     assert [r[1:3] for r in snapshot(st)["runs"]] == [("failed", "pull-model-version")]
     assert not (st.work_root / ctx.slug).exists()
 
@@ -177,7 +181,7 @@ def hanging_store_run(*args, **kwargs):
     return real_store_run(*args, **{**kwargs, "before_commit": move_then_hang})
 
 archive.store_run = hanging_store_run
-pipeline.archive(bundle)
+pipeline.run_stage(bundle, "archive")
 """
 
 
@@ -218,9 +222,9 @@ def test_kill_9_during_archive_then_later_runs_and_db_check_clean_up(db_url, tmp
         "scratch",
         "partial" if where == "copied" else "orphan-archive",
     }
-    later = pipeline.archive(compared_bundle(st, "later"), st)  # a later run of any model sweeps the partial
+    later = archive(compared_bundle(st, "later"), st)  # a later run of any model sweeps the partial
     assert partials(st) == []
-    retried = pipeline.archive(xcom(bundle), st)  # the killed task retried: its scratch dir is still there
+    retried = archive(xcom(bundle), st)  # the killed task retried: its scratch dir is still there
     after = snapshot(st)
     assert [r[1] for r in after["runs"]] == ["success", "success"]
     assert {r[3] for r in after["runs"]} == {later["archived"]["archive_uri"], retried["archived"]["archive_uri"]}
@@ -251,13 +255,13 @@ def tiny_disk(tmp_path) -> Path:
 def test_full_archive_disk_leaves_no_partial_and_a_failed_run(db_url, tmp_path, tiny_disk):
     st = settings_for(tmp_path, db_url, archive=tiny_disk)
     with pytest.raises(OSError, match="No space left on device") as err:
-        pipeline.archive(compared_bundle(st, "big", xplane_bytes=4 << 20), st)
+        archive(compared_bundle(st, "big", xplane_bytes=4 << 20), st)
     assert pipeline.failure_note(err.value).run_id is not None
     after = snapshot(st)
     assert [r[1:3] for r in after["runs"]] == [("failed", "archive")]
     assert after["archive"] == [] and partials(st) == [] and after["scratch"] == []
     assert shutil.disk_usage(tiny_disk).used < 256 << 10, "the disk is free again"
-    ok = pipeline.archive(compared_bundle(st, "small"), st)  # the next run fits
+    ok = archive(compared_bundle(st, "small"), st)  # the next run fits
     assert ok["archived"]["archive_uri"].startswith(str(tiny_disk))
     assert [r[1] for r in snapshot(st)["runs"]] == ["failed", "success"]
 
@@ -277,7 +281,7 @@ while not go.exists():
     time.sleep(0.005)
 settings = Settings.from_env()
 migrate(settings.database_url)          # what `perfwatch run`, `perfwatch runs` and every DAG run do first
-print(json.dumps(pipeline.archive(bundle, settings)["archived"]))
+print(json.dumps(pipeline.run_stage(bundle, "archive", settings).archived.to_xcom()))
 """
 
 
@@ -425,7 +429,7 @@ def test_a_stage_that_cannot_record_its_failure_says_so(tmp_path):
     st = settings_for(tmp_path, f"postgresql+psycopg://u:pw@127.0.0.1:{port}/db")
     bundle = compared_bundle(st, "r1")
     with pytest.raises(Exception, match="cannot connect to the store") as err:
-        pipeline.archive(xcom(bundle), st)
+        archive(xcom(bundle), st)
     note = pipeline.failure_note(err.value)
     assert note.run_id is None and "cannot connect to the store" in note.detail
     assert any("could NOT be recorded" in n for n in err.value.__notes__)
@@ -540,13 +544,13 @@ def test_store_stopped_mid_archive_leaves_nothing_and_the_retry_succeeds(db_url,
 
     monkeypatch.setattr(archive_mod, "store_run", store_goes_away)
     with pytest.raises(Exception, match="the store at host 127.0.0.1") as err:
-        pipeline.archive(xcom(bundle), st_via_proxy)
+        archive(xcom(bundle), st_via_proxy)
     assert pipeline.failure_note(err.value).run_id is None
     assert any("could NOT be recorded" in n for n in err.value.__notes__)
     mid = snapshot(st)
     assert mid["runs"] == [] and mid["archive"] == [] and partials(st) == [] and mid["scratch"] != []
     monkeypatch.setattr(archive_mod, "store_run", real_store_run)
-    ok = pipeline.archive(xcom(bundle), st)  # the store is back; the task is retried
+    ok = archive(xcom(bundle), st)  # the store is back; the task is retried
     after = snapshot(st)
     assert after["runs"] == [(ok["archived"]["run_id"], "success", None, ok["archived"]["archive_uri"])]
     assert after["samples"] == 14 and after["scratch"] == [] and partials(st) == []
@@ -557,8 +561,8 @@ def test_store_stopped_mid_archive_leaves_nothing_and_the_retry_succeeds(db_url,
 
 def test_baseline_show_with_a_superseded_baseline(cli, db_url, tmp_path):
     st = settings_for(tmp_path, db_url)
-    first = pipeline.archive(compared_bundle(st, "r1"), st)["archived"]["run_id"]
-    second = pipeline.archive(compared_bundle(st, "r2", verdict="pass"), st)["archived"]["run_id"]
+    first = archive(compared_bundle(st, "r1"), st)["archived"]["run_id"]
+    second = archive(compared_bundle(st, "r2", verdict="pass"), st)["archived"]["run_id"]
     table = cli("baseline", "show", "m")
     assert table.exit_code == 0, table.output
     assert f"active baseline of m train-bs16 (env k1): run {second} v1" in table.output
@@ -599,7 +603,7 @@ def test_real_run_failed_at_archive_then_every_task_retried(tmp_path, model_file
     for stage in STAGES[:-1]:
         bundle = xcom(stage(bundle, st))
     with pytest.raises(OSError):
-        pipeline.archive(bundle, settings_for(tmp_path, db_url, archive=not_a_dir))
+        archive(bundle, settings_for(tmp_path, db_url, archive=not_a_dir))
     failed = snapshot(st)
     assert [r[1:3] for r in failed["runs"]] == [("failed", "archive")] and failed["scratch"] == []
     bundle = {"ctx": ctx.to_xcom()}

@@ -273,12 +273,12 @@ def test_release_gate_end_to_end(model_store, home, monkeypatch):
     }
     first = run_case(
         RunContext(dag_id="d", dag_run_id="v1", trigger="release", case=Case(model="tiny", version="1", **small))
-    )
+    ).to_xcom()
     assert first["verdict"]["verdict"] == "no-baseline" and first["run"]["paired_path"] is None
     assert first["verdict"]["evidence"]["noise"]["host_load"]["cpus"] >= 1
     second = run_case(
         RunContext(dag_id="d", dag_run_id="v2", trigger="release", case=Case(model="tiny", version="2", **small))
-    )
+    ).to_xcom()
     v = second["verdict"]
     assert (v["verdict"], v["method"]) == ("regression", "paired-abba")
     p = v["evidence"]["paired"]

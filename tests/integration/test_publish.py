@@ -329,7 +329,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
             trigger="scheduled",
             case=Case(model="tiny", version="1", **small),
         )
-    )
+    ).to_xcom()
     assert first["verdict"]["verdict"] == "no-baseline"
 
     sink = Sink()

@@ -126,7 +126,7 @@ def test_pipeline_stores_a_tflite_run_without_a_profile(home, model_store):
         telemetry_interval_ms=10,
     )
     assert case.name == "tflite-bs4-int8"
-    bundle = run_case(RunContext(dag_id="t", dag_run_id="lite", trigger="test", case=case))
+    bundle = run_case(RunContext(dag_id="t", dag_run_id="lite", trigger="test", case=case)).to_xcom()
     assert bundle["parsed"]["avg_step_time_ms"] is None and bundle["parsed"]["findings"][0].startswith("no_profile")
     with session_scope(Settings.from_env().database_url) as s:
         run = s.scalar(select(Run))

@@ -75,7 +75,7 @@ def _run(model: str, mode: str = "train", **fields) -> dict:
     )
     if (model, case.name) in _BUNDLES:
         return _BUNDLES[model, case.name]
-    bundle = run_case(RunContext(dag_id="zoo", dag_run_id=f"{model}-{case.name}", trigger="test", case=case))
+    bundle = run_case(RunContext(dag_id="zoo", dag_run_id=f"{model}-{case.name}", trigger="test", case=case)).to_xcom()
     _BUNDLES[model, case.name] = bundle
     run = bundle["run"]
     lat = run.get("latency_ms") or {}

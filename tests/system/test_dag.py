@@ -45,6 +45,8 @@ print(json.dumps({
               "on_failure": type(
                   bag.get_dag("perfwatch_watch").get_task("missing_data").on_failure_callback[0]).__name__},
     "params": sorted(dag.params.keys()),
+    "param_schemas": {k: {**dag.params.get_param(k).schema, "default": dag.params.get_param(k).value,
+                          "description": dag.params.get_param(k).description} for k in dag.params.keys()},
     "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline")
               if m in sys.modules],
     "busy_retries": dag.get_task("profiled_run").retries,
@@ -106,12 +108,14 @@ def test_release_assets_and_alerts_are_wired(tmp_path):
 
 
 def test_measured_steps_param_default_is_the_case_default():
-    import re
-
+    """Every Case-field Param of the parsed DAG is the Case field's schema (``case_param_schema``): its default
+    (measured_steps: ``DEFAULT_MEASURED_STEPS``), limits and description."""
     from tasks.records import DEFAULT_MEASURED_STEPS
+    from tasks.stages.params import case_param_schema
 
-    text = (ROOT / "dags" / "perfwatch_profile.py").read_text()
-    assert int(re.search(r"^MEASURED_STEPS = (\d+)", text, re.M).group(1)) == DEFAULT_MEASURED_STEPS
+    got = _probe()["param_schemas"]
+    assert got["measured_steps"]["default"] == DEFAULT_MEASURED_STEPS
+    assert {k: got[k] for k in case_param_schema("dag")} == case_param_schema("dag")
 
 
 def test_host_busy_retries_are_settings(monkeypatch):

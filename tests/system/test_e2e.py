@@ -95,11 +95,11 @@ def test_an_unchanged_model_reuses_its_warm_up_and_runs_one_process(home, model_
     monkeypatch.setattr(warmup_stage, "warm_up", lambda *a, **k: calls.append(a) or real(*a, **k))
     # an unsteady warm-up is never reused: a CV bound of 100% makes the first one steady on a busy host too
     case = _ctx("tiny", "1").case.model_copy(update={"warmup_cv_max": 1.0})
-    first = run_case(RunContext(dag_id="t", dag_run_id="tiny-1", trigger="test", case=case))
+    first = run_case(RunContext(dag_id="t", dag_run_id="tiny-1", trigger="test", case=case)).to_xcom()
     assert first["warmup"]["steady"] and first["warmup"]["reused_from_run_id"] is None
     ctx = RunContext(dag_id="t", dag_run_id="tiny-1-again", trigger="test", case=case)
     with caplog.at_level("INFO", logger="tasks.stages.pipeline"):
-        second = run_case(ctx)
+        second = run_case(ctx).to_xcom()
     assert len(calls) == 1, "only the first run started a warm-up process"
     first_id, second_id = first["archived"]["run_id"], second["archived"]["run_id"]
     assert second["warmup"]["reused_from_run_id"] == first_id

@@ -16,7 +16,7 @@ import pytest
 
 from tasks.analysis import calibration, stats
 from tasks.analysis.calibration import NoiseCalibration, assess_noise, calibrated_noise
-from tasks.records import Case, RunContext
+from tasks.records import ArchiveRecord, Case, CompareRecord, EnvRecord, ProfiledRun, RunContext, RunState
 from tasks.runner.measure import HostLoad, gpu_other_processes
 from tasks.stages import pipeline
 from tasks.stages.archive import archive_run
@@ -179,14 +179,20 @@ def test_a_busy_host_makes_an_unpaired_verdict_inconclusive(baseline, tmp_path):
 
 
 def _bundle(noise, verdict=None, paired_path=None):
-    """A pipeline bundle after profiled-run (and, with ``verdict``, after archive) with this noise."""
-    b = {
-        "ctx": RunContext(dag_id="d", dag_run_id="r", case=Case(model="m", measured_steps=10)).to_xcom(),
-        "env": {"comparability_key": "k1"},
-        "run": {"noise": noise, "paired_path": paired_path},
-    }
+    """A run state after profiled-run (and, with ``verdict``, after archive) with this noise; of the stage
+    records only the fields read here (``model_construct``)."""
+    b = RunState(
+        ctx=RunContext(dag_id="d", dag_run_id="r", case=Case(model="m", measured_steps=10)),
+        env=EnvRecord.model_construct(comparability_key="k1"),
+        run=ProfiledRun.model_construct(noise=noise, paired_path=paired_path),
+    )
     if verdict:
-        b.update(verdict={"verdict": verdict, "evidence": {"noise": noise}}, archived={"run_id": 7})
+        b = b.model_copy(
+            update={
+                "verdict": CompareRecord.model_construct(verdict=verdict, evidence={"noise": noise}),
+                "archived": ArchiveRecord.model_construct(run_id=7),
+            }
+        )
     return b
 
 
@@ -194,11 +200,11 @@ def test_profiled_run_raises_host_busy_only_while_a_retry_is_left(db_url, tmp_pa
     from tasks.settings import Settings
 
     settings = Settings.from_env({"PERFWATCH_HOME": str(tmp_path / "h"), "PERFWATCH_DATABASE_URL": db_url})
-    monkeypatch.setattr(pipeline, "profile", lambda bundle, settings=None: bundle)
+    monkeypatch.setattr(pipeline, "run_stage", lambda state, stage_id, settings=None: state)
     gate = _bundle(BUSY, paired_path="/x/paired/result.json")
     with pytest.raises(pipeline.HostBusy, match="host busy: other processes took 62%.*measuring again later"):
         pipeline.profile_unless_busy(gate, settings, retry_left=True)
-    assert pipeline.profile_unless_busy(gate, settings, retry_left=False)["run"]["noise"]["busy"]  # last try: go on
+    assert pipeline.profile_unless_busy(gate, settings, retry_left=False).run.noise["busy"]  # last try: go on
     quiet = assess_noise(QUIET).model_dump(mode="json")
     assert pipeline.profile_unless_busy(_bundle(quiet, paired_path="/x"), settings, retry_left=True)
     # a first run is no-baseline however busy the host: nothing to measure again for

@@ -185,7 +185,7 @@ def test_a_failed_pull_records_the_resolved_version(store, tmp_path, db_url):
     )
     ctx = RunContext(dag_id="d", dag_run_id="r", case=Case(model="corrupt", version="latest"), trigger="manual")
     with pytest.raises(CorruptModelError):
-        pipeline.pull({"ctx": ctx.to_xcom()}, settings)
+        pipeline.run_stage({"ctx": ctx.to_xcom()}, "pull-model-version", settings)
     with session_scope(db_url) as s:
         run = s.query(Run).one()
         assert (run.status, run.failed_stage, run.version_requested) == ("failed", "pull-model-version", "1")

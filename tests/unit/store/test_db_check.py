@@ -47,8 +47,8 @@ def messy(db_url, tmp_path, monkeypatch):
         ("PERFWATCH_MODEL_STORE", st.model_store),
     ):
         monkeypatch.setenv(var, str(value))
-    good = pipeline.archive(compared_bundle(st, "good"), st)["archived"]
-    lost = pipeline.archive(compared_bundle(st, "lost"), st)["archived"]
+    good = pipeline.run_stage(compared_bundle(st, "good"), "archive", st).archived.to_xcom()
+    lost = pipeline.run_stage(compared_bundle(st, "lost"), "archive", st).archived.to_xcom()
     shutil.rmtree(lost["archive_uri"])
     arch = Path(st.archive_root)
     ghost = arch / "m" / "train-bs16__v1__d__ghost"
@@ -146,6 +146,6 @@ def test_db_check_on_a_clean_store_exits_0(cli, db_url, tmp_path, monkeypatch):
     st = settings_for(tmp_path, db_url)
     monkeypatch.setenv("PERFWATCH_ARCHIVE", st.archive_root)
     monkeypatch.setenv("PERFWATCH_WORK", str(st.work_root))
-    pipeline.archive(compared_bundle(st, "r1"), st)
+    pipeline.run_stage(compared_bundle(st, "r1"), "archive", st)
     res = cli("db", "check")
     assert res.exit_code == 0 and "nothing left over" in res.stdout, res.output

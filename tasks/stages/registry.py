@@ -1,0 +1,135 @@
+"""The seven stages, named once: each stage's id (the store's ``failed_stage``, log lines), its Airflow task
+id, the ``RunState`` field its record fills, the record's type, what it does, and the time-limit setting
+of the runner process it starts. The pipeline (``tasks.stages.pipeline``), ``perfwatch run`` and the
+tests read the stages from here; ``dags/perfwatch_profile.py`` names its tasks by ``task_id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from tasks.records import (
+    ArchiveRecord,
+    CompareRecord,
+    EnvRecord,
+    ParseRecord,
+    ProfiledRun,
+    PulledModel,
+    Record,
+    WarmupRecord,
+)
+from tasks.settings import RunnerStage
+
+StageId = Literal[
+    "pull-model-version", "env-fingerprint", "warm-up", "profiled-run", "parse", "baseline-compare", "archive"
+]
+#: a ``RunState`` field that a stage fills
+StateField = Literal["pulled", "env", "warmup", "run", "parsed", "verdict", "archived"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline.
+
+    Attributes:
+        id: ``pull-model-version``...: the store's ``runs.failed_stage``, log lines, error messages.
+        task_id: its task in the DAG ``perfwatch_profile`` (``pull_model_version``...).
+        field: the ``RunState`` field its record fills (``pulled``...).
+        record: that record's type.
+        doing: what it does, as its start line in the log says (a DAG task log, or ``perfwatch run`` on stderr).
+        time_limit: the ``tasks.settings.TIMEOUT_DEFAULTS`` entry of the runner process it starts (None: none);
+            the profiled run's paired gate has its own (``paired-run``).
+        reads: the files of earlier stages it needs: ``(field, attribute)`` of a path in the ``RunState``.
+    """
+
+    id: StageId
+    task_id: str
+    field: StateField
+    record: type[Record]
+    doing: str
+    time_limit: RunnerStage | None = None
+    reads: tuple[tuple[StateField, str], ...] = ()
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "pull-model-version",
+        "pull_model_version",
+        "pulled",
+        PulledModel,
+        "copying and hashing the model version",
+    ),
+    Stage(
+        "env-fingerprint",
+        "env_fingerprint",
+        "env",
+        EnvRecord,
+        "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
+        time_limit="env-fingerprint",
+    ),
+    Stage(
+        "warm-up",
+        "warm_up",
+        "warmup",
+        WarmupRecord,
+        "fresh runner process: steps until step time is steady",
+        time_limit="warm-up",
+        reads=(("pulled", "local_path"),),
+    ),
+    Stage(
+        "profiled-run",
+        "profiled_run",
+        "run",
+        ProfiledRun,
+        "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
+        time_limit="profiled-run",
+        reads=(("pulled", "local_path"),),
+    ),
+    Stage(
+        "parse",
+        "parse",
+        "parsed",
+        ParseRecord,
+        "xprof converts the XSpace: step-time breakdown, op self-times, memory",
+        reads=(("run", "profile_dir"),),
+    ),
+    Stage(
+        "baseline-compare",
+        "baseline_compare",
+        "verdict",
+        CompareRecord,
+        "finding the comparable baseline; statistics and the Great Expectations suites",
+        reads=(("run", "samples_path"), ("parsed", "parsed_path")),
+    ),
+    Stage(
+        "archive",
+        "archive",
+        "archived",
+        ArchiveRecord,
+        "writing run, samples and verdict in one transaction; moving the profile to the archive",
+        reads=(("run", "samples_path"), ("parsed", "parsed_path"), ("run", "profile_dir")),
+    ),
+)
+"""The stages in the order they run (the design card's)."""
+
+STAGE_IDS: tuple[StageId, ...] = get_args(StageId)
+_BY_ID: dict[str, Stage] = {s.id: s for s in STAGES}
+_BY_FIELD: dict[str, Stage] = {s.field: s for s in STAGES}
+
+
+def stage(stage_id: str) -> Stage:
+    """The stage of this id (``parse``...).
+
+    Raises:
+        ValueError: no stage has that id (the message lists the ids).
+    """
+    try:
+        return _BY_ID[stage_id]
+    except KeyError:
+        raise ValueError(f"no stage {stage_id!r}; the stages are {', '.join(STAGE_IDS)}") from None
+
+
+def producer(field: StateField) -> Stage:
+    """The stage whose record fills this ``RunState`` field."""
+    return _BY_FIELD[field]

@@ -1,0 +1,138 @@
+"""The stage registry, the run state and the Verdict enumeration: each stage and each verdict word is named
+once, and everything that lists them (the DAG, the pipeline, the settings, the CLI) agrees with them."""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import get_args
+
+import pytest
+
+from tasks.records import (
+    ArchiveRecord,
+    CompareRecord,
+    RunContext,
+    RunState,
+    Verdict,
+)
+from tasks.settings import TIMEOUT_DEFAULTS, RunnerStage
+from tasks.stages import pipeline, registry
+from tests.helpers import ROOT
+from tests.unit.store.test_store import make_records
+
+DAG_FILE = ROOT / "dags" / "perfwatch_profile.py"
+
+
+def _dag_stage_tasks() -> dict[str, str]:
+    """Task function name -> the stage id it hands to ``run_stage``/``profile_unless_busy``, read from the DAG file."""
+    tree = ast.parse(DAG_FILE.read_text())
+    out = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not any(
+            "task" in (getattr(d, "id", None), getattr(getattr(d, "func", None), "id", None)) for d in fn.decorator_list
+        ):
+            continue
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "run_stage":
+                out[fn.name] = call.args[1].value
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "profile_unless_busy":
+                out[fn.name] = "profiled-run"
+    return out
+
+
+def test_the_registry_names_each_stage_once():
+    assert [s.id for s in registry.STAGES] == list(registry.STAGE_IDS) == list(get_args(registry.StageId))
+    assert [s.field for s in registry.STAGES] == list(get_args(registry.StateField))
+    assert list(pipeline._WORK) == list(registry.STAGE_IDS)  # one implementation per stage, in order
+    state_fields = [f for f in RunState.model_fields if f not in ("ctx", "label")]
+    assert [s.field for s in registry.STAGES] == state_fields
+    for s in registry.STAGES:  # the RunState field holds the stage's record
+        assert RunState.model_fields[s.field].annotation == s.record | None
+        assert registry.stage(s.id) is s and registry.producer(s.field) is s
+    limits = {s.time_limit for s in registry.STAGES if s.time_limit}
+    assert limits | {"paired-run"} == set(get_args(RunnerStage)) == set(TIMEOUT_DEFAULTS)
+    with pytest.raises(ValueError, match="no stage 'profile'; the stages are pull-model-version, env-fingerprint"):
+        registry.stage("profile")
+
+
+def test_the_dag_tasks_are_the_registry_stages():
+    assert _dag_stage_tasks() == {s.task_id: s.id for s in registry.STAGES}
+
+
+def test_each_stage_reads_files_of_earlier_stages():
+    order = [s.field for s in registry.STAGES]
+    for i, s in enumerate(registry.STAGES):
+        for field, attr in s.reads:
+            assert order.index(field) < i, (s.id, field)
+            assert attr in registry.producer(field).record.model_fields
+
+
+def test_the_run_state_reads_the_old_bundle_and_travels_as_json(tmp_path):
+    ctx, pulled, env, warm, run, parsed, verdict = make_records(tmp_path)
+    bundle = {  # the XCom of a DAG run started before the upgrade: the same keys
+        "ctx": ctx.to_xcom(),
+        "label": "m train-bs16",
+        "pulled": pulled.to_xcom(),
+        "env": env.to_xcom(),
+        "warmup": warm.to_xcom(),
+        "run": run.to_xcom(),
+        "parsed": parsed.to_xcom(),
+        "verdict": verdict.to_xcom(),
+    }
+    state = RunState.model_validate(json.loads(json.dumps(bundle)))
+    assert state.verdict == verdict and state.run == run and state.archived is None
+    assert state.to_xcom() == bundle  # the stages that did not run are left out
+    assert RunState.model_validate(state.to_xcom()) == state
+    assert pipeline.as_state(bundle) == state and pipeline.as_state(state) is state
+    assert RunState(ctx=ctx).to_xcom() == {"ctx": ctx.to_xcom()}
+
+
+def test_one_verdict_enumeration():
+    from tasks.cli.history import GATE_CODES
+    from tasks.store.writes import ACCEPTED_VERDICTS
+
+    assert [v.value for v in Verdict] == [
+        "pass",
+        "regression",
+        "improvement",
+        "inconclusive",
+        "no-baseline",
+        "env-changed",
+    ]
+    assert set(GATE_CODES) == {v.value for v in Verdict}
+    assert ACCEPTED_VERDICTS <= set(Verdict) and Verdict.REGRESSION not in ACCEPTED_VERDICTS
+    assert Verdict("no-baseline") is Verdict.NO_BASELINE and f"{Verdict.ENV_CHANGED}" == "env-changed"
+    rec = CompareRecord.model_validate({**_compare_fields(), "verdict": "regression"})
+    assert rec.verdict is Verdict.REGRESSION and rec.to_xcom()["verdict"] == "regression"
+    with pytest.raises(ValueError, match="verdict"):
+        CompareRecord.model_validate({**_compare_fields(), "verdict": "slower"})
+
+
+def _compare_fields() -> dict:
+    return {
+        "method": "history",
+        "baseline_run_ids": [1],
+        "ratio": 1.2,
+        "ci_low": 1.1,
+        "ci_high": 1.3,
+        "median_limit_ms": None,
+        "gx_success": True,
+        "evidence": {},
+    }
+
+
+def test_busy_reason_decides_for_both_checks(tmp_path):
+    """Before baseline-compare the run's noise decides (with a paired gate: no store needed); after it the
+    verdict's evidence."""
+    ctx, pulled, env, _, run, _, verdict = make_records(tmp_path)
+    busy = {"busy": True, "reason": "host busy: other processes took 62%"}
+    measured = RunState(ctx=ctx, pulled=pulled, env=env, run=run.model_copy(update={"noise": busy, "paired_path": "x"}))
+    assert pipeline.busy_reason(measured) == busy["reason"]
+    undecided = verdict.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "evidence": {"noise": busy}})
+    assert pipeline.busy_reason(measured.model_copy(update={"verdict": undecided})) == busy["reason"]
+    decided = undecided.model_copy(update={"verdict": Verdict.REGRESSION})
+    assert pipeline.busy_reason(measured.model_copy(update={"verdict": decided})) is None
+    archived = ArchiveRecord(run_id=3, archive_uri="/a", verdict="inconclusive")
+    assert pipeline.busy_reason(measured.model_copy(update={"archived": archived})) is None  # retried, verdict gone
+    assert pipeline.busy_reason(RunState(ctx=RunContext(dag_id="d", dag_run_id="r", case=ctx.case))) is None
