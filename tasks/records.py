@@ -241,7 +241,8 @@ class Case(Record):
         "trigger is always paired, and so is a scheduled run whose version differs from the baseline's.",
         json_schema_extra=NOT_A_PARAM,
     )
-    paired_blocks: int | None = Field(  # None: filled in by _paired_layout
+    # never None on a Case: the before-validator _paired_layout fills an unset one
+    paired_blocks: int = Field(  # type: ignore[assignment]
         None,
         ge=2,
         le=MAX_TIMED_STEPS,
@@ -377,7 +378,6 @@ class Case(Record):
 
     @model_validator(mode="after")
     def _paired_size(self) -> Case:
-        assert self.paired_blocks is not None  # filled in by _paired_layout
         per_version = self.paired_blocks * self.paired_block_steps
         if per_version > MAX_TIMED_STEPS:
             raise ValueError(
@@ -446,7 +446,6 @@ class Case(Record):
     @property
     def paired_timed_steps(self) -> int:
         """Timed steps of the paired (A/B) measurement, both versions together."""
-        assert self.paired_blocks is not None  # filled in by _paired_layout
         return 2 * self.paired_blocks * self.paired_block_steps
 
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
+from tasks.records import Verdict
+
 from .auth import metrics_access
 
 if TYPE_CHECKING:
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter()  #: ``/metrics``
 
-VERDICTS = ("pass", "regression", "improvement", "inconclusive", "no-baseline", "env-changed")
+VERDICTS = tuple(v.value for v in Verdict)
 
 
 class StoreCollector:

@@ -65,7 +65,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import optimize, stats
 
-from tasks.analysis.stats import Verdict, verdict_from_ci
+from tasks.analysis.stats import verdict_from_ci
+from tasks.records import Verdict
 
 __all__ = [
     "Design",

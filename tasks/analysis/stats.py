@@ -65,10 +65,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from tasks.records import Verdict
+
 __all__ = [
     "Comparison",
     "RatioEstimate",
-    "Verdict",
     "compare_paired",
     "compare_to_history",
     "fixed_threshold_verdict",
@@ -78,7 +79,6 @@ __all__ = [
     "MIN_BLOCKS",
 ]
 
-Verdict = Literal["pass", "regression", "improvement", "inconclusive"]
 MIN_STEPS = 5  #: fewest step times accepted per run
 MIN_BLOCKS = 2  #: fewest ABBA blocks per version
 PAIRED_BATCH = 16  #: block pairs per batch in the paired batch-means variance (compare_paired)
@@ -187,14 +187,14 @@ def verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     if not 0 < low <= high:
         raise ValueError(f"CI [{low}, {high}]: need 0 < low <= high")
     if 1 / (1 + tolerance) <= low and high <= 1 + tolerance:
-        return "pass"
+        return Verdict.PASS
     if low > 1:
-        return "regression"
+        return Verdict.REGRESSION
     if high < 1:
-        return "improvement"
+        return Verdict.IMPROVEMENT
     if high <= 1 + tolerance:
-        return "pass"
-    return "inconclusive"
+        return Verdict.PASS
+    return Verdict.INCONCLUSIVE
 
 
 def _reason(
@@ -575,7 +575,7 @@ def fixed_threshold_verdict(candidate_ms: ArrayLike, baseline_ms: ArrayLike, lim
         raise ValueError(f"limit = {limit}: must be > 0")
     c, b = _samples(candidate_ms, "candidate_ms"), _samples(baseline_ms, "baseline_ms")
     ratio = float(np.median(c) / np.median(b))
-    verdict: Verdict = "regression" if ratio > limit else "pass"
+    verdict = Verdict.REGRESSION if ratio > limit else Verdict.PASS
     return Comparison(
         verdict=verdict,
         method="fixed-threshold",

@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
             except Exception as e:  # noqa: BLE001 - every stage error is reported (and recorded by the stage)
                 typer.echo(f"error: gate {i + 1} of {gates}: {type(e).__name__}: {e}", err=True)
                 raise typer.Exit(2) from e
-            key = state.env.comparability_key if state.env else None
+            key = state.env.comparability_key if state.env else key
             rows.append(_row(state))
             typer.echo(f"gate {i + 1}/{gates}: run {rows[-1]['run_id']} {rows[-1]['verdict']}", err=True)
         render(pd.DataFrame(rows), fmt, title=f"A/A gates of {model} v{case.version} ({case.name})")

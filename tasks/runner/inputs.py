@@ -192,7 +192,8 @@ def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_siz
                 f"input {d.name!r} is a string input ({dtype}): synthetic strings mean nothing; "
                 "give the case an input_fn that yields real ones"
             )
-        feeds.append(Feed(name=d.name, shape=(batch_size, *shape), dtype=dt.name, low=low, high=high))
+        known = tuple(s for s in shape if s is not None)  # every dimension is given (checked above)
+        feeds.append(Feed(name=d.name, shape=(batch_size, *known), dtype=dt.name, low=low, high=high))
     return feeds
 
 
@@ -216,6 +217,7 @@ def synthetic(feeds: list[Feed], examples: int, seed: int) -> dict[str, Any]:
         if dt == np.bool_:
             out[f.name] = rng.integers(0, 2, size=size).astype(dt)
         elif np.issubdtype(dt, np.integer):
+            assert f.low is not None and f.high is not None  # resolve() refuses an integer input without them
             out[f.name] = rng.integers(int(f.low), int(f.high), size=size).astype(dt)
         elif f.low is not None and f.high is not None:
             out[f.name] = rng.uniform(f.low, f.high, size=size).astype(dt)

@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 #: the row keys of one sample, in the order the store's ``telemetry_samples`` table has them
@@ -162,6 +163,7 @@ class Sampler:
     def start(self) -> Sampler:
         """Initialise NVML and psutil, take the first sample and start the thread."""
         self._nvml = _Nvml()
+        self._psutil: ModuleType | None
         try:
             import psutil
 

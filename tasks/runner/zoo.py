@@ -242,7 +242,10 @@ def build_zoo(
             model = spec.build()
             if spec.layout == "export":
                 # the version dir itself is the SavedModel: build it beside, then move it into place
-                _save_atomic(path, lambda tmp, m=model: m.export(str(tmp), verbose=False))
+                def export(tmp: Path, m: Any = model) -> None:
+                    m.export(str(tmp), verbose=False)
+
+                _save_atomic(path, export)
             else:
                 _save_atomic(path, model.save)
         out[name] = path
