@@ -41,14 +41,16 @@ def test_seven_stages_with_the_fake_runner_a_release_gate_sees_the_regression(fa
     first = run_case(
         RunContext(dag_id="d", dag_run_id="v1", trigger="release", case=Case(model="tiny", version="1", **SMALL))
     )
-    assert first["verdict"]["verdict"] == "no-baseline" and first["run"]["paired_path"] is None
-    assert first["parsed"]["avg_step_time_ms"] > 0  # xprof parsed the committed real profile
-    assert first["archived"]["run_id"] >= 1
+    assert first.verdict is not None and first.run is not None and first.parsed is not None
+    assert first.verdict.verdict == "no-baseline" and first.run.paired_path is None
+    assert first.parsed.avg_step_time_ms is not None and first.parsed.avg_step_time_ms > 0  # the real profile
+    assert first.archived is not None and first.archived.run_id >= 1
     second = run_case(
         RunContext(dag_id="d", dag_run_id="v2", trigger="release", case=Case(model="tiny", version="2", **SMALL))
     )
-    v = second["verdict"]
-    assert (v["verdict"], v["method"]) == ("regression", "paired-abba")
-    assert v["ratio"] == pytest.approx(1.5, rel=0.05)
-    assert v["evidence"]["paired"]["baseline_version"] == "1"
+    v = second.verdict
+    assert v is not None
+    assert (v.verdict, v.method) == ("regression", "paired-abba")
+    assert v.ratio == pytest.approx(1.5, rel=0.05)
+    assert v.evidence["paired"]["baseline_version"] == "1"
     assert not tf_before and "tensorflow" not in sys.modules and "keras" not in sys.modules
