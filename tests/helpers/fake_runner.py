@@ -123,12 +123,13 @@ class Steps:
         wait = os.environ.get("PERFWATCH_FAKE_WAIT_RATIO", "0.0")
         self.wait_ratio = None if wait == "none" else float(wait)
         self.rng = random.Random(f"{spec.seed}:{model_path}")
+        self.wall_rng = random.Random(f"{spec.seed}:{model_path}:wall")  # the work drawn is the same either way
         self.cpu_ms: list[float] = []
         self.wait_ms: list[float] = []
 
     def __call__(self) -> float:
         work = self.ms * math.exp(self.rng.gauss(0.0, self.cv))
-        wall = work * math.exp(self.rng.gauss(0.0, self.wall_cv)) if self.wall_cv else work
+        wall = work * math.exp(self.wall_rng.gauss(0.0, self.wall_cv)) if self.wall_cv else work
         self.cpu_ms.append(work * self.cpu_ratio)
         if self.wait_ratio is not None:
             self.wait_ms.append(wall * self.wait_ratio)
