@@ -32,6 +32,9 @@ class StoreCollector:
 
     * ``perfwatch_step_time_seconds{quantile="0.5"|"0.9", source}``: median and p90 step time of the newest
       successful run (perfwatch's timer, profiler off; xprof's step time for ``source="external"`` runs);
+    * ``perfwatch_step_cpu_seconds{source}``, ``perfwatch_step_wait_seconds{source}``: the newest successful
+      run's median process CPU time and run-queue wait per measured step (``tasks.runner.counters``; only
+      where the run recorded them);
     * ``perfwatch_baseline_step_time_seconds``: median step time of the active baseline run;
     * ``perfwatch_throughput_examples_per_second``: the newest run's throughput (examples/s);
     * ``perfwatch_latest_verdict{verdict}``: 1 for the newest run's verdict, 0 for the others;
@@ -73,6 +76,16 @@ class StoreCollector:
             "Step time of the newest successful run (quantile 0.5: median, 0.9: p90)",
             labels=[*mc, "quantile", "source"],
         )
+        cpu = GaugeMetricFamily(
+            "perfwatch_step_cpu_seconds",
+            "Median process CPU time (all threads, user + system) per measured step of the newest successful run",
+            labels=[*mc, "source"],
+        )
+        wait = GaugeMetricFamily(
+            "perfwatch_step_wait_seconds",
+            "Median run-queue wait (runnable, waiting for a CPU) per measured step of the newest successful run",
+            labels=[*mc, "source"],
+        )
         thr = GaugeMetricFamily(
             "perfwatch_throughput_examples_per_second",
             "Throughput of the newest successful run (examples/s at its median step time)",
@@ -94,6 +107,9 @@ class StoreCollector:
             for q, ms in (("0.5", r.median_step_ms), ("0.9", r.p90_step_ms)):
                 if ms is not None:
                     step.add_metric([*key, q, r.source], ms / 1000.0)
+            for family, ms in ((cpu, r.median_cpu_ms), (wait, r.median_wait_ms)):
+                if ms is not None:
+                    family.add_metric([*key, r.source], ms / 1000.0)
             if r.throughput_eps is not None:
                 thr.add_metric([*key, r.source], r.throughput_eps)
             for v in sorted(set(VERDICTS) | ({r.verdict} if r.verdict else set())):
@@ -112,7 +128,7 @@ class StoreCollector:
         regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
         for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
             regs.add_metric([m, c], snap.regressions.get((m, c), 0))
-        yield from (step, base, thr, verdict, info, last, runs, regs)
+        yield from (step, cpu, wait, base, thr, verdict, info, last, runs, regs)
         if snap.newest_finished_at is not None:
             age = GaugeMetricFamily(
                 "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"

@@ -47,6 +47,8 @@ _HEADERS = {
     "run_id": "run",
     "started_at": "started (UTC)",
     "median_step_ms": "median step (ms)",
+    "median_cpu_ms": "median CPU time per step (ms)",
+    "median_wait_ms": "median run-queue wait per step (ms)",
     "mean_step_ms": "mean step (ms)",
     "p10_step_ms": "p10 step (ms)",
     "p90_step_ms": "p90 step (ms)",
@@ -284,6 +286,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
                 "started_at",
                 "finished_at",
                 "median_step_ms",
+                "median_cpu_ms",
+                "median_wait_ms",
                 "throughput_eps",
             )
         ),

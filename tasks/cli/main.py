@@ -118,8 +118,9 @@ def progress_shown(stream=None) -> Iterator[None]:
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
     """Runs as a DataFrame, oldest first: run_id, started_at, model, version, case, status, trigger,
-    median_step_ms (our timer), throughput_eps (examples/s), verdict (``failed@<stage>`` for a
-    failed run), error (first line). The named query ``sql/queries/runs.sql`` via ``tasks.store.queries.runs``."""
+    median_step_ms (our timer), median_cpu_ms, median_wait_ms (process CPU time, run-queue wait, ms),
+    throughput_eps (examples/s), verdict (``failed@<stage>`` for a failed run), error (first line). The named
+    query ``sql/queries/runs.sql`` via ``tasks.store.queries.runs``."""
     from tasks.store.queries import runs as runs_query
 
     return runs_query(model, last, db_url)
@@ -131,8 +132,9 @@ def runs(
     last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """List runs from the store: run id, model, version, case, inputs fed, median step time (ms),
-    throughput, verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
+    """List runs from the store: run id, model, version, case, inputs fed, median step time (ms), median CPU
+    time and run-queue wait per measured step (ms; the wait only where some run recorded it), throughput,
+    verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
     quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``); csv, json and
     markdown have every column. An unknown --model exits 1 naming the models there are."""
     from tasks.cli.history import unknown_model_message
@@ -146,6 +148,8 @@ def runs(
         from tasks.store.queries import AXIS_COLUMNS
 
         df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
+        if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
+            df = df.drop(columns=["median_wait_ms"])
     render(df, fmt, title="perfwatch runs")
 
 

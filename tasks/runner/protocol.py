@@ -11,7 +11,8 @@ refused by name (:class:`ProtocolMismatch`), since the runner's venv may hold an
 The two interpreters may differ, so this module imports only pydantic and the standard library. Field names
 are those of the result files on disk before the protocol was typed: archived runs and the store read them.
 Units: step times in ms (our timer, ``time.perf_counter``, a step ends when its output is on the host), wall
-times in s (the same timer), memory in bytes.
+times in s (the same timer), memory in bytes; per-step CPU time and run-queue wait in ms
+(``tasks.runner.counters``; version 2 added them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 #: Version of this protocol (requests, events, results). Raise it whenever a field is renamed, removed or
 #: changes meaning; a runner and a parent of different versions refuse each other by name.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: prefix of every event line on the runner's stdout; the JSON object follows it. Other lines are chatter.
 EVENT_PREFIX = "PERFWATCH_EVENT "
 #: the commands the parent answers a round with, one per line on the runner's stdin
@@ -106,9 +107,23 @@ class BlockPair(_Record):
     """One ABBA block pair of a paired gate: ``block_steps`` steps of each version, per-step ms (our timer)."""
 
     pair: int = Field(description="index of the pair, from 0")
-    order: Literal["AB", "BA"] = Field(description="which version ran first (AB for even pairs)")
+    order: Literal["AB", "BA"] = Field(
+        description="which version ran first, drawn per quadruple: pairs 2k, 2k+1 are AB, BA or BA, AB"
+    )
     a_ms: list[float] = Field(description="the baseline's (A) step times, ms")
     b_ms: list[float] = Field(description="the candidate's (B) step times, ms")
+    a_cpu_ms: list[float] = Field(
+        default_factory=list, description="A's per-step process CPU time, ms (empty: not measured)"
+    )
+    b_cpu_ms: list[float] = Field(
+        default_factory=list, description="B's per-step process CPU time, ms (empty: not measured)"
+    )
+    a_wait_ms: list[float] = Field(
+        default_factory=list, description="A's per-step run-queue wait, ms (empty: no schedstat)"
+    )
+    b_wait_ms: list[float] = Field(
+        default_factory=list, description="B's per-step run-queue wait, ms (empty: no schedstat)"
+    )
 
 
 class RoundSummary(_Record):
@@ -243,6 +258,8 @@ class WarmupResult(_Measured):
         description="wall time (s) in import_tf, load_model, cold_step, warmup_steps (our timer)"
     )
     warmup_step_times_ms: list[float]
+    warmup_cpu_ms: list[float] = Field(default_factory=list, description="per warm-up step, process CPU time, ms")
+    warmup_wait_ms: list[float] = Field(default_factory=list, description="per warm-up step, run-queue wait, ms")
     warmup_steps: int = Field(description="steps to run before measuring (start of the steady window)")
     steady: bool
     final_cv: float | None = Field(description="CV of the deciding (or last full) window, a fraction")
@@ -259,6 +276,8 @@ class ProfileResult(_Measured):
     )
     warmup_step_times_ms: list[float]
     measured_step_times_ms: list[float] = Field(description="the numbers compared against the baseline, ms")
+    measured_cpu_ms: list[float] = Field(default_factory=list, description="per measured step, process CPU time, ms")
+    measured_wait_ms: list[float] = Field(default_factory=list, description="per measured step, run-queue wait, ms")
     profiled_step_times_ms: list[float] = Field(description="the steps under the TF profiler, ms (empty: no window)")
     profile_dir: str = Field(description="the profiler's logdir; the XSpace is under plugins/profile/<run>/")
     profiled_window_s: float = Field(description="profiler start, the profiled steps and the XSpace written, s")
@@ -270,6 +289,8 @@ class ProfileResult(_Measured):
     )
     latency_ms: LatencySummary | None = Field(None, description="infer and tflite modes")
     profile_absent_reason: str | None = Field(None, description="why there is no profiler window (tflite)")
+    warmup_cpu_ms: list[float] = Field(default_factory=list, description="per warm-up step, process CPU time, ms")
+    warmup_wait_ms: list[float] = Field(default_factory=list, description="per warm-up step, run-queue wait, ms")
 
 
 class PairedResult(_Measured):
@@ -297,6 +318,10 @@ class PairedResult(_Measured):
     gate: dict[str, Any] | None = Field(
         None, description="written by the parent (tasks.stages.profiled_run.paired_run): design, looks, offset, noise"
     )
+    a_warmup_cpu_ms: list[float] = Field(default_factory=list, description="per A warm-up step, process CPU time, ms")
+    b_warmup_cpu_ms: list[float] = Field(default_factory=list, description="per B warm-up step, process CPU time, ms")
+    a_warmup_wait_ms: list[float] = Field(default_factory=list, description="per A warm-up step, run-queue wait, ms")
+    b_warmup_wait_ms: list[float] = Field(default_factory=list, description="per B warm-up step, run-queue wait, ms")
 
 
 class ErrorResult(_Record):

@@ -4,7 +4,9 @@ The profile directory is copied to ``<archive>/<model>/<run dir>/plugins/profile
 ``tensorboard --logdir <archive>/<model>`` lists every run of the model, each as a session named
 by :func:`run_dir_name` (``run000123_20261130T1500_v2_train-bs16_1a2b3c4d``: run id first, so the
 sessions sort by time; directories archived under the earlier ``<case>__v<version>__<dag>__<run>``
-names stay where they are and their stored URIs keep pointing there). Staging, copy, the store
+names stay where they are and their stored URIs keep pointing there); a paired gate's result (every block
+pair's per-step wall time, CPU time and run-queue wait, ``tasks.runner.protocol.PairedResult``) is kept as
+``paired/result.json`` (artifact ``paired-result``). Staging, copy, the store
 transaction and the cleanup sit in one guarded block: the copy is written to ``<staging>.partial``
 (with an owner file naming host, pid and start time), moved into place inside the store
 transaction, and on any failure (a full disk, a lost store, an interrupt) the partial copy is
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 PARTIAL_SUFFIX = ".partial"
 OWNER_FILE = ".perfwatch-partial.json"
+#: where a paired gate's runner result lies in the run's archive directory (artifact ``paired-result``)
+PAIRED_RESULT = "paired/result.json"
 STALE_PARTIAL_S = 3600.0
 """A partial copy whose writer cannot be checked (another host, no owner file) is stale after this
 many seconds; an archive copy takes seconds to minutes."""
@@ -219,6 +223,9 @@ def archive_run(
     staging += PARTIAL_SUFFIX
     key = run_key(ctx)
     artifacts = [("xplane", x.relative_to(run.profile_dir).as_posix(), x.stat().st_size, _sha256(x)) for x in xplanes]
+    paired_result = Path(run.paired_path) if run.paired_path else None
+    if paired_result is not None:  # every block pair's step times, CPU times and waits (the work dir goes)
+        artifacts.append(("paired-result", PAIRED_RESULT, paired_result.stat().st_size, _sha256(paired_result)))
     sweep_partials(archive_root)
     final: str | None = None  # the directory named after the run id (known inside the store transaction)
     moved: str | None = None  # where the copy lies once moved into place
@@ -249,6 +256,9 @@ def archive_run(
         fs.pipe_file(f"{staging}/{OWNER_FILE}", json.dumps(_owner()).encode())
         if (Path(run.profile_dir) / "plugins").is_dir():  # a tflite run has no profile to keep
             fs.put(str(Path(run.profile_dir) / "plugins"), f"{staging}/plugins", recursive=True)
+        if paired_result is not None:
+            fs.makedirs(f"{staging}/{Path(PAIRED_RESULT).parent.as_posix()}", exist_ok=True)
+            fs.put_file(str(paired_result), f"{staging}/{PAIRED_RESULT}")
         for name, local in (extra_dirs or {}).items():
             fs.put(local, f"{staging}/{name}", recursive=True)
         run_id = store_run(

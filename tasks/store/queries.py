@@ -35,6 +35,7 @@ from sqlalchemy.types import TypeEngine
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
 from tasks.store.engine import normalize_url
+from tasks.store.series import step_counter_medians
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
@@ -373,9 +374,14 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     run_id, started_at, model, version, case, the case's axes (``AXIS_COLUMNS``: mode, batch_size,
     precision, xla, strategy, quantization), inputs (what was fed: :func:`fed_summary`), safe_mode (Keras
     ``safe_mode`` of the case; False for a trusted model), status, trigger, median_step_ms (ms, our timer),
-    throughput_eps (examples/s), verdict (``failed@<stage>`` for a failed run), error (first line).
-    See ``sql/queries/runs.sql``."""
+    median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
+    :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), verdict
+    (``failed@<stage>`` for a failed run), error (first line). See ``sql/queries/runs.sql``."""
     raw = run_query("runs", db_url, model=model, limit=last)
+    medians = step_counter_medians([int(i) for i in raw["run_id"]], _default_url(db_url))
+    at = raw.columns.get_loc("median_step_ms") + 1
+    for k, name in enumerate(("median_cpu_ms", "median_wait_ms")):
+        raw.insert(at + k, name, [medians.get(int(i), (None, None))[k] for i in raw["run_id"]])
     safe = [case_safe_mode(p) for p in raw["params"]]
     df = with_case_axes(raw, after="case_name")
     at = df.columns.get_loc(AXIS_COLUMNS[-1]) + 1

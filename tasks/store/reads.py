@@ -33,6 +33,7 @@ from tasks.store.schema import (
     StepBreakdown,
     StepSample,
 )
+from tasks.store.series import counter_medians
 
 if TYPE_CHECKING:  # pandas is imported where used: every stage reads this module (stored_run), and a DAG
     import pandas as pd  # task should not pay for what it does not use
@@ -391,7 +392,9 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
     at ``db_url`` (default: the settings', ``PERFWATCH_DATABASE_URL``): run_id,
     dag_id, dag_run_id, model, version (as pulled, else as requested), case, status, verdict,
     failed_stage, error (failed runs, full text), started_at and finished_at (UTC), median_step_ms (ms,
-    our timer), throughput_eps (examples/s) and archive_uri (successful runs: the run's archive directory)."""
+    our timer), median_cpu_ms and median_wait_ms (the measured steps' median process CPU time and run-queue
+    wait, ms; None where not recorded: ``tasks.store.series.step_counter_medians``), throughput_eps
+    (examples/s) and archive_uri (successful runs: the run's archive directory)."""
     if not run_ids:
         return {}
     with session_scope(db_url or Settings.from_env().database_url) as s:
@@ -421,7 +424,12 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
             .mappings()
             .all()
         )
-    return {r["run_id"]: dict(r) for r in rows}
+        medians = counter_medians(s, [r["run_id"] for r in rows]) if rows else {}
+    out = {}
+    for r in rows:
+        cpu, wait = medians.get(r["run_id"], (None, None))
+        out[r["run_id"]] = {**r, "median_cpu_ms": cpu, "median_wait_ms": wait}
+    return out
 
 
 # ------------------------------------------------------------------------------- runs as the stages see them

@@ -138,13 +138,17 @@ class Run(Base):
 
 
 class StepSample(Base):
-    """One raw step time (ms, our timer). ``phase``: warmup | measured | profiled."""
+    """One raw step time (ms, our timer). ``phase``: warmup | measured | profiled. ``cpu_ms``: the runner
+    process's CPU time during the step (all threads, user + system), ``wait_ms``: its threads' run-queue wait
+    (schedstat), both ms (0005; ``tasks.runner.counters``); NULL where not measured."""
 
     __tablename__ = "step_samples"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     phase: Mapped[str] = mapped_column(String(16), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     step_time_ms: Mapped[float] = mapped_column(Float)
+    cpu_ms: Mapped[float | None] = mapped_column(Float)
+    wait_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class TelemetrySample(Base):

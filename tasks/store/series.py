@@ -13,14 +13,16 @@ One session per call; times are UTC.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Float, func, select, type_coerce
+from sqlalchemy.orm import Session
 
 from tasks.records import Verdict
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
-from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run
+from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run, StepSample
 
 # Run.median_step_ms in the queries below that keep only runs with one (``is_not(None)``): typed float, same SQL
 _MEDIAN_MS = type_coerce(Run.median_step_ms, Float)
@@ -137,7 +139,8 @@ def baseline_levels(
 @dataclass(frozen=True)
 class LatestRun:
     """The newest successful run of one model and case (``metrics_snapshot``): figures in ms and
-    examples/s, times UTC."""
+    examples/s, times UTC; ``median_cpu_ms``, ``median_wait_ms``: its measured steps' median process CPU time
+    and run-queue wait (:func:`step_counter_medians`; None where not recorded)."""
 
     model: str
     case_name: str
@@ -149,6 +152,8 @@ class LatestRun:
     p90_step_ms: float | None
     throughput_eps: float | None
     verdict: str | None
+    median_cpu_ms: float | None = None
+    median_wait_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,38 @@ def _utc(t: dt.datetime | None) -> dt.datetime | None:
     return t if t is None or t.tzinfo is not None else t.replace(tzinfo=dt.UTC)  # SQLite returns naive UTC
 
 
+def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | None, float | None]]:
+    """:func:`step_counter_medians` read in the session ``s``."""
+    rows = s.execute(
+        select(StepSample.run_id, StepSample.cpu_ms, StepSample.wait_ms).where(
+            StepSample.run_id.in_(run_ids),
+            StepSample.phase == "measured",
+            StepSample.cpu_ms.is_not(None) | StepSample.wait_ms.is_not(None),
+        )
+    ).all()
+    per_run: dict[int, tuple[list[float], list[float]]] = {}
+    for rid, cpu, wait in rows:
+        cpus, waits = per_run.setdefault(rid, ([], []))
+        if cpu is not None:
+            cpus.append(cpu)
+        if wait is not None:
+            waits.append(wait)
+    return {
+        rid: tuple(statistics.median(xs) if xs else None for xs in lists)  # type: ignore[misc]
+        for rid, lists in per_run.items()
+    }
+
+
+def step_counter_medians(run_ids: list[int], db_url: str | None = None) -> dict[int, tuple[float | None, float | None]]:
+    """Run id -> (median CPU time, median run-queue wait) of its measured steps, ms (``step_samples.cpu_ms``,
+    ``wait_ms``; ``tasks.runner.counters``): None for a figure the run did not record; a run that recorded
+    neither is left out. ``db_url`` defaults to ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        return counter_medians(s, run_ids)
+
+
 def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
     """Read the figures ``/perfwatch/metrics`` exposes, in one session (grouped queries); ``db_url``
     defaults to ``PERFWATCH_DATABASE_URL`` (``tasks.settings``). The store is read as it is, not migrated."""
@@ -191,7 +228,7 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
         .subquery()
     )
     with session_scope(db_url) as s:
-        latest = [
+        rows = [
             LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver)
             for m, c, rid, v, src, fin, med, p90, thr, ver in s.execute(
                 select(
@@ -211,6 +248,12 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
                 .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
                 .order_by(Model.name, Run.case_name)
             )
+        ]
+        counters = counter_medians(s, [r.run_id for r in rows]) if rows else {}
+        latest = [
+            replace(r, median_cpu_ms=cpu, median_wait_ms=wait)
+            for r in rows
+            for cpu, wait in [counters.get(r.run_id, (None, None))]
         ]
         by_status = {
             (m, c, st): int(n)

@@ -168,6 +168,12 @@ def record_failure(db_url: str, ctx: RunContext, stage: str, error: str, *, vers
     return _with_retries(tx)
 
 
+def _aligned(values: list[float] | None, n: int) -> list[float | None]:
+    """``values`` as one per step of ``n`` steps: None each where the runner recorded none, or a list that
+    does not line up with the steps."""
+    return list(values) if values and len(values) == n else [None] * n
+
+
 def _percentile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
 
@@ -194,7 +200,9 @@ def store_run(
     """Write a finished run in one transaction; returns its run id.
 
     ``samples``: the runner's step-time lists (ms, our timer: ``warmup_step_times_ms``,
-    ``measured_step_times_ms``, ``profiled_step_times_ms``); ``parsed_tables``: the parse stage's
+    ``measured_step_times_ms``, ``profiled_step_times_ms``) and, where the runner recorded them, each step's CPU
+    time and run-queue wait (``warmup_cpu_ms``, ``warmup_wait_ms``, ``measured_cpu_ms``, ``measured_wait_ms``;
+    stored in the samples' ``cpu_ms``, ``wait_ms``, NULL without them); ``parsed_tables``: the parse stage's
     ``parsed.json``; ``telemetry_summary``: the summary of ``samples["telemetry"]``
     (``tasks.analysis.telemetry.summarize``), stored as ``run_tables`` 'telemetry' with its samples;
     ``artifacts``: (kind, path relative to the run's archive directory, size in bytes, sha256) rows, stored
@@ -274,14 +282,13 @@ def store_run(
             s.add(r)
             s.flush()
             r.archive_uri = uri = archive_uri(r.id) if callable(archive_uri) else archive_uri
-            for phase, key in (
-                ("warmup", "warmup_step_times_ms"),
-                ("measured", "measured_step_times_ms"),
-                ("profiled", "profiled_step_times_ms"),
-            ):
+            for phase in ("warmup", "measured", "profiled"):
+                times = samples.get(f"{phase}_step_times_ms") or []
+                cpu = _aligned(samples.get(f"{phase}_cpu_ms"), len(times))
+                wait = _aligned(samples.get(f"{phase}_wait_ms"), len(times))
                 s.add_all(
-                    StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t)
-                    for i, t in enumerate(samples.get(key) or [])
+                    StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t, cpu_ms=cpu[i], wait_ms=wait[i])
+                    for i, t in enumerate(times)
                 )
             if samples.get("telemetry"):  # the measured steps' device telemetry (tasks.runner.telemetry)
                 tel = samples["telemetry"]

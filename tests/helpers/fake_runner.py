@@ -13,12 +13,19 @@ Configuration:
 * step times: ``PERFWATCH_FAKE_STEP_MS`` (base ms, default 1.0: about the fixture's own step time, so the
   parse stage's cross-check holds) x the model's ``step_factor`` x log-normal noise of sd
   ``PERFWATCH_FAKE_NOISE_CV`` (default 0.02), seeded by the spec's seed and the model's path;
+* per-step CPU time (``cpu_ms`` lists, every mode): that step time x ``PERFWATCH_FAKE_CPU_RATIO`` (default
+  1.0); run-queue wait (``wait_ms`` lists): the wall time x ``PERFWATCH_FAKE_WAIT_RATIO`` (default 0.0;
+  ``none``: no schedstat, the lists stay empty);
+* a busy host: ``PERFWATCH_FAKE_WALL_NOISE_CV`` (default 0.0) multiplies the wall time only by log-normal
+  noise of that sd (the CPU time stays as steady as the step), and ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` is the
+  ``other_cpu_share`` every host load reports (default 0.01, a quiet host);
 * ``step_factor`` per model version: the ``fake_runner.json`` member (``{"step_factor": 1.5}``) of the model's
   ``.keras`` zip, written by :func:`write_model` (1.0 without one), so a store of fake models carries its
   versions' speeds and a paired gate sees a regression;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
-* the host load it reports is a quiet host's (other processes 1% of the CPU), never this machine's.
+* the host load it reports is a quiet host's (other processes 1% of the CPU) unless
+  ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` says otherwise, never this machine's.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from tasks.runner.modes.paired import pair_orders
 from tasks.runner.protocol import (
     MORE,
     SCHEMA_VERSION,
@@ -94,20 +102,47 @@ def step_factor(model_path: str) -> float:
         return 1.0
 
 
+def host_load() -> dict[str, float | int]:
+    """The host load the fake reports: :data:`QUIET_HOST` with ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` (if set)."""
+    share = os.environ.get("PERFWATCH_FAKE_OTHER_CPU_SHARE")
+    if share is None:
+        return QUIET_HOST
+    return {**QUIET_HOST, "other_cpu_share": float(share), "other_cpu_s": float(share) * 2 * QUIET_HOST["wall_s"]}
+
+
 class Steps:
-    """Fake step times (ms) of one model: base x factor x log-normal noise, seeded."""
+    """Fake step times (ms) of one model: base x factor x log-normal noise, seeded; with each step's CPU time
+    and run-queue wait (ms) in ``cpu_ms``, ``wait_ms`` (module docstring), taken by :meth:`take`."""
 
     def __init__(self, spec: RunnerSpec, model_path: str) -> None:
         base = float(os.environ.get("PERFWATCH_FAKE_STEP_MS", "1.0"))
         self.ms = base * step_factor(model_path)
         self.cv = float(os.environ.get("PERFWATCH_FAKE_NOISE_CV", "0.02"))
+        self.wall_cv = float(os.environ.get("PERFWATCH_FAKE_WALL_NOISE_CV", "0.0"))
+        self.cpu_ratio = float(os.environ.get("PERFWATCH_FAKE_CPU_RATIO", "1.0"))
+        wait = os.environ.get("PERFWATCH_FAKE_WAIT_RATIO", "0.0")
+        self.wait_ratio = None if wait == "none" else float(wait)
         self.rng = random.Random(f"{spec.seed}:{model_path}")
+        self.wall_rng = random.Random(f"{spec.seed}:{model_path}:wall")  # the work drawn is the same either way
+        self.cpu_ms: list[float] = []
+        self.wait_ms: list[float] = []
 
     def __call__(self) -> float:
-        return self.ms * math.exp(self.rng.gauss(0.0, self.cv))
+        work = self.ms * math.exp(self.rng.gauss(0.0, self.cv))
+        wall = work * math.exp(self.wall_rng.gauss(0.0, self.wall_cv)) if self.wall_cv else work
+        self.cpu_ms.append(work * self.cpu_ratio)
+        if self.wait_ratio is not None:
+            self.wait_ms.append(wall * self.wait_ratio)
+        return wall
 
     def run(self, n: int) -> list[float]:
         return [self() for _ in range(n)]
+
+    def take(self) -> tuple[list[float], list[float]]:
+        """The CPU times and waits (ms) since the last call, as ``tasks.runner.counters.Recorder.take``."""
+        cpu, wait = self.cpu_ms, self.wait_ms
+        self.cpu_ms, self.wait_ms = [], []
+        return cpu, wait
 
 
 def _emit_progress(phase: str, n: int, of: int, times: list[float]) -> None:
@@ -142,11 +177,14 @@ def warmup(spec: RunnerSpec) -> WarmupResult:
         if det.add(times[-1]):
             break
     res = det.result()
+    cpu, wait = step.take()
     _emit_progress("warm-up", len(times), spec.warmup_max_steps, times)
     return WarmupResult(
         **_case(spec, 20 * step.ms),
         phases_s={"import_tf": 0.0, "load_model": 0.0, "cold_step": 0.0, "warmup_steps": 0.0},
         warmup_step_times_ms=times,
+        warmup_cpu_ms=cpu,
+        warmup_wait_ms=wait,
         warmup_steps=res.warmup_steps,
         steady=res.steady,
         final_cv=res.final_cv,
@@ -158,7 +196,9 @@ def warmup(spec: RunnerSpec) -> WarmupResult:
 def profile(spec: RunnerSpec) -> ProfileResult:
     step, t0 = Steps(spec, spec.model_path), time.perf_counter()
     warm = step.run(spec.warmup_steps)
+    warm_cpu, warm_wait = step.take()
     measured = step.run(spec.measured_steps)
+    measured_cpu, measured_wait = step.take()
     _emit_progress("measure", len(measured), spec.measured_steps, measured)
     profiled = step.run(spec.profiled_steps)
     logdir = Path(spec.out_dir) / "profile"
@@ -170,11 +210,15 @@ def profile(spec: RunnerSpec) -> ProfileResult:
         phases_s={"import_tf": 0.0, "load_model": 0.0, "cold_step": 0.0, "warmup_steps": 0.0},
         warmup_step_times_ms=warm,
         measured_step_times_ms=measured,
+        measured_cpu_ms=measured_cpu,
+        measured_wait_ms=measured_wait,
+        warmup_cpu_ms=warm_cpu,
+        warmup_wait_ms=warm_wait,
         profiled_step_times_ms=profiled,
         profile_dir=str(logdir),
         profiled_window_s=0.0,
         telemetry={},
-        host_load=QUIET_HOST,
+        host_load=host_load(),
         wall_s=time.perf_counter() - t0,
     )
 
@@ -184,6 +228,8 @@ def paired(spec: RunnerSpec) -> PairedResult:
     t0 = time.perf_counter()
     step = {"A": Steps(spec, spec.baseline_model_path), "B": Steps(spec, spec.model_path)}
     warm = {who: s.run(spec.warmup_steps) for who, s in step.items()}
+    warm_counts = {who: s.take() for who, s in step.items()}
+    orders = pair_orders(random.Random(f"{spec.seed}:order"))
     blocks: list[BlockPair] = []
     rounds: list[RoundSummary] = []
     per_round = spec.round_pairs or spec.blocks
@@ -191,11 +237,23 @@ def paired(spec: RunnerSpec) -> PairedResult:
     while len(blocks) < spec.blocks:
         first = len(blocks)
         for i in range(first, min(spec.blocks, first + per_round)):
-            a, b = step["A"].run(spec.block_steps), step["B"].run(spec.block_steps)
-            blocks.append(BlockPair(pair=i, order="AB" if i % 2 == 0 else "BA", a_ms=a, b_ms=b))
+            a, (a_cpu, a_wait) = step["A"].run(spec.block_steps), step["A"].take()
+            b, (b_cpu, b_wait) = step["B"].run(spec.block_steps), step["B"].take()
+            blocks.append(
+                BlockPair(
+                    pair=i,
+                    order=next(orders),
+                    a_ms=a,
+                    b_ms=b,
+                    a_cpu_ms=a_cpu,
+                    b_cpu_ms=b_cpu,
+                    a_wait_ms=a_wait,
+                    b_wait_ms=b_wait,
+                )
+            )
         final = len(blocks) >= spec.blocks
         info = RoundSummary(
-            round=len(rounds), pairs=len(blocks), host_load=QUIET_HOST, wall_s=time.perf_counter() - t0, final=final
+            round=len(rounds), pairs=len(blocks), host_load=host_load(), wall_s=time.perf_counter() - t0, final=final
         )
         rounds.append(info)
         if spec.round_pairs is None:
@@ -220,13 +278,17 @@ def paired(spec: RunnerSpec) -> PairedResult:
         first_built="A",
         a_warmup_step_times_ms=warm["A"],
         b_warmup_step_times_ms=warm["B"],
+        a_warmup_cpu_ms=warm_counts["A"][0],
+        b_warmup_cpu_ms=warm_counts["B"][0],
+        a_warmup_wait_ms=warm_counts["A"][1],
+        b_warmup_wait_ms=warm_counts["B"][1],
         block_steps=spec.block_steps,
         blocks=blocks,
         max_blocks=spec.blocks,
         round_pairs=spec.round_pairs,
         rounds=rounds,
         stopped_by=stopped_by,
-        host_load=QUIET_HOST,
+        host_load=host_load(),
         pairs_wall_s=time.perf_counter() - t0,
         timed_steps=2 * len(blocks) * spec.block_steps,
         wall_s=time.perf_counter() - t0,

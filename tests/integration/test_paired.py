@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,7 +184,11 @@ def test_runner_paired_mode_abba_on_tiny_models(model_files, tmp_path):
         block_steps=3,
     )
     r = launch(spec, sys.executable).model_dump(mode="json")
-    assert [b["order"] for b in r["blocks"]] == ["AB", "BA", "AB", "BA"] and r["timed_steps"] == 24
+    orders = [b["order"] for b in r["blocks"]]
+    assert sorted(orders[:2]) == sorted(orders[2:]) == ["AB", "BA"] and r["timed_steps"] == 24  # drawn per quadruple
+    assert all(len(b["a_cpu_ms"]) == len(b["b_cpu_ms"]) == 3 for b in r["blocks"])  # CPU time around every step
+    assert all(len(b["a_wait_ms"]) == 3 for b in r["blocks"]) == Path("/proc/self/task").exists()
+    assert len(r["a_warmup_cpu_ms"]) == len(r["b_warmup_cpu_ms"]) == 2
     assert r["first_built"] in ("A", "B")  # drawn per gate (issue 12: the version set up first ran faster)
     assert all(len(b["a_ms"]) == len(b["b_ms"]) == 3 for b in r["blocks"])
     assert len(r["a_warmup_step_times_ms"]) == len(r["b_warmup_step_times_ms"]) == 2

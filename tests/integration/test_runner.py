@@ -28,6 +28,10 @@ def test_warmup_then_profiled_run(model_store, tmp_path):
     assert len(samples["measured_step_times_ms"]) == 8
     assert len(samples["profiled_step_times_ms"]) == 3
     assert len(samples["warmup_step_times_ms"]) == warm.warmup_steps
+    # the process's CPU time around every warm-up and measured step; the wait where schedstat is there
+    assert len(samples["measured_cpu_ms"]) == 8 and all(c >= 0 for c in samples["measured_cpu_ms"])
+    assert len(samples["warmup_cpu_ms"]) == warm.warmup_steps
+    assert len(samples["measured_wait_ms"]) == (8 if Path("/proc/self/task").is_dir() else 0)
     assert run.median_step_ms > 0
     assert run.throughput_eps == pytest.approx(4 / (run.median_step_ms / 1000))
     assert run.peak_rss_bytes > 50 * 2**20  # TensorFlow alone is bigger than that

@@ -3,9 +3,12 @@
 Loads the baseline version (A, ``baseline_model_path``) and the candidate (B, ``model_path``), each with its
 own ``tf.data`` iterator, optimizer and compiled step (which of the two is set up first is drawn per gate,
 ``first_built``); runs each one's cold step and ``warmup_steps`` warm-up steps, then ``blocks`` block pairs
-of ``block_steps`` steps each in ABBA order (pair i is A then B for even i, B then A for odd i), so
-process-level drift cancels within a pair and a linear trend over each ABBA quadruple. Cost:
-``2 * blocks * block_steps`` timed steps plus two warm-ups.
+of ``block_steps`` steps each. The order is drawn per quadruple (``random.SystemRandom``): pairs 2k and 2k+1
+are AB, BA or BA, AB with probability 1/2 each (recorded in ``BlockPair.order``), so process-level drift
+cancels within a pair and a linear trend over each quadruple, every batch of an even number of pairs holds as
+many AB as BA, and no rhythm of the host's load can line up with the order. Every timed step also records the
+process's CPU time and run-queue wait (``tasks.runner.counters``). Cost: ``2 * blocks * block_steps`` timed
+steps plus two warm-ups.
 
 With ``round_pairs`` set the pairs are measured in rounds and the *parent* decides after each one whether to
 go on (a sequential gate, ``tasks.runner.driver``): the runner writes each round as a round event
@@ -20,9 +23,10 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Iterator
 from typing import Literal
 
-from tasks.runner import measure, progress
+from tasks.runner import counters, measure, progress
 from tasks.runner.protocol import (
     MORE,
     STOP,
@@ -35,6 +39,16 @@ from tasks.runner.protocol import (
     event_line,
 )
 from tasks.runner.spec import RunnerError, RunnerSpec
+
+Order = Literal["AB", "BA"]
+_QUADRUPLES: tuple[tuple[Order, Order], ...] = (("AB", "BA"), ("BA", "AB"))
+
+
+def pair_orders(rng: random.Random) -> Iterator[Order]:
+    """The order of each pair, endless: per quadruple AB, BA or BA, AB, drawn from ``rng`` with probability
+    1/2 each, so pairs 2k and 2k+1 always hold one AB and one BA."""
+    while True:
+        yield from rng.choice(_QUADRUPLES)
 
 
 def run(spec: RunnerSpec) -> PairedResult:
@@ -53,12 +67,15 @@ def run(spec: RunnerSpec) -> PairedResult:
     first_built: Literal["A", "B"] = random.SystemRandom().choice(("A", "B"))
     paths = {"A": spec.baseline_model_path, "B": spec.model_path}
     setup_order = sorted("AB", key=lambda w: w != first_built)
-    steps = {who: measure.build_step(spec, paths[who]) for who in setup_order}
-    cold = {who: measure.cold_step(steps[who], paths[who], spec.case_mode) for who in setup_order}
-    warm = {}
+    built = {who: measure.build_step(spec, paths[who]) for who in setup_order}
+    cold = {who: measure.cold_step(built[who], paths[who], spec.case_mode) for who in setup_order}
+    steps = {who: counters.Recorder(built[who]) for who in setup_order}
+    warm, warm_cpu, warm_wait = {}, {}, {}
     for who in setup_order:
         warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
-    step_a, step_b = steps["A"], steps["B"]
+        warm_cpu[who], warm_wait[who] = steps[who].take()
+    step_a, step_b = built["A"], built["B"]
+    orders = pair_orders(random.SystemRandom())
     blocks: list[BlockPair] = []
     rounds: list[RoundSummary] = []
     per_round = spec.round_pairs or spec.blocks
@@ -69,12 +86,25 @@ def run(spec: RunnerSpec) -> PairedResult:
         load = measure.HostLoad().start()
         first = len(blocks)
         for i in range(first, min(spec.blocks, first + per_round)):
-            order: Literal["AB", "BA"] = "AB" if i % 2 == 0 else "BA"
+            order = next(orders)
             times: dict[str, list[float]] = {}
+            cpu: dict[str, list[float]] = {}
+            wait: dict[str, list[float]] = {}
             for who in order:
-                step = step_a if who == "A" else step_b
-                times[who] = [step() for _ in range(spec.block_steps)]
-            blocks.append(BlockPair(pair=i, order=order, a_ms=times["A"], b_ms=times["B"]))
+                times[who] = [steps[who]() for _ in range(spec.block_steps)]
+                cpu[who], wait[who] = steps[who].take()
+            blocks.append(
+                BlockPair(
+                    pair=i,
+                    order=order,
+                    a_ms=times["A"],
+                    b_ms=times["B"],
+                    a_cpu_ms=cpu["A"],
+                    b_cpu_ms=cpu["B"],
+                    a_wait_ms=wait["A"],
+                    b_wait_ms=wait["B"],
+                )
+            )
         final = len(blocks) >= spec.blocks
         info = RoundSummary(
             round=len(rounds),
@@ -113,6 +143,10 @@ def run(spec: RunnerSpec) -> PairedResult:
         first_built=first_built,
         a_warmup_step_times_ms=warm["A"],
         b_warmup_step_times_ms=warm["B"],
+        a_warmup_cpu_ms=warm_cpu["A"],
+        b_warmup_cpu_ms=warm_cpu["B"],
+        a_warmup_wait_ms=warm_wait["A"],
+        b_warmup_wait_ms=warm_wait["B"],
         block_steps=spec.block_steps,
         blocks=blocks,
         max_blocks=spec.blocks,

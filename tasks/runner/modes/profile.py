@@ -6,7 +6,8 @@ the numbers compared against the baseline, sampled by ``tasks.runner.telemetry``
 (``tasks.runner.measure.HostLoad``); then ``profiled_steps`` steps run under ``tf.profiler.experimental`` with
 every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
 ``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
-window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``.
+window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
+warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tasks.runner import measure, progress
+from tasks.runner import counters, measure, progress
 from tasks.runner import tflite as tflite_mod
 from tasks.runner.protocol import LatencySummary, ProfileResult
 from tasks.runner.spec import RunnerSpec
@@ -31,15 +32,18 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
 
     started = measure.start(spec, import_s)
     step, phases = started.step, started.phases
+    recorded = counters.Recorder(step)  # CPU time and run-queue wait around each warm-up and measured step
     t0 = time.perf_counter()
-    warm = progress.run_steps("warm-up", step, spec.warmup_steps)
+    warm = progress.run_steps("warm-up", recorded, spec.warmup_steps)
     phases["warmup_steps"] = time.perf_counter() - t0
+    warm_cpu, warm_wait = recorded.take()
     load = measure.HostLoad().start()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
-    counted = sampler.count(step)
+    counted = sampler.count(recorded)
     t0 = time.perf_counter()
     measured = progress.run_steps("measure", counted, spec.measured_steps)
     phases["measured_steps"] = time.perf_counter() - t0
+    measured_cpu, measured_wait = recorded.take()
     telemetry = sampler.stop()
     host_load = load.result()
     latency = (
@@ -78,6 +82,10 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         profile_absent_reason=absent,
         warmup_step_times_ms=warm,
         measured_step_times_ms=measured,
+        measured_cpu_ms=measured_cpu,
+        measured_wait_ms=measured_wait,
+        warmup_cpu_ms=warm_cpu,
+        warmup_wait_ms=warm_wait,
         profiled_step_times_ms=profiled,
         profile_dir=str(logdir),
         profiled_window_s=phases["profiled_window"],

@@ -1,14 +1,15 @@
 """Warm-up mode: run steps until step time is steady (``tasks.runner.steady.SteadyDetector``).
 
 Reports the cold first step (tracing/compilation) and how many warm-up steps steady state took; the
-profiled run then uses that count as its warm-up.
+profiled run then uses that count as its warm-up. Each step also records the process's CPU time and run-queue
+wait (``tasks.runner.counters``).
 """
 
 from __future__ import annotations
 
 import time
 
-from tasks.runner import measure, progress
+from tasks.runner import counters, measure, progress
 from tasks.runner.protocol import WarmupResult
 from tasks.runner.spec import RunnerSpec
 from tasks.runner.steady import SteadyDetector
@@ -21,7 +22,8 @@ def run(spec: RunnerSpec, import_s: float) -> WarmupResult:
         RunnerError: the model failed to load or its first step failed (names the model).
     """
     started = measure.start(spec, import_s)
-    step, phases = started.step, started.phases
+    phases = started.phases
+    step = counters.Recorder(started.step)  # CPU time and run-queue wait around each step
     det = SteadyDetector(window=spec.warmup_window, cv_max=spec.warmup_cv_max, max_steps=spec.warmup_max_steps)
     times: list[float] = []
     t0 = time.perf_counter()
@@ -35,9 +37,12 @@ def run(spec: RunnerSpec, import_s: float) -> WarmupResult:
     res = det.result()
     ticker.done(cv=res.final_cv)
     phases["warmup_steps"] = time.perf_counter() - t0
+    cpu, wait = step.take()
     return WarmupResult(
         **started.record(),
         warmup_step_times_ms=times,
+        warmup_cpu_ms=cpu,
+        warmup_wait_ms=wait,
         warmup_steps=res.warmup_steps,
         steady=res.steady,
         final_cv=res.final_cv,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -62,6 +63,48 @@ def test_each_mode_returns_its_typed_result(tmp_path):
     probe = fake().run(ProbeSpec(out_dir=str(tmp_path / "probe")), ProbeResult, 60)
     assert {"tensorflow", "gpu", "host", "packages", "env_vars", "recorded"} <= set(probe.data)
     assert (tmp_path / "probe" / "probe_stderr.log").exists() and (tmp_path / "probe" / "probe_spec.json").exists()
+
+
+def test_cpu_time_and_wait_round_trip_in_every_measuring_result(tmp_path):
+    assert SCHEMA_VERSION == 2  # version 2 added the per-step CPU time and run-queue wait
+    spec = RunnerSpec(
+        mode="profile", model_path="m", out_dir=str(tmp_path / "run"), batch_size=2, measured_steps=7, warmup_steps=3
+    )
+    r = fake(PERFWATCH_FAKE_CPU_RATIO="1.5", PERFWATCH_FAKE_WAIT_RATIO="0.25").run(spec, ProfileResult, 30)
+    assert len(r.measured_cpu_ms) == len(r.measured_wait_ms) == 7 and len(r.warmup_cpu_ms) == 3
+    for wall, cpu, wait in zip(r.measured_step_times_ms, r.measured_cpu_ms, r.measured_wait_ms, strict=True):
+        assert cpu == pytest.approx(1.5 * wall) and wait == pytest.approx(0.25 * wall)
+    again = protocol.read_result(tmp_path / "run" / "result.json", ProfileResult)
+    assert again == r and again.measured_cpu_ms == r.measured_cpu_ms
+    w = fake().run(spec.model_copy(update={"mode": "warmup"}), WarmupResult, 30)
+    assert len(w.warmup_cpu_ms) == len(w.warmup_wait_ms) == len(w.warmup_step_times_ms)
+    p = fake(PERFWATCH_FAKE_WAIT_RATIO="none").run(paired_spec(tmp_path, blocks=6, block_steps=2), PairedResult, 30)
+    assert all(len(b.a_cpu_ms) == len(b.b_cpu_ms) == 2 and b.a_wait_ms == b.b_wait_ms == [] for b in p.blocks)
+    assert len(p.a_warmup_cpu_ms) == len(p.a_warmup_step_times_ms) and p.a_warmup_wait_ms == []  # no schedstat
+    orders = [b.order for b in p.blocks]
+    assert all(sorted(orders[i : i + 2]) == ["AB", "BA"] for i in (0, 2, 4))  # balanced per quadruple
+    stored = protocol.read_result(tmp_path / "p" / "result.json", PairedResult)
+    assert stored.blocks == p.blocks  # the lists ride in the result file
+    old = PairedResult.model_validate(
+        {**p.model_dump(), "blocks": [{"pair": 0, "order": "AB", "a_ms": [1.0], "b_ms": [1.0]}]}
+    )
+    assert old.blocks[0].a_cpu_ms == [] and old.blocks[0].b_wait_ms == []  # not measured: empty
+
+
+def test_the_fake_runner_simulates_a_busy_host(tmp_path):
+    spec = RunnerSpec(mode="profile", model_path="m", out_dir=str(tmp_path / "run"), batch_size=2, measured_steps=200)
+    quiet = fake().run(spec, ProfileResult, 30)
+    assert quiet.host_load["other_cpu_share"] == pytest.approx(0.01)
+    busy = fake(PERFWATCH_FAKE_OTHER_CPU_SHARE="0.7", PERFWATCH_FAKE_WALL_NOISE_CV="0.3").run(spec, ProfileResult, 30)
+    assert busy.host_load["other_cpu_share"] == pytest.approx(0.7)
+
+    def cv(xs: list[float]) -> float:
+        return statistics.pstdev(xs) / statistics.fmean(xs)
+
+    assert cv(busy.measured_step_times_ms) > 5 * cv(busy.measured_cpu_ms)  # wall noisy, CPU time steady
+    assert busy.measured_cpu_ms == quiet.measured_cpu_ms  # the same work, seeded
+    p = fake(PERFWATCH_FAKE_OTHER_CPU_SHARE="0.5").run(paired_spec(tmp_path, blocks=2), PairedResult, 30)
+    assert p.host_load["other_cpu_share"] == p.rounds[0].host_load["other_cpu_share"] == pytest.approx(0.5)
 
 
 def test_a_runner_of_another_schema_version_is_refused_by_name(tmp_path):

@@ -157,6 +157,8 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "status",
         "trigger",
         "median_step_ms",
+        "median_cpu_ms",
+        "median_wait_ms",
         "throughput_eps",
         "verdict",
         "error",

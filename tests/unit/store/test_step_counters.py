@@ -1,0 +1,117 @@
+"""Per-step CPU time and run-queue wait in the store (migration 0005, ``store_run``), the archive's copy of a
+paired gate's result, and where they are shown: ``perfwatch runs``, the run page's facts, ``/metrics``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import inspect, select, text
+
+from tasks.runner.protocol import PairedResult, read_result
+from tasks.stages.archive import PAIRED_RESULT, archive_run
+from tasks.store import Artifact, StepSample, get_engine, migrate, session_scope
+from tasks.store.reads import run_pages
+from tasks.store.series import metrics_snapshot
+from tests.helpers.builders import make_records
+from tests.unit.store.test_migrations import _config
+
+WALL = [10.0 + i * 0.01 for i in range(10)]  # make_records' measured steps (median 10.045)
+
+
+def _with_counters(tmp_path: Path, name: str, *, wait: bool = True, **kw):
+    """make_records' run with CPU time (2 x wall) and wait (0.5 ms per step) for its warm-up and measured
+    steps in its samples file."""
+    recs = make_records(tmp_path, dag_run_id=name, **kw)
+    path = Path(recs[4].samples_path)
+    samples = json.loads(path.read_text())
+    samples["measured_cpu_ms"] = [2 * t for t in samples["measured_step_times_ms"]]
+    samples["warmup_cpu_ms"] = [30.0, 25.0]
+    if wait:
+        samples["measured_wait_ms"] = [0.5] * len(samples["measured_step_times_ms"])
+        samples["warmup_wait_ms"] = [0.1, 0.2]
+    path.write_text(json.dumps(samples))
+    return recs
+
+
+def _samples(db_url: str, phase: str) -> list[tuple[float | None, float | None]]:
+    with session_scope(db_url) as s:
+        q = select(StepSample.cpu_ms, StepSample.wait_ms).where(StepSample.phase == phase).order_by(StepSample.step)
+        return [tuple(r) for r in s.execute(q)]
+
+
+def test_migration_0005_adds_nullable_cpu_and_wait_columns_old_rows_null(db_url, tmp_path):
+    archive_run(db_url, str(tmp_path / "archive"), *_with_counters(tmp_path, "r1"))
+    command.downgrade(_config(db_url), "0004")  # the rows stay, as rows written before 0005
+    assert {"cpu_ms", "wait_ms"}.isdisjoint(c["name"] for c in inspect(get_engine(db_url)).get_columns("step_samples"))
+    migrate(db_url)
+    cols = {c["name"]: c for c in inspect(get_engine(db_url)).get_columns("step_samples")}
+    assert cols["cpu_ms"]["nullable"] and cols["wait_ms"]["nullable"]
+    with get_engine(db_url).connect() as conn:
+        rows = conn.execute(text("SELECT cpu_ms, wait_ms FROM step_samples")).all()
+    assert len(rows) == 14 and all(r == (None, None) for r in rows)
+
+
+def test_store_keeps_each_steps_cpu_time_and_wait(db_url, tmp_path):
+    archive_run(db_url, str(tmp_path / "archive"), *_with_counters(tmp_path, "r1"))
+    assert _samples(db_url, "measured") == [(pytest.approx(2 * t), 0.5) for t in WALL]
+    assert _samples(db_url, "warmup") == [(30.0, 0.1), (25.0, 0.2)]
+    assert _samples(db_url, "profiled") == [(None, None), (None, None)]  # not measured there
+
+
+def test_runs_shows_cpu_and_wait_medians_beside_step_time(db_url, tmp_path, cli):
+    old = archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="old")).run_id
+    new = archive_run(db_url, str(tmp_path / "archive"), *_with_counters(tmp_path, "new")).run_id
+    from tasks.cli.main import runs_frame
+
+    df = runs_frame(db_url).set_index("run_id")
+    assert df.loc[new, "median_cpu_ms"] == pytest.approx(2 * 10.045)
+    assert df.loc[new, "median_wait_ms"] == pytest.approx(0.5)
+    assert df.loc[old, ["median_cpu_ms", "median_wait_ms"]].isna().all()  # stored before they were recorded
+    res = cli("runs", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0].split(",")
+    assert header.index("median_cpu_ms") == header.index("median_step_ms") + 1
+    res = cli("runs")
+    assert res.exit_code == 0 and "median_cpu_ms" in res.output and "median_wait_ms" in res.output
+    pages = run_pages([old, new], db_url)
+    assert pages[new]["median_cpu_ms"] == pytest.approx(20.09) and pages[old]["median_wait_ms"] is None
+
+
+def test_runs_table_leaves_out_the_wait_where_no_run_recorded_it(db_url, tmp_path, cli):
+    archive_run(db_url, str(tmp_path / "archive"), *_with_counters(tmp_path, "r1", wait=False))
+    res = cli("runs")
+    assert res.exit_code == 0 and "median_cpu_ms" in res.output and "median_wait_ms" not in res.output
+
+
+def test_metrics_export_the_newest_runs_cpu_and_wait(db_url, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from plugins.perfwatch.metrics import StoreCollector
+
+    archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="a", key="k1"))
+    archive_run(db_url, str(tmp_path / "archive"), *_with_counters(tmp_path, "b", model="other"))
+    (latest_m, latest_other) = metrics_snapshot(db_url).latest
+    assert latest_m.median_cpu_ms is None and latest_other.median_cpu_ms == pytest.approx(20.09)
+    families = {f.name: f for f in StoreCollector(db_url).collect()}
+    (cpu,) = families["perfwatch_step_cpu_seconds"].samples
+    assert cpu.labels == {"model": "other", "case": latest_other.case_name, "source": "perfwatch"}
+    assert cpu.value == pytest.approx(0.02009)
+    (wait,) = families["perfwatch_step_wait_seconds"].samples
+    assert wait.value == pytest.approx(0.0005)
+
+
+def test_archive_keeps_a_paired_gates_result_with_its_cpu_and_wait(db_url, tmp_path):
+    from tests.unit.runner.test_protocol import fake, paired_spec
+
+    p = fake(PERFWATCH_FAKE_WAIT_RATIO="0.1").run(paired_spec(tmp_path, blocks=4), PairedResult, 30)
+    recs = list(make_records(tmp_path))
+    recs[4] = recs[4].model_copy(update={"paired_path": str(tmp_path / "p" / "result.json")})
+    out = archive_run(db_url, str(tmp_path / "archive"), *recs)
+    kept = Path(out.archive_uri) / PAIRED_RESULT
+    assert read_result(kept, PairedResult).blocks == p.blocks
+    assert all(b.a_cpu_ms and b.b_wait_ms for b in read_result(kept, PairedResult).blocks)
+    with session_scope(db_url) as s:
+        kinds = sorted(s.scalars(select(Artifact.kind)))
+    assert kinds == ["paired-result", "xplane"]
