@@ -109,6 +109,18 @@ class BlockPair(_Record):
     order: Literal["AB", "BA"] = Field(description="which version ran first (AB for even pairs)")
     a_ms: list[float] = Field(description="the baseline's (A) step times, ms")
     b_ms: list[float] = Field(description="the candidate's (B) step times, ms")
+    a_cpu_ms: list[float] = Field(
+        default_factory=list, description="A's per-step process CPU time, ms (empty: not measured)"
+    )
+    b_cpu_ms: list[float] = Field(
+        default_factory=list, description="B's per-step process CPU time, ms (empty: not measured)"
+    )
+    a_wait_ms: list[float] = Field(
+        default_factory=list, description="A's per-step run-queue wait, ms (empty: no schedstat)"
+    )
+    b_wait_ms: list[float] = Field(
+        default_factory=list, description="B's per-step run-queue wait, ms (empty: no schedstat)"
+    )
 
 
 class RoundSummary(_Record):
