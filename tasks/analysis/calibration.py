@@ -38,10 +38,10 @@ host's load while it ran (``tasks.runner.measure.HostLoad``) and, for a paired g
 (the robust per-pair scale of its log ratios, 1.4826 x MAD: ``tasks.analysis.stats.noise_scale``)
 against the calibrated noise of the case (:func:`calibrated_noise`: the median of that scale over the
 newest quiet gates of the case and environment). Beyond a bound the
-host counts as busy: ``tasks.analysis.verdict.decide`` then says ``inconclusive`` with the reason
-("host busy: ..."), because a busy host biases step-time ratios, not only widens them (delays that
-other processes add to both versions alike pull the ratio towards 1, so a real slowdown can look
-like a pass). The bounds:
+host counts as busy, because a busy host biases step-time ratios, not only widens them: delays that
+other processes add to both versions alike can pull the ratio towards 1, and contention can also push it
+away (ABBA pairs of two small CNNs, issue 23: wall-time ratio x1.303 quiet, x1.536 at 1-min load 8, so
+load can fake a regression on wall time). The bounds:
 
 * other processes took more than ``Case.max_other_cpu_share`` (default
   :data:`DEFAULT_MAX_OTHER_CPU_SHARE` = 0.25) of the host's CPU time (wall x logical CPUs) --
@@ -68,6 +68,19 @@ like a pass). The bounds:
 
 The 1-minute load average is recorded but not judged: it counts the runner's own threads (a quiet
 2-core host running a TF step reads about 2).
+
+What decides when (:func:`choose_metric`): on a quiet host, wall time, as above. On a busy host, a paired
+gate may decide on its pairs' per-step process CPU time (all threads, user + system): under load 5-14 it
+was 3-9x steadier than wall time (pair scale 0.045-0.099 against 0.24-0.84) and its ratio moved +1.0% with
+load (x1.346 quiet, x1.360 at load 8) where the wall-time ratio moved +18%. It is used when it was
+recorded, the steps are not on a GPU (:func:`gpu_in_use`; there CPU time is not the work, so busy stays
+``inconclusive`` and says so), its pair scale passes the wall scale's rule against its own calibration
+(``NoiseCalibration.cpu_sd_pair``, else the cap :data:`MAX_CPU_SCALE`) and steal is within its bound.
+CPU time is work summed over threads, not the wall time a user waits for (x1.346 against x1.303 on the
+quiet host, +3.3%), so on a busy host only what load cannot fake stands: a ``regression`` whose CPU-time
+interval lies above ``(1 + tolerance) x (1 + CPU_BIAS_BOUND)``, an ``improvement`` below its reciprocal,
+never a ``pass``; everything else is ``inconclusive`` ("host busy: ...", ``tasks.analysis.verdict``). Only
+a busy gate that no metric decided (``Noise.decided_on`` None) is measured again (``HostBusy``).
 """
 
 from __future__ import annotations

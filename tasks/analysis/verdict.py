@@ -16,9 +16,15 @@ calls ``decide`` runs the verdict as the product does:
 * paired gate: :func:`paired_comparison` (the sequential gate's final repeated confidence interval,
   ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
   ``paired-abba``; the history verdict is kept as ``evidence["history"]``;
-* then the **noise rule**: when the measurement ran on a busy host (``noise["busy"]``), a ``pass``,
-  ``regression`` or ``improvement`` becomes ``inconclusive`` with the reason "host busy: ..."; the
-  statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
+* every paired verdict is checked by a sign-flip **randomisation test** of its pair log ratios
+  (:func:`randomisation_check`): a verdict the test does not confirm at the gate's level is ``inconclusive``;
+* then the **noise rule**: on a quiet host wall time decides (``evidence["metric"] == "wall"``). On a busy
+  host (``noise["busy"]``) whose per-step CPU time the profiled run found fit (``noise["metric"] == "cpu"``,
+  ``calibration.choose_metric``) the verdict is the CPU-time gate's by the busy-host rule
+  (:func:`busy_verdict_from_ci`: ``regression``/``improvement`` only beyond the tolerance plus
+  ``calibration.CPU_BIAS_BOUND``, never ``pass``; ``evidence["metric"] == "cpu"``, "decided on CPU time: host
+  busy (...)"); otherwise a ``pass``, ``regression`` or ``improvement`` becomes ``inconclusive`` with the
+  reason "host busy: ...". The wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
 
 Thresholds are tests on the interval (``stats.verdict_from_ci``); a fraction of single steps over a
 line never makes a regression.
@@ -41,7 +47,11 @@ Evidence keys that other tools read (stable; all JSON):
   ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
   assessed;
 * ``evidence["paired_offset"]``: ``calibration.Offset``; ``evidence["history"]``: the history verdict
-  of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule.
+  of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule;
+* ``evidence["metric"]``: ``wall`` | ``cpu``, the metric that decided; ``evidence["randomisation"]`` (paired):
+  ``p``, ``null_log_ratio``, ``resamples``, ``alternative``, ``min_p``, ``level``, ``reachable``,
+  ``rejected`` of the deciding metric; ``evidence["cpu"]`` (CPU decided): the CPU-time comparison;
+  ``evidence["paired"]["details"]["cpu_scale_log_ratio"]``: the CPU-time pair scale (what calibrates it).
 """
 
 from __future__ import annotations
