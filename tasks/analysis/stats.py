@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -531,7 +531,7 @@ def sign_flip_test(
     *,
     n_resamples: int = RANDOMISATION_RESAMPLES,
     seed: int = 0,
-) -> dict[str, float | int | str]:
+) -> dict[str, Any]:
     """Randomisation (sign-flip) test of the mean pair log ratio against ``null_log_ratio``.
 
     A paired design's randomisation test (Fisher 1935, *The Design of Experiments*, sec. 21; Good,

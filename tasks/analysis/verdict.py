@@ -60,7 +60,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tasks.analysis import calibration, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
@@ -145,11 +145,12 @@ def randomisation_check(
     """
     alpha = 1 - confidence
     line = math.log1p(tolerance) + (math.log1p(calibration.CPU_BIAS_BOUND) if busy else 0.0)
-    null, alternative = {
+    lines: dict[Verdict, tuple[float, Literal["greater", "less", "two-sided"]]] = {
         Verdict.REGRESSION: (line if busy else 0.0, "greater"),
         Verdict.IMPROVEMENT: (-line if busy else 0.0, "less"),
         Verdict.PASS: (math.log1p(tolerance), "less"),
-    }.get(verdict, (0.0, "two-sided"))
+    }
+    null, alternative = lines.get(verdict, (0.0, "two-sided"))
     level = alpha if alternative == "two-sided" else alpha / 2
     test = stats.sign_flip_test(d, null, alternative)
     reachable = test["min_p"] <= level
@@ -219,8 +220,8 @@ def cpu_comparison(
         r = stats.compare_paired(
             paired.a_cpu, paired.b_cpu, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
         )
+        assert r.ci_low is not None and r.ci_high is not None
         conf, tol, ratio, low, high = case.confidence, case.tolerance, r.ratio, r.ci_low, r.ci_high
-        assert low is not None and high is not None
         details = {"se_log_ratio": r.details["se_log_ratio"], "df": r.details["df"]}
         what = f"fixed look at {n} pairs"
     verdict0 = busy_verdict_from_ci(low, high, tol)
