@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -73,6 +73,7 @@ __all__ = [
     "compare_paired",
     "compare_to_history",
     "fixed_threshold_verdict",
+    "sign_flip_test",
     "median_ratio_ci",
     "verdict_from_ci",
     "MIN_STEPS",
@@ -83,6 +84,7 @@ MIN_STEPS = 5  #: fewest step times accepted per run
 MIN_BLOCKS = 2  #: fewest ABBA blocks per version
 PAIRED_BATCH = 16  #: block pairs per batch in the paired batch-means variance (compare_paired)
 MIN_BATCHES = 8  #: fewest batches before the batch is shortened
+RANDOMISATION_RESAMPLES = 9999  #: sign-flip resamples (exact test when 2^n is fewer)
 
 ArrayLike = Sequence[float] | np.ndarray
 
@@ -520,6 +522,62 @@ def noise_scale(d: ArrayLike) -> float:
     if x.size < 2 or not np.all(np.isfinite(x)):
         raise ValueError(f"noise_scale needs at least 2 finite log ratios, got {x.size} ({x[:5].tolist()}...)")
     return float(stats.median_abs_deviation(x, scale="normal"))
+
+
+def sign_flip_test(
+    d: ArrayLike,
+    null_log_ratio: float,
+    alternative: Literal["greater", "less", "two-sided"],
+    *,
+    n_resamples: int = RANDOMISATION_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Randomisation (sign-flip) test of the mean pair log ratio against ``null_log_ratio``.
+
+    A paired design's randomisation test (Fisher 1935, *The Design of Experiments*, sec. 21; Good,
+    *Permutation Tests*, 2nd ed. 2000, sec. 3.1): under the sharp null "B = exp(null_log_ratio) x A in every
+    pair" the labels of each pair are exchangeable, so each shifted log ratio ``d_i - null_log_ratio`` is as
+    likely to carry either sign. ``scipy.stats.permutation_test`` with the one-sample statistic ``mean`` and
+    ``permutation_type="samples"`` flips the signs (all ``2^n`` patterns when that is at most ``n_resamples``,
+    else ``n_resamples`` random ones, p-value counted conservatively with the observed one included). It rests
+    on the drawn order of the pairs, not on a normal model of the step times.
+
+    Args:
+        d: pair log ratios ``log B_i - log A_i``, shape (n,), n >= 2, finite.
+        null_log_ratio: the log ratio under H0 (0: no change; ``log(1 + t)``: the tolerance threshold).
+        alternative: ``greater`` (B slower than the null), ``less``, ``two-sided``.
+        n_resamples, seed: random sign patterns and their generator's seed (reproducible).
+
+    Returns:
+        ``{"p", "null_log_ratio", "resamples", "alternative", "min_p"}``: ``resamples`` is the number of sign
+        patterns in the null distribution; ``min_p`` the smallest p-value this n can give (``2^-n`` one-sided
+        exact, doubled two-sided; ``1 / (n_resamples + 1)`` random).
+
+    Raises:
+        ValueError: fewer than 2 values or a non-finite one.
+    """
+    x = np.asarray(d, dtype=float)
+    if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
+        raise ValueError(f"sign_flip_test needs at least 2 finite pair log ratios, got {x[:5].tolist()}...")
+    res = stats.permutation_test(
+        (x - null_log_ratio,),
+        np.mean,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_resamples,
+        alternative=alternative,
+        rng=np.random.default_rng(seed),
+    )
+    resamples = int(np.size(res.null_distribution))
+    exact = 2.0**x.size <= n_resamples
+    min_p = 2.0**-x.size if exact else 1.0 / (n_resamples + 1)
+    return {
+        "p": float(min(res.pvalue, 1.0)),
+        "null_log_ratio": float(null_log_ratio),
+        "resamples": resamples,
+        "alternative": alternative,
+        "min_p": float(min(1.0, 2 * min_p) if alternative == "two-sided" else min_p),
+    }
 
 
 def _batch_size(n: int) -> int:

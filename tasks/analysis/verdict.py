@@ -16,9 +16,15 @@ calls ``decide`` runs the verdict as the product does:
 * paired gate: :func:`paired_comparison` (the sequential gate's final repeated confidence interval,
   ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
   ``paired-abba``; the history verdict is kept as ``evidence["history"]``;
-* then the **noise rule**: when the measurement ran on a busy host (``noise["busy"]``), a ``pass``,
-  ``regression`` or ``improvement`` becomes ``inconclusive`` with the reason "host busy: ..."; the
-  statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
+* every paired verdict is checked by a sign-flip **randomisation test** of its pair log ratios
+  (:func:`randomisation_check`): a verdict the test does not confirm at the gate's level is ``inconclusive``;
+* then the **noise rule**: on a quiet host wall time decides (``evidence["metric"] == "wall"``). On a busy
+  host (``noise["busy"]``) whose per-step CPU time the profiled run found fit (``noise["metric"] == "cpu"``,
+  ``calibration.choose_metric``) the verdict is the CPU-time gate's by the busy-host rule
+  (:func:`busy_verdict_from_ci`: ``regression``/``improvement`` only beyond the tolerance plus
+  ``calibration.CPU_BIAS_BOUND``, never ``pass``; ``evidence["metric"] == "cpu"``, "decided on CPU time: host
+  busy (...)"); otherwise a ``pass``, ``regression`` or ``improvement`` becomes ``inconclusive`` with the
+  reason "host busy: ...". The wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
 
 Thresholds are tests on the interval (``stats.verdict_from_ci``); a fraction of single steps over a
 line never makes a regression.
@@ -41,7 +47,11 @@ Evidence keys that other tools read (stable; all JSON):
   ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
   assessed;
 * ``evidence["paired_offset"]``: ``calibration.Offset``; ``evidence["history"]``: the history verdict
-  of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule.
+  of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule;
+* ``evidence["metric"]``: ``wall`` | ``cpu``, the metric that decided; ``evidence["randomisation"]`` (paired):
+  ``p``, ``null_log_ratio``, ``resamples``, ``alternative``, ``min_p``, ``level``, ``reachable``,
+  ``rejected`` of the deciding metric; ``evidence["cpu"]`` (CPU decided): the CPU-time comparison;
+  ``evidence["paired"]["details"]["cpu_scale_log_ratio"]``: the CPU-time pair scale (what calibrates it).
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tasks.analysis import calibration, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
@@ -73,6 +83,9 @@ class PairedBlocks:
     layout: dict[str, Any]
     gate: dict[str, Any] | None = None
     host_load: dict[str, Any] | None = None
+    #: per block, per step process CPU time (ms) of A and B; None when the result has none
+    a_cpu: list[list[float]] | None = None
+    b_cpu: list[list[float]] | None = None
 
 
 @dataclass
@@ -93,6 +106,161 @@ class Decision:
     limit: float | None = None
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def busy_verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
+    """The verdict rule on a busy host (module docstring), on the CPU-time ratio's interval ``[low, high]``:
+    only what load cannot fake stands. ``regression`` when ``low > (1 + tolerance) x (1 + CPU_BIAS_BOUND)``,
+    ``improvement`` when ``high`` is below its reciprocal, else ``inconclusive``; never ``pass`` (load may
+    hide a slowdown up to the bias bound, so a x1.10 must not pass at any load).
+
+    Raises:
+        ValueError: ``low > high`` or a non-positive bound.
+    """
+    if not 0 < low <= high:
+        raise ValueError(f"CI [{low}, {high}]: need 0 < low <= high")
+    threshold = (1 + tolerance) * (1 + calibration.CPU_BIAS_BOUND)
+    if low > threshold:
+        return Verdict.REGRESSION
+    if high < 1 / threshold:
+        return Verdict.IMPROVEMENT
+    return Verdict.INCONCLUSIVE
+
+
+def randomisation_check(
+    d: Sequence[float], verdict: Verdict, tolerance: float, confidence: float, *, busy: bool = False
+) -> tuple[Verdict, dict[str, Any]]:
+    """Check a paired verdict's interval with the sign-flip randomisation test of its pair log ratios ``d``
+    (``stats.sign_flip_test``; Fisher 1935; Good, *Permutation Tests*): the test of the line the interval
+    cleared must reject at the gate's level too, one-sided ``(1 - confidence) / 2``. The line: no change
+    (log ratio 0) for a ``regression`` (greater) or ``improvement`` (less) on a quiet host, the tolerance
+    ``log(1 + tolerance)`` for a ``pass`` (less); on a busy host (``busy``: the CPU-time rule)
+    ``+-log((1 + tolerance) x (1 + CPU_BIAS_BOUND))``. An ``inconclusive`` verdict records the two-sided test
+    of no change. A verdict whose test does not reject becomes ``inconclusive``; where ``len(d)`` pairs
+    cannot reach the level at all (``min_p`` above it: fewer than 8 pairs at 99%, as for any exact paired
+    randomisation test), the test is recorded (``reachable`` false) and the interval alone decides.
+
+    Returns (the verdict after the check, ``{"p", "null_log_ratio", "resamples", "alternative", "min_p",
+    "level", "reachable", "rejected"}``).
+    """
+    alpha = 1 - confidence
+    line = math.log1p(tolerance) + (math.log1p(calibration.CPU_BIAS_BOUND) if busy else 0.0)
+    lines: dict[Verdict, tuple[float, Literal["greater", "less", "two-sided"]]] = {
+        Verdict.REGRESSION: (line if busy else 0.0, "greater"),
+        Verdict.IMPROVEMENT: (-line if busy else 0.0, "less"),
+        Verdict.PASS: (math.log1p(tolerance), "less"),
+    }
+    null, alternative = lines.get(verdict, (0.0, "two-sided"))
+    level = alpha if alternative == "two-sided" else alpha / 2
+    test = stats.sign_flip_test(d, null, alternative)
+    reachable = test["min_p"] <= level
+    rejected = test["p"] <= level
+    out = {**test, "level": level, "reachable": reachable, "rejected": rejected}
+    if verdict in DECIDED and reachable and not rejected:
+        return Verdict.INCONCLUSIVE, out
+    return verdict, out
+
+
+def _randomisation_note(before: Verdict, after: Verdict, test: Mapping[str, Any]) -> str:
+    if before == after:
+        return ""
+    return (
+        f" The randomisation test of the {before} does not confirm it: sign flips of the pair "
+        f"log ratios give p = {test['p']:.3g} against log ratio {test['null_log_ratio']:.4f} ({test['alternative']}, "
+        f"{test['resamples']} sign patterns), above the gate's level {test['level']:.3g}: inconclusive."
+    )
+
+
+def _cpu_log_ratios(paired: PairedBlocks, n: int) -> list[float] | None:
+    """Per-pair log ratios of the blocks' median CPU time (B over A) of the first ``n`` pairs; None when CPU
+    time is absent for any of them or not > 0."""
+    if paired.a_cpu is None or paired.b_cpu is None or len(paired.a_cpu) < n or len(paired.b_cpu) < n:
+        return None
+    out = []
+    for a, b in zip(paired.a_cpu[:n], paired.b_cpu[:n], strict=True):
+        if not a or not b or not all(x > 0 for x in a) or not all(x > 0 for x in b):
+            return None
+        out.append(math.log(statistics.median(b) / statistics.median(a)))
+    return out
+
+
+def _analysed_pairs(paired: PairedBlocks) -> int:
+    gate = paired.gate or {}
+    return int(gate["look_pairs"][-1]) if gate.get("design") else len(paired.a)
+
+
+def cpu_comparison(
+    paired: PairedBlocks, case: Any, offset: calibration.Offset
+) -> tuple[stats.Comparison, dict[str, Any]]:
+    """The paired gate on per-step process CPU time, by the busy-host rule (:func:`busy_verdict_from_ci`,
+    then :func:`randomisation_check` with ``busy``): the repeated confidence interval of the CPU-time log
+    ratios at the gate's last look (``sequential.look`` over its ``look_pairs``: valid whatever stopped the
+    gate, since a repeated confidence interval holds at every look at once), or the fixed batch-means
+    interval (``stats.compare_paired``) of a gate under 32 pairs, with ``offset`` added. Ratio: candidate
+    over baseline CPU time per step; the tolerance is stated on CPU time, plus :data:`calibration.CPU_BIAS_BOUND`.
+
+    Returns (the comparison, its randomisation test).
+
+    Raises:
+        ValueError: the blocks hold no usable CPU time (absent or not > 0).
+    """
+    n = _analysed_pairs(paired)
+    d = _cpu_log_ratios(paired, n)
+    if d is None:
+        raise ValueError("the paired result holds no usable per-step CPU time (a_cpu_ms/b_cpu_ms absent or <= 0)")
+    gate = paired.gate or {}
+    if gate.get("design"):
+        dz = sequential.Design(**gate["design"])
+        f = sequential.look(d, gate["look_pairs"], dz)
+        conf, tol, ratio, low, high = dz.confidence, dz.tolerance, f.ratio, f.ci_low, f.ci_high
+        details = {"se_log_ratio": f.se_log_ratio, "sd_pair": f.sd_pair, "boundary": f.boundary, "df": float(f.df)}
+        what = f"sequential look at {f.pairs} pairs, boundary {f.boundary:.2f}"
+    else:
+        assert paired.a_cpu is not None and paired.b_cpu is not None  # _cpu_log_ratios checked them
+        r = stats.compare_paired(
+            paired.a_cpu, paired.b_cpu, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
+        )
+        assert r.ci_low is not None and r.ci_high is not None
+        conf, tol, ratio, low, high = case.confidence, case.tolerance, r.ratio, r.ci_low, r.ci_high
+        details = {"se_log_ratio": r.details["se_log_ratio"], "df": r.details["df"]}
+        what = f"fixed look at {n} pairs"
+    verdict0 = busy_verdict_from_ci(low, high, tol)
+    verdict, test = randomisation_check(d, verdict0, tol, conf, busy=True)
+    threshold = (1 + tol) * (1 + calibration.CPU_BIAS_BOUND)
+    tail = {
+        Verdict.REGRESSION: f"the CI lies above x{threshold:.3f}: slower by more than load can fake",
+        Verdict.IMPROVEMENT: f"the CI lies below x{1 / threshold:.3f}: faster by more than load can fake",
+    }.get(
+        verdict0,
+        f"the CI does not clear x{threshold:.3f} (or x{1 / threshold:.3f}): on a busy host only a change beyond the "
+        "tolerance plus the bias bound stands, and nothing passes",
+    )
+    reason = (
+        f"CPU time, paired-abba ({what}): per-step process CPU-time ratio {ratio:.3f} (candidate/baseline), "
+        f"{conf:.0%} CI [{low:.3f}, {high:.3f}], busy-host threshold x{threshold:.3f} = (1 + tolerance {tol:.0%}) x "
+        f"(1 + CPU bias bound {calibration.CPU_BIAS_BOUND:.0%}) on CPU time; {tail}."
+        + _randomisation_note(verdict0, verdict, test)
+    )
+    res = stats.Comparison(
+        verdict=verdict,
+        method="paired-abba",
+        ratio=ratio,
+        ci_low=low,
+        ci_high=high,
+        confidence=conf,
+        tolerance=tol,
+        n_candidate=n,
+        n_baseline=n,
+        needed_samples=None,
+        reason=reason,
+        details={
+            **details,
+            "scale_log_ratio": stats.noise_scale(d),
+            "offset_sd": offset.sd,
+            "bias_bound": calibration.CPU_BIAS_BOUND,
+        },
+    )
+    return res, test
 
 
 def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
@@ -195,6 +363,7 @@ def judge_noise(
     *,
     offset: calibration.Offset,
     calibrated: calibration.NoiseCalibration,
+    gpu: bool | None = None,
 ) -> calibration.Noise:
     """The measurement's noise, judged once (the profiled run records it as ``ProfiledRun.noise``; ``decide``
     applies it): ``calibration.assess_noise`` of the paired phase's host load and the gate's robust pair
@@ -202,19 +371,43 @@ def judge_noise(
     ``calibrated`` gate noise when there is a paired gate, else of ``host_load`` (the runner's ``HostLoad``
     over the measured steps). ``case`` is a ``tasks.records.Case`` (``max_other_cpu_share``).
 
+    Then which metric decides (``calibration.choose_metric``: on a busy host the pairs' CPU time, when fit;
+    ``gpu``: ``calibration.gpu_in_use``, None = unsure, which never decides on CPU time) and, where CPU time
+    is fit, whether its verdict stands (:func:`cpu_comparison` is a ``regression`` or ``improvement``):
+    ``decided_on`` ``cpu``, and the pipeline does not measure again. An unpaired run on a busy host has no
+    metric fit (its baselines have no paired CPU time).
+
     Raises:
         ValueError: as :func:`paired_comparison` and ``calibration.assess_noise``.
     """
     if paired is None:
-        return calibration.assess_noise(host_load, max_other_cpu_share=case.max_other_cpu_share)
+        noise = calibration.assess_noise(host_load, max_other_cpu_share=case.max_other_cpu_share)
+        if noise.busy:
+            return noise.model_copy(
+                update={"metric_reason": "no metric fit to decide: only a paired gate can decide on CPU time"}
+            )
+        return noise
     comparison, _ = paired_comparison(paired, case, offset)
-    return calibration.assess_noise(
+    noise = calibration.assess_noise(
         paired.host_load,
         gate_sd=comparison.details["scale_log_ratio"],
         gate_pairs=comparison.n_candidate,
         calibration=calibrated,
         max_other_cpu_share=case.max_other_cpu_share,
     )
+    d_cpu = _cpu_log_ratios(paired, comparison.n_candidate)
+    noise = calibration.choose_metric(
+        noise,
+        cpu_sd=stats.noise_scale(d_cpu) if d_cpu else None,
+        cpu_pairs=len(d_cpu) if d_cpu else None,
+        calibration=calibrated,
+        gpu=gpu,
+    )
+    if noise.metric == "cpu":
+        res, _ = cpu_comparison(paired, case, offset)
+        if res.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+            return noise.model_copy(update={"decided_on": "cpu"})
+    return noise
 
 
 def decide(
@@ -291,13 +484,43 @@ def decide(
         d.reason = evidence["reason"]
     if paired is not None:
         _decide_paired(d, measured, case, paired, inputs.aa_gates, baseline_version, baseline_digest, noise)
+    evidence["metric"] = "wall"
     if noise is not None:
         evidence["noise"] = dict(noise)
-        if noise.get("busy") and d.verdict in DECIDED:
+        if paired is not None and noise.get("busy") and noise.get("metric") == "cpu":
+            _decide_on_cpu(d, case, paired, noise)
+        elif noise.get("busy") and d.verdict in DECIDED:
             evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
             d.verdict = Verdict.INCONCLUSIVE
             d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
     return d
+
+
+def _decide_on_cpu(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str, Any]) -> None:
+    """A busy host whose CPU time the profiled run found fit (``noise["metric"] == "cpu"``): the verdict,
+    ratio and interval are the CPU-time ones (:func:`cpu_comparison`); the wall-time verdict is kept in
+    ``evidence["verdict_statistics"]``."""
+    ev = d.evidence
+    res, test = cpu_comparison(paired, case, calibration.Offset.model_validate(ev["paired_offset"]))
+    ev["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason, "metric": "wall"}
+    ev["cpu"] = {**res.model_dump(mode="json"), "randomisation": test}
+    ev["metric"], ev["randomisation"] = "cpu", test
+    busy = str(noise.get("reason") or "host busy").removeprefix("host busy: ")
+    a_cpu = [t for blk in paired.a_cpu or [] for t in blk]
+    d.ratio, d.ci_low, d.ci_high, d.verdict = res.ratio, res.ci_low, res.ci_high, res.verdict
+    d.limit = statistics.median(a_cpu) * (1 + res.tolerance) * (1 + calibration.CPU_BIAS_BOUND)
+    if res.verdict in DECIDED:
+        d.reason = f"decided on CPU time: host busy ({busy}); {res.reason}"
+    else:
+        wall = ev["verdict_statistics"]["verdict"]
+        d.reason = f"host busy: {busy}; {res.reason} The statistics on wall time alone said {wall}"
+
+
+def _wall_log_ratios(paired: PairedBlocks, n: int) -> list[float]:
+    """Per-pair log ratios of the blocks' median step time (B over A) of the first ``n`` pairs."""
+    return [
+        math.log(statistics.median(b) / statistics.median(a)) for a, b in zip(paired.a[:n], paired.b[:n], strict=True)
+    ]
 
 
 def _decide_paired(
@@ -324,6 +547,17 @@ def _decide_paired(
     )
     ev["paired_offset"] = offset.model_dump(mode="json")
     res, gate = paired_comparison(paired, case, offset)
+    d_wall = _wall_log_ratios(paired, res.n_candidate)
+    verdict, test = randomisation_check(d_wall, res.verdict, res.tolerance, res.confidence or case.confidence)
+    ev["randomisation"] = test
+    d_cpu = _cpu_log_ratios(paired, res.n_candidate)
+    res = res.model_copy(
+        update={
+            "verdict": verdict,
+            "reason": res.reason + _randomisation_note(res.verdict, verdict, test),
+            "details": {**res.details, **({"cpu_scale_log_ratio": stats.noise_scale(d_cpu)} if d_cpu else {})},
+        }
+    )
     d.verdict, d.method, d.reason = res.verdict, res.method, res.reason
     d.ratio, d.ci_low, d.ci_high = res.ratio, res.ci_low, res.ci_high
     a_all = [t for blk in paired.a for t in blk]

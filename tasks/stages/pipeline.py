@@ -343,6 +343,7 @@ def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
         RunnerProcess(st.runner_command),
         baseline=baseline,
         setup=setup,
+        env_data=env.data,
     )
 
 
@@ -421,7 +422,8 @@ def busy_reason(state: RunState, settings: Settings | None = None) -> str | None
     """Why the run's verdict is, or will be, undecided because the host was busy (the noise's ``reason``,
     ``tasks.analysis.calibration.assess_noise``); None when it is not. After baseline-compare: the verdict is
     ``inconclusive`` and its ``evidence["noise"]`` says busy. Before it (the profiled run measured): the run's
-    noise says busy and the verdict depends on it (a paired gate ran, or the store holds a baseline to compare
+    noise says busy, no metric decided (``Noise.decided_on`` unset: a busy gate that CPU time decided is not
+    measured again) and the verdict depends on it (a paired gate ran, or the store holds a baseline to compare
     with; a first run is ``no-baseline`` however busy the host). A run already archived whose state lacks the
     verdict (a retried task): None."""
     if state.verdict is not None:
@@ -431,7 +433,7 @@ def busy_reason(state: RunState, settings: Settings | None = None) -> str | None
     if state.run is None or state.archived is not None:
         return None
     noise = state.run.noise or {}
-    if noise.get("busy") and _will_be_compared(state, settings or Settings.from_env()):
+    if noise.get("busy") and not noise.get("decided_on") and _will_be_compared(state, settings or Settings.from_env()):
         return str(noise.get("reason"))
     return None
 

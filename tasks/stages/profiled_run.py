@@ -20,8 +20,10 @@ gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look 
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
 the case's calibrated noise, by ``tasks.analysis.verdict.judge_noise`` and records the result in
-``ProfiledRun.noise``, the one judgement of it: baseline-compare applies it (the verdict becomes
-``inconclusive``, "host busy: ...", when a bound is passed).
+``ProfiledRun.noise``, the one judgement of it, including which metric decides (wall time on a quiet host;
+on a busy one the pairs' per-step CPU time when it is fit, ``calibration.choose_metric``): baseline-compare
+applies it (the verdict becomes ``inconclusive``, "host busy: ...", when a bound is passed and no metric
+decided).
 
 Cost actually spent: ``2 x pairs x paired_block_steps`` timed steps of the paired gate, plus a second
 model load, cold step and warm-up per version (stated in the verdict's ``evidence["paired"]["spent"]``).
@@ -190,7 +192,8 @@ def paired_run(
 def read_paired(path: str | Path) -> PairedBlocks:
     """The A (baseline) and B (candidate) per-step ms of each block pair from a paired runner result, its
     layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``pairs_wall_s``, ``orders``,
-    ``stopped_by``, ``rounds``) and ``gate`` record (None in a result written without one).
+    ``stopped_by``, ``rounds``) and ``gate`` record (None in a result written without one), and the per-step
+    process CPU time of each block (``a_cpu``/``b_cpu``; None unless every block pair recorded it).
 
     Raises:
         ValueError: the file holds no ``blocks`` (names the path).
@@ -210,12 +213,15 @@ def read_paired(path: str | Path) -> PairedBlocks:
         "stopped_by": r.stopped_by,
         "rounds": len(r.rounds or []) or None,
     }
+    cpu = all(b.a_cpu_ms and b.b_cpu_ms for b in blocks)
     return PairedBlocks(
         a=[b.a_ms for b in blocks],
         b=[b.b_ms for b in blocks],
         layout=layout,
         gate=r.gate,
         host_load=r.host_load,
+        a_cpu=[b.a_cpu_ms for b in blocks] if cpu else None,
+        b_cpu=[b.b_cpu_ms for b in blocks] if cpu else None,
     )
 
 
@@ -229,12 +235,15 @@ def profiled_run(
     *,
     baseline: PulledModel | None = None,
     setup: GateSetup | None = None,
+    env_data: dict | None = None,
 ) -> ProfiledRun:
     """Run the measured and profiled steps in ``<work_dir>/run`` and return where the files are.
 
     With ``baseline`` (the baseline's model version, pulled), also run :func:`paired_run` after
     them and record its result file in ``paired_path``. ``setup``: the gate's offset and calibrated
-    noise from the store (:func:`gate_setup`; default: a fresh store's).
+    noise from the store (:func:`gate_setup`; default: a fresh store's). ``env_data``: the fingerprint
+    (``EnvRecord.data``), which with the run's device memory says whether a GPU may carry the steps
+    (``calibration.gpu_in_use``: on a busy host only a CPU case may decide on CPU time).
 
     Returns:
         ProfiledRun: median step time (ms) and throughput (examples/s) of the measured steps,
@@ -278,7 +287,8 @@ def profiled_run(
     if baseline is not None:
         paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup)
         paired = read_paired(paired_path)
-    noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise)
+    gpu = calibration.gpu_in_use(env_data, r.peak_device_bytes)
+    noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise, gpu=gpu)
     return ProfiledRun(
         work_dir=str(work_dir),
         samples_path=str(out / "result.json"),

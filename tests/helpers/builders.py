@@ -201,26 +201,47 @@ def add_failure(
 # paired (A/B) results as the profiled-run stage leaves them
 
 
-def _blocks(ratio, n, steps, sd, seed, bad=None):
-    """n ABBA block pairs: A ~ 10 ms with ``sd`` step noise and a drifting level, B = ratio x that."""
+def _blocks(ratio, n, steps, sd, seed, bad=None, cpu_ratio=None, cpu_sd=0.02):
+    """n ABBA block pairs: A ~ 10 ms with ``sd`` step noise and a drifting level, B = ratio x that. With
+    ``cpu_ratio``, also per-step CPU time (``a_cpu_ms``/``b_cpu_ms``): A ~ 18 ms with ``cpu_sd`` noise, B =
+    cpu_ratio x that (drawn from a generator of its own: the wall times are those without it)."""
     rng = np.random.default_rng(seed)
+    cpu_rng = np.random.default_rng(seed + 1000)
     out = []
     for i in range(n):
         level = 10.0 * (1 + 0.2 * i / n)  # drift across the process: cancels within pairs
         a = (level * rng.lognormal(0, sd, steps)).tolist()
         b = (ratio * level * rng.lognormal(0, sd, steps)).tolist()
         out.append({"pair": i, "order": "AB" if i % 2 == 0 else "BA", "a_ms": a, "b_ms": b})
+        if cpu_ratio is not None:
+            out[-1]["a_cpu_ms"] = (18.0 * cpu_rng.lognormal(0, cpu_sd, steps)).tolist()
+            out[-1]["b_cpu_ms"] = (cpu_ratio * 18.0 * cpu_rng.lognormal(0, cpu_sd, steps)).tolist()
     if bad is not None:
         out[2]["b_ms"][min(1, steps - 1)] = bad
     return out
 
 
-def _paired_file(path, ratio, *, budget=64, steps=1, sd=0.03, seed=0, bad=None, offset_sd=None, rounds=16):
+def _paired_file(
+    path,
+    ratio,
+    *,
+    budget=64,
+    steps=1,
+    sd=0.03,
+    seed=0,
+    bad=None,
+    offset_sd=None,
+    rounds=16,
+    cpu_ratio=None,
+    cpu_sd=0.02,
+    host_load=None,
+):
     """A paired result as the profiled-run stage leaves it: a sequential gate (budget >= 32 pairs) stops
-    at its first decisive look, as ``tasks.stages.profiled_run.paired_run`` does; a smaller budget is one
-    fixed look. ``offset_sd``: the offset recorded in the gate (None: no gate record, the stage's
-    offset comes from the case/store at compare time)."""
-    blocks = _blocks(ratio, budget, steps, sd, seed, bad)
+    at its first decisive look (on wall time), as ``tasks.stages.profiled_run.paired_run`` does; a smaller
+    budget is one fixed look. ``offset_sd``: the offset recorded in the gate (None: no gate record, the
+    stage's offset comes from the case/store at compare time). ``cpu_ratio``, ``cpu_sd``: per-step CPU time
+    in the blocks (``_blocks``); ``host_load``: the paired phase's ``HostLoad`` dict."""
+    blocks = _blocks(ratio, budget, steps, sd, seed, bad, cpu_ratio, cpu_sd)
     design, looks = None, [budget]
     if budget >= sequential.MIN_LOOK_PAIRS:
         design = sequential.Design(max_pairs=budget, round_pairs=rounds, offset_sd=offset_sd or 0.0)
@@ -250,6 +271,7 @@ def _paired_file(path, ratio, *, budget=64, steps=1, sd=0.03, seed=0, bad=None, 
                 "pairs_wall_s": 2.5,
                 "stopped_by": "parent" if len(blocks) < budget else "budget",
                 "gate": gate,
+                **({"host_load": host_load} if host_load is not None else {}),
             }
         )
     )
