@@ -531,9 +531,11 @@ def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
     if verdict.verdict == Verdict.REGRESSION:
         from tasks.analysis.attribution import top_ops_text
 
+        # the metric that decided (evidence["metric"]): wall time on a quiet host, CPU time on a busy one
+        metric = "CPU-time" if verdict.evidence.get("metric") == "cpu" else "step-time"
         raise RegressionDetected(
             f"{ctx.case.model} v{_have(state.pulled, 'pulled').version} ({ctx.case.name}) regressed "
-            f"({verdict.method}): step-time ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
+            f"({verdict.method}): {metric} ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
             f"vs baseline run(s) {verdict.baseline_run_ids}; archived as run {archived.run_id}; "
             + top_ops_text(verdict.evidence.get("attribution"))
         )
