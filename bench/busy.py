@@ -354,9 +354,7 @@ def history_table(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         cell = [h for h in hist if h["level"] == level]
         lw = [math.log(statistics.median(h["wall_ms"])) for h in cell]
         lc = [math.log(statistics.median(h["cpu_ms"])) for h in cell]
-        sd = (
-            f"{statistics.stdev(lw):.3f} / {statistics.stdev(lc):.3f}" if len(cell) > 1 else "-"
-        )
+        sd = f"{statistics.stdev(lw):.3f} / {statistics.stdev(lc):.3f}" if len(cell) > 1 else "-"
         lines.append(
             f"| {level} | {len(cell)} | {math.exp(statistics.fmean(lw)):.2f} | {math.exp(statistics.fmean(lc)):.2f} "
             f"| {sd} | {math.exp(statistics.fmean(lw) - qw) - 1:+.1%} / {math.exp(statistics.fmean(lc) - qc) - 1:+.1%} "
@@ -369,9 +367,7 @@ def history_table(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     if len(hist) > 1:
         out = {"wall": statistics.stdev(allw), "cpu": statistics.stdev(allc)}
         out["steadier"] = "cpu" if out["cpu"] < out["wall"] else "wall"
-        lines.append(
-            f"| all levels | {len(hist)} | | | {out['wall']:.3f} / {out['cpu']:.3f} | | |"
-        )
+        lines.append(f"| all levels | {len(hist)} | | | {out['wall']:.3f} / {out['cpu']:.3f} | | |")
     return lines, out
 
 

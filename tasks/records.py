@@ -614,6 +614,18 @@ class Verdict(enum.StrEnum):
     ENV_CHANGED = "env-changed"  #: compared with a baseline of another environment only
 
 
+#: The per-step measure a verdict's ratio is of: ``wall`` the step's wall-clock time (our timer: what a user
+#: waits for), ``cpu`` the runner process's CPU time during the step (all threads, user + system:
+#: ``tasks.runner.counters``), which decides a busy host's gate (``tasks.analysis.calibration.choose_metric``).
+Metric = Literal["wall", "cpu"]
+
+
+def ratio_name(metric: str | None) -> str:
+    """How a verdict's ratio is named where users read it: ``CPU-time ratio`` for ``cpu``, else
+    ``step-time ratio`` (``wall``, and rows stored before the metric was recorded)."""
+    return "CPU-time ratio" if metric == "cpu" else "step-time ratio"
+
+
 class CompareRecord(Record):
     """Output of baseline-compare: the verdict and its evidence (JSON-safe)."""
 
@@ -628,6 +640,9 @@ class CompareRecord(Record):
     evidence: dict[str, Any]
     gx_results_path: str | None = None  # the full GX validation results (JSON), stored by archive
     reason: str | None = None  # the verdict's reason in one sentence (e.g. "host busy: ..."); also in evidence
+    metric: Metric = Field(
+        "wall", description="which per-step measure decided, the ratio's and interval's metric (``Metric``)"
+    )
 
 
 class ArchiveRecord(Record):

@@ -60,7 +60,10 @@ _HEADERS = {
     "failed_stage": "failed stage",
     "ci_low": "interval low",
     "ci_high": "interval high",
+    "metric": "decided on",
 }
+#: how the run page names the metric that decided (``comparisons.metric``)
+_METRIC_WORDS = {"wall": "wall time per step (our timer)", "cpu": "process CPU time per step (a busy host)"}
 
 
 def _page(title: str, body: str) -> HTMLResponse:
@@ -271,6 +274,8 @@ def _archive_fs(run: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
 def run_page(request: Request, run_id: int) -> HTMLResponse:
     """One run: what it measured and how to open it (Airflow DAG run and task log, GX Data Docs, the
     archived profile in TensorBoard or as files)."""
+    from tasks.records import ratio_name
+
     run = _stored(run_id)
     base = plugin_root(request)
     facts = [
@@ -282,6 +287,7 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
                 "case",
                 "status",
                 "verdict",
+                "reason",
                 "failed_stage",
                 "started_at",
                 "finished_at",
@@ -293,6 +299,11 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         ),
         ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
     ]
+    if run["metric"]:  # the verdict's figures, of the metric that decided
+        facts.insert(5, ("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
+        if None not in (run["ratio"], run["ci_low"], run["ci_high"]):
+            figure = f"{run['ratio']:.3f} [{run['ci_low']:.3f}, {run['ci_high']:.3f}] ({run['method']})"
+            facts.insert(6, ("ratio", html.escape(f"{ratio_name(run['metric'])} {figure}")))
     af = airflow_links(request, run)
     facts.append(
         (

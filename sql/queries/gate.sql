@@ -1,6 +1,7 @@
 -- name: gate
 -- The release gate's evidence: the newest run of each case of one model version, with its status,
--- verdict, failed stage, median step time (ms) and the baseline-compare ratio and interval.
+-- verdict, failed stage, median step time (ms) and the baseline-compare ratio and interval, with the
+-- metric they are of (wall: step time, our timer; cpu: process CPU time per step, a busy host's gate).
 -- (perfwatch gate turns these rows into an exit code; see tasks/cli/history.py.)
 -- params: model text, version text, case_name text optional
 -- psql:
@@ -18,7 +19,8 @@ WITH ranked AS (
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
 )
 SELECT k.run_id, k.started_at, k.case_name, k.status, k.verdict, k.failed_stage, k.median_step_ms,
-       c.baseline_run_id, br.median_step_ms AS baseline_median_ms, c.method, c.ratio, c.ci_low, c.ci_high, k.error
+       c.baseline_run_id, br.median_step_ms AS baseline_median_ms, c.method, c.metric, c.ratio, c.ci_low, c.ci_high,
+       k.error
 FROM ranked k
 LEFT JOIN comparisons c ON c.run_id = k.run_id
 LEFT JOIN runs br ON br.id = c.baseline_run_id

@@ -3,7 +3,7 @@
 -- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
 -- median step time (ms; xprof's for external runs) with the p10 and p90 of the
 -- run's measured samples (nearest rank), throughput (examples/s), the verdict with the
--- baseline-compare ratio and its interval, the baseline run's median, and flags where the
+-- baseline-compare ratio and its interval (of the metric that decided: wall | cpu), the baseline run's median, and flags where the
 -- version or the environment fingerprint changed from the previous run of the same case that
 -- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
 -- Failed runs are listed with their failed stage and no step time.
@@ -65,6 +65,7 @@ SELECT q.id AS run_id,
        q.mean_step_ms,
        q.throughput_eps,
        c.method,
+       c.metric,
        c.ratio,
        c.ci_low,
        c.ci_high,

@@ -1,7 +1,7 @@
 -- name: regressions
 -- All runs whose verdict is "regression" in the window since <= started_at < until (UTC), newest
 -- first: model, version, case, median step time (ms), the baseline run and its median, and the
--- baseline-compare ratio with its interval.
+-- baseline-compare ratio with its interval and the metric it is of (wall | cpu).
 -- params: since timestamp, until timestamp, model text optional
 -- psql:
 --   psql "$DB" -v since="'2026-01-01'" -v until="'2100-01-01'" -v model=NULL -f sql/queries/regressions.sql
@@ -19,6 +19,7 @@ SELECT r.id AS run_id,
        c.ci_low,
        c.ci_high,
        c.method,
+       c.metric,
        e.comparability_key AS env_key,
        r.dag_id,
        r.dag_run_id

@@ -1,7 +1,7 @@
 -- name: runs
 -- The newest runs (optionally of one model), newest first: status, version (as pulled; the
 -- requested one when the run failed before the pull), median step time (ms, our timer),
--- throughput (examples/s), verdict, and for failed runs the stage and error (cut at 500 characters).
+-- throughput (examples/s), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
 -- params is the run's Case as JSON (its axes: mode, batch_size, precision, xla, strategy, quantization);
 -- fed is what the runner fed the model (run_tables tool 'inputs': per input shape, dtype, range; NULL
 -- for failed runs and runs stored before it was kept).
@@ -21,12 +21,14 @@ SELECT r.id AS run_id,
        r.median_step_ms,
        r.throughput_eps,
        r.verdict,
+       c.metric,
        r.failed_stage,
        SUBSTR(r.error, 1, 500) AS error
 FROM runs r
 JOIN models m ON m.id = r.model_id
 LEFT JOIN model_versions mv ON mv.id = r.model_version_id
 LEFT JOIN run_tables it ON it.run_id = r.id AND it.tool = 'inputs'
+LEFT JOIN comparisons c ON c.run_id = r.id
 WHERE (CAST(:model AS VARCHAR(128)) IS NULL OR m.name = :model)
 ORDER BY r.id DESC
 LIMIT :limit;

@@ -220,7 +220,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
     """
     import pandas as pd
 
-    from tasks.records import Verdict
+    from tasks.records import Verdict, ratio_name
     from tasks.store import queries
 
     if rows.empty:
@@ -236,7 +236,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
                 code = GATE_INCONCLUSIVE
             why = f"run {r.run_id} verdict {r.verdict}"
             if r.ratio is not None and pd.notna(r.ratio):
-                why += f", step-time ratio {r.ratio:.3f}"
+                why += f", {ratio_name(getattr(r, 'metric', None))} {r.ratio:.3f}"
                 if pd.notna(r.ci_low) and pd.notna(r.ci_high):
                     why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
         codes.append(code)

@@ -224,7 +224,7 @@ def run_cmd(
 
     from pydantic import ValidationError
 
-    from tasks.records import Case, RunContext
+    from tasks.records import Case, RunContext, ratio_name
     from tasks.stages.pipeline import RegressionDetected, raise_on_regression, run_case
     from tasks.store.engine import StoreError
 
@@ -270,7 +270,7 @@ def run_cmd(
     v, run, archived = state.verdict, state.run, state.archived
     assert v is not None and run is not None and archived is not None  # run_case ran every stage
     judged = (
-        f" (ratio {v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], {v.method})"
+        f" ({ratio_name(v.metric)} {v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], {v.method})"
         if v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         else ""
     )

@@ -5,7 +5,7 @@ module, plain Python, decides *what*: a Slack-compatible payload ``{"text": ...,
 (Slack's incoming webhooks and most chat webhooks accept it; ``text`` is the plain fallback) built
 from the store's record of the DAG run:
 
-* a ``regression``: model, version, case, verdict with the step-time ratio and its interval
+* a ``regression``: model, version, case, verdict with its ratio (step time, or CPU time when that decided) and interval
   (candidate/baseline median, e.g. ``1.42 [1.31, 1.55]``), the method, the three ops whose self-time
   grew most (``tasks.analysis.attribution.top_ops_text``) and a link to the run's page;
 * an ``env-changed`` verdict: the fingerprint fields that changed against the baseline;
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.analysis.attribution import top_ops_text
-from tasks.records import Verdict
+from tasks.records import Verdict, ratio_name
 from tasks.settings import Settings
 
 #: verdicts a notification reports even when the DAG run succeeded
@@ -122,7 +122,7 @@ def note_text(n: RunNote, base_url: str | None) -> str:
         )
     else:
         ratio = (
-            f"step-time ratio {n.ratio:.3f} [{n.ci_low:.3f}, {n.ci_high:.3f}]"
+            f"{ratio_name(n.evidence.get('metric'))} {n.ratio:.3f} [{n.ci_low:.3f}, {n.ci_high:.3f}]"
             if None not in (n.ratio, n.ci_low, n.ci_high)
             else "no ratio"
         )
@@ -130,8 +130,8 @@ def note_text(n: RunNote, base_url: str | None) -> str:
             n.evidence.get("attribution")
         )
         noise = n.evidence.get("noise") or {}
-        if noise.get("busy"):
-            body += f"; {noise.get('reason')}"
+        if noise.get("busy") or n.evidence.get("metric") == "cpu":  # why the host was busy, what decided
+            body += f"; {n.evidence.get('reason') or noise.get('reason')}"
     link = run_page_url(base_url, n.run_id)
     return f"{head}: {body}" + (f"\n<{link}|run page>" if link else "")
 

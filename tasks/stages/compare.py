@@ -197,4 +197,5 @@ def baseline_compare(
         gx_success=all(o.success for o in outcomes.values()),
         evidence=evidence,
         reason=d.reason,
+        metric=evidence.get("metric", "wall"),
     )

@@ -45,6 +45,7 @@ from tasks.records import (
     Trigger,
     Verdict,
     WarmupRecord,
+    ratio_name,
     run_slug,
 )
 from tasks.settings import Settings
@@ -531,11 +532,10 @@ def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
     if verdict.verdict == Verdict.REGRESSION:
         from tasks.analysis.attribution import top_ops_text
 
-        # the metric that decided (evidence["metric"]): wall time on a quiet host, CPU time on a busy one
-        metric = "CPU-time" if verdict.evidence.get("metric") == "cpu" else "step-time"
-        raise RegressionDetected(
+        raise RegressionDetected(  # the ratio of the metric that decided: wall time, or CPU time on a busy host
             f"{ctx.case.model} v{_have(state.pulled, 'pulled').version} ({ctx.case.name}) regressed "
-            f"({verdict.method}): {metric} ratio {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
+            f"({verdict.method}): {ratio_name(verdict.metric)} {verdict.ratio:.3f} "
+            f"[{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
             f"vs baseline run(s) {verdict.baseline_run_ids}; archived as run {archived.run_id}; "
             + top_ops_text(verdict.evidence.get("attribution"))
         )

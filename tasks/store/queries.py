@@ -376,7 +376,8 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     ``safe_mode`` of the case; False for a trusted model), status, trigger, median_step_ms (ms, our timer),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
     :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), verdict
-    (``failed@<stage>`` for a failed run), error (first line). See ``sql/queries/runs.sql``."""
+    (``failed@<stage>`` for a failed run), metric (which per-step measure decided the verdict: wall | cpu;
+    None without a comparison), error (first line). See ``sql/queries/runs.sql``."""
     raw = run_query("runs", db_url, model=model, limit=last)
     medians = step_counter_medians([int(i) for i in raw["run_id"]], _default_url(db_url))
     at = raw.columns.get_loc("median_step_ms") + 1

@@ -394,7 +394,10 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
     failed_stage, error (failed runs, full text), started_at and finished_at (UTC), median_step_ms (ms,
     our timer), median_cpu_ms and median_wait_ms (the measured steps' median process CPU time and run-queue
     wait, ms; None where not recorded: ``tasks.store.series.step_counter_medians``), throughput_eps
-    (examples/s) and archive_uri (successful runs: the run's archive directory)."""
+    (examples/s), archive_uri (successful runs: the run's archive directory) and the verdict's figures from
+    baseline-compare (None without a comparison): metric (which per-step measure decided: wall | cpu), ratio,
+    ci_low, ci_high (candidate over baseline, of that metric), method and reason (the verdict's reason in one
+    sentence, ``evidence["reason"]`` else the noise rule's ``evidence["noise"]["reason"]``)."""
     if not run_ids:
         return {}
     with session_scope(db_url or Settings.from_env().database_url) as s:
@@ -416,9 +419,16 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
                     Run.median_step_ms,
                     Run.throughput_eps,
                     Run.archive_uri,
+                    RunComparison.metric,
+                    RunComparison.ratio,
+                    RunComparison.ci_low,
+                    RunComparison.ci_high,
+                    RunComparison.method,
+                    RunComparison.evidence,
                 )
                 .join(Model, Model.id == Run.model_id)
                 .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
+                .outerjoin(RunComparison, RunComparison.run_id == Run.id)
                 .where(Run.id.in_(run_ids))
             )
             .mappings()
@@ -428,7 +438,10 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
     out = {}
     for r in rows:
         cpu, wait = medians.get(r["run_id"], (None, None))
-        out[r["run_id"]] = {**r, "median_cpu_ms": cpu, "median_wait_ms": wait}
+        row = dict(r)
+        ev = row.pop("evidence") or {}
+        reason = ev.get("reason") or (ev.get("noise") or {}).get("reason") if ev else None
+        out[r["run_id"]] = {**row, "median_cpu_ms": cpu, "median_wait_ms": wait, "reason": reason}
     return out
 
 

@@ -220,6 +220,7 @@ class RunComparison(Base):
     ci_low: Mapped[float | None] = mapped_column(Float)
     ci_high: Mapped[float | None] = mapped_column(Float)
     median_limit_ms: Mapped[float | None] = mapped_column(Float)
+    metric: Mapped[str | None] = mapped_column(String(8))  # 0006: wall | cpu (tasks.records.Metric)
     gx_success: Mapped[bool] = mapped_column(Boolean)
     gx_result: Mapped[dict[str, Any]]
     evidence: Mapped[dict[str, Any]]

@@ -324,6 +324,7 @@ def store_run(
                     ci_low=verdict.ci_low,
                     ci_high=verdict.ci_high,
                     median_limit_ms=verdict.median_limit_ms,
+                    metric=verdict.metric,
                     gx_success=verdict.gx_success,
                     gx_result=gx_result,
                     evidence=verdict.evidence,

@@ -48,12 +48,19 @@ def airflow(tmp_path_factory):
         archive = str(tmp / "archive")
         archive_run(url, archive, *make_records(tmp, dag_run_id="r1", model="resnet"))
         gx = _data_docs(tmp / "gx")
-        archive_run(
-            url,
-            archive,
-            *make_records(tmp, dag_run_id="r2", model="resnet", verdict="regression", median=14.0),
-            extra_dirs={"gx": str(gx)},
+        *r2, comp = make_records(tmp, dag_run_id="r2", model="resnet", verdict="regression", median=14.0)
+        busy = "decided on CPU time: host busy (other processes took 71% of the host's CPU time)"
+        comp = comp.model_copy(  # a busy host's gate, decided on CPU time
+            update={
+                "ratio": 1.4,
+                "ci_low": 1.35,
+                "ci_high": 1.45,
+                "method": "paired-abba",
+                "metric": "cpu",
+                "evidence": {**comp.evidence, "metric": "cpu", "reason": busy},
+            }
         )
+        archive_run(url, archive, *r2, comp, extra_dirs={"gx": str(gx)})
         record_failure(
             url,
             RunContext(
@@ -185,6 +192,11 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
     page = client.get("/perfwatch/runs/2", headers=_auth(token))
     assert page.status_code == 200
     text = page.text
+    # the verdict with its figures, the metric that decided and why
+    assert "<dt>decided on</dt><dd>process CPU time per step (a busy host)</dd>" in text
+    assert "<dt>ratio</dt><dd>CPU-time ratio 1.400 [1.350, 1.450] (paired-abba)</dd>" in text
+    assert "<dt>reason</dt><dd>decided on CPU time: host busy (other processes took 71% of" in text
+    assert "<dt>decided on</dt>" not in client.get("/perfwatch/runs/3", headers=_auth(token)).text  # no verdict
     assert "/dags/d/runs/r2'>DAG run</a>" in text and "/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in text
     # the archived profile: where it is, the TensorBoard line and the run (session) name, the xplane download
     run_dir = re.search(r"pick the run <code>([^<]+)</code>", text).group(1)
