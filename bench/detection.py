@@ -353,7 +353,7 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
         },
         host_load=host_load,
     )
-    noise = judge_noise(case, host_load, paired, offset=setup.offset, calibrated=setup.noise)
+    noise = judge_noise(case, host_load, paired, offset=setup.offset, calibrated=setup.noise, gpu=False)  # CPU host
     d = decide(
         list(b[:n]),
         case,

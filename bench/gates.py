@@ -143,6 +143,20 @@ class BackgroundLoad:
         self.stop()
 
 
+#: other TensorFlow jobs of the ``tf`` load level (``bench/busy.py``'s ``TFJobs``)
+TF_JOBS = 2
+
+
+def load_level(level: str, cpus: int) -> BackgroundLoad:
+    """The background load of a level: ``"N"`` N busy processes per core, ``"tf"`` :data:`TF_JOBS` other
+    TensorFlow training processes (``bench/busy.py``: they contend for memory bandwidth, unlike busy loops)."""
+    if level == "tf":
+        from busy import TFJobs
+
+        return TFJobs(TF_JOBS)
+    return BackgroundLoad(int(level) * cpus)
+
+
 def loadavg() -> str:
     """``/proc/loadavg``'s first three fields (1, 5, 15-minute load), or ``os.getloadavg`` where it is absent."""
     try:
@@ -158,7 +172,7 @@ def loadavg() -> str:
 class Gate:
     """One gate's outcome as the product reported it (``CompareRecord`` of baseline-compare)."""
 
-    load: int
+    load: str  # busy processes per core ("0", "1", "3") or "tf" (other TensorFlow jobs)
     variant: str
     verdict: str  # pass | regression | improvement | inconclusive | ... | error
     statistics_verdict: str | None = None  # before the noise rule (evidence["verdict_statistics"])
@@ -175,12 +189,14 @@ class Gate:
     load1: float | None = None
     error: str | None = None
     stage_s: dict[str, float] = field(default_factory=dict)  # wall s per stage function run for this gate
+    metric: str | None = None  # the metric that decided (evidence["metric"]: wall | cpu)
+    other_cpu_share: float | None = None  # evidence["noise"]["host_load"]["other_cpu_share"]
 
 
 def gate_from_verdict(
     verdict: Mapping[str, Any],
     *,
-    load: int,
+    load: str,
     variant: str,
     wall_s: float = 0.0,
     load1: float | None = None,
@@ -214,6 +230,8 @@ def gate_from_verdict(
         host_busy=busy,
         busy_reason=noise.get("reason"),
         offset_sd=(ev.get("paired_offset") or {}).get("sd"),
+        metric=ev.get("metric"),
+        other_cpu_share=((noise.get("host_load") or {}) if isinstance(noise, Mapping) else {}).get("other_cpu_share"),
         wall_s=wall_s,
         load1=load1,
         stage_s=dict(stage_s or {}),
@@ -238,22 +256,22 @@ def nearest_variant(true_ratios: Mapping[str, float], target: float = 1.05) -> s
 
 def summary_line(gates: Sequence[Gate], true_ratios: Mapping[str, float]) -> str:
     """The machine-readable last line (module docstring) from every gate and the variants' true ratios."""
-    loads = sorted({g.load for g in gates})
+    loads = list(dict.fromkeys(g.load for g in gates))
     fa = [r for load in loads if not math.isnan(r := _rate([g for g in gates if g.load == load and g.variant == AA]))]
     v5 = nearest_variant(true_ratios)
 
-    def detect(load: int) -> float:
+    def detect(load: str) -> float:
         return _rate([g for g in gates if g.load == load and g.variant == v5]) if v5 else math.nan
 
     pairs = [g.pairs for g in gates if g.pairs]
     med = f"{statistics.median(pairs):.0f}" if pairs else "nan"
     return (
-        f"gates: false_alarm_max={pct(max(fa)) if fa else 'nan'}% detect5_load0={pct(detect(0))}% "
-        f"detect5_load1={pct(detect(1))}% pairs_median={med} gates={len(gates)}"
+        f"gates: false_alarm_max={pct(max(fa)) if fa else 'nan'}% detect5_load0={pct(detect('0'))}% "
+        f"detect5_load1={pct(detect('1'))}% pairs_median={med} gates={len(gates)}"
     )
 
 
-def level_report(load: int, gates: Sequence[Gate], true_ratios: Mapping[str, float]) -> list[str]:
+def level_report(load: str, gates: Sequence[Gate], true_ratios: Mapping[str, float]) -> list[str]:
     """Lines for one load level: false alarms, detection per true ratio, verdict counts, pairs spent."""
     here = [g for g in gates if g.load == load]
     out = []
@@ -265,13 +283,14 @@ def level_report(load: int, gates: Sequence[Gate], true_ratios: Mapping[str, flo
             v: sum(g.verdict == v for g in cell) for v in ("regression", "inconclusive", "pass", "improvement", "error")
         }
         busy = sum(bool(g.host_busy) for g in cell)
+        on_cpu = sum(g.metric == "cpu" for g in cell)
         pairs = [g.pairs for g in cell if g.pairs]
         what = "false alarms" if variant == AA else f"detection of x{true_ratios[variant]:.3f}"
         med = f"{statistics.median(pairs):.0f}" if pairs else "-"
         out.append(
             f"  {variant:>6}: {what} {pct(_rate(cell))}% of {len(cell)}; "
             + ", ".join(f"{k} {n}" for k, n in counts.items() if n)
-            + f"; host busy {busy}; pairs median {med}"
+            + f"; host busy {busy}, decided on CPU time {on_cpu}; pairs median {med}"
         )
     pairs = [g.pairs for g in here if g.pairs]
     if pairs:
@@ -381,7 +400,7 @@ class Bench:
         self.env_record = bundle["env"]
         return bundle["verdict"]
 
-    def gate(self, load: int, variant: str, version: str, index: int) -> Gate:
+    def gate(self, load: str, variant: str, version: str, index: int) -> Gate:
         """One release gate through the stage functions (module docstring, step 4)."""
         from tasks.records import RunContext
         from tasks.stages import pipeline
@@ -441,9 +460,11 @@ def _gate_line(g: Gate) -> str:
     off = f" offset sd {g.offset_sd:.3f}" if g.offset_sd else ""
     stages = " + ".join(f"{k} {v:.0f}" for k, v in g.stage_s.items())
     return (
-        f"    load {g.load} {g.variant:>6}: {g.verdict}{stat} ratio {ratio} {ci}, pairs {g.pairs}/{g.budget} "
+        f"    load {g.load} {g.variant:>6}: {g.verdict}{stat} on {g.metric} ratio {ratio} {ci}, "
+        f"pairs {g.pairs}/{g.budget} "
         f"({g.stopped}){' HOST BUSY' if g.host_busy else ''}{off}; {g.wall_s:.0f} s ({stages}), "
         + (f"load1 {g.load1:.2f}" if g.load1 is not None else "load1 -")
+        + (f", others' CPU share {g.other_cpu_share:.2f}" if g.other_cpu_share is not None else "")
         + (f"\n      {g.busy_reason}" if g.host_busy and g.busy_reason else "")
     )
 
@@ -455,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--loads",
         default=",".join(map(str, DEFAULT_LOADS)),
-        help="busy processes per core, comma-separated (default 0,1,3)",
+        help="busy processes per core, or tf (other TensorFlow jobs), comma-separated (default 0,1,3)",
     )
     parser.add_argument(
         "--heads",
@@ -478,13 +499,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from tasks.records import DEFAULT_MEASURED_STEPS
 
-    loads = [int(x) for x in args.loads.split(",") if x.strip()]
+    loads = [x.strip() for x in args.loads.split(",") if x.strip()]
     heads = [int(x) for x in args.heads.split(",") if x.strip()]
     budget = args.budget or DEFAULT_MEASURED_STEPS
     true_pairs, n_gates = args.true_pairs, args.gates
     if args.quick:
         loads, heads, budget, true_pairs, n_gates = [0, 1], [DEFAULT_HEADS[1]], args.budget or 96, 200, 1
-    if n_gates < 1 or budget < 2 or true_pairs < 16 or any(x < 0 for x in loads):
+    if n_gates < 1 or budget < 2 or true_pairs < 16 or any(not (x.isdigit() or x == "tf") for x in loads):
         parser.error("--gates >= 1, --budget >= 2, --true-pairs >= 16 and loads >= 0 are required")
     cpus = os.cpu_count() or 1
     t_start = time.perf_counter()
@@ -521,10 +542,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"baseline: version 1 {base['verdict']} (accepted); {time.perf_counter() - t_start:.0f} s so far", flush=True)
     gates: list[Gate] = []
     for load in loads:
-        with BackgroundLoad(load * cpus):
-            time.sleep(LOAD_RAMP_S if load else 0.0)
+        with load_level(load, cpus):
+            time.sleep(LOAD_RAMP_S if load != "0" else 0.0)
             start = loadavg()
-            print(f"\nload {load} per core ({load * cpus} busy processes): /proc/loadavg at start {start}", flush=True)
+            what = f"{TF_JOBS} other TensorFlow jobs" if load == "tf" else f"{int(load) * cpus} busy processes"
+            print(f"\nload {load} ({what}): /proc/loadavg at start {start}", flush=True)
             for i in range(n_gates):
                 for name, (version, _) in variants.items():
                     g = bench.gate(load, name, version, i)

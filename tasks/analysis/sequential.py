@@ -328,21 +328,26 @@ def look_schedule(max_pairs: int, round_pairs: int) -> list[int]:
     return [*pts, max_pairs]
 
 
-def analyse(d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Design) -> GateAnalysis:
+def analyse(
+    d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Design, *, strict: bool = True
+) -> GateAnalysis:
     """All looks of a gate (``look_pairs`` as they were taken) and how it ended.
 
     ``stopped``: ``decided`` when the last look decided, ``budget`` when it was at ``max_pairs``
-    undecided, else ``open``. Earlier looks must all have been undecided (a gate stops at its first
-    decisive look); a decided earlier look raises.
+    undecided, else ``open``. With ``strict`` (a gate that stopped on these ratios) earlier looks must all
+    have been undecided (a gate stops at its first decisive look); a decided earlier look raises. Without it
+    (a gate that another metric's looks stopped: a busy host's CPU time, ``tasks.analysis.verdict.look_decides``)
+    earlier decided looks are allowed, and the last look's interval is still valid (a repeated confidence
+    interval holds at every look at once).
 
     Raises:
-        ValueError: bad ``d`` or look points (see :func:`look`), or a decisive look before the last.
+        ValueError: bad ``d`` or look points (see :func:`look`), or (``strict``) a decisive look before the last.
     """
     if not look_pairs:
         raise ValueError("look_pairs: need at least one look")
     looks = [look(d, look_pairs[: i + 1], design) for i in range(len(look_pairs))]
     early = [x.pairs for x in looks[:-1] if x.verdict != "inconclusive"]
-    if early:
+    if early and strict:
         raise ValueError(
             f"look at {early[0]} pairs already decided: a sequential gate stops at its first decisive look"
         )

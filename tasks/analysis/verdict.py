@@ -21,10 +21,11 @@ calls ``decide`` runs the verdict as the product does:
 * then the **noise rule**: on a quiet host wall time decides (``evidence["metric"] == "wall"``). On a busy
   host (``noise["busy"]``) whose per-step CPU time the profiled run found fit (``noise["metric"] == "cpu"``,
   ``calibration.choose_metric``) the verdict is the CPU-time gate's by the busy-host rule
-  (:func:`busy_verdict_from_ci`: ``regression``/``improvement`` only beyond the tolerance plus
-  ``calibration.CPU_BIAS_BOUND``, never ``pass``; ``evidence["metric"] == "cpu"``, "decided on CPU time: host
-  busy (...)"); otherwise a ``pass``, ``regression`` or ``improvement`` becomes ``inconclusive`` with the
-  reason "host busy: ...". The wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
+  (:func:`busy_verdict_from_ci`: the quiet rule with ``calibration.CPU_BIAS_BOUND`` taken off each line: a
+  ``regression``/``improvement`` beyond 1 +- the bound, a ``pass`` within the tolerance less the bound;
+  ``evidence["metric"] == "cpu"``, "decided on CPU time: host busy (...)"); otherwise a ``pass``,
+  ``regression`` or ``improvement`` becomes ``inconclusive`` with the reason "host busy: ...". The
+  wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
 
 Thresholds are tests on the interval (``stats.verdict_from_ci``); a fraction of single steps over a
 line never makes a regression.
@@ -108,23 +109,71 @@ class Decision:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+def busy_lines(tolerance: float) -> tuple[float, float]:
+    """The busy-host rule's two lines on the CPU-time ratio (module docstring): ``(change, band)`` =
+    ``(1 + b, (1 + tolerance) / (1 + b))`` with ``b = calibration.CPU_BIAS_BOUND``, the most load moved a
+    CPU-time ratio (``bench/busy.py``). Beyond ``change`` (or below its reciprocal) a change stands that load
+    cannot have faked; within ``band`` (and above its reciprocal) no change beyond the tolerance can hide,
+    however load biased the ratio. ``band`` <= 1 (a tolerance no larger than the bias bound): nothing passes."""
+    b = calibration.CPU_BIAS_BOUND
+    return 1 + b, (1 + tolerance) / (1 + b)
+
+
 def busy_verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     """The verdict rule on a busy host (module docstring), on the CPU-time ratio's interval ``[low, high]``:
-    only what load cannot fake stands. ``regression`` when ``low > (1 + tolerance) x (1 + CPU_BIAS_BOUND)``,
-    ``improvement`` when ``high`` is below its reciprocal, else ``inconclusive``; never ``pass`` (load may
-    hide a slowdown up to the bias bound, so a x1.10 must not pass at any load).
+    the quiet rule (``stats.verdict_from_ci``) with the load's bias bound taken off every line
+    (:func:`busy_lines`: ``change`` = 1 + b, ``band`` = (1 + tolerance) / (1 + b)). ``pass`` when the interval
+    lies within ``[1 / band, band]``; else ``regression`` when ``low > change``, ``improvement`` when
+    ``high < 1 / change``; else ``pass`` when ``high <= band`` (no slowdown beyond the tolerance, even with
+    the bias); else ``inconclusive``. So a CPU-time ratio that load may have moved by up to b neither fakes a
+    regression of an unchanged model nor hides a slowdown beyond the tolerance (a x1.10 never passes).
 
     Raises:
         ValueError: ``low > high`` or a non-positive bound.
     """
     if not 0 < low <= high:
         raise ValueError(f"CI [{low}, {high}]: need 0 < low <= high")
-    threshold = (1 + tolerance) * (1 + calibration.CPU_BIAS_BOUND)
-    if low > threshold:
+    change, band = busy_lines(tolerance)
+    if band > 1 and 1 / band <= low and high <= band:
+        return Verdict.PASS
+    if low > change:
         return Verdict.REGRESSION
-    if high < 1 / threshold:
+    if high < 1 / change:
         return Verdict.IMPROVEMENT
+    if band > 1 and high <= band:
+        return Verdict.PASS
     return Verdict.INCONCLUSIVE
+
+
+def look_decides(
+    d_wall: Sequence[float],
+    d_cpu: Sequence[float] | None,
+    looks: Sequence[int],
+    design: sequential.Design,
+    *,
+    host_load: Mapping[str, Any] | None,
+    max_other_cpu_share: float,
+    gpu: bool | None,
+) -> tuple[bool, Literal["wall", "cpu"]]:
+    """Whether a sequential paired gate may stop at its newest look (``looks[-1]`` pairs), and on which
+    metric's look that was judged (``wall`` | ``cpu``): it stops when the metric that will decide has decided.
+
+    On a host that the round's ``host_load`` (``RoundSummary.host_load``) shows quiet by the host-load bounds
+    (``calibration.assess_noise``), without usable CPU time (``d_cpu`` None), or on a case that may use a GPU
+    (``gpu`` not False): the wall-time look (``sequential.look`` of the pair log ratios ``d_wall``) is not
+    ``inconclusive``. On a busy host with CPU time: the CPU-time look by the busy-host rule
+    (:func:`busy_verdict_from_ci`) is not ``inconclusive``, so a wall time that load moved can neither stop
+    the gate early nor keep it going. A repeated confidence interval holds at every look at once, so stopping
+    on either metric's look keeps each interval valid.
+
+    Raises:
+        ValueError: as ``sequential.look`` (look points that do not fit the ratios).
+    """
+    busy = calibration.assess_noise(dict(host_load) if host_load else None, max_other_cpu_share=max_other_cpu_share)
+    if busy.busy and d_cpu is not None and gpu is False:
+        f = sequential.look(d_cpu, looks, design)
+        return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
+    return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
 
 
 def randomisation_check(
@@ -134,8 +183,9 @@ def randomisation_check(
     (``stats.sign_flip_test``; Fisher 1935; Good, *Permutation Tests*): the test of the line the interval
     cleared must reject at the gate's level too, one-sided ``(1 - confidence) / 2``. The line: no change
     (log ratio 0) for a ``regression`` (greater) or ``improvement`` (less) on a quiet host, the tolerance
-    ``log(1 + tolerance)`` for a ``pass`` (less); on a busy host (``busy``: the CPU-time rule)
-    ``+-log((1 + tolerance) x (1 + CPU_BIAS_BOUND))``. An ``inconclusive`` verdict records the two-sided test
+    ``log(1 + tolerance)`` for a ``pass`` (less); on a busy host (``busy``: the CPU-time rule, :func:`busy_lines`)
+    ``+-log(1 + CPU_BIAS_BOUND)`` for a change and ``log((1 + tolerance) / (1 + CPU_BIAS_BOUND))`` for a
+    ``pass``. An ``inconclusive`` verdict records the two-sided test
     of no change. A verdict whose test does not reject becomes ``inconclusive``; where ``len(d)`` pairs
     cannot reach the level at all (``min_p`` above it: fewer than 8 pairs at 99%, as for any exact paired
     randomisation test), the test is recorded (``reachable`` false) and the interval alone decides.
@@ -144,11 +194,11 @@ def randomisation_check(
     "level", "reachable", "rejected"}``).
     """
     alpha = 1 - confidence
-    line = math.log1p(tolerance) + (math.log1p(calibration.CPU_BIAS_BOUND) if busy else 0.0)
+    change, band = busy_lines(tolerance) if busy else (1.0, 1 + tolerance)
     lines: dict[Verdict, tuple[float, Literal["greater", "less", "two-sided"]]] = {
-        Verdict.REGRESSION: (line if busy else 0.0, "greater"),
-        Verdict.IMPROVEMENT: (-line if busy else 0.0, "less"),
-        Verdict.PASS: (math.log1p(tolerance), "less"),
+        Verdict.REGRESSION: (math.log(change), "greater"),
+        Verdict.IMPROVEMENT: (-math.log(change), "less"),
+        Verdict.PASS: (math.log(band), "less"),
     }
     null, alternative = lines.get(verdict, (0.0, "two-sided"))
     level = alpha if alternative == "two-sided" else alpha / 2
@@ -226,20 +276,21 @@ def cpu_comparison(
         what = f"fixed look at {n} pairs"
     verdict0 = busy_verdict_from_ci(low, high, tol)
     verdict, test = randomisation_check(d, verdict0, tol, conf, busy=True)
-    threshold = (1 + tol) * (1 + calibration.CPU_BIAS_BOUND)
+    change, band = busy_lines(tol)
     tail = {
-        Verdict.REGRESSION: f"the CI lies above x{threshold:.3f}: slower by more than load can fake",
-        Verdict.IMPROVEMENT: f"the CI lies below x{1 / threshold:.3f}: faster by more than load can fake",
+        Verdict.REGRESSION: f"the CI lies above x{change:.3f}: slower by more than load can fake",
+        Verdict.IMPROVEMENT: f"the CI lies below x{1 / change:.3f}: faster by more than load can fake",
+        Verdict.PASS: f"the CI lies below x{band:.3f}: no slowdown beyond the tolerance can hide in it",
     }.get(
         verdict0,
-        f"the CI does not clear x{threshold:.3f} (or x{1 / threshold:.3f}): on a busy host only a change beyond the "
-        "tolerance plus the bias bound stands, and nothing passes",
+        f"the CI neither clears x{change:.3f} (a change load cannot fake) nor lies below x{band:.3f} (within "
+        "the tolerance whatever load did)",
     )
     reason = (
         f"CPU time, paired-abba ({what}): per-step process CPU-time ratio {ratio:.3f} (candidate/baseline), "
-        f"{conf:.0%} CI [{low:.3f}, {high:.3f}], busy-host threshold x{threshold:.3f} = (1 + tolerance {tol:.0%}) x "
-        f"(1 + CPU bias bound {calibration.CPU_BIAS_BOUND:.0%}) on CPU time; {tail}."
-        + _randomisation_note(verdict0, verdict, test)
+        f"{conf:.0%} CI [{low:.3f}, {high:.3f}]; tolerance {tol:.0%} on CPU time, less the CPU bias bound "
+        f"{calibration.CPU_BIAS_BOUND:.0%} that load may add or take: change beyond x{change:.3f}, pass below "
+        f"x{band:.3f}; {tail}." + _randomisation_note(verdict0, verdict, test)
     )
     res = stats.Comparison(
         verdict=verdict,
@@ -314,7 +365,7 @@ def paired_comparison(
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
     d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     dz = sequential.Design(**design)
-    g = sequential.analyse(d, gate["look_pairs"], dz)
+    g = sequential.analyse(d, gate["look_pairs"], dz, strict="cpu" not in gate.get("stopping", ()))
     f = g.final
     what = (
         f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
@@ -372,10 +423,10 @@ def judge_noise(
     over the measured steps). ``case`` is a ``tasks.records.Case`` (``max_other_cpu_share``).
 
     Then which metric decides (``calibration.choose_metric``: on a busy host the pairs' CPU time, when fit;
-    ``gpu``: ``calibration.gpu_in_use``, None = unsure, which never decides on CPU time) and, where CPU time
-    is fit, whether its verdict stands (:func:`cpu_comparison` is a ``regression`` or ``improvement``):
-    ``decided_on`` ``cpu``, and the pipeline does not measure again. An unpaired run on a busy host has no
-    metric fit (its baselines have no paired CPU time).
+    ``gpu``: ``calibration.gpu_in_use``, None = unsure, which never decides on CPU time). Where CPU time is
+    fit its verdict stands, whatever it is (:func:`cpu_comparison`: ``decided_on`` ``cpu``), and the pipeline
+    does not measure again: only a measurement that no metric can decide is retried (issue 23). An unpaired
+    run on a busy host has no metric fit (its baselines have no paired CPU time).
 
     Raises:
         ValueError: as :func:`paired_comparison` and ``calibration.assess_noise``.
@@ -404,9 +455,7 @@ def judge_noise(
         gpu=gpu,
     )
     if noise.metric == "cpu":
-        res, _ = cpu_comparison(paired, case, offset)
-        if res.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-            return noise.model_copy(update={"decided_on": "cpu"})
+        return noise.model_copy(update={"decided_on": "cpu"})
     return noise
 
 
@@ -508,7 +557,7 @@ def _decide_on_cpu(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[
     busy = str(noise.get("reason") or "host busy").removeprefix("host busy: ")
     a_cpu = [t for blk in paired.a_cpu or [] for t in blk]
     d.ratio, d.ci_low, d.ci_high, d.verdict = res.ratio, res.ci_low, res.ci_high, res.verdict
-    d.limit = statistics.median(a_cpu) * (1 + res.tolerance) * (1 + calibration.CPU_BIAS_BOUND)
+    d.limit = statistics.median(a_cpu) * busy_lines(res.tolerance)[1]  # CPU ms per step at the pass line
     if res.verdict in DECIDED:
         d.reason = f"decided on CPU time: host busy ({busy}); {res.reason}"
     else:

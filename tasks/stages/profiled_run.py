@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.analysis import calibration, sequential
-from tasks.analysis.verdict import PairedBlocks, judge_noise
+from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
 from tasks.runner.driver import as_runner
@@ -116,6 +116,14 @@ def _log_ratio(block: BlockPair) -> float:
     return math.log(statistics.median(block.b_ms) / statistics.median(block.a_ms))
 
 
+def _cpu_log_ratio(block: BlockPair) -> float | None:
+    """The block pair's log ratio of median per-step CPU time (B over A); None when either is absent or not > 0."""
+    a, b = block.a_cpu_ms, block.b_cpu_ms
+    if not a or not b or min(a) <= 0 or min(b) <= 0:
+        return None
+    return math.log(statistics.median(b) / statistics.median(a))
+
+
 def paired_run(
     pulled: PulledModel,
     baseline: PulledModel,
@@ -126,13 +134,16 @@ def paired_run(
     timeout_s: float | None = None,
     *,
     setup: GateSetup | None = None,
+    gpu: bool | None = None,
 ) -> tuple[str, float]:
     """Run the paired (A/B) gate in ``<work_dir>/paired``: A = ``baseline``, B = ``pulled`` (module docstring).
 
     ``runner``: how the runner is started (``RunnerProcess``; an interpreter path: its ``-m tasks.runner``).
     Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
     The runner's result gets a ``gate`` record: ``design`` (``sequential.Design`` fields, None for a
-    fixed gate), ``look_pairs`` (pairs at each look), ``offset`` and ``calibrated_noise`` (``setup``).
+    fixed gate), ``look_pairs`` (pairs at each look), ``stopping`` (per look, the metric whose look decided
+    whether to go on: ``wall``, or ``cpu`` in a round the host was busy: ``verdict.look_decides`` with ``gpu``,
+    ``calibration.gpu_in_use`` of the profiled run), ``offset`` and ``calibrated_noise`` (``setup``).
 
     Returns:
         (path of the runner's JSON result with ``blocks`` and ``gate``, the process's wall time in s).
@@ -158,6 +169,7 @@ def paired_run(
     )
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     looks: list[int] = []
+    stopping: list[str] = []
     if design is None:
         r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
         if len(r.blocks) < case.paired_blocks:
@@ -166,14 +178,27 @@ def paired_run(
         looks.append(len(r.blocks))
     else:
         d: list[float] = []
+        d_cpu: list[float | None] = []
 
         def on_round(info: RoundEvent) -> bool:
             _check_blocks(info.blocks, case, first=len(d))
             d.extend(_log_ratio(b) for b in info.blocks)
+            d_cpu.extend(_cpu_log_ratio(b) for b in info.blocks)
             if len(d) < sequential.MIN_LOOK_PAIRS and not info.final:
                 return True
             looks.append(len(d))
-            return sequential.look(d, looks, design).verdict == "inconclusive"
+            cpu = None if None in d_cpu else [x for x in d_cpu if x is not None]
+            decided, metric = look_decides(
+                d,
+                cpu,
+                looks,
+                design,
+                host_load=info.host_load,
+                max_other_cpu_share=case.max_other_cpu_share,
+                gpu=gpu,
+            )
+            stopping.append(metric)
+            return not decided
 
         r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how, on_round=on_round)
         if len(r.blocks) != len(d):
@@ -181,6 +206,7 @@ def paired_run(
     gate = {
         "design": design.model_dump(mode="json") if design else None,
         "look_pairs": looks,
+        "stopping": stopping,
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
     }
@@ -284,10 +310,12 @@ def profiled_run(
     prof_median = statistics.median(r.profiled_step_times_ms) if r.profiled_step_times_ms else None
     paired_path = paired_wall = None
     paired: PairedBlocks | None = None
-    if baseline is not None:
-        paired_path, paired_wall = paired_run(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup)
-        paired = read_paired(paired_path)
     gpu = calibration.gpu_in_use(env_data, r.peak_device_bytes)
+    if baseline is not None:
+        paired_path, paired_wall = paired_run(
+            pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup, gpu=gpu
+        )
+        paired = read_paired(paired_path)
     noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise, gpu=gpu)
     return ProfiledRun(
         work_dir=str(work_dir),

@@ -28,7 +28,12 @@ def verdict(v: str, *, pairs=None, spent=True, stats_verdict=None, busy=None, ra
     ev = {
         "paired": paired,
         "paired_offset": {"sd": 0.01},
-        "noise": {"busy": bool(busy), "reason": "host busy: other processes took 80%" if busy else None},
+        "noise": {
+            "busy": bool(busy),
+            "reason": "host busy: other processes took 80%" if busy else None,
+            "host_load": {"other_cpu_share": 0.8 if busy else 0.02},
+        },
+        "metric": "cpu" if busy else "wall",
     }
     if stats_verdict:
         ev["verdict_statistics"] = {"verdict": stats_verdict}
@@ -37,7 +42,7 @@ def verdict(v: str, *, pairs=None, spent=True, stats_verdict=None, busy=None, ra
 
 def test_gate_reads_the_evidence_defensively():
     g = gates.gate_from_verdict(
-        verdict("inconclusive", pairs=48, stats_verdict="regression", busy=True), load=1, variant="h750"
+        verdict("inconclusive", pairs=48, stats_verdict="regression", busy=True), load="1", variant="h750"
     )
     assert (g.verdict, g.statistics_verdict, g.pairs, g.budget, g.stopped, g.host_busy, g.offset_sd) == (
         "inconclusive",
@@ -48,11 +53,13 @@ def test_gate_reads_the_evidence_defensively():
         True,
         0.01,
     )
+    assert (g.metric, g.other_cpu_share) == ("cpu", 0.8)
     assert g.busy_reason == "host busy: other processes took 80%" and "other processes took 80%" in gates._gate_line(g)
-    old = gates.gate_from_verdict(verdict("pass", spent=False), load=0, variant=gates.AA)  # before `spent` existed
+    old = gates.gate_from_verdict(verdict("pass", spent=False), load="0", variant=gates.AA)  # before `spent` existed
     assert (old.pairs, old.budget, old.statistics_verdict) == (77, 80, "pass")
-    bare = gates.gate_from_verdict({"verdict": "no-baseline", "evidence": {}}, load=0, variant=gates.AA)
+    bare = gates.gate_from_verdict({"verdict": "no-baseline", "evidence": {}}, load="0", variant=gates.AA)
     assert bare.pairs is None and bare.ratio is None and bare.host_busy is None
+    assert bare.metric is None and bare.other_cpu_share is None
 
 
 def test_rates_and_the_last_line():
@@ -60,25 +67,25 @@ def test_rates_and_the_last_line():
     g = [
         gates.gate_from_verdict(verdict(v, pairs=p), load=load, variant=var)
         for load, var, v, p in [
-            (0, gates.AA, "pass", 100),
-            (0, gates.AA, "regression", 320),
-            (0, gates.AA, "pass", 64),
-            (0, gates.AA, "inconclusive", 320),
-            (0, "h750", "regression", 200),
-            (0, "h750", "inconclusive", 320),
-            (1, gates.AA, "inconclusive", 320),
-            (1, "h750", "regression", 32),
-            (3, gates.AA, "improvement", 48),
+            ("0", gates.AA, "pass", 100),
+            ("0", gates.AA, "regression", 320),
+            ("0", gates.AA, "pass", 64),
+            ("0", gates.AA, "inconclusive", 320),
+            ("0", "h750", "regression", 200),
+            ("0", "h750", "inconclusive", 320),
+            ("1", gates.AA, "inconclusive", 320),
+            ("1", "h750", "regression", 32),
+            ("3", gates.AA, "improvement", 48),
         ]
     ]
-    g.append(gates.Gate(load=3, variant=gates.AA, verdict="error", error="RunnerError: boom"))
+    g.append(gates.Gate(load="3", variant=gates.AA, verdict="error", error="RunnerError: boom"))
     assert gates.nearest_variant(true) == "h750" and gates.nearest_variant({}) is None
     assert gates.summary_line(g, true) == (
         "gates: false_alarm_max=25.0% detect5_load0=50.0% detect5_load1=100.0% pairs_median=200 gates=10"
     )
-    report = "\n".join(gates.level_report(3, g, true))
+    report = "\n".join(gates.level_report("3", g, true))
     assert "false alarms 0.0% of 2" in report and "improvement 1, error 1" in report
-    assert "detection of x1.052 50.0% of 2" in "\n".join(gates.level_report(0, g, true))
+    assert "detection of x1.052 50.0% of 2" in "\n".join(gates.level_report("0", g, true))
     empty = gates.summary_line([], {})
     assert empty == "gates: false_alarm_max=nan% detect5_load0=nan% detect5_load1=nan% pairs_median=nan gates=0"
     assert math.isnan(gates._rate([]))
