@@ -215,10 +215,12 @@ def run_cmd(
     ``tasks.stages.params.case_param_schema("cli")`` lists, with the Case's defaults
     (``tests/unit/cli/test_run_options.py`` checks).
 
-    Exit code: 0 done, 1 the verdict is a regression, 2 a stage failed (the failed run and its
-    error are recorded in the store, as a DAG run's would be) or the input is wrong: an option out
-    of range (named as given, e.g. ``--measured-steps``), a model or version that is not in the
-    model store (nothing is recorded then; the message lists what there is).
+    Exit code, as ``perfwatch gate``'s (``tasks.cli.history.GATE_CODES``): 0 the verdict is ``pass``,
+    ``improvement`` or ``no-baseline``; 1 a ``regression``; 2 ``inconclusive`` or ``env-changed`` (undecided:
+    the reason is printed), a stage failed (the failed run and its error are recorded in the store, as a DAG
+    run's would be) or the input is wrong: an option out of range (named as given, e.g.
+    ``--measured-steps``), a model or version that is not in the model store (nothing is recorded then; the
+    message lists what there is).
     """
     import datetime as dt
 
@@ -301,6 +303,11 @@ def run_cmd(
     except RegressionDetected as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from e
+    from tasks.cli.history import GATE_CODES, GATE_INCONCLUSIVE
+
+    if GATE_CODES.get(v.verdict, GATE_INCONCLUSIVE) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
+        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})", err=True)
+        raise typer.Exit(GATE_INCONCLUSIVE)
 
 
 def tflite_summary(lite: dict) -> str:

@@ -1,0 +1,49 @@
+"""``perfwatch run`` exits as ``perfwatch gate`` does (issue 25): 0 pass/improvement/no-baseline, 1 regression,
+2 undecided (inconclusive, env-changed), with the reason, so that a CI script never reads a verdict that
+decided nothing as a pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.cli.history import GATE_CODES
+from tasks.records import ArchiveRecord, RunState, Verdict
+from tasks.stages import pipeline
+from tests.helpers.builders import make_records
+
+
+@pytest.mark.parametrize(
+    ("verdict", "code"),
+    [("pass", 0), ("improvement", 0), ("no-baseline", 0), ("regression", 1), ("inconclusive", 2), ("env-changed", 2)],
+)
+def test_run_exits_with_the_gates_code_for_its_verdict(verdict, code, home, cli, monkeypatch, tmp_path):
+    (home / "models" / "m" / "1").mkdir(parents=True)
+    (home / "models" / "m" / "1" / "model.keras").write_bytes(b"not read: run_case is replaced")
+    ctx, pulled, env, warm, run, parsed, comp = make_records(tmp_path)
+    reason = "host busy: other processes took 70% of the host's CPU time" if verdict == "inconclusive" else None
+    comp = comp.model_copy(
+        update={
+            "verdict": Verdict(verdict),
+            "ratio": 1.3,
+            "ci_low": 1.2,
+            "ci_high": 1.4,
+            "method": "paired-abba",
+            "reason": reason,
+        }
+    )
+    state = RunState(
+        ctx=ctx,
+        pulled=pulled,
+        env=env,
+        warmup=warm,
+        run=run,
+        parsed=parsed,
+        verdict=comp,
+        archived=ArchiveRecord(run_id=7, archive_uri=str(tmp_path / "archive"), verdict=verdict),
+    )
+    monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
+    res = cli("run", "m", "--version", "1")
+    assert res.exit_code == code == GATE_CODES[verdict], res.output
+    assert f"run 7: verdict {verdict} (step-time ratio 1.300 [1.200, 1.400], paired-abba)" in res.output
+    if verdict == "inconclusive":
+        assert "exit 2: verdict inconclusive is undecided (host busy: other processes took 70%" in res.output
