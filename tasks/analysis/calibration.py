@@ -692,8 +692,8 @@ def history_metric(
         )
     elif not cpu_sd < HISTORY_CPU_MARGIN * wall_sd:
         why.append(
-            f"CPU time drifts about as much as wall time between processes (sd {cpu_sd:.3f} against "
-            f"{wall_sd:.3f}, not below {HISTORY_CPU_MARGIN} x)"
+            f"CPU time does not drift clearly less than wall time between processes (sd {cpu_sd:.3f} against "
+            f"{wall_sd:.3f}; it must be below {HISTORY_CPU_MARGIN} x)"
         )
     if why:
         reason = "wall time: " + "; ".join(why)
