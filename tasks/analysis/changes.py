@@ -8,9 +8,10 @@ between processes on the 2-core dev machine) and a slow creep that the auto-acce
   Student t significance test (``otava.analysis.compute_change_points``: Hunter, Fleming et al. 2023,
   https://doi.org/10.1145/3578244.3583719 — split the series in sliding windows, then merge away
   the points that are not significant at ``max_pvalue`` or smaller than ``min_magnitude``), run on the
-  series of per-run values (median step time ms, p90 ms, throughput examples/s). Each change point
-  gets the ratio of the segment after it to the segment before it (geometric means, the segments
-  between its neighbouring change points) with a Welch t interval on the logs (scipy), and Otava's
+  series of per-run values (median step time ms, p90 ms, median CPU time per step ms, throughput
+  examples/s). Each change point gets the ratio of the segment after it to the segment before it
+  (geometric means, the segments between its neighbouring change points) with a Welch t interval on
+  the logs (scipy), and Otava's
   p-value. :func:`new_change_points` is what a nightly check alerts on: the points of the series that
   the series without its newest run did not have.
 * **Creep guard** (:func:`creep_guard`): the level of the active baseline (the median step times of

@@ -1,8 +1,9 @@
 """The store's reads for the stages and the command line: typed snapshots, one session each.
 
 ``gather_compare_inputs`` is baseline-compare's read of the stored facts (``tasks.records.CompareInputs``):
-the lookback baselines and their measured samples, the history that calibrates the drift prior and the
-paired offset; which of them count is decided in ``tasks.analysis`` (the store imports no analysis). The
+the lookback baselines and their measured samples (step times and, where recorded, per-step CPU time), the
+history that calibrates the drift prior (with each run's median CPU time, for the history's choice of metric)
+and the paired offset; which of them count is decided in ``tasks.analysis`` (the store imports no analysis). The
 other functions read one run's parsed tables back (op self-times µs over the profiled window, per-step
 breakdown ms, the xprof tool tables) or the latest runs of a version.
 """

@@ -1,10 +1,10 @@
 """The store's reads for watching the trend: nightly series, baseline levels over time, the metrics snapshot.
 
 * :func:`run_series`: the successful runs of a model (and case) oldest first, with the figures a change
-  point detector reads (median and p90 step time ms, throughput examples/s) and the version and
-  environment at each run;
+  point detector reads (median and p90 step time ms, throughput examples/s, and on request the median
+  CPU time per step, ms) and the version and environment at each run;
 * :func:`baseline_levels`: the accepted runs that formed a case's baseline at a given time (the creep
-  guard's two sides);
+  guard's two sides), by median step time or median CPU time per step;
 * :func:`metrics_snapshot`: what ``/perfwatch/metrics`` exposes (latest figures, counts, freshness).
 
 One session per call; times are UTC.
