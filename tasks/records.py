@@ -708,10 +708,21 @@ class CompareInputs(Record):
         default_factory=dict,
         description="measured step times (ms, our timer) of each same_env / other_env run, in step order",
     )
+    cpu_samples: dict[int, list[float]] = Field(
+        default_factory=dict,
+        description="measured per-step process CPU time (ms, all threads, user + system; step_samples.cpu_ms) of "
+        "each same_env / other_env run whose every measured step recorded it, in step order; a run without it "
+        "(stored before migration 0005, ingested) is absent",
+    )
     calibration_runs: list[tuple[str, float]] = Field(
         default_factory=list,
         description="(version, median step ms) of the newest accepted runs of the model, case and environment "
         "(tasks.analysis.calibration.prior_for_case's input)",
+    )
+    calibration_cpu_ms: list[float | None] = Field(
+        default_factory=list,
+        description="median measured CPU time per step (ms) of each calibration_runs entry, in the same order; "
+        "None for a run that recorded none; empty: not read (tasks.analysis.calibration.history_metric's input)",
     )
     aa_gates: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -723,6 +734,15 @@ class CompareInputs(Record):
         description="evidence['paired'] of every stored paired gate of the case and environment (any versions, "
         "A/A ones included), newest first (tasks.analysis.calibration.calibrated_noise's input)",
     )
+
+    @model_validator(mode="after")
+    def _cpu_medians_align(self) -> CompareInputs:
+        if self.calibration_cpu_ms and len(self.calibration_cpu_ms) != len(self.calibration_runs):
+            raise ValueError(
+                f"calibration_cpu_ms has {len(self.calibration_cpu_ms)} medians for {len(self.calibration_runs)} "
+                "calibration_runs: expected one per run (None where a run recorded no CPU time) or none"
+            )
+        return self
 
 
 class RunOps(Record):

@@ -81,6 +81,17 @@ quiet host, +3.3%), so on a busy host only what load cannot fake stands: a ``reg
 interval lies above ``(1 + tolerance) x (1 + CPU_BIAS_BOUND)``, an ``improvement`` below its reciprocal,
 never a ``pass``; everything else is ``inconclusive`` ("host busy: ...", ``tasks.analysis.verdict``). Only
 a busy gate that no metric decided (``Noise.decided_on`` None) is measured again (``HostBusy``).
+
+What the nightly history decides on (:func:`history_metric`): the history verdict and the change points judge
+one process against others, so what limits them is the drift of a run's median between processes of one
+version, not the step-to-step noise within one. The rule estimates that drift per metric from the same
+accepted runs, as :func:`estimate_between_sd` does (pooled within-version sd of the log medians of the newest
+:data:`CALIBRATION_WINDOW` accepted runs of the case and environment, over the runs that recorded both wall
+and CPU time), and takes CPU time only when it drifts clearly less: its sd below :data:`HISTORY_CPU_MARGIN`
+(0.8) x the wall sd, both with ``df >= MIN_CALIBRATION_DF``, no GPU (:func:`gpu_in_use`), and CPU time
+recorded by the candidate and every baseline used. Otherwise wall time, what a user waits for. The margin
+keeps two noisy estimates from flipping the metric night to night; a CPU series that load biases from night
+to night drifts more, so it is refused by the same comparison.
 """
 
 from __future__ import annotations
@@ -99,6 +110,7 @@ __all__ = [
     "DEFAULT_MAX_OTHER_CPU_SHARE",
     "DEFAULT_PAIRED_OFFSET_SD",
     "DEFAULT_PRIOR_BETWEEN_SD",
+    "HISTORY_CPU_MARGIN",
     "MAX_CPU_SCALE",
     "MAX_GPU_OTHER_PROCESSES",
     "MAX_NOISE_RATIO",
@@ -108,6 +120,7 @@ __all__ = [
     "MIN_AA_GATES",
     "MIN_CALIBRATION_DF",
     "MIN_NOISE_GATES",
+    "HistoryMetric",
     "Noise",
     "NoiseCalibration",
     "Offset",
@@ -119,9 +132,11 @@ __all__ = [
     "estimate_paired_offset",
     "gate_is_quiet",
     "gpu_in_use",
+    "history_metric",
     "paired_offset_for_case",
     "prior_for_case",
     "prior_from_runs",
+    "steal_exceeded",
 ]
 
 CALIBRATION_WINDOW = 50  #: newest accepted runs looked at
@@ -162,6 +177,10 @@ CPU_BIAS_BOUND = 0.02
 #: one: the quiet wall-time pair scale's upper range (0.061-0.097, ``bench/detection.py``); CPU time per step
 #: under load 5-14 measured 0.045-0.099 (issue 23), i.e. as steady as quiet wall time.
 MAX_CPU_SCALE = 0.10
+#: The history decides on CPU time only when its between-process sd is below this many times the wall sd
+#: (:func:`history_metric`): two estimates of tau from 5-30 degrees of freedom scatter by roughly
+#: ``1 / sqrt(2 df)`` (13-32%) each, so a smaller margin would flip the metric night to night on noise alone.
+HISTORY_CPU_MARGIN = 0.8
 
 
 class Prior(BaseModel):
@@ -500,6 +519,17 @@ def gpu_in_use(env_data: Mapping[str, Any] | None, peak_device_bytes: int | None
     return count > 0
 
 
+def steal_exceeded(host_load: Mapping[str, Any] | None) -> tuple[float, str | None]:
+    """The hypervisor's steal share of the CPU time over a measurement (``HostLoad.result()``'s
+    ``steal_share``; 0 when not recorded) and, beyond :data:`MAX_STEAL_SHARE`, why CPU time is not fit to
+    decide (stolen time is missing from the process's CPU time too); None within the bound."""
+    load = host_load if host_load and "error" not in host_load else None
+    steal = float((load or {}).get("steal_share", 0.0))
+    if steal > MAX_STEAL_SHARE:
+        return steal, f"the hypervisor stole {steal:.0%} of the CPU time (bound {MAX_STEAL_SHARE:.0%})"
+    return steal, None
+
+
 def choose_metric(
     noise: Noise,
     *,
@@ -555,10 +585,9 @@ def choose_metric(
         why.append("the environment may use a GPU (its GPU count is unknown): CPU time may not be the work")
     elif gpu:
         why.append("a GPU case: CPU time is not the work there (device time is)")
-    load = noise.host_load if noise.host_load and "error" not in noise.host_load else None
-    steal = (load or {}).get("steal_share", 0.0)
-    if steal > MAX_STEAL_SHARE:
-        why.append(f"the hypervisor stole {steal:.0%} of the CPU time (bound {MAX_STEAL_SHARE:.0%})")
+    steal, stolen = steal_exceeded(noise.host_load)
+    if stolen:
+        why.append(stolen)
     reason = (
         "no metric fit to decide: " + "; ".join(why)
         if why
@@ -576,4 +605,111 @@ def choose_metric(
             "cpu_calibrated_sd": cal,
             "cpu_calibrated_gates": calibration.cpu_gates if calibration else 0,
         }
+    )
+
+
+# ------------------------------------------------------------------------------- the nightly history's metric
+
+
+class HistoryMetric(BaseModel):
+    """Which metric the nightly history (the history verdict, the change points, the creep guard) decides on
+    (:func:`history_metric`), with the figures the rule compared.
+
+    Attributes:
+        metric: ``wall`` (per-step wall time, what a user waits for) or ``cpu`` (the runner process's CPU time
+            per step, all threads, user + system).
+        wall_sd, cpu_sd: between-process sd of the log median per run (dimensionless, log scale) of each metric,
+            pooled within model versions over the accepted runs that recorded both
+            (:func:`estimate_between_sd`); None with fewer than :data:`MIN_CALIBRATION_DF` degrees of freedom.
+        wall_df, cpu_df: their within-version degrees of freedom (sum over versions of runs - 1).
+        runs: accepted runs that recorded both metrics (what the two estimates come from).
+        margin: :data:`HISTORY_CPU_MARGIN`: CPU time decides only when ``cpu_sd < margin x wall_sd``.
+        reason: the choice in words, naming each condition that kept wall time.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: Literal["wall", "cpu"]
+    wall_sd: float | None
+    wall_df: int
+    cpu_sd: float | None
+    cpu_df: int
+    runs: int
+    margin: float = HISTORY_CPU_MARGIN
+    reason: str
+
+
+def history_metric(
+    runs: Iterable[tuple[str, float, float | None]],
+    *,
+    gpu: bool | None,
+    candidate_cpu: bool,
+    baselines_cpu: bool,
+) -> HistoryMetric:
+    """The metric that drifts least between processes of one version (module docstring, "What the nightly
+    history decides on"): the rule for the history verdict (``tasks.analysis.verdict.decide``) and the trend
+    check (``tasks.services.trend.watch_case``).
+
+    Algorithm: of the accepted runs that recorded both metrics, the pooled within-version sd of the log median
+    wall time and of the log median CPU time (:func:`estimate_between_sd`, each with its df). CPU time is
+    chosen only when all of these hold, else wall time:
+
+    1. the steps are not on a GPU (``gpu`` False; :func:`gpu_in_use`: on a GPU CPU time is not the work, and
+       None, unsure, counts as a GPU);
+    2. the candidate recorded CPU time for its measured steps (``candidate_cpu``) and so did every baseline
+       run the verdict compares it with (``baselines_cpu``; old runs and ingested ones have none);
+    3. both estimates have ``df >= MIN_CALIBRATION_DF``;
+    4. ``cpu_sd < HISTORY_CPU_MARGIN x wall_sd``.
+
+    Args:
+        runs: ``(model version, median wall step time ms, median CPU time per step ms or None)`` of the newest
+            accepted runs of the case and environment (``tasks.records.CompareInputs.calibration_runs`` with
+            ``calibration_cpu_ms``; medians of each run's measured steps, ``runs.median_step_ms`` and
+            ``step_samples.cpu_ms``); a run with None takes no part in either estimate.
+        gpu: :func:`gpu_in_use` of the candidate (True, False, None = unsure).
+        candidate_cpu, baselines_cpu: CPU time is there for the candidate's measured steps, and for those of
+            every baseline run used.
+
+    Raises:
+        ValueError: a median that is NaN, infinite or <= 0 (as :func:`estimate_between_sd`).
+    """
+    both = [(str(v), w, c) for v, w, c in runs if c is not None]
+    wall_sd, wall_df = estimate_between_sd((v, w) for v, w, _ in both)
+    cpu_sd, cpu_df = estimate_between_sd((v, c) for v, _, c in both)
+    why = []
+    if gpu is None:
+        why.append("the environment may use a GPU (its GPU count is unknown): CPU time may not be the work")
+    elif gpu:
+        why.append("a GPU case: CPU time is not the work there (device time is)")
+    if not candidate_cpu:
+        why.append("the candidate recorded no CPU time per step")
+    if not baselines_cpu:
+        why.append("a baseline run recorded no CPU time per step")
+    if wall_sd is None or cpu_sd is None:
+        why.append(
+            f"too little history to compare the drift of the two metrics ({len(both)} accepted runs with both, "
+            f"{min(wall_df, cpu_df)} within-version df; need {MIN_CALIBRATION_DF})"
+        )
+    elif not cpu_sd < HISTORY_CPU_MARGIN * wall_sd:
+        why.append(
+            f"CPU time does not drift clearly less than wall time between processes (sd {cpu_sd:.3f} against "
+            f"{wall_sd:.3f}; it must be below {HISTORY_CPU_MARGIN} x)"
+        )
+    if why:
+        reason = "wall time: " + "; ".join(why)
+    else:
+        assert wall_sd is not None and cpu_sd is not None  # no reason was given against them
+        reason = (
+            f"CPU time: it drifts less between processes of one version than wall time (sd {cpu_sd:.3f} against "
+            f"{wall_sd:.3f} of the log median, {cpu_df} df over {len(both)} accepted runs; below "
+            f"{HISTORY_CPU_MARGIN} x), no GPU, recorded by the candidate and every baseline"
+        )
+    return HistoryMetric(
+        metric="wall" if why else "cpu",
+        wall_sd=wall_sd,
+        wall_df=wall_df,
+        cpu_sd=cpu_sd,
+        cpu_df=cpu_df,
+        runs=len(both),
+        reason=reason,
     )

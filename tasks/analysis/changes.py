@@ -8,9 +8,10 @@ between processes on the 2-core dev machine) and a slow creep that the auto-acce
   Student t significance test (``otava.analysis.compute_change_points``: Hunter, Fleming et al. 2023,
   https://doi.org/10.1145/3578244.3583719 — split the series in sliding windows, then merge away
   the points that are not significant at ``max_pvalue`` or smaller than ``min_magnitude``), run on the
-  series of per-run values (median step time ms, p90 ms, throughput examples/s). Each change point
-  gets the ratio of the segment after it to the segment before it (geometric means, the segments
-  between its neighbouring change points) with a Welch t interval on the logs (scipy), and Otava's
+  series of per-run values (median step time ms, p90 ms, median CPU time per step ms, throughput
+  examples/s). Each change point gets the ratio of the segment after it to the segment before it
+  (geometric means, the segments between its neighbouring change points) with a Welch t interval on
+  the logs (scipy), and Otava's
   p-value. :func:`new_change_points` is what a nightly check alerts on: the points of the series that
   the series without its newest run did not have.
 * **Creep guard** (:func:`creep_guard`): the level of the active baseline (the median step times of
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # numpy and scipy are imported where used: `perfwatch --help`
     import numpy as np
 
 #: metric -> +1 when a higher value is slower (times), -1 when a lower value is slower (throughput).
-METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "throughput_eps": -1}
+METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "median_cpu_ms": +1, "throughput_eps": -1}
 
 #: Otava's significance threshold for the final change points (bench/changes.py: false alarms per series).
 DEFAULT_MAX_PVALUE = 2e-5
@@ -211,6 +212,8 @@ class CreepCheck:
         now_ms, then_ms: the two levels (ms).
         now_runs, then_runs: the accepted runs that make each level, newest first.
         reason: one line in words.
+        metric: what the levels are: ``median_step_ms`` (each run's median step time) or ``median_cpu_ms``
+            (its median per-step process CPU time; ``tasks.analysis.calibration.history_metric`` chooses).
     """
 
     verdict: Literal["creep", "ok", "inconclusive", "no-history"]
@@ -224,6 +227,7 @@ class CreepCheck:
     now_runs: list[int] = field(default_factory=list)
     then_runs: list[int] = field(default_factory=list)
     reason: str = ""
+    metric: str = "median_step_ms"
 
     def to_json(self) -> dict[str, Any]:
         """The check as a JSON-safe dict."""
@@ -238,6 +242,7 @@ def creep_guard(
     then_runs: Sequence[int] = (),
     tolerance: float = CREEP_TOLERANCE,
     confidence: float = CREEP_CONFIDENCE,
+    metric: str = "median_step_ms",
 ) -> CreepCheck:
     """Has the accepted baseline crept? Compares the active baseline's level with the level a window ago.
 
@@ -247,6 +252,8 @@ def creep_guard(
         now_runs, then_runs: their run ids (reported, not used in the arithmetic).
         tolerance: relative level change that counts (0.05 = 5%).
         confidence: one-sided confidence of the bounds on the ratio.
+        metric: what ``now_ms``/``then_ms`` are (``median_step_ms``, or ``median_cpu_ms``: median CPU time per
+            step, ms; the reason then says "CPU time").
 
     Raises:
         ValueError: a step time is not finite and > 0 (names which side and index), or a bad tolerance/confidence.
@@ -262,8 +269,9 @@ def creep_guard(
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}[{i}] = {v!r}: expected a median step time in ms, finite and > 0")
     base: dict[str, Any] = dict(
-        tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs)
+        tolerance=tolerance, confidence=confidence, now_runs=list(now_runs), then_runs=list(then_runs), metric=metric
     )
+    on = "on CPU time: " if metric == "median_cpu_ms" else ""
     if len(now_ms) < 2 or len(then_ms) < 2:
         return CreepCheck(
             "no-history",
@@ -302,7 +310,9 @@ def creep_guard(
             f"{100 * (high - 1):+.1f}%]: the bounds straddle the {100 * tolerance:g}% "
             "tolerance",
         )
-    return CreepCheck(verdict, ratio, low, high, float(np.exp(ln.mean())), float(np.exp(lt.mean())), reason=why, **base)
+    return CreepCheck(
+        verdict, ratio, low, high, float(np.exp(ln.mean())), float(np.exp(lt.mean())), reason=on + why, **base
+    )
 
 
 def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None) -> list[str]:

@@ -200,10 +200,17 @@ def verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
 
 
 def _reason(
-    verdict: Verdict, ratio: float, low: float, high: float, confidence: float, tolerance: float, what: str
+    verdict: Verdict,
+    ratio: float,
+    low: float,
+    high: float,
+    confidence: float,
+    tolerance: float,
+    what: str,
+    quantity: str = "step-time",
 ) -> str:
     head = (
-        f"{what}: median step-time ratio {ratio:.3f} (candidate/baseline), "
+        f"{what}: median {quantity} ratio {ratio:.3f} (candidate/baseline), "
         f"{confidence:.0%} CI [{low:.3f}, {high:.3f}], tolerance band "
         f"[{1 / (1 + tolerance):.3f}, {1 + tolerance:.3f}]"
     )
@@ -284,6 +291,7 @@ def compare_to_history(
     min_between_sd: float = 0.005,
     n_resamples: int = 999,
     seed: int = 0,
+    quantity: str = "step-time",
 ) -> Comparison:
     """Compare one candidate run with the last K accepted baseline runs (unpaired, ``history-lookback``).
 
@@ -319,6 +327,8 @@ def compare_to_history(
         prior_between_sd, prior_df, min_between_sd: prior and floor of tau (log scale);
             ``prior_df=0`` means no prior (then K >= 2 is required).
         n_resamples, seed: bootstrap of each run's log-median variance.
+        quantity: what the values are, as the reason names the ratio (``step-time``; ``CPU-time`` for the
+            per-step process CPU time, ``tasks.analysis.verdict.decide``).
 
     Returns:
         Comparison(method="history-lookback", n_candidate=n, n_baseline=K, details with
@@ -367,7 +377,16 @@ def compare_to_history(
                 "the paired ABBA gate."
             )
     reason = (
-        _reason(verdict, math.exp(delta), low, high, confidence, tolerance, f"history-lookback vs {k} baseline runs")
+        _reason(
+            verdict,
+            math.exp(delta),
+            low,
+            high,
+            confidence,
+            tolerance,
+            f"history-lookback vs {k} baseline runs",
+            quantity,
+        )
         + extra
     )
     return Comparison(

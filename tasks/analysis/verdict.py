@@ -8,8 +8,13 @@ and returns the **final** verdict with its estimate, interval and evidence. Ever
 a verdict is here (the GX suites of ``tasks.stages.expectations`` only validate it), so a benchmark that
 calls ``decide`` runs the verdict as the product does:
 
-* same-environment lookback history: ``stats.compare_to_history`` with the calibrated drift prior
-  (``calibration.prior_for_case``), method ``history-lookback``;
+* same-environment lookback history: ``stats.compare_to_history`` with the calibrated drift prior, method
+  ``history-lookback``, on the metric that drifts least between processes (``calibration.history_metric``,
+  ``evidence["history_metric"]``): wall time with ``calibration.prior_for_case``, or the per-step process CPU
+  time (the candidate's ``measured_cpu``, the baselines' ``CompareInputs.cpu_samples``) with the prior from the
+  accepted runs' CPU medians; the tolerance is then a CPU-time tolerance ("on CPU time: ... median CPU-time
+  ratio ..."). On a busy host (an unpaired run) a CPU-time history verdict stands by the busy-host rule
+  (:func:`busy_verdict_from_ci`, never ``pass``), as a paired gate's;
 * no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
   ``env-changed`` naming the comparability fields that changed;
 * neither: ``no-baseline``;
@@ -49,6 +54,10 @@ Evidence keys that other tools read (stable; all JSON):
   assessed;
 * ``evidence["paired_offset"]``: ``calibration.Offset``; ``evidence["history"]``: the history verdict
   of a paired run; ``evidence["verdict_statistics"]``: the verdict before the noise rule;
+* ``evidence["history_metric"]``: ``calibration.HistoryMetric`` (the history's metric, the between-process sd
+  and df of each metric, the reason), whenever the history compared; ``evidence["candidate_median_cpu_ms"]``,
+  ``evidence["baseline_median_cpu_ms"]`` when it compared on CPU time; ``evidence["history"]["metric"]``
+  (paired runs): the metric of the history verdict kept as evidence;
 * ``evidence["metric"]``: ``wall`` | ``cpu``, the metric that decided; ``evidence["randomisation"]`` (paired):
   ``p``, ``null_log_ratio``, ``resamples``, ``alternative``, ``min_p``, ``level``, ``reachable``,
   ``rejected`` of the deciding metric; ``evidence["cpu"]`` (CPU decided): the CPU-time comparison;
@@ -176,6 +185,25 @@ def look_decides(
     return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
 
 
+def _busy_rule_text(verdict: Verdict, tolerance: float) -> str:
+    """The busy-host rule (:func:`busy_verdict_from_ci`) applied, in words: its lines and what the CPU-time
+    interval did against them."""
+    change, band = busy_lines(tolerance)
+    tail = {
+        Verdict.REGRESSION: f"the CI lies above x{change:.3f}: slower by more than load can fake",
+        Verdict.IMPROVEMENT: f"the CI lies below x{1 / change:.3f}: faster by more than load can fake",
+        Verdict.PASS: f"the CI lies below x{band:.3f}: no slowdown beyond the tolerance can hide in it",
+    }.get(
+        verdict,
+        f"the CI neither clears x{change:.3f} (a change load cannot fake) nor lies below x{band:.3f} (within "
+        "the tolerance whatever load did)",
+    )
+    return (
+        f"tolerance {tolerance:.0%} on CPU time, less the CPU bias bound {calibration.CPU_BIAS_BOUND:.0%} that "
+        f"load may add or take: change beyond x{change:.3f}, pass below x{band:.3f}; {tail}"
+    )
+
+
 def randomisation_check(
     d: Sequence[float], verdict: Verdict, tolerance: float, confidence: float, *, busy: bool = False
 ) -> tuple[Verdict, dict[str, Any]]:
@@ -276,21 +304,10 @@ def cpu_comparison(
         what = f"fixed look at {n} pairs"
     verdict0 = busy_verdict_from_ci(low, high, tol)
     verdict, test = randomisation_check(d, verdict0, tol, conf, busy=True)
-    change, band = busy_lines(tol)
-    tail = {
-        Verdict.REGRESSION: f"the CI lies above x{change:.3f}: slower by more than load can fake",
-        Verdict.IMPROVEMENT: f"the CI lies below x{1 / change:.3f}: faster by more than load can fake",
-        Verdict.PASS: f"the CI lies below x{band:.3f}: no slowdown beyond the tolerance can hide in it",
-    }.get(
-        verdict0,
-        f"the CI neither clears x{change:.3f} (a change load cannot fake) nor lies below x{band:.3f} (within "
-        "the tolerance whatever load did)",
-    )
     reason = (
         f"CPU time, paired-abba ({what}): per-step process CPU-time ratio {ratio:.3f} (candidate/baseline), "
-        f"{conf:.0%} CI [{low:.3f}, {high:.3f}]; tolerance {tol:.0%} on CPU time, less the CPU bias bound "
-        f"{calibration.CPU_BIAS_BOUND:.0%} that load may add or take: change beyond x{change:.3f}, pass below "
-        f"x{band:.3f}; {tail}." + _randomisation_note(verdict0, verdict, test)
+        f"{conf:.0%} CI [{low:.3f}, {high:.3f}], {_busy_rule_text(verdict0, tol)}."
+        + _randomisation_note(verdict0, verdict, test)
     )
     res = stats.Comparison(
         verdict=verdict,
@@ -469,11 +486,18 @@ def decide(
     baseline_version: str | None = None,
     baseline_digest: str | None = None,
     noise: Mapping[str, Any] | None = None,
+    measured_cpu: Sequence[float] | None = None,
+    gpu: bool | None = None,
 ) -> Decision:
     """Decide the final verdict (see the module docstring); ``case`` is a ``tasks.records.Case``.
 
     Args:
         measured: the candidate's measured step times (ms, our timer).
+        measured_cpu: the candidate's per-step process CPU time over the same steps (ms, all threads, user +
+            system; ``ProfileResult.measured_cpu_ms``); None or empty: not recorded (the history then decides on
+            wall time).
+        gpu: whether a GPU may carry the steps (``calibration.gpu_in_use`` of the run); None: unsure. Only
+            ``False`` lets the history decide on CPU time (``calibration.history_metric``).
         inputs: the stored facts (``tasks.store.reads.gather_compare_inputs``); baselines whose samples are
             unusable (:func:`usable_baselines`) are left out here and named in ``evidence["skipped_baselines"]``.
         env_data: the candidate's fingerprint record (``EnvRecord.data``), diffed against
@@ -495,22 +519,9 @@ def decide(
     if skipped_same or skipped_other:
         evidence["skipped_baselines"] = skipped_same + skipped_other
     d = Decision(verdict=Verdict.NO_BASELINE, method="none", baseline_run_ids=same or other, evidence=evidence)
+    history_on = "wall"
     if same:
-        prior = calibration.prior_for_case(case, inputs.calibration_runs)
-        evidence["prior"] = prior.model_dump(mode="json")
-        result = stats.compare_to_history(
-            measured,
-            [samples[i] for i in same],
-            tolerance=case.tolerance,
-            confidence=case.confidence,
-            prior_between_sd=prior.between_sd,
-            prior_df=prior.prior_df,
-        )
-        ref = statistics.median(statistics.median(samples[i]) for i in same)
-        d.verdict, d.method, d.reason = result.verdict, result.method, result.reason
-        d.ratio, d.ci_low, d.ci_high = result.ratio, result.ci_low, result.ci_high
-        d.limit = ref * (1 + case.tolerance)
-        evidence.update(stats=result.model_dump(mode="json"), baseline_median_ms=ref)
+        history_on = _decide_history(d, measured, measured_cpu, case, inputs, same, gpu)
     elif other:
         est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
         changes = [
@@ -531,18 +542,111 @@ def decide(
             f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"]
         )
         d.reason = evidence["reason"]
+    evidence["metric"] = history_on
     if paired is not None:
         _decide_paired(d, measured, case, paired, inputs.aa_gates, baseline_version, baseline_digest, noise)
-    evidence["metric"] = "wall"
+        evidence["history"]["metric"] = history_on
+        evidence["metric"] = "wall"
     if noise is not None:
         evidence["noise"] = dict(noise)
         if paired is not None and noise.get("busy") and noise.get("metric") == "cpu":
             _decide_on_cpu(d, case, paired, noise)
+        elif (
+            paired is None
+            and noise.get("busy")
+            and history_on == "cpu"
+            and calibration.steal_exceeded(noise.get("host_load"))[1] is None
+        ):
+            _decide_history_busy(d, case, noise)
         elif noise.get("busy") and d.verdict in DECIDED:
             evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
             d.verdict = Verdict.INCONCLUSIVE
             d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
     return d
+
+
+def _usable_cpu(cpu: Sequence[float] | None, n: int) -> bool:
+    """CPU time recorded for each of ``n`` steps, every value finite and > 0."""
+    return cpu is not None and len(cpu) == n and n > 0 and all(math.isfinite(x) and x > 0 for x in cpu)
+
+
+def _decide_history(
+    d: Decision,
+    measured: Sequence[float],
+    measured_cpu: Sequence[float] | None,
+    case: Any,
+    inputs: CompareInputs,
+    same: list[int],
+    gpu: bool | None,
+) -> Literal["wall", "cpu"]:
+    """The history verdict against the usable same-environment baselines ``same``, on the metric
+    ``calibration.history_metric`` chooses (recorded in ``evidence["history_metric"]``): wall time with the
+    case's drift prior (``calibration.prior_for_case``), or CPU time with the prior estimated from the CPU
+    medians of the accepted runs (``calibration.prior_from_runs``; the Case's ``prior_between_sd`` is a prior
+    on wall-time drift). The tolerance is stated on the metric that decides. Returns that metric."""
+    ev = d.evidence
+    cal_cpu = inputs.calibration_cpu_ms or [None] * len(inputs.calibration_runs)
+    runs = [(v, w, c) for (v, w), c in zip(inputs.calibration_runs, cal_cpu, strict=True)]
+    hm = calibration.history_metric(
+        runs,
+        gpu=gpu,
+        candidate_cpu=_usable_cpu(measured_cpu, len(measured)),
+        baselines_cpu=all(_usable_cpu(inputs.cpu_samples.get(i), len(inputs.samples[i])) for i in same),
+    )
+    ev["history_metric"] = hm.model_dump(mode="json")
+    wall_ref = statistics.median(statistics.median(inputs.samples[i]) for i in same)
+    if hm.metric == "cpu":
+        assert measured_cpu is not None  # the rule checked it
+        prior = calibration.prior_from_runs((v, c) for v, _, c in runs if c is not None)
+        assert prior is not None  # the rule needed df >= MIN_CALIBRATION_DF of these runs
+        cand, base = list(measured_cpu), [inputs.cpu_samples[i] for i in same]
+    else:
+        prior = calibration.prior_for_case(case, inputs.calibration_runs)
+        cand, base = list(measured), [inputs.samples[i] for i in same]
+    ev["prior"] = prior.model_dump(mode="json")
+    result = stats.compare_to_history(
+        cand,
+        base,
+        tolerance=case.tolerance,
+        confidence=case.confidence,
+        prior_between_sd=prior.between_sd,
+        prior_df=prior.prior_df,
+        quantity="CPU-time" if hm.metric == "cpu" else "step-time",
+    )
+    ref = statistics.median(statistics.median(x) for x in base)
+    d.verdict, d.method, d.reason = result.verdict, result.method, result.reason
+    d.ratio, d.ci_low, d.ci_high = result.ratio, result.ci_low, result.ci_high
+    d.limit = ref * (1 + case.tolerance)
+    ev.update(stats=result.model_dump(mode="json"), baseline_median_ms=wall_ref)
+    if hm.metric == "cpu":
+        assert hm.cpu_sd is not None and hm.wall_sd is not None
+        ev.update(candidate_median_cpu_ms=statistics.median(cand), baseline_median_cpu_ms=ref)
+        d.reason = (
+            f"on CPU time (between processes here it drifts sd {hm.cpu_sd:.3f} against wall time's "
+            f"{hm.wall_sd:.3f}; the tolerance is on CPU time): {result.reason}"
+        )
+    return hm.metric
+
+
+def _decide_history_busy(d: Decision, case: Any, noise: Mapping[str, Any]) -> None:
+    """A busy host whose history verdict was on CPU time (an unpaired run): the busy-host rule on its interval
+    (:func:`busy_verdict_from_ci`: the quiet rule with ``calibration.CPU_BIAS_BOUND`` taken off each line), as
+    for a busy paired gate; the statistics' own verdict is kept in ``evidence["verdict_statistics"]``."""
+    ev = d.evidence
+    assert d.ratio is not None and d.ci_low is not None and d.ci_high is not None  # the history compared
+    verdict = busy_verdict_from_ci(d.ci_low, d.ci_high, case.tolerance)
+    ev["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason, "metric": "cpu"}
+    busy = str(noise.get("reason") or "host busy").removeprefix("host busy: ")
+    what = (
+        f"history-lookback on CPU time: median CPU-time ratio {d.ratio:.3f} (candidate/baseline), "
+        f"{case.confidence:.0%} CI [{d.ci_low:.3f}, {d.ci_high:.3f}], {_busy_rule_text(verdict, case.tolerance)}"
+    )
+    d.limit = ev["baseline_median_cpu_ms"] * busy_lines(case.tolerance)[1]  # CPU ms per step at the pass line
+    if verdict in DECIDED:
+        d.reason = f"decided on CPU time: host busy ({busy}); {what}."
+    else:
+        d.reason = f"host busy: {busy}; {what}. The statistics on CPU time alone said {d.verdict}"
+    d.verdict = verdict
 
 
 def _decide_on_cpu(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str, Any]) -> None:

@@ -86,7 +86,7 @@ def change_table(
 
     from tasks.store.series import run_series
 
-    runs = run_series(db_url, model, case, since)
+    runs = run_series(db_url, model, case, since, cpu="median_cpu_ms" in metrics)
     rows, sizes = [], {}
     for case_name in sorted({r.case_name for r in runs}):
         s = [r for r in runs if r.case_name == case_name]
@@ -137,7 +137,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--metric",
-                help="Series to look at (repeatable): median_step_ms (default), p90_step_ms, throughput_eps.",
+                help="Series to look at (repeatable): median_step_ms (default), p90_step_ms, median_cpu_ms "
+                "(per-step process CPU time; runs without it left out), throughput_eps.",
             ),
         ] = None,
         fmt: FormatOpt = Format.table,

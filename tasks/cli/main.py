@@ -150,6 +150,8 @@ def runs(
         df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
         if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
             df = df.drop(columns=["median_wait_ms"])
+        on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
+        df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
     render(df, fmt, title="perfwatch runs")
 
 

@@ -400,6 +400,8 @@ class StepSamples(_View):
     or xprof's for an ingested profile). A list the file lacks is empty."""
 
     measured_step_times_ms: list[float] = []
+    #: per measured step, the runner process's CPU time (ms, all threads, user + system); empty where not recorded
+    measured_cpu_ms: list[float] = []
     warmup_step_times_ms: list[float] = []
     profiled_step_times_ms: list[float] = []
     cold_step_ms: float | None = None

@@ -10,6 +10,12 @@ For each model and case a DAG run stored, :func:`watch_case` reads the series of
   (the newest ``creep_runs`` accepted runs) against the level of the baseline accepted
   ``window_days`` days ago, in the same environment.
 
+Both look at the metric that drifts least between processes (``tasks.analysis.calibration.history_metric``,
+the history verdict's rule): each run's median per-step process CPU time (``median_cpu_ms``) when, over the
+accepted runs of the newest run's environment, it drifts clearly less than the median step time, no GPU may
+carry the steps, and every run of the series recorded it; else the median step time (``median_step_ms``).
+The report names the metric (``TrendReport.metric``) and the rule's figures.
+
 :func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown and creep
 (``tasks.analysis.changes.alerts``), so the DAG run goes red and Airflow's alerting fires; a faster
 change point is reported, not alerted.
@@ -20,11 +26,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
-from tasks.analysis import changes
+from tasks.analysis import calibration, changes
 from tasks.settings import Settings
-from tasks.store.series import baseline_levels, dag_run_cases, run_series
+from tasks.store.queries import fingerprint_data
+from tasks.store.series import SeriesRun, baseline_levels, dag_run_cases, run_series
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +47,12 @@ class TrendReport:
     Attributes:
         model, case_name: what was checked; run_id: tonight's run (None when it stored none).
         runs: runs in the series (successful, with a median step time).
-        new_change_points: ``ChangePoint.to_json()`` of each new change point (median step time, ms).
-        creep: ``CreepCheck.to_json()`` of the creep guard.
+        new_change_points: ``ChangePoint.to_json()`` of each new change point (of ``metric``, ms).
+        creep: ``CreepCheck.to_json()`` of the creep guard (of ``metric``).
         alerts: one line per alert (empty: nothing to alert on).
+        metric: the series looked at: ``median_step_ms`` (each run's median step time) or ``median_cpu_ms``
+            (its median per-step process CPU time); history_metric: ``calibration.HistoryMetric`` as a dict, the
+            rule that chose it (None without runs).
     """
 
     model: str
@@ -52,6 +62,8 @@ class TrendReport:
     new_change_points: list[dict[str, Any]] = field(default_factory=list)
     creep: dict[str, Any] = field(default_factory=dict)
     alerts: list[str] = field(default_factory=list)
+    metric: str = "median_step_ms"
+    history_metric: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict."""
@@ -68,15 +80,23 @@ def creep_check(
     creep_runs: int = changes.CREEP_RUNS,
     tolerance: float = changes.CREEP_TOLERANCE,
     confidence: float = changes.CREEP_CONFIDENCE,
+    metric: Literal["median_step_ms", "median_cpu_ms"] = "median_step_ms",
 ) -> changes.CreepCheck:
     """The creep guard of one case at ``now`` (UTC, default now): the ``creep_runs`` newest accepted runs
     against the ``creep_runs`` accepted runs that formed the baseline ``window_days`` days earlier, in the
-    environment of the active baseline. Raises LookupError for an unknown model."""
+    environment of the active baseline, on ``metric`` (each run's median step time, or its median CPU time
+    per step: ``tasks.store.series.baseline_levels``). Raises LookupError for an unknown model."""
     now = now or dt.datetime.now(dt.UTC)
-    key, cur = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now)
+    key, cur = baseline_levels(db_url, model, case_name, runs=creep_runs, at=now, metric=metric)
     _, old = (
         baseline_levels(
-            db_url, model, case_name, runs=creep_runs, at=now - dt.timedelta(days=window_days), comparability_key=key
+            db_url,
+            model,
+            case_name,
+            runs=creep_runs,
+            at=now - dt.timedelta(days=window_days),
+            comparability_key=key,
+            metric=metric,
         )
         if key
         else (None, [])
@@ -89,6 +109,36 @@ def creep_check(
         then_runs=[r for r, _ in old],
         tolerance=tolerance,
         confidence=confidence,
+        metric=metric,
+    )
+
+
+def series_metric(db_url: str, model: str, case_name: str, series: list[SeriesRun]) -> calibration.HistoryMetric:
+    """The metric of a case's series by the history verdict's rule (``calibration.history_metric``): the two
+    metrics' between-process drift over the newest ``calibration.CALIBRATION_WINDOW`` accepted runs of the
+    newest run's environment (``tasks.store.series.baseline_levels``, their figures from ``series``), whether a
+    GPU may carry the steps (any of those runs or the newest allocated GPU memory, else the newest run's
+    fingerprint: ``calibration.gpu_in_use``), and whether the newest run ("candidate") and every other run of
+    the series recorded CPU time. ``series``: ``run_series(..., cpu=True)`` of the case, oldest first, not
+    empty."""
+    newest = series[-1]
+    by_id = {r.run_id: r for r in series}
+    key = newest.comparability_key
+    _, levels = (
+        baseline_levels(db_url, model, case_name, runs=calibration.CALIBRATION_WINDOW, comparability_key=key)
+        if key
+        else (None, [])
+    )
+    accepted = [by_id[rid] for rid, _ in levels if rid in by_id]
+    peak = next((r.peak_device_bytes for r in [newest, *accepted] if r.peak_device_bytes is not None), None)
+    env = (
+        fingerprint_data({newest.fingerprint_id}, db_url).get(newest.fingerprint_id) if newest.fingerprint_id else None
+    )
+    return calibration.history_metric(
+        [(str(r.version), r.median_step_ms, r.median_cpu_ms) for r in accepted],
+        gpu=calibration.gpu_in_use(env or {}, peak),
+        candidate_cpu=newest.median_cpu_ms is not None,
+        baselines_cpu=all(r.median_cpu_ms is not None for r in series[:-1]),
     )
 
 
@@ -106,12 +156,18 @@ def watch_case(
     looked for only when it is the newest run of the series (None: the newest run, whichever it is), and
     not at all with ``new_points=False`` (tonight's run failed). ``creep_kwargs`` go to :func:`creep_check`.
     Raises LookupError for an unknown model."""
-    series = run_series(db_url, model, case_name)
+    series = run_series(db_url, model, case_name, cpu=True)
     ids = [r.run_id for r in series]
+    rule = series_metric(db_url, model, case_name, series) if series else None
+    metric: Literal["median_step_ms", "median_cpu_ms"] = (
+        "median_cpu_ms" if rule is not None and rule.metric == "cpu" else "median_step_ms"
+    )
     new: list[changes.ChangePoint] = []
     if new_points and ids and (run_id is None or ids[-1] == run_id):
-        new = changes.new_change_points([r.median_step_ms for r in series], ids, metric="median_step_ms")
-    creep = creep_check(db_url, model, case_name, now=now, **creep_kwargs)
+        # CPU time is chosen only when every run of the series recorded it
+        values = [cast(float, r.median_cpu_ms) if metric == "median_cpu_ms" else r.median_step_ms for r in series]
+        new = changes.new_change_points(values, ids, metric=metric)
+    creep = creep_check(db_url, model, case_name, now=now, metric=metric, **creep_kwargs)
     return TrendReport(
         model=model,
         case_name=case_name,
@@ -120,6 +176,8 @@ def watch_case(
         new_change_points=[cp.to_json() for cp in new],
         creep=creep.to_json(),
         alerts=changes.alerts(new, creep),
+        metric=metric,
+        history_metric=rule.model_dump(mode="json") if rule is not None else None,
     )
 
 
@@ -145,10 +203,11 @@ def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None
     reports = watch_dag_run(settings.database_url, dag_id, dag_run_id)
     for r in reports:
         log.info(
-            "trend %s (%s): %d runs, %d new change point(s), creep %s%s",
+            "trend %s (%s): %d runs of %s, %d new change point(s), creep %s%s",
             r.model,
             r.case_name,
             r.runs,
+            r.metric,
             len(r.new_change_points),
             r.creep.get("verdict"),
             f": {r.creep.get('reason')}" if r.creep else "",

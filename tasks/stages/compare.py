@@ -26,10 +26,12 @@ the threshold holds (false for a ``regression`` or bad data).
 
 The history comparison's prior for process-to-process drift comes from ``tasks.analysis.calibration``
 (the Case's ``prior_between_sd``, else estimated from the store's accepted runs in the same
-environment, else 0.05); it is recorded in ``evidence["prior"]``. Baseline runs whose samples
-are unusable (fewer than ``stats.MIN_STEPS`` measured steps, a NaN or non-positive step time) are
-left out of the lookback and named in ``evidence["skipped_baselines"]``; if none is left the
-verdict is ``no-baseline`` with that reason.
+environment, else 0.05); it is recorded in ``evidence["prior"]``. It compares the metric that drifts
+least between processes (``calibration.history_metric``: the run's per-step CPU time, from its samples
+file, when clearly steadier than wall time on a CPU host, else wall time; ``evidence["metric"]``).
+Baseline runs whose samples are unusable (fewer than ``stats.MIN_STEPS`` measured steps, a NaN or
+non-positive step time) are left out of the lookback and named in ``evidence["skipped_baselines"]``; if
+none is left the verdict is ``no-baseline`` with that reason.
 
 Paired gates (``run.paired_path`` is set by the profiled-run stage) are judged on the ABBA block pairs
 of the baseline version (A) and the candidate (B) measured in one process, method ``paired-abba``:
@@ -133,7 +135,8 @@ def baseline_compare(
         ValueError: the paired result (``run.paired_path``) holds no blocks, unequal block counts or a
             NaN/non-positive step time (names ``a_blocks[i]``/``b_blocks[i]`` and the index).
     """
-    measured = read_view(run.samples_path, StepSamples).measured_step_times_ms
+    samples = read_view(run.samples_path, StepSamples)
+    measured = samples.measured_step_times_ms
     inputs = reads.gather_compare_inputs(
         db_url,
         case.model,
@@ -153,6 +156,8 @@ def baseline_compare(
         baseline_version=base.version if base else None,
         baseline_digest=base.digest if base else None,
         noise=run.noise,
+        measured_cpu=samples.measured_cpu_ms or None,
+        gpu=calibration.gpu_in_use(env.data, run.peak_device_bytes),
     )
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None

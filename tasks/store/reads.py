@@ -1,8 +1,9 @@
 """The store's reads for the stages and the command line: typed snapshots, one session each.
 
 ``gather_compare_inputs`` is baseline-compare's read of the stored facts (``tasks.records.CompareInputs``):
-the lookback baselines and their measured samples, the history that calibrates the drift prior and the
-paired offset; which of them count is decided in ``tasks.analysis`` (the store imports no analysis). The
+the lookback baselines and their measured samples (step times and, where recorded, per-step CPU time), the
+history that calibrates the drift prior (with each run's median CPU time, for the history's choice of metric)
+and the paired offset; which of them count is decided in ``tasks.analysis`` (the store imports no analysis). The
 other functions read one run's parsed tables back (op self-times µs over the profiled window, per-step
 breakdown ms, the xprof tool tables) or the latest runs of a version.
 """
@@ -71,23 +72,28 @@ def _baselines(
     return ([], [], None) if other is None else ([], [other[0]], other[1])
 
 
-def _measured_samples(s: Session, run_ids: list[int]) -> dict[int, list[float]]:
+def _measured(s: Session, run_ids: list[int]) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """Measured step times (ms) of each run, and the per-step CPU time (ms) of each run whose every measured
+    step recorded it; both in step order, in one query."""
     rows = s.execute(
-        select(StepSample.run_id, StepSample.step_time_ms)
+        select(StepSample.run_id, StepSample.step_time_ms, StepSample.cpu_ms)
         .where(StepSample.run_id.in_(run_ids), StepSample.phase == "measured")
         .order_by(StepSample.run_id, StepSample.step)
     ).all()
-    out: dict[int, list[float]] = {rid: [] for rid in run_ids}
-    for rid, t in rows:
-        out[rid].append(t)
-    return out
+    wall: dict[int, list[float]] = {rid: [] for rid in run_ids}
+    cpu: dict[int, list[float | None]] = {rid: [] for rid in run_ids}
+    for rid, t, c in rows:
+        wall[rid].append(t)
+        cpu[rid].append(c)
+    return wall, {rid: cast(list[float], xs) for rid, xs in cpu.items() if xs and None not in xs}
 
 
-def _calibration_runs(
+def _calibration_rows(
     s: Session, model_id: int, case_name: str, comparability_key: str, window: int
-) -> list[tuple[str, float]]:
+) -> list[tuple[int, str, float]]:
+    """(run id, version, median step ms) of the newest ``window`` accepted runs of the case and environment."""
     rows = s.execute(
-        select(ModelVersion.version, Run.median_step_ms)
+        select(Run.id, ModelVersion.version, Run.median_step_ms)
         .select_from(Baseline)
         .join(Run, Run.id == Baseline.run_id)
         .join(ModelVersion, ModelVersion.id == Run.model_version_id)
@@ -100,7 +106,7 @@ def _calibration_runs(
         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
         .limit(window)
     ).all()
-    return [(str(v), float(cast(float, m))) for v, m in rows]  # median_step_ms IS NOT NULL
+    return [(int(i), str(v), float(cast(float, m))) for i, v, m in rows]  # median_step_ms IS NOT NULL
 
 
 def _paired_gates(
@@ -158,7 +164,9 @@ def gather_compare_inputs(
     empty inputs for an unknown model.
 
     ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
-    and paired gates looked at for calibration.
+    and paired gates looked at for calibration. The baselines' per-step CPU time comes with their step times
+    (one query), the calibration runs' median CPU time from one grouped read of their measured steps
+    (``tasks.store.series.counter_medians``).
     """
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
@@ -166,13 +174,18 @@ def gather_compare_inputs(
             return CompareInputs()
         same, other, other_data = _baselines(s, model_id, case_name, comparability_key, lookback)
         ids = same or other
+        wall, cpu = _measured(s, ids) if ids else ({}, {})
+        cal = _calibration_rows(s, model_id, case_name, comparability_key, calibration_window)
+        cal_cpu = counter_medians(s, [i for i, _, _ in cal]) if cal else {}
         gates = _paired_gates(s, model_id, case_name, comparability_key, calibration_window)
         return CompareInputs(
             same_env=same,
             other_env=other,
             other_env_data=other_data,
-            samples=_measured_samples(s, ids) if ids else {},
-            calibration_runs=_calibration_runs(s, model_id, case_name, comparability_key, calibration_window),
+            samples=wall,
+            cpu_samples=cpu,
+            calibration_runs=[(v, m) for _, v, m in cal],
+            calibration_cpu_ms=[cal_cpu.get(i, (None, None))[0] for i, _, _ in cal],
             aa_gates=[p for p, digest in gates if p.get("baseline_digest") == digest],
             paired_gates=[p for p, _ in gates],
         )
@@ -181,7 +194,7 @@ def gather_compare_inputs(
 def load_samples(db_url: str, run_ids: list[int]) -> dict[int, list[float]]:
     """Measured step times (ms, our timer) of each run, in step order."""
     with session_scope(db_url) as s:
-        return _measured_samples(s, run_ids)
+        return _measured(s, run_ids)[0]
 
 
 def calibration_runs(
@@ -190,7 +203,8 @@ def calibration_runs(
     """``(version, median step ms)`` of the newest ``window`` accepted runs of a model, case and environment."""
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
-        return [] if model_id is None else _calibration_runs(s, model_id, case_name, comparability_key, window)
+        rows = [] if model_id is None else _calibration_rows(s, model_id, case_name, comparability_key, window)
+        return [(v, m) for _, v, m in rows]
 
 
 def aa_gates(db_url: str, model: str, case_name: str, comparability_key: str, window: int) -> list[dict[str, Any]]:

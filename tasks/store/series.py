@@ -1,10 +1,10 @@
 """The store's reads for watching the trend: nightly series, baseline levels over time, the metrics snapshot.
 
 * :func:`run_series`: the successful runs of a model (and case) oldest first, with the figures a change
-  point detector reads (median and p90 step time ms, throughput examples/s) and the version and
-  environment at each run;
+  point detector reads (median and p90 step time ms, throughput examples/s, and on request the median
+  CPU time per step, ms) and the version and environment at each run;
 * :func:`baseline_levels`: the accepted runs that formed a case's baseline at a given time (the creep
-  guard's two sides);
+  guard's two sides), by median step time or median CPU time per step;
 * :func:`metrics_snapshot`: what ``/perfwatch/metrics`` exposes (latest figures, counts, freshness).
 
 One session per call; times are UTC.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from sqlalchemy import Float, func, select, type_coerce
 from sqlalchemy.orm import Session
@@ -36,7 +37,9 @@ class SeriesRun:
         run_id, started_at (UTC), case_name, version (the pulled version), source (``perfwatch`` or
         ``external``), fingerprint_id and comparability_key of its environment, verdict;
         median_step_ms, p90_step_ms (ms: perfwatch's timer, profiler off; xprof's step time for external
-        runs), throughput_eps (examples/s; None when unknown).
+        runs), throughput_eps (examples/s; None when unknown); peak_device_bytes (TF's GPU:0 allocator's
+        peak, bytes; None on CPU); median_cpu_ms: median per-step process CPU time of its measured steps
+        (ms, ``step_samples.cpu_ms``; None where not recorded: runs before migration 0005, external runs).
     """
 
     run_id: int
@@ -50,6 +53,8 @@ class SeriesRun:
     p90_step_ms: float | None
     throughput_eps: float | None
     verdict: str | None
+    peak_device_bytes: int | None = None
+    median_cpu_ms: float | None = None
 
 
 def _model_id(s, model: str) -> int:
@@ -61,10 +66,12 @@ def _model_id(s, model: str) -> int:
 
 
 def run_series(
-    db_url: str, model: str, case_name: str | None = None, since: dt.datetime | None = None
+    db_url: str, model: str, case_name: str | None = None, since: dt.datetime | None = None, *, cpu: bool = False
 ) -> list[SeriesRun]:
     """The successful runs (with a median step time) of ``model``, optionally one case and from ``since``
-    (UTC, inclusive), oldest first (``started_at``, then id).
+    (UTC, inclusive), oldest first (``started_at``, then id). With ``cpu``, each with its median CPU time per
+    step (:func:`counter_medians`: one more read, of every measured step of the series); without,
+    ``median_cpu_ms`` is None.
 
     Raises:
         LookupError: no model of that name in the store (names the models it has).
@@ -84,6 +91,7 @@ def run_series(
                 Run.p90_step_ms,
                 Run.throughput_eps,
                 Run.verdict,
+                Run.peak_device_bytes,
             )
             .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
             .outerjoin(Environment, Environment.id == Run.environment_id)
@@ -94,7 +102,9 @@ def run_series(
             q = q.where(Run.case_name == case_name)
         if since is not None:
             q = q.where(Run.started_at >= since)
-        return [SeriesRun(*r) for r in s.execute(q)]
+        runs = [SeriesRun(*r) for r in s.execute(q)]
+        medians = counter_medians(s, [r.run_id for r in runs]) if cpu and runs else {}
+    return [replace(r, median_cpu_ms=medians[r.run_id][0]) if r.run_id in medians else r for r in runs]
 
 
 def baseline_levels(
@@ -105,14 +115,17 @@ def baseline_levels(
     runs: int,
     at: dt.datetime | None = None,
     comparability_key: str | None = None,
+    metric: Literal["median_step_ms", "median_cpu_ms"] = "median_step_ms",
 ) -> tuple[str | None, list[tuple[int, float]]]:
     """The accepted runs that formed the baseline of ``model`` / ``case_name`` at time ``at`` (UTC; None: now).
 
     The ``runs`` newest ``baselines`` rows accepted at or before ``at`` in one environment (comparability
-    key): ``comparability_key`` when given, else that of the newest such row.
+    key): ``comparability_key`` when given, else that of the newest such row. ``metric``: each run's median
+    step time (``median_step_ms``) or its measured steps' median CPU time per step (``median_cpu_ms``,
+    :func:`counter_medians`; runs that recorded none are left out).
 
     Returns:
-        (the comparability key, [(run id, median step time ms)] newest first); (None, []) without any.
+        (the comparability key, [(run id, the metric's median, ms)] newest first); (None, []) without any.
 
     Raises:
         LookupError: no model of that name in the store.
@@ -133,7 +146,11 @@ def baseline_levels(
                 return None, []
             comparability_key = first[0]
         rows = s.execute(q.where(Baseline.comparability_key == comparability_key).limit(runs)).all()
-    return comparability_key, [(int(r[1]), float(r[2])) for r in rows]
+        levels = [(int(r[1]), float(r[2])) for r in rows]
+        if metric == "median_cpu_ms":
+            cpu = counter_medians(s, [rid for rid, _ in levels]) if levels else {}
+            levels = [(rid, c) for rid, _ in levels if (c := cpu.get(rid, (None, None))[0]) is not None]
+    return comparability_key, levels
 
 
 @dataclass(frozen=True)

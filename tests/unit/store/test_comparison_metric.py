@@ -61,6 +61,8 @@ def test_the_deciding_metric_is_stored_and_named_where_the_ratio_is_shown(db_url
 
     df = runs_frame(db_url).set_index("run_id")
     assert list(df["metric"]) == ["wall", "cpu"]
+    table = cli("runs")
+    assert table.exit_code == 0 and "regression (CPU" in table.output  # in the verdict's cell of the table
     res = cli("gate", "m", "1")
     assert res.exit_code == 1, res.output  # the newest run of the case: the CPU-decided regression
     assert "CPU-time ratio 1.300 [1.200, 1.400]" in res.output and "step-time ratio" not in res.output

@@ -161,6 +161,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "median_wait_ms",
         "throughput_eps",
         "verdict",
+        "metric",
         "error",
     ]
     assert list(df["run_id"]) == [story["r1"], story["r2"], story["f"], story["r3"]]  # oldest first

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, select, text
+from sqlalchemy import inspect, select, text, update
 
 from tasks.runner.protocol import PairedResult, read_result
 from tasks.stages.archive import PAIRED_RESULT, archive_run
@@ -115,3 +115,54 @@ def test_archive_keeps_a_paired_gates_result_with_its_cpu_and_wait(db_url, tmp_p
     with session_scope(db_url) as s:
         kinds = sorted(s.scalars(select(Artifact.kind)))
     assert kinds == ["paired-result", "xplane"]
+
+
+def test_compare_inputs_carry_the_baselines_cpu_samples_and_the_calibration_runs_cpu_medians(db_url, tmp_path):
+    """One read (gather_compare_inputs) gives each baseline's per-step CPU time where every measured step has it,
+    and each calibration run's median CPU time in calibration_runs' order (None for a run stored without it)."""
+    from tasks.store.reads import gather_compare_inputs
+
+    arch = str(tmp_path / "archive")
+    old = archive_run(db_url, arch, *make_records(tmp_path, dag_run_id="old", verdict="pass")).run_id
+    new = archive_run(db_url, arch, *_with_counters(tmp_path, "new", verdict="pass")).run_id
+    part = archive_run(db_url, arch, *_with_counters(tmp_path, "partial", verdict="pass")).run_id
+    with session_scope(db_url) as s:  # one measured step without CPU time
+        s.execute(
+            update(StepSample)
+            .where(StepSample.run_id == part, StepSample.phase == "measured", StepSample.step == 9)
+            .values(cpu_ms=None)
+        )
+    inputs = gather_compare_inputs(db_url, "m", "train-bs16", "k1", lookback=5, calibration_window=50)
+    assert inputs.same_env == [part, new, old]
+    assert set(inputs.samples) == {old, new, part}
+    assert inputs.cpu_samples == {new: [pytest.approx(2 * t) for t in WALL]}  # old: none; partial: not every step
+    assert [m for _, m in inputs.calibration_runs] == [10.0] * 3  # runs.median_step_ms
+    assert inputs.calibration_cpu_ms == [pytest.approx(2 * 10.04), pytest.approx(2 * 10.045), None]
+    assert (
+        gather_compare_inputs(db_url, "m", "train-bs16", "other", lookback=5, calibration_window=50).cpu_samples == {}
+    )
+
+
+def test_baseline_compare_judges_the_history_on_cpu_time_when_it_drifts_less(db_url, tmp_path):
+    """End to end through the store and the compare stage: accepted runs whose wall time drifts between processes
+    and whose CPU time does not; the candidate's CPU time comes from its samples file."""
+    from tasks.stages.compare import baseline_compare
+
+    arch = str(tmp_path / "archive")
+    for i, drift in enumerate([1.0, 1.12, 0.9, 1.08, 0.95, 1.15, 0.88, 1.05]):
+        recs = _with_counters(tmp_path, f"b{i}", verdict="pass", median=10.0 * drift)
+        path = Path(recs[4].samples_path)
+        samples = json.loads(path.read_text())
+        samples["measured_cpu_ms"] = [18.0 + 0.01 * (i % 3) + 0.001 * j for j in range(10)]
+        path.write_text(json.dumps(samples))
+        archive_run(db_url, arch, *recs)
+    ctx, _, env, _, run, parsed, _ = _with_counters(tmp_path, "cand", median=11.0)
+    path = Path(run.samples_path)
+    samples = json.loads(path.read_text())
+    samples["measured_cpu_ms"] = [18.0 * 1.3 + 0.001 * j for j in range(10)]
+    path.write_text(json.dumps(samples))
+    v = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "cand" / "work")
+    assert v.evidence["metric"] == "cpu" and v.evidence["history_metric"]["metric"] == "cpu"
+    assert v.verdict == "regression" and v.ratio == pytest.approx(1.3, rel=0.01)
+    assert "median CPU-time ratio" in (v.reason or "")
+    assert v.median_limit_ms == pytest.approx(v.evidence["baseline_median_cpu_ms"] * 1.05)

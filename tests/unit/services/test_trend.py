@@ -1,0 +1,103 @@
+"""watch-trend on the steadier metric (issue 23, item 5): the change points and the creep guard of a case's series
+look at each run's median CPU time per step when, by the history verdict's rule, it drifts clearly less between
+processes than its median step time; else at the median step time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import update
+
+from tasks.services.trend import creep_check, watch_case
+from tasks.stages.archive import archive_run
+from tasks.store import Baseline, Run, session_scope
+from tasks.store.series import baseline_levels, run_series
+from tests.helpers.builders import make_records
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)
+
+
+def store_series(db_url, tmp_path, wall, cpu, *, gpu_from: int | None = None) -> list[int]:
+    """One nightly run per (median wall ms, median CPU ms or None) a day apart, each accepted at its start; from
+    night ``gpu_from`` on, the runs allocated GPU memory."""
+    ids = []
+    for i, (w, c) in enumerate(zip(wall, cpu, strict=True)):
+        ctx, *rest = make_records(tmp_path, dag_run_id=f"n{i}", median=float(w), verdict="pass")
+        ctx = ctx.model_copy(update={"dag_id": "perfwatch_profile", "started_at": T0 + dt.timedelta(days=i)})
+        if c is not None:
+            path = Path(rest[3].samples_path)
+            samples = json.loads(path.read_text())
+            samples["measured_cpu_ms"] = [float(c) + 0.001 * (j - 4.5) for j in range(10)]  # median c
+            path.write_text(json.dumps(samples))
+        if gpu_from is not None and i >= gpu_from:
+            rest[3] = rest[3].model_copy(update={"peak_device_bytes": 1 << 20})
+        ids.append(archive_run(db_url, str(tmp_path / "archive"), ctx, *rest).run_id)
+    with session_scope(db_url) as s:
+        for rid in ids:
+            started = s.get(Run, rid).started_at
+            s.execute(update(Baseline).where(Baseline.run_id == rid).values(accepted_at=started))
+    return ids
+
+
+def _nights(n=21, step_at=20, step=1.10, seed=0):
+    """Wall medians drifting 10% between processes, CPU medians 0.5%; both slower by ``step`` from ``step_at``."""
+    rng = np.random.default_rng(seed)
+    wall = 10.0 * np.exp(rng.normal(0, 0.10, n))
+    cpu = 18.0 * np.exp(rng.normal(0, 0.005, n))
+    wall[step_at:] *= step
+    cpu[step_at:] *= step
+    return wall, cpu
+
+
+def test_the_series_reads_each_runs_median_cpu_time(db_url, tmp_path):
+    ids = store_series(db_url, tmp_path, [10.0, 11.0], [None, 20.0])
+    assert [r.median_cpu_ms for r in run_series(db_url, "m", cpu=True)] == [None, 20.0]
+    assert [r.median_cpu_ms for r in run_series(db_url, "m")] == [None, None]  # not read unless asked
+    assert baseline_levels(db_url, "m", "train-bs16", runs=5, metric="median_cpu_ms") == ("k1", [(ids[1], 20.0)])
+    assert baseline_levels(db_url, "m", "train-bs16", runs=5)[1] == [(ids[1], 11.0), (ids[0], 10.0)]
+
+
+def test_change_points_on_cpu_time_when_it_drifts_less(db_url, tmp_path):
+    wall, cpu = _nights()
+    ids = store_series(db_url, tmp_path, wall, cpu)
+    r = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=21))
+    assert r.metric == "median_cpu_ms" and r.history_metric is not None and r.history_metric["metric"] == "cpu"
+    (cp,) = r.new_change_points
+    assert cp["metric"] == "median_cpu_ms" and cp["slower"] and cp["index"] == 20
+    assert 1.08 < cp["ratio"] < 1.12 and cp["n_after"] == 1
+    assert r.alerts and "median_cpu_ms x1.1" in r.alerts[0]
+    assert r.creep["metric"] == "median_cpu_ms"
+
+
+def test_the_same_step_in_wall_time_alone_is_lost_in_its_drift(db_url, tmp_path):
+    """The series of the test above whose first run recorded no CPU time: the rule keeps wall time, whose 10%
+    drift between processes hides the 10% step on its first night."""
+    wall, cpu = _nights()
+    ids = store_series(db_url, tmp_path, wall, [None, *cpu[1:]])
+    r = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=21))
+    assert r.metric == "median_step_ms" and r.history_metric is not None
+    assert "a baseline run recorded no CPU time" in r.history_metric["reason"]
+    assert r.new_change_points == [] and r.alerts == []
+    assert r.creep["metric"] == "median_step_ms"
+
+
+def test_a_gpu_series_stays_on_wall_time(db_url, tmp_path):
+    wall, cpu = _nights()
+    ids = store_series(db_url, tmp_path, wall, cpu, gpu_from=15)
+    r = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=21))
+    assert r.metric == "median_step_ms" and "a GPU case" in (r.history_metric or {})["reason"]
+
+
+def test_the_creep_guard_on_cpu_time(db_url, tmp_path):
+    n = 40
+    wall = 10.0 * np.exp(np.random.default_rng(1).normal(0, 0.10, n))
+    cpu = 18.0 * 1.004 ** np.arange(n)  # creeps 0.4% a night: +12% over 30 nights
+    store_series(db_url, tmp_path, wall, cpu)
+    now = T0 + dt.timedelta(days=39, hours=1)
+    chk = creep_check(db_url, "m", "train-bs16", now=now, metric="median_cpu_ms")
+    assert chk.verdict == "creep" and chk.metric == "median_cpu_ms" and chk.reason.startswith("on CPU time: ")
+    assert chk.now_ms is not None and chk.now_ms > 18.0 * 1.004**30
+    assert creep_check(db_url, "m", "train-bs16", now=now).metric == "median_step_ms"
