@@ -2,8 +2,10 @@
 
 Run: ``.venv/bin/python bench/busy.py --collect`` (real runner processes under loads the bench starts itself,
 about 40 min on the 2-core dev machine; writes ``bench/data/busy_samples.json``), then
-``.venv/bin/python bench/busy.py`` (the tables, from the committed samples, seconds). ``--loads``, ``--reps``,
-``--heads``, ``--pairs``, ``--history`` narrow or widen the collection.
+``.venv/bin/python bench/busy.py`` (the tables, from the committed samples, seconds; ``--trials N`` adds N
+resampled gates per cell, table 3). ``--loads``, ``--reps``, ``--heads``, ``--pairs``, ``--history`` narrow or
+widen the collection; ``--append`` adds to the samples file (``--heads 10``: A/A processes, the base against
+itself).
 
 **Models.** ``bench/gates.py``'s CNN (32x32x3, three convolutions, a 512-wide dense layer, batch 32, tens of ms
 per training step here) as A, and variants that differ only in the width of the classifier head (300, 500,
@@ -39,6 +41,14 @@ step's wall and CPU time.
 2. *History drift per metric and load.* For the base model's separate processes: the between-process sd of
    the log median (the drift the history prior must absorb) per metric and load level, and how far each
    level's median moved from the quiet one (what a busy night does to a nightly series).
+
+3. *Resampled gates* (``--trials``): per cell, gates built by a moving-block bootstrap (37-pair blocks) of a
+   process's pairs, both metrics of the same pairs, looked at and stopped as the product does
+   (``verdict.look_decides`` on the process's host load) and judged by ``verdict.judge_noise`` and
+   ``verdict.decide``: verdict shares (the regression share is the false-alarm rate of A/A cells, the detection
+   rate of the others), the share decided on CPU time, median pairs. The budget is the processes' length
+   (``--pairs``, under the product's 320), and a trial is no longer than its process. Resampled: check it
+   against real gates (``bench/gates.py``).
 
 Last lines (machine-readable)::
 
@@ -216,8 +226,11 @@ def history_process(model: Path, work: Path) -> dict[str, Any]:
     }
 
 
-def collect(path: Path, loads: Sequence[str], heads: Sequence[int], reps: int, pairs: int, history: int) -> dict:
-    """Run every process (module docstring) and write the samples to ``path`` (JSON); returns them."""
+def collect(
+    path: Path, loads: Sequence[str], heads: Sequence[int], reps: int, pairs: int, history: int, *, append: bool = False
+) -> dict:
+    """Run every process (module docstring) and write the samples to ``path`` (JSON); returns them. ``append``:
+    add the processes to those already in ``path`` (its ``meta`` gains a ``collections`` entry)."""
     cpus = os.cpu_count() or 1
     t0 = time.time()
     data: dict[str, Any] = {
@@ -235,6 +248,10 @@ def collect(path: Path, loads: Sequence[str], heads: Sequence[int], reps: int, p
         "paired": [],
         "history": [],
     }
+    if append:
+        old = json.loads(path.read_text())
+        old["meta"].setdefault("collections", []).append(data["meta"])
+        data = {**old, "meta": old["meta"]}
     with tempfile.TemporaryDirectory(prefix="pw-busy-") as tmp:
         models = build(Path(tmp), heads)
         base = models[f"h{BASE_HEAD}"]
@@ -244,8 +261,9 @@ def collect(path: Path, loads: Sequence[str], heads: Sequence[int], reps: int, p
                 print(f"\nload {level}: /proc/loadavg {loadavg()}", flush=True)
                 for rep in range(reps):
                     for head in heads:
-                        name = f"h{head}"
-                        p = paired_process(base, models[name], pairs, Path(tmp) / f"p-{level}-{name}-{rep}")
+                        name = "A/A" if head == BASE_HEAD else f"h{head}"  # the base against itself
+                        model = models[f"h{head}"]
+                        p = paired_process(base, model, pairs, Path(tmp) / f"p-{level}-h{head}-{rep}")
                         p.update(level=level, variant=name, rep=rep, at_s=round(time.time() - t0, 1))
                         data["paired"].append(p)
                         print(f"  {_paired_line(p)}", flush=True)
@@ -259,7 +277,7 @@ def collect(path: Path, loads: Sequence[str], heads: Sequence[int], reps: int, p
                         flush=True,
                     )
             path.write_text(json.dumps(data, separators=(",", ":")))
-    data["meta"]["collect_s"] = round(time.time() - t0, 1)
+    (data["meta"]["collections"][-1] if append else data["meta"])["collect_s"] = round(time.time() - t0, 1)
     path.write_text(json.dumps(data, separators=(",", ":")))
     return data
 
@@ -371,6 +389,112 @@ def history_table(data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     return lines, out
 
 
+BOOT_BLOCK = 37  #: pairs per bootstrap block, as bench/detection.py (> the 16-pair batches, a multiple of none)
+
+
+def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[str, Any]:
+    """One resampled gate from paired process ``p`` as the product decides it: ``case.paired_blocks`` pairs drawn
+    by a moving-block bootstrap of ``p``'s pairs (wall and CPU time of the same pairs), looked at in rounds of
+    ``case.paired_round_pairs`` with the product's stopping rule (``verdict.look_decides`` on the process's host
+    load, no GPU), then ``verdict.judge_noise`` and ``verdict.decide`` on what was measured up to the stop, as
+    ``tasks.stages.profiled_run`` and baseline-compare do (a fresh store: default offset, no noise calibration).
+    Returns the final verdict, the metric that decided and the pairs spent."""
+    from tasks.analysis import calibration, sequential
+    from tasks.analysis.verdict import PairedBlocks, decide, judge_noise, look_decides
+    from tasks.records import CompareInputs
+    from tasks.stages.profiled_run import gate_design
+
+    n = case.paired_blocks
+    a, b = np.asarray(p["a_ms"], float), np.asarray(p["b_ms"], float)
+    ac, bc = np.asarray(p["a_cpu_ms"], float), np.asarray(p["b_cpu_ms"], float)
+    starts = rng.integers(a.size - BOOT_BLOCK + 1, size=-(-n // BOOT_BLOCK))
+    idx = (starts[:, None] + np.arange(BOOT_BLOCK)).ravel()[:n]
+    a, b, ac, bc = a[idx], b[idx], ac[idx], bc[idx]
+    offset = calibration.Offset(sd=calibration.DEFAULT_PAIRED_OFFSET_SD, source="default")
+    design = gate_design(case, offset.sd)
+    dw, dc = np.log(b / a), np.log(bc / ac)
+    looks: list[int] = []
+    stopping: list[str] = []
+    end = 0
+    for end in range(case.paired_round_pairs, n + case.paired_round_pairs, case.paired_round_pairs):
+        end = min(end, n)
+        if end < sequential.MIN_LOOK_PAIRS and end < n:
+            continue
+        looks.append(end)
+        decided, metric = look_decides(
+            dw[:end], dc[:end], looks, design, host_load=p["host_load"], max_other_cpu_share=0.25, gpu=False
+        )
+        stopping.append(metric)
+        if decided or end >= n:
+            break
+    gate = {
+        "design": design.model_dump(mode="json"),
+        "look_pairs": looks,
+        "stopping": stopping,
+        "offset": offset.model_dump(mode="json"),
+        "calibrated_noise": None,
+    }
+    paired = PairedBlocks(
+        a=[[x] for x in a[:end]],
+        b=[[x] for x in b[:end]],
+        layout={"blocks": end, "block_steps": 1, "timed_steps": 2 * end, "wall_s": None, "orders": ""},
+        gate=gate,
+        host_load=p["host_load"],
+        a_cpu=[[x] for x in ac[:end]],
+        b_cpu=[[x] for x in bc[:end]],
+    )
+    cal = calibration.NoiseCalibration(sd_pair=None, n_gates=0)
+    noise = judge_noise(case, p["host_load"], paired, offset=offset, calibrated=cal, gpu=False)
+    d = decide(
+        list(b[:end]),
+        case,
+        CompareInputs(),
+        env_data={},
+        paired=paired,
+        baseline_version="1",
+        baseline_digest="x",
+        noise=noise.model_dump(mode="json"),
+    )
+    return {"verdict": str(d.verdict), "metric": d.evidence.get("metric"), "pairs": end, "ratio": d.ratio}
+
+
+def replay_table(data: dict[str, Any], trials: int, seed: int) -> tuple[list[str], dict[str, float]]:
+    """Resampled gates per (variant, load level) cell (:func:`replay_gate`, ``trials`` each, the process drawn
+    at random from the cell's): verdict counts, the regression (detection / false-alarm) rate, the share
+    decided on CPU time and the median pairs. The budget is the collected pairs per process (``meta.pairs``),
+    at most the product's 320."""
+    from tasks.records import Case
+
+    rng = np.random.default_rng(seed)
+    pairs = min(320, min(len(p["a_ms"]) for p in data["paired"]))
+    case = Case(model="bench", paired_blocks=pairs)
+    variants = list(dict.fromkeys(p["variant"] for p in data["paired"]))
+    variants = sorted(variants, key=lambda v: (v != "A/A", v))
+    levels = list(dict.fromkeys(p["level"] for p in data["paired"]))
+    lines = [
+        f"resampled gates: {trials} per cell, budget {pairs} pairs (the collected processes' length), seed {seed}",
+        "| variant | load | regression | pass | inconclusive | improvement | on CPU time | pairs median |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    worst = {"false_alarm_max": 0.0}
+    for v in variants:
+        for level in levels:
+            cell = [p for p in data["paired"] if p["variant"] == v and p["level"] == level]
+            if not cell:
+                continue
+            out = [replay_gate(cell[int(rng.integers(len(cell)))], rng, case) for _ in range(trials)]
+            share = {k: sum(o["verdict"] == k for o in out) / trials for k in ("regression", "pass", "inconclusive")}
+            share["improvement"] = sum(o["verdict"] == "improvement" for o in out) / trials
+            cpu = sum(o["metric"] == "cpu" for o in out) / trials
+            if v == "A/A":
+                worst["false_alarm_max"] = max(worst["false_alarm_max"], share["regression"])
+            lines.append(
+                f"| {v} | {level} | {share['regression']:.0%} | {share['pass']:.0%} | {share['inconclusive']:.0%} | "
+                f"{share['improvement']:.0%} | {cpu:.0%} | {statistics.median(o['pairs'] for o in out):.0f} |"
+            )
+    return lines, worst
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Collect (``--collect``) and/or print the tables (module docstring); last lines machine-readable."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -381,6 +505,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=2, help="paired processes per variant and level (default 2)")
     parser.add_argument("--pairs", type=int, default=160, help="ABBA pairs per paired process (default 160)")
     parser.add_argument("--history", type=int, default=4, help="history processes per level (default 4)")
+    parser.add_argument("--append", action="store_true", help="add the collected processes to --data's")
+    parser.add_argument("--trials", type=int, default=0, help="resampled gates per cell (default 0: none)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the resampled gates (default 0)")
     args = parser.parse_args(argv)
     if args.collect:
         loads = [x.strip() for x in args.loads.split(",") if x.strip()]
@@ -393,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"processes per level; /proc/loadavg {loadavg()}",
             flush=True,
         )
-        data = collect(args.data, loads, heads, args.reps, args.pairs, args.history)
+        data = collect(args.data, loads, heads, args.reps, args.pairs, args.history, append=args.append)
     else:
         data = json.loads(args.data.read_text())
     meta = data["meta"]
@@ -413,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if drift:
         print(f"busy: history_drift wall={drift['wall']:.3f} cpu={drift['cpu']:.3f} steadier={drift['steadier']}")
+    if args.trials:
+        rlines, rworst = replay_table(data, args.trials, args.seed)
+        print()
+        print("\n".join(rlines))
+        print(f"busy: resampled false_alarm_max={100 * rworst['false_alarm_max']:.1f}% trials={args.trials}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ What it does, in a fresh store under a temporary ``PERFWATCH_HOME`` (SQLite):
    the gates are scored against ("about x1.03, x1.05, x1.10"; the exact figures are printed).
 3. **Baseline.** Version 1 runs once through every stage (``tasks.stages.pipeline.run_case``), unpaired: its
    verdict is ``no-baseline`` and it becomes the active baseline.
-4. **Gates.** Per load level (``--loads``: busy processes per core; 0, 1 and 3 by default) the bench starts the
+4. **Gates.** Per load level (``--loads``: busy processes per core, 0, 1 and 3 by default, or ``tf``: two other
+   TensorFlow training jobs, ``bench/busy.py``'s ``TFJobs``) the bench starts the
    background load itself (``BackgroundLoad``: single-threaded numpy matmul loops, one per busy process, each
    one core's worth of demand), waits ``LOAD_RAMP_S`` s, runs the gates, and stops the load (by process id).
    Each gate is a real release gate as ``perfwatch run MODEL --version V --paired`` runs it: the pipeline's
@@ -34,8 +35,9 @@ What it does, in a fresh store under a temporary ``PERFWATCH_HOME`` (SQLite):
    verdict). Gates of a load level are interleaved (A/A, x1.03, x1.05, x1.10, A/A, ...) so that drift hits
    every variant alike. All gates share one store, as a CI runner's store would: A/A gates found quiet feed the
    offset calibration of later gates (``tasks.analysis.calibration``).
-5. **Reading the verdict.** Verdict, ratio, interval, the verdict of the statistics alone (before the noise
-   rule), host-busy flag and the pairs spent (``evidence["paired"]["spent"]["pairs"]``; older evidence:
+5. **Reading the verdict.** Verdict, the metric that decided (``evidence["metric"]``: wall | cpu), ratio,
+   interval, the verdict of the statistics alone (before the noise rule), host-busy flag, the share of the CPU
+   other processes took, and the pairs spent (``evidence["paired"]["spent"]["pairs"]``; older evidence:
    ``n_candidate``/``blocks``) are read from the returned bundle, never recomputed here.
 
 Printed per load level: /proc/loadavg at its start and end and the mean 1-minute load over its gates, the

@@ -14,7 +14,7 @@ calls ``decide`` runs the verdict as the product does:
   time (the candidate's ``measured_cpu``, the baselines' ``CompareInputs.cpu_samples``) with the prior from the
   accepted runs' CPU medians; the tolerance is then a CPU-time tolerance ("on CPU time: ... median CPU-time
   ratio ..."). On a busy host (an unpaired run) a CPU-time history verdict stands by the busy-host rule
-  (:func:`busy_verdict_from_ci`, never ``pass``), as a paired gate's;
+  (:func:`busy_verdict_from_ci`: every line moved by ``calibration.CPU_BIAS_BOUND``), as a paired gate's;
 * no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
   ``env-changed`` naming the comparability fields that changed;
 * neither: ``no-baseline``;
