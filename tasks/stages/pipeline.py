@@ -424,9 +424,9 @@ def busy_reason(state: RunState, settings: Settings | None = None) -> str | None
     ``tasks.analysis.calibration.assess_noise``); None when it is not. After baseline-compare: the verdict is
     ``inconclusive`` and its ``evidence["noise"]`` says busy. Before it (the profiled run measured): the run's
     noise says busy, no metric is fit to decide (``Noise.decided_on`` unset: a busy gate whose CPU time is fit
-    keeps its verdict and is not measured again) and the verdict depends on it (a paired gate ran, or the store holds a baseline to compare
-    with; a first run is ``no-baseline`` however busy the host). A run already archived whose state lacks the
-    verdict (a retried task): None."""
+    keeps its verdict and is not measured again) and the verdict depends on it (a paired gate ran, or the store
+    holds a baseline to compare with; a first run is ``no-baseline`` however busy the host). A run already
+    archived whose state lacks the verdict (a retried task): None."""
     if state.verdict is not None:
         noise = state.verdict.evidence.get("noise") or {}
         busy = state.verdict.verdict == Verdict.INCONCLUSIVE and bool(noise.get("busy"))
