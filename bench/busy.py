@@ -81,7 +81,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gates import BASE_HEAD, BATCH, BackgroundLoad, loadavg  # noqa: E402
+from gates import BASE_HEAD, BATCH, MODEL_SCRIPT, BackgroundLoad, loadavg  # noqa: E402
 
 from tasks.analysis import stats  # noqa: E402
 
@@ -93,19 +93,6 @@ RAMP_S = 8.0  #: seconds between starting a load and the first process
 WARMUP_STEPS = 20
 HISTORY_STEPS = 100
 
-MODEL_SCRIPT = """
-import sys, keras
-head, path = int(sys.argv[1]), sys.argv[2]
-keras.utils.set_random_seed(1)
-inp = keras.Input((32, 32, 3))
-x = keras.layers.Conv2D(32, 3, activation="relu")(inp)
-x = keras.layers.Conv2D(32, 3, activation="relu")(x)
-x = keras.layers.MaxPooling2D()(x)
-x = keras.layers.Conv2D(64, 3, activation="relu")(x)
-x = keras.layers.GlobalAveragePooling2D()(x)
-x = keras.layers.Dense(512, activation="relu")(x)
-keras.Model(inp, keras.layers.Dense(head)(x)).save(path)
-"""
 
 #: another team's TensorFlow job: a CNN trained on random batches, forever (default threading)
 TF_JOB_SCRIPT = """

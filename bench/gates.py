@@ -145,15 +145,11 @@ class BackgroundLoad:
         self.stop()
 
 
-#: other TensorFlow jobs of the ``tf`` load level (``bench/busy.py``'s ``TFJobs``)
-TF_JOBS = 2
-
-
 def load_level(level: str, cpus: int) -> BackgroundLoad:
-    """The background load of a level: ``"N"`` N busy processes per core, ``"tf"`` :data:`TF_JOBS` other
-    TensorFlow training processes (``bench/busy.py``: they contend for memory bandwidth, unlike busy loops)."""
+    """The background load of a level: ``"N"`` N busy processes per core, ``"tf"`` ``bench/busy.py``'s
+    ``TF_JOBS`` other TensorFlow training processes (they contend for memory bandwidth, unlike busy loops)."""
     if level == "tf":
-        from busy import TFJobs
+        from busy import TF_JOBS, TFJobs
 
         return TFJobs(TF_JOBS)
     return BackgroundLoad(int(level) * cpus)
@@ -547,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with load_level(load, cpus):
             time.sleep(LOAD_RAMP_S if load != "0" else 0.0)
             start = loadavg()
-            what = f"{TF_JOBS} other TensorFlow jobs" if load == "tf" else f"{int(load) * cpus} busy processes"
+            what = "other TensorFlow jobs" if load == "tf" else f"{int(load) * cpus} busy processes"
             print(f"\nload {load} ({what}): /proc/loadavg at start {start}", flush=True)
             for i in range(n_gates):
                 for name, (version, _) in variants.items():
