@@ -72,8 +72,8 @@ The 1-minute load average is recorded but not judged: it counts the runner's own
 What decides when (:func:`choose_metric`), from ``bench/busy.py``'s table (README "How verdicts are made"): on
 a quiet host, wall time, as above: it is what a user waits for. On a busy host, a paired gate decides on its
 pairs' per-step process CPU time (all threads, user + system). Measured beside 1 and 3 busy loops per core and
-two other TensorFlow jobs (other processes took 58-78% of the CPU): its pair scale stayed 0.047-0.065 where
-wall time's grew to 0.12-0.22 (0.08-0.11 quiet; issue 23's MobileNetV2 under load 5-14: 0.045-0.099 against
+two other TensorFlow jobs (other processes took 58-78% of the CPU): its pair scale stayed 0.047-0.064 where
+wall time's grew to 0.124-0.221 (0.076-0.122 quiet; issue 23's MobileNetV2 under load 5-14: 0.045-0.099 against
 0.24-0.84), and its ratio moved at most 1.7% from the quiet CPU-time ratio where the wall-time ratio moved
 up to 5.8% (issue 23's CNN pair: +18% on wall time at load 8, so load fakes regressions on wall time too).
 It is used when it was recorded, the steps are not on a GPU (:func:`gpu_in_use`; there CPU time is not the
