@@ -47,7 +47,8 @@ Evidence keys that other tools read (stable; all JSON):
   ``pairs_wall_s``, ``orders``, ``stopped_by``, ``rounds``), ``baseline_version``,
   ``baseline_digest``, ``a_median_ms``, ``b_median_ms``, ``host_busy`` (bool: the noise rule fired),
   ``sequential`` (``design``, ``looks``: per look pairs / ratio / ci_low / ci_high / verdict,
-  ``stopped``: ``decided`` | ``budget`` | ``fixed``, ``method``), ``spent`` (``pairs``,
+  ``stopped``: ``decided`` | ``budget`` | ``fixed`` | ``decided on CPU time`` (a busy gate that its CPU-time look
+  stopped), ``stopping``: per look the metric whose look was judged, ``method``), ``spent`` (``pairs``,
   ``timed_steps``, ``wall_s``: the cost actually spent) and ``cost`` (the same in words);
 * ``evidence["noise"]``: ``calibration.Noise`` (``busy``, ``reason``, ``host_load``, ``gate_sd``,
   ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
@@ -723,10 +724,13 @@ def _decide_paired(
     design = (paired.gate or {}).get("design")
     seq = None
     if gate is not None:
+        stopping = list((paired.gate or {}).get("stopping") or [])
         seq = {
             "design": design,
             "method": gate.method,
-            "stopped": gate.stopped,
+            # a busy host's gate stops on its CPU-time look (look_decides): its wall-time looks may be open
+            "stopped": "decided on CPU time" if stopping[-1:] == ["cpu"] and gate.stopped == "open" else gate.stopped,
+            "stopping": stopping,
             "looks": [
                 {
                     "pairs": x.pairs,

@@ -342,3 +342,30 @@ def test_a_busy_gate_stops_on_cpu_time_not_on_wall_time():
     with pytest.raises(ValueError, match="already decided"):
         sequential.analyse(wall, [32, 48], design)
     assert sequential.analyse(wall, [32, 48], design, strict=False).final.pairs == 48
+
+
+def test_a_gate_that_cpu_time_stopped_says_so_in_its_evidence():
+    """Wall time noisy and open at 48 pairs, CPU time decided there: the stored gate says it stopped on its
+    CPU-time look, and the wall-time analysis does not refuse the looks it left open."""
+    from tasks.analysis import sequential
+
+    design = sequential.Design(max_pairs=320, tolerance=0.05, confidence=0.99, offset_sd=0.0)
+    paired = _pairs(48, 1.3, 1.3, wall_sd=0.4, cpu_sd=0.02, seed=2)
+    paired = PairedBlocks(
+        **{
+            **paired.__dict__,
+            "gate": {
+                "design": design.model_dump(mode="json"),
+                "look_pairs": [32, 48],
+                "stopping": ["cpu", "cpu"],
+                "offset": OFFSET.model_dump(mode="json"),
+                "calibrated_noise": None,
+            },
+        }
+    )
+    noise = judge_noise(CASE, None, paired, offset=OFFSET, calibrated=NO_CAL, gpu=False)
+    d = _decide(paired, noise)
+    seq = d.evidence["paired"]["sequential"]
+    assert d.verdict == "regression" and d.evidence["metric"] == "cpu"
+    assert seq["looks"][-1]["verdict"] == "inconclusive"  # wall time (sd 0.4 per step) was still open
+    assert seq["stopping"] == ["cpu", "cpu"] and seq["stopped"] == "decided on CPU time"
