@@ -81,7 +81,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gates import BASE_HEAD, BATCH, MODEL_SCRIPT, BackgroundLoad, loadavg  # noqa: E402
+from gates import BASE_HEAD, BATCH, MODEL_SCRIPT, BackgroundLoad, loadavg, run_paired  # noqa: E402
 
 from tasks.analysis import stats  # noqa: E402
 
@@ -90,7 +90,7 @@ DEFAULT_HEADS = (300, 500, 1000, 3000)
 DEFAULT_LOADS = ("0", "busy1", "busy3", "tf", "0-end")
 TF_JOBS = 2
 RAMP_S = 8.0  #: seconds between starting a load and the first process
-WARMUP_STEPS = 20
+WARMUP_STEPS = 20  #: warm-up steps per version of a paired process (what gates.run_paired runs)
 HISTORY_STEPS = 100
 
 
@@ -157,23 +157,9 @@ def build(store: Path, heads: Sequence[int]) -> dict[str, Path]:
 
 def paired_process(base: Path, variant: Path, pairs: int, work: Path) -> dict[str, Any]:
     """One runner process in paired mode (A = ``base``, B = ``variant``, 1-step blocks): its pairs as lists."""
-    from tasks.runner import RunnerSpec, launch
-
     load1 = os.getloadavg()[0]
     t = time.time()
-    r = launch(
-        RunnerSpec(
-            mode="paired",
-            model_path=str(variant),
-            baseline_model_path=str(base),
-            out_dir=str(work),
-            batch_size=BATCH,
-            warmup_steps=WARMUP_STEPS,
-            blocks=pairs,
-            block_steps=1,
-        ),
-        sys.executable,
-    )
+    r = run_paired(base, variant, pairs, work, sys.executable)
     return {
         "load1": load1,
         "loadavg_end": loadavg(),
@@ -409,7 +395,13 @@ def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[
             continue
         looks.append(end)
         decided, metric = look_decides(
-            dw[:end], dc[:end], looks, design, host_load=p["host_load"], max_other_cpu_share=0.25, gpu=False
+            dw[:end],
+            dc[:end],
+            looks,
+            design,
+            host_load=p["host_load"],
+            max_other_cpu_share=case.max_other_cpu_share,
+            gpu=False,
         )
         stopping.append(metric)
         if decided or end >= n:

@@ -330,13 +330,12 @@ class TrueRatio:
     base_median_ms: float
 
 
-def measure_true_ratio(base: Path, variant: Path, pairs: int, work: Path, python: str) -> TrueRatio:
-    """Run the runner's paired mode (``tasks.runner``) for ``pairs`` 1-step ABBA pairs, A = ``base``, B =
-    ``variant``, and estimate the ratio with ``tasks.analysis.stats.compare_paired`` at 95%."""
-    from tasks.analysis import stats
+def run_paired(base: Path, variant: Path, pairs: int, work: Path, python: str):
+    """One runner process in paired mode (``tasks.runner``'s ``PairedResult``): A = ``base``, B = ``variant``,
+    ``pairs`` ABBA pairs of 1-step blocks after 20 warm-up steps each, batch :data:`BATCH`, in ``work``."""
     from tasks.runner import RunnerSpec, launch
 
-    r = launch(
+    return launch(
         RunnerSpec(
             mode="paired",
             model_path=str(variant),
@@ -349,6 +348,14 @@ def measure_true_ratio(base: Path, variant: Path, pairs: int, work: Path, python
         ),
         python,
     )
+
+
+def measure_true_ratio(base: Path, variant: Path, pairs: int, work: Path, python: str) -> TrueRatio:
+    """Run the runner's paired mode (``tasks.runner``) for ``pairs`` 1-step ABBA pairs, A = ``base``, B =
+    ``variant``, and estimate the ratio with ``tasks.analysis.stats.compare_paired`` at 95%."""
+    from tasks.analysis import stats
+
+    r = run_paired(base, variant, pairs, work, python)
     a = [b.a_ms for b in r.blocks]
     b = [b.b_ms for b in r.blocks]
     res = stats.compare_paired(a, b, tolerance=0.05, confidence=0.95)
