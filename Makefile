@@ -101,8 +101,9 @@ demo: airflow-init
 	$(PERFWATCH) demo check --model $(DEMO_MODEL)
 	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2
 
+# --durations: the 25 slowest tests, printed at the end (where the 30-minute budget goes).
 test: airflow-init
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 
 # The unit tests (tests/unit): pure Python, SQLite (PostgreSQL too when PERFWATCH_TEST_DATABASE_URL is set),
 # no TensorFlow runner and no Airflow services; the marker filter keeps a slow or live test out if one lands there.
