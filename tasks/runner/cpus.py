@@ -79,8 +79,8 @@ def _read_limit(d: Path, version: str) -> tuple[int, int] | None:
 
 def cgroup_cpu_quota(proc: str | Path = "/proc/self") -> dict[str, Any]:
     """This process's cgroup CPU limit: ``{"version": "v2"|"v1", "quota_us", "period_us", "cpus", "path"}`` of the
-    level whose limit is lowest (``cpus`` = quota / period, e.g. 1.5), or ``{"version": ..., "cpus": None}`` when
-    no level sets one, or ``{"version": "absent", "cpus": None}`` without cgroups. ``proc``: where to read
+    level whose limit is lowest (``cpus`` = quota / period, e.g. 1.5), or ``{"version": ..., "cpus": "absent"}``
+    when no level sets one, or ``{"version": "absent", "cpus": "absent"}`` without cgroups. ``proc``: where to read
     ``cgroup`` and ``mountinfo`` (a test's fake tree; the mount points in it are read as written).
 
     Raises:
@@ -91,7 +91,7 @@ def cgroup_cpu_quota(proc: str | Path = "/proc/self") -> dict[str, Any]:
         cgroups = (proc / "cgroup").read_text().splitlines()
         mounts = _mounts((proc / "mountinfo").read_text())
     except FileNotFoundError:
-        return {"version": ABSENT, "cpus": None}
+        return {"version": ABSENT, "cpus": ABSENT}
     found: list[tuple[str, Path]] = []
     for line in cgroups:
         hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
@@ -101,11 +101,11 @@ def cgroup_cpu_quota(proc: str | Path = "/proc/self") -> dict[str, Any]:
             elif fstype == "cgroup" and "cpu" in controllers.split(",") and "cpu" in opts:
                 found += [("v1", d) for d in _levels(point, root, path)]
     version = found[0][0] if found else ABSENT
-    best: dict[str, Any] = {"version": version, "cpus": None}
+    best: dict[str, Any] = {"version": version, "cpus": ABSENT}
     for ver, d in found:
         if (limit := _read_limit(d, ver)) is not None and limit[1] > 0:
             cpus = limit[0] / limit[1]
-            if best["cpus"] is None or cpus < best["cpus"]:
+            if best["cpus"] == ABSENT or cpus < best["cpus"]:
                 best = {"version": ver, "quota_us": limit[0], "period_us": limit[1], "cpus": cpus, "path": str(d)}
     return best
 
@@ -154,6 +154,7 @@ def cpu_facts(logical: int | None = None, proc: str | Path = "/proc/self") -> di
     except OSError as exc:
         quota = f"unknown: {type(exc).__name__}: {exc}"
     quota_cpus = quota.get("cpus") if isinstance(quota, dict) else None
+    quota_cpus = quota_cpus if isinstance(quota_cpus, int | float) else None
     return {
         "cpu_affinity": cpu_ranges(allowed) if allowed else ABSENT,
         "cpu_affinity_count": len(allowed) if allowed else ABSENT,
