@@ -67,7 +67,8 @@ class HostLoad:
     ``start()`` takes the first reading, ``result()`` the second and returns a JSON-safe dict:
     ``wall_s``; ``cpus`` (logical CPUs this process may run on: the host's, or its affinity set's when pinned,
     e.g. 1 under ``taskset -c 0``); the CPU set (``tasks.runner.cpus.cpu_facts``: ``cpu_affinity`` "0-1",
-    ``cpu_affinity_count``, ``cgroup_cpu_quota``, ``cpu_count_usable``); ``load1_start``, ``load1_end``
+    ``cpu_affinity_count``, ``cgroup_cpu_quota``, ``cpu_count_usable``) and TF's thread settings
+    (``tasks.runner.cpus.thread_settings``: ``tf_intra_op_configured``, ...); ``load1_start``, ``load1_end``
     (1-min load average); ``other_cpu_s`` (CPU seconds other processes used on those CPUs) and
     ``other_cpu_share`` (that over ``wall_s x cpus``, 0..1); ``steal_share`` (likewise, steal time);
     ``own_cpu_share`` (this process);
@@ -81,7 +82,7 @@ class HostLoad:
         self._me0: Any = None
         self._load0 = 0.0
         self._gpu0: int | None = None
-        self._cpu_set: dict[str, Any] = {}  # tasks.runner.cpus.cpu_facts at start
+        self._cpu_set: dict[str, Any] = {}  # tasks.runner.cpus.cpu_facts and thread_settings at start
         self._pinned: list[int] = []  # the affinity set when it is a strict subset of the host's CPUs
         self._per0: list[Any] = []
 
@@ -92,7 +93,7 @@ class HostLoad:
             return self
         self._psutil = psutil
         self._t0 = time.perf_counter()
-        self._cpu_set = cpus_mod.cpu_facts(psutil.cpu_count())
+        self._cpu_set = {**cpus_mod.cpu_facts(psutil.cpu_count()), **cpus_mod.thread_settings()}
         allowed = cpus_mod.affinity() or []
         self._per0 = psutil.cpu_times(percpu=True)
         self._pinned = allowed if 0 < len(allowed) < len(self._per0) and max(allowed) < len(self._per0) else []

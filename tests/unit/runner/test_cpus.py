@@ -105,6 +105,7 @@ def test_usable_cpus_enter_the_key_only_where_fewer_than_the_hosts():
 
 @pytest.mark.skipif(psutil.cpu_count() < 2, reason="needs two CPUs to pin to one")
 def test_a_taskset_pinned_run_is_recorded_as_such_and_not_comparable_with_unpinned(monkeypatch):
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
     """`taskset -c 0` used to give the same environment as an unpinned run, and `cpus: 2` in its load record."""
     free = probe.collect(include_tensorflow=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
@@ -115,4 +116,5 @@ def test_a_taskset_pinned_run_is_recorded_as_such_and_not_comparable_with_unpinn
     assert envm.Fingerprint.from_data(pinned).comparability_key != envm.Fingerprint.from_data(free).comparability_key
     load = HostLoad().start().result()
     assert load["cpus"] == 1 and load["cpu_affinity"] == "0" and load["cpu_count_usable"] == 1
+    assert load["tf_default_threads"] == 1 and load["tf_intra_op_configured"] == 0
     assert 0.0 <= load["other_cpu_share"] <= 1.0
