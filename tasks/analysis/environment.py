@@ -2,9 +2,9 @@
 
 Pure functions over the fingerprint record (a nested JSON dict taken by ``tasks.runner.probe``):
 ``Fingerprint.from_data`` hashes it into ``fingerprint_id`` (everything but the ``recorded``
-section) and ``comparability_key`` (only :data:`COMPARABILITY_FIELDS` and the set variables of
-:data:`PERFORMANCE_ENV_VARS`: a change there starts a new history); :func:`diff_fingerprints`
-lists what differs between two records.
+section) and ``comparability_key`` (only :data:`COMPARABILITY_FIELDS`, the set variables of
+:data:`PERFORMANCE_ENV_VARS` and the CPUs usable where fewer than the host's, :data:`WHEN_DIFFERENT_FIELDS`:
+a change there starts a new history); :func:`diff_fingerprints` lists what differs between two records.
 
 Environment variables: the probe records every ``TF_*`` variable that is set, but only those that
 can change step time enter the comparability key (:data:`PERFORMANCE_ENV_VARS`); the rest
@@ -57,6 +57,7 @@ PERFORMANCE_ENV_VARS: tuple[str, ...] = (
     "KMP_AFFINITY",  # Intel OpenMP thread placement and spin time
     "KMP_BLOCKTIME",
     "MKL_NUM_THREADS",  # MKL threads
+    "PERFWATCH_CPU_LOGICAL_DEVICES",  # logical CPU devices: how many replicas a mirrored case has on a CPU host
 )
 _ALWAYS_IN_KEY_ENV = PERFORMANCE_ENV_VARS[:7]
 
@@ -92,6 +93,14 @@ COMPARABILITY_FIELDS: tuple[str, ...] = (
     "packages.numpy",
     *(f"env_vars.{name}" for name in _ALWAYS_IN_KEY_ENV),  # see PERFORMANCE_ENV_VARS
 )
+
+
+# Fields in the key only where they differ from a reference field of the same record, so that every record
+# whose value equals the reference (and every record taken before the field existed) keeps its key: a run
+# pinned with ``taskset -c 0`` or limited by a cgroup CPU quota (``docker --cpus 1``) uses fewer CPUs than
+# the host has, and is comparable only with runs that had as many (tasks.runner.cpus.usable_cpus); an
+# unrestricted run's usable count equals ``host.cpu_count_logical`` and adds nothing.
+WHEN_DIFFERENT_FIELDS: dict[str, str] = {"host.cpu_count_usable": "host.cpu_count_logical"}
 
 
 class Fingerprint(pydantic.BaseModel):
@@ -165,8 +174,9 @@ _PERF_ENV_PATHS = frozenset(f"env_vars.{name}" for name in PERFORMANCE_ENV_VARS)
 
 
 def is_comparability(path: str) -> bool:
-    """Whether dotted ``path`` is a comparability field (COMPARABILITY_FIELDS or a PERFORMANCE_ENV_VARS variable)."""
-    if path in _PERF_ENV_PATHS:
+    """Whether dotted ``path`` is a comparability field (COMPARABILITY_FIELDS, a PERFORMANCE_ENV_VARS variable
+    or one of WHEN_DIFFERENT_FIELDS)."""
+    if path in _PERF_ENV_PATHS or path in WHEN_DIFFERENT_FIELDS:
         return True
     parts = path.split(".")
     return any(
@@ -179,13 +189,17 @@ def comparability_fields(data: dict) -> dict:
     """Dotted path -> value for the comparability group only (COMPARABILITY_FIELDS, PERFORMANCE_ENV_VARS).
 
     Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry; a
-    variable of PERFORMANCE_ENV_VARS outside COMPARABILITY_FIELDS is included only when it is set.
+    variable of PERFORMANCE_ENV_VARS outside COMPARABILITY_FIELDS is included only when it is set; a field
+    of WHEN_DIFFERENT_FIELDS only when it is there and differs from its reference field (e.g.
+    ``host.cpu_count_usable`` 1 on a 2-CPU host).
     """
     flat = flatten(data)
     out = {
         p: v
         for p, v in flat.items()
-        if is_comparability(p) and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)
+        if is_comparability(p)
+        and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)
+        and not (p in WHEN_DIFFERENT_FIELDS and v == flat.get(WHEN_DIFFERENT_FIELDS[p], v))
     }
     out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
     return dict(sorted(out.items()))
@@ -199,9 +213,15 @@ def diff_fingerprints(
     The ``recorded`` section (hostname, timestamp) is skipped unless ``include_recorded``.
     A path present on one side only shows "absent" on the other.
     """
-    a, b = (flatten(x.data if isinstance(x, Fingerprint) else x) for x in (old, new))
+    da, db = (x.data if isinstance(x, Fingerprint) else x for x in (old, new))
+    a, b = flatten(da), flatten(db)
+    ka, kb = comparability_fields(da), comparability_fields(db)
+
+    def affects(p: str) -> bool:  # a WHEN_DIFFERENT field counts only where it changed what enters the key
+        return is_comparability(p) and (p not in WHEN_DIFFERENT_FIELDS or ka.get(p) != kb.get(p))
+
     return [
-        FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT), affects_comparability=is_comparability(p))
+        FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT), affects_comparability=affects(p))
         for p in sorted(a.keys() | b.keys())
         if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))
     ]

@@ -25,7 +25,9 @@
   *global* batch, split evenly over the replicas), each replica computes its part, the Keras optimizer
   all-reduces the gradients (sum), and the loss returned is the mean over replicas.
   On a CPU-only host, ``PERFWATCH_CPU_LOGICAL_DEVICES=N`` (read by :func:`configure_devices` before TF
-  initialises its runtime) splits the CPU into N logical devices so the mirrored path is real there.
+  initialises its runtime) splits the CPU into N logical devices so the mirrored path is real there. A
+  ``mirrored`` case that finds one device is refused (:func:`check_mirrored_devices`), never run as one
+  replica under the mirrored name.
 """
 
 from __future__ import annotations
@@ -120,7 +122,10 @@ def with_precision(model: Any, precision: str) -> Any:
     def clone(layer):
         if isinstance(layer, keras.layers.InputLayer):
             return layer
-        return layer.__class__.from_config({**layer.get_config(), "dtype": policy})
+        config = layer.get_config()
+        if isinstance(layer, keras.layers.Layer):  # a keras.ops node (``x + attention(x)``) has no dtype policy:
+            config = {**config, "dtype": policy}  # it computes in its inputs' dtype, so it is cloned as it is
+        return layer.__class__.from_config(config)
 
     try:
         rebuilt = keras.models.clone_model(model, clone_function=clone, recursive=True)
@@ -139,6 +144,21 @@ def _all_layers(model: Any) -> list[Any]:
         if hasattr(layer, "layers"):
             out.extend(_all_layers(layer))
     return out
+
+
+def check_mirrored_devices(devices: list[str]) -> None:
+    """Refuse ``strategy mirrored`` over fewer than two ``devices`` (TF logical device names): one replica is
+    no mirroring, and its run would carry the case's ``mirrored`` name while it measures one device.
+
+    Raises:
+        RunnerError: one device or none (names it and how to get more).
+    """
+    if len(devices) < 2:
+        raise RunnerError(
+            f"strategy mirrored found {len(devices)} device ({', '.join(devices) or 'none'}): one replica is not "
+            f"mirrored. Make several GPUs visible, or on a CPU host set {CPU_DEVICES_ENV}=N (N >= 2 logical CPU "
+            "devices), or plan the case with strategy none"
+        )
 
 
 class Execution:
@@ -162,7 +182,8 @@ class Execution:
         devices: the devices the strategy mirrors over (``[]`` for ``none``: TF's placement).
 
     Raises:
-        RunnerError: unknown option values, or ``xla`` with ``mirrored`` over more than one device.
+        RunnerError: unknown option values, ``mirrored`` over one device (:func:`check_mirrored_devices`), or
+            ``xla`` with ``mirrored`` over more than one device.
     """
 
     def __init__(self, precision: str = "fp32", xla: bool = False, strategy: str = "none") -> None:
@@ -177,6 +198,7 @@ class Execution:
         if strategy == "mirrored":
             gpus = tf.config.list_logical_devices("GPU")
             self.devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+            check_mirrored_devices(self.devices)
             self.strategy = tf.distribute.MirroredStrategy(devices=self.devices)
         else:
             self.strategy = tf.distribute.get_strategy()

@@ -9,7 +9,8 @@ output is on the host (``.numpy()``), so asynchronous dispatch cannot make a ste
 
 Host load (:class:`HostLoad`, psutil): the 1-minute load average at start and end of a window; the CPU time
 the other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from /proc/stat) -
-this process's CPU time``, as a share of ``wall x logical CPUs``; the steal time (hypervisor) as the same
+this process's CPU time``, as a share of ``wall x logical CPUs`` (of the CPUs this process may run on
+when its affinity is a subset: ``taskset -c 0`` counts CPU 0 only); the steal time (hypervisor) as the same
 share; and, where NVML answers, the most processes other than this one seen on any GPU (the key is absent
 without NVML, never 0 by default). The load average counts this process's own threads too, so it is
 recorded, not judged here (``tasks.analysis.calibration`` judges).
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tasks.runner import cpus as cpus_mod
 from tasks.runner import execution
 from tasks.runner import inputs as inputs_mod
 from tasks.runner import tflite as tflite_mod
@@ -63,9 +65,13 @@ class HostLoad:
     """How busy the host was over a window of this process's life (module docstring), from psutil.
 
     ``start()`` takes the first reading, ``result()`` the second and returns a JSON-safe dict:
-    ``wall_s``; ``cpus`` (logical); ``load1_start``, ``load1_end`` (1-min load average);
-    ``other_cpu_s`` (CPU seconds other processes used) and ``other_cpu_share`` (that over ``wall_s x
-    cpus``, 0..1); ``steal_share`` (likewise, steal time); ``own_cpu_share`` (this process);
+    ``wall_s``; ``cpus`` (logical CPUs this process may run on: the host's, or its affinity set's when pinned,
+    e.g. 1 under ``taskset -c 0``); the CPU set (``tasks.runner.cpus.cpu_facts``: ``cpu_affinity`` "0-1",
+    ``cpu_affinity_count``, ``cgroup_cpu_quota``, ``cpu_count_usable``) and TF's thread settings
+    (``tasks.runner.cpus.thread_settings``: ``tf_intra_op_configured``, ...); ``load1_start``, ``load1_end``
+    (1-min load average); ``other_cpu_s`` (CPU seconds other processes used on those CPUs) and
+    ``other_cpu_share`` (that over ``wall_s x cpus``, 0..1); ``steal_share`` (likewise, steal time);
+    ``own_cpu_share`` (this process);
     ``gpu_other_processes`` only where NVML answers (the most seen at start or end). Without psutil,
     ``{"error": ...}``.
     """
@@ -76,6 +82,9 @@ class HostLoad:
         self._me0: Any = None
         self._load0 = 0.0
         self._gpu0: int | None = None
+        self._cpu_set: dict[str, Any] = {}  # tasks.runner.cpus.cpu_facts and thread_settings at start
+        self._pinned: list[int] = []  # the affinity set when it is a strict subset of the host's CPUs
+        self._per0: list[Any] = []
 
     def start(self) -> HostLoad:
         try:
@@ -84,6 +93,10 @@ class HostLoad:
             return self
         self._psutil = psutil
         self._t0 = time.perf_counter()
+        self._cpu_set = {**cpus_mod.cpu_facts(psutil.cpu_count()), **cpus_mod.thread_settings()}
+        allowed = cpus_mod.affinity() or []
+        self._per0 = psutil.cpu_times(percpu=True)
+        self._pinned = allowed if 0 < len(allowed) < len(self._per0) and max(allowed) < len(self._per0) else []
         self._sys0, self._me0 = psutil.cpu_times(), psutil.Process().cpu_times()
         self._load0 = os.getloadavg()[0]
         self._gpu0 = gpu_other_processes()
@@ -96,16 +109,24 @@ class HostLoad:
         wall = max(time.perf_counter() - self._t0, 1e-9)
         sys1, me1 = psutil.cpu_times(), psutil.Process().cpu_times()
         cpus = psutil.cpu_count() or 1
+        pinned = self._pinned
+        if pinned:  # only the CPUs this process may run on compete with it (taskset, a cpuset)
+            per0, per1 = self._per0, psutil.cpu_times(percpu=True)
+            sys0, sys1 = _sum_times([per0[i] for i in pinned]), _sum_times([per1[i] for i in pinned])
+            cpus = len(pinned)
+        else:
+            sys0 = self._sys0
 
         def busy(t) -> float:
             return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
 
         own = (me1.user + me1.system) - (self._me0.user + self._me0.system)
-        other = max(0.0, busy(sys1) - busy(self._sys0) - own)
-        steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(self._sys0, "steal", 0.0))
+        other = max(0.0, busy(sys1) - busy(sys0) - own)
+        steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(sys0, "steal", 0.0))
         out: dict[str, Any] = {
             "wall_s": wall,
             "cpus": cpus,
+            **self._cpu_set,
             "load1_start": self._load0,
             "load1_end": os.getloadavg()[0],
             "other_cpu_s": other,
@@ -117,6 +138,13 @@ class HostLoad:
         if gpu:
             out["gpu_other_processes"] = max(gpu)
         return out
+
+
+def _sum_times(rows: list[Any]) -> Any:
+    """psutil per-CPU ``cpu_times`` rows summed field by field (a namespace with the same attributes)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{f: sum(getattr(r, f, 0.0) for r in rows) for f in rows[0]._fields})
 
 
 def peak_rss_bytes() -> int:
@@ -400,15 +428,32 @@ def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
     }
 
 
+def thread_record() -> dict[str, Any]:
+    """TF's thread pools in this process: as configured (``tasks.runner.cpus.thread_settings``) and as TF
+    reports them after the model was built (``tf_intra_op_reported`` / ``tf_inter_op_reported``,
+    ``tf.config.threading.get_*_op_parallelism_threads``; 0: TF's default, ``tf_default_threads`` threads),
+    with the CPU set they run on (``tasks.runner.cpus.cpu_facts``)."""
+    import tensorflow as tf
+
+    return {
+        **cpus_mod.thread_settings(),
+        "tf_intra_op_reported": int(tf.config.threading.get_intra_op_parallelism_threads()),
+        "tf_inter_op_reported": int(tf.config.threading.get_inter_op_parallelism_threads()),
+        **cpus_mod.cpu_facts(),
+    }
+
+
 def case_record(spec: RunnerSpec, step: Step) -> dict[str, Any]:
     """What was measured, for the result: ``case_mode``, ``inputs`` (name -> shape with batch dimension,
-    dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``), ``safe_mode``, ``signature``."""
+    dtype, min, max), ``input_source`` (``synthetic`` or the ``input_fn``), ``safe_mode``, ``signature``,
+    ``threads`` (:func:`thread_record`)."""
     return {
         "case_mode": spec.case_mode,
         "inputs": step.inputs,
         "input_source": step.source,
         "safe_mode": spec.safe_mode,
         "signature": spec.signature,
+        "threads": thread_record(),
         **step.extra,
     }
 

@@ -1,6 +1,8 @@
 """The environment probe: every fact that makes step times comparable, read in the runner's interpreter.
 
-Sections of the record: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``, ``recorded``.
+Sections of the record: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``, ``threads``, ``recorded``.
+``host`` includes the CPU set this process may use (affinity, cgroup CPU quota, usable CPUs) and the CPU's
+fp16/bf16 instruction flags, ``threads`` TF's thread settings (``tasks.runner.cpus``).
 Every field is always present; a fact that cannot be read is the string ``"absent"`` (the thing
 does not exist here: no NVML, no GPU, TF not installed, env var unset) or ``"unknown: <reason>"``
 (it exists but reading it failed), never a crash and never a missing key.
@@ -64,6 +66,8 @@ from typing import Any
 
 import psutil
 
+from tasks.runner import cpus
+
 ABSENT = "absent"
 
 # Env vars always recorded ("absent" when unset); every other TF_* that is set is recorded too, and so
@@ -82,6 +86,7 @@ PERF_ENV_VARS: tuple[str, ...] = (
     "NVIDIA_TF32_OVERRIDE",
 )
 ENV_VARS_WHEN_SET: tuple[str, ...] = (
+    "PERFWATCH_CPU_LOGICAL_DEVICES",  # logical CPU devices: the replicas of a mirrored case on a CPU host
     "CUDA_LAUNCH_BLOCKING",
     "CUDA_DEVICE_MAX_CONNECTIONS",
     "KMP_AFFINITY",
@@ -376,10 +381,13 @@ def _os_release() -> str:
 
 
 def _host_section() -> dict:
+    logical = _safe(psutil.cpu_count)
     return {
         "cpu_model": _safe(_cpu_model),
-        "cpu_count_logical": _safe(psutil.cpu_count),
+        "cpu_count_logical": logical,
         "cpu_count_physical": _safe(lambda: psutil.cpu_count(logical=False) or ABSENT),
+        **_safe_section(lambda: cpus.cpu_facts(logical if isinstance(logical, int) else None), _CPU_SET_KEYS),
+        **_safe_section(lambda: {"cpu_precision_flags": cpus.precision_flags()}, ("cpu_precision_flags",)),
         "cpu_governor": _safe(_governor),
         "memory_total_bytes": _safe(lambda: psutil.virtual_memory().total),
         "os": platform.system(),
@@ -389,6 +397,18 @@ def _host_section() -> dict:
         "python_version": platform.python_version(),
         "image_digest": os.environ.get(IMAGE_DIGEST_ENV) or ABSENT,
     }
+
+
+_THREAD_KEYS = ("tf_intra_op_configured", "tf_inter_op_configured", "tf_default_threads")
+_CPU_SET_KEYS = ("cpu_affinity", "cpu_affinity_count", "cgroup_cpu_quota", "cpu_count_usable")
+
+
+def _safe_section(fn: Callable[[], dict], keys: tuple[str, ...]) -> dict:
+    """``fn()``'s dict, or every one of ``keys`` reading "unknown: ..." when it raises."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a fingerprint must never crash on one field
+        return dict.fromkeys(keys, _unknown(exc))
 
 
 def _packages_section() -> dict:
@@ -442,6 +462,7 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
         "host": _host_section(),
         "packages": _packages_section(),
         "env_vars": _env_section(),
+        "threads": _safe_section(cpus.thread_settings, _THREAD_KEYS),
         "recorded": {
             "hostname": socket.gethostname(),
             "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -450,6 +471,20 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
         },
     }
     return data
+
+
+def hardware() -> dict[str, Any]:
+    """The part of the record that says what the hardware computes in and how many replicas a mirrored case
+    gets (``tasks.analysis.hardware``): ``gpu`` (NVML), ``host`` (CPU model and fp16/bf16 flags) and
+    ``env_vars.PERFWATCH_CPU_LOGICAL_DEVICES``; well under a second, TensorFlow not read."""
+    return {
+        "gpu": _gpu_section(),
+        "host": {
+            "cpu_model": _safe(_cpu_model),
+            **_safe_section(lambda: {"cpu_precision_flags": cpus.precision_flags()}, ("cpu_precision_flags",)),
+        },
+        "env_vars": {"PERFWATCH_CPU_LOGICAL_DEVICES": os.environ.get("PERFWATCH_CPU_LOGICAL_DEVICES", ABSENT)},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

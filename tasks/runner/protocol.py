@@ -239,6 +239,11 @@ class _Measured(_Result):
     tflite: dict[str, Any] | None = Field(
         None, description="tflite: sizes before/after conversion (bytes), agreement with TF (``tasks.runner.tflite``)"
     )
+    threads: dict[str, Any] | None = Field(
+        None,
+        description="TF's thread pools as configured and as TF reports them, the CPU set they run on "
+        "(``tasks.runner.measure.thread_record``)",
+    )
     batch_size: int
     seed: int
     deterministic: bool

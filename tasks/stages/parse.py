@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.analysis.collectives import collective_time
-from tasks.analysis.diagnose import diagnose, diagnose_window
+from tasks.analysis.diagnose import Finding, diagnose, diagnose_window
 from tasks.analysis.profile import (
     IDLE_OP,
     INPUT_OP_COLUMNS,
@@ -452,7 +452,13 @@ def parse_profile(
     return ParsedProfile(**out)
 
 
-def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: int = 200 * 2**20) -> ParseRecord:
+def parse_run(
+    run: ProfiledRun,
+    work_dir: str | Path,
+    *,
+    max_full_parse_bytes: int = 200 * 2**20,
+    extra_findings: Sequence[Finding] = (),
+) -> ParseRecord:
     """The pipeline's parse stage: parse ``run.profile_dir`` (a ``tasks.records.ProfiledRun``), diagnose it,
     look for the runner's step markers when xprof found no steps (:func:`marker_steps`, in ``marker_steps`` of the
     parsed profile: the ``steps_not_found`` finding then says so instead of advising markers), check the
@@ -466,6 +472,7 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     window (``profile_absent_reason``, a tflite run) gets a record with every profile figure None and the
     ``no_profile`` finding, never zeros. The parsed profile's ``collectives`` holds the all-reduce /
     collective time per step (``tasks.analysis.collectives``; None where the profile has none).
+    ``extra_findings`` (e.g. the hardware's, ``tasks.analysis.hardware.case_findings``) are added to the run's.
 
     Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), OSError when the runner's
     samples file is missing or unreadable, ``tasks.runner.protocol.ProtocolMismatch`` when it is of another
@@ -474,7 +481,7 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     """
     samples = read_view(run.samples_path, StepSamples)
     if samples.profile_absent_reason:  # the runner ran no profiler window (a tflite run)
-        return _no_profile(samples.profile_absent_reason, work_dir)
+        return _no_profile(samples.profile_absent_reason, work_dir, extra_findings)
     parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
     if parsed.avg_step_time_ms is None:  # xprof found no steps, though the runner marks every profiled step
         try:
@@ -502,7 +509,7 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
         [s["step_time_ms"] for s in parsed.step_breakdown],
         profiler_avg_step_ms=parsed.avg_step_time_ms,
     )
-    findings = diagnose(parsed) + diagnose_window(check)
+    findings = diagnose(parsed) + diagnose_window(check) + list(extra_findings)
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tables = {
@@ -522,18 +529,19 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     )
 
 
-def _no_profile(reason: str, work_dir: str | Path) -> ParseRecord:
+def _no_profile(reason: str, work_dir: str | Path, extra: Sequence[Finding] = ()) -> ParseRecord:
     """The parse of a run whose runner had no profiler window (``profile_absent_reason`` in its result, e.g.
     a tflite run): ``parsed.json`` holds the reason and no tables, every profile figure is None (absent)."""
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"profile_absent_reason": reason, "findings": []}))
+    findings = [f.model_dump(mode="json") for f in extra]
+    out.write_text(json.dumps({"profile_absent_reason": reason, "findings": findings}))
     return ParseRecord(
         parsed_path=str(out),
         avg_step_time_ms=None,
         input_bound_pct=None,
         n_ops=0,
-        findings=[f"no_profile: {reason}"],
+        findings=[f"no_profile: {reason}", *(f"{f.code}: {f.message}" for f in extra)],
         cross_check_ratio=None,
         cross_check_ok=None,
     )

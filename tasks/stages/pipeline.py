@@ -21,6 +21,7 @@ Every stage is safe to retry at any time (an operator clearing a task of a finis
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 import traceback
@@ -91,7 +92,8 @@ def plan_cases(
     ``model`` and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
     ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
     ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``) names its
-    mapped task instances in the Airflow grid.
+    mapped task instances in the Airflow grid. A case the planning host's hardware cannot run as it says
+    (mixed precision without the type, mirrored with one replica) is logged as a warning (:func:`warn_hardware`).
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
@@ -118,12 +120,42 @@ def plan_cases(
         cases = [Case.model_validate(case_fields)]
     else:
         cases = load_config(settings.config_path)
+    if os.environ.get("PERFWATCH_PROFILE_QUEUE", "default") == "default":  # measured where planned (the DAG's queue)
+        warn_hardware(cases)
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
         ).to_xcom()
         for c in cases
     ]
+
+
+def warn_hardware(cases: list[Case], hardware: dict[str, Any] | None = None) -> list[str]:
+    """Log a warning per planned case that the hardware cannot run as the case says
+    (``tasks.analysis.hardware.case_findings``: mixed precision without the hardware type, a mirrored case with
+    one replica) and return the warnings, ``"<model> <case name>: <code>: <message>"``. ``hardware``: a
+    fingerprint record (default: this host's CPU flags, NVML's GPUs and ``PERFWATCH_CPU_LOGICAL_DEVICES``,
+    ``tasks.runner.probe.hardware``, read only when a case is mixed-precision or mirrored). :func:`plan_cases`
+    calls it unless the measuring stages go to another Celery queue (``PERFWATCH_PROFILE_QUEUE``: the plan's
+    host is not the measured one); every run also gets the measured host's check in its findings (parse).
+    """
+    from tasks.analysis.hardware import case_findings
+
+    wanted = [c for c in cases if c.precision != "fp32" or c.strategy != "none"]
+    if not wanted:
+        return []
+    if hardware is None:
+        from tasks.runner.probe import hardware as local_hardware
+
+        hardware = local_hardware()
+    out = [
+        f"{c.model} {c.name}: {f.code}: {f.message}"
+        for c in wanted
+        for f in case_findings(c.precision, c.strategy, hardware)
+    ]
+    for line in out:
+        log.warning("plan: %s (hardware of the planning host)", line)
+    return out
 
 
 def trigger_kind(run_type: str, requested: str | None) -> Trigger:
@@ -349,9 +381,11 @@ def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
 
 
 def _parse(s: RunState, ctx: RunContext, st: Settings) -> ParseRecord:
+    from tasks.analysis.hardware import case_findings
     from tasks.stages.parse import parse_run
 
-    return parse_run(_have(s.run, "run"), work_dir(st, ctx))
+    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data)
+    return parse_run(_have(s.run, "run"), work_dir(st, ctx), extra_findings=hardware)
 
 
 def _compare(s: RunState, ctx: RunContext, st: Settings) -> CompareRecord:

@@ -114,3 +114,50 @@ def test_the_profiled_run_loads_what_the_warm_up_compiled(model_files, tmp_path)
     assert r["xla_cache"]["entries_before"] == len(entries)
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == entries  # loaded, not compiled again
     assert len(r["measured_step_times_ms"]) == 6 and all(t > 0 for t in r["measured_step_times_ms"])
+
+
+_TRANSFORMER = """
+import json, sys
+import keras
+from keras import layers, ops
+from tasks.runner import measure
+from tasks.runner.spec import RunnerSpec
+
+keras.utils.set_random_seed(0)
+tokens = keras.Input((8, 16), name="tokens")  # a standard Transformer encoder block, tiny
+x = layers.LayerNormalization()(tokens + layers.MultiHeadAttention(num_heads=2, key_dim=8)(tokens, tokens))
+x = layers.LayerNormalization()(x + layers.Dense(16)(layers.Dense(32, activation="relu")(x)))
+out = layers.Dense(4)(ops.mean(x, axis=1))  # a keras.ops node besides the merges
+path = sys.argv[1] + "/encoder.keras"
+keras.Model(tokens, out).save(path)
+got = {}
+for precision in ("mixed_bfloat16", "mixed_float16"):
+    spec = RunnerSpec(mode="warmup", model_path=path, out_dir=sys.argv[1], batch_size=4, precision=precision)
+    step = measure.build_step(spec)
+    times = [step() for _ in range(2)]
+    got[precision] = {**step.extra["execution"], "times": times}
+got["threads"] = measure.thread_record()
+print("RESULT " + json.dumps(got))
+"""
+
+
+def test_a_transformer_encoder_is_rebuilt_and_trains_in_mixed_precision(tmp_path):
+    """Residual ``x + attention(x)`` (a keras.ops Add node), MultiHeadAttention and LayerNormalization: the
+    rebuild failed with "Error when deserializing class 'Add' ... 'dtype': 'mixed_bfloat16'" (issue 26)."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRANSFORMER, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(next(line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")))
+    bf16, fp16 = got["mixed_bfloat16"], got["mixed_float16"]
+    assert "bfloat16" in bf16["compute_dtypes"] and "float16" in fp16["compute_dtypes"]
+    assert fp16["optimizer"] == "LossScaleOptimizer" and bf16["optimizer"] == "SGD"
+    assert all(t > 0 for t in bf16["times"] + fp16["times"])
+    threads = got["threads"]  # TF's thread pools as TF reports them (0: its default) and the CPU set
+    assert threads["tf_intra_op_reported"] == threads["tf_intra_op_configured"] == 0
+    assert threads["cpu_count_usable"] >= 1 and threads["tf_default_threads"] >= 1

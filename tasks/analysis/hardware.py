@@ -1,0 +1,132 @@
+"""Whether the hardware of a fingerprint can run a case as the case says: mixed precision and replicas.
+
+Pure functions over a fingerprint record (``tasks.runner.probe``; a partial record with only the ``gpu``,
+``host`` and ``env_vars`` sections will do, as the planner takes on its own host):
+
+* **precision**: ``mixed_float16`` / ``mixed_bfloat16`` are fast only where the hardware computes in that
+  type. On a GPU host the model computes on the GPUs: tensor cores do float16 from compute capability 7.0
+  (Volta) and bfloat16 from 8.0 (Ampere), ``gpu.devices.*.compute_capability`` (NVML
+  ``nvmlDeviceGetCudaComputeCapability``). On a CPU host the CPU needs the instructions of
+  :data:`CPU_FLAGS` (``host.cpu_precision_flags``, from ``/proc/cpuinfo``): without them TF converts to and
+  from float32 around every op, and the case measures that emulation (EfficientNetB0 in bfloat16 ran 1.6-2.7x
+  slower than in float32 on such a CPU).
+* **replicas**: a ``mirrored`` case runs one replica per visible GPU, else per logical CPU device
+  (``PERFWATCH_CPU_LOGICAL_DEVICES``); with one it is not mirrored at all, and the runner refuses it.
+
+:func:`case_findings` turns both into ``tasks.analysis.diagnose.Finding`` records: the planner logs them
+(``tasks.stages.pipeline.plan_cases``) and the parse stage adds them to the run's findings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.analysis.diagnose import WARNING, Finding
+
+#: per mixed precision: the type it computes in, the /proc/cpuinfo flags of which one suffices, and the least
+#: GPU compute capability (tensor cores of that type)
+CPU_FLAGS: dict[str, tuple[str, ...]] = {
+    "mixed_float16": ("avx512_fp16", "amx_fp16", "asimdhp"),
+    "mixed_bfloat16": ("avx512_bf16", "amx_bf16", "bf16"),
+}
+GPU_CAPABILITY: dict[str, float] = {"mixed_float16": 7.0, "mixed_bfloat16": 8.0}
+_TYPE = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
+CPU_DEVICES_ENV = "PERFWATCH_CPU_LOGICAL_DEVICES"  # as tasks.runner.execution.CPU_DEVICES_ENV
+
+
+def _section(data: dict, name: str) -> dict:
+    got = data.get(name)
+    return got if isinstance(got, dict) else {}
+
+
+def _gpus(data: dict) -> list[dict]:
+    gpu = _section(data, "gpu")
+    count = gpu.get("count")
+    return [d for d in gpu.get("devices") or [] if isinstance(d, dict)] if isinstance(count, int) and count else []
+
+
+def _capability(value: Any) -> float | None:
+    try:
+        major, minor = str(value).split(".")
+        return int(major) + int(minor) / 10
+    except ValueError:
+        return None
+
+
+def missing_precision(data: dict, precision: str) -> str | None:
+    """Why the hardware of fingerprint ``data`` cannot compute in ``precision`` (``fp32``, ``mixed_float16``,
+    ``mixed_bfloat16``), in words naming the device and the figure; None when it can, for ``fp32``, and
+    where the figure is unknown (an older fingerprint without CPU flags, an unreadable capability).
+
+    E.g. ``"CPU 'Intel Xeon ...' has none of avx512_bf16, amx_bf16, bf16 (no bfloat16 instructions)"`` or
+    ``"GPU 0 'Tesla T4' has compute capability 7.5; bfloat16 tensor cores need 8.0"``.
+    """
+    if precision not in CPU_FLAGS:
+        return None
+    kind = _TYPE[precision]
+    if gpus := _gpus(data):
+        need = GPU_CAPABILITY[precision]
+        for d in gpus:
+            cap = _capability(d.get("compute_capability"))
+            if cap is not None and cap < need:
+                return (
+                    f"GPU {d.get('index')} {d.get('name')!r} has compute capability {d.get('compute_capability')}; "
+                    f"{kind} tensor cores need {need:.1f}"
+                )
+        return None
+    host = _section(data, "host")
+    flags = host.get("cpu_precision_flags")
+    if not isinstance(flags, dict):
+        return None
+    wanted = CPU_FLAGS[precision]
+    if any(flags.get(f) is True for f in wanted):
+        return None
+    return f"CPU {host.get('cpu_model')!r} has none of {', '.join(wanted)} (no {kind} instructions)"
+
+
+def mirrored_replicas(data: dict) -> int | None:
+    """Replicas a ``mirrored`` case gets in the environment of ``data``: the visible GPUs, else the logical CPU
+    devices of ``PERFWATCH_CPU_LOGICAL_DEVICES`` (1 when unset); None where that cannot be told (the GPU count
+    or the variable is unreadable)."""
+    count = _section(data, "gpu").get("count")
+    if isinstance(count, int) and count:
+        return count
+    if count not in (0, None):
+        return None
+    raw = str(_section(data, "env_vars").get(CPU_DEVICES_ENV, "absent")).strip()
+    if raw in ("absent", ""):
+        return 1
+    return int(raw) if raw.isdigit() else None
+
+
+def case_findings(precision: str, strategy: str, data: dict) -> list[Finding]:
+    """What the hardware of fingerprint ``data`` says about a case of ``precision`` and ``strategy``:
+    ``precision_without_hardware`` (:func:`missing_precision`: the step measures float32 emulation of the
+    type, not the type) and ``mirrored_one_replica`` (:func:`mirrored_replicas` is 1: the runner refuses the
+    case, it would be labelled mirrored and measure one device). Both are warnings; none is an empty list."""
+    out = []
+    if (why := missing_precision(data, precision)) is not None:
+        out.append(
+            Finding(
+                code="precision_without_hardware",
+                severity=WARNING,
+                figure="precision",
+                message=f"{precision} on hardware without {_TYPE[precision]} arithmetic: {why}. The step "
+                f"measures {_TYPE[precision]} emulated through float32 (often slower than fp32), not what "
+                "the precision gains where the hardware has it.",
+            )
+        )
+    if strategy == "mirrored" and (n := mirrored_replicas(data)) == 1:
+        out.append(
+            Finding(
+                code="mirrored_one_replica",
+                severity=WARNING,
+                figure="replicas",
+                value=float(n),
+                threshold=2.0,
+                message=f"strategy mirrored has one replica here (no GPU or one, {CPU_DEVICES_ENV} unset): "
+                f"the runner refuses it; make several GPUs visible, or set {CPU_DEVICES_ENV}=N on a CPU host, "
+                "or plan the case with strategy none.",
+            )
+        )
+    return out
