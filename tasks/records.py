@@ -345,9 +345,10 @@ class Case(Record):
     telemetry_interval_ms: int = Field(
         100,
         ge=10,
-        le=60_000,
+        le=1000,
         description="How often the runner samples device telemetry during the measured steps (NVML per GPU, else "
-        "host CPU and RSS), ms. Not part of the case identity.",
+        "host CPU and RSS), ms, at most 1000 (a GPU's utilization is the mean of NVML's samples since the "
+        "previous reading; tasks.runner.telemetry). Not part of the case identity.",
         json_schema_extra=CONFIG_ONLY,
     )
     warmup_reuse_days: float = Field(
