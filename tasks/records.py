@@ -342,6 +342,15 @@ class Case(Record):
         "dataset drawn from the input spec).",
         json_schema_extra=NOT_A_PARAM,
     )
+    tflite_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="tflite mode only: the TFLite interpreter's num_threads; unset: the CPUs the runner process may "
+        "use (its CPU affinity, os.sched_getaffinity). The count used is recorded with the run (run_tables tool "
+        "tflite, num_threads).",
+        json_schema_extra=CONFIG_ONLY,
+    )
     telemetry_interval_ms: int = Field(
         100,
         ge=10,
@@ -392,6 +401,10 @@ class Case(Record):
         if self.quantization != "none" and self.mode != "tflite":
             raise ValueError(
                 f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})"
+            )
+        if self.tflite_threads is not None and self.mode != "tflite":
+            raise ValueError(
+                f"tflite_threads={self.tflite_threads} applies to mode 'tflite' only (mode is {self.mode!r})"
             )
         if self.mode == "tflite" and (self.precision, self.xla, self.strategy) != ("fp32", False, "none"):
             raise ValueError(
