@@ -155,6 +155,10 @@ def test_pipeline_stores_a_tflite_run_without_a_profile(home, model_store):
         assert run.median_step_ms > 0 and run.profile_overhead_ratio is None and run.profiler_avg_step_ms is None
         tables = {t.tool: t.data for t in s.scalars(select(RunTable))}
         assert tables["tflite"]["quantization"] == "int8" and tables["tflite"]["size_bytes_after"] > 0
+        assert tables["tflite"]["label"].startswith("int8: int8 weights and activations, float32 I/O")
+        assert tables["tflite"]["tflite_path"] == "tflite/model.tflite"  # kept in the run's archive dir
+        (kept,) = s.scalars(select(Artifact).where(Artifact.kind == "tflite")).all()
+        assert kept.size_bytes == tables["tflite"]["size_bytes_after"] and os.path.isfile(kept.uri)
         assert tables["parse"]["profile_absent_reason"] == PROFILE_ABSENT_REASON
         assert tables["telemetry"]["devices"]["host"]["memory_peak_bytes"] > 0
         assert (
