@@ -219,3 +219,17 @@ def test_the_cli_line_of_a_tflite_record():
         }
     )
     assert bare.endswith("max |diff| —, top-1 —")
+    labelled = tflite_summary(
+        {
+            "quantization": "int8",
+            "label": "int8: int8 weights and activations, float32 I/O",
+            "size_bytes_before": 100,
+            "size_bytes_after": 30,
+            "conversion_s": 1.0,
+            "agreement": {"max_abs_diff": 0.01, "top1_agreement": 1.0},
+            "num_threads": 2,
+            "xnnpack": True,
+        }
+    )
+    assert labelled.startswith("tflite (int8: int8 weights and activations, float32 I/O): size")
+    assert labelled.endswith("top-1 100.0%; 2 interpreter thread(s), XNNPACK on")
