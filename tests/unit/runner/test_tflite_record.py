@@ -76,3 +76,20 @@ def test_default_threads_are_the_cpus_this_process_may_use(monkeypatch):
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)  # as under taskset -c 0
     assert default_threads() == 1
+
+
+def test_the_case_gives_the_thread_count_to_the_runner():
+    from pydantic import ValidationError
+
+    from tasks.records import Case
+    from tasks.runner import RunnerSpec
+    from tasks.stages.warmup import case_options
+
+    case = Case(model="m", mode="tflite", tflite_threads=1)
+    spec = RunnerSpec(mode="profile", model_path="m.keras", out_dir="out", **case_options(case))
+    assert spec.tflite_threads == 1 and case.to_xcom()["tflite_threads"] == 1
+    assert case_options(Case(model="m", mode="tflite"))["tflite_threads"] is None  # the runner's affinity decides
+    with pytest.raises(ValidationError, match="tflite_threads=2 applies to mode 'tflite' only"):
+        Case(model="m", tflite_threads=2)
+    with pytest.raises(ValidationError, match="tflite_threads"):
+        Case(model="m", mode="tflite", tflite_threads=0)
