@@ -329,7 +329,8 @@ def tflite_summary(lite: dict) -> str:
     top1 = agree.get("top1_agreement")
     threads = ""
     if lite.get("num_threads") is not None:
-        xnn = {True: "XNNPACK on", False: "XNNPACK off"}.get(lite.get("xnnpack"), "XNNPACK unknown")
+        xnnpack = lite.get("xnnpack")
+        xnn = "XNNPACK unknown" if xnnpack is None else ("XNNPACK on" if xnnpack else "XNNPACK off")
         threads = f"; {lite['num_threads']} interpreter thread(s), {xnn}"
     diff_text = "—" if diff is None else f"{diff:.3g}"
     return (

@@ -42,7 +42,8 @@ _SCRIPT = textwrap.dedent("""
 
 
 def make_model(kind: str, path: Path) -> Path:
-    """Write model ``kind`` ('tiny', 'wide', 'bad_embedding', 'heads12') to ``path`` (``*.keras`` or a SavedModel dir)."""
+    """Write model ``kind`` ('tiny', 'wide', 'bad_embedding', 'heads12') to ``path`` (``*.keras`` or a
+    SavedModel dir)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, kind, str(path)], capture_output=True, text=True, env=env)
