@@ -98,17 +98,17 @@ def describe(
     io = sorted({d["dtype"] for d in (*inputs.values(), *outputs.values())})
     io_text = f"{'/'.join(io) or 'no'} I/O"
     has_int8 = tensor_dtypes.get("int8", 0) > 0
-    if quantization == "none":
+    if quantization == "none" or not has_int8:
         text = f"float32 weights and activations, {io_text}"
+        if quantization != "none":  # e.g. dynamic-range leaves weights under 1024 elements in float32
+            text += ": nothing was quantized (no int8 tensor in the model)"
+        elif has_int8:
+            text += f"; {tensor_dtypes['int8']} int8 tensors in the model"
     elif quantization == "dynamic":
         text = f"int8 weights, float32 activations (dynamic-range), {io_text}"
     else:
         edges = " (quantized and dequantized at the model's edges)" if "int8" not in io and "uint8" not in io else ""
         text = f"int8 weights and activations, {io_text}{edges}"
-    if quantization != "none" and not has_int8:
-        text += "; but no int8 tensor in the model: nothing was quantized"
-    elif quantization == "none" and has_int8:
-        text += f"; {tensor_dtypes['int8']} int8 tensors in the model"
     return f"{quantization}: {text}"
 
 
