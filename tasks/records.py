@@ -342,12 +342,22 @@ class Case(Record):
         "dataset drawn from the input spec).",
         json_schema_extra=NOT_A_PARAM,
     )
+    tflite_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="tflite mode only: the TFLite interpreter's num_threads; unset: the CPUs the runner process may "
+        "use (its CPU affinity, os.sched_getaffinity). The count used is recorded with the run (run_tables tool "
+        "tflite, num_threads).",
+        json_schema_extra=CONFIG_ONLY,
+    )
     telemetry_interval_ms: int = Field(
         100,
         ge=10,
-        le=60_000,
+        le=1000,
         description="How often the runner samples device telemetry during the measured steps (NVML per GPU, else "
-        "host CPU and RSS), ms. Not part of the case identity.",
+        "host CPU and RSS), ms, at most 1000 (a GPU's utilization is the mean of NVML's samples since the "
+        "previous reading; tasks.runner.telemetry). Not part of the case identity.",
         json_schema_extra=CONFIG_ONLY,
     )
     warmup_reuse_days: float = Field(
@@ -391,6 +401,10 @@ class Case(Record):
         if self.quantization != "none" and self.mode != "tflite":
             raise ValueError(
                 f"quantization={self.quantization!r} applies to mode 'tflite' only (mode is {self.mode!r})"
+            )
+        if self.tflite_threads is not None and self.mode != "tflite":
+            raise ValueError(
+                f"tflite_threads={self.tflite_threads} applies to mode 'tflite' only (mode is {self.mode!r})"
             )
         if self.mode == "tflite" and (self.precision, self.xla, self.strategy) != ("fp32", False, "none"):
             raise ValueError(

@@ -69,7 +69,9 @@ def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
     Returns ``{"interval_ms", "window_s", "steps", "examples", "nvml", "devices": {device: {"samples",
     "utilization_mean_pct", "utilization_p95_pct", "memory_peak_bytes", "power_mean_w", "energy_j",
     "energy_per_example_j", "examples_per_s_per_w", "sm_clock_mean_mhz", "temperature_max_c",
-    "throttle_reasons_seen", "memory_growth"}}}``; a quantity without samples is ``None``.
+    "throttle_reasons_seen", "not_supported", "read_errors", "utilization_source", "memory_growth"}}}``
+    (the three before ``memory_growth`` from the GPU's record, ``None`` for the host); a quantity without
+    samples is ``None``.
 
     Raises:
         ValueError: the record lacks ``samples`` or ``window_s`` (names the key).
@@ -108,6 +110,11 @@ def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
             "sm_clock_mean_mhz": statistics.fmean(clock) if clock else None,
             "temperature_max_c": max(temp) if temp else None,
             "throttle_reasons_seen": gpus.get(dev, {}).get("throttle_reasons_seen"),
+            # GPUs: the quantities the GPU does not support (found at start) and the failed readings
+            # (key -> {"count", "last"}), so "not supported" and "could not be read" never read alike
+            "not_supported": gpus.get(dev, {}).get("not_supported"),
+            "read_errors": gpus.get(dev, {}).get("errors"),
+            "utilization_source": gpus.get(dev, {}).get("utilization_source"),
             "memory_growth": memory_growth([r["step"] for r in with_mem], [r["memory_bytes"] for r in with_mem])
             if with_mem
             else None,

@@ -313,9 +313,11 @@ def run_cmd(
 
 
 def tflite_summary(lite: dict) -> str:
-    """One line of a tflite run's record (``tasks.runner.tflite``): quantization, model size in bytes before
-    and after conversion, conversion time (s), and the agreement with the TF model on the same batches (max
-    absolute difference; top-1 agreement, classifiers only)."""
+    """One line of a tflite run's record (``tasks.runner.tflite``): what the model is (its ``label``, e.g.
+    ``int8: int8 weights and activations, float32 I/O ...``; the quantization for a record without one),
+    model size in bytes before and after conversion, conversion time (s), the agreement with the TF model on
+    the same batches (max absolute difference; top-1 agreement, classifiers only) and, where recorded, the
+    interpreter's threads and whether XNNPACK ran."""
     before, after = lite.get("size_bytes_before"), lite.get("size_bytes_after")
     size = (
         f"size {before / 2**20:.2f} MiB -> {after / 2**20:.2f} MiB (x{after / before:.2f})"
@@ -325,10 +327,16 @@ def tflite_summary(lite: dict) -> str:
     agree = lite.get("agreement") or {}
     diff = agree.get("max_abs_diff")
     top1 = agree.get("top1_agreement")
+    threads = ""
+    if lite.get("num_threads") is not None:
+        xnnpack = lite.get("xnnpack")
+        xnn = "XNNPACK unknown" if xnnpack is None else ("XNNPACK on" if xnnpack else "XNNPACK off")
+        threads = f"; {lite['num_threads']} interpreter thread(s), {xnn}"
+    diff_text = "—" if diff is None else f"{diff:.3g}"
     return (
-        f"tflite ({lite.get('quantization')}): {size}, converted in {lite.get('conversion_s') or 0:.1f} s; "
-        f"agreement with TF: max |diff| {'—' if diff is None else f'{diff:.3g}'}, top-1 "
-        f"{'—' if top1 is None else f'{100 * top1:.1f}%'}"
+        f"tflite ({lite.get('label') or lite.get('quantization')}): {size}, converted in "
+        f"{lite.get('conversion_s') or 0:.1f} s; agreement with TF: max |diff| {diff_text}, "
+        f"top-1 {'—' if top1 is None else f'{100 * top1:.1f}%'}{threads}"
     )
 
 

@@ -320,6 +320,7 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
             spec.quantization,
             spec.signature,
             Path(spec.out_dir) / name,
+            spec.tflite_threads,
         )
         return Step(lite.run, inputs, source, extra={"tflite": lite.record})
     ds = ex.distribute(ds)

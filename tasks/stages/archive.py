@@ -6,7 +6,9 @@ by :func:`run_dir_name` (``run000123_20261130T1500_v2_train-bs16_1a2b3c4d``: run
 sessions sort by time; directories archived under the earlier ``<case>__v<version>__<dag>__<run>``
 names stay where they are and their stored URIs keep pointing there); a paired gate's result (every block
 pair's per-step wall time, CPU time and run-queue wait, ``tasks.runner.protocol.PairedResult``) is kept as
-``paired/result.json`` (artifact ``paired-result``). Staging, copy, the store
+``paired/result.json`` (artifact ``paired-result``), and a tflite run's converted model as ``tflite/model.tflite``
+(artifact ``tflite``; the stored tflite record's ``tflite_path`` then names it, relative to the run's archive
+directory, instead of the work dir that is deleted after the run). Staging, copy, the store
 transaction and the cleanup sit in one guarded block: the copy is written to ``<staging>.partial``
 (with an owner file naming host, pid and start time), moved into place inside the store
 transaction, and on any failure (a full disk, a lost store, an interrupt) the partial copy is
@@ -57,6 +59,8 @@ PARTIAL_SUFFIX = ".partial"
 OWNER_FILE = ".perfwatch-partial.json"
 #: where a paired gate's runner result lies in the run's archive directory (artifact ``paired-result``)
 PAIRED_RESULT = "paired/result.json"
+#: where a tflite run's ``.tflite`` file lies in the run's archive directory (artifact ``tflite``)
+TFLITE_MODEL = "tflite/model.tflite"
 STALE_PARTIAL_S = 3600.0
 """A partial copy whose writer cannot be checked (another host, no owner file) is stale after this
 many seconds; an archive copy takes seconds to minutes."""
@@ -226,6 +230,13 @@ def archive_run(
     paired_result = Path(run.paired_path) if run.paired_path else None
     if paired_result is not None:  # every block pair's step times, CPU times and waits (the work dir goes)
         artifacts.append(("paired-result", PAIRED_RESULT, paired_result.stat().st_size, _sha256(paired_result)))
+    lite = samples.get("tflite") or {}
+    lite_file = Path(lite["tflite_path"]) if lite.get("tflite_path") else None
+    if lite_file is not None:  # the converted model the tflite run timed (the work dir goes)
+        if not lite_file.is_file():
+            raise FileNotFoundError(f"the tflite run's model {lite_file} (its record's tflite_path) is not there")
+        artifacts.append(("tflite", TFLITE_MODEL, lite_file.stat().st_size, _sha256(lite_file)))
+        samples = {**samples, "tflite": {**lite, "tflite_path": TFLITE_MODEL}}  # relative to the run's archive dir
     sweep_partials(archive_root)
     final: str | None = None  # the directory named after the run id (known inside the store transaction)
     moved: str | None = None  # where the copy lies once moved into place
@@ -259,6 +270,9 @@ def archive_run(
         if paired_result is not None:
             fs.makedirs(f"{staging}/{Path(PAIRED_RESULT).parent.as_posix()}", exist_ok=True)
             fs.put_file(str(paired_result), f"{staging}/{PAIRED_RESULT}")
+        if lite_file is not None:
+            fs.makedirs(f"{staging}/{Path(TFLITE_MODEL).parent.as_posix()}", exist_ok=True)
+            fs.put_file(str(lite_file), f"{staging}/{TFLITE_MODEL}")
         for name, local in (extra_dirs or {}).items():
             fs.put(local, f"{staging}/{name}", recursive=True)
         run_id = store_run(

@@ -1,5 +1,6 @@
-"""Fakes at the edges: NVML (the pynvml functions the fingerprint probe calls, and GPU devices for it) and a
-webhook sink (a real HTTP server on loopback that records every POST)."""
+"""Fakes at the edges: NVML (the pynvml functions the fingerprint probe calls, and GPU devices for it; a GPU
+busy part of every period for the telemetry sampler) and a webhook sink (a real HTTP server on loopback that
+records every POST)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,76 @@ class FakeNVML:
 
 
 # a webhook
+
+
+class FakePeriodicGpu:
+    """One GPU at the pynvml boundary (the functions ``tasks.runner.telemetry`` calls) that is busy
+    ``busy_s`` of every ``period_s`` on a virtual clock (``now_s``, set by the test): the driver samples its
+    utilization every ``sample_period_s`` into a buffer of ``buffer_len`` samples (``nvmlDeviceGetSamples``,
+    100 while busy, else 0), and ``nvmlDeviceGetUtilizationRates`` reports the last sample period only, as
+    NVML's does. ``errors``: a function name -> the exception it raises every call (e.g. NotSupported);
+    ``calls`` counts the calls per function."""
+
+    def __init__(
+        self,
+        period_s: float = 2.0,
+        busy_s: float = 1.0,
+        sample_period_s: float = 1 / 6,
+        buffer_len: int = 100,
+        errors: dict[str, Exception] | None = None,
+    ) -> None:
+        self.period_s, self.busy_s = period_s, busy_s
+        self.sample_period_s, self.buffer_len = sample_period_s, buffer_len
+        self.errors = errors or {}
+        self.now_s = 0.0
+        self.calls: dict[str, int] = {}
+        self.epoch_us = 1_780_000_000_000_000  # NVML's timestamps are CPU time in µs
+
+    def busy(self, t: float) -> bool:
+        return (t % self.period_s) < self.busy_s
+
+    def _samples(self, h, sampling_type, since_us):
+        if sampling_type != pynvml.NVML_GPU_UTILIZATION_SAMPLES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        last = int(self.now_s / self.sample_period_s)
+        out = []
+        for k in range(max(0, last - self.buffer_len + 1), last + 1):
+            ts = self.epoch_us + round(k * self.sample_period_s * 1e6)
+            if ts > since_us:
+                s = pynvml.c_nvmlSample_t()
+                s.timeStamp = ts
+                s.sampleValue.uiVal = 100 if self.busy(k * self.sample_period_s) else 0
+                out.append(s)
+        if not out:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, out
+
+    def install(self, mp: pytest.MonkeyPatch) -> FakePeriodicGpu:
+        def call(name, fn):
+            def wrapper(*a):
+                self.calls[name] = self.calls.get(name, 0) + 1
+                if name in self.errors:
+                    raise self.errors[name]
+                return fn(*a)
+
+            mp.setattr(pynvml, name, wrapper)
+
+        call("nvmlInit", lambda: None)
+        call("nvmlShutdown", lambda: None)
+        call("nvmlDeviceGetCount", lambda: 1)
+        call("nvmlDeviceGetHandleByIndex", lambda i: i)
+        call("nvmlDeviceGetName", lambda h: b"Fake periodic GPU")
+        call("nvmlDeviceGetSamples", self._samples)
+        call(
+            "nvmlDeviceGetUtilizationRates",
+            lambda h: types.SimpleNamespace(gpu=100 if self.busy(self.now_s) else 0, memory=0),
+        )
+        call("nvmlDeviceGetMemoryInfo", lambda h: types.SimpleNamespace(used=2**30, total=80 * 2**30, free=0))
+        call("nvmlDeviceGetPowerUsage", lambda h: 300_000 if self.busy(self.now_s) else 60_000)
+        call("nvmlDeviceGetClockInfo", lambda h, kind: 1980)
+        call("nvmlDeviceGetTemperature", lambda h, sensor: 60)
+        call("nvmlDeviceGetCurrentClocksEventReasons", lambda h: 0)
+        return self
 
 
 class Sink:

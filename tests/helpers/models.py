@@ -27,6 +27,10 @@ _SCRIPT = textwrap.dedent("""
         inp = keras.Input((4,))
         x = keras.layers.Embedding(input_dim=1, output_dim=2)(keras.layers.Rescaling(100.0)(inp))
         out = keras.layers.Dense(1)(keras.layers.Flatten()(x))
+    elif kind == "heads12":     # 12 outputs (3-class heads): TFLite names them output_0..output_11
+        inp = keras.Input((8,))
+        x = keras.layers.Dense(16, activation="relu")(inp)
+        out = [keras.layers.Dense(3, name=f"head{i}")(x) for i in range(12)]
     else:
         raise SystemExit("unknown kind " + kind)
     model = keras.Model(inp, out)
@@ -38,7 +42,8 @@ _SCRIPT = textwrap.dedent("""
 
 
 def make_model(kind: str, path: Path) -> Path:
-    """Write model ``kind`` ('tiny', 'wide', 'bad_embedding') to ``path`` (``*.keras`` or a SavedModel dir)."""
+    """Write model ``kind`` ('tiny', 'wide', 'bad_embedding', 'heads12') to ``path`` (``*.keras`` or a
+    SavedModel dir)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, kind, str(path)], capture_output=True, text=True, env=env)

@@ -18,6 +18,7 @@ from tasks.runner.tflite import PROFILE_ABSENT_REASON, agreement, rejected_ops
 from tasks.settings import Settings
 from tasks.stages.pipeline import run_case
 from tasks.store import Artifact, Run, RunTable, StepSample, TelemetrySample, session_scope
+from tests.helpers.models import make_model
 
 
 def _tflite(tmp_path, model, quantization, batch_size=4, **kw):
@@ -51,11 +52,33 @@ def test_each_quantization_converts_times_and_agrees(model_files, tmp_path):
         a = t["agreement"]
         assert a["examples"] == 16 and a["top1_agreement"] is not None  # 3 classes: a classifier's head
         sizes[q] = (t["size_bytes_after"], a["max_abs_diff"])
+        ((name, lite_in),) = t["inputs"].items()  # the interpreter's own I/O: float32 in every quantization
+        assert lite_in["dtype"] == "float32" and lite_in["shape"] == [4, 16, 16, 3] and lite_in["scale"] is None
+        assert t["num_threads"] == len(os.sched_getaffinity(0)) and t["num_threads_source"] == "affinity"
+        assert t["label"].startswith(f"{q}: ") and "float32 I/O" in t["label"]
+        assert (t["tensor_dtypes"].get("int8", 0) > 0) == (q == "int8")  # dynamic: every weight under 1024 elements
+        if q == "dynamic":
+            assert t["label"].endswith("nothing was quantized (no int8 tensor in the model)")
         if q == "none":
             assert a["max_abs_diff"] < 1e-4 and a["top1_agreement"] == 1.0  # float32 both sides
         else:
             assert a["max_abs_diff"] < 0.1  # quantized: close, not equal
     assert sizes["int8"][1] > sizes["none"][1]  # int8 activations cost accuracy that float32 does not
+
+
+@pytest.mark.slow
+def test_twelve_outputs_agree_with_one_thread_recorded(tmp_path):
+    """Issue 26: outputs paired by sorting names as strings (output_10 before output_2) made a correct float32
+    conversion of a 12-output model read max |diff| 5.02 and top-1 60.4%; TFLite's threads were not set."""
+    model = make_model("heads12", tmp_path / "heads12.keras")
+    r = _tflite(tmp_path, model, "none", tflite_threads=1)
+    t = r["tflite"]
+    a = t["agreement"]
+    assert a["max_abs_diff"] < 1e-4 and a["top1_agreement"] == 1.0  # float32 both sides, paired right
+    assert [o["name"] for o in a["outputs"]] == [f"output_{i}" for i in range(12)]
+    assert (t["num_threads"], t["num_threads_source"], t["xnnpack"]) == (1, "case", True)
+    assert t["outputs"]["output_11"] == {"dtype": "float32", "shape": [4, 3], "scale": None, "zero_point": None}
+    assert t["label"] == "none: float32 weights and activations, float32 I/O"
 
 
 @pytest.mark.slow
@@ -134,6 +157,10 @@ def test_pipeline_stores_a_tflite_run_without_a_profile(home, model_store):
         assert run.median_step_ms > 0 and run.profile_overhead_ratio is None and run.profiler_avg_step_ms is None
         tables = {t.tool: t.data for t in s.scalars(select(RunTable))}
         assert tables["tflite"]["quantization"] == "int8" and tables["tflite"]["size_bytes_after"] > 0
+        assert tables["tflite"]["label"].startswith("int8: int8 weights and activations, float32 I/O")
+        assert tables["tflite"]["tflite_path"] == "tflite/model.tflite"  # kept in the run's archive dir
+        (kept,) = s.scalars(select(Artifact).where(Artifact.kind == "tflite")).all()
+        assert kept.size_bytes == tables["tflite"]["size_bytes_after"] and os.path.isfile(kept.uri)
         assert tables["parse"]["profile_absent_reason"] == PROFILE_ABSENT_REASON
         assert tables["telemetry"]["devices"]["host"]["memory_peak_bytes"] > 0
         assert (
@@ -194,3 +221,17 @@ def test_the_cli_line_of_a_tflite_record():
         }
     )
     assert bare.endswith("max |diff| —, top-1 —")
+    labelled = tflite_summary(
+        {
+            "quantization": "int8",
+            "label": "int8: int8 weights and activations, float32 I/O",
+            "size_bytes_before": 100,
+            "size_bytes_after": 30,
+            "conversion_s": 1.0,
+            "agreement": {"max_abs_diff": 0.01, "top1_agreement": 1.0},
+            "num_threads": 2,
+            "xnnpack": True,
+        }
+    )
+    assert labelled.startswith("tflite (int8: int8 weights and activations, float32 I/O): size")
+    assert labelled.endswith("top-1 100.0%; 2 interpreter thread(s), XNNPACK on")

@@ -9,9 +9,12 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+from pydantic import ValidationError
 
 from tasks.analysis.telemetry import MEMORY_GROWTH_BOUND_BYTES_PER_STEP, memory_growth, summarize
-from tasks.runner.telemetry import FIELDS, Sampler, throttle_names
+from tasks.records import Case
+from tasks.runner.telemetry import FIELDS, MAX_INTERVAL_MS, Sampler, _Nvml, throttle_names
+from tests.helpers.fakes import FakePeriodicGpu
 
 
 def _busy_step(ms: float = 5.0):
@@ -82,6 +85,7 @@ class _FakeGpu:
             "nvmlDeviceGetCount": lambda: 2,
             "nvmlDeviceGetHandleByIndex": lambda i: i,
             "nvmlDeviceGetName": lambda h: b"Fake H100",
+            "nvmlDeviceGetSamples": lambda h, kind, since: (_ for _ in ()).throw(not_supported),
             "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=90 - 10 * h, memory=40),
             "nvmlDeviceGetMemoryInfo": memory,
             "nvmlDeviceGetPowerUsage": power,
@@ -108,6 +112,8 @@ def test_nvml_telemetry_with_faked_pynvml(monkeypatch):
     assert g0[0]["power_w"] == pytest.approx(250.0) and g0[0]["sm_clock_mhz"] == 1980
     assert g0[0]["temperature_c"] == 65 and g0[0]["utilization_pct"] == 90
     assert all(r["power_w"] is None for r in g1)  # not supported: absent, not 0
+    assert tel["gpus"][1]["not_supported"] == ["power_w"] and tel["gpus"][1]["errors"] == {}
+    assert tel["gpus"][0]["utilization_source"] == "rates"  # this fake has no sample buffer
     s = summarize(tel, batch_size=4)
     d0, d1 = s["devices"]["gpu0"], s["devices"]["gpu1"]
     assert d0["power_mean_w"] == pytest.approx(250.0)
@@ -147,9 +153,52 @@ def test_summarize_names_a_missing_key():
         summarize({"samples": []}, 1)
 
 
-def test_interval_must_be_positive():
-    with pytest.raises(ValueError, match="at least 1 ms"):
+def test_interval_must_be_positive_and_bounded():
+    with pytest.raises(ValueError, match="expected 1 to 1000 ms"):
         Sampler(0)
+    with pytest.raises(ValueError, match="expected 1 to 1000 ms"):
+        Sampler(MAX_INTERVAL_MS + 1)
+    with pytest.raises(ValidationError, match="telemetry_interval_ms"):
+        Case(model="m", telemetry_interval_ms=2000)  # issue 26: 60 s was accepted, 2 s aliases
+
+
+@pytest.mark.parametrize("phase_s", [0.0, 0.5, 1.0, 1.5, 1.9])
+def test_a_gpu_busy_half_the_time_reads_half_at_any_phase(monkeypatch, phase_s):
+    """Issue 26: read every 2 s, a GPU busy 1 s of every 2 read 100% or 0% by phase (NVML's utilization is
+    one short sample period); each row is now the mean of the driver's samples since the previous row."""
+    gpu = FakePeriodicGpu(period_s=2.0, busy_s=1.0).install(monkeypatch)
+    gpu.now_s = 100.0 + phase_s
+    nvml = _Nvml()
+    rows = []
+    for k in range(1, 11):
+        gpu.now_s = 100.0 + phase_s + 2.0 * k
+        rows += nvml.read()
+    util = [r["utilization_pct"] for r in rows]
+    assert all(40 <= u <= 60 for u in util), util
+    assert sum(util) / len(util) == pytest.approx(50, abs=3)
+    assert nvml.devices[0]["utilization_source"] == "samples"
+
+
+def test_not_supported_is_found_once_and_a_failed_reading_is_counted(monkeypatch):
+    """Issue 26: any NVML exception became "no value": "not supported on this GPU" and a transient error
+    read the same. Now not-supported is found once at start (and never asked again); errors are counted."""
+    errors = {
+        "nvmlDeviceGetPowerUsage": pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED),
+        "nvmlDeviceGetTemperature": pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN),
+    }
+    gpu = FakePeriodicGpu(errors=errors).install(monkeypatch)
+    nvml = _Nvml()
+    for k in range(1, 6):
+        gpu.now_s = float(k)
+        rows = nvml.read()
+        assert rows[0]["power_w"] is None and rows[0]["temperature_c"] is None and rows[0]["memory_bytes"] == 2**30
+    dev = nvml.devices[0]
+    assert dev["not_supported"] == ["power_w"] and gpu.calls["nvmlDeviceGetPowerUsage"] == 1  # asked once, at start
+    assert dev["errors"] == {"temperature_c": {"count": 6, "last": "NVMLError_Unknown: Unknown Error"}}  # start + 5
+    assert gpu.calls["nvmlDeviceGetTemperature"] == 6
+    summary = summarize({"samples": [{**r, "t_s": 0.0, "step": 0} for r in rows], "window_s": 1.0, "gpus": [dev]}, 1)
+    assert summary["devices"]["gpu0"]["not_supported"] == ["power_w"]
+    assert summary["devices"]["gpu0"]["read_errors"]["temperature_c"]["count"] == 6
 
 
 def test_archive_stores_the_time_series_and_summary(db_url, tmp_path, monkeypatch):
