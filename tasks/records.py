@@ -432,7 +432,7 @@ class Case(Record):
     def name(self) -> str:
         """The case key runs are compared within (each name has its own history and baseline), built
         from the axes that change what is measured, in this order, defaults left out:
-        ``<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-det][-in<8 hex>]``,
+        ``<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``,
         e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8``. The ``-in`` part is
         the sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input
         shapes or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
@@ -446,6 +446,8 @@ class Case(Record):
             parts.append(self.strategy)
         if self.quantization != "none":
             parts.append(self.quantization)
+        if self.tflite_threads is not None:  # the interpreter's threads change its speed: another history
+            parts.append(f"t{self.tflite_threads}")
         if self.deterministic:
             parts.append("det")
         if self.inputs or self.input_fn or self.signature != "serving_default":
@@ -478,7 +480,8 @@ def check_case_name(name: str) -> str:
     parts = name.split("-")
     if len(parts) > 2 and re.fullmatch(r"in[0-9a-f]{8}", parts[-1]):
         parts.pop()
-    expected = "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-det][-in<8 hex>]"
+    words |= {p: ("tflite_threads", int(p[1:])) for p in parts[2:] if re.fullmatch(r"t[1-9][0-9]{0,3}", p)}
+    expected = "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<threads>][-det][-in<8 hex>]"
     if len(parts) < 2 or parts[1][:2] != "bs" or any(p not in words for p in parts[2:]):
         raise ValueError(f"case name {name!r} is not {expected}")
     try:

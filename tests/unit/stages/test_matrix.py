@@ -172,7 +172,7 @@ def test_check_case_name_accepts_every_name_a_case_has_and_nothing_else():
     from tasks.records import Case, InputSpec, check_case_name
 
     names = set()
-    for mode, bs, precision, xla, strategy, quantization, det, inputs in itertools.product(
+    for mode, bs, precision, xla, strategy, quantization, det, inputs, threads in itertools.product(
         ["train", "infer", "tflite"],
         [1, 16, 65536],
         ["fp32", "mixed_float16", "mixed_bfloat16"],
@@ -181,6 +181,7 @@ def test_check_case_name_accepts_every_name_a_case_has_and_nothing_else():
         ["none", "dynamic", "int8"],
         [False, True],
         [None, {"x": InputSpec(shape=[3])}],
+        [None, 4],
     ):
         try:
             case = Case(
@@ -193,11 +194,14 @@ def test_check_case_name_accepts_every_name_a_case_has_and_nothing_else():
                 quantization=quantization,
                 deterministic=det,
                 inputs=inputs,
+                tflite_threads=threads,
             )
-        except ValidationError:  # tflite with precision/xla/strategy, quantization without tflite
+        except ValidationError:  # tflite with precision/xla/strategy, quantization or threads without tflite
             continue
         names.add(case.name)
-    assert len(names) == 2 * 3 * (3 * 2 * 2 * 2 * 2 + 3 * 2)  # inputs x batch sizes x (train, infer + tflite)
+    # inputs x batch sizes x (train, infer + tflite x its thread counts)
+    assert len(names) == 2 * 3 * (3 * 2 * 2 * 2 * 2 + 3 * 2 * 2)
+    assert "tflite-bs1-int8-t4-det" in names
     assert all(check_case_name(n) == n for n in names)
     for bad in [
         "eval-bs8",  # no such mode
@@ -207,6 +211,9 @@ def test_check_case_name_accepts_every_name_a_case_has_and_nothing_else():
         "train-bs16-xla-mixed_bfloat16",  # nor axes out of order
         "train-bs16-xla-xla",
         "train-bs16-int8",  # quantization is for tflite only
+        "train-bs16-t4",  # and so are its threads
+        "tflite-bs1-t0",
+        "tflite-bs1-t4-int8",
         "tflite-bs1-xla",
         "train-bs16-in1234567",  # the input hash has 8 hex digits
         "train-bs16-fast",
