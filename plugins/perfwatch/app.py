@@ -39,11 +39,10 @@ def store_ready() -> None:
     Raises:
         HTTPException: 503 naming the reason (no store yet, not migrated, unreachable, schema too new).
     """
-    from tasks.settings import Settings
     from tasks.store import StoreError, check_readable
 
     try:
-        check_readable(Settings.from_env().database_url)
+        check_readable()
     except StoreError as e:
         raise HTTPException(503, f"perfwatch's store cannot be read: {e}") from e
 

@@ -60,16 +60,14 @@ class StoreCollector:
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        from tasks.settings import Settings
         from tasks.store import check_readable
         from tasks.store.series import metrics_snapshot
 
         up = GaugeMetricFamily("perfwatch_store_up", "1 when the perfwatch store could be read at this scrape")
         self.problem = None
         try:
-            url = self.db_url or Settings.from_env().database_url
-            check_readable(url)  # a missing or unmigrated store is reported, never created
-            snap = metrics_snapshot(url)
+            check_readable(self.db_url)  # a missing or unmigrated store is reported, never created
+            snap = metrics_snapshot(self.db_url)
         except Exception as e:  # noqa: BLE001 - any store error is reported as store_up 0
             self.problem = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
             log.error("perfwatch metrics: cannot read the store: %s", self.problem)

@@ -3,7 +3,8 @@ diagnosis. Every firing alert labelled ``perfwatch_model`` (optionally ``perfwat
 ``perfwatch_case``) triggers a run of the ``perfwatch_profile`` DAG for that model through Airflow's REST API
 (:func:`trigger_profile_run`). The labels are checked with the rules the DAG's ``Case`` applies
 (``tasks.records``: ``check_model_name``, ``canonical_version``, ``check_case_name``) and against what the
-DAG would find (:func:`unknown_target`: the model and version in the model store, a named case in the config).
+DAG would find (``tasks.services.publish.missing_target``: the model and version in the model store, a named
+case in the config).
 
 Order of checks, cheapest and safest first: the bearer token (``auth.alertmanager_access``) before a byte of
 the body is read; then the body's ``Content-Length`` (required; at most :data:`MAX_BODY_BYTES`, else 411 /
@@ -26,13 +27,12 @@ from starlette.concurrency import run_in_threadpool
 
 from tasks.records import canonical_version, check_case_name, check_model_name
 from tasks.services.airflow_api import AirflowApi, AirflowApiError, airflow_token
+from tasks.services.publish import missing_target
 
 from .auth import alertmanager_access
 
 if TYPE_CHECKING:
     import httpx
-
-    from tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -132,30 +132,6 @@ def profile_request(alert: Alert) -> tuple[dict[str, Any] | None, str | None]:
     }, None
 
 
-def unknown_target(conf: dict[str, Any], settings: Settings | None = None) -> str | None:
-    """Why the DAG run ``conf`` (from :func:`profile_request`) would find nothing to run, else None: the model
-    (and a pinned version) must be in the model store (``PERFWATCH_MODEL_STORE``, read as the DAG's
-    pull-model-version reads it: ``tasks.modelstore.resolve_version``), and a named ``case`` must be one of
-    the model's cases in the config (``PERFWATCH_CONFIG``, ``tasks.matrix.select_cases``, as the DAG's plan
-    picks it). The message names what exists (models, versions, cases).
-    """
-    from tasks.matrix import load_config, select_cases
-    from tasks.modelstore import ModelNotFoundError, resolve_version
-    from tasks.settings import Settings
-
-    settings = settings or Settings.from_env()
-    try:
-        resolve_version(settings.model_store, conf["model"], conf.get("version", "latest"))
-    except (ModelNotFoundError, ValueError, OSError) as e:
-        return f"not in the model store: {e}"
-    if case := conf.get("case"):
-        try:
-            select_cases(load_config(settings.config_path), conf["model"], case, where=str(settings.config_path))
-        except (ValueError, OSError) as e:
-            return f"unknown case: {e}"
-    return None
-
-
 def _airflow_token(client: httpx.Client, base: str) -> str | None:
     """The bearer token for Airflow's API (``tasks.services.airflow_api.airflow_token``): ``PERFWATCH_AIRFLOW_TOKEN``,
     else one from ``POST /auth/token`` with ``PERFWATCH_AIRFLOW_USERNAME`` and ``PERFWATCH_AIRFLOW_PASSWORD``;
@@ -231,7 +207,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 @router.post("/alertmanager")
 async def alertmanager_webhook(request: Request) -> JSONResponse:
     """Alertmanager's webhook: trigger a profiling DAG run for every firing alert labelled ``perfwatch_model``
-    whose model (version, case) the DAG would find (:func:`unknown_target`).
+    whose model (version, case) the DAG would find (``tasks.services.publish.missing_target``).
 
     Checked in this order, so that no unauthenticated or oversized body is read: the bearer token, the body's
     ``Content-Length`` (:data:`MAX_BODY_BYTES`), the payload.
@@ -270,7 +246,7 @@ async def alertmanager_webhook(request: Request) -> JSONResponse:
     unknown = 0
     for a in payload.alerts:
         req, why = profile_request(a)
-        if req is not None and (why := await run_in_threadpool(unknown_target, req["conf"])) is not None:
+        if req is not None and (why := await run_in_threadpool(missing_target, req["conf"])) is not None:
             req, unknown = None, unknown + 1
         if req is None:
             skipped.append({"alert": a.labels.get("alertname", ""), "labels": a.labels, "reason": why})

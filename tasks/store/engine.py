@@ -196,8 +196,9 @@ def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
     return current
 
 
-def check_readable(url: str) -> str:
-    """Whether the store at ``url`` can be read as it is, without creating or changing anything: for the
+def check_readable(url: str | None = None) -> str:
+    """Whether the store at ``url`` (default ``PERFWATCH_DATABASE_URL``, ``tasks.settings``) can be read as it
+    is, without creating or changing anything: for the
     read-only paths (the plugin's pages and ``/perfwatch/metrics``), which must never create a store. A SQLite
     file that does not exist is not opened (SQLite would create it, empty); an existing database must carry a
     perfwatch schema revision this perfwatch knows.
@@ -211,7 +212,9 @@ def check_readable(url: str) -> str:
         StoreSchemaTooNew: migrated by a newer perfwatch.
         StoreUnreachable: cannot connect.
     """
-    url = normalize_url(url)
+    from tasks.settings import Settings
+
+    url = normalize_url(url or Settings.from_env().database_url)
     u = make_url(url)
     if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
         path = u.database.removeprefix("file:").split("?", 1)[0]
