@@ -15,11 +15,14 @@ from tests.helpers import ROOT
 
 
 class FakeAirflowAssets:
-    """Airflow's ``POST /auth/token``, ``GET /api/v2/assets`` and ``POST /api/v2/assets/events``, recording the
-    requests; it knows one Asset (id 7). Bodies are checked against Airflow's own request model."""
+    """Airflow's ``POST /auth/token``, ``GET /api/v2/assets``, ``POST /api/v2/assets/events`` and
+    ``GET /api/v2/dags/{dag_id}``, recording the requests; it knows one Asset (id 7) and the DAG record ``dag``
+    (None: a 404, the DAG not parsed yet; set ``dag["is_paused"]`` for a paused one; ``known_uri`` None: no
+    Assets). Bodies are checked against Airflow's own request model."""
 
-    def __init__(self, known_uri: str):
+    def __init__(self, known_uri: str | None):
         self.requests: list[dict] = []
+        self.dag: dict | None = {"dag_id": "perfwatch_profile", "is_paused": False}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,10 +31,13 @@ class FakeAirflowAssets:
 
             def do_GET(self):  # noqa: N802
                 fake.requests.append({"method": "GET", "path": self.path, "auth": self.headers.get("Authorization")})
-                self._reply(
-                    200,
-                    {"assets": [{"id": 7, "uri": known_uri}, {"id": 8, "uri": known_uri + "x"}], "total_entries": 2},
-                )
+                if self.path.startswith("/api/v2/dags/"):
+                    dag_id = self.path.removeprefix("/api/v2/dags/")
+                    if fake.dag is None or fake.dag["dag_id"] != dag_id:
+                        return self._reply(404, {"detail": f"The Dag with ID: `{dag_id}` was not found"})
+                    return self._reply(200, fake.dag)
+                assets = [{"id": 7, "uri": known_uri}, {"id": 8, "uri": known_uri + "x"}] if known_uri else []
+                self._reply(200, {"assets": assets, "total_entries": len(assets)})
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
