@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-
 PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the profiling runs and release gates
 
 
