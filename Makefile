@@ -85,6 +85,10 @@ airflow ui: airflow-init
 	echo "     eval \"\$$(make -s env)\"; airflow dags unpause perfwatch_profile"; \
 	echo "     airflow dags trigger perfwatch_profile -c '{\"model\": \"$(DEMO_MODEL)\", \"version\": \"1\"}'"; \
 	echo "   (make demo builds the $(DEMO_MODEL) model store). Ctrl-C stops Airflow."; \
+	echo "== perfwatch doctor: the store, the DAGs and pool, and a trivial task through this Airflow"; \
+	$(PERFWATCH) doctor --airflow-url $(AIRFLOW_URL) --airflow-user admin --dag-wait 180 \
+	  --airflow-password "$$($(VENV)/bin/python -c "import json; print(json.load(open('$(AIRFLOW_PASSWORDS)'))['admin'])")" \
+	  || echo "   perfwatch doctor found a problem (above: FAIL lines name the cause); Airflow keeps running"; \
 	wait -n || true; echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1
 
 # eval "$$(make -s env)": this shell gets the make targets' environment (AIRFLOW_HOME, DAGS_FOLDER, ...) and

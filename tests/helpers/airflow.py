@@ -86,3 +86,81 @@ def _airflow_env(home: Path, airflow_home: Path) -> dict[str, str]:
         "PERFWATCH_HOME": str(home),
         "GX_ANALYTICS_ENABLED": "false",
     }
+
+
+class FakeAirflowApi:
+    """Airflow's REST API as ``perfwatch doctor`` sees it (``AirflowClient.call``), in memory.
+
+    What it models, from Airflow 3's code: the execution API validates a task token with the api-server's
+    ``[api_auth] jwt_secret`` (``api_secret``) and answers 403 ``Invalid auth token`` otherwise
+    (``execution_api/security.py``); a DAG run's tasks, started by a scheduler/worker signing with
+    ``worker_secret``, succeed when the two secrets agree, else fail before they start (the supervisor's
+    ``PATCH .../run`` is refused): state ``failed``, no host name, no pid, an empty log (apache/airflow#59373).
+    ``dags``: the parsed DAGs by id; ``pools``: pool name -> slots; ``import_errors``: Airflow's records;
+    ``run_state``: None to let a run finish, or a state it stays in (e.g. ``queued``: no worker).
+    """
+
+    def __init__(self, secret: str = "s3cret", *, audience: str = "urn:airflow.apache.org:task"):
+        self.api_secret = self.worker_secret = secret
+        self.audience = audience
+        self.dags = {
+            d: {"dag_id": d, "is_paused": d != "perfwatch_doctor"}
+            for d in ("perfwatch_profile", "perfwatch_watch", "perfwatch_doctor")
+        }
+        self.pools = {"perfwatch_profile": 1}
+        self.import_errors: list[dict] = []
+        self.health = {s: {"status": "healthy"} for s in ("metadatabase", "scheduler", "dag_processor")}
+        self.run_state: str | None = None
+        self.runs: dict[str, dict] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def call(self, method, path, *, json=None, params=None, token=None):
+        import jwt
+
+        self.calls.append((method, path))
+        if "://" in path:  # the execution API
+            assert path.endswith("/execution/task-instances/count") and params == {"dag_id": "perfwatch_doctor"}
+            try:
+                jwt.decode(token, self.api_secret, algorithms=["HS512"], audience=self.audience)
+            except jwt.InvalidTokenError:
+                return 403, {"detail": "Invalid auth token"}
+            return 200, 0
+        parts = path.removeprefix("/api/v2/").split("/")
+        if parts == ["monitor", "health"]:
+            return 200, self.health
+        if parts == ["importErrors"]:
+            return 200, {"import_errors": self.import_errors, "total_entries": len(self.import_errors)}
+        if parts[0] == "pools":
+            return (200, {"name": parts[1], "slots": self.pools[parts[1]]}) if parts[1] in self.pools else (404, {})
+        if parts[0] != "dags" or parts[1] not in self.dags:
+            return 404, {"detail": "Not Found"}
+        dag = self.dags[parts[1]]
+        if len(parts) == 2:
+            if method == "PATCH":
+                dag.update(json)
+            return 200, dag
+        if parts[2:] == ["dagRuns"] and method == "POST":
+            ok = self.worker_secret == self.api_secret
+            ti = (
+                {"task_id": "ping", "state": "success", "hostname": "worker-1", "pid": 42, "try_number": 1}
+                if ok
+                else {"task_id": "ping", "state": "failed", "hostname": "", "pid": None, "try_number": 1}
+            )
+            state = self.run_state or ("success" if ok else "failed")
+            if self.run_state:
+                ti = {"task_id": "ping", "state": self.run_state, "hostname": "", "pid": None, "queue": "default"}
+            self.runs[json["dag_run_id"]] = {"state": state, "ti": {**ti, "map_index": -1}, "paused": dag["is_paused"]}
+            return 200, {"dag_run_id": json["dag_run_id"], "state": "queued"}
+        run = self.runs.get(parts[3])
+        if run is None:
+            return 404, {}
+        if len(parts) == 4:
+            return 200, {"state": "queued" if run["paused"] else run["state"]}
+        if parts[4:] == ["taskInstances"]:
+            return 200, {"task_instances": [run["ti"]]}
+        if parts[4:6] == ["taskInstances", "ping"] and parts[6] == "logs":
+            ok = run["ti"]["state"] == "success"
+            return 200, {
+                "content": [{"event": "Task started"}, {"event": "Done. Returned value was: worker-1"}] if ok else []
+            }
+        return 404, {}

@@ -31,3 +31,9 @@ def test_make_airflow_binds_localhost_unless_told_otherwise():
     # every interface: this machine still reaches it (and its execution API) on 127.0.0.1
     assert "http://127.0.0.1:8081/api/v2/monitor/health" in opened
     assert "EXECUTION_API_SERVER_URL:-http://127.0.0.1:8081/execution/" in opened
+
+
+def test_make_airflow_runs_perfwatch_doctor_once_the_components_are_up():
+    recipe = airflow_recipe()
+    health, doctor = recipe.index("/api/v2/monitor/health"), recipe.index("perfwatch doctor --airflow-url")
+    assert health < doctor and "doctor --airflow-url http://127.0.0.1:8080 --airflow-user admin" in recipe
