@@ -1,9 +1,10 @@
 """``perfwatch doctor``: is this deployment able to run perfwatch, and if not, why not.
 
-Checks, each a :class:`Check` (``ok`` True / False, or None when it could not be made):
+Checks, each a :class:`Check` (``ok`` True / False, or None when it could not be made or there is nothing yet):
 
-* ``store``: the SQL store is reachable and migrated (``tasks.store.check_readable``; never creates one);
-* ``model store``: the model store (``PERFWATCH_MODEL_STORE``) can be listed;
+* ``store``: the SQL store is reachable and migrated (``tasks.store.check_readable``; never creates one; a
+  store not created or migrated yet is a note: the first DAG run does it);
+* ``model store``: the model store (``PERFWATCH_MODEL_STORE``) can be listed (absent: a note);
 * ``airflow``: the API server answers (``/api/v2/monitor/health``: scheduler and dag-processor health);
 * ``dags``: ``perfwatch_profile``, ``perfwatch_watch`` and ``perfwatch_doctor`` are parsed, no import errors;
 * ``pool``: the ``perfwatch_profile`` pool exists (the profiled run's one-at-a-time slot);
@@ -64,16 +65,18 @@ class Api(Protocol):
 
 @dataclass(frozen=True)
 class Check:
-    """One finding: ``name`` (e.g. ``"pool"``), ``ok`` (True, False, or None: not checked) and ``detail``
-    (what was found, or the cause and what to do)."""
+    """One finding: ``name`` (e.g. ``"pool"``), ``ok`` (True; False: a problem; None: not checked, or not there
+    yet on a fresh deployment, e.g. no store before the first DAG run) and ``detail`` (what was found, or the
+    cause and what to do)."""
 
     name: str
     ok: bool | None
     detail: str
 
     def line(self) -> str:
-        """``ok   pool: ...`` / ``FAIL pool: ...`` / ``skip pool: ...``."""
-        return f"{ {True: 'ok  ', False: 'FAIL', None: 'skip'}[self.ok] } {self.name}: {self.detail}"
+        """``ok   pool: ...`` / ``FAIL pool: ...`` / ``note pool: ...``."""
+        mark = {True: "ok  ", False: "FAIL", None: "note"}[self.ok]
+        return f"{mark} {self.name}: {self.detail}"
 
 
 # ------------------------------------------------------------------------------------------------ perfwatch side
@@ -81,10 +84,12 @@ class Check:
 
 def check_store(settings: Settings) -> Check:
     """The SQL store (``PERFWATCH_DATABASE_URL``) exists, is reachable and migrated (read only)."""
-    from tasks.store import StoreError, check_readable, redact
+    from tasks.store import StoreError, StoreMissing, StoreNotMigrated, check_readable, redact
 
     try:
         revision = check_readable(settings.database_url)
+    except (StoreMissing, StoreNotMigrated) as e:  # a fresh deployment: the first DAG run migrates it
+        return Check("store", None, f"not yet: {e}")
     except StoreError as e:
         return Check("store", False, str(e))
     return Check("store", True, f"{redact(settings.database_url)} at schema revision {revision}")
@@ -99,8 +104,9 @@ def check_model_store(settings: Settings) -> Check:
         if not fs.isdir(root):
             return Check(
                 "model store",
-                False,
-                f"{settings.model_store} does not exist (PERFWATCH_MODEL_STORE; perfwatch publish)",
+                None,
+                f"not yet: {settings.model_store} does not exist (PERFWATCH_MODEL_STORE; perfwatch publish or "
+                "make demo creates it)",
             )
         models = sorted(
             e["name"].rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(root, detail=True) if e["type"] == "directory"

@@ -104,12 +104,14 @@ def test_missing_pool_unparsed_dag_and_a_task_nobody_runs(ready):
 def test_store_and_model_store_problems_are_named(home):
     s = Settings.from_env()
     store, models = doctor.check_store(s), doctor.check_model_store(s)
-    assert store.ok is False and "no store at SQLite file" in store.detail
+    assert store.ok is None and "not yet: no store at SQLite file" in store.detail
     assert not (home / "perfwatch.db").exists()  # the check creates nothing
-    assert models.ok is False and "does not exist (PERFWATCH_MODEL_STORE" in models.detail
+    assert models.ok is None and "does not exist (PERFWATCH_MODEL_STORE" in models.detail
     home.mkdir(exist_ok=True)
     sqlite3.connect(home / "perfwatch.db").close()
     assert "not migrated" in doctor.check_store(s).detail
+    s = Settings(**{**vars(s), "database_url": "postgresql+psycopg://u@127.0.0.1:9/x"})  # nobody listens on 9
+    assert doctor.check_store(s).ok is False and "cannot connect" in doctor.check_store(s).detail
 
 
 def test_an_unreachable_airflow_stops_the_airflow_checks(ready):
