@@ -289,7 +289,9 @@ def check_pool(api: Api) -> Check:
 
 
 def _log_text(api: Api, run_id: str, ti: dict[str, Any]) -> str:
-    """The task instance's log as text (its events), '' when Airflow has none."""
+    """What the task itself logged (``GET .../logs/{try}``), as text: Airflow's own framing is left out (the
+    ``::group::Log message source details`` block naming the log files, and the ``::group::`` /
+    ``::endgroup::`` markers), so a task that never ran reads as ''."""
     path = (
         f"/api/v2/dags/{DOCTOR_DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
         f"{max(int(ti.get('try_number') or 1), 1)}"
@@ -298,9 +300,18 @@ def _log_text(api: Api, run_id: str, ti: dict[str, Any]) -> str:
     if status != 200 or not isinstance(body, dict):
         return ""
     content = body.get("content")
-    if isinstance(content, list):
-        return "\n".join(str(e.get("event", "")) if isinstance(e, dict) else str(e) for e in content).strip()
-    return str(content or "").strip()
+    events = [str(e.get("event", "")) if isinstance(e, dict) else str(e) for e in content or []]
+    if isinstance(content, str):
+        events = content.splitlines()
+    lines, in_sources = [], False
+    for event in events:
+        if event.startswith("::group::Log message source details"):
+            in_sources = True
+        elif event.startswith("::endgroup::"):
+            in_sources = False
+        elif not in_sources and not event.startswith("::group::") and event.strip():
+            lines.append(event)
+    return "\n".join(lines)
 
 
 def diagnose_failed_task(ti: dict[str, Any], log: str, token: Check | None) -> str:
@@ -312,7 +323,7 @@ def diagnose_failed_task(ti: dict[str, Any], log: str, token: Check | None) -> s
     before the task runs): :data:`JWT_MISMATCH`, for certain when ``token`` failed the same way.
     """
     name = ti.get("task_id", "?")
-    never_started = not ti.get("hostname") and ti.get("pid") is None
+    never_started = not ti.get("hostname") and ti.get("pid") is None and not ti.get("start_date")
     if token is not None and token.ok is False and "JWT" in token.detail:
         return f"task {name} failed: {JWT_MISMATCH}"
     if never_started and not log:

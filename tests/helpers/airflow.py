@@ -95,7 +95,8 @@ class FakeAirflowApi:
     ``[api_auth] jwt_secret`` (``api_secret``) and answers 403 ``Invalid auth token`` otherwise
     (``execution_api/security.py``); a DAG run's tasks, started by a scheduler/worker signing with
     ``worker_secret``, succeed when the two secrets agree, else fail before they start (the supervisor's
-    ``PATCH .../run`` is refused): state ``failed``, no host name, no pid, an empty log (apache/airflow#59373).
+    ``PATCH .../run`` is refused): state ``failed``, no host name, pid or start date, and a log with only
+    Airflow's framing (apache/airflow#59373; what a live Airflow 3.3 with two secrets showed).
     ``dags``: the parsed DAGs by id; ``pools``: pool name -> slots; ``import_errors``: Airflow's records;
     ``run_state``: None to let a run finish, or a state it stays in (e.g. ``queued``: no worker).
     """
@@ -142,10 +143,11 @@ class FakeAirflowApi:
         if parts[2:] == ["dagRuns"] and method == "POST":
             ok = self.worker_secret == self.api_secret
             ti = (
-                {"task_id": "ping", "state": "success", "hostname": "worker-1", "pid": 42, "try_number": 1}
+                {"task_id": "ping", "state": "success", "hostname": "worker-1", "pid": 42, "start_date": "t"}
                 if ok
-                else {"task_id": "ping", "state": "failed", "hostname": "", "pid": None, "try_number": 1}
+                else {"task_id": "ping", "state": "failed", "hostname": "", "pid": None, "start_date": None}
             )
+            ti["try_number"] = 1
             state = self.run_state or ("success" if ok else "failed")
             if self.run_state:
                 ti = {"task_id": "ping", "state": self.run_state, "hostname": "", "pid": None, "queue": "default"}
@@ -159,8 +161,15 @@ class FakeAirflowApi:
         if parts[4:] == ["taskInstances"]:
             return 200, {"task_instances": [run["ti"]]}
         if parts[4:6] == ["taskInstances", "ping"] and parts[6] == "logs":
-            ok = run["ti"]["state"] == "success"
-            return 200, {
-                "content": [{"event": "Task started"}, {"event": "Done. Returned value was: worker-1"}] if ok else []
-            }
+            # Airflow 3.3's answer: the log files named in a "source details" group, then what the task logged;
+            # a task that never started has only "Pre Execute" (seen on a live Airflow with mismatched secrets)
+            framing = [
+                {"event": "::group::Log message source details"},
+                {"event": "/airflow/logs/dag_id=perfwatch_doctor/run_id=r/task_id=ping/attempt=1.log"},
+                {"event": "::endgroup::"},
+                {"event": "::group::Pre Execute"},
+            ]
+            if run["ti"]["state"] == "success":
+                framing += [{"event": "::endgroup::"}, {"event": "Done. Returned value was: worker-1"}]
+            return 200, {"content": framing, "continuation_token": None}
         return 404, {}
