@@ -177,8 +177,8 @@ def trigger_profile_run(
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, read only when its ``Content-Length`` is given and at most ``limit`` bytes, and never
-    more than that (a body longer than its header says is refused too).
+    """The request body, read only when its ``Content-Length`` is given and at most ``limit`` bytes; reading
+    stops (413) past ``limit`` bytes whatever the header said.
 
     Raises:
         HTTPException: 411 without a ``Content-Length`` (e.g. chunked), 400 for one that is not a number,
