@@ -55,21 +55,28 @@ airflow-init: $(AIRFLOW_HOME)/.initialised
 # environment (LocalExecutor with 4 task slots, not 32 idle processes; the SQLite metadata DB in AIRFLOW_HOME),
 # each logging to $(AIRFLOW_HOME)/logs/.
 # Ctrl-C stops all three (each in its own process group: SIGTERM, after 30 s SIGKILL). Another port: make airflow AIRFLOW_PORT=8081
+# The api-server listens on this machine only (127.0.0.1; Airflow's own default is 0.0.0.0, every interface):
+# make airflow AIRFLOW_HOST=0.0.0.0 opens it to the network. Once the three are up, `perfwatch doctor` checks that
+# a task can run (the components agree on the JWT secret, the pool exists, the DAGs are parsed).
 AIRFLOW_PORT ?= 8080
+AIRFLOW_HOST ?= 127.0.0.1
+AIRFLOW_PROBE_HOST := $(if $(filter 0.0.0.0 :: [::],$(AIRFLOW_HOST)),127.0.0.1,$(AIRFLOW_HOST))
+AIRFLOW_URL := http://$(if $(findstring :,$(AIRFLOW_PROBE_HOST)),[$(AIRFLOW_PROBE_HOST)],$(AIRFLOW_PROBE_HOST)):$(AIRFLOW_PORT)
 AIRFLOW_PASSWORDS := $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated
 airflow ui: airflow-init
 	@mkdir -p $(AIRFLOW_HOME)/logs
-	@export AIRFLOW__API__PORT=$(AIRFLOW_PORT) AIRFLOW__CORE__PARALLELISM=$${AIRFLOW__CORE__PARALLELISM:-4}; \
+	@export AIRFLOW__API__HOST=$(AIRFLOW_HOST) AIRFLOW__API__PORT=$(AIRFLOW_PORT) AIRFLOW__CORE__PARALLELISM=$${AIRFLOW__CORE__PARALLELISM:-4}; \
+	export AIRFLOW__CORE__EXECUTION_API_SERVER_URL=$${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-$(AIRFLOW_URL)/execution/}; \
 	pids=; stop() { kill -TERM -- $$(printf ' -%s' $$pids) 2> /dev/null || true; \
 	  for _ in $$(seq 30); do kill -0 $$pids 2> /dev/null || break; sleep 1; done; \
 	  kill -KILL -- $$(printf ' -%s' $$pids) 2> /dev/null || true; }; \
 	trap stop EXIT; trap 'echo "== stopping Airflow"; exit 0' INT TERM; \
 	for c in api-server scheduler dag-processor; do setsid $(AIRFLOW) $$c > $(AIRFLOW_HOME)/logs/$$c.log 2>&1 & pids="$$pids $$!"; done; \
 	echo "== starting Airflow's api-server, scheduler and dag-processor (logs: $(AIRFLOW_HOME)/logs/<name>.log)"; \
-	until $(VENV)/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$(AIRFLOW_PORT)/api/v2/monitor/health', timeout=2)" 2> /dev/null; do \
+	until $(VENV)/bin/python -c "import urllib.request as u; u.urlopen('$(AIRFLOW_URL)/api/v2/monitor/health', timeout=2)" 2> /dev/null; do \
 	  if [ "$$(jobs -r | wc -l)" -lt 3 ]; then echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1; fi; sleep 2; \
 	done; \
-	echo "== Airflow UI: http://localhost:$(AIRFLOW_PORT)"; \
+	echo "== Airflow UI: $(AIRFLOW_URL) (listening on $(AIRFLOW_HOST); another: make airflow AIRFLOW_HOST=0.0.0.0)"; \
 	echo "   login: user admin, password $$($(VENV)/bin/python -c "import json; print(json.load(open('$(AIRFLOW_PASSWORDS)'))['admin'])")"; \
 	echo "   (the simple auth manager generated it on first start; it is kept in $(AIRFLOW_PASSWORDS))"; \
 	echo "   The DAG perfwatch_profile starts paused: unpause it with its toggle (Dags page; this also starts the"; \
@@ -78,6 +85,10 @@ airflow ui: airflow-init
 	echo "     eval \"\$$(make -s env)\"; airflow dags unpause perfwatch_profile"; \
 	echo "     airflow dags trigger perfwatch_profile -c '{\"model\": \"$(DEMO_MODEL)\", \"version\": \"1\"}'"; \
 	echo "   (make demo builds the $(DEMO_MODEL) model store). Ctrl-C stops Airflow."; \
+	echo "== perfwatch doctor: the store, the DAGs and pool, and a trivial task through this Airflow"; \
+	$(PERFWATCH) doctor --airflow-url $(AIRFLOW_URL) --airflow-user admin --dag-wait 180 \
+	  --airflow-password "$$($(VENV)/bin/python -c "import json; print(json.load(open('$(AIRFLOW_PASSWORDS)'))['admin'])")" \
+	  || echo "   perfwatch doctor found a problem (above: FAIL lines name the cause); Airflow keeps running"; \
 	wait -n || true; echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1
 
 # eval "$$(make -s env)": this shell gets the make targets' environment (AIRFLOW_HOME, DAGS_FOLDER, ...) and

@@ -1,10 +1,10 @@
-"""The plugin's FastAPI app: the pages behind Airflow's login, the metrics and the webhook with their own
-access rules (``auth``); :data:`app` is what Airflow's API server mounts at ``/perfwatch``,
-:func:`standalone_app` the same routes without Airflow's API server."""
+"""The plugin's FastAPI app: the pages behind Airflow's login (and :func:`store_ready`: no page creates a
+store), the metrics and the webhook with their own access rules (``auth``); :data:`app` is what Airflow's
+API server mounts at ``/perfwatch``, :func:`standalone_app` the same routes without Airflow's API server."""
 
 from __future__ import annotations
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -32,12 +32,27 @@ class SlashRedirect:
         await self.app(scope, receive, send)
 
 
+def store_ready() -> None:
+    """FastAPI dependency of the pages: the store (``PERFWATCH_DATABASE_URL``) exists and is migrated
+    (``tasks.store.check_readable``); a page never creates a store.
+
+    Raises:
+        HTTPException: 503 naming the reason (no store yet, not migrated, unreachable, schema too new).
+    """
+    from tasks.store import StoreError, check_readable
+
+    try:
+        check_readable()
+    except StoreError as e:
+        raise HTTPException(503, f"perfwatch's store cannot be read: {e}") from e
+
+
 def create_app(*, login: bool) -> FastAPI:
     """The plugin's app: the pages (behind :func:`airflow_user`) and the service routes. ``login``: a browser
     without a login is sent to Airflow's login page (inside Airflow's API server, which serves it)."""
     sub = FastAPI(title="perfwatch history", docs_url=None, redoc_url=None)
     sub.state.login = login
-    sub.include_router(pages.router, dependencies=[Depends(airflow_user)])
+    sub.include_router(pages.router, dependencies=[Depends(airflow_user), Depends(store_ready)])
     sub.include_router(metrics.router)
     sub.include_router(webhook.router)
     sub.add_exception_handler(LoginRequired, lambda request, exc: RedirectResponse(exc.url, status_code=307))

@@ -35,8 +35,12 @@ class LoginRequired(Exception):
 
 
 def bearer_ok(authorization: str | None, expected: str) -> bool:
-    """Whether an ``Authorization`` header is ``Bearer <expected>`` (constant-time)."""
-    return secrets.compare_digest((authorization or "").encode(), f"Bearer {expected}".encode())
+    """Whether an ``Authorization`` header is ``Bearer <expected>``: the scheme in any case (``bearer``,
+    ``BEARER``; RFC 7235 section 2.1: auth-schemes are case-insensitive) followed by one or more spaces, the
+    token compared in constant time (case-sensitive)."""
+    scheme, _, credentials = (authorization or "").strip().partition(" ")
+    ok_scheme = scheme.lower() == "bearer"
+    return secrets.compare_digest(credentials.lstrip(" ").encode(), expected.encode()) and ok_scheme
 
 
 async def airflow_user(request: Request) -> BaseUser:

@@ -44,13 +44,15 @@ class StoreCollector:
       judged a regression;
     * ``perfwatch_newest_data_age_seconds`` (no labels): seconds since the newest run of any model finished;
     * ``perfwatch_store_up`` (no labels): 1 when the store was read, 0 when it could not be (then no other
-      metric is given, and the error is logged).
+      metric is given; the reason is logged, kept in :attr:`problem` and written by ``/metrics`` as a comment
+      line). A store that does not exist or was never migrated is not created (``tasks.store.check_readable``).
 
     perfwatch measures training steps; it records no inference latency, so no latency metric is given.
     """
 
     def __init__(self, db_url: str | None = None):
         self.db_url = db_url
+        self.problem: str | None = None  #: why the last collect could not read the store (one line), else None
 
     def describe(self) -> list[Metric]:  # no metrics are read at registration time
         return []
@@ -58,13 +60,17 @@ class StoreCollector:
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        from tasks.store import check_readable
         from tasks.store.series import metrics_snapshot
 
         up = GaugeMetricFamily("perfwatch_store_up", "1 when the perfwatch store could be read at this scrape")
+        self.problem = None
         try:
+            check_readable(self.db_url)  # a missing or unmigrated store is reported, never created
             snap = metrics_snapshot(self.db_url)
         except Exception as e:  # noqa: BLE001 - any store error is reported as store_up 0
-            log.error("perfwatch metrics: cannot read the store: %s: %s", type(e).__name__, e)
+            self.problem = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+            log.error("perfwatch metrics: cannot read the store: %s", self.problem)
             up.add_metric([], 0)
             yield up
             return
@@ -139,9 +145,15 @@ class StoreCollector:
 
 @router.get("/metrics", dependencies=[Depends(metrics_access)])
 def metrics() -> Response:
-    """The store's figures in the Prometheus text format (``StoreCollector``); access: :func:`metrics_access`."""
+    """The store's figures in the Prometheus text format (``StoreCollector``); access: :func:`metrics_access`.
+    When the store could not be read, a last comment line (which Prometheus ignores) says why, e.g.
+    ``# perfwatch_store_up 0: StoreMissing: no store at SQLite file ...``."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector())
-    return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    collector = StoreCollector()
+    registry.register(collector)
+    content = generate_latest(registry)
+    if collector.problem:
+        content += f"# perfwatch_store_up 0: {collector.problem}\n".encode()
+    return Response(content=content, media_type=CONTENT_TYPE_LATEST)

@@ -2,8 +2,14 @@
 diagnosis. Every firing alert labelled ``perfwatch_model`` (optionally ``perfwatch_version``,
 ``perfwatch_case``) triggers a run of the ``perfwatch_profile`` DAG for that model through Airflow's REST API
 (:func:`trigger_profile_run`). The labels are checked with the rules the DAG's ``Case`` applies
-(``tasks.records``: ``check_model_name``, ``canonical_version``, ``check_case_name``). Access:
-``auth.alertmanager_access``.
+(``tasks.records``: ``check_model_name``, ``canonical_version``, ``check_case_name``) and against what the
+DAG would find (``tasks.services.publish.missing_target``: the model and version in the model store, a named
+case in the config).
+
+Order of checks, cheapest and safest first: the bearer token (``auth.alertmanager_access``) before a byte of
+the body is read; then the body's ``Content-Length`` (required; at most :data:`MAX_BODY_BYTES`, else 411 /
+413 without reading it); then the payload. Alertmanager's ``truncatedAlerts`` (alerts it left out of the
+payload, ``max_alerts``) are reported in the response and logged as a warning.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Header, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from tasks.records import canonical_version, check_case_name, check_model_name
 from tasks.services.airflow_api import AirflowApi, AirflowApiError, airflow_token
+from tasks.services.publish import missing_target
 
 from .auth import alertmanager_access
 
@@ -31,6 +39,24 @@ log = logging.getLogger(__name__)
 router = APIRouter()  #: ``/alertmanager``
 
 PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG a webhook alert triggers
+
+MAX_BODY_BYTES = 1 << 20
+"""The largest webhook body read, bytes (1 MiB; ``PERFWATCH_ALERTMANAGER_MAX_BYTES`` overrides it). An
+Alertmanager notification is a few KiB per alert; a larger group is cut by the receiver's ``max_alerts``."""
+
+
+def max_body_bytes() -> int:
+    """The body limit in bytes: ``PERFWATCH_ALERTMANAGER_MAX_BYTES`` (a positive integer), else :data:`MAX_BODY_BYTES`.
+
+    Raises:
+        ValueError: the variable is set but not a positive integer (names it and the value).
+    """
+    raw = os.environ.get("PERFWATCH_ALERTMANAGER_MAX_BYTES")
+    if raw is None or raw == "":
+        return MAX_BODY_BYTES
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"PERFWATCH_ALERTMANAGER_MAX_BYTES={raw!r}: expected a positive integer (bytes)")
+    return int(raw)
 
 
 class Alert(BaseModel):
@@ -150,30 +176,92 @@ def trigger_profile_run(
     return out
 
 
-@router.post("/alertmanager")
-def alertmanager_webhook(
-    payload: AlertmanagerPayload, authorization: str | None = Header(default=None)
-) -> JSONResponse:
-    """Alertmanager's webhook: trigger a profiling DAG run for every firing alert labelled ``perfwatch_model``.
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, read only when its ``Content-Length`` is given and at most ``limit`` bytes; reading
+    stops (413) past ``limit`` bytes whatever the header said.
 
-    Responses: 200 ``{"triggered": [...], "skipped": [{"alert", "reason"}]}``; 401 without the right bearer
-    token; 400 for a payload version other than 4; 502 when Airflow's API refused a trigger (Alertmanager
-    then retries); 503 when ``PERFWATCH_ALERTMANAGER_TOKEN`` is not set (the webhook is off).
+    Raises:
+        HTTPException: 411 without a ``Content-Length`` (e.g. chunked), 400 for one that is not a number,
+            413 beyond ``limit``.
     """
-    alertmanager_access(authorization)
+    length = request.headers.get("content-length")
+    if length is None:
+        raise HTTPException(411, f"a Content-Length is required (at most {limit} bytes); the body was not read")
+    if not length.isdigit():
+        raise HTTPException(400, f"Content-Length {length[:40]!r}: expected a number of bytes")
+    if int(length) > limit:
+        raise HTTPException(
+            413,
+            f"body of {int(length)} bytes is over the webhook's limit of {limit} bytes "
+            "(PERFWATCH_ALERTMANAGER_MAX_BYTES; Alertmanager's webhook_config max_alerts cuts a notification); "
+            "the body was not read",
+        )
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"body over the webhook's limit of {limit} bytes")
+    return bytes(body)
+
+
+@router.post("/alertmanager")
+async def alertmanager_webhook(request: Request) -> JSONResponse:
+    """Alertmanager's webhook: trigger a profiling DAG run for every firing alert labelled ``perfwatch_model``
+    whose model (version, case) the DAG would find (``tasks.services.publish.missing_target``).
+
+    Checked in this order, so that no unauthenticated or oversized body is read: the bearer token, the body's
+    ``Content-Length`` (:data:`MAX_BODY_BYTES`), the payload.
+
+    Responses: 200 ``{"triggered": [...], "skipped": [{"alert", "labels", "reason"}], "truncated_alerts": N}``
+    (``warning`` too when Alertmanager left N > 0 alerts out of the payload); 401 without the right bearer
+    token; 411 / 413 without a ``Content-Length`` or over the limit; 400 for a payload version other than 4 or
+    a body that is not JSON; 422 for a payload of the wrong shape, and when nothing was triggered because an
+    alert names a model, version or case the DAG does not have (the body says which; Alertmanager does not
+    retry a 4xx); 502 when Airflow's API refused a trigger (Alertmanager then retries); 503 when
+    ``PERFWATCH_ALERTMANAGER_TOKEN`` is not set (the webhook is off).
+    """
+    alertmanager_access(request.headers.get("authorization"))
+    try:
+        limit = max_body_bytes()
+    except ValueError as e:
+        raise HTTPException(500, str(e)) from e
+    raw = await _read_body(request, limit)
+    try:
+        payload = AlertmanagerPayload.model_validate_json(raw)
+    except ValidationError as e:
+        if any(err["type"] == "json_invalid" for err in e.errors()):
+            raise HTTPException(400, f"the body is not JSON: {e.errors()[0]['msg']}") from e
+        raise HTTPException(422, e.errors(include_url=False, include_input=False)) from e
     if payload.version != "4":
         raise HTTPException(400, f"Alertmanager payload version {payload.version!r}: expected '4'")
+    extra: dict[str, Any] = {"truncated_alerts": payload.truncatedAlerts}
+    if payload.truncatedAlerts:
+        extra["warning"] = (
+            f"Alertmanager left {payload.truncatedAlerts} alert(s) of group {payload.groupKey!r} out of this "
+            f"notification (webhook_config max_alerts): they trigger nothing; {len(payload.alerts)} were sent"
+        )
+        log.warning("perfwatch alertmanager webhook: %s", extra["warning"])
     wanted: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
+    unknown = 0
     for a in payload.alerts:
         req, why = profile_request(a)
+        if req is not None and (why := await run_in_threadpool(missing_target, req["conf"])) is not None:
+            req, unknown = None, unknown + 1
         if req is None:
             skipped.append({"alert": a.labels.get("alertname", ""), "labels": a.labels, "reason": why})
         elif req["dag_run_id"] not in {w["dag_run_id"] for w in wanted}:
             wanted.append(req)
+    if skipped:
+        log.info("perfwatch alertmanager webhook: skipped %s", "; ".join(str(s["reason"]) for s in skipped))
+    if unknown and not wanted:
+        return JSONResponse(
+            {"error": "no DAG run triggered: the alerts name what the DAG does not have", "skipped": skipped, **extra},
+            status_code=422,
+        )
     try:
-        triggered = trigger_profile_run(wanted) if wanted else []
+        triggered = await run_in_threadpool(trigger_profile_run, wanted) if wanted else []
     except AirflowApiError as e:
         log.error("perfwatch alertmanager webhook: %s", e)
-        return JSONResponse({"error": str(e), "skipped": skipped}, status_code=502)
-    return JSONResponse({"triggered": triggered, "skipped": skipped})
+        return JSONResponse({"error": str(e), "skipped": skipped, **extra}, status_code=502)
+    return JSONResponse({"triggered": triggered, "skipped": skipped, **extra})

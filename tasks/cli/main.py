@@ -419,6 +419,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ingest",
     "calibrate",
     "publish",
+    "doctor",
     "sweep",
 )
 for _name in _COMMAND_MODULES:

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Publish a model version into the store and emit its Asset event (the release gate's trigger)."""
         from tasks.modelstore import ModelNotFoundError
-        from tasks.services.airflow_api import AirflowApi, AirflowApiError, emit_asset_event
+        from tasks.services.airflow_api import AirflowApi, AirflowApiError, emit_asset_event, paused_message
         from tasks.services.publish import model_asset, publish_version
         from tasks.settings import Settings
         from tasks.stages.pull import pull_model_version
@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
                 err=True,
             )
             raise typer.Exit(2) from e
-        typer.echo(
-            f"Asset event {event.get('id')} for {uri} (asset id {event.get('asset_id')}): "
-            f"the release gate of {model} version {extra['version']} is scheduled"
-        )
+        head = f"Asset event {event.get('id')} for {uri} (asset id {event.get('asset_id')}): "
+        gate = f"the release gate of {model} version {extra['version']}"
+        if event.get("dag_paused"):
+            typer.echo(f"{head}{gate} is queued, but {paused_message()}")
+        else:
+            typer.echo(f"{head}{gate} is scheduled")

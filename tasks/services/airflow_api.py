@@ -2,8 +2,9 @@
 
 Authentication as Airflow 3 requires it: a bearer JWT, either given (``PERFWATCH_AIRFLOW_TOKEN``) or
 obtained from ``POST /auth/token`` with a user name and password (the simple auth manager's users;
-FAB and other auth managers serve the same endpoint). Used by ``perfwatch publish`` (Asset events);
-the Airflow UI plugin's Alertmanager webhook uses :func:`airflow_token` too.
+FAB and other auth managers serve the same endpoint). Used by ``perfwatch publish`` (Asset events) and
+``perfwatch doctor`` (:class:`AirflowClient`, the seam its tests fake); the Airflow UI plugin's Alertmanager
+webhook uses :func:`airflow_token` too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+
+PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the profiling runs and release gates
 
 
 class AirflowApiError(RuntimeError):
@@ -68,38 +71,114 @@ def airflow_token(client, api: AirflowApi) -> str | None:
     return r.json()["access_token"]
 
 
+class AirflowClient:
+    """One session with Airflow's API server: an ``httpx.Client`` and the bearer token of :func:`airflow_token`
+    (obtained at the first call). A context manager; :meth:`call` is the one method the callers use, so a fake
+    with the same method stands in for Airflow in tests.
+    """
+
+    def __init__(self, api: AirflowApi):
+        import httpx
+
+        self.api = api
+        self._client = httpx.Client(timeout=api.timeout_s)
+        self._token: str | None = None
+        self._authenticated = False
+
+    def __enter__(self) -> AirflowClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        token: str | None = None,
+    ) -> tuple[int, Any]:
+        """``method path`` (``/api/v2/...`` under ``api.base_url``, or an absolute URL) with the session's bearer
+        token (``token``: this one instead). Returns ``(HTTP status, the JSON body, or the text when not JSON)``.
+
+        Raises:
+            AirflowApiError: the API could not be reached, or the user name and password were refused.
+        """
+        import httpx
+
+        try:
+            if token is None and not self._authenticated:
+                self._token, self._authenticated = airflow_token(self._client, self.api), True
+            bearer = token or self._token
+            headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+            url = path if "://" in path else f"{self.api.base_url}{path}"
+            r = self._client.request(method, url, headers=headers, json=json, params=params)
+        except httpx.HTTPError as e:
+            raise AirflowApiError(
+                f"Airflow's API at {self.api.base_url} could not be reached: {type(e).__name__}: {e}"
+            ) from e
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+
+def dag_state(client: AirflowClient, dag_id: str = PROFILE_DAG_ID) -> dict[str, Any] | None:
+    """Airflow's record of ``dag_id`` (``GET /api/v2/dags/{dag_id}``: ``is_paused``, ``is_stale``, ...), or
+    None when Airflow has none (HTTP 404: the dag-processor has not parsed the DAG file yet, or it failed to).
+
+    Raises:
+        AirflowApiError: another refusal (the HTTP status and body), or the API could not be reached.
+    """
+    status, body = client.call("GET", f"/api/v2/dags/{dag_id}")
+    if status == 404:
+        return None
+    if status != 200:
+        raise AirflowApiError(f"GET /api/v2/dags/{dag_id}: HTTP {status}: {str(body)[:300]}")
+    return body
+
+
+def not_parsed_message(dag_id: str = PROFILE_DAG_ID) -> str:
+    """What to do when Airflow has no DAG ``dag_id`` yet."""
+    return f"the DAG {dag_id} has not been parsed yet (dag-processor): wait or check its log"
+
+
+def paused_message(dag_id: str = PROFILE_DAG_ID, what: str = "the gate") -> str:
+    """What to do when ``dag_id`` is paused (its runs, e.g. a release gate, wait until it is unpaused)."""
+    return f"the DAG is paused: unpause it (airflow dags unpause {dag_id}) or {what} will wait"
+
+
 def emit_asset_event(api: AirflowApi, uri: str, extra: dict[str, Any]) -> dict[str, Any]:
     """Record an event of the Asset with URI ``uri`` in Airflow (``POST /api/v2/assets/events``), which
-    schedules the DAGs that consume it. The asset id is looked up with ``GET /api/v2/assets?uri_pattern=``.
+    schedules the DAGs that consume it. The asset id is looked up with ``GET /api/v2/assets?uri_pattern=``;
+    afterwards the ``perfwatch_profile`` DAG's state is read (``GET /api/v2/dags/perfwatch_profile``).
 
     Returns:
         Airflow's AssetEventResponse (``id``, ``asset_id``, ``uri``, ``extra`` (with ``from_rest_api``),
-        ``timestamp``...).
+        ``timestamp``...), plus ``dag_paused``: whether ``perfwatch_profile`` is paused (its gate then waits
+        until it is unpaused; None when Airflow has no such DAG).
 
     Raises:
-        AirflowApiError: no Asset with that URI (no DAG declares it), a refused call, or an unreachable API.
+        AirflowApiError: no Asset with that URI (the message says why: the DAG has not been parsed yet, or its
+            config has no such model), a refused call, or an unreachable API.
     """
-    import httpx
-
-    try:
-        with httpx.Client(timeout=api.timeout_s) as client:
-            token = airflow_token(client, api)
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            url = f"{api.base_url}/api/v2/assets"
-            r = client.get(url, headers=headers, params={"uri_pattern": uri, "limit": 100})
-            if r.status_code != 200:
-                raise AirflowApiError(f"GET {url}: HTTP {r.status_code}: {r.text[:300]}")
-            ids = [a["id"] for a in r.json().get("assets", []) if a.get("uri") == uri]
-            if not ids:
-                raise AirflowApiError(
-                    f"Airflow at {api.base_url} has no Asset {uri}: no DAG declares it (the "
-                    "perfwatch_profile DAG declares one per model of the nightly config, "
-                    "PERFWATCH_CONFIG; add the model there)"
-                )
-            url = f"{api.base_url}/api/v2/assets/events"
-            r = client.post(url, headers=headers, json={"asset_id": ids[0], "extra": extra})
-            if r.status_code not in (200, 201):
-                raise AirflowApiError(f"POST {url}: HTTP {r.status_code}: {r.text[:300]}")
-            return r.json()
-    except httpx.HTTPError as e:
-        raise AirflowApiError(f"Airflow's API at {api.base_url} could not be reached: {type(e).__name__}: {e}") from e
+    with AirflowClient(api) as client:
+        status, body = client.call("GET", "/api/v2/assets", params={"uri_pattern": uri, "limit": 100})
+        if status != 200:
+            raise AirflowApiError(f"GET {api.base_url}/api/v2/assets: HTTP {status}: {str(body)[:300]}")
+        ids = [a["id"] for a in body.get("assets", []) if a.get("uri") == uri]
+        if not ids:
+            if dag_state(client) is None:
+                raise AirflowApiError(f"Airflow at {api.base_url} has no Asset {uri}: {not_parsed_message()}")
+            raise AirflowApiError(
+                f"Airflow at {api.base_url} has no Asset {uri}: no DAG declares it (the "
+                f"{PROFILE_DAG_ID} DAG declares one per model of the nightly config, "
+                "PERFWATCH_CONFIG; add the model there)"
+            )
+        status, event = client.call("POST", "/api/v2/assets/events", json={"asset_id": ids[0], "extra": extra})
+        if status not in (200, 201):
+            raise AirflowApiError(f"POST {api.base_url}/api/v2/assets/events: HTTP {status}: {str(event)[:300]}")
+        dag = dag_state(client)
+        return {**event, "dag_paused": None if dag is None else bool(dag.get("is_paused"))}

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.records import check_model_name
+from tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -265,3 +266,27 @@ def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str
         params = {"model": model, "version": version, **({"case": "all"} if model in configured else {})}
         states += plan_cases(dag_id, dag_run_id, "release", params, settings)
     return states
+
+
+def missing_target(conf: dict[str, Any], settings: Settings | None = None) -> str | None:
+    """Why a ``perfwatch_profile`` DAG run of ``conf`` (the Params ``model``, ``version``, ``case``; e.g. the
+    Alertmanager webhook's ``profile_request``) would find nothing to run, else None: the model
+    (and a pinned version) must be in the model store (``PERFWATCH_MODEL_STORE``, read as the DAG's
+    pull-model-version reads it: ``tasks.modelstore.resolve_version``), and a named ``case`` must be one of
+    the model's cases in the config (``PERFWATCH_CONFIG``, ``tasks.matrix.select_cases``, as the DAG's plan
+    picks it). The message names what exists (models, versions, cases).
+    """
+    from tasks.matrix import load_config, select_cases
+    from tasks.modelstore import ModelNotFoundError, resolve_version
+
+    settings = settings or Settings.from_env()
+    try:
+        resolve_version(settings.model_store, conf["model"], conf.get("version", "latest"))
+    except (ModelNotFoundError, ValueError, OSError) as e:
+        return f"not in the model store: {e}"
+    if case := conf.get("case"):
+        try:
+            select_cases(load_config(settings.config_path), conf["model"], case, where=str(settings.config_path))
+        except (ValueError, OSError) as e:
+            return f"unknown case: {e}"
+    return None

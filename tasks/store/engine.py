@@ -8,7 +8,8 @@ Store URLs are normalised in one place, ``normalize_url``: ``postgres://`` and `
 driver perfwatch ships. Two kinds of store trouble become typed errors with a one-line message
 (the command line prints it and exits non-zero): ``StoreUnreachable`` (cannot connect, or the
 connection was lost; names host and port, password masked) and ``StoreSchemaTooNew`` (the store
-was migrated by a newer perfwatch).
+was migrated by a newer perfwatch); the read-only paths check first with ``check_readable``
+(``StoreMissing``, ``StoreNotMigrated``), which never creates a store.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ class StoreSchemaTooNew(StoreError):
     def __init__(self, message: str, revision: str, head: str | None) -> None:
         super().__init__(message)
         self.revision, self.head = revision, head
+
+
+class StoreMissing(StoreError):
+    """No store at the URL: the SQLite file does not exist (it is made by the first DAG run or ``perfwatch db
+    upgrade``). Raised by :func:`check_readable`, which never creates one."""
+
+
+class StoreNotMigrated(StoreError):
+    """The database exists but holds no perfwatch schema (no Alembic revision): it was never migrated."""
 
 
 def normalize_url(url: str | URL) -> str:
@@ -184,6 +194,44 @@ def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
                 head=head,
             )
     return current
+
+
+def check_readable(url: str | None = None) -> str:
+    """Whether the store at ``url`` (default ``PERFWATCH_DATABASE_URL``, ``tasks.settings``) can be read as it
+    is, without creating or changing anything: for the
+    read-only paths (the plugin's pages and ``/perfwatch/metrics``), which must never create a store. A SQLite
+    file that does not exist is not opened (SQLite would create it, empty); an existing database must carry a
+    perfwatch schema revision this perfwatch knows.
+
+    Returns:
+        the store's Alembic revision (e.g. ``"0007"``).
+
+    Raises:
+        StoreMissing: no SQLite file at the URL's path (names it).
+        StoreNotMigrated: the database has no perfwatch schema (never migrated).
+        StoreSchemaTooNew: migrated by a newer perfwatch.
+        StoreUnreachable: cannot connect.
+    """
+    from tasks.settings import Settings
+
+    url = normalize_url(url or Settings.from_env().database_url)
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
+        path = u.database.removeprefix("file:").split("?", 1)[0]
+        if not Path(path).is_file():
+            raise StoreMissing(
+                f"no store at {describe(url)}: it is created by the first DAG run (or `perfwatch db upgrade`); "
+                "read-only paths (pages, metrics) never create one (PERFWATCH_DATABASE_URL names the store)"
+            )
+    _, script = _script()
+    with get_engine(url).connect() as conn:
+        current = _check_known(url, conn, script)
+    if not current:
+        raise StoreNotMigrated(
+            f"the store at {describe(url)} has no perfwatch schema (not migrated): run `perfwatch db upgrade` "
+            "or a DAG run first (PERFWATCH_DATABASE_URL names the store)"
+        )
+    return current[0]
 
 
 def migrate(url: str, revision: str = "head") -> None:

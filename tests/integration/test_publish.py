@@ -217,7 +217,8 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
         )
         assert r.exit_code == 0, r.output
         assert "published net version 1" in r.output and "Asset event 99 for perfwatch://models/net" in r.output
-        token, lookup, event = fake.requests
+        token, lookup, event, dag = fake.requests
+        assert dag["path"] == "/api/v2/dags/perfwatch_profile"  # paused? (not: "is scheduled")
         assert token["path"] == "/auth/token"
         assert lookup["path"] == "/api/v2/assets?uri_pattern=perfwatch%3A%2F%2Fmodels%2Fnet&limit=100"
         assert lookup["auth"] == event["auth"] == "Bearer jwt-1"
@@ -228,7 +229,7 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
 
         # the version exists: refused, exit 1, nothing sent
         r = cli_runner("publish", "net", src, "--version", "1", "--airflow-url", fake.url)
-        assert r.exit_code == 1 and "already exists" in r.output and len(fake.requests) == 3
+        assert r.exit_code == 1 and "already exists" in r.output and len(fake.requests) == 4
         # an Asset Airflow does not know (a model outside the config): copied, exit 2, says how to resend
         r = cli_runner("publish", "other", src, "--airflow-url", fake.url, "--airflow-token", "t")
         assert r.exit_code == 2, r.output
@@ -238,7 +239,8 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
             "publish", "net", src, "--version", "1", "--no-copy", "--airflow-url", fake.url, "--airflow-token", "t"
         )
         assert r.exit_code == 0, r.output
-        assert fake.requests[-1]["body"]["extra"]["version"] == "1" and fake.requests[-1]["auth"] == "Bearer t"
+        resent = fake.requests[-2]  # the event; then the DAG's state is read
+        assert resent["body"]["extra"]["version"] == "1" and resent["auth"] == "Bearer t"
     finally:
         fake.server.shutdown()
     # without an Airflow API the copy alone is the release

@@ -15,7 +15,8 @@ It then triggers ``perfwatch_profile`` through the stable REST API (JWT from ``P
 the simple auth manager's generated password), unpauses the DAG, and checks the task instances, where
 they ran (``hostname``/``queue``: fingerprint, warm-up and profiled run on the ``gpu`` worker), the
 stored run and its archived profile; a release gate of a heavier version must end ``failed`` with the
-regression in the archive task's log, read through the REST API.
+regression in the archive task's log, read through the REST API. ``perfwatch doctor`` runs first, with the
+scheduler's environment: every check passes, its trivial task runs on both queues.
 
 Needs PostgreSQL (``PERFWATCH_TEST_DATABASE_URL``: the perfwatch store; the Airflow metadata database
 is ``PERFWATCH_TEST_AIRFLOW_DATABASE_URL``, default ``<that database>_airflow`` on the same server,
@@ -424,6 +425,25 @@ def test_dag_runs_on_a_live_celery_airflow(live, home):
         600,
     )
     assert dag["is_paused"], "a new DAG starts paused"
+    # perfwatch doctor with the scheduler's environment (its Airflow configuration signs the task tokens): the
+    # api-server accepts them, and the trivial perfwatch_doctor DAG runs on both workers' queues (~10 s)
+    env = {
+        **local.env("airflow-scheduler", compose()["services"]["airflow-scheduler"]),
+        "PERFWATCH_AIRFLOW_API_URL": api.base,
+        "PERFWATCH_AIRFLOW_TOKEN": api.token,
+    }
+    doc = subprocess.run(
+        [str(BIN / "perfwatch"), "doctor", "--dag-wait", "120"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert doc.returncode == 0, f"{doc.stdout}\n{doc.stderr}\n{services.report()}"
+    for name in ("store", "model store", "airflow", "dags", "pool", "task token", "task"):
+        assert re.search(rf"^ok   {name}: ", doc.stdout, re.M), (name, doc.stdout)
+    assert "ping_profile_queue on airflow-worker-gpu" in doc.stdout, doc.stdout
     trigger(api, "live_v1", {**TINY, "version": "1"})  # queued while paused: runs once unpaused
     status, dag = api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     assert status == 200 and dag["is_paused"] is False, (status, dag)

@@ -57,8 +57,22 @@ class FakeAirflow:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+CONFIG = """
+models:
+  - model: resnet
+    matrix: {mode: [train, infer], batch_size: [16], precision: [fp32, mixed_bfloat16]}
+"""
+
+
 @pytest.fixture
-def airflow(monkeypatch):
+def airflow(monkeypatch, home):
+    """The fake Airflow, and what the DAG would find: model ``resnet`` versions 1 and 3 in the model store
+    (the files' names are what the store reads) and its four cases in the config."""
+    for v in (1, 3):
+        (home / "models" / "resnet" / str(v)).mkdir(parents=True)
+        (home / "models" / "resnet" / str(v) / "model.keras").write_bytes(b"PK")
+    (home / "perfwatch.yaml").write_text(CONFIG)
+    monkeypatch.setenv("PERFWATCH_CONFIG", str(home / "perfwatch.yaml"))
     fake = FakeAirflow()
     monkeypatch.setenv("PERFWATCH_AIRFLOW_API_URL", fake.url)
     monkeypatch.setenv("PERFWATCH_AIRFLOW_USERNAME", "airflow")
@@ -185,3 +199,105 @@ def test_webhook_refusals(airflow, monkeypatch):
     )
     monkeypatch.delenv("PERFWATCH_ALERTMANAGER_TOKEN")
     assert client.post("/perfwatch/alertmanager", json=body, headers=HOOK).status_code == 503
+
+
+def test_the_token_is_checked_before_the_body_is_read(airflow):
+    """An unauthenticated request of any size is answered 401 before a byte of its body is read: the app is
+    called as the ASGI server calls it, with a ``receive`` that counts the body messages it hands out."""
+    import anyio
+
+    from plugins.perfwatch.app import standalone_app
+
+    app = standalone_app()
+    chunk = b"x" * (1 << 20)
+
+    async def call(headers: list[tuple[bytes, bytes]], n_chunks: int) -> tuple[int, int]:
+        served, sent = 0, []
+
+        async def receive():
+            nonlocal served
+            served += 1
+            return {"type": "http.request", "body": chunk, "more_body": served < n_chunks}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/perfwatch/alertmanager",
+            "raw_path": b"/perfwatch/alertmanager",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), *headers],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
+        await app(scope, receive, send)
+        return sent[0]["status"], served
+
+    big = [(b"content-length", str(32 * len(chunk)).encode())]
+    assert anyio.run(call, big, 32) == (401, 0)  # 32 MiB, no token: nothing read
+    assert anyio.run(call, [*big, (b"authorization", b"Bearer nope")], 32) == (401, 0)
+    hook = [(b"authorization", b"Bearer hook-token")]
+    assert anyio.run(call, [*hook, *big], 32) == (413, 0)  # the right token, over the limit: not read either
+    assert anyio.run(call, hook, 32) == (411, 0)  # no Content-Length (chunked): not read
+
+
+def test_body_limit_and_truncated_alerts(airflow, monkeypatch):
+    from plugins.perfwatch.app import standalone_app
+    from plugins.perfwatch.webhook import MAX_BODY_BYTES
+
+    client = TestClient(standalone_app())
+    body = payload(alert(perfwatch_model="resnet"))
+    big = json.dumps({**body, "padding": "x" * MAX_BODY_BYTES})
+    r = client.post("/perfwatch/alertmanager", content=big, headers={**HOOK, "Content-Type": "application/json"})
+    assert r.status_code == 413 and f"limit of {MAX_BODY_BYTES} bytes" in r.json()["detail"]
+    monkeypatch.setenv("PERFWATCH_ALERTMANAGER_MAX_BYTES", str(len(big) + 1))
+    assert client.post("/perfwatch/alertmanager", content=big, headers=HOOK).status_code == 200
+    monkeypatch.delenv("PERFWATCH_ALERTMANAGER_MAX_BYTES")
+    r = client.post("/perfwatch/alertmanager", content=b"{not json", headers=HOOK)
+    assert r.status_code == 400 and "not JSON" in r.json()["detail"]
+
+    # Alertmanager cut the group (max_alerts): the response and the log say how many alerts were left out
+    r = client.post("/perfwatch/alertmanager", json={**body, "truncatedAlerts": 7}, headers=HOOK)
+    assert r.status_code == 200 and r.json()["truncated_alerts"] == 7
+    assert "left 7 alert(s)" in r.json()["warning"] and "max_alerts" in r.json()["warning"]
+    assert len(r.json()["triggered"]) == 1  # the alerts that were sent still trigger
+    assert "warning" not in client.post("/perfwatch/alertmanager", json=body, headers=HOOK).json()
+
+
+def test_truncated_alerts_are_logged(airflow, caplog):
+    from plugins.perfwatch.app import standalone_app
+
+    client = TestClient(standalone_app())
+    with caplog.at_level("WARNING", logger="plugins.perfwatch.webhook"):
+        client.post("/perfwatch/alertmanager", json={**payload(), "truncatedAlerts": 3}, headers=HOOK)
+    assert any("left 3 alert(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unknown_model_version_or_case_triggers_nothing(airflow):
+    from plugins.perfwatch.app import standalone_app
+
+    client = TestClient(standalone_app())
+    for labels, why in (
+        ({"perfwatch_model": "resnt"}, "not in the model store: unknown model 'resnt'"),
+        ({"perfwatch_model": "resnet", "perfwatch_version": "2"}, "version '2' of model 'resnet' not found"),
+        ({"perfwatch_model": "resnet", "perfwatch_case": "infer-bs16-xla"}, "model 'resnet' has no case"),
+    ):
+        r = client.post("/perfwatch/alertmanager", json=payload(alert(**labels)), headers=HOOK)
+        assert r.status_code == 422, (labels, r.text)
+        (skip,) = r.json()["skipped"]
+        assert why in skip["reason"], (labels, skip)
+    assert airflow.requests == []  # not even a token was asked for
+    # a known case of the config is triggered, and one unknown alert does not hold back a known one
+    r = client.post(
+        "/perfwatch/alertmanager",
+        json=payload(alert(perfwatch_model="resnt"), alert(perfwatch_model="resnet", perfwatch_case="infer-bs16")),
+        headers=HOOK,
+    )
+    assert r.status_code == 200 and [t["conf"].get("case") for t in r.json()["triggered"]] == ["infer-bs16"]
+    assert "unknown model 'resnt'" in r.json()["skipped"][0]["reason"]
