@@ -54,7 +54,9 @@ EARLIER_ATTEMPT = "\n\n--- an earlier attempt failed at"
 _XLA_OP = re.compile(r"No registered '(?P<op>[^']+)' OpKernel for (?P<device>XLA_\w+?_JIT) devices(?P<rest>[^\n]*)")
 _NODE = re.compile(r"\{\{node (?P<node>[^}]+)\}\}")
 # "Detected unsupported operations when trying to compile graph g[] on XLA_CPU_JIT: A (...), B (...)"
-_XLA_UNSUPPORTED = re.compile(r"Detected unsupported operations when trying to compile graph \S+ on (?P<device>XLA_\w+)")
+_XLA_UNSUPPORTED = re.compile(
+    r"Detected unsupported operations when trying to compile graph \S+ on (?P<device>XLA_\w+)"
+)
 # other compile failures: the line that says so
 _XLA_COMPILE = re.compile(
     r"^.*(?:tf2xla conversion failed|XLA compilation requires|XlaCompile|XLA can't deduce compile time constant|"
@@ -64,10 +66,14 @@ _XLA_COMPILE = re.compile(
 # Keras 3: "Could not locate class 'Scale'. Make sure custom classes ..." (also "function"); tf.keras / Keras 2:
 # "Unknown layer: 'Scale'. Please ensure you are using a `keras.utils.custom_object_scope` ..."
 _KERAS_CLASS = re.compile(r"Could not locate (?P<what>class|function) '(?P<name>[^']+)'")
-_KERAS2_CLASS = re.compile(r"Unknown (?P<what>layer|object|activation|loss|metric|initializer|regularizer)s?: '?(?P<name>[\w.>-]+)'?")
+_KERAS2_CLASS = re.compile(
+    r"Unknown (?P<what>layer|object|activation|loss|metric|initializer|regularizer)s?: '?(?P<name>[\w.>-]+)'?"
+)
 _REGISTERED = re.compile(r"'registered_name': '(?P<reg>[^']+)'")
 # the runner's own refusal (tasks.runner.inputs.resolve) and the message of runners before it
-_STRING_INPUT = re.compile(r"input '(?P<name>[^']+)'(?:: unknown dtype '(?:string|str|bytes|object)'| is a string input)")
+_STRING_INPUT = re.compile(
+    r"input '(?P<name>[^']+)'(?:: unknown dtype '(?:string|str|bytes|object)'| is a string input)"
+)
 _UNSAFE = re.compile(r"Requested the deserialization of a `?(?P<what>Lambda|\w+)`? (?:layer|object)")
 
 #: what to do about an unregistered custom class (the runner's PERFWATCH_RUNNER_IMPORTS, tasks.runner.process)

@@ -9,9 +9,11 @@ interval (null in JSON, "—" in the table, when a segment has one run), the p-v
 the table), and the point's status: ``confirmed`` once ``--min-after`` runs (default
 ``PERFWATCH_CHANGE_MIN_RUNS_AFTER``, else 3) follow it, ``tentative`` with fewer at the end of the series
 (``confirms_on``: the night whose run would confirm it on a nightly schedule), ``transient`` with fewer before
-the next change point. ``--format json`` is strict JSON (no NaN or Infinity: null). ``perfwatch creep MODEL`` compares each case's active baseline with the
-baseline of ``--window-days`` ago (``tasks.services.trend.creep_check``). Exit code 1 for an unknown
-model or a bad option value, 0 otherwise (also when nothing is found).
+the next change point. ``--format json`` is strict JSON (no NaN or Infinity: null).
+
+``perfwatch creep MODEL`` compares each case's active baseline with the baseline of ``--window-days`` ago
+(``tasks.services.trend.creep_check``). Exit code 1 for an unknown model or a bad option value, 0 otherwise
+(also when nothing is found).
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from tasks.runner.protocol import (
 )
 from tasks.runner.spec import RunnerSpec
 
-
 #: environment variable: modules (comma-separated, ``package.module``) the runner imports before it loads a
 #: model, so that the custom Keras classes they register (``@keras.saving.register_keras_serializable()``) load
 IMPORTS_ENV = "PERFWATCH_RUNNER_IMPORTS"

@@ -200,7 +200,9 @@ def test_a_one_night_spike_is_tentative_in_the_cli_and_the_trend_and_json_is_str
     assert 0 < row["p_value"] < 1e-6
     table = cli("changes", "m")
     assert table.exit_code == 0 and " 0.000 " not in table.output
-    assert f"run {ids[-1]} tentative (1 run(s) after it, 3 confirm): confirmed by the night of 2026-02-02" in table.output
+    assert (
+        f"run {ids[-1]} tentative (1 run(s) after it, 3 confirm): confirmed by the night of 2026-02-02" in table.output
+    )
     assert f"{row['p_value']:.2e}" in table.output  # scientific notation
     assert json.loads(cli("changes", "m", "--min-after", "1", "-f", "json").output)[0]["status"] == "confirmed"
     (r,) = watch_dag_run(db_url, "perfwatch_profile", "n30", now=T0 + dt.timedelta(days=31))

@@ -24,7 +24,8 @@ def test_an_op_xla_cannot_compile_is_named_with_xla_unsupported(name):
     c = failures.explain(text)
     assert c is not None and c.kind == "xla-unsupported"
     assert c.cause == (
-        "XLA unsupported: op ResizeArea could not compile on XLA_CPU_JIT (node functional_1/resizing_1/resize/ResizeArea)"
+        "XLA unsupported: op ResizeArea could not compile on XLA_CPU_JIT "
+        "(node functional_1/resizing_1/resize/ResizeArea)"
     )
     assert "xla: false" in c.hint
     assert failures.headline(text) == c.line() and c.line().startswith("cause: XLA unsupported: op ResizeArea")
@@ -61,7 +62,9 @@ def test_a_string_input_says_give_an_input_fn():
 
 def test_unknown_errors_keep_their_first_line_and_the_cause_goes_first_once():
     assert failures.explain("ValueError: batch_size must be > 0\nTraceback ...") is None
-    assert failures.headline("ValueError: batch_size must be > 0\nTraceback ...") == "ValueError: batch_size must be > 0"
+    assert (
+        failures.headline("ValueError: batch_size must be > 0\nTraceback ...") == "ValueError: batch_size must be > 0"
+    )
     assert failures.headline("") == "(no error text)"
     text = "RunnerError: warm-up: runner (warmup) failed: " + _text("xla_unsupported_train")
     stored = failures.with_cause(text)

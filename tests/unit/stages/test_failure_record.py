@@ -36,5 +36,7 @@ def test_a_failed_stage_stores_its_cause_first_and_failures_and_the_alert_show_i
     assert len(stored) > 1000 and ("RunnerError: " + message).startswith(stored)
     alert = alerts.dag_run_alert(ctx.dag_id, "x1", failed=True, db_url=db_url)
     assert alert is not None and "failed at stage *warm-up*: cause: XLA unsupported: op ResizeArea" in alert["text"]
-    task = alerts.dag_run_alert(ctx.dag_id, "none", failed=True, db_url=db_url, task="t", error="RunnerError: " + message)
+    task = alerts.dag_run_alert(
+        ctx.dag_id, "none", failed=True, db_url=db_url, task="t", error="RunnerError: " + message
+    )
     assert task is not None and "task *t* failed: cause: XLA unsupported: op ResizeArea" in task["text"]
