@@ -40,3 +40,15 @@ def test_a_failed_stage_stores_its_cause_first_and_failures_and_the_alert_show_i
         ctx.dag_id, "none", failed=True, db_url=db_url, task="t", error="RunnerError: " + message
     )
     assert task is not None and "task *t* failed: cause: XLA unsupported: op ResizeArea" in task["text"]
+
+
+def test_perfwatch_failures_names_the_cause_of_a_run_recorded_before_it_was_stored_first(cli, db_url, tmp_path):
+    import json
+
+    from tests.helpers.builders import add_failure
+
+    add_failure(db_url, tmp_path, "old", error="RunnerError: warm-up: runner (warmup) failed: " + XLA_ERROR)
+    out = cli("failures", "--since", "2000-01-01", "--format", "json")
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert row["reason"].startswith("cause: XLA unsupported: op ResizeArea could not compile on XLA_CPU_JIT")
