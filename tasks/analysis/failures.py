@@ -57,12 +57,8 @@ _NODE = re.compile(r"\{\{node (?P<node>[^}]+)\}\}")
 _XLA_UNSUPPORTED = re.compile(
     r"Detected unsupported operations when trying to compile graph \S+ on (?P<device>XLA_\w+)"
 )
-# other compile failures: the line that says so
-_XLA_COMPILE = re.compile(
-    r"^.*(?:tf2xla conversion failed|XLA compilation requires|XlaCompile|XLA can't deduce compile time constant|"
-    r"must be a compile-time constant).*$",
-    re.MULTILINE,
-)
+# other compile failures: the line that says so ("\ttf2xla conversion failed while converting __inference_...")
+_XLA_COMPILE = re.compile(r"^.*tf2xla conversion failed.*$", re.MULTILINE)
 # Keras 3: "Could not locate class 'Scale'. Make sure custom classes ..." (also "function"); tf.keras / Keras 2:
 # "Unknown layer: 'Scale'. Please ensure you are using a `keras.utils.custom_object_scope` ..."
 _KERAS_CLASS = re.compile(r"Could not locate (?P<what>class|function) '(?P<name>[^']+)'")

@@ -31,6 +31,22 @@ def test_an_op_xla_cannot_compile_is_named_with_xla_unsupported(name):
     assert failures.headline(text) == c.line() and c.line().startswith("cause: XLA unsupported: op ResizeArea")
 
 
+def test_another_xla_compile_failure_says_could_not_compile():
+    # the same message without the op's line: what TF says when the op is not the reason
+    text = _text("xla_unsupported_train").replace("No registered", "Without")
+    c = failures.explain(text)
+    assert c is not None and c.kind == "xla-compile"
+    assert c.cause == "XLA could not compile the step: unsupported operations on XLA_CPU_JIT"
+    text = "\n".join(line for line in text.splitlines() if "Detected unsupported" not in line)
+    c = failures.explain(text)
+    assert c is not None and c.cause.startswith("XLA could not compile the step: tf2xla conversion failed while")
+
+
+def test_a_lambda_refused_by_safe_mode_says_how_to_trust_it():
+    c = failures.explain(_text("lambda_safe_mode"))
+    assert c is not None and c.kind == "unsafe-code" and "safe_mode: false" in c.hint
+
+
 @pytest.mark.parametrize(
     ("name", "cause"),
     [
@@ -48,6 +64,12 @@ def test_an_unregistered_custom_layer_is_named_first_with_what_to_do(name, cause
     assert c is not None and (c.kind, c.cause) == ("custom-class", cause)
     assert "register_keras_serializable" in c.hint and "PERFWATCH_RUNNER_IMPORTS" in c.hint
     assert "custom_objects" in c.hint
+
+
+def test_keras_2s_unknown_layer_is_named_too():
+    text = "ValueError: Unknown layer: 'Scale'. Please ensure you are using a `keras.utils.custom_object_scope`"
+    c = failures.explain(text)
+    assert c is not None and c.cause == "custom class 'Scale' is not registered in the runner"
 
 
 def test_a_string_input_says_give_an_input_fn():
