@@ -32,7 +32,7 @@ def test_an_op_xla_cannot_compile_is_named_with_xla_unsupported(name):
 
 
 def test_another_xla_compile_failure_says_could_not_compile():
-    # the same message without the op's line: what TF says when the op is not the reason
+    # the same message without its op-kernel sentence: an XLA failure that names no op
     text = _text("xla_unsupported_train").replace("No registered", "Without")
     c = failures.explain(text)
     assert c is not None and c.kind == "xla-compile"
