@@ -38,7 +38,8 @@ noise of a median, both real. A **series** is 30–60 nights (drawn uniformly). 
 
 Each series is checked **night by night as the product does** (``tasks.services.trend``): on night n
 the change points of the first n runs (``tasks.analysis.changes.detect_change_points`` with the
-product's defaults) that the first n-1 runs did not have (``unseen``, as ``new_change_points``), and
+product's defaults) that are confirmed (``DEFAULT_MIN_RUNS_AFTER`` runs after them) and that the first n-1
+runs did not have confirmed (``confirmed``, ``unseen``, as ``new_change_points``), and
 the creep guard (``creep_guard``) of the newest ``CREEP_RUNS`` runs against the ``CREEP_RUNS`` runs up
 to ``CREEP_WINDOW_DAYS`` nights earlier (every run accepted: a creep passes every nightly verdict);
 ``alerts`` says whether that night alerts.
@@ -80,6 +81,7 @@ from tasks.analysis.changes import (  # noqa: E402
     CREEP_WINDOW_DAYS,
     SAME_CHANGE_RUNS,
     alerts,
+    confirmed,
     creep_guard,
     detect_change_points,
     unseen,
@@ -180,7 +182,7 @@ def check_nightly(x: np.ndarray, start: int, metric: str = "median_step_ms") -> 
     prev: list = []
     first_alert = first_found = None
     for n in range(1, len(x) + 1):
-        now = detect_change_points(x[:n], ids[:n], metric=metric)
+        now = confirmed(detect_change_points(x[:n], ids[:n], metric=metric))
         new = unseen(now, prev)
         prev = now
         creep = None

@@ -1,8 +1,8 @@
 -- name: failures
 -- Runs that failed and why, in since <= started_at < until (UTC), newest first: the stage that
 -- failed (pull-model-version, env-fingerprint, warm-up, profiled-run, parse, baseline-compare,
--- archive) and the stored error (its first line is the exception; the rest is the traceback
--- tail, cut at 2000 characters here).
+-- archive) and the stored error (its first line is the cause when perfwatch knows it, "cause: ...",
+-- tasks.analysis.failures; then the exception; the rest is the traceback tail, cut at 2000 characters here).
 -- params: since timestamp, until timestamp, model text optional, limit integer
 -- psql:
 --   psql "$DB" -v since="'2026-01-01'" -v until="'2100-01-01'" -v model=NULL -v limit=ALL \

@@ -12,8 +12,15 @@ between processes on the 2-core dev machine) and a slow creep that the auto-acce
   examples/s). Each change point gets the ratio of the segment after it to the segment before it
   (geometric means, the segments between its neighbouring change points) with a Welch t interval on
   the logs (scipy), and Otava's
-  p-value. :func:`new_change_points` is what a nightly check alerts on: the points of the series that
-  the series without its newest run did not have.
+  p-value. A segment of one run has no interval (``ci_low``/``ci_high`` None).
+* **Persistence.** E-divisive is most sensitive at the ends of a series: a single slow night at the end
+  splits off as a "change" of one run. So a change point is ``confirmed`` only when at least
+  ``min_runs_after`` runs (default :data:`DEFAULT_MIN_RUNS_AFTER`; the DAG reads
+  ``PERFWATCH_CHANGE_MIN_RUNS_AFTER``) follow it in its segment; fewer at the end of the series is
+  ``tentative`` (``runs_to_confirm`` more runs would confirm it, if it holds), fewer before the next change
+  point is ``transient`` (an excursion that ended). :func:`new_change_points` is what a nightly check alerts
+  on: the confirmed points of the series that the series without its newest run did not have confirmed,
+  so a change alerts once, on the night that confirms it; tentative and transient points never alert.
 * **Creep guard** (:func:`creep_guard`): the level of the active baseline (the median step times of
   the newest accepted runs) against the level of the baseline that was active a window ago (e.g.
   30 days): ratio of geometric means with a one-sided Welch t bound. ``creep`` when the lower bound
@@ -25,6 +32,7 @@ How well this works on this machine's real noise: ``bench/changes.py`` (the defa
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,6 +56,11 @@ MIN_POINTS = 8
 SAME_CHANGE_RUNS = 2
 #: Confidence of the ratio intervals of change points (two-sided).
 DEFAULT_CONFIDENCE = 0.95
+#: Fewest runs after a change point (in its segment) before it is confirmed and may alert.
+DEFAULT_MIN_RUNS_AFTER = 3
+
+#: a change point's standing (module docstring, "Persistence")
+Status = Literal["confirmed", "tentative", "transient"]
 
 #: Creep guard defaults: relative level change that counts, one-sided confidence of the bound, how many
 #: accepted runs make a level, how far back the old baseline is.
@@ -66,10 +79,14 @@ class ChangePoint:
         index: position in the series of the first run after the change.
         run_id: that run's id.
         before, after: geometric means of the segments before and after (the series' unit).
-        ratio: ``after / before``; ``ci_low``, ``ci_high``: its ``confidence`` interval (Welch t on the logs).
+        ratio: ``after / before``; ``ci_low``, ``ci_high``: its ``confidence`` interval (Welch t on the logs);
+            None when a segment has a single run (no interval).
         p_value: Otava's two-sided t-test p-value of the split (segment means).
         n_before, n_after: runs in the two segments.
         slower: the change makes the model slower (a time went up, or throughput went down).
+        status: ``confirmed`` (``n_after`` >= ``min_runs_after``), ``tentative`` (fewer, at the end of the
+            series) or ``transient`` (fewer, before the next change point); only a confirmed point alerts.
+        runs_to_confirm: for a tentative point, the runs still needed after the newest (0 otherwise).
     """
 
     metric: str
@@ -78,13 +95,15 @@ class ChangePoint:
     before: float
     after: float
     ratio: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     p_value: float
     n_before: int
     n_after: int
     slower: bool
     confidence: float = DEFAULT_CONFIDENCE
+    status: Status = "confirmed"
+    runs_to_confirm: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The change point as a JSON-safe dict."""
@@ -106,13 +125,13 @@ def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.
     return x
 
 
-def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float, float]:
+def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float | None, float | None]:
     import numpy as np
 
     lb, la = np.log(before), np.log(after)
     ratio = float(np.exp(la.mean() - lb.mean()))
-    if len(lb) < 2 or len(la) < 2:
-        return ratio, 0.0, math.inf
+    if len(lb) < 2 or len(la) < 2:  # one run on a side: no interval (never [0, inf])
+        return ratio, None, None
     from scipy import stats as sps
 
     ci = sps.ttest_ind(la, lb, equal_var=False).confidence_interval(confidence)
@@ -129,6 +148,7 @@ def detect_change_points(
     window_len: int = DEFAULT_WINDOW,
     confidence: float = DEFAULT_CONFIDENCE,
     min_points: int = MIN_POINTS,
+    min_runs_after: int = DEFAULT_MIN_RUNS_AFTER,
 ) -> list[ChangePoint]:
     """Change points of one series of runs, oldest first (Apache Otava's E-divisive means + t-test).
 
@@ -140,15 +160,19 @@ def detect_change_points(
             the segment means, and split window (runs).
         confidence: of the ratio intervals (two-sided).
         min_points: a shorter series has no change points (empty list).
+        min_runs_after: runs after a point (in its segment) that confirm it (``status``, module docstring).
 
     Returns:
-        The change points, in series order.
+        The change points, in series order, each with its ``status``.
 
     Raises:
-        ValueError: lengths differ, a value is not finite and > 0 (names its index and run), an unknown metric.
+        ValueError: lengths differ, a value is not finite and > 0 (names its index and run), an unknown metric,
+            ``min_runs_after`` < 1.
     """
     import numpy as np
 
+    if min_runs_after < 1:
+        raise ValueError(f"min_runs_after = {min_runs_after!r}: expected a whole number of runs >= 1")
     x = _series(values, run_ids, metric)
     if len(x) < max(min_points, 4):
         return []
@@ -165,6 +189,9 @@ def detect_change_points(
         hi = cuts[k + 1] if k + 1 < len(cuts) else len(x)
         before, after = x[lo:cut], x[cut:hi]
         ratio, ci_low, ci_high = _ratio_ci(before, after, confidence)
+        status: Status = "confirmed"
+        if len(after) < min_runs_after:
+            status = "tentative" if hi == len(x) else "transient"
         out.append(
             ChangePoint(
                 metric=metric,
@@ -180,24 +207,47 @@ def detect_change_points(
                 n_after=len(after),
                 slower=(ratio > 1) == (METRICS[metric] > 0),
                 confidence=confidence,
+                status=status,
+                runs_to_confirm=min_runs_after - len(after) if status == "tentative" else 0,
             )
         )
     return out
 
 
 def new_change_points(values: Sequence[float], run_ids: Sequence[int], **kwargs: Any) -> list[ChangePoint]:
-    """The change points of the series that the same series without its newest run did not have (none
-    within :data:`SAME_CHANGE_RUNS` runs of it): what a nightly check alerts on once, when the evidence
-    for a change first suffices. Takes the arguments of :func:`detect_change_points`."""
-    now = detect_change_points(values, run_ids, **kwargs)
+    """The confirmed change points of the series that the same series without its newest run did not have
+    confirmed (none within :data:`SAME_CHANGE_RUNS` runs of it): what a nightly check alerts on once, on the
+    night whose run confirms the change (module docstring, "Persistence"). Takes the arguments of
+    :func:`detect_change_points`."""
+    now = confirmed(detect_change_points(values, run_ids, **kwargs))
     if not now:
         return []
-    return unseen(now, detect_change_points(values[:-1], run_ids[:-1], **kwargs))
+    return unseen(now, confirmed(detect_change_points(values[:-1], run_ids[:-1], **kwargs)))
+
+
+def confirmed(points: Sequence[ChangePoint]) -> list[ChangePoint]:
+    """The points of ``points`` whose ``status`` is ``confirmed``."""
+    return [cp for cp in points if cp.status == "confirmed"]
 
 
 def unseen(now: Sequence[ChangePoint], before: Sequence[ChangePoint]) -> list[ChangePoint]:
     """The points of ``now`` with no point of ``before`` within :data:`SAME_CHANGE_RUNS` runs (same series)."""
     return [cp for cp in now if all(abs(cp.index - b.index) > SAME_CHANGE_RUNS for b in before)]
+
+
+def interval_text(cp: ChangePoint) -> str:
+    """``[low, high]`` of the ratio's interval (3 decimals), or ``[no interval: a segment of 1 run]``."""
+    if cp.ci_low is None or cp.ci_high is None:
+        return "[no interval: a segment of 1 run]"
+    return f"[{cp.ci_low:.3f}, {cp.ci_high:.3f}]"
+
+
+def confirming_night(cp: ChangePoint, newest: dt.date) -> dt.date | None:
+    """The night whose run would confirm the tentative ``cp`` on a nightly schedule: ``newest`` (the date
+    of the series' newest run) + ``runs_to_confirm`` days; None for a point that is not tentative."""
+    if cp.status != "tentative":
+        return None
+    return newest + dt.timedelta(days=cp.runs_to_confirm)
 
 
 @dataclass(frozen=True)
@@ -316,13 +366,13 @@ def creep_guard(
 
 
 def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None) -> list[str]:
-    """What a nightly trend check alerts on, one line each: every new change point that makes the model
-    slower (a faster one is reported, never alerted), and a ``creep`` verdict of the guard."""
+    """What a nightly trend check alerts on, one line each: every new confirmed change point that makes the
+    model slower (a faster, tentative or transient one is reported, never alerted), and a ``creep`` verdict."""
     out = [
-        f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} [{cp.ci_low:.3f}, {cp.ci_high:.3f}] "
+        f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} {interval_text(cp)} "
         f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)"
         for cp in new_points
-        if cp.slower
+        if cp.slower and cp.status == "confirmed"
     ]
     if creep is not None and creep.verdict == "creep":
         out.append(f"creep: {creep.reason}")

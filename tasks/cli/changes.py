@@ -5,9 +5,15 @@
 of successful runs (``tasks.analysis.changes.detect_change_points``: Apache Otava's E-divisive means
 with a t-test): the first run after the change, its version and environment (and whether either
 changed there), the magnitude as the ratio of the segment after to the segment before with its 95%
-interval, and the p-value. ``perfwatch creep MODEL`` compares each case's active baseline with the
-baseline of ``--window-days`` ago (``tasks.services.trend.creep_check``). Exit code 1 for an unknown
-model or a bad option value, 0 otherwise (also when nothing is found).
+interval (null in JSON, "—" in the table, when a segment has one run), the p-value (scientific notation in
+the table), and the point's status: ``confirmed`` once ``--min-after`` runs (default
+``PERFWATCH_CHANGE_MIN_RUNS_AFTER``, else 3) follow it, ``tentative`` with fewer at the end of the series
+(``confirms_on``: the night whose run would confirm it on a nightly schedule), ``transient`` with fewer before
+the next change point. ``--format json`` is strict JSON (no NaN or Infinity: null).
+
+``perfwatch creep MODEL`` compares each case's active baseline with the baseline of ``--window-days`` ago
+(``tasks.services.trend.creep_check``). Exit code 1 for an unknown model or a bad option value, 0 otherwise
+(also when nothing is found).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ CHANGE_COLUMNS = [
     "n_before",
     "n_after",
     "direction",
+    "status",
+    "confirms_on",
 ]
 
 
@@ -75,9 +83,11 @@ def change_table(
     case: str | None = None,
     since: dt.datetime | None = None,
     metrics: tuple[str, ...] = ("median_step_ms",),
+    min_runs_after: int = changes.DEFAULT_MIN_RUNS_AFTER,
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every change point of each case's series (``CHANGE_COLUMNS``; before/after in the metric's unit:
-    ms, or examples/s for throughput) and the number of runs per case.
+    ms, or examples/s for throughput; ci_low/ci_high None without an interval; status and confirms_on, an ISO
+    date for a tentative point: ``changes.confirming_night``) and the number of runs per case.
 
     Raises:
         LookupError: unknown model (names the models of the store).
@@ -96,8 +106,10 @@ def change_table(
             if not pts:
                 continue
             ids = [r.run_id for r, _ in pts]
-            for cp in changes.detect_change_points([v for _, v in pts], ids, metric=metric):
+            found = changes.detect_change_points([v for _, v in pts], ids, metric=metric, min_runs_after=min_runs_after)
+            for cp in found:
                 at, prev = pts[cp.index][0], pts[cp.index - 1][0]
+                night = changes.confirming_night(cp, pts[-1][0].started_at.date())
                 rows.append(
                     {
                         "case_name": case_name,
@@ -118,6 +130,8 @@ def change_table(
                         "n_before": cp.n_before,
                         "n_after": cp.n_after,
                         "direction": "slower" if cp.slower else "faster",
+                        "status": cp.status,
+                        "confirms_on": night.isoformat() if night else None,
                     }
                 )
     return pd.DataFrame(rows, columns=CHANGE_COLUMNS), sizes
@@ -141,17 +155,33 @@ def register(app: typer.Typer) -> None:
                 "(per-step process CPU time; runs without it left out), throughput_eps.",
             ),
         ] = None,
+        min_after: Annotated[
+            int | None,
+            typer.Option(
+                "--min-after",
+                min=1,
+                help="Runs after a change point that confirm it (default PERFWATCH_CHANGE_MIN_RUNS_AFTER, else "
+                f"{changes.DEFAULT_MIN_RUNS_AFTER}); fewer at the end of the series: tentative.",
+            ),
+        ] = None,
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Change points of MODEL's nightly series: run, version and environment at each, magnitude (ratio
-        after/before with its 95% interval) and p-value (Apache Otava, E-divisive means)."""
+        after/before with its 95% interval), p-value (Apache Otava, E-divisive means) and status (confirmed,
+        or tentative with the night that would confirm it)."""
+        from tasks.services.trend import min_runs_after
+
         metrics = tuple(metric or ["median_step_ms"])
         for m in metrics:
             if m not in changes.METRICS:
                 raise typer.BadParameter(f"{m!r}: expected one of {', '.join(changes.METRICS)}", param_hint="--metric")
         start = _parse_since(since)
         try:
-            df, sizes = change_table(_url(), model, case, start, metrics)
+            after = min_after if min_after is not None else min_runs_after()
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--min-after") from None
+        try:
+            df, sizes = change_table(_url(), model, case, start, metrics, after)
         except LookupError as e:
             typer.echo(f"error: {e.args[0]}", err=True)
             raise typer.Exit(1) from None
@@ -164,11 +194,21 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(1)
         if not (df.empty and fmt is Format.table):
-            render(df, fmt, title=f"{model}: change points")
+            shown = df
+            if fmt in (Format.table, Format.markdown):  # p-values of 1e-5 are not 0.000
+                shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]])
+            render(shown, fmt, title=f"{model}: change points")
         if fmt is Format.table:
             for c, n in sizes.items():
                 note = f" (change points need at least {changes.MIN_POINTS})" if n < changes.MIN_POINTS else ""
-                typer.echo(f"{c}: {n} successful runs{note}, {int((df['case_name'] == c).sum())} change point(s)")
+                mine = df[df["case_name"] == c]
+                pending = mine[mine["status"] == "tentative"]
+                tentative = "".join(
+                    f"; run {r.run_id} tentative ({r.n_after} run(s) after it, {after} confirm): confirmed by the "
+                    f"night of {r.confirms_on} if it holds (no alert until then)"
+                    for r in pending.itertuples()
+                )
+                typer.echo(f"{c}: {n} successful runs{note}, {len(mine)} change point(s){tentative}")
 
     @app.command("creep")
     def creep_cmd(

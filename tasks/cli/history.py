@@ -413,13 +413,19 @@ def register(app: typer.Typer) -> None:
         full: Annotated[bool, typer.Option(help="Show the stored error text, not only its first line.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """Runs that failed and why: the stage that failed and the error, newest first."""
+        """Runs that failed and why: the stage that failed and the error's cause (the op XLA refused, a missing
+        custom class, a string input without an input_fn) or first line, newest first."""
+        from tasks.analysis.failures import headline
         from tasks.store import queries
 
         try:
             df = queries.failures(_since(since), until, model, _known(model), limit=last)
         except queries.QueryError as e:
             raise _fail(e) from None
+        # the cause line (stored first since issue 26; found in the text of a run recorded before), else line 1
+        df["reason"] = [
+            headline(e) if isinstance(e, str) else r for e, r in zip(df["error"], df["reason"], strict=True)
+        ]
         if not full:
             df = df.drop(columns=["error"])
         render(df, fmt, title="failed runs")

@@ -260,6 +260,7 @@ def run_cmd(
     except StoreError:
         raise  # one line, exit STORE_ERROR_EXIT (_StoreErrorsInOneLine)
     except Exception as e:  # noqa: BLE001 - every stage error is reported, and said whether it was recorded
+        from tasks.analysis.failures import with_cause
         from tasks.stages.pipeline import failure_note
 
         note = failure_note(e)
@@ -269,7 +270,7 @@ def run_cmd(
             where = "the failure could NOT be recorded in the store" + (
                 f": {note.detail}" if note is not None and note.detail else ""
             )
-        typer.echo(f"error: {type(e).__name__}: {e}\n({where})", err=True)
+        typer.echo(f"error: {with_cause(f'{type(e).__name__}: {e}')}\n({where})", err=True)
         raise typer.Exit(2) from e
     v, run, archived = state.verdict, state.run, state.archived
     assert v is not None and run is not None and archived is not None  # run_case ran every stage

@@ -27,7 +27,7 @@ class Format(StrEnum):
 
 
 def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
+    if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity: not JSON
         return None
     if hasattr(v, "isoformat"):  # datetime, pandas.Timestamp
         return v.isoformat()
@@ -40,7 +40,8 @@ def render(
     """Print ``df`` in ``fmt``; for csv/json/markdown also return the text.
 
     Floats are shown with 3 significant decimals in the table and markdown forms; csv and json
-    carry full precision, None for missing values (never 0).
+    carry full precision, None for missing values (never 0). json is strict JSON: NaN and infinities are
+    written as null (``json.dumps(allow_nan=False)`` checks it).
     """
     import pandas as pd
 
@@ -49,7 +50,7 @@ def render(
     console = console or Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
     if fmt is Format.json:
         rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.astype(object).to_dict(orient="records")]
-        text = json.dumps(rows, indent=2, default=str)
+        text = json.dumps(rows, indent=2, default=str, allow_nan=False)
     elif fmt is Format.csv:
         text = df.to_csv(index=False)
     elif fmt is Format.markdown:

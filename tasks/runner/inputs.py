@@ -18,7 +18,8 @@ dimension), ``dtype``, ``min``/``max``. :func:`resolve` turns both into concrete
 
 ``input_fn`` (:func:`user_dataset`): ``"package.module:function"`` importable in the runner's interpreter,
 called with those of ``batch_size`` and ``seed`` it accepts, returning a ``tf.data.Dataset`` whose
-elements are model-ready batches of ``batch_size`` examples: one tensor (one-input model), a tuple in
+elements are model-ready batches of ``batch_size`` examples: one tensor (a one-input model: Keras, or a
+SavedModel signature of one argument), a tuple in
 the model's input order (``Signature.names``; a SavedModel's inputs in name order), or a dict keyed by
 input name. Labels are not used (the
 training loss is synthetic): ``(x, y)`` pairs are NOT accepted -- map them away with
@@ -173,6 +174,8 @@ def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_siz
                     f"input {d.name!r}: shape {list(shape)} contradicts the model's {_show(d.shape)} at dimension {i}"
                 )
         dtype = opt.get("dtype") or d.dtype
+        if dtype in STRING_DTYPES:  # TF's tf.string is "string": numpy has no dtype of that name
+            raise _string_input(d.name, dtype)
         try:
             dt = np.dtype(dtype)
         except TypeError as e:
@@ -188,13 +191,21 @@ def resolve(sig: Signature, options: dict[str, dict[str, Any]] | None, batch_siz
                     f"inputs: {{{d.name}: {{min: 0, max: 30522}}}} (values drawn from [min, max))"
                 )
         elif dt.kind in "OSU":
-            raise RunnerError(
-                f"input {d.name!r} is a string input ({dtype}): synthetic strings mean nothing; "
-                "give the case an input_fn that yields real ones"
-            )
+            raise _string_input(d.name, dtype)
         known = tuple(s for s in shape if s is not None)  # every dimension is given (checked above)
         feeds.append(Feed(name=d.name, shape=(batch_size, *known), dtype=dt.name, low=low, high=high))
     return feeds
+
+
+#: dtype names of string inputs: TF's (``tf.string.name``) and numpy's
+STRING_DTYPES = frozenset({"string", "str", "bytes", "object"})
+
+
+def _string_input(name: str, dtype: str) -> RunnerError:
+    return RunnerError(
+        f"input {name!r} is a string input ({dtype}); string input: give an input_fn. Synthetic strings mean "
+        "nothing: give the case an input_fn that yields real ones"
+    )
 
 
 def _show(shape: tuple[int | None, ...]) -> str:
@@ -285,7 +296,7 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
 
         def to_dict(*xs):
             return dict(zip(names, xs, strict=True))
-    elif sig.structure == "single":
+    elif len(sig.names) == 1:  # a one-input model, Keras (single) or a SavedModel signature (by name)
         name = sig.names[0]
 
         def to_dict(x):

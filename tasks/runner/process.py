@@ -36,6 +36,32 @@ from tasks.runner.protocol import (
 )
 from tasks.runner.spec import RunnerSpec
 
+#: environment variable: modules (comma-separated, ``package.module``) the runner imports before it loads a
+#: model, so that the custom Keras classes they register (``@keras.saving.register_keras_serializable()``) load
+IMPORTS_ENV = "PERFWATCH_RUNNER_IMPORTS"
+
+
+def import_user_modules(environ: dict[str, str] | None = None) -> list[str]:
+    """Import the modules named in ``PERFWATCH_RUNNER_IMPORTS`` (comma-separated; unset or empty: none) and
+    return their names, in order.
+
+    Raises:
+        RunnerError: a module does not import (names the variable, the module and the error).
+    """
+    import importlib
+
+    raw = (os.environ if environ is None else environ).get(IMPORTS_ENV, "")
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any failure is the user's module
+            raise RunnerError(
+                f"{IMPORTS_ENV}: cannot import {name!r} in the runner's interpreter ({sys.executable}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
+    return names
+
 
 def run(spec: RunnerSpec) -> WarmupResult | ProfileResult | PairedResult:
     """Execute a measuring ``spec`` in this process (after importing TensorFlow) and return its result.
@@ -47,6 +73,7 @@ def run(spec: RunnerSpec) -> WarmupResult | ProfileResult | PairedResult:
     import tensorflow  # noqa: F401 - timed here: what a case costs beyond its steps (phases_s.import_tf)
 
     execution.configure_devices()  # PERFWATCH_CPU_LOGICAL_DEVICES, before TF initialises
+    import_user_modules()  # their custom Keras classes register before the model loads
     progress.emit("start", text=f"{spec.mode}: TensorFlow imported; loading the model and tracing its first step")
     if spec.mode == "paired":
         return paired.run(spec)

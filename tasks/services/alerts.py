@@ -9,7 +9,8 @@ from the store's record of the DAG run:
   (candidate/baseline median, e.g. ``1.42 [1.31, 1.55]``), the method, the three ops whose self-time
   grew most (``tasks.analysis.attribution.top_ops_text``) and a link to the run's page;
 * an ``env-changed`` verdict: the fingerprint fields that changed against the baseline;
-* a failed stage: the stage and the first line of its error;
+* a failed stage: the stage and the cause of its error (``tasks.analysis.failures``: the op XLA refused, the
+  missing custom class, a string input without an input_fn), else its first line; likewise a failed task's error;
 * missing data: the models of the nightly config (``PERFWATCH_CONFIG``) without a successful run in
   the last ``PERFWATCH_MISSING_DATA_HOURS`` hours (default 36; :func:`check_missing_data`).
 
@@ -24,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.analysis import failures
 from tasks.analysis.attribution import top_ops_text
 from tasks.records import Verdict, ratio_name
 from tasks.settings import Settings
@@ -107,7 +109,8 @@ def run_page_url(base_url: str | None, run_id: int) -> str | None:
 
 
 def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else "(no error text)"
+    """The error's cause line when it has one (``tasks.analysis.failures.headline``), else its first line."""
+    return failures.headline(text)
 
 
 def note_text(n: RunNote, base_url: str | None) -> str:

@@ -3,9 +3,12 @@
 For each model and case a DAG run stored, :func:`watch_case` reads the series of successful runs
 (``tasks.store.series.run_series``) and
 
-* finds the change points of the median step time that the series did not have before tonight's run
-  (``tasks.analysis.changes.new_change_points``: Apache Otava's E-divisive means with a t-test) — only
-  when tonight's run is the newest of the series, so a case whose run failed tonight alerts nothing twice;
+* finds the change points of the median step time that the series did not have confirmed before tonight's
+  run (``tasks.analysis.changes.new_change_points``: Apache Otava's E-divisive means with a t-test; a point is
+  confirmed once ``PERFWATCH_CHANGE_MIN_RUNS_AFTER`` runs, default 3, follow it) — only when tonight's run is
+  the newest of the series, so a case whose run failed tonight alerts nothing twice. A change point with fewer
+  runs after it at the end of the series (a single slow night, say) is reported as tentative, with the
+  night that would confirm it, and neither alerts nor fails the DAG run;
 * runs the creep guard (``tasks.analysis.changes.creep_guard``): the level of the active baseline
   (the newest ``creep_runs`` accepted runs) against the level of the baseline accepted
   ``window_days`` days ago, in the same environment.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
@@ -34,6 +38,35 @@ from tasks.store.queries import fingerprint_data
 from tasks.store.series import SeriesRun, baseline_levels, dag_run_cases, run_series
 
 log = logging.getLogger(__name__)
+
+
+#: environment variable: runs after a change point that confirm it (``changes.DEFAULT_MIN_RUNS_AFTER``)
+MIN_RUNS_AFTER_ENV = "PERFWATCH_CHANGE_MIN_RUNS_AFTER"
+
+
+def min_runs_after(env: dict[str, str] | None = None) -> int:
+    """``PERFWATCH_CHANGE_MIN_RUNS_AFTER`` (runs, default ``changes.DEFAULT_MIN_RUNS_AFTER``).
+
+    Raises:
+        ValueError: not a whole number >= 1 (names the variable and its value).
+    """
+    raw = (os.environ if env is None else env).get(MIN_RUNS_AFTER_ENV, "").strip()
+    if not raw:
+        return changes.DEFAULT_MIN_RUNS_AFTER
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{MIN_RUNS_AFTER_ENV}={raw!r}: expected a whole number of runs >= 1")
+    return n
+
+
+def tentative_json(cp: changes.ChangePoint, newest: dt.date) -> dict[str, Any]:
+    """A tentative change point as reported: ``ChangePoint.to_json()`` and ``confirms_on``, the night
+    (ISO date) whose run would confirm it on a nightly schedule (``changes.confirming_night``)."""
+    night = changes.confirming_night(cp, newest)
+    return {**cp.to_json(), "confirms_on": night.isoformat() if night else None}
 
 
 class TrendAlert(RuntimeError):
@@ -47,7 +80,9 @@ class TrendReport:
     Attributes:
         model, case_name: what was checked; run_id: tonight's run (None when it stored none).
         runs: runs in the series (successful, with a median step time).
-        new_change_points: ``ChangePoint.to_json()`` of each new change point (of ``metric``, ms).
+        new_change_points: ``ChangePoint.to_json()`` of each new confirmed change point (of ``metric``, ms).
+        tentative_change_points: the series' tentative points (too few runs after them, at its end), each
+            with ``confirms_on`` (:func:`tentative_json`); reported, never alerted.
         creep: ``CreepCheck.to_json()`` of the creep guard (of ``metric``).
         alerts: one line per alert (empty: nothing to alert on).
         metric: the series looked at: ``median_step_ms`` (each run's median step time) or ``median_cpu_ms``
@@ -60,6 +95,7 @@ class TrendReport:
     run_id: int | None
     runs: int
     new_change_points: list[dict[str, Any]] = field(default_factory=list)
+    tentative_change_points: list[dict[str, Any]] = field(default_factory=list)
     creep: dict[str, Any] = field(default_factory=dict)
     alerts: list[str] = field(default_factory=list)
     metric: str = "median_step_ms"
@@ -154,8 +190,9 @@ def watch_case(
 ) -> TrendReport:
     """The trend check of one case (module docstring). ``run_id``: tonight's run; new change points are
     looked for only when it is the newest run of the series (None: the newest run, whichever it is), and
-    not at all with ``new_points=False`` (tonight's run failed). ``creep_kwargs`` go to :func:`creep_check`.
-    Raises LookupError for an unknown model."""
+    not at all with ``new_points=False`` (tonight's run failed); the runs that confirm one:
+    :func:`min_runs_after`. ``creep_kwargs`` go to :func:`creep_check`.
+    Raises LookupError for an unknown model; ValueError for a bad ``PERFWATCH_CHANGE_MIN_RUNS_AFTER``."""
     series = run_series(db_url, model, case_name, cpu=True)
     ids = [r.run_id for r in series]
     rule = series_metric(db_url, model, case_name, series) if series else None
@@ -163,10 +200,17 @@ def watch_case(
         "median_cpu_ms" if rule is not None and rule.metric == "cpu" else "median_step_ms"
     )
     new: list[changes.ChangePoint] = []
+    tentative: list[dict[str, Any]] = []
     if new_points and ids and (run_id is None or ids[-1] == run_id):
         # CPU time is chosen only when every run of the series recorded it
         values = [cast(float, r.median_cpu_ms) if metric == "median_cpu_ms" else r.median_step_ms for r in series]
-        new = changes.new_change_points(values, ids, metric=metric)
+        after = min_runs_after()
+        new = changes.new_change_points(values, ids, metric=metric, min_runs_after=after)
+        tentative = [
+            tentative_json(cp, series[-1].started_at.date())
+            for cp in changes.detect_change_points(values, ids, metric=metric, min_runs_after=after)
+            if cp.status == "tentative"
+        ]
     creep = creep_check(db_url, model, case_name, now=now, metric=metric, **creep_kwargs)
     return TrendReport(
         model=model,
@@ -174,6 +218,7 @@ def watch_case(
         run_id=run_id,
         runs=len(series),
         new_change_points=[cp.to_json() for cp in new],
+        tentative_change_points=tentative,
         creep=creep.to_json(),
         alerts=changes.alerts(new, creep),
         metric=metric,
@@ -203,12 +248,17 @@ def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None
     reports = watch_dag_run(settings.database_url, dag_id, dag_run_id)
     for r in reports:
         log.info(
-            "trend %s (%s): %d runs of %s, %d new change point(s), creep %s%s",
+            "trend %s (%s): %d runs of %s, %d new change point(s), %d tentative%s, creep %s%s",
             r.model,
             r.case_name,
             r.runs,
             r.metric,
             len(r.new_change_points),
+            len(r.tentative_change_points),
+            "".join(
+                f" (run {t['run_id']} x{t['ratio']:.3f}: confirmed by the night of {t['confirms_on']} if it holds)"
+                for t in r.tentative_change_points
+            ),
             r.creep.get("verdict"),
             f": {r.creep.get('reason')}" if r.creep else "",
         )

@@ -9,7 +9,8 @@ Every stage is safe to retry at any time (an operator clearing a task of a finis
 
 * a run already stored as a success is final: each stage of it is a no-op that returns the state
   with ``archived`` (the stored run) added, removes a work dir it may have left, and writes nothing;
-* any exception is first recorded in the store as a failed run (stage and error; an earlier failed
+* any exception is first recorded in the store as a failed run (stage and error, its cause line first when
+  ``tasks.analysis.failures`` knows it: the op XLA refused, the missing custom class; an earlier failed
   attempt is replaced, its error kept below), then the run's work dir under ``PERFWATCH_WORK`` is
   removed and the exception re-raised with a note saying so. When the failure could NOT be recorded
   (store unreachable) the note says that instead, and the work dir is kept for a retry
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tasks.analysis import failures
 from tasks.matrix import load_config, select_cases
 from tasks.records import (
     ArchiveRecord,
@@ -197,7 +199,8 @@ def _recorded(state: RunState, stage_id: StageId, settings: Settings) -> Iterato
     try:
         yield
     except Exception as e:
-        msg = f"{type(e).__name__}: {e}"
+        # the cause first (tasks.analysis.failures: the op XLA refused, the missing class), the full message kept
+        msg = failures.with_cause(f"{type(e).__name__}: {e}")
         wd = work_dir(settings, ctx, create=False)
         try:
             from tasks.modelstore import CorruptModelError

@@ -259,7 +259,8 @@ def failures(
     since: Any, until: Any = None, model: str | None = None, db_url: str | None = None, *, limit: int | None = None
 ) -> pd.DataFrame:
     """Failed runs started in [since, until) (UTC), newest first, with ``failed_stage``, the stored
-    ``error`` and ``reason`` (the error's first line: the exception). See ``sql/queries/failures.sql``."""
+    ``error`` and ``reason`` (the error's first line: its cause line, ``cause: ...``, when the failure was
+    recorded with one (``tasks.analysis.failures``), else the exception). See ``sql/queries/failures.sql``."""
     start, end = _window(since, until)
     df = run_query("failures", db_url, since=start, until=end, model=model, limit=limit)
     df.insert(

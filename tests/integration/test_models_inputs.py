@@ -49,6 +49,15 @@ _BUILD = textwrap.dedent("""
     c = Classifier()
     tf.saved_model.save(c, root + "/strout", signatures={"serving_default": c.serve})
 
+    class Texts(tf.Module):                                 # one string input (issue 26)
+        def __init__(self):
+            self.w = tf.Variable(tf.random.normal((1, 3)))
+        @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
+        def serve(self, text):
+            return {"scores": tf.cast(tf.strings.length(text), tf.float32)[:, None] @ self.w}
+    t = Texts()
+    tf.saved_model.save(t, root + "/strin", signatures={"serving_default": t.serve})
+
     f = keras.Input((4,), name="f")                         # export-only SavedModel (serving endpoint)
     keras.Model(f, keras.layers.Dense(2)(f)).export(root + "/exported")
 
@@ -449,3 +458,21 @@ def test_input_fn_feeds_the_model_and_bad_ones_are_named(zoo, tmp_path):
         model = zoo / ("exported" if fn.endswith("pairs") else "dict.keras")
         with pytest.raises(RunnerError, match=error):
             _run(model, tmp_path, input_fn=fn, case_mode="infer")
+
+
+def texts(batch_size):
+    """One tensor of strings per batch: what a one-input SavedModel takes (no dict needed)."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(tf.constant(["cat", "dog", "eel", "gnu"] * 4)).batch(batch_size)
+
+
+@pytest.mark.slow
+def test_a_string_input_savedmodel_takes_a_one_tensor_input_fn(zoo, tmp_path):
+    """Issue 26: a one-input SavedModel is fed a one-tensor input_fn, as the README allows (refused before:
+    'yields one tensor ... yield a dict by name'); its string input is what needs the input_fn."""
+    ref = "tests.integration.test_models_inputs:texts"
+    r = _run(zoo / "strin", tmp_path, input_fn=ref, case_mode="infer")
+    assert r["input_source"] == ref
+    assert r["inputs"]["text"] == {"shape": [2], "dtype": "string", "min": None, "max": None}
+    assert r["warmup_step_times_ms"]

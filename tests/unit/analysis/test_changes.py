@@ -144,13 +144,72 @@ def test_changes_cli_and_trend_stage_on_a_stored_series(db_url, tmp_path, cli):
         raise_on_trend_alert([report])
 
 
-def test_trend_stage_alerts_on_the_night_a_step_becomes_visible(db_url, tmp_path):
+def test_trend_stage_alerts_on_the_night_a_step_is_confirmed(db_url, tmp_path):
     x = noisy(30, 9)
     x[20:] *= 1.25
-    store_series(db_url, tmp_path, x[:21])  # the step shows on its first night here
-    reports = watch_dag_run(db_url, "perfwatch_profile", "n20", now=T0 + dt.timedelta(days=21))
+    store_series(db_url, tmp_path, x[:23])  # the step's third night: confirmed (DEFAULT_MIN_RUNS_AFTER = 3)
+    reports = watch_dag_run(db_url, "perfwatch_profile", "n22", now=T0 + dt.timedelta(days=23))
     (r,) = reports
     assert r.run_id is not None and len(r.new_change_points) == 1 and r.new_change_points[0]["slower"]
+    assert r.new_change_points[0]["n_after"] == 3 and r.tentative_change_points == []
     assert r.alerts and r.alerts[0].startswith("change point at run ")
     assert r.creep["verdict"] == "no-history"  # nothing accepted 30 days before
     assert watch_dag_run(db_url, "perfwatch_profile", "no-such-run") == []
+
+
+# ------------------------------------------------------------------- issue 26: persistence, strict JSON, p-values
+
+
+def _spiked(seed: int = 0) -> np.ndarray:
+    """30 quiet nights (3% noise), then one night 50% slower: a spike, not (yet) a change."""
+    return np.append(noisy(30, seed), 150.0)
+
+
+def test_a_single_slow_night_at_the_end_is_tentative_and_never_alerts():
+    x, ids = _spiked(), list(range(31))
+    (cp,) = changes.detect_change_points(x, ids)  # Otava's E-divisive splits the last night off
+    assert (cp.index, cp.n_after, cp.status, cp.runs_to_confirm) == (30, 1, "tentative", 2)
+    assert cp.ci_low is None and cp.ci_high is None  # one run after: no interval, never [0, inf]
+    assert changes.new_change_points(x, ids) == [] and changes.alerts(changes.new_change_points(x, ids), None) == []
+    assert changes.confirming_night(cp, dt.date(2026, 1, 31)) == dt.date(2026, 2, 2)
+    assert changes.detect_change_points(x, ids, min_runs_after=1)[0].status == "confirmed"
+    with pytest.raises(ValueError, match="min_runs_after = 0"):
+        changes.detect_change_points(x, ids, min_runs_after=0)
+
+
+def test_a_step_alerts_once_on_the_night_that_confirms_it():
+    x = noisy(40, 3)
+    x[30:] *= 1.2
+    ids = list(range(40))
+    nights = [n for n in range(10, 41) if changes.new_change_points(x[:n], ids[:n])]
+    assert len(nights) == 1 and nights[0] >= 30 + changes.DEFAULT_MIN_RUNS_AFTER
+    (cp,) = changes.new_change_points(x[: nights[0]], ids[: nights[0]])
+    assert cp.status == "confirmed" and cp.n_after >= changes.DEFAULT_MIN_RUNS_AFTER
+
+
+def test_a_one_night_spike_is_tentative_in_the_cli_and_the_trend_and_json_is_strict(db_url, tmp_path, cli, monkeypatch):
+    from tasks.services.trend import min_runs_after
+
+    monkeypatch.setenv("COLUMNS", "400")  # every column of the table
+    ids = store_series(db_url, tmp_path, _spiked())
+    out = cli("changes", "m", "--format", "json")
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert row["run_id"] == ids[-1] and row["n_after"] == 1 and row["status"] == "tentative"
+    assert row["ci_low"] is None and row["ci_high"] is None and row["confirms_on"] == "2026-02-02"
+    assert 0 < row["p_value"] < 1e-6
+    table = cli("changes", "m")
+    assert table.exit_code == 0 and " 0.000 " not in table.output
+    assert (
+        f"run {ids[-1]} tentative (1 run(s) after it, 3 confirm): confirmed by the night of 2026-02-02" in table.output
+    )
+    assert f"{row['p_value']:.2e}" in table.output  # scientific notation
+    assert json.loads(cli("changes", "m", "--min-after", "1", "-f", "json").output)[0]["status"] == "confirmed"
+    (r,) = watch_dag_run(db_url, "perfwatch_profile", "n30", now=T0 + dt.timedelta(days=31))
+    assert r.new_change_points == [] and r.alerts == []  # the DAG run stays green
+    (t,) = r.tentative_change_points
+    assert t["run_id"] == ids[-1] and t["confirms_on"] == "2026-02-02"
+    raise_on_trend_alert([r])  # no TrendAlert
+    assert min_runs_after({"PERFWATCH_CHANGE_MIN_RUNS_AFTER": "5"}) == 5 and min_runs_after({}) == 3
+    with pytest.raises(ValueError, match="PERFWATCH_CHANGE_MIN_RUNS_AFTER='0'"):
+        min_runs_after({"PERFWATCH_CHANGE_MIN_RUNS_AFTER": "0"})

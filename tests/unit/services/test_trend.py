@@ -61,13 +61,13 @@ def test_the_series_reads_each_runs_median_cpu_time(db_url, tmp_path):
 
 
 def test_change_points_on_cpu_time_when_it_drifts_less(db_url, tmp_path):
-    wall, cpu = _nights()
+    wall, cpu = _nights(n=23)  # the step's third night: confirmed (changes.DEFAULT_MIN_RUNS_AFTER)
     ids = store_series(db_url, tmp_path, wall, cpu)
-    r = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=21))
+    r = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=23))
     assert r.metric == "median_cpu_ms" and r.history_metric is not None and r.history_metric["metric"] == "cpu"
     (cp,) = r.new_change_points
     assert cp["metric"] == "median_cpu_ms" and cp["slower"] and cp["index"] == 20
-    assert 1.08 < cp["ratio"] < 1.12 and cp["n_after"] == 1
+    assert 1.08 < cp["ratio"] < 1.12 and cp["n_after"] == 3
     assert r.alerts and "median_cpu_ms x1.1" in r.alerts[0]
     assert r.creep["metric"] == "median_cpu_ms"
 
