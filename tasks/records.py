@@ -431,11 +431,11 @@ class Case(Record):
     @property
     def name(self) -> str:
         """The case key runs are compared within (each name has its own history and baseline), built
-        from the axes that change what is measured, in this order, defaults left out:
-        ``<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``,
-        e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8``. The ``-in`` part is
-        the sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input
-        shapes or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
+        from the axes that change what is measured, in this order, defaults left out: ``<mode>-bs<batch_size>
+        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``, e.g.
+        ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``. The ``-in`` part is the
+        sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input shapes
+        or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
         """
         parts = [self.mode, f"bs{self.batch_size}"]
         if self.precision != "fp32":
