@@ -50,6 +50,8 @@ class RunnerSpec(BaseModel):
     strategy: Literal["none", "mirrored"] = "none"
     quantization: Literal["none", "dynamic", "int8"] = "none"
     telemetry_interval_ms: int = Field(100, ge=10, le=60_000)
+    # a step fed fewer examples than batch_size (an input_fn's last batch of an epoch) fails the run unless set
+    allow_partial_batches: bool = False
     # xla: XLA's persistent compilation cache directory, shared by the processes of one case's run
     # (``tasks.runner.execution.configure_xla_cache``); None: every process compiles afresh
     xla_cache_dir: str | None = None

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.analysis.collectives import collective_time
-from tasks.analysis.diagnose import diagnose, diagnose_window
+from tasks.analysis.diagnose import Finding, diagnose, diagnose_window
 from tasks.analysis.profile import (
     IDLE_OP,
     INPUT_OP_COLUMNS,
@@ -474,7 +474,7 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     """
     samples = read_view(run.samples_path, StepSamples)
     if samples.profile_absent_reason:  # the runner ran no profiler window (a tflite run)
-        return _no_profile(samples.profile_absent_reason, work_dir)
+        return _no_profile(samples.profile_absent_reason, work_dir, [Finding(**f) for f in run.findings])
     parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
     if parsed.avg_step_time_ms is None:  # xprof found no steps, though the runner marks every profiled step
         try:
@@ -502,7 +502,7 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
         [s["step_time_ms"] for s in parsed.step_breakdown],
         profiler_avg_step_ms=parsed.avg_step_time_ms,
     )
-    findings = diagnose(parsed) + diagnose_window(check)
+    findings = diagnose(parsed) + diagnose_window(check) + [Finding(**f) for f in run.findings]  # + the steps'
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tables = {
@@ -522,18 +522,21 @@ def parse_run(run: ProfiledRun, work_dir: str | Path, *, max_full_parse_bytes: i
     )
 
 
-def _no_profile(reason: str, work_dir: str | Path) -> ParseRecord:
+def _no_profile(reason: str, work_dir: str | Path, steps: list[Finding]) -> ParseRecord:
     """The parse of a run whose runner had no profiler window (``profile_absent_reason`` in its result, e.g.
-    a tflite run): ``parsed.json`` holds the reason and no tables, every profile figure is None (absent)."""
+    a tflite run): ``parsed.json`` holds the reason, the findings on the steps (``steps``) and no tables, every
+    profile figure is None (absent)."""
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"profile_absent_reason": reason, "findings": []}))
+    out.write_text(
+        json.dumps({"profile_absent_reason": reason, "findings": [f.model_dump(mode="json") for f in steps]})
+    )
     return ParseRecord(
         parsed_path=str(out),
         avg_step_time_ms=None,
         input_bound_pct=None,
         n_ops=0,
-        findings=[f"no_profile: {reason}"],
+        findings=[f"no_profile: {reason}", *(f"{f.code}: {f.message}" for f in steps)],
         cross_check_ratio=None,
         cross_check_ok=None,
     )

@@ -27,7 +27,7 @@ from tasks.store import reads
 
 def case_options(case: Case) -> dict[str, Any]:
     """The ``RunnerSpec`` fields that say what a case measures and how (mode, inputs, input_fn,
-    signature, safe_mode, precision, xla, strategy, quantization, telemetry interval): one place, so
+    signature, safe_mode, precision, xla, strategy, quantization, telemetry interval, partial batches): one place, so
     warm-up, the profiled run and the paired gate run the same thing."""
     return {
         "batch_size": case.batch_size,
@@ -43,6 +43,7 @@ def case_options(case: Case) -> dict[str, Any]:
         "strategy": case.strategy,
         "quantization": case.quantization,
         "telemetry_interval_ms": case.telemetry_interval_ms,
+        "allow_partial_batches": case.allow_partial_batches,
     }
 
 

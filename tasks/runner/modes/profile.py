@@ -36,6 +36,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     t0 = time.perf_counter()
     warm = progress.run_steps("warm-up", recorded, spec.warmup_steps)
     phases["warmup_steps"] = time.perf_counter() - t0
+    started.end_phase("warmup")
     warm_cpu, warm_wait = recorded.take()
     load = measure.HostLoad().start()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
@@ -43,11 +44,13 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     t0 = time.perf_counter()
     measured = progress.run_steps("measure", counted, spec.measured_steps)
     phases["measured_steps"] = time.perf_counter() - t0
+    started.end_phase("measured")
     measured_cpu, measured_wait = recorded.take()
     telemetry = sampler.stop()
     host_load = load.result()
+    fed_examples = started.fed["measured"]["examples"] if "measured" in started.fed else None
     latency = (
-        LatencySummary(**measure.latency_summary(measured, spec.batch_size))
+        LatencySummary(**measure.latency_summary(measured, spec.batch_size, fed_examples))
         if spec.case_mode in ("infer", "tflite")
         else None
     )
@@ -72,6 +75,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
                     profiled.append(step())
         finally:
             tf.profiler.experimental.stop()
+        started.end_phase("profiled")
     phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
     return ProfileResult(
         **started.record(),
