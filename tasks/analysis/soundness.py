@@ -177,9 +177,7 @@ def examples_per_step(fed: Mapping[str, Mapping[str, Any]] | None, phase: str, b
     return float(rec["examples"]) / float(rec["steps"])
 
 
-def baseline_refusals(
-    findings: Sequence[Mapping[str, Any]] | None, noise: Mapping[str, Any] | None
-) -> list[str]:
+def baseline_refusals(findings: Sequence[Mapping[str, Any]] | None, noise: Mapping[str, Any] | None) -> list[str]:
     """Why this run must not become its case's baseline by itself (empty: it may), each in one phrase: the
     host was busy (``noise["busy"]``, its reason: ``calibration.assess_noise``), or a finding in
     :data:`REFUSING_CODES` (``findings``: ``Finding`` dicts, e.g. ``ProfiledRun.findings``) with its message."""

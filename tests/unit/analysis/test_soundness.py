@@ -8,14 +8,27 @@ import pytest
 from tasks.analysis.calibration import assess_noise
 from tasks.analysis.soundness import baseline_refusals, examples_per_step, measurement_findings
 
-QUIET = {"wall_s": 10.0, "cpus": 2, "load1_start": 2.0, "load1_end": 2.1, "other_cpu_s": 0.4,
-         "other_cpu_share": 0.02, "steal_share": 0.0, "own_cpu_share": 0.95}  # fmt: skip
+QUIET = {
+    "wall_s": 10.0,
+    "cpus": 2,
+    "load1_start": 2.0,
+    "load1_end": 2.1,
+    "other_cpu_s": 0.4,
+    "other_cpu_share": 0.02,
+    "steal_share": 0.0,
+    "own_cpu_share": 0.95,
+}
 
 
 def _fed(steps: int, compiled: list[int], shapes: list[tuple[list[int], int]]) -> dict:
     distinct = [{"shapes": {"ids": s}, "examples": s[0], "steps": n, "first_step": 0} for s, n in shapes]
-    return {"steps": steps, "examples": sum(s[0] * n for s, n in shapes), "distinct": distinct,
-            "compiled_steps": compiled, "retraced_steps": []}  # fmt: skip
+    return {
+        "steps": steps,
+        "examples": sum(s[0] * n for s, n in shapes),
+        "distinct": distinct,
+        "compiled_steps": compiled,
+        "retraced_steps": [],
+    }
 
 
 def test_timed_steps_that_compiled_are_a_finding_with_their_steps_count_and_time_apart():
@@ -33,9 +46,16 @@ def test_timed_steps_that_compiled_are_a_finding_with_their_steps_count_and_time
     assert f["batch_shapes_vary"].value == 50 and "recompiled_in_warmup" not in f
     # two compiled steps of ten: their median apart from the others', and the compile time they hold
     some = {"measured": _fed(10, [3, 7], [([16, 20], 8), ([16, 21], 1), ([16, 22], 1)])}
-    (rec,) = [x for x in measurement_findings(some, batch_size=16, xla=True,
-              timed_ms={"measured": [50.0] * 3 + [900.0] + [50.0] * 3 + [1000.0] + [50.0] * 2})
-              if x.code == "recompiled_timed_steps"]  # fmt: skip
+    (rec,) = [
+        x
+        for x in measurement_findings(
+            some,
+            batch_size=16,
+            xla=True,
+            timed_ms={"measured": [50.0] * 3 + [900.0] + [50.0] * 3 + [1000.0] + [50.0] * 2},
+        )
+        if x.code == "recompiled_timed_steps"
+    ]
     assert "2 of 10 measured steps compiled (steps 3, 7;" in rec.message
     assert "median 950.00 ms against 50.00 ms for the 8 that did not compile, about 1800 ms" in rec.message
     steady = {"measured": _fed(10, [], [([16, 20], 10)])}
@@ -44,8 +64,7 @@ def test_timed_steps_that_compiled_are_a_finding_with_their_steps_count_and_time
 
 def test_a_warm_up_that_never_got_steady_is_a_finding():
     """Issue 26: a warm-up of 60 steps at CV 31% said done."""
-    (f,) = measurement_findings({}, batch_size=16, xla=False, steady=False, warmup_steps=60, final_cv=0.31,
-                                cv_max=0.05)  # fmt: skip
+    (f,) = measurement_findings({}, batch_size=16, xla=False, steady=False, warmup_steps=60, final_cv=0.31, cv_max=0.05)
     assert f.code == "warmup_not_steady" and f.severity == "warning" and f.value == 0.31 and f.threshold == 0.05
     assert f.message.startswith("The warm-up did not reach steady state in 60 steps: last window CV 31.0% (steady")
 

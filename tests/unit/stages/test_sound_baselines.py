@@ -16,8 +16,16 @@ from tasks.store import session_scope
 from tasks.store.schema import Baseline
 from tests.helpers.builders import make_records
 
-QUIET = {"wall_s": 10.0, "cpus": 2, "load1_start": 2.0, "load1_end": 2.1, "other_cpu_s": 0.4,
-         "other_cpu_share": 0.02, "steal_share": 0.0, "own_cpu_share": 0.95}  # fmt: skip
+QUIET = {
+    "wall_s": 10.0,
+    "cpus": 2,
+    "load1_start": 2.0,
+    "load1_end": 2.1,
+    "other_cpu_s": 0.4,
+    "other_cpu_share": 0.02,
+    "steal_share": 0.0,
+    "own_cpu_share": 0.95,
+}
 BUSY = assess_noise({**QUIET, "other_cpu_share": 0.83}).model_dump(mode="json")
 CALM = assess_noise(QUIET).model_dump(mode="json")
 
@@ -28,11 +36,18 @@ def _active(db_url: str) -> list[int]:
 
 
 def _unsound_findings() -> list[dict]:
-    fed = {"measured": {"steps": 10, "examples": 160, "compiled_steps": list(range(10)), "retraced_steps": [],
-                        "distinct": [{"shapes": {"x": [16, i]}, "examples": 16, "steps": 1, "first_step": i}
-                                     for i in range(10)]}}  # fmt: skip
-    found = measurement_findings(fed, batch_size=16, xla=True, steady=False, warmup_steps=60, final_cv=0.31,
-                                 cv_max=0.05)  # fmt: skip
+    fed = {
+        "measured": {
+            "steps": 10,
+            "examples": 160,
+            "compiled_steps": list(range(10)),
+            "retraced_steps": [],
+            "distinct": [{"shapes": {"x": [16, i]}, "examples": 16, "steps": 1, "first_step": i} for i in range(10)],
+        }
+    }
+    found = measurement_findings(
+        fed, batch_size=16, xla=True, steady=False, warmup_steps=60, final_cv=0.31, cv_max=0.05
+    )
     return [f.model_dump(mode="json") for f in found]
 
 
@@ -73,10 +88,19 @@ def test_perfwatch_run_shows_the_refusal_and_the_measurements_warnings(home, cli
     partial = {"code": "partial_batches", "severity": "warning", "message": "2 of 10 measured steps were fed 6"}
     run = run.model_copy(update={"findings": [*_unsound_findings(), partial]})
     refused = ["recompiled_timed_steps: 10 of 10 measured steps compiled"]
-    comp = comp.model_copy(update={"reason": "not made the case's baseline automatically: " + refused[0],
-                                   "baseline_refused": refused})  # fmt: skip
-    state = RunState(ctx=ctx, pulled=pulled, env=env, warmup=warm, run=run, parsed=parsed, verdict=comp,
-                     archived=ArchiveRecord(run_id=7, archive_uri=str(tmp_path / "a"), verdict="no-baseline"))  # fmt: skip
+    comp = comp.model_copy(
+        update={"reason": "not made the case's baseline automatically: " + refused[0], "baseline_refused": refused}
+    )
+    state = RunState(
+        ctx=ctx,
+        pulled=pulled,
+        env=env,
+        warmup=warm,
+        run=run,
+        parsed=parsed,
+        verdict=comp,
+        archived=ArchiveRecord(run_id=7, archive_uri=str(tmp_path / "a"), verdict="no-baseline"),
+    )
     monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
     res = cli("run", "m", "--version", "1")
     assert res.exit_code == 0, res.output
