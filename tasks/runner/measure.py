@@ -5,7 +5,9 @@ update of a Keras model, the synthetic loss the mean square of its floating outp
 pass, Keras ``training=False`` or the SavedModel's ``signature``), or ``tflite`` (one TFLite interpreter
 invocation, ``tasks.runner.tflite``), with the case's ``precision``, ``xla`` and ``strategy``
 (``tasks.runner.execution``). Every step is timed by our timer (``time.perf_counter``) and ends only when its
-output is on the host (``.numpy()``), so asynchronous dispatch cannot make a step look short.
+output is on the host (``.numpy()``), so asynchronous dispatch cannot make a step look short. After the timer,
+each step records what it was fed and whether it compiled (:class:`FedLog`: the batch's shapes come back from the
+same graph call); a batch of fewer examples than ``batch_size`` fails the run unless the case allows it.
 
 Host load (:class:`HostLoad`, psutil): the 1-minute load average at start and end of a window; the CPU time
 the other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from /proc/stat) -

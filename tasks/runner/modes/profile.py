@@ -7,7 +7,9 @@ the numbers compared against the baseline, sampled by ``tasks.runner.telemetry``
 every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
 ``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
 window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
-warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``).
+warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``),
+and every step what it was fed and whether it compiled, per phase (``fed``: ``cold``, ``warmup``, ``measured``,
+``profiled``; ``tasks.runner.measure.FedLog``).
 """
 
 from __future__ import annotations
