@@ -295,7 +295,16 @@ class Case(Record):
     auto_accept: bool = Field(
         True,
         description="A run whose verdict is pass, no-baseline, improvement or env-changed becomes the active "
-        "baseline (a regression never does).",
+        "baseline (a regression never does), unless its measurement was unsound: a busy host, a warm-up that "
+        "never got steady, or timed steps that compiled (CompareRecord.baseline_refused; accept it with "
+        "perfwatch baseline accept).",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    allow_partial_batches: bool = Field(
+        False,
+        description="Measure steps fed fewer examples than batch_size (an input_fn's last batch of an epoch) as "
+        "fed, throughput counting the examples fed; unset: such a step fails the run. Not part of the case "
+        "identity.",
         json_schema_extra=CONFIG_ONLY,
     )
     mode: Mode = Field(
@@ -605,6 +614,9 @@ class ProfiledRun(Record):
     #: ``infer`` mode: per-batch latency of the measured batches, ``p50``/``p90``/``p99``/``max`` (ms, our
     #: timer) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.measure.latency_summary``)
     latency_ms: dict[str, float] | None = None
+    #: findings on the steps themselves (``tasks.analysis.soundness.measurement_findings``: recompiles in timed
+    #: steps, batch shapes, partial batches, an unsteady warm-up), ``tasks.analysis.diagnose.Finding`` dicts
+    findings: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ParseRecord(Record):
@@ -629,6 +641,11 @@ class Verdict(enum.StrEnum):
     INCONCLUSIVE = "inconclusive"  #: the interval is too wide to decide, or the host was busy
     NO_BASELINE = "no-baseline"  #: no accepted run of the case in this environment to compare with
     ENV_CHANGED = "env-changed"  #: compared with a baseline of another environment only
+
+
+#: Verdicts whose run becomes the new baseline when its case auto-accepts and nothing refuses it
+#: (``CompareRecord.baseline_refused``). A regression or an inconclusive run never moves the baseline.
+AUTO_ACCEPT_VERDICTS = frozenset({Verdict.PASS, Verdict.NO_BASELINE, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED})
 
 
 #: The per-step measure a verdict's ratio is of: ``wall`` the step's wall-clock time (our timer: what a user
@@ -659,6 +676,12 @@ class CompareRecord(Record):
     reason: str | None = None  # the verdict's reason in one sentence (e.g. "host busy: ..."); also in evidence
     metric: Metric = Field(
         "wall", description="which per-step measure decided, the ratio's and interval's metric (``Metric``)"
+    )
+    baseline_refused: list[str] = Field(
+        default_factory=list,
+        description="why this run does not become the baseline by itself although its verdict would make it one "
+        "(``tasks.analysis.soundness.baseline_refusals``: a busy host, an unsteady warm-up, timed steps that "
+        "compiled); empty: nothing refuses it",
     )
 
 

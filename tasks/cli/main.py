@@ -286,6 +286,9 @@ def run_cmd(
     )
     if v.reason:
         typer.echo(f"  {v.reason}")
+    for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
+        if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
+            typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
     if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer)
         typer.echo(
             f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "

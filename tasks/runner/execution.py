@@ -272,8 +272,11 @@ class Execution:
     def step_function(self, compute: Callable[[Any], Any], dataset: Any, combine: str = "mean") -> Callable[[], Any]:
         """A function running one step: pull the next batch from ``dataset`` (made with :meth:`distribute`),
         run ``compute`` on it (XLA-compiled with ``xla``; once per replica under ``mirrored``) and return
-        its result. Under ``mirrored`` the replicas' results are combined: ``combine="mean"`` (a scalar loss:
-        the mean over replicas) or ``"concat"`` (outputs: every replica's part, gathered along the batch).
+        ``(its result, the batch's shapes)``. Under ``mirrored`` the replicas' results are combined:
+        ``combine="mean"`` (a scalar loss: the mean over replicas) or ``"concat"`` (outputs: every replica's
+        part, gathered along the batch). The shapes have the batch's structure, each an int32 tensor
+        ``[replicas, rank]``: the shape of each replica's part (one row without a strategy), computed in the
+        same graph call, so what was fed is known per step (``tasks.runner.measure.FedLog``).
 
         Raises:
             RunnerError: ``combine`` is neither ``mean`` nor ``concat``.
@@ -295,9 +298,13 @@ class Execution:
         body = tf.function(on_batch, jit_compile=True) if self.xla else on_batch
         iterator = iter(dataset)
 
+        def shapes(t):  # [replicas, rank]: each replica's part of the batch
+            return tf.stack([tf.shape(part) for part in strategy.experimental_local_results(t)])
+
         @tf.function
         def step():
-            return body(next(iterator))
+            batch = next(iterator)
+            return body(batch), tf.nest.map_structure(shapes, batch)
 
         return step
 

@@ -5,7 +5,9 @@ update of a Keras model, the synthetic loss the mean square of its floating outp
 pass, Keras ``training=False`` or the SavedModel's ``signature``), or ``tflite`` (one TFLite interpreter
 invocation, ``tasks.runner.tflite``), with the case's ``precision``, ``xla`` and ``strategy``
 (``tasks.runner.execution``). Every step is timed by our timer (``time.perf_counter``) and ends only when its
-output is on the host (``.numpy()``), so asynchronous dispatch cannot make a step look short.
+output is on the host (``.numpy()``), so asynchronous dispatch cannot make a step look short. After the timer,
+each step records what it was fed and whether it compiled (:class:`FedLog`: the batch's shapes come back from the
+same graph call); a batch of fewer examples than ``batch_size`` fails the run unless the case allows it.
 
 Host load (:class:`HostLoad`, psutil): the 1-minute load average at start and end of a window; the CPU time
 the other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from /proc/stat) -
@@ -265,19 +267,116 @@ def _synthetic_loss(outputs):
     return tf.add_n([tf.reduce_mean(tf.square(tf.cast(o, tf.float32))) for o in floats])
 
 
+class FedLog:
+    """What each step of one model was fed, and whether it compiled, phase by phase (``Fed`` records).
+
+    :meth:`add` takes one step's batch shapes as the step function returned them (input name -> an int array
+    ``[replicas, rank]``, ``execution.Execution.step_function``) and whether its ``tf.function`` traced again
+    (its ``experimental_get_tracing_count()`` rose). A step *compiled* when it retraced, or, with ``xla``, when
+    its input shapes are ones this model's step had not run before in this process: XLA compiles one executable
+    per input shapes (its compilation cache key), so a pipeline whose shapes change recompiles on every new
+    shape, and that step's time is mostly compile time. :meth:`take` returns the phase's record
+    (``tasks.runner.protocol.Fed``) and starts the next phase; shapes seen stay seen.
+
+    Raises (from :meth:`add`):
+        RunnerError: a batch of fewer examples than ``batch_size`` (a partial last batch of an ``input_fn``
+            epoch) unless ``allow_partial`` is set (``Case.allow_partial_batches``), a larger one, or inputs
+            whose batch dimensions differ (each names the step and the shapes).
+    """
+
+    def __init__(self, batch_size: int, *, xla: bool, allow_partial: bool, source: str) -> None:
+        self.batch_size, self.xla, self.allow_partial, self.source = batch_size, xla, allow_partial, source
+        self._seen: set[tuple[Any, ...]] = set()
+        self._steps = 0  # steps fed in this process, all phases
+        self._phase: list[tuple[tuple[Any, ...], dict[str, list[int]], int]] = []
+        self._compiled: list[int] = []
+        self._retraced: list[int] = []
+
+    def add(self, shapes: dict[str, Any], retraced: bool) -> None:
+        """Record one step (class docstring)."""
+        import numpy as np
+
+        per_input = {name: np.asarray(v, dtype=np.int64).reshape(len(v), -1) for name, v in shapes.items()}
+        # the global batch: replicas' parts summed along the batch dimension, the other dimensions as fed
+        fed = {n: [int(a[:, 0].sum()), *(int(x) for x in a[0, 1:])] if a.shape[1] else [] for n, a in per_input.items()}
+        sizes = {n: f[0] for n, f in fed.items() if f}
+        index = len(self._phase)
+        if len(set(sizes.values())) > 1:
+            raise RunnerError(
+                f"step {self._steps} was fed inputs whose batch dimensions differ: {fed} (input name -> shape)"
+            )
+        examples = next(iter(sizes.values()), self.batch_size)
+        if examples > self.batch_size:
+            raise RunnerError(
+                f"step {self._steps} was fed a batch of {examples} examples ({fed}), more than the case's "
+                f"batch_size {self.batch_size}: {self.source} must yield batches of batch_size"
+            )
+        if examples < self.batch_size and not self.allow_partial:
+            raise RunnerError(
+                f"step {self._steps} was fed a batch of {examples} examples ({fed}), the case's batch_size is "
+                f"{self.batch_size}: a partial batch (e.g. the last of an epoch of {self.source}) would make the "
+                "step time and the throughput (batch_size / median) not what the case says. Batch with "
+                "drop_remainder=True, or set allow_partial_batches: true in the case to measure them as fed"
+            )
+        key = tuple(sorted((n, tuple(map(tuple, a.tolist()))) for n, a in per_input.items()))
+        if retraced or (self.xla and key not in self._seen):
+            self._compiled.append(index)
+        if retraced:
+            self._retraced.append(index)
+        self._seen.add(key)
+        self._phase.append((key, fed, examples))
+        self._steps += 1
+
+    def take(self) -> dict[str, Any]:
+        """The phase so far as a ``tasks.runner.protocol.Fed`` dict; the next phase starts empty."""
+        distinct: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for i, (key, fed, examples) in enumerate(self._phase):
+            d = distinct.setdefault(key, {"shapes": fed, "examples": examples, "steps": 0, "first_step": i})
+            d["steps"] += 1
+        out = {
+            "steps": len(self._phase),
+            "examples": sum(e for _, _, e in self._phase),
+            "distinct": list(distinct.values()),
+            "compiled_steps": self._compiled,
+            "retraced_steps": self._retraced,
+        }
+        self._phase, self._compiled, self._retraced = [], [], []
+        return out
+
+
 @dataclass
 class Step:
     """One timed step: ``step()`` runs it and returns its time in ms (our timer, ends when its result is on
     the host); ``inputs``: the feeds it takes (input name -> ``{"shape", "dtype", "min", "max"}``, batch
-    dimension first); ``source``: ``synthetic`` or the ``input_fn`` reference."""
+    dimension first); ``source``: ``synthetic`` or the ``input_fn`` reference; ``fed``: what each step was
+    fed and which compiled (None: not recorded, a tflite step)."""
 
     run: Callable[[], float]
     inputs: dict[str, dict[str, Any]]
     source: str
     extra: dict[str, Any] = field(default_factory=dict)  # more for the result: execution, tflite
+    fed: FedLog | None = None
 
     def __call__(self) -> float:
         return self.run()
+
+    def take_fed(self) -> dict[str, Any] | None:
+        """The phase's ``Fed`` record so far (:meth:`FedLog.take`); None when not recorded."""
+        return None if self.fed is None else self.fed.take()
+
+
+def _traced(fn: Any) -> Callable[[], bool]:
+    """A check that says whether the ``tf.function`` ``fn`` traced again since the last check (its
+    ``experimental_get_tracing_count()`` rose; the first check counts the first trace as not a retrace)."""
+    last = [None]
+
+    def check() -> bool:
+        n = fn.experimental_get_tracing_count()
+        rose = last[0] is not None and n > last[0]
+        last[0] = n
+        return rose
+
+    return check
 
 
 def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
@@ -324,15 +423,20 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
         )
         return Step(lite.run, inputs, source, extra={"tflite": lite.record})
     ds = ex.distribute(ds)
+    fed = FedLog(spec.batch_size, xla=spec.xla, allow_partial=spec.allow_partial_batches, source=source)
     if spec.case_mode == "infer":
         infer_step = ex.step_function(lambda batch: m.forward(m.sig.pack(batch), False), ds, combine="concat")
+        infer_traced = _traced(infer_step)
 
         def infer() -> float:
             t0 = time.perf_counter()
-            tf.nest.map_structure(lambda t: t.numpy(), infer_step())  # the batch ends on the host
-            return (time.perf_counter() - t0) * 1000.0
+            out, shapes = infer_step()
+            tf.nest.map_structure(lambda t: t.numpy(), out)  # the batch ends on the host
+            elapsed = (time.perf_counter() - t0) * 1000.0
+            fed.add({n: t.numpy() for n, t in shapes.items()}, infer_traced())  # after the timer
+            return elapsed
 
-        return Step(infer, inputs, source, extra={"execution": ex.describe()})
+        return Step(infer, inputs, source, extra={"execution": ex.describe()}, fed=fed)
 
     if m.no_training:
         raise RunnerError(m.no_training)
@@ -352,17 +456,19 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
         return loss
 
     train_step = ex.step_function(compute, ds)
+    train_traced = _traced(train_step)
 
     def step() -> float:
         t0 = time.perf_counter()
-        loss = train_step()
+        loss, shapes = train_step()
         value = float(loss.numpy())  # sync: the step ends when its output is on the host
         elapsed = (time.perf_counter() - t0) * 1000.0
         if value != value:  # NaN loss means the step computed garbage
             raise RunnerError("training step produced a NaN loss")
+        fed.add({n: t.numpy() for n, t in shapes.items()}, train_traced())  # after the timer
         return elapsed
 
-    return Step(step, inputs, source, extra={"execution": ex.describe()})
+    return Step(step, inputs, source, extra={"execution": ex.describe()}, fed=fed)
 
 
 def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded:
@@ -406,10 +512,11 @@ def cold_step(step, model_path: str, case_mode: str = "train") -> float:
         raise RunnerError(f"{kind} step failed for model {model_path}: {type(e).__name__}: {e}") from e
 
 
-def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
+def latency_summary(times_ms: list[float], batch_size: int, examples: int | None = None) -> dict[str, float]:
     """Per-batch latency percentiles of ``times_ms`` (ms, our timer; numpy's linear interpolation):
     ``p50``, ``p90``, ``p99``, ``max``, and ``throughput_eps``: examples/s over all of them
-    (``batch_size x len(times_ms) / total seconds``).
+    (``examples / total seconds``; ``examples`` defaults to ``batch_size x len(times_ms)``: the examples fed
+    where partial batches were allowed, ``Fed.examples``).
 
     Raises:
         RunnerError: ``times_ms`` is empty.
@@ -425,7 +532,7 @@ def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
         "p90": p90,
         "p99": p99,
         "max": float(t.max()),
-        "throughput_eps": batch_size * len(t) / (float(t.sum()) / 1000.0),
+        "throughput_eps": (batch_size * len(t) if examples is None else examples) / (float(t.sum()) / 1000.0),
     }
 
 
@@ -470,16 +577,23 @@ class Started:
     cold_ms: float
     phases: dict[str, float]
     t_start: float
+    fed: dict[str, Any] = field(default_factory=dict)  # phase -> tasks.runner.protocol.Fed (cold first)
+
+    def end_phase(self, phase: str) -> None:
+        """Close ``phase``: what its steps were fed and which compiled (``Step.take_fed``) go into ``fed``."""
+        if (rec := self.step.take_fed()) is not None:
+            self.fed[phase] = rec
 
     def record(self) -> dict[str, Any]:
         """The result fields every single-model mode shares (:func:`case_record`, the cold step, the spec's
-        batch size, seed and determinism)."""
+        batch size, seed and determinism, and ``fed`` per phase)."""
         return {
             **case_record(self.spec, self.step),
             "cold_step_ms": self.cold_ms,
             "batch_size": self.spec.batch_size,
             "seed": self.spec.seed,
             "deterministic": self.spec.deterministic,
+            "fed": self.fed,
         }
 
 
@@ -495,4 +609,6 @@ def start(spec: RunnerSpec, import_s: float) -> Started:
     phases["load_model"] = time.perf_counter() - t_start
     cold_ms = cold_step(step, spec.model_path, spec.case_mode)
     phases["cold_step"] = time.perf_counter() - t_start - phases["load_model"]
-    return Started(spec, step, cold_ms, phases, t_start)
+    started = Started(spec, step, cold_ms, phases, t_start)
+    started.end_phase("cold")
+    return started

@@ -197,6 +197,30 @@ class LatencySummary(_Record):
     throughput_eps: float = Field(description="examples/s over all measured batches")
 
 
+class FedShape(_Record):
+    """One distinct batch a phase's steps were fed (``tasks.runner.measure.FedLog``)."""
+
+    shapes: dict[str, list[int]] = Field(
+        description="input name -> the batch's shape as fed, batch dimension first (summed over replicas)"
+    )
+    examples: int = Field(description="examples in the batch (its batch dimension)")
+    steps: int = Field(description="steps of the phase fed a batch of these shapes")
+    first_step: int = Field(description="the first of them, index within the phase from 0")
+
+
+class Fed(_Record):
+    """What one phase's steps were fed, and which of them compiled (``tasks.runner.measure.FedLog``)."""
+
+    steps: int = Field(description="steps in the phase")
+    examples: int = Field(description="examples fed over the phase's steps")
+    distinct: list[FedShape] = Field(description="each distinct set of batch shapes, in the order first fed")
+    compiled_steps: list[int] = Field(
+        description="steps (index within the phase) that compiled: an XLA step fed input shapes this process had "
+        "not run before (XLA compiles one executable per input shapes), or a step whose tf.function retraced"
+    )
+    retraced_steps: list[int] = Field(description="steps whose tf.function traced again (its tracing count rose)")
+
+
 class XlaCache(_Record):
     """XLA's persistent compilation cache of the run (``tasks.runner.execution.configure_xla_cache``)."""
 
@@ -252,6 +276,11 @@ class _Measured(_Result):
     peak_device_bytes: int | None = Field(description="GPU:0's peak allocation (TF's allocator), bytes; None on CPU")
     wall_s: float = Field(description="from the model load to the result, s (our timer)")
     xla_cache: XlaCache | None = None
+    fed: dict[str, Fed] = Field(
+        default_factory=dict,
+        description="phase (cold, warmup, measured, profiled; paired: the candidate's cold, warmup, paired) -> "
+        "what its steps were fed and which compiled; empty: not recorded (tflite)",
+    )
 
 
 class WarmupResult(_Measured):
@@ -323,6 +352,7 @@ class PairedResult(_Measured):
     gate: dict[str, Any] | None = Field(
         None, description="written by the parent (tasks.stages.profiled_run.paired_run): design, looks, offset, noise"
     )
+    a_fed: dict[str, Fed] = Field(default_factory=dict, description="as ``fed``, for the baseline (A)")
     a_warmup_cpu_ms: list[float] = Field(default_factory=list, description="per A warm-up step, process CPU time, ms")
     b_warmup_cpu_ms: list[float] = Field(default_factory=list, description="per B warm-up step, process CPU time, ms")
     a_warmup_wait_ms: list[float] = Field(default_factory=list, description="per A warm-up step, run-queue wait, ms")
@@ -426,6 +456,8 @@ class PairedSamples(_View):
     rounds: list[dict[str, Any]] | None = None
     gate: dict[str, Any] | None = None
     host_load: dict[str, Any] | None = None
+    fed: dict[str, Fed] = {}
+    a_fed: dict[str, Fed] = {}
 
 
 V = TypeVar("V", bound=_View)

@@ -52,6 +52,8 @@ class RunnerSpec(BaseModel):
     # tflite: the interpreter's num_threads; None: the CPUs this process may use (tasks.runner.tflite.default_threads)
     tflite_threads: int | None = Field(None, ge=1, le=1024)
     telemetry_interval_ms: int = Field(100, ge=10, le=1000)  # tasks.runner.telemetry.MAX_INTERVAL_MS
+    # a step fed fewer examples than batch_size (an input_fn's last batch of an epoch) fails the run unless set
+    allow_partial_batches: bool = False
     # xla: XLA's persistent compilation cache directory, shared by the processes of one case's run
     # (``tasks.runner.execution.configure_xla_cache``); None: every process compiles afresh
     xla_cache_dir: str | None = None

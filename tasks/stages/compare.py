@@ -40,6 +40,13 @@ the sequential gate's final repeated confidence interval as the profiled-run sta
 cost actually spent in ``evidence["paired"]["spent"]``). The history verdict is kept as evidence
 (``evidence["history"]``); the process-level offset the gate used is in ``evidence["paired_offset"]``.
 
+Baselines only from sound measurements: a run whose verdict would make it the baseline (``pass``,
+``no-baseline``, ``improvement``, ``env-changed``) is refused that when its host was busy, its warm-up never got
+steady or its timed steps compiled (``tasks.analysis.soundness.baseline_refusals`` of ``run.noise`` and
+``run.findings``): ``CompareRecord.baseline_refused`` and ``evidence["baseline_refused"]`` say why, the reason
+says so, and the archive does not accept it (``perfwatch baseline accept`` still can). ``run.findings`` are kept
+in ``evidence["measurement_findings"]``.
+
 Noise (``run.noise``, judged once, by the profiled-run stage: ``tasks.analysis.verdict.judge_noise``; this
 stage only applies it): on a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
 ``CompareRecord.reason`` and ``evidence["noise"]``), the statistics' own verdict kept in
@@ -54,10 +61,10 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.analysis import calibration, sequential
+from tasks.analysis import calibration, sequential, soundness
 from tasks.analysis.attribution import attribute_against_run
 from tasks.analysis.verdict import Decision, decide
-from tasks.records import Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
+from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
 from tasks.stages.profiled_run import read_paired
@@ -176,9 +183,20 @@ def baseline_compare(
         raise MeasurementRejected(
             "step-time samples failed data-quality expectations: " + "; ".join(f.text for f in quality)
         )
-    verdict = d.verdict
-    if d.reason:
-        evidence.setdefault("reason", d.reason)
+    verdict, reason = d.verdict, d.reason
+    if run.findings:  # on the steps themselves: recompiles, batch shapes, partial batches, the warm-up
+        evidence["measurement_findings"] = run.findings
+    refused = soundness.baseline_refusals(run.findings, run.noise) if verdict in AUTO_ACCEPT_VERDICTS else []
+    if refused:
+        evidence["baseline_refused"] = refused
+        note = (
+            f"not made the case's baseline automatically, although {verdict} would make it one: "
+            + "; ".join(refused)
+            + " (if it is sound after all: perfwatch baseline accept RUN_ID --by NAME --reason WHY)"
+        )
+        reason = evidence["reason"] = f"{reason}; {note}" if reason else note
+    if reason:
+        evidence.setdefault("reason", reason)
     if d.baseline_run_ids:  # op-level attribution against the newest baseline run, whatever the verdict
         # op shares of each profiled window scaled to measured medians: the deltas add up to the verdict's change
         evidence["attribution"] = attribute_against_run(
@@ -201,6 +219,7 @@ def baseline_compare(
         gx_results_path=str(gx_results),
         gx_success=all(o.success for o in outcomes.values()),
         evidence=evidence,
-        reason=d.reason,
+        reason=reason,
         metric=evidence.get("metric", "wall"),
+        baseline_refused=refused,
     )

@@ -480,8 +480,9 @@ def parse_run(
     (names the file and the key) or holds a non-positive one.
     """
     samples = read_view(run.samples_path, StepSamples)
+    steps = [Finding(**f) for f in run.findings]  # the runner's findings on the steps it timed (soundness)
     if samples.profile_absent_reason:  # the runner ran no profiler window (a tflite run)
-        return _no_profile(samples.profile_absent_reason, work_dir, extra_findings)
+        return _no_profile(samples.profile_absent_reason, work_dir, [*steps, *extra_findings])
     parsed = parse_profile(run.profile_dir, max_full_parse_bytes=max_full_parse_bytes)
     if parsed.avg_step_time_ms is None:  # xprof found no steps, though the runner marks every profiled step
         try:
@@ -509,7 +510,7 @@ def parse_run(
         [s["step_time_ms"] for s in parsed.step_breakdown],
         profiler_avg_step_ms=parsed.avg_step_time_ms,
     )
-    findings = diagnose(parsed) + diagnose_window(check) + list(extra_findings)
+    findings = diagnose(parsed) + diagnose_window(check) + steps + list(extra_findings)
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tables = {
@@ -529,19 +530,20 @@ def parse_run(
     )
 
 
-def _no_profile(reason: str, work_dir: str | Path, extra: Sequence[Finding] = ()) -> ParseRecord:
+def _no_profile(reason: str, work_dir: str | Path, steps: Sequence[Finding] = ()) -> ParseRecord:
     """The parse of a run whose runner had no profiler window (``profile_absent_reason`` in its result, e.g.
-    a tflite run): ``parsed.json`` holds the reason and no tables, every profile figure is None (absent)."""
+    a tflite run): ``parsed.json`` holds the reason, the findings on the steps (``steps``) and no tables, every
+    profile figure is None (absent)."""
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    findings = [f.model_dump(mode="json") for f in extra]
+    findings = [f.model_dump(mode="json") for f in steps]
     out.write_text(json.dumps({"profile_absent_reason": reason, "findings": findings}))
     return ParseRecord(
         parsed_path=str(out),
         avg_step_time_ms=None,
         input_bound_pct=None,
         n_ops=0,
-        findings=[f"no_profile: {reason}", *(f"{f.code}: {f.message}" for f in extra)],
+        findings=[f"no_profile: {reason}", *(f"{f.code}: {f.message}" for f in steps)],
         cross_check_ratio=None,
         cross_check_ok=None,
     )

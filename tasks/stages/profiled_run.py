@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.analysis import calibration, sequential
+from tasks.analysis import calibration, sequential, soundness
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
@@ -273,8 +273,11 @@ def profiled_run(
 
     Returns:
         ProfiledRun: median step time (ms) and throughput (examples/s) of the measured steps,
-        profiler overhead ratio, peak host RSS (bytes) and device memory (bytes, GPU only), and
-        ``noise``: the paired gate's (else the measured steps') noise against the bounds.
+        profiler overhead ratio, peak host RSS (bytes) and device memory (bytes, GPU only),
+        ``noise``: the paired gate's (else the measured steps') noise against the bounds, and ``findings`` on
+        the steps themselves (``soundness.measurement_findings`` of what each phase was fed and which steps
+        compiled, and of the warm-up's steadiness). The throughput is of the examples fed per measured step
+        (``batch_size`` unless the case allows partial batches).
 
     Raises:
         RunnerError: the runner failed, or returned fewer measured steps than asked, or a
@@ -317,13 +320,30 @@ def profiled_run(
         )
         paired = read_paired(paired_path)
     noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise, gpu=gpu)
+    fed = {k: v.model_dump(mode="json") for k, v in r.fed.items()}
+    if paired_path is not None:  # the gate's pairs are timed steps too: the candidate's (B) and baseline's (A)
+        gate = read_view(paired_path, PairedSamples)
+        for who, rec in (("B", gate.fed.get("paired")), ("A", gate.a_fed.get("paired"))):
+            if rec is not None:
+                fed[f"paired {who}"] = rec.model_dump(mode="json")
+    findings = soundness.measurement_findings(
+        fed,
+        batch_size=case.batch_size,
+        xla=case.xla,
+        timed_ms={"measured": measured, "profiled": r.profiled_step_times_ms},
+        steady=warmup.steady,
+        warmup_steps=warmup.warmup_steps,
+        final_cv=warmup.final_cv,
+        cv_max=case.warmup_cv_max,
+    )
     return ProfiledRun(
         work_dir=str(work_dir),
         samples_path=str(out / "result.json"),
         profile_dir=r.profile_dir,
         measured_steps=len(measured),
         median_step_ms=median,
-        throughput_eps=case.batch_size / (median / 1000.0),
+        # examples/s at the median step: of the examples fed (partial batches, where allowed, count as fed)
+        throughput_eps=soundness.examples_per_step(fed, "measured", case.batch_size) / (median / 1000.0),
         profile_overhead_ratio=None if prof_median is None else prof_median / median,
         peak_rss_bytes=r.peak_rss_bytes,
         peak_device_bytes=r.peak_device_bytes,
@@ -333,4 +353,5 @@ def profiled_run(
         paired_wall_s=paired_wall,
         noise=noise.model_dump(mode="json"),
         latency_ms=r.latency_ms.model_dump() if r.latency_ms else None,
+        findings=[f.model_dump(mode="json") for f in findings],
     )

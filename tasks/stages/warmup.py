@@ -27,7 +27,8 @@ from tasks.store import reads
 
 def case_options(case: Case) -> dict[str, Any]:
     """The ``RunnerSpec`` fields that say what a case measures and how (mode, inputs, input_fn, signature,
-    safe_mode, precision, xla, strategy, quantization, TFLite threads, telemetry interval): one place, so
+    safe_mode, precision, xla, strategy, quantization, TFLite threads, telemetry interval, partial batches): one
+    place, so
     warm-up, the profiled run and the paired gate run the same thing."""
     return {
         "batch_size": case.batch_size,
@@ -44,6 +45,7 @@ def case_options(case: Case) -> dict[str, Any]:
         "quantization": case.quantization,
         "tflite_threads": case.tflite_threads,
         "telemetry_interval_ms": case.telemetry_interval_ms,
+        "allow_partial_batches": case.allow_partial_batches,
     }
 
 

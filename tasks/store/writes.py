@@ -25,13 +25,13 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from tasks.records import (
+    AUTO_ACCEPT_VERDICTS,
     CompareRecord,
     EnvRecord,
     ParseRecord,
     ProfiledRun,
     PulledModel,
     RunContext,
-    Verdict,
     WarmupRecord,
 )
 from tasks.store.engine import session_scope
@@ -52,9 +52,9 @@ from tasks.store.schema import (
     utcnow,
 )
 
-ACCEPTED_VERDICTS = frozenset({Verdict.PASS, Verdict.NO_BASELINE, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED})
-"""Verdicts whose run becomes the new baseline (when auto-accept is on). A regression or an
-inconclusive run never moves the baseline."""
+ACCEPTED_VERDICTS = AUTO_ACCEPT_VERDICTS
+"""Verdicts whose run becomes the new baseline (when auto-accept is on and ``CompareRecord.baseline_refused``
+is empty). A regression or an inconclusive run never moves the baseline."""
 
 _RETRIES = 5
 _ERROR_CHARS = 20000  # a failed run's stored error is cut to this many characters
@@ -334,7 +334,7 @@ def store_run(
                 Artifact(run_id=r.id, kind=kind, uri=f"{uri}/{rel}", size_bytes=size, sha256=sha)
                 for kind, rel, size, sha in artifacts
             )
-            if auto_accept and verdict.verdict in ACCEPTED_VERDICTS:
+            if auto_accept and verdict.verdict in ACCEPTED_VERDICTS and not verdict.baseline_refused:
                 accept_baseline(
                     s, r, env.comparability_key, accepted_by="perfwatch", reason=f"automatic: verdict {verdict.verdict}"
                 )
@@ -346,11 +346,12 @@ def store_run(
     return _with_retries(tx)
 
 
-RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature", "latency_ms")
+RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature", "latency_ms", "fed")
 """What the runner's result says it measured (``tasks.runner.protocol``), kept as the run's ``run_tables``
 row ``inputs``: the step kind, per input the shape fed (batch dimension first), dtype and value range,
 ``synthetic`` or the ``input_fn``, Keras ``safe_mode``, the SavedModel signature, and in ``infer`` mode
-the per-batch latency percentiles (ms) and throughput (examples/s)."""
+the per-batch latency percentiles (ms) and throughput (examples/s), and ``fed``: per phase the distinct batch
+shapes fed with their step counts and the steps that compiled (``tasks.runner.protocol.Fed``)."""
 
 RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {
     "overview_page": (

@@ -263,7 +263,8 @@ def test_session_errors_are_named(model_store, model_files, tmp_path):
 def test_release_gate_end_to_end(model_store, home, monkeypatch):
     """tiny v1 then the several-times-heavier v2 as release gates: the sequential gate stops at its first look
     (32 of at most 64 pairs). The host's load is recorded and judged, but a shared CI runner must not
-    make this test about the host: the case allows any load (``max_other_cpu_share=1``)."""
+    make this test about the host: the case allows any load (``max_other_cpu_share=1``) and calls any warm-up
+    steady (``warmup_cv_max=1``), so that v1 becomes the baseline (a busy or unsteady run would not, issue 26)."""
     from tasks.stages.pipeline import run_case
 
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{home / 'pw.db'}")
@@ -275,6 +276,7 @@ def test_release_gate_end_to_end(model_store, home, monkeypatch):
         "paired_blocks": 64,
         "paired_block_steps": 1,
         "max_other_cpu_share": 1.0,
+        "warmup_cv_max": 1.0,
     }
     first = run_case(
         RunContext(dag_id="d", dag_run_id="v1", trigger="release", case=Case(model="tiny", version="1", **small))

@@ -52,3 +52,36 @@ def test_missing_model_and_bad_interpreter(tmp_path):
         launch(spec, sys.executable)
     with pytest.raises(RunnerError, match="cannot start runner interpreter"):
         launch(spec, str(tmp_path / "no-python"))
+
+
+def test_an_xla_step_fed_new_shapes_records_every_batch_and_flags_the_compiles(model_store, tmp_path):
+    """Issue 26: XLA with an input whose shape changes recompiled on every measured step with no finding, and
+    only the first batch's shape was checked, so partial batches passed and the throughput was overstated (the
+    refusal of partial batches a case does not allow: tests/unit/runner/test_fed.py)."""
+    from tasks.records import WarmupRecord
+
+    case = Case(
+        model="tiny",
+        version="1",
+        batch_size=32,
+        measured_steps=5,
+        profiled_steps=1,
+        xla=True,
+        input_fn="tests.helpers.pipelines:shrinking_batches",
+        allow_partial_batches=True,
+    )
+    pulled = pull_model_version(str(model_store), "tiny", "1", tmp_path)
+    warm = WarmupRecord(warmup_steps=2, steady=False, final_cv=0.31, cold_step_ms=1.0, step_times_ms=[1.0], wall_s=0)
+    run = profiled_run(pulled, case, warm, tmp_path, sys.executable, timeout_s=300)
+    fed = json.loads(Path(run.samples_path).read_text())["fed"]
+    # every batch recorded, phase by phase: 32 examples, then 31, 30, ... (batch_size - i)
+    assert [d["examples"] for p in ("cold", "warmup", "measured", "profiled") for d in fed[p]["distinct"]] == list(
+        range(32, 23, -1)
+    )
+    assert fed["measured"]["compiled_steps"] == [0, 1, 2, 3, 4] and fed["measured"]["examples"] == 135
+    codes = [f["code"] for f in run.findings]
+    assert set(codes) >= {"recompiled_timed_steps", "batch_shapes_vary", "partial_batches", "warmup_not_steady"}
+    first = run.findings[codes.index("recompiled_timed_steps")]
+    assert first["figure"] == "fed.measured.compiled_steps" and first["value"] == 5
+    assert "5 of 5 measured steps compiled (steps 0, 1, 2, 3, 4;" in first["message"]
+    assert run.throughput_eps == pytest.approx(27 / (run.median_step_ms / 1000))  # the examples fed, not 32

@@ -24,7 +24,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from tasks.runner import counters, measure, progress
 from tasks.runner.protocol import (
@@ -69,11 +69,20 @@ def run(spec: RunnerSpec) -> PairedResult:
     setup_order = sorted("AB", key=lambda w: w != first_built)
     built = {who: measure.build_step(spec, paths[who]) for who in setup_order}
     cold = {who: measure.cold_step(built[who], paths[who], spec.case_mode) for who in setup_order}
+    fed: dict[str, dict[str, Any]] = {who: {} for who in setup_order}  # per version, phase -> protocol.Fed
+
+    def end_phase(who: str, phase: str) -> None:
+        if (rec := built[who].take_fed()) is not None:
+            fed[who][phase] = rec
+
+    for who in setup_order:
+        end_phase(who, "cold")
     steps = {who: counters.Recorder(built[who]) for who in setup_order}
     warm, warm_cpu, warm_wait = {}, {}, {}
     for who in setup_order:
         warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
         warm_cpu[who], warm_wait[who] = steps[who].take()
+        end_phase(who, "warmup")
     step_a, step_b = built["A"], built["B"]
     orders = pair_orders(random.SystemRandom())
     blocks: list[BlockPair] = []
@@ -129,8 +138,12 @@ def run(spec: RunnerSpec) -> PairedResult:
                 f"paired mode: unknown command {command!r} on stdin after round {info.round}; "
                 f"expected {MORE!r} or {STOP!r}"
             )
+    for who in setup_order:
+        end_phase(who, "paired")
     return PairedResult(
         **measure.case_record(spec, step_b),
+        fed=fed["B"],
+        a_fed=fed["A"],
         a_inputs={name: InputFeed(**feed) for name, feed in step_a.inputs.items()},
         batch_size=spec.batch_size,
         seed=spec.seed,

@@ -7,7 +7,9 @@ the numbers compared against the baseline, sampled by ``tasks.runner.telemetry``
 every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
 ``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
 window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
-warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``).
+warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``),
+and every step what it was fed and whether it compiled, per phase (``fed``: ``cold``, ``warmup``, ``measured``,
+``profiled``; ``tasks.runner.measure.FedLog``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     t0 = time.perf_counter()
     warm = progress.run_steps("warm-up", recorded, spec.warmup_steps)
     phases["warmup_steps"] = time.perf_counter() - t0
+    started.end_phase("warmup")
     warm_cpu, warm_wait = recorded.take()
     load = measure.HostLoad().start()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
@@ -43,11 +46,13 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     t0 = time.perf_counter()
     measured = progress.run_steps("measure", counted, spec.measured_steps)
     phases["measured_steps"] = time.perf_counter() - t0
+    started.end_phase("measured")
     measured_cpu, measured_wait = recorded.take()
     telemetry = sampler.stop()
     host_load = load.result()
+    fed_examples = started.fed["measured"]["examples"] if "measured" in started.fed else None
     latency = (
-        LatencySummary(**measure.latency_summary(measured, spec.batch_size))
+        LatencySummary(**measure.latency_summary(measured, spec.batch_size, fed_examples))
         if spec.case_mode in ("infer", "tflite")
         else None
     )
@@ -72,6 +77,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
                     profiled.append(step())
         finally:
             tf.profiler.experimental.stop()
+        started.end_phase("profiled")
     phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
     return ProfileResult(
         **started.record(),

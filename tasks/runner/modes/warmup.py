@@ -37,6 +37,7 @@ def run(spec: RunnerSpec, import_s: float) -> WarmupResult:
     res = det.result()
     ticker.done(cv=res.final_cv)
     phases["warmup_steps"] = time.perf_counter() - t0
+    started.end_phase("warmup")
     cpu, wait = step.take()
     return WarmupResult(
         **started.record(),
