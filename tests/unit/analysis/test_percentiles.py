@@ -1,0 +1,89 @@
+"""Percentile confidence intervals from order statistics (tasks.analysis.percentiles)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.analysis.percentiles import latency_cis, min_samples, percentile_ci
+
+
+def test_median_of_ten_has_the_textbook_ranks():
+    # Conover's table: the 95% interval of the median of 10 is x(2)..x(9); P(2 <= B <= 8), B ~ Bin(10, 1/2),
+    # is 1 - 2 (1 + 10) / 1024; rank 3 would leave P(B < 3) = 56/1024 > 2.5% below
+    r = percentile_ci([7.0, 1.0, 3.0, 10.0, 5.0, 2.0, 9.0, 4.0, 8.0, 6.0], 50)
+    assert (r.low_rank, r.high_rank, r.low, r.high) == (2, 9, 2.0, 9.0)
+    assert r.point == 5.0 and r.n == 10 and r.estimable
+    assert r.coverage == pytest.approx(1 - 22 / 1024)
+
+
+def test_median_of_twenty_and_p90_of_hundred():
+    assert (percentile_ci(range(1, 21), 50).low_rank, percentile_ci(range(1, 21), 50).high_rank) == (6, 15)
+    r = percentile_ci(np.arange(1.0, 101.0), 90)
+    # by hand: P(B <= 83) <= 2.5% < P(B <= 84) and P(B >= 96) <= 2.5% < P(B >= 95), B ~ Bin(100, 0.9)
+    bd = stats.binom(100, 0.9)
+    assert bd.cdf(83) <= 0.025 < bd.cdf(84) and bd.sf(95) <= 0.025 < bd.sf(94)
+    assert (r.low_rank, r.high_rank, r.point) == (84, 96, 90.0)
+
+
+def test_matches_scipy_quantile_test_and_holds_the_point():
+    x = np.random.default_rng(3).lognormal(0, 0.5, 1000)
+    for q in (50, 90, 99):
+        r = percentile_ci(x, q)
+        ci = stats.quantile_test(x, q=1.0, p=q / 100).confidence_interval(0.95)
+        assert (r.low, r.high) == (ci.low, ci.high)
+        assert r.low <= r.point <= r.high
+        assert r.point == np.percentile(x, q, method="inverted_cdf")  # nearest rank, as the runner's
+
+
+def test_too_short_for_p99_says_what_it_supports():
+    r = percentile_ci(np.arange(1.0, 101.0), 99)  # p99 of 100 samples at 95%: no upper bound
+    assert not r.estimable and r.high is None and r.high_rank is None
+    assert r.low == 97.0 and r.min_n == 368
+    assert r.max_bound_confidence == pytest.approx(1 - 0.99**100)  # ~63%
+    assert r.supported_percentile == pytest.approx(100 * 0.025 ** (1 / 100))  # p96.4
+    text = r.text()
+    assert "not estimable from 100 samples" in text and "needs 368" in text and "p96.4" in text
+    assert percentile_ci(np.arange(1.0, 369.0), 99).estimable
+    assert not percentile_ci(np.arange(1.0, 368.0), 99).estimable
+
+
+def test_min_samples():
+    assert [min_samples(q) for q in (50, 90, 99)] == [6, 36, 368]
+    assert min_samples(99, 0.99) == 528
+    for q, c in ((50, 0.95), (99, 0.95), (99.9, 0.9)):
+        n = min_samples(q, c)
+        assert percentile_ci(np.arange(float(n)), q, c).estimable
+        assert not percentile_ci(np.arange(float(n - 1)), q, c).estimable
+
+
+def test_coverage_by_simulation():
+    # 200 lognormal samples of 400: the stated 95% intervals cover the true quantiles about 95% of the time
+    rng = np.random.default_rng(20261201)
+    reps, n = 200, 400
+    truth = {q: float(np.exp(stats.norm.ppf(q / 100) * 0.5)) for q in (50, 90, 99)}
+    hits = dict.fromkeys(truth, 0)
+    for _ in range(reps):
+        x = rng.lognormal(0.0, 0.5, n)
+        for q, t in truth.items():
+            r = percentile_ci(x, q)
+            hits[q] += r.low <= t <= r.high
+    for q in truth:
+        assert 0.90 <= hits[q] / reps <= 1.0, (q, hits[q])
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="no samples"):
+        percentile_ci([], 50)
+    with pytest.raises(ValueError, match="percentile 100"):
+        percentile_ci([1.0], 100)
+    with pytest.raises(ValueError, match="confidence 1.5"):
+        percentile_ci([1.0], 50, 1.5)
+    with pytest.raises(ValueError, match="finite"):
+        percentile_ci([1.0, float("nan")], 50)
+
+
+def test_latency_cis_keys():
+    got = latency_cis(np.arange(1.0, 1001.0))
+    assert list(got) == ["p50", "p90", "p99"] and got["p99"]["n"] == 1000 and got["p99"]["estimable"]
