@@ -198,3 +198,38 @@ def latency_cis(
         ValueError: as :func:`percentile_ci`.
     """
     return {f"p{q:g}": percentile_ci(samples, q, confidence).as_dict() for q in percentiles}
+
+
+def with_intervals(
+    summary: dict[str, float], samples: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
+) -> dict[str, Any]:
+    """An infer/tflite run's latency summary (``p50``/``p90``/``p99``/``max`` ms and ``throughput_eps``
+    examples/s, from ``tasks.runner.measure.latency_summary``) with ``n`` (the measured batches it rests
+    on), ``confidence`` and ``ci``: :func:`latency_cis` of ``samples`` (the same per-batch times, ms).
+    The run record's ``latency_ms`` and the ``run_tables`` row ``inputs`` keep this.
+
+    Raises:
+        ValueError: as :func:`percentile_ci`.
+    """
+    return {**summary, "n": len(samples), "confidence": confidence, "ci": latency_cis(samples, confidence=confidence)}
+
+
+def latency_text(latency: dict[str, Any], unit: str = "ms") -> str:
+    """The percentiles of a ``latency_ms`` record (:func:`with_intervals`) on one line, each with its
+    interval or what the sample supports (:meth:`PercentileCI.text`), e.g. ``p50 4.10 ms [4.05, 4.16],
+    p90 ... (95%, n=1000 batches)``; a record without ``ci`` (stored before intervals were kept) gives
+    its points with "no interval"."""
+    ci = latency.get("ci")
+    if not ci:
+        return ", ".join(f"{k} {latency[k]:.2f} {unit}" for k in ("p50", "p90", "p99") if k in latency) + (
+            " (no interval recorded)"
+        )
+    parts = []
+    for key, d in ci.items():
+        r = PercentileCI(**d)
+        if r.estimable:
+            parts.append(f"{key} {r.point:.2f} {unit} [{r.low:.2f}, {r.high:.2f}]")
+        else:
+            parts.append(r.text(unit))
+    n, level = next(iter(ci.values()))["n"], next(iter(ci.values()))["confidence"]
+    return ", ".join(parts) + f" ({level:.0%} intervals, n={n} batches)"

@@ -406,7 +406,8 @@ def cold_step(step, model_path: str, case_mode: str = "train") -> float:
 
 
 def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
-    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; numpy's linear interpolation):
+    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; nearest rank ``x(ceil(n p))``,
+    numpy's ``inverted_cdf``, the order statistic whose interval ``tasks.analysis.percentiles`` gives):
     ``p50``, ``p90``, ``p99``, ``max``, and ``throughput_eps``: examples/s over all of them
     (``batch_size x len(times_ms) / total seconds``).
 
@@ -418,7 +419,7 @@ def latency_summary(times_ms: list[float], batch_size: int) -> dict[str, float]:
     if not times_ms:
         raise RunnerError("no timed batches to summarise")
     t = np.asarray(times_ms, dtype=float)
-    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
+    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99], method="inverted_cdf"))
     return {
         "p50": p50,
         "p90": p90,
