@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.analysis.percentiles import latency_cis, min_samples, percentile_ci
+from tasks.analysis.percentiles import latency_cis, latency_text, min_samples, percentile_ci, with_intervals
 
 
 def test_median_of_ten_has_the_textbook_ranks():
@@ -87,3 +87,12 @@ def test_bad_input_is_named():
 def test_latency_cis_keys():
     got = latency_cis(np.arange(1.0, 1001.0))
     assert list(got) == ["p50", "p90", "p99"] and got["p99"]["n"] == 1000 and got["p99"]["estimable"]
+
+
+def test_latency_text_gives_each_interval_or_what_the_sample_supports():
+    x = list(np.arange(1.0, 101.0))
+    summary = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0, "throughput_eps": 1.0}
+    text = latency_text(with_intervals(summary, x))
+    assert text.startswith("p50 50.00 ms [40.00, 61.00], p90 90.00 ms [84.00, 96.00], p99 not estimable from 100")
+    assert text.endswith("(95% intervals, n=100 batches)")
+    assert latency_text(summary) == "p50 50.00 ms, p90 90.00 ms, p99 99.00 ms (no interval recorded)"  # older runs
