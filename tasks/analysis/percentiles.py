@@ -9,19 +9,25 @@ below ``q`` is Binomial(n, p), and ``x(l) <= q < x(u)`` exactly when ``l <= B < 
     P(x(l) <= q <= x(u)) >= P(l <= B <= u - 1) = F(u - 1) - F(l - 1),     F: the Binomial(n, p) CDF
 
 (Conover, *Practical Nonparametric Statistics*, 3rd ed., 1999, sec. 3.2, "confidence interval for a
-quantile"; Hahn & Meeker, *Statistical Intervals*, 1991, sec. 5.2). The ranks are equal-tailed: ``l``
-the largest with ``P(B < l) <= alpha/2``, ``u`` the smallest with ``P(B >= u) <= alpha/2``. The values
-are ``scipy.stats.quantile_test(...).confidence_interval`` (two-sided), which computes exactly these
-ranks; the ranks and the exact coverage are recomputed here with ``scipy.stats.binom`` to be reported.
+quantile"; Hahn & Meeker, *Statistical Intervals*, 1991, sec. 5.2), computed with ``scipy.stats.binom``.
 
-A sample too short for a percentile says so. The upper bound exists only when ``p**n <= alpha/2``
-(even the maximum is below the true p-quantile with probability ``p**n``), the lower one only when
-``(1-p)**n <= alpha/2``: for p99 at 95% that is n >= 368 (:func:`min_samples`). Below it the interval
-is *not estimable*, and what the sample does support is reported instead, after MLPerf's early
-stopping (LoadGen's "early stopping" criterion, mlcommons/inference ``loadgen/early_stopping.cc``:
-the percentile a short run can still vouch for): the confidence that the maximum bounds the
-percentile (``1 - p**n``), and the highest percentile whose upper bound the sample has at the level
-(``(alpha/2)**(1/n)``; p96.4 from 100 samples at 95%).
+Which ranks: of the pairs ``1 <= l < u <= n`` whose exact level ``F(u-1) - F(l-1)`` is at least the stated
+one, the shortest in ranks (Zielinski & Zielinski, "Best exact nonparametric confidence intervals for
+quantiles", *Statistics* 39, 2005), then the one whose level is nearest the stated one, then the one
+with the most equal tails. ``scipy.stats.quantile_test(...).confidence_interval`` gives the
+equal-tailed pair instead (each tail at most alpha/2); it is valid too but, the binomial being discrete,
+often much above its level: for p99 of 1,000 samples at 95% its ranks 983..997 hold 97.6%, these
+983..996 hold 95.7% (``bench/percentiles.py`` checks the coverage by simulation; the tests check
+that both agree where the tails are symmetric). Neither tail exceeds alpha, so each bound alone is a
+one-sided bound at >= 1 - alpha: the sweep's knee reads the upper one.
+
+A sample too short for a percentile says so. A two-sided interval exists only when the widest pair,
+``x(1)..x(n)``, reaches the level: ``1 - p**n - (1-p)**n >= 1 - alpha``; for p99 at 95% that is
+n >= 299 (:func:`min_samples`). Below it the percentile is *not estimable*, and what the sample does
+support is reported instead, after MLPerf's early stopping (LoadGen's early-stopping criterion,
+mlcommons/inference ``loadgen/early_stopping.cc``: the percentile a short run can still vouch for): the
+one-sided lower bound (the equal-tailed rank, at 1 - alpha/2), the confidence that the maximum bounds
+the percentile (``1 - p**n``), and the highest percentile that this sample can bound at the level.
 
 The point is the nearest-rank percentile ``x(ceil(n p))``, the one ``sql/queries/sweep.sql`` and the
 runner's ``latency_summary`` (numpy's ``inverted_cdf``) give.
@@ -56,8 +62,9 @@ class PercentileCI:
         min_n: the fewest samples that support a two-sided interval of this percentile at this level.
         max_bound_confidence: the confidence that the sample's maximum is at or above the true
             percentile, ``1 - p**n`` (what "p99 <= max" is worth when ``high`` is None).
-        supported_percentile: the highest percentile whose upper bound this sample has at
-            ``confidence`` (``100 (alpha/2)**(1/n)``).
+        supported_percentile: the highest percentile a two-sided interval from this many samples reaches
+            at ``confidence`` (root of ``p**n + (1-p)**n = 1 - confidence``; 97.0 for 100 samples at 95%);
+            None when not even the median's.
     """
 
     percentile: float
@@ -72,7 +79,7 @@ class PercentileCI:
     estimable: bool
     min_n: int
     max_bound_confidence: float
-    supported_percentile: float
+    supported_percentile: float | None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain JSON object (what the run's ``latency_ms.ci`` keeps)."""
@@ -80,8 +87,8 @@ class PercentileCI:
 
     def text(self, unit: str = "ms", name: str | None = None) -> str:
         """One line, e.g. ``p99 12.31 ms [11.9, 13.0] (95%, n=1000)``, or for a short sample
-        ``p99 not estimable from 100 samples at 95% (needs 368): p99 >= 11.9 ms; max 13.0 ms bounds it
-        with 63% confidence; the sample bounds up to p96.4``."""
+        ``p99 not estimable from 100 samples at 95% (needs 299): p99 >= 11.90 ms; the max bounds it
+        with 63% confidence; 100 samples bound up to p97.0``."""
         label = name or f"p{self.percentile:g}"
         level = f"{self.confidence:.0%}"
 
@@ -94,10 +101,12 @@ class PercentileCI:
         if self.low is not None:
             parts.append(f"{label} >= {v(self.low)}")
         if self.high is None:
-            parts.append(
-                f"the max bounds it with {self.max_bound_confidence:.0%} confidence; the sample bounds up "
-                f"to p{self.supported_percentile:.1f}"
+            reach = (
+                f"; {self.n} samples bound up to p{self.supported_percentile:.1f}"
+                if self.supported_percentile is not None
+                else ""
             )
+            parts.append(f"the max bounds it with {self.max_bound_confidence:.0%} confidence{reach}")
         else:
             parts.append(f"{label} <= {v(self.high)}")
         return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if parts[2:] else "")
@@ -111,29 +120,45 @@ def _check(percentile: float, confidence: float) -> tuple[float, float]:
     return percentile / 100.0, 1.0 - confidence
 
 
+def _widest_level(p: float, n: int) -> float:
+    """The exact level of ``x(1)..x(n)``, the widest two-sided interval a sample of n has."""
+    return 1.0 - p**n - (1.0 - p) ** n
+
+
 def min_samples(percentile: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
     """The fewest samples that support a two-sided distribution-free interval of ``percentile`` at
-    ``confidence``: the smallest n with ``max(p, 1-p)**n <= (1-confidence)/2`` (368 for p99 at 95%, 6
-    for p50, 36 for p90; 528 for p99 at 99%, 3,688 for p99.9 at 95%).
+    ``confidence``: the smallest n with ``1 - p**n - (1-p)**n >= confidence`` (299 for p99 at 95%, 6
+    for p50, 29 for p90; 459 for p99 at 99%, 2,995 for p99.9 at 95%).
 
     Raises:
         ValueError: ``percentile`` not in (0, 100) or ``confidence`` not in (0, 1).
     """
     p, alpha = _check(percentile, confidence)
     worst = max(p, 1.0 - p)
-    n = max(1, math.ceil(math.log(alpha / 2) / math.log(worst)))
-    while n > 1 and worst ** (n - 1) <= alpha / 2:  # the logarithms' rounding, either way
+    n = max(2, math.floor(math.log(alpha) / math.log(worst)))  # worst**n <= alpha is necessary
+    while n > 2 and _widest_level(p, n - 1) >= confidence - 1e-12:  # the logarithm's rounding
         n -= 1
-    while worst**n > alpha / 2:
+    while _widest_level(p, n) < confidence - 1e-12:
         n += 1
     return n
+
+
+def _supported_percentile(n: int, alpha: float) -> float | None:
+    """The highest percentile (>= 50) that a two-sided interval from n samples reaches at level 1 - alpha:
+    the root of ``p**n + (1-p)**n = alpha`` (``scipy.optimize.brentq``); None when not even the median's."""
+    from scipy.optimize import brentq
+
+    f = lambda p: p**n + (1.0 - p) ** n - alpha  # noqa: E731 - decreasing on [0.5, 1)
+    if f(0.5) > 0:
+        return None
+    return 100.0 * float(brentq(f, 0.5, 1.0 - 1e-15, xtol=1e-12))
 
 
 def percentile_ci(
     samples: Sequence[float], percentile: float, confidence: float = DEFAULT_CONFIDENCE
 ) -> PercentileCI:
     """The nearest-rank ``percentile`` of ``samples`` with its two-sided distribution-free interval at
-    ``confidence`` (module docstring: Conover 1999 sec. 3.2; ``scipy.stats.quantile_test``).
+    ``confidence`` (module docstring: Conover 1999 sec. 3.2; the shortest exact pair of ranks).
 
     Args:
         samples: the measured values (any unit; perfwatch's are ms per step or per batch), in any order.
@@ -141,8 +166,9 @@ def percentile_ci(
         confidence: the two-sided level, 0 < confidence < 1.
 
     Returns:
-        A :class:`PercentileCI`. E.g. the median of 10 samples at 95%: ranks 2 and 9 (coverage
-        1 - 22/1024 = 97.9%); p99 of 100 samples: low rank 97, no upper bound (not estimable).
+        A :class:`PercentileCI`. E.g. the median of 10 samples at 95%: ranks 2 and 9 (level
+        1 - 22/1024 = 97.9%); p99 of 1,000: ranks 983 and 996 (95.7%); p99 of 100: not estimable, the
+        lower bound x(97) only.
 
     Raises:
         ValueError: ``samples`` empty or not all finite; ``percentile`` or ``confidence`` out of range.
@@ -158,29 +184,38 @@ def percentile_ci(
     if not np.isfinite(x).all():
         raise ValueError(f"samples must be finite numbers; got {x[~np.isfinite(x)][:5].tolist()}")
     bd = stats.binom(n, p)
-    l_rank = int(bd.ppf(alpha / 2))  # largest l with P(B < l) <= alpha/2; 0: no lower bound
-    u_rank = int(bd.isf(alpha / 2)) + 1  # smallest u with P(B >= u) <= alpha/2; n + 1: no upper bound
-    ci = stats.quantile_test(x, q=float(x[0]), p=p).confidence_interval(confidence)
-    low = None if math.isnan(ci.low) else float(ci.low)
-    high = None if math.isnan(ci.high) else float(ci.high)
-    if (low is None) != (l_rank < 1) or (high is None) != (u_rank > n):  # scipy's ranks are these ranks
-        raise AssertionError(f"scipy's interval {ci} disagrees with ranks {l_rank}, {u_rank} of n={n}")
-    coverage = float(bd.cdf(min(u_rank, n + 1) - 1) - (bd.cdf(l_rank - 1) if l_rank >= 1 else 0.0))
+    cdf = bd.cdf(np.arange(n + 1))  # cdf[k] = P(B <= k)
+    below = cdf[:n]  # P(B < l) = F(l - 1) for l = 1..n
+    j = np.searchsorted(cdf, below + confidence - 1e-12)  # per l: the smallest u - 1 reaching the level
+    ok = j <= n - 1  # u <= n: the pair has an upper bound
+    l_rank: int | None
+    u_rank: int | None
+    if ok.any():
+        ls, us = np.arange(1, n + 1)[ok], j[ok] + 1
+        level = cdf[us - 1] - below[ok]
+        tails = np.abs(below[ok] - (1.0 - cdf[us - 1]))
+        best = int(np.lexsort((tails, level, us - ls))[0])  # shortest, then the level nearest, then balanced
+        l_rank, u_rank = int(ls[best]), int(us[best])
+    else:  # not estimable: the one-sided bounds at 1 - alpha/2 that exist (equal tails, as scipy's)
+        lo, hi = int(bd.ppf(alpha / 2)), int(bd.isf(alpha / 2)) + 1
+        l_rank = lo if lo >= 1 else None
+        u_rank = hi if hi <= n else None
+    coverage = float((cdf[u_rank - 1] if u_rank is not None else 1.0) - (cdf[l_rank - 1] if l_rank else 0.0))
     point_rank = min(n, max(1, math.ceil(n * p - 1e-9)))  # nearest rank; the guard keeps ceil(100 x .99) at 99
     return PercentileCI(
         percentile=float(percentile),
         n=n,
         point=float(x[point_rank - 1]),
-        low=low,
-        high=high,
-        low_rank=l_rank if low is not None else None,
-        high_rank=u_rank if high is not None else None,
+        low=None if l_rank is None else float(x[l_rank - 1]),
+        high=None if u_rank is None else float(x[u_rank - 1]),
+        low_rank=l_rank,
+        high_rank=u_rank,
         confidence=float(confidence),
-        coverage=min(1.0, coverage),
-        estimable=low is not None and high is not None,
+        coverage=min(1.0, max(0.0, coverage)),
+        estimable=bool(ok.any()),
         min_n=min_samples(percentile, confidence),
         max_bound_confidence=float(1.0 - p**n),
-        supported_percentile=float(100.0 * (alpha / 2) ** (1.0 / n)),
+        supported_percentile=_supported_percentile(n, alpha),
     )
 
 

@@ -9,7 +9,7 @@ median step time), with the p99's distribution-free 95% interval and the samples
 agree on every other axis form a *series*, a curve along the swept axis; the **knee** of a series is its
 case of highest throughput whose p99 step time is within the latency budget *at 95% confidence*: the
 upper bound of its p99's interval is within the budget (without a budget: its highest throughput). A
-case too short to bound its p99 (fewer than 368 measured steps at 95%) cannot be shown within the
+case too short to bound its p99 (fewer than 299 measured steps at 95%) cannot be shown within the
 budget and is never the knee under one.
 """
 

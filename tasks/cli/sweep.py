@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option(
                 help="Highest p99 step time (ms) the knee may have, judged on the upper bound of the p99's 95% "
-                "interval (a run needs 368 measured steps to have one); default: no budget."
+                "interval (a run needs 299 measured steps to have one); default: no budget."
             ),
         ] = None,
         version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,

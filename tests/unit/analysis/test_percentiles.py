@@ -19,39 +19,53 @@ def test_median_of_ten_has_the_textbook_ranks():
 
 
 def test_median_of_twenty_and_p90_of_hundred():
-    assert (percentile_ci(range(1, 21), 50).low_rank, percentile_ci(range(1, 21), 50).high_rank) == (6, 15)
+    r = percentile_ci(range(1, 21), 50)
+    assert (r.low_rank, r.high_rank) == (6, 15)  # Conover's table again (symmetric tails)
     r = percentile_ci(np.arange(1.0, 101.0), 90)
-    # by hand: P(B <= 83) <= 2.5% < P(B <= 84) and P(B >= 96) <= 2.5% < P(B >= 95), B ~ Bin(100, 0.9)
+    # by hand: x(85)..x(97) holds P(85 <= B <= 96) = F(96) - F(84) >= 95%, B ~ Bin(100, 0.9), and no pair
+    # 11 ranks apart reaches 95% (the equal-tailed one, x(84)..x(96), is 12 apart too, at 95.8%)
     bd = stats.binom(100, 0.9)
-    assert bd.cdf(83) <= 0.025 < bd.cdf(84) and bd.sf(95) <= 0.025 < bd.sf(94)
-    assert (r.low_rank, r.high_rank, r.point) == (84, 96, 90.0)
+    assert (r.low_rank, r.high_rank, r.point) == (85, 97, 90.0)
+    assert r.coverage == pytest.approx(bd.cdf(96) - bd.cdf(84)) and r.coverage >= 0.95
+    assert max(bd.cdf(lo + 10) - bd.cdf(lo - 1) for lo in range(1, 90)) < 0.95
 
 
-def test_matches_scipy_quantile_test_and_holds_the_point():
+def test_agrees_with_scipy_where_tails_are_symmetric_and_is_never_wider_in_level():
     x = np.random.default_rng(3).lognormal(0, 0.5, 1000)
+    for n in (10, 20):  # the median of an even n: the shortest pair is scipy's equal-tailed one
+        ci = stats.quantile_test(x[:n], q=1.0, p=0.5).confidence_interval(0.95)
+        r = percentile_ci(x[:n], 50)
+        assert (r.low, r.high) == (ci.low, ci.high)
     for q in (50, 90, 99):
         r = percentile_ci(x, q)
         ci = stats.quantile_test(x, q=1.0, p=q / 100).confidence_interval(0.95)
-        assert (r.low, r.high) == (ci.low, ci.high)
+        xs = np.sort(x)
+        bd = stats.binom(1000, q / 100)
+        scipy_level = bd.cdf(int(np.searchsorted(xs, ci.high))) - bd.cdf(int(np.searchsorted(xs, ci.low)))
+        assert 0.95 <= r.coverage <= scipy_level + 1e-12
         assert r.low <= r.point <= r.high
         assert r.point == np.percentile(x, q, method="inverted_cdf")  # nearest rank, as the runner's
+    # p99 of 1000: ranks 983..996 at 95.7% where scipy's equal tails take 983..997 at 97.6%
+    assert (percentile_ci(x, 99).low_rank, percentile_ci(x, 99).high_rank) == (983, 996)
 
 
 def test_too_short_for_p99_says_what_it_supports():
     r = percentile_ci(np.arange(1.0, 101.0), 99)  # p99 of 100 samples at 95%: no upper bound
     assert not r.estimable and r.high is None and r.high_rank is None
-    assert r.low == 97.0 and r.min_n == 368
+    assert r.low == 97.0 and r.min_n == 299  # the one-sided lower bound: P(B < 97) <= 2.5%
     assert r.max_bound_confidence == pytest.approx(1 - 0.99**100)  # ~63%
-    assert r.supported_percentile == pytest.approx(100 * 0.025 ** (1 / 100))  # p96.4
+    p = r.supported_percentile / 100  # the highest percentile 100 samples bound two-sidedly at 95%: p97.0
+    assert p**100 + (1 - p) ** 100 == pytest.approx(0.05) and round(r.supported_percentile, 1) == 97.0
     text = r.text()
-    assert "not estimable from 100 samples" in text and "needs 368" in text and "p96.4" in text
-    assert percentile_ci(np.arange(1.0, 369.0), 99).estimable
-    assert not percentile_ci(np.arange(1.0, 368.0), 99).estimable
+    assert "not estimable from 100 samples" in text and "needs 299" in text and "p97.0" in text
+    assert percentile_ci(np.arange(1.0, 300.0), 99).estimable  # 299 samples: x(289)..x(299)
+    assert not percentile_ci(np.arange(1.0, 299.0), 99).estimable
 
 
 def test_min_samples():
-    assert [min_samples(q) for q in (50, 90, 99)] == [6, 36, 368]
-    assert min_samples(99, 0.99) == 528
+    # the smallest n with 1 - p**n - (1-p)**n >= 95%: p99: 0.99**299 = 0.0495, 0.99**298 = 0.0500
+    assert [min_samples(q) for q in (50, 90, 99)] == [6, 29, 299]
+    assert min_samples(99, 0.99) == 459
     for q, c in ((50, 0.95), (99, 0.95), (99.9, 0.9)):
         n = min_samples(q, c)
         assert percentile_ci(np.arange(float(n)), q, c).estimable
@@ -93,6 +107,6 @@ def test_latency_text_gives_each_interval_or_what_the_sample_supports():
     x = list(np.arange(1.0, 101.0))
     summary = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0, "throughput_eps": 1.0}
     text = latency_text(with_intervals(summary, x))
-    assert text.startswith("p50 50.00 ms [40.00, 61.00], p90 90.00 ms [84.00, 96.00], p99 not estimable from 100")
+    assert text.startswith("p50 50.00 ms [41.00, 61.00], p90 90.00 ms [85.00, 97.00], p99 not estimable from 100")
     assert text.endswith("(95% intervals, n=100 batches)")
     assert latency_text(summary) == "p50 50.00 ms, p90 90.00 ms, p99 99.00 ms (no interval recorded)"  # older runs
