@@ -48,3 +48,20 @@ def test_runs_json_has_the_latency_percentiles_with_intervals_and_n(cli, db_url,
     assert p99_cell(got) == f"{want.point:.2f} [{want.low:.2f}, {want.high:.2f}] n=1000"  # the table's cell
     assert p99_cell(brief) == f">= {brief['latency_p99_low_ms']:.2f} (n=100, no upper bound)"
     assert cli("runs").exit_code == 0
+
+
+def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from plugins.perfwatch.metrics import StoreCollector
+
+    times = list(np.random.default_rng(8).lognormal(1.0, 0.3, 100))
+    _infer_run(db_url, tmp_path, "short", times)
+    families = {f.name: f for f in StoreCollector(db_url).collect()}
+    points = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_seconds"].samples}
+    assert points["0.99"] == pytest.approx(percentile_ci(times, 99).point / 1000)
+    bounds = {(s.labels["quantile"], s.labels["bound"]): s.value for s in families["perfwatch_latency_bound_seconds"].samples}
+    want = percentile_ci(times, 50)
+    assert bounds[("0.5", "low")] == pytest.approx(want.low / 1000) and ("0.99", "high") not in bounds  # 100 < 299
+    ok = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_estimable"].samples}
+    assert ok == {"0.5": 1.0, "0.9": 1.0, "0.99": 0.0}
+    assert [s.value for s in families["perfwatch_latency_samples"].samples] == [100.0]
