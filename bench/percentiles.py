@@ -100,10 +100,7 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     print("minimum n for a two-sided interval (distribution-free: x(1)..x(n) reaches the level):")
     for level in (0.95, 0.99):
-        print(
-            f"  at {level:.0%}: "
-            + ", ".join(f"p{q:g} {min_samples(q, level)}" for q in (50, 90, 95, 99, 99.9))
-        )
+        print(f"  at {level:.0%}: " + ", ".join(f"p{q:g} {min_samples(q, level)}" for q in (50, 90, 95, 99, 99.9)))
     print(f"simulation {elapsed:.1f} s; /proc/loadavg {loadavg()}")
     print(
         "percentiles: "

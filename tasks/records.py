@@ -586,9 +586,9 @@ class ProfiledRun(Record):
     #: paired gate when there is one, else of the measured steps; None when not assessed
     noise: dict[str, Any] | None = None
     #: ``infer`` mode: per-batch latency of the measured batches, ``p50``/``p90``/``p99``/``max`` (ms, our
-    #: timer; nearest rank) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.measure.latency_summary``),
-    #: with ``n`` (batches), ``confidence`` and ``ci``: per percentile its distribution-free interval
-    #: (``tasks.analysis.percentiles.with_intervals``)
+    #: timer; nearest rank) and ``throughput_eps`` (examples/s over all of them;
+    #: ``tasks.runner.measure.latency_summary``), with ``n`` (batches), ``confidence`` and ``ci``: per
+    #: percentile its distribution-free interval (``tasks.analysis.percentiles.with_intervals``)
     latency_ms: dict[str, Any] | None = None
 
 

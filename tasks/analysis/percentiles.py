@@ -154,9 +154,7 @@ def _supported_percentile(n: int, alpha: float) -> float | None:
     return 100.0 * float(brentq(f, 0.5, 1.0 - 1e-15, xtol=1e-12))
 
 
-def percentile_ci(
-    samples: Sequence[float], percentile: float, confidence: float = DEFAULT_CONFIDENCE
-) -> PercentileCI:
+def percentile_ci(samples: Sequence[float], percentile: float, confidence: float = DEFAULT_CONFIDENCE) -> PercentileCI:
     """The nearest-rank ``percentile`` of ``samples`` with its two-sided distribution-free interval at
     ``confidence`` (module docstring: Conover 1999 sec. 3.2; the shortest exact pair of ranks).
 

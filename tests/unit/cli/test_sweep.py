@@ -42,8 +42,8 @@ def _store(url, tmp, case, median, day, name, steps=400):
 @pytest.fixture
 def matrix_runs(db_url, tmp_path):
     """The matrix batch_size 8/16/32 x precision fp32/mixed_bfloat16 of model 'demo', one run per case
-    (400 samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09, and so is its 95% upper bound), an older run of one case and a
-    newer failed run of another, which the sweep must skip."""
+    (400 samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09, and so is its 95% upper bound), an
+    older run of one case and a newer failed run of another, which the sweep must skip."""
     cases = expand_entry(
         {
             "model": "demo",
@@ -106,7 +106,11 @@ def test_knee_is_judged_on_the_p99s_upper_bound():
     ]
     got = sweep(pts, "batch_size", AXES, latency_budget_ms=20.0)
     assert [(p.value, p.knee, p.within_budget) for p in got] == [(8, True, True), (16, False, False), (32, False, None)]
-    assert [(p.p99_low_ms, p.p99_high_ms, p.p99_n) for p in got] == [(12.0, 13.0, 1000), (19.0, 24.0, 1000), (16.0, None, 100)]
+    assert [(p.p99_low_ms, p.p99_high_ms, p.p99_n) for p in got] == [
+        (12.0, 13.0, 1000),
+        (19.0, 24.0, 1000),
+        (16.0, None, 100),
+    ]
     assert [p.knee for p in sweep(pts, "batch_size", AXES)] == [False, False, True]  # no budget: throughput only
 
 

@@ -59,7 +59,9 @@ def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, 
     families = {f.name: f for f in StoreCollector(db_url).collect()}
     points = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_seconds"].samples}
     assert points["0.99"] == pytest.approx(percentile_ci(times, 99).point / 1000)
-    bounds = {(s.labels["quantile"], s.labels["bound"]): s.value for s in families["perfwatch_latency_bound_seconds"].samples}
+    bounds = {
+        (s.labels["quantile"], s.labels["bound"]): s.value for s in families["perfwatch_latency_bound_seconds"].samples
+    }
     want = percentile_ci(times, 50)
     assert bounds[("0.5", "low")] == pytest.approx(want.low / 1000) and ("0.99", "high") not in bounds  # 100 < 299
     ok = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_estimable"].samples}
