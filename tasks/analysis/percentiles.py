@@ -52,8 +52,9 @@ class PercentileCI:
         percentile: the percentile, 0 < percentile < 100 (99: p99).
         n: the number of samples it rests on.
         point: the nearest-rank percentile ``x(ceil(n p))`` (the sample's unit, e.g. ms).
-        low, high: the interval's bounds ``x(low_rank)``, ``x(high_rank)``; None where the sample is too
-            short for that bound at ``confidence``.
+        low, high: the interval's bounds ``x(low_rank)``, ``x(high_rank)``. When not ``estimable``, the
+            one-sided bounds at ``1 - (1-confidence)/2`` that the sample has (equal-tailed ranks), and None
+            for a bound it is too short for (the p99's ``high`` under 299 samples at 95%).
         low_rank, high_rank: their 1-based ranks in the sorted sample; None as the bounds.
         confidence: the stated two-sided level (0.95).
         coverage: the interval's exact level for a continuous distribution, ``F(u-1) - F(l-1)`` with
