@@ -612,8 +612,10 @@ class ProfiledRun(Record):
     #: paired gate when there is one, else of the measured steps; None when not assessed
     noise: dict[str, Any] | None = None
     #: ``infer`` mode: per-batch latency of the measured batches, ``p50``/``p90``/``p99``/``max`` (ms, our
-    #: timer) and ``throughput_eps`` (examples/s over all of them; ``tasks.runner.measure.latency_summary``)
-    latency_ms: dict[str, float] | None = None
+    #: timer; nearest rank) and ``throughput_eps`` (examples/s over all of them;
+    #: ``tasks.runner.measure.latency_summary``), with ``n`` (batches), ``confidence`` and ``ci``: per
+    #: percentile its distribution-free interval (``tasks.analysis.percentiles.with_intervals``)
+    latency_ms: dict[str, Any] | None = None
     #: findings on the steps themselves (``tasks.analysis.soundness.measurement_findings``: recompiles in timed
     #: steps, batch shapes, partial batches, an unsteady warm-up), ``tasks.analysis.diagnose.Finding`` dicts
     findings: list[dict[str, Any]] = Field(default_factory=list)

@@ -47,7 +47,15 @@ class StoreCollector:
       metric is given; the reason is logged, kept in :attr:`problem` and written by ``/metrics`` as a comment
       line). A store that does not exist or was never migrated is not created (``tasks.store.check_readable``).
 
-    perfwatch measures training steps; it records no inference latency, so no latency metric is given.
+    * ``perfwatch_latency_seconds{quantile="0.5"|"0.9"|"0.99", source}``: an infer/tflite case's per-batch
+      latency percentiles (nearest rank, our timer) of its newest successful run, with
+      ``perfwatch_latency_bound_seconds{quantile, bound="low"|"high", source}``, their distribution-free 95%
+      interval (``tasks.analysis.percentiles``; a bound the run was too short for is absent, e.g. the p99's
+      "high" under 299 batches), ``perfwatch_latency_estimable{quantile}`` (1: both bounds exist) and
+      ``perfwatch_latency_samples`` (the measured batches they rest on).
+
+    The step-time quantiles above are given without an interval (the paired gate and ``perfwatch compare``
+    judge step time on their own intervals).
     """
 
     def __init__(self, db_url: str | None = None):
@@ -108,8 +116,38 @@ class StoreCollector:
         last = GaugeMetricFamily(
             "perfwatch_last_success_timestamp_seconds", "When the newest successful run finished (Unix time)", labels=mc
         )
+        lat = GaugeMetricFamily(
+            "perfwatch_latency_seconds",
+            "Per-batch latency percentile of the newest successful infer/tflite run (nearest rank)",
+            labels=[*mc, "quantile", "source"],
+        )
+        lat_bound = GaugeMetricFamily(
+            "perfwatch_latency_bound_seconds",
+            "Bound of the latency percentile's distribution-free 95% interval (absent: too few batches for it)",
+            labels=[*mc, "quantile", "bound", "source"],
+        )
+        lat_ok = GaugeMetricFamily(
+            "perfwatch_latency_estimable",
+            "1 when the run's batches support a two-sided 95% interval of the latency percentile",
+            labels=[*mc, "quantile", "source"],
+        )
+        lat_n = GaugeMetricFamily(
+            "perfwatch_latency_samples", "Measured batches the latency percentiles rest on", labels=[*mc, "source"]
+        )
         for r in snap.latest:
             key = [r.model, r.case_name]
+            if r.latency_ms:
+                ci = r.latency_ms.get("ci") or {}
+                for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
+                    if r.latency_ms.get(name) is not None:
+                        lat.add_metric([*key, q, r.source], r.latency_ms[name] / 1000.0)
+                    if c := ci.get(name):
+                        lat_ok.add_metric([*key, q, r.source], 1.0 if c.get("estimable") else 0.0)
+                        for bound in ("low", "high"):
+                            if c.get(bound) is not None:
+                                lat_bound.add_metric([*key, q, bound, r.source], c[bound] / 1000.0)
+                if r.latency_ms.get("n") is not None:
+                    lat_n.add_metric([*key, r.source], float(r.latency_ms["n"]))
             for q, ms in (("0.5", r.median_step_ms), ("0.9", r.p90_step_ms)):
                 if ms is not None:
                     step.add_metric([*key, q, r.source], ms / 1000.0)
@@ -134,7 +172,7 @@ class StoreCollector:
         regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
         for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
             regs.add_metric([m, c], snap.regressions.get((m, c), 0))
-        yield from (step, cpu, wait, base, thr, verdict, info, last, runs, regs)
+        yield from (step, cpu, wait, base, thr, verdict, info, last, runs, regs, lat, lat_bound, lat_ok, lat_n)
         if snap.newest_finished_at is not None:
             age = GaugeMetricFamily(
                 "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"

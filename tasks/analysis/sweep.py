@@ -4,9 +4,13 @@ Input: the latest successful run of each case of a model (``sql/queries/sweep.sq
 per case with its axes (``mode``, ``batch_size``, ``precision``, ``xla``, ``strategy``,
 ``quantization``), ``median_step_ms`` and ``p99_step_ms`` (ms, our timer, profiler off: a training
 step, or one batch's latency in ``infer``/``tflite`` mode) and ``throughput_eps`` (examples/s at the
-median step time). The cases that agree on every other axis form a *series*, a curve along the
-swept axis; the **knee** of a series is its case of highest throughput whose p99 step time is within
-the latency budget (without a budget: its highest throughput).
+median step time), with the p99's distribution-free 95% interval and the samples it rests on
+(``p99_low_ms``, ``p99_high_ms``, ``p99_n``: ``tasks.analysis.percentiles.percentile_ci``). The cases that
+agree on every other axis form a *series*, a curve along the swept axis; the **knee** of a series is its
+case of highest throughput whose p99 step time is within the latency budget *at 95% confidence*: the
+upper bound of its p99's interval is within the budget (without a budget: its highest throughput). A
+case too short to bound its p99 (fewer than 299 measured steps at 95%) cannot be shown within the
+budget and is never the knee under one.
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ class SweepPoint:
         case, run_id, version: the case name and the run it is read from.
         median_step_ms, p99_step_ms: step time (ms, our timer): median and p99 (nearest rank) of the
             run's measured steps; p99 None when the run kept no samples.
+        p99_low_ms, p99_high_ms: the p99's two-sided 95% interval (ms, order statistics); None where the
+            run's samples are too few for that bound (or absent).
+        p99_n: the measured steps the p99 rests on (None: no samples).
         throughput_eps: examples/s at the median step time.
-        within_budget: p99 step time <= the latency budget; None without a budget or a p99.
+        within_budget: the p99's upper bound <= the latency budget; None without a budget, or when the
+            p99 has no upper bound (too few samples: not shown within the budget).
         knee: the series' best operating point (highest throughput within the budget).
     """
 
@@ -39,6 +47,9 @@ class SweepPoint:
     version: str
     median_step_ms: float
     p99_step_ms: float | None
+    p99_low_ms: float | None
+    p99_high_ms: float | None
+    p99_n: int | None
     throughput_eps: float
     within_budget: bool | None
     knee: bool
@@ -57,11 +68,11 @@ def sweep(
 
     Args:
         points: one mapping per case (the newest successful run of each): ``case``, ``run_id``,
-            ``version``, ``median_step_ms``, ``p99_step_ms`` (may be None), ``throughput_eps`` and every
-            name in ``axes``.
+            ``version``, ``median_step_ms``, ``p99_step_ms``, ``p99_low_ms``, ``p99_high_ms``, ``p99_n``
+            (each may be None), ``throughput_eps`` and every name in ``axes``.
         axis: the swept axis, one of ``axes`` (e.g. ``batch_size``).
         axes: every axis a case has (the others define the series).
-        latency_budget_ms: highest p99 step time (ms) a knee may have; None: no budget.
+        latency_budget_ms: highest upper bound of the p99 step time (ms) a knee may have; None: no budget.
 
     Returns:
         The points; a series with no case within the budget has no knee (every ``knee`` False there).
@@ -76,7 +87,18 @@ def sweep(
         raise ValueError("no successful run to sweep")
     if latency_budget_ms is not None and not latency_budget_ms > 0:
         raise ValueError(f"latency budget {latency_budget_ms!r} ms must be positive")
-    need = ("case", "run_id", "version", "median_step_ms", "p99_step_ms", "throughput_eps", *axes)
+    need = (
+        "case",
+        "run_id",
+        "version",
+        "median_step_ms",
+        "p99_step_ms",
+        "p99_low_ms",
+        "p99_high_ms",
+        "p99_n",
+        "throughput_eps",
+        *axes,
+    )
     for p in points:
         if missing := [k for k in need if k not in p]:
             raise ValueError(f"sweep point {dict(p)} lacks {', '.join(missing)}")
@@ -91,9 +113,9 @@ def sweep(
         return " ".join(f"{a}={p[a]}" for a in others) or "all"
 
     def within(p: Mapping[str, Any]) -> bool | None:
-        if latency_budget_ms is None or p["p99_step_ms"] is None:
+        if latency_budget_ms is None or p["p99_high_ms"] is None:  # no bound: not shown within the budget
             return None
-        return p["p99_step_ms"] <= latency_budget_ms
+        return p["p99_high_ms"] <= latency_budget_ms
 
     out: list[SweepPoint] = []
     by_series: dict[str, list[Mapping[str, Any]]] = {}
@@ -101,7 +123,7 @@ def sweep(
         by_series.setdefault(series_of(p), []).append(p)
     for series in sorted(by_series):
         curve = sorted(by_series[series], key=lambda p: (_order(p[axis]), p["case"]))
-        eligible = [p for p in curve if (within(p) if latency_budget_ms is not None else True)]
+        eligible = [p for p in curve if (within(p) is True if latency_budget_ms is not None else True)]
         best = max(eligible, key=lambda p: p["throughput_eps"]) if eligible else None
         out += [
             SweepPoint(
@@ -112,6 +134,9 @@ def sweep(
                 version=str(p["version"]),
                 median_step_ms=float(p["median_step_ms"]),
                 p99_step_ms=None if p["p99_step_ms"] is None else float(p["p99_step_ms"]),
+                p99_low_ms=None if p["p99_low_ms"] is None else float(p["p99_low_ms"]),
+                p99_high_ms=None if p["p99_high_ms"] is None else float(p["p99_high_ms"]),
+                p99_n=None if p["p99_n"] is None else int(p["p99_n"]),
                 throughput_eps=float(p["throughput_eps"]),
                 within_budget=within(p),
                 knee=p is best,

@@ -126,6 +126,26 @@ def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -
     return runs_query(model, last, db_url)
 
 
+def p99_cell(row: dict) -> str | None:
+    """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
+    ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
+    it; the point alone with ``(no interval)`` for runs stored before intervals were kept; None otherwise."""
+    import pandas as pd
+
+    def num(k: str) -> float | None:
+        v = row.get(k)
+        return None if v is None or pd.isna(v) else float(v)
+
+    p99, low, high, n = num("latency_p99_ms"), num("latency_p99_low_ms"), num("latency_p99_high_ms"), num("latency_n")
+    if p99 is None:
+        return None
+    if n is None:
+        return f"{p99:.2f} (no interval)"
+    if high is None:
+        return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound)"
+    return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}"
+
+
 @app.command()
 def runs(
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
@@ -150,6 +170,11 @@ def runs(
         df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
         if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
             df = df.drop(columns=["median_wait_ms"])
+        lat = [c for c in df.columns if c.startswith("latency_")]
+        if df["latency_p99_ms"].notna().any():  # infer/tflite runs: their p99 with its interval and n
+            at = df.columns.get_loc("throughput_eps") + 1
+            df.insert(at, "p99_latency_ms", [p99_cell(r) for r in df[lat].to_dict(orient="records")])
+        df = df.drop(columns=lat)
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
     render(df, fmt, title="perfwatch runs")
@@ -172,7 +197,7 @@ def run_cmd(
         str,
         typer.Option(
             help="What a step is: train (forward, backward, update), infer "
-            "(one batch's forward pass; prints latency p50/p90/p99 and "
+            "(one batch's forward pass; prints latency p50/p90/p99 with their 95% intervals, n and "
             "throughput) or tflite."
         ),
     ] = "train",
@@ -289,10 +314,11 @@ def run_cmd(
     for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
         if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
             typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
-    if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer)
+    if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer), with intervals
+        from tasks.analysis.percentiles import latency_text
+
         typer.echo(
-            f"latency per batch of {case.batch_size}: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
-            f"p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms; "
+            f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
             f"{lat['throughput_eps']:.1f} examples/s over all batches"
         )
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)

@@ -22,8 +22,11 @@ def sweep_frame(
     model: str, axis: str, latency_budget_ms: float | None = None, version: str | None = None, db_url: str | None = None
 ) -> pd.DataFrame:
     """The sweep of ``model`` along ``axis`` as a table: series, the axis value (column named after the
-    axis), case, run_id, version, median_step_ms, p99_step_ms (ms), throughput_eps (examples/s),
-    within_budget, knee. One row per case (its newest successful run, of ``version`` when given).
+    axis), case, run_id, version, median_step_ms, p99_step_ms (ms), p99_low_ms and p99_high_ms (the p99's
+    distribution-free 95% interval from the run's measured steps, ``tasks.analysis.percentiles``; None
+    where too few steps for that bound), p99_n (measured steps), throughput_eps (examples/s),
+    within_budget (the p99's upper bound within the budget), knee. One row per case (its newest
+    successful run, of ``version`` when given).
 
     Raises:
         ValueError: no successful run of the model (of that version), an unknown axis, a bad budget
@@ -34,8 +37,10 @@ def sweep_frame(
 
     import pandas as pd
 
+    from tasks.analysis.percentiles import percentile_ci
     from tasks.analysis.sweep import sweep
-    from tasks.store import queries
+    from tasks.settings import Settings
+    from tasks.store import queries, reads
 
     df = queries.sweep_points(model, version, db_url)
     if df.empty:
@@ -44,34 +49,59 @@ def sweep_frame(
             + (f" version {version}" if version else "")
             + " in the store to sweep"
         )
-    points = [
-        {**r, "case": r["case_name"], "p99_step_ms": None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]}
-        for r in df.to_dict(orient="records")
-    ]
+    url = db_url or Settings.from_env().database_url  # as sweep_points reads it
+    samples = reads.load_samples(url, [int(i) for i in df["run_id"]])
+
+    def p99(r: dict) -> dict:
+        if not (xs := samples.get(int(r["run_id"]))):  # the run kept no samples
+            point = None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]
+            return {"p99_step_ms": point, "p99_low_ms": None, "p99_high_ms": None, "p99_n": None}
+        ci = percentile_ci(xs, 99)
+        return {"p99_step_ms": ci.point, "p99_low_ms": ci.low, "p99_high_ms": ci.high, "p99_n": ci.n}
+
+    points = [{**r, "case": r["case_name"], **p99(r)} for r in df.to_dict(orient="records")]
     rows = [asdict(p) for p in sweep(points, axis, queries.AXIS_COLUMNS, latency_budget_ms)]
     return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
 
 
 def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> list[str]:
-    """One line per series of a ``sweep_frame``: its knee (case, axis value, throughput, p99), or that no
-    case is within the budget (with the lowest p99 there is)."""
+    """One line per series of a ``sweep_frame``: its knee (case, axis value, throughput, p99 with its 95%
+    interval and n), or that no case is within the budget at 95% (with the lowest p99 upper bound there is,
+    and how many cases were too short to bound their p99)."""
     import pandas as pd
+
+    from tasks.analysis.percentiles import min_samples
+
+    def p99_text(k: pd.Series) -> str:
+        if pd.isna(k.p99_step_ms):
+            return "—"
+        if pd.isna(k.p99_n):
+            return f"{k.p99_step_ms:.2f} ms (no samples: no interval)"
+        if pd.isna(k.p99_high_ms):
+            return f"{k.p99_step_ms:.2f} ms (n={k.p99_n:.0f}: too few to bound it at 95%, needs {min_samples(99)})"
+        low = "—" if pd.isna(k.p99_low_ms) else f"{k.p99_low_ms:.2f}"
+        return f"{k.p99_step_ms:.2f} ms [{low}, {k.p99_high_ms:.2f}] (95%, n={k.p99_n:.0f})"
 
     lines = []
     for series, g in df.groupby("series", sort=True):
         knee = g[g["knee"]]
         if not knee.empty:
             k = knee.iloc[0]
-            p99 = "—" if pd.isna(k.p99_step_ms) else f"{k.p99_step_ms:.2f} ms"
             lines.append(
                 f"{series}: knee {k.case} ({axis}={k[axis]}): {k.throughput_eps:.1f} examples/s, "
-                f"median {k.median_step_ms:.2f} ms, p99 {p99}"
+                f"median {k.median_step_ms:.2f} ms, p99 {p99_text(k)}"
             )
         else:
-            lowest = g["p99_step_ms"].min()
+            lowest = g["p99_high_ms"].min()
+            short = int(g["p99_high_ms"].isna().sum())
             lines.append(
-                f"{series}: no case within the latency budget of {latency_budget_ms} ms (lowest p99 "
-                + ("—" if pd.isna(lowest) else f"{lowest:.2f} ms")
+                f"{series}: no case within the latency budget of {latency_budget_ms} ms at 95% (lowest p99 upper "
+                + ("bound —" if pd.isna(lowest) else f"bound {lowest:.2f} ms")
+                + (
+                    f"; {short} case(s) too short to bound their p99: it needs {min_samples(99)} measured steps"
+                    if short
+                    else ""
+                )
                 + ")"
             )
     return lines
@@ -116,7 +146,11 @@ def plot_sweep(
             ls="--",
             marker=".",
             color=color,
-            label="p99 (dashed)" if series == first else None,
+            label="p99 (dashed; bars: 95% interval)" if series == first else None,
+        )
+        bounded = p99[p99["p99_high_ms"].notna() & p99["p99_low_ms"].notna()]
+        bottom.vlines(
+            xs(bounded[axis]), bounded["p99_low_ms"].astype(float), bounded["p99_high_ms"].astype(float), color=color
         )
         knee = g[g["knee"]]
         for ax, col in (
@@ -158,7 +192,11 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, strategy or quantization.")
         ] = "batch_size",
         latency_budget_ms: Annotated[
-            float | None, typer.Option(help="Highest p99 step time (ms) the knee may have; default: no budget.")
+            float | None,
+            typer.Option(
+                help="Highest p99 step time (ms) the knee may have, judged on the upper bound of the p99's 95% "
+                "interval (a run needs 299 measured steps to have one); default: no budget."
+            ),
         ] = None,
         version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,
         plot: Annotated[

@@ -513,7 +513,8 @@ def cold_step(step, model_path: str, case_mode: str = "train") -> float:
 
 
 def latency_summary(times_ms: list[float], batch_size: int, examples: int | None = None) -> dict[str, float]:
-    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; numpy's linear interpolation):
+    """Per-batch latency percentiles of ``times_ms`` (ms, our timer; nearest rank ``x(ceil(n p))``,
+    numpy's ``inverted_cdf``, the order statistic whose interval ``tasks.analysis.percentiles`` gives):
     ``p50``, ``p90``, ``p99``, ``max``, and ``throughput_eps``: examples/s over all of them
     (``examples / total seconds``; ``examples`` defaults to ``batch_size x len(times_ms)``: the examples fed
     where partial batches were allowed, ``Fed.examples``).
@@ -526,7 +527,7 @@ def latency_summary(times_ms: list[float], batch_size: int, examples: int | None
     if not times_ms:
         raise RunnerError("no timed batches to summarise")
     t = np.asarray(times_ms, dtype=float)
-    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
+    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99], method="inverted_cdf"))
     return {
         "p50": p50,
         "p90": p90,

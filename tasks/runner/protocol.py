@@ -188,7 +188,8 @@ class InputFeed(_Record):
 
 
 class LatencySummary(_Record):
-    """Per-batch latency of the measured steps (infer, tflite), ms (our timer; numpy's linear percentiles)."""
+    """Per-batch latency of the measured steps (infer, tflite), ms (our timer; nearest-rank percentiles, the
+    stage adds their intervals: ``tasks.analysis.percentiles``)."""
 
     p50: float
     p90: float

@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.analysis import calibration, sequential, soundness
+from tasks.analysis import calibration, percentiles, sequential, soundness
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
@@ -352,6 +352,6 @@ def profiled_run(
         baseline_model=baseline,
         paired_wall_s=paired_wall,
         noise=noise.model_dump(mode="json"),
-        latency_ms=r.latency_ms.model_dump() if r.latency_ms else None,
+        latency_ms=percentiles.with_intervals(r.latency_ms.model_dump(), measured) if r.latency_ms else None,
         findings=[f.model_dump(mode="json") for f in findings],
     )

@@ -376,7 +376,8 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     precision, xla, strategy, quantization), inputs (what was fed: :func:`fed_summary`), safe_mode (Keras
     ``safe_mode`` of the case; False for a trusted model), status, trigger, median_step_ms (ms, our timer),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
-    :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), verdict
+    :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), the
+    infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`), verdict
     (``failed@<stage>`` for a failed run), metric (which per-step measure decided the verdict: wall | cpu;
     None without a comparison), error (first line). See ``sql/queries/runs.sql``."""
     raw = run_query("runs", db_url, model=model, limit=last)
@@ -387,14 +388,45 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     safe = [case_safe_mode(p) for p in raw["params"]]
     df = with_case_axes(raw, after="case_name")
     at = df.columns.get_loc(AXIS_COLUMNS[-1]) + 1
-    df.insert(at, "inputs", [fed_summary(f) for f in df.pop("fed")])
+    fed = list(df.pop("fed"))
+    df.insert(at, "inputs", [fed_summary(f) for f in fed])
     df.insert(at + 1, "safe_mode", safe)
     failed = df["status"] == "failed"
     df["verdict"] = df["verdict"].astype(object)
     df.loc[failed, "verdict"] = "failed@" + df.loc[failed, "failed_stage"].astype(str)
     df["error"] = df["error"].map(first_line)
     df = df.rename(columns={"case_name": "case"}).drop(columns=["failed_stage"])
+    at = df.columns.get_loc("throughput_eps") + 1
+    for k, (name, values) in enumerate(latency_columns(fed).items()):
+        df.insert(at + k, name, values)
     return df.iloc[::-1].reset_index(drop=True)
+
+
+LATENCY_KEYS = ("p50", "p90", "p99")
+
+
+def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
+    """The per-batch latency percentiles of infer/tflite runs as ``runs`` columns, from each run's
+    ``run_tables`` row ``inputs`` (``fed``; ``latency_ms``, ``tasks.analysis.percentiles.with_intervals``):
+    ``latency_n`` (measured batches), then per percentile ``latency_p50_ms`` (nearest rank, ms, our timer)
+    with ``latency_p50_low_ms`` and ``latency_p50_high_ms`` (its distribution-free interval at
+    ``latency_confidence``; None where the sample is too short for that bound), likewise p90 and p99, and
+    ``latency_confidence``. All None for a train run, a failed one or one stored without latency; the
+    bounds and n None for one stored before intervals were kept."""
+    cols: dict[str, list[Any]] = {"latency_n": []}
+    for key in LATENCY_KEYS:
+        cols |= {f"latency_{key}_ms": [], f"latency_{key}_low_ms": [], f"latency_{key}_high_ms": []}
+    cols["latency_confidence"] = []
+    for f in fed:
+        lat = (_json_object(f) or {}).get("latency_ms") or {}
+        ci = lat.get("ci") or {}
+        cols["latency_n"].append(lat.get("n"))
+        for key in LATENCY_KEYS:
+            cols[f"latency_{key}_ms"].append(lat.get(key))
+            cols[f"latency_{key}_low_ms"].append((ci.get(key) or {}).get("low"))
+            cols[f"latency_{key}_high_ms"].append((ci.get(key) or {}).get("high"))
+        cols["latency_confidence"].append(lat.get("confidence"))
+    return cols
 
 
 def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:

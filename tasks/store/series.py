@@ -13,9 +13,10 @@ One session per call; times are UTC.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import statistics
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Float, func, select, type_coerce
 from sqlalchemy.orm import Session
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 from tasks.records import Verdict
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
-from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run, StepSample
+from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run, RunTable, StepSample
 
 # Run.median_step_ms in the queries below that keep only runs with one (``is_not(None)``): typed float, same SQL
 _MEDIAN_MS = type_coerce(Run.median_step_ms, Float)
@@ -171,6 +172,9 @@ class LatestRun:
     verdict: str | None
     median_cpu_ms: float | None = None
     median_wait_ms: float | None = None
+    #: an infer/tflite run's per-batch latency (``run_tables`` row ``inputs``, ``latency_ms``): p50/p90/p99
+    #: ms with ``n`` and ``ci`` (``tasks.analysis.percentiles.with_intervals``); None for a train run
+    latency_ms: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,19 @@ def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | N
         rid: tuple(statistics.median(xs) if xs else None for xs in lists)  # type: ignore[misc]
         for rid, lists in per_run.items()
     }
+
+
+def _latencies(s: Session, run_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Run id -> its stored per-batch latency (``run_tables`` row ``inputs``, key ``latency_ms``), for the
+    runs that have one (infer/tflite)."""
+    out: dict[int, dict[str, Any]] = {}
+    for rid, data in s.execute(
+        select(RunTable.run_id, RunTable.data).where(RunTable.run_id.in_(run_ids), RunTable.tool == "inputs")
+    ):
+        data = json.loads(data) if isinstance(data, str) else data
+        if isinstance(data, dict) and isinstance(data.get("latency_ms"), dict):
+            out[int(rid)] = data["latency_ms"]
+    return out
 
 
 def step_counter_medians(run_ids: list[int], db_url: str | None = None) -> dict[int, tuple[float | None, float | None]]:
@@ -267,8 +284,9 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
             )
         ]
         counters = counter_medians(s, [r.run_id for r in rows]) if rows else {}
+        latency = _latencies(s, [r.run_id for r in rows]) if rows else {}
         latest = [
-            replace(r, median_cpu_ms=cpu, median_wait_ms=wait)
+            replace(r, median_cpu_ms=cpu, median_wait_ms=wait, latency_ms=latency.get(r.run_id))
             for r in rows
             for cpu, wait in [counters.get(r.run_id, (None, None))]
         ]

@@ -313,6 +313,8 @@ def store_run(
             s.add_all(RunTable(run_id=r.id, tool=tool, data=data) for tool, data in group_tables(parsed_tables).items())
             if samples.get("inputs") is not None:  # what the runner fed the model, and how (RUN_INPUT_KEYS)
                 fed = {k: samples[k] for k in RUN_INPUT_KEYS if k in samples}
+                if run.latency_ms is not None:  # the stage's, with each percentile's interval and n
+                    fed["latency_ms"] = run.latency_ms
                 s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
             s.add(
                 RunComparison(
@@ -350,8 +352,10 @@ RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature
 """What the runner's result says it measured (``tasks.runner.protocol``), kept as the run's ``run_tables``
 row ``inputs``: the step kind, per input the shape fed (batch dimension first), dtype and value range,
 ``synthetic`` or the ``input_fn``, Keras ``safe_mode``, the SavedModel signature, and in ``infer`` mode
-the per-batch latency percentiles (ms) and throughput (examples/s), and ``fed``: per phase the distinct batch
-shapes fed with their step counts and the steps that compiled (``tasks.runner.protocol.Fed``)."""
+the per-batch latency percentiles (ms) and throughput (examples/s), with each percentile's interval and the
+number of batches (``ProfiledRun.latency_ms``: ``tasks.analysis.percentiles.with_intervals``), and ``fed``: per
+phase the distinct batch shapes fed with their step counts and the steps that compiled
+(``tasks.runner.protocol.Fed``)."""
 
 RUN_TABLE_GROUPS: dict[str, tuple[str, ...]] = {
     "overview_page": (

@@ -187,6 +187,7 @@ def test_string_label_savedmodel_infers_and_cannot_train(zoo, tmp_path):
     assert r["inputs"] == {"x": {"shape": [3, 4], "dtype": "float32", "min": None, "max": None}}
     lat = r["latency_ms"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"] == max(r["measured_step_times_ms"])
+    assert lat["p50"] == sorted(r["measured_step_times_ms"])[2]  # nearest rank x(ceil(6 x 0.5)), not interpolated
     assert lat["throughput_eps"] == pytest.approx(3 * 6 / (sum(r["measured_step_times_ms"]) / 1000))
     with pytest.raises(RunnerError, match=r"strout has no training function.*measure it with mode: infer"):
         _run(zoo / "strout", tmp_path)

@@ -107,6 +107,9 @@ def test_zoo_model_runs_end_to_end(zoo_home, model, mode):
     if mode == "infer":
         lat = run["latency_ms"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"] and lat["throughput_eps"] > 0
+        ci = lat["ci"]  # each percentile's interval and n; 10 batches bound a median, never a p99
+        assert lat["n"] == 10 and ci["p50"]["estimable"] and ci["p50"]["low"] <= lat["p50"] <= ci["p50"]["high"]
+        assert not ci["p99"]["estimable"] and ci["p99"]["high"] is None and ci["p99"]["min_n"] == 299
     else:
         assert run.get("latency_ms") is None
     findings = bundle["parsed"]["findings"]

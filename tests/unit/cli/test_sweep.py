@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +28,12 @@ MEDIANS = {
 }
 
 
-def _store(url, tmp, case, median, day, name):
+def _store(url, tmp, case, median, day, name, steps=400):
+    """One run of ``case``: ``steps`` measured steps of median + 0.00 ... 0.09 ms (each 1/10 of them)."""
     ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=name, model="demo", median=median)
+    samples = json.loads(Path(run.samples_path).read_text())
+    samples["measured_step_times_ms"] = [median + (i % 10) * 0.01 for i in range(steps)]
+    Path(run.samples_path).write_text(json.dumps(samples))
     ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=day)})
     run = run.model_copy(update={"throughput_eps": case.batch_size / median * 1000})
     return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
@@ -37,8 +42,8 @@ def _store(url, tmp, case, median, day, name):
 @pytest.fixture
 def matrix_runs(db_url, tmp_path):
     """The matrix batch_size 8/16/32 x precision fp32/mixed_bfloat16 of model 'demo', one run per case
-    (samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09), an older run of one case and a
-    newer failed run of another, which the sweep must skip."""
+    (400 samples: median + 0.00 ... 0.09 ms, so p99 = median + 0.09, and so is its 95% upper bound), an
+    older run of one case and a newer failed run of another, which the sweep must skip."""
     cases = expand_entry(
         {
             "model": "demo",
@@ -61,13 +66,17 @@ def matrix_runs(db_url, tmp_path):
     return {"older": older, **ids}
 
 
-def _point(case, value, median, p99, **axes):
+def _point(case, value, median, p99, high="same", n=1000, **axes):
+    """A sweep point; its p99's interval is [p99, high] (high: the p99 itself unless given; None: unbounded)."""
     return {
         "case": case,
         "run_id": 1,
         "version": "1",
         "median_step_ms": median,
         "p99_step_ms": p99,
+        "p99_low_ms": p99,
+        "p99_high_ms": p99 if high == "same" else high,
+        "p99_n": n,
         "throughput_eps": value / median * 1000,
         **dict.fromkeys(AXES, None),
         "batch_size": value,
@@ -85,6 +94,24 @@ def test_knee_is_the_highest_throughput_within_the_budget():
     assert not any(p.knee for p in got) and all(p.within_budget is False for p in got)
     no_p99 = [_point("b8", 8, 10.0, None)]
     assert sweep(no_p99, "batch_size", AXES, latency_budget_ms=20.0)[0].knee is False  # absent p99 is no pass
+
+
+def test_knee_is_judged_on_the_p99s_upper_bound():
+    # b16's p99 point (19 ms) is within the 20 ms budget but its interval reaches 24 ms: not shown within it;
+    # b32's p99 comes from 100 steps, too few to bound it at 95%: never the knee under a budget
+    pts = [
+        _point("b8", 8, 10.0, 12.0, high=13.0),
+        _point("b16", 16, 18.0, 19.0, high=24.0),
+        _point("b32", 32, 15.0, 16.0, high=None, n=100),
+    ]
+    got = sweep(pts, "batch_size", AXES, latency_budget_ms=20.0)
+    assert [(p.value, p.knee, p.within_budget) for p in got] == [(8, True, True), (16, False, False), (32, False, None)]
+    assert [(p.p99_low_ms, p.p99_high_ms, p.p99_n) for p in got] == [
+        (12.0, 13.0, 1000),
+        (19.0, 24.0, 1000),
+        (16.0, None, 100),
+    ]
+    assert [p.knee for p in sweep(pts, "batch_size", AXES)] == [False, False, True]  # no budget: throughput only
 
 
 def test_series_are_the_other_axes_that_vary():
@@ -142,8 +169,16 @@ def test_sweep_command_reads_the_newest_success_of_each_case(cli, matrix_runs, t
     assert [r["case"] for r in rows if r["knee"]] == ["train-bs16", "train-bs16-mixed_bfloat16"]
     assert [r["within_budget"] for r in rows] == [True, True, False, True, True, False]
     assert "precision=mixed_bfloat16: knee train-bs16-mixed_bfloat16 (batch_size=16): 1142.9 examples/s" in res.stderr
+    assert "p99 14.09 ms [14.09, 14.09] (95%, n=400)" in res.stderr  # the knee's p99 with its interval
+    assert (first["p99_low_ms"], first["p99_high_ms"], first["p99_n"]) == (
+        pytest.approx(10.09),
+        pytest.approx(10.09),
+        400,
+    )
     tight = cli("sweep", "demo", "--latency-budget-ms", "9", "--format", "csv")
-    assert "precision=fp32: no case within the latency budget of 9.0 ms (lowest p99 10.09 ms)" in tight.stderr
+    assert "precision=fp32: no case within the latency budget of 9.0 ms at 95% (lowest p99 upper bound 10.09 ms)" in (
+        tight.stderr
+    )
     png = tmp_path / "sweep.png"
     res = cli("sweep", "demo", "--axis", "precision", "--plot", png)
     assert res.exit_code == 0, res.output

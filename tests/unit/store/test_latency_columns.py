@@ -1,0 +1,69 @@
+"""An infer run's latency percentiles with their intervals and n: stored with the run, in `perfwatch runs`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tasks.analysis.percentiles import percentile_ci, with_intervals
+from tasks.cli.main import p99_cell
+from tasks.stages.archive import archive_run
+from tests.helpers.builders import make_records
+
+
+def _infer_run(url, tmp, name, times):
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=name)
+    ctx = ctx.model_copy(update={"case": ctx.case.model_copy(update={"mode": "infer"})})
+    summary = {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": max(times), "throughput_eps": 100.0}
+    for q in (50, 90, 99):
+        summary[f"p{q}"] = float(np.percentile(times, q, method="inverted_cdf"))  # as the runner's
+    samples = json.loads(Path(run.samples_path).read_text())
+    samples.update(case_mode="infer", inputs={"x": {"shape": [1, 4], "dtype": "float32", "min": None, "max": None}})
+    samples["latency_ms"] = summary  # the runner's record: points only
+    Path(run.samples_path).write_text(json.dumps(samples))
+    run = run.model_copy(update={"latency_ms": with_intervals(summary, times)})  # what the profile stage passes
+    return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+
+def test_runs_json_has_the_latency_percentiles_with_intervals_and_n(cli, db_url, tmp_path):
+    rng = np.random.default_rng(7)
+    long, short = list(rng.lognormal(1.0, 0.3, 1000)), list(rng.lognormal(1.0, 0.3, 100))
+    ids = (_infer_run(db_url, tmp_path, "long", long), _infer_run(db_url, tmp_path, "short", short))
+    res = cli("runs", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = {r["run_id"]: r for r in json.loads(res.stdout)}
+    got, want = rows[ids[0]], percentile_ci(long, 99)
+    assert got["latency_n"] == 1000 and got["latency_confidence"] == 0.95
+    assert (got["latency_p99_ms"], got["latency_p99_low_ms"], got["latency_p99_high_ms"]) == (
+        pytest.approx(want.point),
+        pytest.approx(want.low),
+        pytest.approx(want.high),
+    )
+    assert got["latency_p50_low_ms"] <= got["latency_p50_ms"] <= got["latency_p50_high_ms"]
+    brief = rows[ids[1]]  # 100 batches cannot bound a p99 at 95%: no upper bound, never a made-up one
+    assert brief["latency_n"] == 100 and brief["latency_p99_high_ms"] is None and brief["latency_p99_low_ms"] > 0
+    assert p99_cell(got) == f"{want.point:.2f} [{want.low:.2f}, {want.high:.2f}] n=1000"  # the table's cell
+    assert p99_cell(brief) == f">= {brief['latency_p99_low_ms']:.2f} (n=100, no upper bound)"
+    assert cli("runs").exit_code == 0
+
+
+def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from plugins.perfwatch.metrics import StoreCollector
+
+    times = list(np.random.default_rng(8).lognormal(1.0, 0.3, 100))
+    _infer_run(db_url, tmp_path, "short", times)
+    families = {f.name: f for f in StoreCollector(db_url).collect()}
+    points = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_seconds"].samples}
+    assert points["0.99"] == pytest.approx(percentile_ci(times, 99).point / 1000)
+    bounds = {
+        (s.labels["quantile"], s.labels["bound"]): s.value for s in families["perfwatch_latency_bound_seconds"].samples
+    }
+    want = percentile_ci(times, 50)
+    assert bounds[("0.5", "low")] == pytest.approx(want.low / 1000) and ("0.99", "high") not in bounds  # 100 < 299
+    ok = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_estimable"].samples}
+    assert ok == {"0.5": 1.0, "0.9": 1.0, "0.99": 0.0}
+    assert [s.value for s in families["perfwatch_latency_samples"].samples] == [100.0]
