@@ -101,10 +101,11 @@ env:
 
 demo: airflow-init
 	$(PERFWATCH) demo build-store
-	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline; later runs join its history)"
+	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"
 	@echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"
 	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
 	  | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) || (tail -40 $(PERFWATCH_HOME)/demo-v1.log; exit 1)
+	$(PERFWATCH) demo baseline --model $(DEMO_MODEL)
 	@echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"
 	@echo "   (full log: $(PERFWATCH_HOME)/demo-v2.log)"
 	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \

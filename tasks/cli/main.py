@@ -410,6 +410,41 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
     )
 
 
+@demo_app.command("baseline")
+def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
+    """Between the demo's two DAG runs: say whether the newest run of version 1 became its case's baseline.
+    When the compare stage refused to make it one by itself (a busy host, an unsteady warm-up, timed steps
+    that compiled: ``evidence["baseline_refused"]``), print why and accept it explicitly, as a user would
+    with ``perfwatch baseline accept RUN --by NAME --reason WHY``, recorded as accepted by ``make demo``, so
+    that version 2's release gate has a baseline version to pair with. Exit 1 when version 1 has no
+    successful run."""
+    from sqlalchemy import select
+
+    from tasks.cli.baseline import accept_run, baseline_frame
+    from tasks.store import RunComparison, session_scope
+
+    url = _settings().database_url
+    df = runs_frame(url, model)
+    v1 = df[(df["version"] == "1") & (df["status"] == "success")]
+    if v1.empty:
+        typer.echo(f"demo baseline: no successful run of {model} version 1", err=True)
+        raise typer.Exit(1)
+    run_id = int(v1.iloc[-1]["run_id"])
+    active = baseline_frame(url, model)
+    if run_id in set(active.loc[active["active"].astype(bool), "run_id"]):
+        typer.echo(f"demo baseline: version 1's run {run_id} is its case's baseline (accepted by itself)")
+        return
+    with session_scope(url) as s:
+        evidence = s.scalar(select(RunComparison.evidence).where(RunComparison.run_id == run_id)) or {}
+    refused = "; ".join(evidence.get("baseline_refused") or []) or f"its verdict was {v1.iloc[-1]['verdict']!r}"
+    reason = f"the demo's version 1, accepted explicitly although it was not made the baseline by itself: {refused}"
+    accept_run(url, run_id, by="make demo", reason=reason)
+    typer.echo(
+        f"demo baseline: version 1's run {run_id} was not made the baseline by itself ({refused}); "
+        f"the demo accepts it explicitly (perfwatch baseline accept {run_id} --by 'make demo' --reason ...)"
+    )
+
+
 @demo_app.command("check")
 def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Check the demo's outcome in the store: the newest run of v1 succeeded and the newest run of

@@ -108,3 +108,25 @@ def test_perfwatch_run_shows_the_refusal_and_the_measurements_warnings(home, cli
     assert "finding warmup_not_steady: The warm-up did not reach steady state in 60 steps" in res.output
     assert "finding partial_batches: 2 of 10 measured steps were fed 6" in res.output
     assert "finding recompiled_timed_steps" not in res.output  # said once, in the reason
+
+
+def test_make_demo_accepts_a_refused_version_1_explicitly_and_says_why(db_url, cli, tmp_path):
+    """``make demo`` on a busy host: its version 1 is not made the baseline by itself, so ``perfwatch demo
+    baseline`` says why and accepts it as a user would (accepted by ``make demo``), and says so when it was."""
+    archive = str(tmp_path / "archive")
+    ctx, pulled, env, warm, run, parsed, _ = make_records(tmp_path, dag_run_id="busy", model="demo_mobilenet")
+    busy = run.model_copy(update={"noise": BUSY})
+    v = baseline_compare(db_url, ctx.case, env, busy, parsed, tmp_path / "w1")
+    stored = archive_run(db_url, archive, ctx, pulled, env, warm, busy, parsed, v)
+    assert _active(db_url) == []
+    res = cli("demo", "baseline", "--model", "demo_mobilenet")
+    assert res.exit_code == 0, res.output
+    assert f"version 1's run {stored.run_id} was not made the baseline by itself (host busy: other" in res.output
+    assert f"perfwatch baseline accept {stored.run_id}" in res.output
+    assert _active(db_url) == [stored.run_id]
+    with session_scope(db_url) as s:
+        b = s.scalars(select(Baseline)).one()
+        assert b.accepted_by == "make demo" and "host busy: other processes took 83%" in b.reason
+    res = cli("demo", "baseline", "--model", "demo_mobilenet")
+    assert res.exit_code == 0 and f"version 1's run {stored.run_id} is its case's baseline" in res.output
+    assert cli("demo", "baseline", "--model", "other").exit_code == 1
