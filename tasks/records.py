@@ -409,7 +409,9 @@ class Case(Record):
             try:
                 return [int(d) for d in v.replace(" ", "").strip("()[]").split(",") if d]
             except ValueError:
-                raise ValueError(f"input shape {v!r}: expected positive integers separated by commas, e.g. 96,96,3")
+                raise ValueError(
+                    f"input shape {v!r}: expected positive integers separated by commas, e.g. 96,96,3"
+                ) from None
         return v
 
     @field_validator("input_shape")
@@ -500,7 +502,8 @@ class Case(Record):
         [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``, e.g.
         ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``. The ``-in`` part is the
         sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``; a ``backbone``'s
-        ``input_shape`` and ``classes``): two input shapes or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
+        ``input_shape`` and ``classes``): two input shapes or pipelines are two cases, never one history. At most
+        64 characters (``runs.case_name``).
         """
         parts = [self.mode, f"bs{self.batch_size}"]
         if self.precision != "fp32":

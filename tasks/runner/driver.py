@@ -30,6 +30,7 @@ from tasks.runner.protocol import (
     MORE,
     SCHEMA_VERSION,
     STOP,
+    BuildResult,
     BuildSpec,
     HelloEvent,
     PairedResult,
@@ -49,7 +50,7 @@ from tasks.runner.spec import RunnerSpec
 #: the checkout (or installed package's parent) that holds ``tasks``: prepended to the runner's PYTHONPATH
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-R = TypeVar("R", ProbeResult, WarmupResult, ProfileResult, PairedResult)
+R = TypeVar("R", ProbeResult, BuildResult, WarmupResult, ProfileResult, PairedResult)
 OnRound = Callable[[RoundEvent], bool]
 
 

@@ -1,9 +1,10 @@
 """The runner process: ``python -m tasks.runner SPEC.json`` — the only code that runs TensorFlow.
 
 One process per measurement (PerfZero's rule): a fresh interpreter reads the request (``RunnerSpec``, the
-probe's ``ProbeSpec`` or the pull stage's ``BuildSpec``), says hello (its protocol version, ``tasks.runner.protocol``), runs one mode
-(``tasks.runner.modes``: probe, build, warmup, profile, paired) and writes the mode's typed result to
-``<out_dir>/result.json`` — also on failure, an ``ErrorResult`` with the error, and the process then exits 1.
+probe's ``ProbeSpec`` or the pull stage's ``BuildSpec``), says hello (its protocol version,
+``tasks.runner.protocol``), runs one mode (``tasks.runner.modes``: probe, build, warmup, profile, paired) and
+writes the mode's typed result to ``<out_dir>/result.json`` — also on failure, an ``ErrorResult`` with the
+error, and the process then exits 1.
 The measuring modes feed the model the inputs it declares (synthetic batches through ``tf.data`` with
 prefetch, shaped and ranged by the case's ``inputs``, or the case's own ``input_fn`` pipeline,
 ``tasks.runner.inputs``) and time one kind of step, the case's ``case_mode`` (``tasks.runner.measure``).

@@ -1,12 +1,13 @@
 """The runner protocol: what crosses the boundary between perfwatch and its runner process, typed and versioned.
 
-The parent writes a request (``tasks.runner.spec.RunnerSpec``, :class:`ProbeSpec` or :class:`BuildSpec`) as JSON and starts
-``<runner command> SPEC.json``; the runner writes *events* on stdout, one line each, :data:`EVENT_PREFIX` + JSON
-(:class:`HelloEvent` first, then :class:`ProgressEvent` and, in a paired gate in rounds, :class:`RoundEvent`),
-reads ``more``/``stop`` on stdin after each round, and ends by writing ``<out_dir>/result.json``: one result
-record per mode (:class:`ProbeResult`, :class:`BuildResult`, :class:`WarmupResult`, :class:`ProfileResult`, :class:`PairedResult`)
-or an :class:`ErrorResult`. Every record carries :data:`SCHEMA_VERSION`; a result of another version is
-refused by name (:class:`ProtocolMismatch`), since the runner's venv may hold another perfwatch.
+The parent writes a request (``tasks.runner.spec.RunnerSpec``, :class:`ProbeSpec` or :class:`BuildSpec`) as
+JSON and starts ``<runner command> SPEC.json``; the runner writes *events* on stdout, one line each,
+:data:`EVENT_PREFIX` + JSON (:class:`HelloEvent` first, then :class:`ProgressEvent` and, in a paired gate in
+rounds, :class:`RoundEvent`), reads ``more``/``stop`` on stdin after each round, and ends by writing
+``<out_dir>/result.json``: one result record per mode (:class:`ProbeResult`, :class:`BuildResult`,
+:class:`WarmupResult`, :class:`ProfileResult`, :class:`PairedResult`) or an :class:`ErrorResult`. Every record
+carries :data:`SCHEMA_VERSION`; a result of another version is refused by name (:class:`ProtocolMismatch`),
+since the runner's venv may hold another perfwatch.
 
 The two interpreters may differ, so this module imports only pydantic and the standard library. Field names
 are those of the result files on disk before the protocol was typed: archived runs and the store read them.
