@@ -105,3 +105,34 @@ def test_the_pull_stage_records_the_build_as_a_version_with_the_configs_digest(t
     assert "weights=None" in pulled.source_uri and "nothing downloaded" in pulled.source_uri
     with pytest.raises(ValueError, match="has no backbone"):
         build_application(Case(model="m"), tmp_path, runner)
+
+
+def test_a_paired_gate_re_measures_its_own_build_and_never_a_version_it_cannot_rebuild(home, monkeypatch, caplog):
+    from tasks.records import EnvRecord, PulledModel, RunContext
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_HOME": str(home)})
+    case = Case.model_validate({**APP, "input_shape": [32, 32, 3]})
+    ctx = RunContext(dag_id="d", dag_run_id="r", trigger="release", case=case)  # a release gate is paired
+    built = pipeline.work_dir(settings, ctx) / "model"
+    built.mkdir(parents=True)
+    (built / "model.keras").write_bytes(b"zip")
+    pulled = PulledModel(
+        model=case.model,
+        version="keras3.15.1-5d4db9ee",
+        source_uri="keras.applications.MobileNetV3Small(...)",
+        local_path=str(built),
+        format="keras",
+        digest="5d" * 32,
+        size_bytes=3,
+    )
+    env = EnvRecord(fingerprint_id="f", comparability_key="k", data={})
+    monkeypatch.setattr(pipeline, "baseline_version", lambda *a: ("keras3.15.1-5d4db9ee", 1))
+    a = pipeline.pull_paired_baseline(ctx, env, settings, pulled)
+    assert a is not None and a.version == pulled.version and a.digest == pulled.digest
+    assert (pipeline.work_dir(settings, ctx) / "baseline" / "model" / "model.keras").read_bytes() == b"zip"
+    monkeypatch.setattr(pipeline, "baseline_version", lambda *a: ("keras3.14.0-0badc0de", 1))  # an older Keras
+    with caplog.at_level("WARNING"):
+        assert pipeline.pull_paired_baseline(ctx, env, settings, pulled) is None
+    assert "cannot be rebuilt; compared with the history only" in caplog.text
