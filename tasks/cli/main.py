@@ -339,6 +339,11 @@ def run_cmd(
             f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
             f"{lat['throughput_eps']:.1f} examples/s over all batches"
         )
+    if case.backbone and state.pulled:  # a model by name: what the runner built, and that its weights are random
+        typer.echo(
+            f"model {state.pulled.version}: {state.pulled.source_uri}; agreement and accuracy-like figures "
+            "compare untrained functions"
+        )
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables
 
