@@ -379,6 +379,64 @@ class Case(Record):
         json_schema_extra=NOT_A_PARAM,
     )
 
+    backbone: Literal["keras.applications"] | None = Field(
+        None,
+        description="Where the model comes from: unset, the model store; 'keras.applications', the architecture "
+        "the model name gives (resnet50, efficientnetb0, mobilenet_v3_small, mobilenetv2...), built by the runner "
+        "with random weights (weights=None: nothing is downloaded) and versioned keras<Keras version>-<8 hex of "
+        "its config's sha256>; give version latest.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    input_shape: list[Annotated[int, WithJsonSchema({"type": "integer", "minimum": 1})]] | None = Field(
+        None,
+        description="backbone keras.applications only: one example's shape, without the batch dimension, e.g. "
+        "[96, 96, 3] (or '96,96,3'); unset: the constructor's default (224, 224, 3). Part of the case name.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    classes: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="backbone keras.applications only: output classes; unset: the constructor's default (1000). "
+        "Part of the case name.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+
+    @field_validator("input_shape", mode="before")
+    @classmethod
+    def _input_shape(cls, v: Any) -> Any:
+        if isinstance(v, str):  # the command line's --input-shape 96,96,3
+            try:
+                return [int(d) for d in v.replace(" ", "").strip("()[]").split(",") if d]
+            except ValueError:
+                raise ValueError(
+                    f"input shape {v!r}: expected positive integers separated by commas, e.g. 96,96,3"
+                ) from None
+        return v
+
+    @field_validator("input_shape")
+    @classmethod
+    def _input_shape_dims(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(d < 1 for d in v)):
+            raise ValueError(f"input shape {v} must list positive integers (one example, without the batch dimension)")
+        return v
+
+    @model_validator(mode="after")
+    def _backbone_options(self) -> Case:
+        if self.backbone is None:
+            given = [f for f in ("input_shape", "classes") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(
+                    f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to backbone keras.applications "
+                    "only (a store model has its own)"
+                )
+        elif self.version != "latest":
+            raise ValueError(
+                f"version {self.version!r}: a keras.applications model is built by the runner's Keras and versioned "
+                "keras<Keras version>-<config hash> by the pull stage; give version latest"
+            )
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _paired_layout(cls, data: Any) -> Any:
@@ -443,8 +501,9 @@ class Case(Record):
         from the axes that change what is measured, in this order, defaults left out: ``<mode>-bs<batch_size>
         [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``, e.g.
         ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``. The ``-in`` part is the
-        sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input shapes
-        or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
+        sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``; a ``backbone``'s
+        ``input_shape`` and ``classes``): two input shapes or pipelines are two cases, never one history. At most
+        64 characters (``runs.case_name``).
         """
         parts = [self.mode, f"bs{self.batch_size}"]
         if self.precision != "fp32":
@@ -459,12 +518,14 @@ class Case(Record):
             parts.append(f"t{self.tflite_threads}")
         if self.deterministic:
             parts.append("det")
-        if self.inputs or self.input_fn or self.signature != "serving_default":
-            ident = {
+        if self.inputs or self.input_fn or self.signature != "serving_default" or self.backbone:
+            ident: dict[str, Any] = {
                 "inputs": {k: v.to_xcom() for k, v in sorted((self.inputs or {}).items())},
                 "input_fn": self.input_fn,
                 "signature": None if self.signature == "serving_default" else self.signature,
             }
+            if self.backbone:  # an application's shape and classes, and never a store model's history
+                ident["application"] = [self.backbone, self.input_shape, self.classes]
             parts.append("in" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8])
         return "-".join(parts)
 

@@ -183,7 +183,13 @@ def runs(
 @app.command("run")
 def run_cmd(
     typer_ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name in the model store.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Model name in the model store, or with --backbone keras.applications an architecture "
+            "(resnet50, efficientnetb0, mobilenet_v3_small, ...)."
+        ),
+    ],
     version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
     batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
     measured_steps: Annotated[
@@ -236,6 +242,17 @@ def run_cmd(
             "up afresh."
         ),
     ] = 7.0,
+    backbone: Annotated[
+        str | None,
+        typer.Option(
+            help="keras.applications: MODEL names an architecture, built by the runner with random weights "
+            "(weights=None, nothing downloaded) and versioned keras<version>-<config hash>."
+        ),
+    ] = None,
+    input_shape: Annotated[
+        str | None, typer.Option(help="--backbone only: one example's shape, e.g. 96,96,3 (default 224,224,3).")
+    ] = None,
+    classes: Annotated[int | None, typer.Option(help="--backbone only: output classes (default 1000).")] = None,
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow. The options are the
     Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix"): those
@@ -271,7 +288,8 @@ def run_cmd(
         raise typer.BadParameter(validation_message(e, {"model": "MODEL"})) from e
     from tasks.cli.history import check_in_model_store
 
-    check_in_model_store(Settings.from_env().model_store, model, case.version)  # typo: nothing is recorded
+    if case.backbone is None:  # a keras.applications name is resolved by the runner's Keras, at the pull stage
+        check_in_model_store(Settings.from_env().model_store, model, case.version)  # typo: nothing is recorded
     ctx = RunContext(
         dag_id="perfwatch_cli",
         dag_run_id=dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f"),
@@ -320,6 +338,11 @@ def run_cmd(
         typer.echo(
             f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
             f"{lat['throughput_eps']:.1f} examples/s over all batches"
+        )
+    if case.backbone and state.pulled:  # a model by name: what the runner built, and that its weights are random
+        typer.echo(
+            f"model {state.pulled.version}: {state.pulled.source_uri}; agreement and accuracy-like figures "
+            "compare untrained functions"
         )
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables

@@ -5,11 +5,13 @@ Everything here runs in the *runner's* interpreter (``PERFWATCH_RUNNER_COMMAND``
 except ``driver``, the parent side that starts it. Modules: ``protocol`` (the typed, versioned boundary:
 requests, stdout events, results), ``spec`` (``RunnerSpec``, what to measure), ``driver`` (parent side:
 ``RunnerProcess``, ``launch``, ``run_rounds``), ``process`` (the runner's entry point, dispatching to
-``modes``: probe, warmup, profile, paired), ``measure`` (model loading, the timed step, host load, memory),
+``modes``: probe, build, warmup, profile, paired), ``measure`` (model loading, the timed step, host load, memory),
 ``inputs`` (what the model is fed: its declared inputs, the case's ``inputs`` options, synthetic batches,
 the case's ``input_fn``), ``execution`` (precision, XLA, strategy), ``tflite``, ``telemetry``, ``steady``
 (the warm-up rule), ``progress`` (progress events of the long phases), ``probe`` (the environment facts,
 also ``python -m tasks.runner.probe``), ``zoo`` (model builders: the demo store and the zoo of model kinds),
+``applications`` (``keras.applications`` models by name: the name table, the build with random weights, the
+config hash and version),
 ``input_fns`` (example ``input_fn`` pipelines over TFRecord images).
 
 Rule: modules here import only ``tasks.runner.*`` (and TF, numpy, pydantic, psutil, pynvml), so

@@ -30,6 +30,8 @@ from tasks.runner.protocol import (
     MORE,
     SCHEMA_VERSION,
     STOP,
+    BuildResult,
+    BuildSpec,
     HelloEvent,
     PairedResult,
     ProbeResult,
@@ -48,7 +50,7 @@ from tasks.runner.spec import RunnerSpec
 #: the checkout (or installed package's parent) that holds ``tasks``: prepended to the runner's PYTHONPATH
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-R = TypeVar("R", ProbeResult, WarmupResult, ProfileResult, PairedResult)
+R = TypeVar("R", ProbeResult, BuildResult, WarmupResult, ProfileResult, PairedResult)
 OnRound = Callable[[RoundEvent], bool]
 
 
@@ -103,7 +105,7 @@ class RunnerProcess:
 
     def run(
         self,
-        spec: RunnerSpec | ProbeSpec,
+        spec: RunnerSpec | ProbeSpec | BuildSpec,
         kind: type[R],
         timeout_s: float,
         *,
@@ -136,6 +138,8 @@ class RunnerProcess:
         log = out / f"{spec.mode}_stderr.log"
         if isinstance(spec, ProbeSpec):
             who = process_name = f"the probe in {self.name!r}"
+        elif isinstance(spec, BuildSpec):
+            who = process_name = f"the runner building keras.applications model {spec.name!r}"
         else:
             paired = f" (A = {spec.baseline_model_path})" if spec.mode == "paired" else ""
             who = f"runner ({spec.mode}) for {spec.model_path}{paired}"
@@ -219,7 +223,7 @@ class RunnerProcess:
         proc: subprocess.Popen[str],
         event: RoundEvent,
         on_round: OnRound | None,
-        spec: RunnerSpec | ProbeSpec,
+        spec: RunnerSpec | ProbeSpec | BuildSpec,
         stage: str,
         who: str,
     ) -> None:

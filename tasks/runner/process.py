@@ -1,9 +1,10 @@
 """The runner process: ``python -m tasks.runner SPEC.json`` — the only code that runs TensorFlow.
 
-One process per measurement (PerfZero's rule): a fresh interpreter reads the request (``RunnerSpec``, or the
-probe's ``ProbeSpec``), says hello (its protocol version, ``tasks.runner.protocol``), runs one mode
-(``tasks.runner.modes``: probe, warmup, profile, paired) and writes the mode's typed result to
-``<out_dir>/result.json`` — also on failure, an ``ErrorResult`` with the error, and the process then exits 1.
+One process per measurement (PerfZero's rule): a fresh interpreter reads the request (``RunnerSpec``, the
+probe's ``ProbeSpec`` or the pull stage's ``BuildSpec``), says hello (its protocol version,
+``tasks.runner.protocol``), runs one mode (``tasks.runner.modes``: probe, build, warmup, profile, paired) and
+writes the mode's typed result to ``<out_dir>/result.json`` — also on failure, an ``ErrorResult`` with the
+error, and the process then exits 1.
 The measuring modes feed the model the inputs it declares (synthetic batches through ``tf.data`` with
 prefetch, shaped and ranged by the case's ``inputs``, or the case's own ``input_fn`` pipeline,
 ``tasks.runner.inputs``) and time one kind of step, the case's ``case_mode`` (``tasks.runner.measure``).
@@ -21,9 +22,10 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from tasks.runner import execution, progress
-from tasks.runner.modes import paired, probe, profile, warmup
+from tasks.runner.modes import build, paired, probe, profile, warmup
 from tasks.runner.protocol import (
     SCHEMA_VERSION,
+    BuildSpec,
     ErrorResult,
     HelloEvent,
     PairedResult,
@@ -83,7 +85,7 @@ def run(spec: RunnerSpec) -> WarmupResult | ProfileResult | PairedResult:
     return profile.run(spec, import_s)
 
 
-def read_spec(path: str | Path) -> RunnerSpec | ProbeSpec:
+def read_spec(path: str | Path) -> RunnerSpec | ProbeSpec | BuildSpec:
     """The request in ``path``.
 
     Raises:
@@ -97,7 +99,11 @@ def read_spec(path: str | Path) -> RunnerSpec | ProbeSpec:
             "install the same perfwatch in the runner's venv"
         )
     try:
-        return ProbeSpec.model_validate(raw) if raw.get("mode") == "probe" else RunnerSpec.model_validate(raw)
+        if raw.get("mode") == "probe":
+            return ProbeSpec.model_validate(raw)
+        if raw.get("mode") == "build":
+            return BuildSpec.model_validate(raw)
+        return RunnerSpec.model_validate(raw)
     except ValidationError as e:
         raise RunnerError(f"the request {path} is not valid: {e}") from e
 
@@ -119,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = read_spec(argv[0])
         if isinstance(spec, ProbeSpec):
             result = probe.run(spec)
+        elif isinstance(spec, BuildSpec):
+            result = build.run(spec)
         else:
             xla_cache = execution.configure_xla_cache(spec.xla_cache_dir if spec.xla else None)  # before TF
             cached = len(os.listdir(xla_cache)) if xla_cache else None

@@ -1,12 +1,13 @@
 """The runner protocol: what crosses the boundary between perfwatch and its runner process, typed and versioned.
 
-The parent writes a request (``tasks.runner.spec.RunnerSpec``, or :class:`ProbeSpec`) as JSON and starts
-``<runner command> SPEC.json``; the runner writes *events* on stdout, one line each, :data:`EVENT_PREFIX` + JSON
-(:class:`HelloEvent` first, then :class:`ProgressEvent` and, in a paired gate in rounds, :class:`RoundEvent`),
-reads ``more``/``stop`` on stdin after each round, and ends by writing ``<out_dir>/result.json``: one result
-record per mode (:class:`ProbeResult`, :class:`WarmupResult`, :class:`ProfileResult`, :class:`PairedResult`)
-or an :class:`ErrorResult`. Every record carries :data:`SCHEMA_VERSION`; a result of another version is
-refused by name (:class:`ProtocolMismatch`), since the runner's venv may hold another perfwatch.
+The parent writes a request (``tasks.runner.spec.RunnerSpec``, :class:`ProbeSpec` or :class:`BuildSpec`) as
+JSON and starts ``<runner command> SPEC.json``; the runner writes *events* on stdout, one line each,
+:data:`EVENT_PREFIX` + JSON (:class:`HelloEvent` first, then :class:`ProgressEvent` and, in a paired gate in
+rounds, :class:`RoundEvent`), reads ``more``/``stop`` on stdin after each round, and ends by writing
+``<out_dir>/result.json``: one result record per mode (:class:`ProbeResult`, :class:`BuildResult`,
+:class:`WarmupResult`, :class:`ProfileResult`, :class:`PairedResult`) or an :class:`ErrorResult`. Every record
+carries :data:`SCHEMA_VERSION`; a result of another version is refused by name (:class:`ProtocolMismatch`),
+since the runner's venv may hold another perfwatch.
 
 The two interpreters may differ, so this module imports only pydantic and the standard library. Field names
 are those of the result files on disk before the protocol was typed: archived runs and the store read them.
@@ -69,6 +70,20 @@ class ProbeSpec(_Record):
     mode: Literal["probe"] = "probe"
     out_dir: str = Field(description="where the runner writes result.json")
     include_tensorflow: bool = Field(True, description="read TensorFlow's facts from its package (never imported)")
+
+
+class BuildSpec(_Record):
+    """The request of the pull stage for a ``keras.applications`` case (``tasks.runner.modes.build``): build
+    the named architecture with random weights, save it as ``<model_dir>/model.keras`` and hash its config."""
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["build"] = "build"
+    out_dir: str = Field(description="where the runner writes result.json")
+    model_dir: str = Field(description="where the built model is saved (model.keras)")
+    name: str = Field(description="the model name as the case gives it, e.g. resnet50 or mobilenet_v3_small")
+    input_shape: list[int] | None = Field(None, description="one example's shape; None: the constructor's default")
+    classes: int | None = Field(None, description="output classes; None: the constructor's default (1000)")
+    seed: int = Field(0, description="keras.utils.set_random_seed before the constructor (the random weights)")
 
 
 # ---------------------------------------------------------------- events (stdout lines)
@@ -250,6 +265,24 @@ class ProbeResult(_Result):
     data: dict[str, Any] = Field(description="the fingerprint record, hashed by tasks.analysis.environment")
 
 
+class BuildResult(_Result):
+    """A ``keras.applications`` model built with random weights (``weights=None``: nothing downloaded) and saved
+    (``tasks.runner.applications``); ``config_sha256`` is the sha256 of its ``get_config()`` as canonical JSON."""
+
+    stage: ClassVar[str] = "pull-model-version"
+    mode: Literal["build"] = "build"
+    constructor: str = Field(description="the keras.applications constructor called, e.g. ResNet50")
+    keras_version: str = Field(description="keras.__version__ of the runner's interpreter")
+    config_sha256: str = Field(description="sha256 (hex) of the architecture's config, canonical JSON")
+    version: str = Field(description="keras<Keras version>-<8 hex of config_sha256> (applications.version_string)")
+    source: str = Field(description="the constructor call in words (applications.describe_call)")
+    model_path: str = Field(description="the saved model.keras")
+    size_bytes: int = Field(description="size of model.keras, bytes")
+    params: int = Field(description="the model's parameter count (count_params)")
+    input_shape: list[int | None] = Field(description="the built model's input shape, batch dimension left out")
+    output_shape: list[int | None] = Field(description="the built model's output shape, batch dimension left out")
+
+
 class _Measured(_Result):
     """What every measuring mode records about what it measured (the case's options, as built)."""
 
@@ -382,7 +415,7 @@ class ExternalSamples(_Record):
     step_time_source: str = Field(description="where the step times come from, e.g. xprof")
 
 
-ModeResult = ProbeResult | WarmupResult | ProfileResult | PairedResult
+ModeResult = ProbeResult | BuildResult | WarmupResult | ProfileResult | PairedResult
 R = TypeVar("R", bound=BaseModel)
 
 

@@ -313,8 +313,12 @@ def _have(record: _R | None, field: StateField) -> _R:
 
 
 def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
-    from tasks.stages.pull import pull_model_version
+    from tasks.stages.pull import build_application, pull_model_version
 
+    if ctx.case.backbone:
+        from tasks.runner import RunnerProcess
+
+        return build_application(ctx.case, work_dir(st, ctx), RunnerProcess(st.runner_command))
     return pull_model_version(st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx))
 
 
@@ -351,7 +355,9 @@ def pull_paired_baseline(
     ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
     ``RunContext.pairs_with`` says so: a release trigger or ``Case.paired``, or a scheduled run whose
     resolved version (``pulled.version``) differs from the baseline's. ``None`` otherwise, and when
-    there is no baseline yet (the normal path then decides)."""
+    there is no baseline yet (the normal path then decides). A ``keras.applications`` case re-measures a copy
+    of its own build when the baseline's version is the same; another version (another Keras or architecture)
+    cannot be rebuilt here, so it gets no paired gate (logged) and the history comparison decides."""
     from tasks.stages.pull import pull_model_version
 
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
@@ -360,6 +366,21 @@ def pull_paired_baseline(
         return None
     version = ctx.paired_version or baseline
     assert version is not None  # pairs_with is False without a baseline unless paired_version names A
+    if ctx.case.backbone:  # a keras.applications model: only the version this runner's Keras builds exists
+        if pulled is None or version != pulled.version:
+            log.warning(
+                "paired gate skipped: the baseline %s of %s is a keras.applications build of another Keras or "
+                "architecture than this run's %s, and cannot be rebuilt; compared with the history only",
+                version,
+                ctx.case.model,
+                pulled.version if pulled else "(not pulled)",
+            )
+            return None
+        dest = work_dir(settings, ctx) / "baseline" / "model"
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(pulled.local_path, dest)  # the same build: an A/A gate on the very same weights
+        return pulled.model_copy(update={"local_path": str(dest)})
     return pull_model_version(settings.model_store, ctx.case.model, version, work_dir(settings, ctx) / "baseline")
 
 

@@ -1,7 +1,18 @@
-"""pull-model-version: resolve ``model`` + ``version`` in the versioned model store and copy it.
+"""pull-model-version: resolve ``model`` + ``version`` in the versioned model store and copy it, or build a
+standard model by name.
 
 The store and its version rules are ``tasks.modelstore``. The pulled copy is local and hashed with
 sha256 so the run records exactly which bytes it measured.
+
+A case with ``backbone: keras.applications`` names an architecture instead (``resnet50``,
+``mobilenet_v3_small``): :func:`build_application` has the runner build it with random weights
+(``weights=None``, nothing downloaded) and save it into the work dir, so every later stage loads it like a
+pulled ``.keras`` file. Its version is ``keras<Keras version>-<8 hex of the config's sha256>`` and its digest
+the config's sha256 (``tasks.runner.applications``). Both come from the runner's interpreter, not from a
+description of the call made here: the runner may run another Keras than this process (its own venv or
+image), and only the built model says what architecture that Keras makes of the name, the shape and the
+classes (a Keras release that changes a block changes the config, so history is never compared across it).
+The cost is one more runner process per run (the TensorFlow import, 15-25 s on the 2-core dev machine).
 """
 
 from __future__ import annotations
@@ -19,7 +30,10 @@ from tasks.modelstore import (
     sha256_tree,
     store_path,
 )
-from tasks.records import PulledModel
+from tasks.records import Case, PulledModel
+from tasks.runner.driver import RunnerProcess, as_runner
+from tasks.runner.protocol import BuildResult, BuildSpec
+from tasks.settings import Settings
 
 
 def pull_model_version(store_uri: str, model: str, version: str, dest_dir: str | Path) -> PulledModel:
@@ -65,4 +79,56 @@ def pull_model_version(store_uri: str, model: str, version: str, dest_dir: str |
         format=fmt,
         digest=sha256_tree(dest),
         size_bytes=size,
+    )
+
+
+def build_application(
+    case: Case, dest_dir: str | Path, runner: RunnerProcess | str, timeout_s: float | None = None
+) -> PulledModel:
+    """Build the ``keras.applications`` model ``case.model`` (``case.input_shape``, ``case.classes``, random
+    weights from ``case.seed``) in the runner and save it as ``dest_dir/model/model.keras`` (module docstring).
+
+    Args:
+        case: a case with ``backbone == "keras.applications"``.
+        dest_dir: the run's local work directory.
+        runner: the runner (``RunnerProcess``; an interpreter path: its ``-m tasks.runner``).
+        timeout_s: the build process's limit (s); default the warm-up's, ``PERFWATCH_WARMUP_TIMEOUT_S``
+            (building costs what loading a model in a warm-up does: the TensorFlow import and the graph).
+
+    Returns:
+        PulledModel: ``version`` ``keras<Keras version>-<8 hex>``, ``digest`` the sha256 of the architecture's
+        config (canonical JSON), ``source_uri`` the constructor call in words (``keras.applications.ResNet50(
+        input_shape=(96, 96, 3), classes=10, weights=None), random weights (seed 0), nothing downloaded``),
+        ``format`` keras, ``size_bytes`` of the saved file.
+
+    Raises:
+        ValueError: the case has no ``backbone``.
+        tasks.runner.RunnerError: an unknown name (the message lists close matches), arguments the
+            constructor refuses (its message), or the runner failing or timing out.
+    """
+    if case.backbone is None:
+        raise ValueError(f"case of model {case.model!r} has no backbone: pull it from the model store")
+    how = "timeout_s"
+    if timeout_s is None:
+        timeout_s, how = Settings.from_env().runner_limit("warm-up")
+    dest = Path(dest_dir) / "model"
+    if dest.exists():
+        shutil.rmtree(dest)
+    spec = BuildSpec(
+        out_dir=str(Path(dest_dir) / "build"),
+        model_dir=str(dest),
+        name=case.model,
+        input_shape=case.input_shape,
+        classes=case.classes,
+        seed=case.seed,
+    )
+    built = as_runner(runner).run(spec, BuildResult, timeout_s, limit_note=how)
+    return PulledModel(
+        model=case.model,
+        version=built.version,
+        source_uri=built.source,
+        local_path=str(dest),
+        format="keras",
+        digest=built.config_sha256,
+        size_bytes=built.size_bytes,
     )

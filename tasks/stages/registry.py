@@ -58,7 +58,7 @@ STAGES: tuple[Stage, ...] = (
         "pull_model_version",
         "pulled",
         PulledModel,
-        "copying and hashing the model version",
+        "copying and hashing the model version (a keras.applications model: building it in the runner)",
     ),
     Stage(
         "env-fingerprint",

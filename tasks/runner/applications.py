@@ -1,0 +1,147 @@
+"""Standard models by name: ``keras.applications`` constructors behind the lowercase names the benchmarking
+guide writes (``resnet50``, ``efficientnetb0``, ``mobilenet_v3_small``, ``mobilenetv2``...).
+
+The name table is made from the module's own attributes (:func:`name_table` over ``dir(keras.applications)``:
+every public callable whose name starts with a capital, e.g. ``ResNet50``), never from a list kept here, so a
+Keras that adds or drops an architecture changes the table by itself. A name is matched case-, ``_``- and
+``-``-insensitively (``mobilenet_v3_small`` and ``MobileNetV3Small`` are one key); an unknown name is refused
+listing the close matches (:func:`resolve`).
+
+:func:`build` runs in the runner (the pull stage's ``build`` mode, ``tasks.runner.modes.build``): it calls the
+constructor with ``weights=None`` (random weights from ``keras.utils.set_random_seed(seed)``: nothing is
+downloaded, so the model's outputs mean nothing and any accuracy-like figure of it, such as the TFLite
+top-1 agreement, compares two random functions, not a trained classifier), and hashes the architecture's
+config (:func:`config_sha256`: ``model.get_config()`` as canonical JSON). The pull stage records that
+digest as it records a stored model file's sha256, and the version :func:`version_string` makes of it with
+the Keras version (``keras3.15.1-1a2b3c4d``): a change of architecture or of Keras is a new version.
+
+Only :func:`build` and :func:`constructors` import Keras; the rest is plain Python (the unit tests use it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tasks.runner.protocol import RunnerError
+
+#: the ``Case.backbone`` value that names this source of models
+BACKBONE = "keras.applications"
+#: longest version string the store keeps (``model_versions.version`` is String(32))
+MAX_VERSION_CHARS = 32
+
+
+def key(name: str) -> str:
+    """The table key of a model name: lowercase, without ``_`` and ``-`` (``mobilenet_v3_small`` ->
+    ``mobilenetv3small``, ``ResNet50`` -> ``resnet50``)."""
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def name_table(attributes: Iterable[str], is_constructor: Any = None) -> dict[str, str]:
+    """Key (:func:`key`) -> constructor name, for every attribute of ``keras.applications`` that names a model:
+    public, starting with a capital letter (the submodules ``resnet``, ``imagenet_utils`` are lowercase), and
+    for which ``is_constructor(name)`` (default: always) is true. E.g. ``["ResNet50", "resnet", "MobileNetV2"]``
+    -> ``{"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}``.
+
+    Raises:
+        RunnerError: two constructors share a key (names both): the lowercase name would be ambiguous.
+    """
+    table: dict[str, str] = {}
+    for name in sorted(attributes):
+        if not name[:1].isupper() or (is_constructor is not None and not is_constructor(name)):
+            continue
+        k = key(name)
+        if k in table and table[k] != name:
+            raise RunnerError(f"keras.applications has both {table[k]} and {name}: the name {k!r} is ambiguous")
+        table[k] = name
+    return table
+
+
+def resolve(name: str, table: dict[str, str]) -> str:
+    """The constructor name (``ResNet50``) that model name ``name`` (``resnet50``, ``ResNet50``,
+    ``mobilenet_v3_small``) means in ``table`` (:func:`name_table`).
+
+    Raises:
+        RunnerError: no such model: the message names ``name`` and lists up to 5 close matches (in lowercase,
+            as the guide writes them), or every name when none is close.
+    """
+    k = key(name)
+    if k in table:
+        return table[k]
+    close = difflib.get_close_matches(k, list(table), n=5, cutoff=0.6)
+    choices = close or sorted(table)
+    what = "close matches" if close else "the models there are"
+    raise RunnerError(
+        f"unknown keras.applications model {name!r}; {what}: {', '.join(table[c].lower() for c in choices)}"
+    )
+
+
+def constructors() -> dict[str, str]:
+    """:func:`name_table` of this interpreter's ``keras.applications`` (imports Keras)."""
+    import keras
+
+    apps = keras.applications
+    return name_table(dir(apps), lambda n: callable(getattr(apps, n)))
+
+
+def config_sha256(config: Any) -> str:
+    """sha256 (hex) of ``config`` (a Keras ``get_config()`` dict) as canonical JSON: keys sorted, no spaces,
+    values JSON cannot hold (a dtype object, a tuple) written as ``str`` / lists, so equal architectures
+    hash equally in any process."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def version_string(keras_version: str, config_digest: str) -> str:
+    """The version a built application is recorded under, as a model store version is: ``keras<Keras
+    version>-<first 8 hex digits of the config's sha256>``, e.g. ``keras3.15.1-1a2b3c4d``; at most
+    ``MAX_VERSION_CHARS`` characters (a longer Keras version, a dev build's, is cut before the hash).
+
+    Raises:
+        RunnerError: ``config_digest`` is not a hex digest of at least 8 digits.
+    """
+    if len(config_digest) < 8 or any(c not in "0123456789abcdef" for c in config_digest):
+        raise RunnerError(f"config digest {config_digest!r}: expected the hex sha256 of the architecture's config")
+    suffix = "-" + config_digest[:8]
+    return ("keras" + keras_version)[: MAX_VERSION_CHARS - len(suffix)] + suffix
+
+
+def describe_call(constructor: str, input_shape: list[int] | None, classes: int | None, seed: int) -> str:
+    """The constructor call in words, as the run records its source: ``keras.applications.ResNet50(
+    input_shape=(96, 96, 3), classes=10, weights=None), random weights (seed 0), nothing downloaded``."""
+    args = []
+    if input_shape is not None:
+        args.append(f"input_shape={tuple(input_shape)}")
+    if classes is not None:
+        args.append(f"classes={classes}")
+    args.append("weights=None")
+    return f"{BACKBONE}.{constructor}({', '.join(args)}), random weights (seed {seed}), nothing downloaded"
+
+
+def build(name: str, input_shape: list[int] | None, classes: int | None, seed: int) -> tuple[Any, str]:
+    """Build ``keras.applications.<constructor of name>`` with random weights (``weights=None``, after
+    ``keras.utils.set_random_seed(seed)``); ``input_shape`` (one example, without the batch dimension) and
+    ``classes`` are passed when given, else the constructor's defaults (224 x 224 x 3, 1000 classes).
+    Returns ``(model, constructor name)``.
+
+    Raises:
+        RunnerError: an unknown name (:func:`resolve`), or the constructor refuses the arguments (its
+            message, e.g. an input smaller than the architecture accepts).
+    """
+    import keras
+
+    constructor = resolve(name, constructors())
+    kwargs: dict[str, Any] = {"weights": None}
+    if input_shape is not None:
+        kwargs["input_shape"] = tuple(input_shape)
+    if classes is not None:
+        kwargs["classes"] = classes
+    keras.utils.set_random_seed(seed)
+    try:
+        model = getattr(keras.applications, constructor)(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise RunnerError(f"{describe_call(constructor, input_shape, classes, seed)} failed: {e}") from e
+    return model, constructor

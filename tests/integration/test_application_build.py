@@ -1,0 +1,48 @@
+"""A keras.applications model by name, through the real runner: the pull stage's build (random weights, nothing
+downloaded) and a warm-up of a few steps on what it saved; another input shape is another version and another
+case, so each shape has its own history."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tasks.records import Case
+from tasks.stages.pull import build_application
+from tasks.stages.warmup import warm_up
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_smallest_application_is_built_versioned_by_its_config_and_steps(tmp_path):
+    # MobileNetV3Small at 32x32 (the smallest input its constructor accepts), 10 classes; the other shape at 48x48
+    small, other = (
+        Case(
+            model="mobilenet_v3_small",
+            backbone="keras.applications",
+            input_shape=[side, side, 3],
+            classes=10,
+            mode="infer",
+            batch_size=2,
+            warmup_max_steps=10,
+        )
+        for side in (32, 48)
+    )
+    with ThreadPoolExecutor(2) as pool:  # two runner processes at once: the TF imports overlap
+        built = list(
+            pool.map(
+                lambda c: build_application(c[1], tmp_path / str(c[0]), sys.executable, 300), enumerate((small, other))
+            )
+        )
+    a, b = built
+    keras_version = importlib.metadata.version("keras")
+    assert a.version.startswith(f"keras{keras_version}-") and b.version.startswith(f"keras{keras_version}-")
+    assert a.version != b.version and a.digest != b.digest and a.version[-8:] == a.digest[:8]
+    assert small.name != other.name  # another input shape: another case, its own history and baseline
+    assert "MobileNetV3Small(input_shape=(32, 32, 3), classes=10, weights=None)" in a.source_uri
+    assert (tmp_path / "0" / "model" / "model.keras").is_file()
+    w = warm_up(a, small, tmp_path / "0", sys.executable, 300)  # the built model runs, as every stage loads it
+    assert 1 <= w.warmup_steps <= 10 and w.cold_step_ms > 0 and all(t > 0 for t in w.step_times_ms)

@@ -1,0 +1,85 @@
+"""Standard models by name (``tasks.runner.applications``): the lowercase names of the benchmarking guide map onto
+``keras.applications`` constructors by a table of the module's own attributes; an unknown name is refused with
+its close matches; the version is the Keras version and 8 hex digits of the architecture's config hash."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.runner import applications as apps
+from tasks.runner.protocol import RunnerError
+
+#: a slice of ``dir(keras.applications)`` in Keras 3.15: constructors, submodules and private names
+ATTRIBUTES = [
+    "ConvNeXtTiny",
+    "EfficientNetB0",
+    "EfficientNetV2B0",
+    "MobileNetV2",
+    "MobileNetV3Large",
+    "MobileNetV3Small",
+    "ResNet50",
+    "ResNet50V2",
+    "ResNet101",
+    "efficientnet",
+    "imagenet_utils",
+    "mobilenet_v3",
+    "resnet50",
+    "__name__",
+]
+
+
+def test_the_guides_lowercase_names_map_onto_the_constructors():
+    table = apps.name_table(ATTRIBUTES)
+    assert "imagenetutils" not in table and "efficientnet" not in table  # submodules are not models
+    for name, constructor in {
+        "resnet50": "ResNet50",
+        "efficientnetb0": "EfficientNetB0",
+        "mobilenet_v3_small": "MobileNetV3Small",
+        "mobilenetv2": "MobileNetV2",
+        "MobileNetV3Large": "MobileNetV3Large",
+        "resnet50v2": "ResNet50V2",
+    }.items():
+        assert apps.resolve(name, table) == constructor, name
+
+
+def test_the_table_keeps_only_what_the_module_says_is_a_constructor():
+    assert apps.name_table(ATTRIBUTES, lambda n: n != "ResNet101") == {
+        k: v for k, v in apps.name_table(ATTRIBUTES).items() if v != "ResNet101"
+    }
+    with pytest.raises(RunnerError, match="both MobileNetV2 and MobileNet_V2"):
+        apps.name_table(["MobileNetV2", "MobileNet_V2"])
+
+
+def test_an_unknown_name_is_refused_with_its_close_matches():
+    table = apps.name_table(ATTRIBUTES)
+    with pytest.raises(RunnerError, match=r"unknown keras.applications model 'resnet5'; close matches: resnet50"):
+        apps.resolve("resnet5", table)
+    with pytest.raises(RunnerError, match="close matches: .*mobilenetv3small"):
+        apps.resolve("mobilenet_v3_smal", table)
+    with pytest.raises(RunnerError, match="the models there are: convnexttiny, efficientnetb0"):
+        apps.resolve("bert", table)
+
+
+def test_the_version_is_the_keras_version_and_8_hex_of_the_config():
+    digest = apps.config_sha256({"name": "resnet50", "layers": [{"class_name": "Conv2D", "config": {"filters": 64}}]})
+    assert len(digest) == 64
+    assert apps.version_string("3.15.1", digest) == f"keras3.15.1-{digest[:8]}"
+    assert len(apps.version_string("3.16.0.dev2026120104", digest)) <= apps.MAX_VERSION_CHARS  # store column
+    assert apps.version_string("3.16.0.dev2026120104", digest).endswith("-" + digest[:8])
+    with pytest.raises(RunnerError, match="expected the hex sha256"):
+        apps.version_string("3.15.1", "not hex")
+
+
+def test_the_config_hash_is_canonical_and_sees_every_change_of_architecture():
+    a = {"layers": [{"filters": 64, "kernel": (3, 3)}], "name": "m", "dtype": object}
+    same = {"name": "m", "dtype": object, "layers": [{"kernel": [3, 3], "filters": 64}]}  # other key order, a list
+    assert apps.config_sha256(a) == apps.config_sha256(same)
+    assert apps.config_sha256(a) != apps.config_sha256({**a, "layers": [{"filters": 32, "kernel": (3, 3)}]})
+
+
+def test_the_source_says_weights_are_random_and_nothing_is_downloaded():
+    assert apps.describe_call("ResNet50", [96, 96, 3], 10, 0) == (
+        "keras.applications.ResNet50(input_shape=(96, 96, 3), classes=10, weights=None), "
+        "random weights (seed 0), nothing downloaded"
+    )
+    assert apps.describe_call("ResNet50", None, None, 3).startswith("keras.applications.ResNet50(weights=None)")

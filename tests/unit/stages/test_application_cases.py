@@ -1,0 +1,138 @@
+"""keras.applications models by name, on the stages' side: the Case fields (``backbone``, ``input_shape``,
+``classes``) and what they refuse, the case name that keeps each shape's history apart (and apart from a store
+model of the same name), the guide's matrix in ``config/guide.yaml``, and the pull stage's record of a build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tasks.matrix import load_config
+from tasks.records import Case, check_case_name
+from tasks.runner.driver import RunnerProcess
+from tasks.runner.protocol import BuildResult, BuildSpec
+from tasks.stages.pull import build_application
+from tests.helpers import ROOT as ROOT_DIR
+
+APP = {"model": "mobilenet_v3_small", "backbone": "keras.applications"}
+
+
+def test_a_case_names_an_application_with_its_shape_and_classes():
+    case = Case.model_validate({**APP, "input_shape": "32,32,3", "classes": 10})  # as --input-shape gives it
+    assert case.input_shape == [32, 32, 3] and case.classes == 10 and case.version == "latest"
+    assert Case.model_validate({**APP, "input_shape": [32, 32, 3], "classes": 10}) == case
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"model": "m", "input_shape": [32, 32, 3]}, "input_shape applies to backbone keras.applications only"),
+        ({"model": "m", "classes": 10, "input_shape": [8]}, "input_shape and classes apply to backbone"),
+        ({**APP, "version": "3"}, "give version latest"),
+        ({**APP, "input_shape": "32,x,3"}, "expected positive integers separated by commas"),
+        ({**APP, "input_shape": [32, 0, 3]}, "must list positive integers"),
+        ({**APP, "classes": 0}, "greater than or equal to 1"),
+        ({**APP, "backbone": "torchvision"}, "keras.applications"),
+    ],
+)
+def test_what_a_case_of_an_application_refuses_is_named(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        Case.model_validate(fields)
+
+
+def test_each_shape_and_classes_is_its_own_case_and_history():
+    names = {
+        Case.model_validate({**APP, **extra}).name
+        for extra in ({}, {"input_shape": [32, 32, 3]}, {"input_shape": [48, 48, 3]}, {"classes": 10})
+    }
+    store_model = Case.model_validate({"model": APP["model"]}).name  # a store model of the same name
+    assert len(names | {store_model}) == 5 and store_model == "train-bs16"
+    for name in names:
+        assert check_case_name(name) == name and name.startswith("train-bs16-in")
+
+
+def test_the_guides_matrix_is_a_config():
+    cases = load_config(ROOT_DIR / "config" / "guide.yaml")
+    assert len(cases) == 16 == len({c.name for c in cases})
+    assert {(c.model, c.backbone, c.mode, c.version) for c in cases} == {
+        ("resnet50", "keras.applications", "train", "latest")
+    }
+    assert sorted({c.batch_size for c in cases}) == [32, 64, 128, 256]
+    assert {c.precision for c in cases} == {"fp32", "mixed_float16"}
+    assert {c.strategy for c in cases} == {"none", "mirrored"}
+    assert {(c.input_shape, c.classes) for c in cases} == {(None, None)}  # the constructor's 224x224x3, 1000
+
+
+class _Builds(RunnerProcess):
+    """A runner that answers a build request as the real one's result says, without TensorFlow."""
+
+    def __init__(self) -> None:
+        super().__init__(["unused"])
+        self.specs: list[BuildSpec] = []
+
+    def run(self, spec, kind, timeout_s, *, limit_note=None, on_round=None):  # type: ignore[override]
+        assert kind is BuildResult and isinstance(spec, BuildSpec)
+        self.specs.append(spec)
+        path = Path(spec.model_dir) / "model.keras"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"zip")
+        return BuildResult(
+            constructor="MobileNetV3Small",
+            keras_version="3.15.1",
+            config_sha256="ab" * 32,
+            version="keras3.15.1-abababab",
+            source="keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), classes=10, weights=None), "
+            "random weights (seed 7), nothing downloaded",
+            model_path=str(path),
+            size_bytes=3,
+            params=1000,
+            input_shape=[32, 32, 3],
+            output_shape=[10],
+        )
+
+
+def test_the_pull_stage_records_the_build_as_a_version_with_the_configs_digest(tmp_path):
+    runner = _Builds()
+    case = Case.model_validate({**APP, "input_shape": [32, 32, 3], "classes": 10, "seed": 7})
+    pulled = build_application(case, tmp_path, runner, timeout_s=60)
+    (spec,) = runner.specs
+    assert (spec.name, spec.input_shape, spec.classes, spec.seed) == ("mobilenet_v3_small", [32, 32, 3], 10, 7)
+    assert spec.model_dir == str(tmp_path / "model")
+    assert pulled.version == "keras3.15.1-abababab" and pulled.digest == "ab" * 32
+    assert pulled.format == "keras" and pulled.local_path == str(tmp_path / "model") and pulled.size_bytes == 3
+    assert "weights=None" in pulled.source_uri and "nothing downloaded" in pulled.source_uri
+    with pytest.raises(ValueError, match="has no backbone"):
+        build_application(Case(model="m"), tmp_path, runner)
+
+
+def test_a_paired_gate_re_measures_its_own_build_and_never_a_version_it_cannot_rebuild(home, monkeypatch, caplog):
+    from tasks.records import EnvRecord, PulledModel, RunContext
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_HOME": str(home)})
+    case = Case.model_validate({**APP, "input_shape": [32, 32, 3]})
+    ctx = RunContext(dag_id="d", dag_run_id="r", trigger="release", case=case)  # a release gate is paired
+    built = pipeline.work_dir(settings, ctx) / "model"
+    built.mkdir(parents=True)
+    (built / "model.keras").write_bytes(b"zip")
+    pulled = PulledModel(
+        model=case.model,
+        version="keras3.15.1-5d4db9ee",
+        source_uri="keras.applications.MobileNetV3Small(...)",
+        local_path=str(built),
+        format="keras",
+        digest="5d" * 32,
+        size_bytes=3,
+    )
+    env = EnvRecord(fingerprint_id="f", comparability_key="k", data={})
+    monkeypatch.setattr(pipeline, "baseline_version", lambda *a: ("keras3.15.1-5d4db9ee", 1))
+    a = pipeline.pull_paired_baseline(ctx, env, settings, pulled)
+    assert a is not None and a.version == pulled.version and a.digest == pulled.digest
+    assert (pipeline.work_dir(settings, ctx) / "baseline" / "model" / "model.keras").read_bytes() == b"zip"
+    monkeypatch.setattr(pipeline, "baseline_version", lambda *a: ("keras3.14.0-0badc0de", 1))  # an older Keras
+    with caplog.at_level("WARNING"):
+        assert pipeline.pull_paired_baseline(ctx, env, settings, pulled) is None
+    assert "cannot be rebuilt; compared with the history only" in caplog.text
