@@ -496,6 +496,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "publish",
     "doctor",
     "sweep",
+    "hardware",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.cli.{_name}").register(app)
