@@ -80,5 +80,5 @@ def register(app: typer.Typer) -> None:
         render(df, fmt, title=f"{model}: hardware side by side")
         if fmt == Format.table:
             for r in df.itertuples():
-                if r.differs_beyond_hardware:
+                if isinstance(r.differs_beyond_hardware, str):
                     typer.echo(f"note: {r.case} on {r.hardware} differs in more than the hardware: {r.differs_beyond_hardware}")
