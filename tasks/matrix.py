@@ -52,6 +52,7 @@ AXIS_ALIASES: dict[str, str] = {"devices": "device"}
 def _unalias(m: Any) -> Any:
     return {AXIS_ALIASES.get(k, k): v for k, v in m.items()} if isinstance(m, Mapping) else m
 
+
 ALL_CASES = "all"
 """The ``case`` Param value that selects every case of a model's config entries."""
 

@@ -469,9 +469,10 @@ class Case(Record):
     def name(self) -> str:
         """The case key runs are compared within (each name has its own history and baseline), built
         from the axes that change what is measured, in this order, defaults left out: ``<mode>-bs<batch_size>
-        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-<device or hardware>][-in<8 hex>]``,
-        e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``, ``train-bs16-gpu``,
-        ``train-bs16-gpu-h100`` (the hardware label, when set, in place of the device kind; ``auto`` adds nothing). The ``-in`` part is the
+        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-<device or hardware>]
+        [-in<8 hex>]``, e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``,
+        ``train-bs16-gpu``, ``train-bs16-gpu-h100`` (the hardware label, when set, in place of the device kind;
+        ``auto`` adds nothing). The ``-in`` part is the
         sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``): two input shapes
         or pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
         """

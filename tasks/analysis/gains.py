@@ -32,6 +32,12 @@ HARDWARE_FIELDS: tuple[str, ...] = ("gpu.count", "gpu.devices.", "host.cpu_model
 _DEVICE_PART = re.compile(r"-(cpu|gpu|tpu)(-[a-z0-9_.]+)*(?=(-in[0-9a-f]{8})?$)")
 
 
+def section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """Section ``name`` of fingerprint record ``data``; an empty mapping where missing or not a mapping."""
+    got = data.get(name)
+    return got if isinstance(got, Mapping) else {}
+
+
 def base_case_name(name: str) -> str:
     """``name`` without its device or hardware part (``train-bs16-gpu-h100`` -> ``train-bs16``;
     ``Case.name``): the same case on any hardware."""
@@ -46,9 +52,7 @@ def is_hardware_field(path: str) -> bool:
 def hardware_label(data: Mapping[str, Any]) -> str:
     """A short name of the device that measured, from fingerprint ``data``: the ``device`` section's kind
     and names, else the visible GPUs' names, else the CPU model."""
-    dev = data.get("device") if isinstance(data.get("device"), Mapping) else None
-    gpu = data.get("gpu") if isinstance(data.get("gpu"), Mapping) else {}
-    host = data.get("host") if isinstance(data.get("host"), Mapping) else {}
+    dev, gpu, host = (section(data, name) for name in ("device", "gpu", "host"))
     if dev and dev.get("names"):
         names = [str(n) for n in dev["names"]]
         kind = str(dev.get("kind", "?"))

@@ -38,7 +38,9 @@ def hardware_frame(
     if case is not None:
         df = df[[n == case or base_case_name(n) == case for n in df["case_name"]]]
     if df.empty:
-        raise ValueError(f"no successful run of model {model!r}" + (f" case {case!r}" if case else "") + " in the store")
+        raise ValueError(
+            f"no successful run of model {model!r}" + (f" case {case!r}" if case else "") + " in the store"
+        )
     rows = side_by_side(df.to_dict(orient="records"), envs, steps, reference=reference)
     out = pd.DataFrame(rows)
     out["differs_beyond_hardware"] = ["; ".join(d) if d else None for d in out["differs_beyond_hardware"]]
@@ -81,4 +83,6 @@ def register(app: typer.Typer) -> None:
         if fmt == Format.table:
             for r in df.itertuples():
                 if isinstance(r.differs_beyond_hardware, str):
-                    typer.echo(f"note: {r.case} on {r.hardware} differs in more than the hardware: {r.differs_beyond_hardware}")
+                    typer.echo(
+                        f"note: {r.case} on {r.hardware} differs in more than the hardware: {r.differs_beyond_hardware}"
+                    )

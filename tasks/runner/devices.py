@@ -23,7 +23,9 @@ KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
 _TF_TYPE = {"cpu": "CPU", "gpu": "GPU", "tpu": "TPU"}
 
 
-def refusal(case_name: str, device: str, seen: Sequence[str], cuda_visible_devices: str | None, *, who: str = "TF") -> str | None:
+def refusal(
+    case_name: str, device: str, seen: Sequence[str], cuda_visible_devices: str | None, *, who: str = "TF"
+) -> str | None:
     """Why case ``case_name`` asking for ``device`` cannot run on this host, or None when it can.
 
     Args:
@@ -62,11 +64,17 @@ def hidden_gpus_env(device: str, environ: Mapping[str, str] | None = None) -> di
     return {**(os.environ if environ is None else environ), "CUDA_VISIBLE_DEVICES": ""}
 
 
+def section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """Section ``name`` of fingerprint record ``data`` (``gpu``, ``host``, ...); an empty mapping where it is
+    missing or not a mapping."""
+    got = data.get(name)
+    return got if isinstance(got, Mapping) else {}
+
+
 def nvml_seen(data: Mapping[str, Any]) -> list[str]:
     """The device types a fingerprint record shows (TF's names): ``CPU``, then one ``GPU`` per visible GPU
     (``gpu.count``, NVML's GPUs in ``CUDA_VISIBLE_DEVICES``; a count that is not a number adds none)."""
-    gpu = data.get("gpu") if isinstance(data.get("gpu"), Mapping) else {}
-    count = gpu.get("count") if isinstance(gpu, Mapping) else None
+    count = section(data, "gpu").get("count")
     return ["CPU", *["GPU"] * (count if isinstance(count, int) else 0)]
 
 
@@ -83,11 +91,9 @@ def device_section(requested: str, data: Mapping[str, Any]) -> dict[str, Any]:
     if requested == "auto":
         kind = "gpu" if "GPU" in nvml_seen(data) else "cpu"
     if kind == "gpu":
-        gpu = data.get("gpu") if isinstance(data.get("gpu"), Mapping) else {}
-        names = [d.get("name") for d in gpu.get("devices") or [] if isinstance(d, Mapping)]
+        names = [d.get("name") for d in section(data, "gpu").get("devices") or [] if isinstance(d, Mapping)]
     elif kind == "cpu":
-        host = data.get("host") if isinstance(data.get("host"), Mapping) else {}
-        names = [host.get("cpu_model", "unknown")]
+        names = [section(data, "host").get("cpu_model", "unknown")]
     else:
         names = []  # a TPU is named by the runner (TF), not the probe
     return {"requested": requested, "kind": kind, "names": names}

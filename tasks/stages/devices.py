@@ -44,11 +44,15 @@ def parse_queues(raw: Any, *, where: str = "config") -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise QueueError(f"{where}: 'queues' must map device kinds to Celery queues, e.g. {{cpu: default, gpu: gpu}}; got {raw!r}")
+        raise QueueError(
+            f"{where}: 'queues' must map device kinds to Celery queues, e.g. {{cpu: default, gpu: gpu}}; got {raw!r}"
+        )
     out: dict[str, str] = {}
     for key, queue in raw.items():
         if not isinstance(key, str) or key.split("-", 1)[0] not in KINDS:
-            raise QueueError(f"{where}: queues key {key!r} is not a device kind ({', '.join(KINDS)}) or hardware label (gpu-h100)")
+            raise QueueError(
+                f"{where}: queues key {key!r} is not a device kind ({', '.join(KINDS)}) or hardware label (gpu-h100)"
+            )
         if not isinstance(queue, str) or not queue.strip():
             raise QueueError(f"{where}: queues.{key} must name a Celery queue, got {queue!r}")
         out[key] = queue.strip()
@@ -110,7 +114,9 @@ def check_queues(
                 f"queue {measuring_queue!r} (PERFWATCH_PROFILE_QUEUE): no task of it would reach a {want} worker"
             )
         elif served is not None and q not in served:
-            faults.append(f"case {label} asks for device {want}, whose queue {q!r} has no worker (served: {sorted(served)})")
+            faults.append(
+                f"case {label} asks for device {want}, whose queue {q!r} has no worker (served: {sorted(served)})"
+            )
         else:
             out[label] = q
     if faults:
@@ -136,13 +142,14 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
             ``CUDA_VISIBLE_DEVICES`` and what NVML sees).
     """
     from tasks.analysis.environment import Fingerprint
-    from tasks.runner.devices import device_section, nvml_seen, refusal
+    from tasks.runner.devices import device_section, nvml_seen, refusal, section
 
     data = dict(fp.data)
-    env = data.get("env_vars") if isinstance(data.get("env_vars"), dict) else {}
-    cuda = env.get("CUDA_VISIBLE_DEVICES", "absent")
+    cuda = section(data, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
     if case.device == "gpu":
-        why = refusal(f"{case.model} {case.name}", "gpu", nvml_seen(data), None if cuda == "absent" else cuda, who="NVML")
+        why = refusal(
+            f"{case.model} {case.name}", "gpu", nvml_seen(data), None if cuda == "absent" else cuda, who="NVML"
+        )
         if why is not None:
             raise DeviceMissing(why)
     data["device"] = device_section(case.device, data)

@@ -125,11 +125,15 @@ def plan_cases(
         cases = load_config(settings.config_path)
     if os.environ.get("PERFWATCH_PROFILE_QUEUE", "default") == "default":  # measured where planned (the DAG's queue)
         warn_hardware(cases)
-    if any(c.device != "auto" for c in cases):  # a device no worker serves is refused now, by name (tasks.stages.devices)
+    if any(
+        c.device != "auto" for c in cases
+    ):  # a device no worker serves is refused now, by name (tasks.stages.devices)
         from tasks.stages.devices import check_queues, config_queues
 
         path = Path(settings.config_path)
-        check_queues(cases, config_queues(path) if path.is_file() else {}, os.environ.get("PERFWATCH_PROFILE_QUEUE", "default"))
+        check_queues(
+            cases, config_queues(path) if path.is_file() else {}, os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
+        )
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
