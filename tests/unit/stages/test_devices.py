@@ -82,7 +82,8 @@ def test_a_case_no_queue_serves_is_refused_by_name():
     msg = str(e.value)
     assert "case m train-bs16-tpu asks for device tpu, which no queue serves" in msg
     assert (
-        "case m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG's measuring tasks go to queue 'default'"
+        "case m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG's measuring tasks go to "
+        "queue 'default'"
         in msg
     )
     assert "m train-bs16-cpu" not in msg
