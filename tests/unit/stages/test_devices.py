@@ -83,8 +83,7 @@ def test_a_case_no_queue_serves_is_refused_by_name():
     assert "case m train-bs16-tpu asks for device tpu, which no queue serves" in msg
     assert (
         "case m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG's measuring tasks go to "
-        "queue 'default'"
-        in msg
+        "queue 'default'" in msg
     )
     assert "m train-bs16-cpu" not in msg
     with pytest.raises(QueueError, match="queue 'gpu' has no worker"):
