@@ -154,3 +154,48 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
             raise DeviceMissing(why)
     data["device"] = device_section(case.device, data)
     return Fingerprint.from_data(data)
+
+
+BROKER_ENV = "AIRFLOW__CELERY__BROKER_URL"
+"""The Celery broker of a CeleryExecutor deployment (docker-compose.yml sets it on every Airflow container)."""
+
+
+def queues_of_replies(replies: Mapping[str, Any] | None) -> set[str]:
+    """The queues the Celery workers serve, from ``celery inspect active_queues``'s replies
+    (``{worker: [{"name": queue, ...}, ...]}``); no reply (None): no worker answered, no queue served."""
+    return {
+        str(q["name"]) for qs in (replies or {}).values() for q in qs or [] if isinstance(q, Mapping) and "name" in q
+    }
+
+
+def served_queues(broker_url: str, timeout_s: float = 2.0) -> set[str] | None:
+    """The queues the live Celery workers on ``broker_url`` consume (``app.control.inspect().active_queues()``,
+    each worker answering within ``timeout_s`` s), or None when the broker cannot be asked (unreachable,
+    not a Celery broker): then nothing is known, which is not the same as no worker."""
+    try:
+        from celery import Celery
+
+        app = Celery(broker=broker_url)
+        app.conf.broker_connection_timeout = timeout_s  # an unreachable broker: fail fast, never retry
+        app.conf.broker_connection_max_retries = 1
+        app.conf.broker_transport_options = {"max_retries": 1, "socket_timeout": timeout_s}
+        try:
+            return queues_of_replies(app.control.inspect(timeout=timeout_s).active_queues())
+        finally:
+            app.close()
+    except Exception:  # noqa: BLE001 - an unreachable broker: the worker check is skipped, planning goes on
+        return None
+
+
+def unserved_warnings(planned: Mapping[str, str], served: set[str] | None) -> list[str]:
+    """One warning per planned case (``{"<model> <case name>": queue}``, :func:`check_queues`) whose queue no live
+    worker consumes (``served``: :func:`served_queues`; None: unknown, no warning): the case would wait in
+    Airflow's queued state until a worker for that queue starts."""
+    if served is None:
+        return []
+    return [
+        f"case {label} goes to queue {q!r}, which no live Celery worker consumes (workers serve: "
+        f"{', '.join(sorted(served)) or 'none'}); it waits queued until one starts"
+        for label, q in planned.items()
+        if q not in served
+    ]

@@ -125,15 +125,14 @@ def plan_cases(
         cases = load_config(settings.config_path)
     if os.environ.get("PERFWATCH_PROFILE_QUEUE", "default") == "default":  # measured where planned (the DAG's queue)
         warn_hardware(cases)
-    if any(
-        c.device != "auto" for c in cases
-    ):  # a device no worker serves is refused now, by name (tasks.stages.devices)
-        from tasks.stages.devices import check_queues, config_queues
+    if any(c.device != "auto" for c in cases):  # a device no queue serves is refused now, by name
+        from tasks.stages import devices
 
-        path = Path(settings.config_path)
-        check_queues(
-            cases, config_queues(path) if path.is_file() else {}, os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
-        )
+        path, measuring = Path(settings.config_path), os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
+        planned = devices.check_queues(cases, devices.config_queues(path) if path.is_file() else {}, measuring)
+        if broker := os.environ.get(devices.BROKER_ENV):  # which queues have a live worker, where Celery can say
+            for warning in devices.unserved_warnings(planned, devices.served_queues(broker)):
+                log.warning("%s", warning)
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"

@@ -187,3 +187,16 @@ def test_perfwatch_run_device_gpu_is_refused_on_a_host_without_one(home, cli, mo
     assert res.exit_code == 2, res.output
     assert "DeviceMissing: case tiny train-bs16-gpu asks for device gpu; this host has none visible" in res.output
     assert "CUDA_VISIBLE_DEVICES=''" in res.output and "recorded in the store as failed run" in res.output
+
+
+def test_cases_whose_queue_no_live_worker_consumes_are_named():
+    from tasks.stages.devices import queues_of_replies, unserved_warnings
+
+    replies = {"celery@a": [{"name": "default", "exchange": {}}], "celery@b": [{"name": "gpu"}, {"name": "h100"}]}
+    assert queues_of_replies(replies) == {"default", "gpu", "h100"} and queues_of_replies(None) == set()
+    planned = {"m train-bs16-cpu": "default", "m train-bs16-tpu": "tpu"}
+    assert unserved_warnings(planned, {"default", "gpu"}) == [
+        "case m train-bs16-tpu goes to queue 'tpu', which no live Celery worker consumes (workers serve: default, "
+        "gpu); it waits queued until one starts"
+    ]
+    assert unserved_warnings(planned, None) == []  # the broker could not be asked: nothing known
