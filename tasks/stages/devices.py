@@ -173,7 +173,7 @@ def served_queues(broker_url: str, timeout_s: float = 2.0) -> set[str] | None:
     each worker answering within ``timeout_s`` s), or None when the broker cannot be asked (unreachable,
     not a Celery broker): then nothing is known, which is not the same as no worker."""
     try:
-        from celery import Celery
+        from celery import Celery  # type: ignore[import-untyped]
 
         app = Celery(broker=broker_url)
         app.conf.broker_connection_timeout = timeout_s  # an unreachable broker: fail fast, never retry
