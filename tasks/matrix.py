@@ -18,7 +18,9 @@ fastest)::
           - {precision: mixed_bfloat16, batch_size: 8}
 
 Each case is named from its axes (``Case.name``: ``train-bs16-mixed_bfloat16-xla``) and has its own
-history and baseline. The axes are the Case fields that change what is measured (``AXES``).
+history and baseline. The axes are the Case fields that change what is measured (``AXES``); ``devices:
+[cpu, gpu]`` is the ``device`` axis (``train-bs16-cpu``, ``train-bs16-gpu``), and the config's ``queues:``
+section says which Celery queue measures each kind (``tasks.stages.devices``).
 """
 
 from __future__ import annotations

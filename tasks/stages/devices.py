@@ -134,7 +134,9 @@ class DeviceMissing(RuntimeError):
 
 def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
     """``fp`` with its ``device`` section (:func:`tasks.runner.devices.device_section`: the kind and names of
-    the device that measures ``case``), hashed again; a ``gpu`` case on a host whose NVML shows no visible GPU
+    the device that measures ``case``), hashed again; for a case of kind ``auto``, ``fp`` itself (its record,
+    ``fingerprint_id`` and key stay what they were before cases named a device; ``gpu.count`` and
+    ``gpu.devices`` say whether a GPU measured); a ``gpu`` case on a host whose NVML shows no visible GPU
     is refused here, before any model is loaded (the runner checks again with what TF sees, and checks tpu).
 
     Raises:
@@ -152,6 +154,8 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
         )
         if why is not None:
             raise DeviceMissing(why)
+    if case.device == "auto":  # as before cases named a device: the same record, id and key (gpu.count says it)
+        return fp
     data["device"] = device_section(case.device, data)
     return Fingerprint.from_data(data)
 
