@@ -18,7 +18,9 @@ fastest)::
           - {precision: mixed_bfloat16, batch_size: 8}
 
 Each case is named from its axes (``Case.name``: ``train-bs16-mixed_bfloat16-xla``) and has its own
-history and baseline. The axes are the Case fields that change what is measured (``AXES``).
+history and baseline. The axes are the Case fields that change what is measured (``AXES``); ``devices:
+[cpu, gpu]`` is the ``device`` axis (``train-bs16-cpu``, ``train-bs16-gpu``), and the config's ``queues:``
+section says which Celery queue measures each kind (``tasks.stages.devices``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,26 @@ import yaml
 
 from tasks.records import Case
 
-AXES: tuple[str, ...] = ("mode", "batch_size", "precision", "xla", "strategy", "quantization", "deterministic")
+AXES: tuple[str, ...] = (
+    "mode",
+    "batch_size",
+    "precision",
+    "xla",
+    "strategy",
+    "quantization",
+    "deterministic",
+    "device",
+    "hardware",
+)
 """Case fields a ``matrix:`` may list (each is part of ``Case.name``)."""
+
+AXIS_ALIASES: dict[str, str] = {"devices": "device"}
+"""Other spellings of an axis in ``matrix:`` and ``exclude:`` (``devices: [cpu, gpu]`` is the ``device`` axis)."""
+
+
+def _unalias(m: Any) -> Any:
+    return {AXIS_ALIASES.get(k, k): v for k, v in m.items()} if isinstance(m, Mapping) else m
+
 
 ALL_CASES = "all"
 """The ``case`` Param value that selects every case of a model's config entries."""
@@ -159,6 +179,12 @@ def expand_entry(
             not a valid Case (the message names the combination and the field, and suggests excluding it).
         ValueError: the entry without a matrix is not a valid Case (pydantic's message, naming the field).
     """
+    if "matrix" in entry:  # the axes' other spellings (AXIS_ALIASES)
+        ex = entry.get("exclude")
+        entry = {**entry, "matrix": _unalias(entry["matrix"])}
+        entry["exclude"] = [_unalias(e) for e in ex] if isinstance(ex, list) else ex
+        if ex is None:
+            del entry["exclude"]
     fields = {**(defaults or {}), **{k: v for k, v in entry.items() if k not in ("matrix", "exclude")}}
     if "matrix" not in entry:
         if entry.get("exclude") is not None:

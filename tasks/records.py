@@ -130,6 +130,9 @@ NOT_A_PARAM: dict[str, Any] = {"set_in": ["config", "cli"]}
 Mode = Literal["train", "infer", "tflite"]
 Precision = Literal["fp32", "mixed_float16", "mixed_bfloat16"]
 Strategy = Literal["none", "mirrored"]
+#: the kind of device a case runs on: ``auto`` is whatever the measuring host's TensorFlow sees (a GPU where
+#: one is visible, else the CPU: the behaviour before cases named a device); tasks.devices
+Device = Literal["auto", "cpu", "gpu", "tpu"]
 Quantization = Literal["none", "dynamic", "int8"]
 
 
@@ -437,6 +440,29 @@ class Case(Record):
             )
         return self
 
+    device: Device = Field(
+        "auto",
+        description="The kind of device the case runs on: cpu (the GPUs hidden from TensorFlow, so the CPU is "
+        "measured), gpu or tpu (the runner refuses the case on a host where TensorFlow sees none), or auto (whatever "
+        "the measuring host's TensorFlow sees). The config's queues: section maps each kind to the Celery queue "
+        "of the workers that have it (tasks.devices).",
+    )
+    hardware: str | None = Field(
+        None,
+        pattern=r"^(cpu|gpu|tpu)(-[a-z0-9_.]+)+$",
+        max_length=32,
+        description="A hardware label within the device kind, e.g. gpu-h100: it names the case (a history per "
+        "label) and may have its own queue in the config's queues: section; its first word is the device kind.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_of_hardware(cls, data: Any) -> Any:
+        """A ``hardware`` label without ``device`` gives the device kind (its first word, ``gpu-h100``: gpu)."""
+        if isinstance(data, dict) and isinstance(data.get("hardware"), str) and data.get("device") in (None, "auto"):
+            data = {**data, "device": data["hardware"].split("-", 1)[0]}
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _paired_layout(cls, data: Any) -> Any:
@@ -478,6 +504,8 @@ class Case(Record):
                 f"mode 'tflite' times the TFLite interpreter: precision={self.precision!r}, xla={self.xla}, "
                 f"strategy={self.strategy!r} do not apply to it (give fp32, no xla, none; use quantization)"
             )
+        if self.hardware is not None and self.hardware.split("-", 1)[0] != self.device:
+            raise ValueError(f"hardware={self.hardware!r} is not a label of device {self.device!r} (it starts with it)")
         if self.inputs and self.input_fn:
             raise ValueError(
                 f"give inputs or input_fn, not both: the batches of input_fn {self.input_fn!r} decide "
@@ -499,11 +527,12 @@ class Case(Record):
     def name(self) -> str:
         """The case key runs are compared within (each name has its own history and baseline), built
         from the axes that change what is measured, in this order, defaults left out: ``<mode>-bs<batch_size>
-        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-in<8 hex>]``, e.g.
-        ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``. The ``-in`` part is the
-        sha256 of the input options (``inputs``, ``input_fn``, a non-default ``signature``; a ``backbone``'s
-        ``input_shape`` and ``classes``): two input shapes or pipelines are two cases, never one history. At most
-        64 characters (``runs.case_name``).
+        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-<device or hardware>]
+        [-in<8 hex>]``, e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``,
+        ``train-bs16-gpu``, ``train-bs16-gpu-h100`` (the hardware label, when set, in place of the device kind;
+        ``auto`` adds nothing). The ``-in`` part is the sha256 of the input options (``inputs``, ``input_fn``, a
+        non-default ``signature``; a ``backbone``'s ``input_shape`` and ``classes``): two input shapes or
+        pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
         """
         parts = [self.mode, f"bs{self.batch_size}"]
         if self.precision != "fp32":
@@ -518,6 +547,8 @@ class Case(Record):
             parts.append(f"t{self.tflite_threads}")
         if self.deterministic:
             parts.append("det")
+        if self.device != "auto":
+            parts.append(self.hardware or self.device)
         if self.inputs or self.input_fn or self.signature != "serving_default" or self.backbone:
             ident: dict[str, Any] = {
                 "inputs": {k: v.to_xcom() for k, v in sorted((self.inputs or {}).items())},
@@ -550,8 +581,16 @@ def check_case_name(name: str) -> str:
     parts = name.split("-")
     if len(parts) > 2 and re.fullmatch(r"in[0-9a-f]{8}", parts[-1]):
         parts.pop()
+    device = next((i for i, p in enumerate(parts) if i >= 2 and p in get_args(Device) and p != "auto"), None)
+    if device is not None:  # the device kind, or the hardware label that starts with it, ends the axes
+        label = "-".join(parts[device:])
+        words[label] = ("hardware", label) if device + 1 < len(parts) else ("device", label)
+        parts = [*parts[:device], label]
     words |= {p: ("tflite_threads", int(p[1:])) for p in parts[2:] if re.fullmatch(r"t[1-9][0-9]{0,3}", p)}
-    expected = "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<threads>][-det][-in<8 hex>]"
+    expected = (
+        "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<threads>][-det]"
+        "[-<device or hardware>][-in<8 hex>]"
+    )
     if len(parts) < 2 or parts[1][:2] != "bs" or any(p not in words for p in parts[2:]):
         raise ValueError(f"case name {name!r} is not {expected}")
     try:

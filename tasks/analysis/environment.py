@@ -3,7 +3,8 @@
 Pure functions over the fingerprint record (a nested JSON dict taken by ``tasks.runner.probe``):
 ``Fingerprint.from_data`` hashes it into ``fingerprint_id`` (everything but the ``recorded``
 section) and ``comparability_key`` (only :data:`COMPARABILITY_FIELDS`, the set variables of
-:data:`PERFORMANCE_ENV_VARS` and the CPUs usable where fewer than the host's, :data:`WHEN_DIFFERENT_FIELDS`:
+:data:`PERFORMANCE_ENV_VARS`, the CPUs usable where fewer than the host's, :data:`WHEN_DIFFERENT_FIELDS`, and the
+device kind where the case asked for one, :data:`DEVICE_KIND_FIELD`:
 a change there starts a new history); :func:`diff_fingerprints` lists what differs between two records.
 
 Environment variables: the probe records every ``TF_*`` variable that is set, but only those that
@@ -102,6 +103,12 @@ COMPARABILITY_FIELDS: tuple[str, ...] = (
 # unrestricted run's usable count equals ``host.cpu_count_logical`` and adds nothing.
 WHEN_DIFFERENT_FIELDS: dict[str, str] = {"host.cpu_count_usable": "host.cpu_count_logical"}
 
+# The device that measured (``device.kind``: cpu, gpu, tpu; tasks.runner.devices.device_section) is in the key
+# where the case asked for a device kind (``device.requested`` other than "auto"): a cpu case on a GPU host
+# (its GPUs hidden) and a gpu case there never share a history. A run that asked for none (every run before
+# cases named a device) keeps its key; its GPUs are in the key already (gpu.devices.*.name).
+DEVICE_KIND_FIELD = "device.kind"
+
 
 class Fingerprint(pydantic.BaseModel):
     """One environment fingerprint.
@@ -176,7 +183,7 @@ _PERF_ENV_PATHS = frozenset(f"env_vars.{name}" for name in PERFORMANCE_ENV_VARS)
 def is_comparability(path: str) -> bool:
     """Whether dotted ``path`` is a comparability field (COMPARABILITY_FIELDS, a PERFORMANCE_ENV_VARS variable
     or one of WHEN_DIFFERENT_FIELDS)."""
-    if path in _PERF_ENV_PATHS or path in WHEN_DIFFERENT_FIELDS:
+    if path in _PERF_ENV_PATHS or path in WHEN_DIFFERENT_FIELDS or path == DEVICE_KIND_FIELD:
         return True
     parts = path.split(".")
     return any(
@@ -201,6 +208,8 @@ def comparability_fields(data: dict) -> dict:
         and not (p in _PERF_ENV_PATHS and p not in COMPARABILITY_FIELDS and v == ABSENT)
         and not (p in WHEN_DIFFERENT_FIELDS and v == flat.get(WHEN_DIFFERENT_FIELDS[p], v))
     }
+    if flat.get("device.requested", "auto") == "auto":
+        out.pop(DEVICE_KIND_FIELD, None)
     out.update({p: ABSENT for p in COMPARABILITY_FIELDS if "*" not in p and p not in flat})
     return dict(sorted(out.items()))
 
@@ -218,7 +227,8 @@ def diff_fingerprints(
     ka, kb = comparability_fields(da), comparability_fields(db)
 
     def affects(p: str) -> bool:  # a WHEN_DIFFERENT field counts only where it changed what enters the key
-        return is_comparability(p) and (p not in WHEN_DIFFERENT_FIELDS or ka.get(p) != kb.get(p))
+        conditional = p in WHEN_DIFFERENT_FIELDS or p == DEVICE_KIND_FIELD
+        return is_comparability(p) and (not conditional or ka.get(p) != kb.get(p))
 
     return [
         FieldChange(field=p, old=a.get(p, ABSENT), new=b.get(p, ABSENT), affects_comparability=affects(p))

@@ -234,6 +234,16 @@ def run_cmd(
     xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
     strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
     quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
+    device: Annotated[
+        str,
+        typer.Option(
+            help="auto, cpu (GPUs hidden, the CPU measured), gpu or tpu (refused where TensorFlow sees none); "
+            "a non-auto kind names the case (train-bs16-gpu)."
+        ),
+    ] = "auto",
+    hardware: Annotated[
+        str | None, typer.Option(help="A hardware label of the device kind, e.g. gpu-h100 (names the case).")
+    ] = None,
     warmup_reuse_days: Annotated[
         float,
         typer.Option(
@@ -509,6 +519,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "publish",
     "doctor",
     "sweep",
+    "hardware",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"tasks.cli.{_name}").register(app)

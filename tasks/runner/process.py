@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from tasks.runner import execution, progress
+from tasks.runner import devices, execution, progress
 from tasks.runner.modes import build, paired, probe, profile, warmup
 from tasks.runner.protocol import (
     SCHEMA_VERSION,
@@ -74,6 +74,7 @@ def run(spec: RunnerSpec) -> WarmupResult | ProfileResult | PairedResult:
     t_import = time.perf_counter()
     import tensorflow  # noqa: F401 - timed here: what a case costs beyond its steps (phases_s.import_tf)
 
+    devices.select(spec.device, spec.case_name)  # cpu: GPUs hidden; gpu/tpu: refused where TF sees none
     execution.configure_devices()  # PERFWATCH_CPU_LOGICAL_DEVICES, before TF initialises
     import_user_modules()  # their custom Keras classes register before the model loads
     progress.emit("start", text=f"{spec.mode}: TensorFlow imported; loading the model and tracing its first step")

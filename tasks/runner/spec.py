@@ -57,6 +57,10 @@ class RunnerSpec(BaseModel):
     # xla: XLA's persistent compilation cache directory, shared by the processes of one case's run
     # (``tasks.runner.execution.configure_xla_cache``); None: every process compiles afresh
     xla_cache_dir: str | None = None
+    # the device kind the case asks for (Case.device; tasks.runner.devices.select): cpu hides the GPUs from TF,
+    # gpu/tpu are refused where TF sees none; auto: whatever TF sees. case_name names the case in that refusal.
+    device: Literal["auto", "cpu", "gpu", "tpu"] = "auto"
+    case_name: str = "?"
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:

@@ -58,6 +58,7 @@ from tasks.store.reads import RunLocation, baseline_version, gather_compare_inpu
 from tasks.store.writes import SuccessAlreadyStored, record_failure
 
 if TYPE_CHECKING:
+    from tasks.runner import RunnerProcess
     from tasks.stages.archive import Leftover
 
 # Each stage's module is imported by its function below, when it runs: every Airflow task imports this
@@ -124,6 +125,14 @@ def plan_cases(
         cases = load_config(settings.config_path)
     if os.environ.get("PERFWATCH_PROFILE_QUEUE", "default") == "default":  # measured where planned (the DAG's queue)
         warn_hardware(cases)
+    if any(c.device != "auto" for c in cases):  # a device no queue serves is refused now, by name
+        from tasks.stages import devices
+
+        path, measuring = Path(settings.config_path), os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
+        planned = devices.check_queues(cases, devices.config_queues(path) if path.is_file() else {}, measuring)
+        if broker := os.environ.get(devices.BROKER_ENV):  # which queues have a live worker, where Celery can say
+            for warning in devices.unserved_warnings(planned, devices.served_queues(broker)):
+                log.warning("%s", warning)
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
@@ -324,13 +333,15 @@ def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
 
 def _fingerprint(s: RunState, ctx: RunContext, st: Settings) -> EnvRecord:
     from tasks.runner import RunnerProcess
+    from tasks.runner.devices import hidden_gpus_env
+    from tasks.stages.devices import with_device
     from tasks.stages.fingerprint import take_fingerprint_in
 
-    return EnvRecord(**take_fingerprint_in(RunnerProcess(st.runner_command)).model_dump())
+    fp = take_fingerprint_in(RunnerProcess(st.runner_command, env=hidden_gpus_env(ctx.case.device)))
+    return EnvRecord(**with_device(fp, ctx.case).model_dump())
 
 
 def _warmup(s: RunState, ctx: RunContext, st: Settings) -> WarmupRecord:
-    from tasks.runner import RunnerProcess
     from tasks.stages.warmup import reusable_warm_up, warm_up
 
     pulled = _have(s.pulled, "pulled")
@@ -344,7 +355,15 @@ def _warmup(s: RunState, ctx: RunContext, st: Settings) -> WarmupRecord:
             ctx.case.warmup_reuse_days,
         )
         return reused
-    return warm_up(pulled, ctx.case, work_dir(st, ctx), RunnerProcess(st.runner_command))
+    return warm_up(pulled, ctx.case, work_dir(st, ctx), _runner(st, ctx.case))
+
+
+def _runner(st: Settings, case: Case) -> RunnerProcess:
+    """The runner of a measuring stage of ``case``: a cpu case's sees no GPU (``CUDA_VISIBLE_DEVICES=""``)."""
+    from tasks.runner import RunnerProcess
+    from tasks.runner.devices import hidden_gpus_env
+
+    return RunnerProcess(st.runner_command, env=hidden_gpus_env(case.device))
 
 
 def pull_paired_baseline(
@@ -385,7 +404,6 @@ def pull_paired_baseline(
 
 
 def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
-    from tasks.runner import RunnerProcess
     from tasks.stages.profiled_run import gate_setup, profiled_run
 
     pulled = _have(s.pulled, "pulled")
@@ -397,7 +415,7 @@ def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
         ctx.case,
         _have(s.warmup, "warmup"),
         work_dir(st, ctx),
-        RunnerProcess(st.runner_command),
+        _runner(st, ctx.case),
         baseline=baseline,
         setup=setup,
         env_data=env.data,

@@ -46,6 +46,8 @@ def case_options(case: Case) -> dict[str, Any]:
         "tflite_threads": case.tflite_threads,
         "telemetry_interval_ms": case.telemetry_interval_ms,
         "allow_partial_batches": case.allow_partial_batches,
+        "device": case.device,
+        "case_name": f"{case.model} {case.name}",
     }
 
 

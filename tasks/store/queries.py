@@ -465,3 +465,75 @@ def sqlalchemy_url(uri: str) -> str:
     except (ArgumentError, ValueError) as e:
         shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", uri)
         raise QueryError(f"{shown!r} is not a database URL (expected e.g. postgresql://user@host:5432/db)") from e
+
+
+def hardware(model: str, case: str | None = None, db_url: str | None = None) -> pd.DataFrame:
+    """The environments ``model`` (one case, or all) was measured on: one row per successful run, with its
+    case, environment (``env_key``, ``environment_id``), version, ``median_step_ms`` (ms, our timer),
+    ``throughput_eps`` (examples/s), ``peak_device_bytes`` / ``peak_rss_bytes`` (bytes) and ``started_at``
+    (``sql/queries/hardware.sql``), plus ``energy_per_example_j`` (J/example, the telemetry summary's, where
+    power was measured; else None). :func:`hardware_inputs` adds what the comparison needs.
+
+    Raises:
+        QueryError: as :func:`run_query`.
+    """
+    df = run_query("hardware", db_url, model=model, case_name=case)
+    energy = _telemetry_energy([int(i) for i in df["run_id"]], db_url)
+    df["energy_per_example_j"] = [energy.get(int(i)) for i in df["run_id"]]
+    return df
+
+
+def _telemetry_energy(run_ids: list[int], db_url: str | None) -> dict[int, float]:
+    """J/example of each run whose telemetry summary (``run_tables`` 'telemetry') has one: the mean over its
+    devices that report ``energy_per_example_j`` (tasks.analysis.telemetry.summarize), summed (each GPU's
+    energy is its share of the examples' energy)."""
+    from sqlalchemy import select
+
+    from tasks.store import RunTable, session_scope
+
+    if not run_ids:
+        return {}
+    with session_scope(_default_url(db_url)) as s:
+        rows = s.execute(
+            select(RunTable.run_id, RunTable.data).where(RunTable.tool == "telemetry", RunTable.run_id.in_(run_ids))
+        ).all()
+    out: dict[int, float] = {}
+    for run_id, data in rows:
+        devices = data.get("devices") if isinstance(data, dict) else None
+        values = [
+            d["energy_per_example_j"]
+            for d in (devices.values() if isinstance(devices, dict) else devices or [])
+            if isinstance(d, dict) and isinstance(d.get("energy_per_example_j"), int | float)
+        ]
+        if values:
+            out[int(run_id)] = float(sum(values))
+    return out
+
+
+def hardware_inputs(model: str, case: str | None = None, db_url: str | None = None):
+    """What ``perfwatch hardware`` compares: :func:`hardware`'s rows, the fingerprint record of each environment
+    row (``{environment_id: data}``) and the measured step times of each run (``{run_id: [ms, ...]}``, our
+    timer, step order).
+
+    Raises:
+        QueryError: as :func:`run_query`.
+    """
+    from sqlalchemy import select
+
+    from tasks.store import Environment, StepSample, session_scope
+
+    df = hardware(model, case, db_url)
+    run_ids = [int(i) for i in df["run_id"]]
+    env_ids = {int(i) for i in df["environment_id"]}
+    steps: dict[int, list[float]] = {i: [] for i in run_ids}
+    envs: dict[int, dict[str, Any]] = {}
+    if run_ids:
+        with session_scope(_default_url(db_url)) as s:
+            for run_id, ms in s.execute(
+                select(StepSample.run_id, StepSample.step_time_ms)
+                .where(StepSample.run_id.in_(run_ids), StepSample.phase == "measured")
+                .order_by(StepSample.run_id, StepSample.step)
+            ):
+                steps[int(run_id)].append(float(ms))
+            envs = dict(s.execute(select(Environment.id, Environment.data).where(Environment.id.in_(env_ids))).all())
+    return df, envs, steps

@@ -78,6 +78,8 @@ def test_dag_imports_in_card_order_without_heavy_imports():
     assert info["params"] == [
         "batch_size",
         "case",
+        "device",
+        "hardware",
         "input_fn",
         "inputs",
         "measured_steps",

@@ -155,6 +155,8 @@ def test_every_axis_is_part_of_the_case_name():
         "xla": True,
         "strategy": "mirrored",
         "deterministic": True,
+        "device": "cpu",
+        "hardware": "gpu-h100",
     }
     for axis in AXES:  # quantization applies to tflite only, precision/xla/strategy to train and infer only
         fields = {"model": "m", "mode": "tflite" if axis == "quantization" else "train", "batch_size": 1}

@@ -1,0 +1,88 @@
+"""``perfwatch hardware MODEL``: what would new hardware gain? The environments a model's cases were measured
+on side by side (median step time, throughput, peak memory, J/example where power was measured) and each
+one's step-time ratio against a reference environment with its interval. Rows from
+``tasks.store.queries.hardware_inputs`` (``sql/queries/hardware.sql``); the comparison is
+``tasks.analysis.gains.side_by_side``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tasks.cli.history import FormatOpt, _db_url, _fail, unknown_model_message
+from tasks.cli.render import Format, render
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def hardware_frame(
+    model: str, case: str | None = None, reference: str | None = None, db_url: str | None = None
+) -> pd.DataFrame:
+    """The side-by-side table of ``model`` (``tasks.analysis.gains.side_by_side``'s rows): ``case`` is a case
+    name with or without its device part (``train-bs16`` matches ``train-bs16-gpu`` and ``train-bs16-cpu``);
+    ``differs_beyond_hardware`` joined by ``; ``.
+
+    Raises:
+        ValueError: no successful run of the model (or case), or a ``reference`` that matches no environment
+            or several. tasks.store.queries.QueryError: the store refused the query.
+    """
+    import pandas as pd
+
+    from tasks.analysis.gains import base_case_name, side_by_side
+    from tasks.store import queries
+
+    df, envs, steps = queries.hardware_inputs(model, None, db_url)
+    if case is not None:
+        df = df[[n == case or base_case_name(n) == case for n in df["case_name"]]]
+    if df.empty:
+        raise ValueError(
+            f"no successful run of model {model!r}" + (f" case {case!r}" if case else "") + " in the store"
+        )
+    rows = side_by_side(df.to_dict(orient="records"), envs, steps, reference=reference)
+    out = pd.DataFrame(rows)
+    out["differs_beyond_hardware"] = ["; ".join(d) if d else None for d in out["differs_beyond_hardware"]]
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``hardware`` to ``app``."""
+
+    @app.command("hardware")
+    def hardware_cmd(
+        model: Annotated[str, typer.Argument(help="Model name in the store.")],
+        case: Annotated[
+            str | None, typer.Option(help="Only this case (with or without its device part: train-bs16).")
+        ] = None,
+        reference: Annotated[
+            str | None,
+            typer.Option(
+                help="The reference environment: a comparability-key prefix or text of its hardware (H100); "
+                "default: the environment each case was first measured on."
+            ),
+        ] = None,
+        fmt: FormatOpt = Format.table,
+    ) -> None:
+        """The environments MODEL was measured on, side by side: median step time (ms), throughput
+        (examples/s), peak memory (bytes), J/example where power was measured, and each one's step-time
+        ratio to the reference with its 95% interval (percentile bootstrap of the ratio of medians of the
+        pooled measured steps: step-to-step noise only). An environment that differs from the reference in
+        more than the hardware (TF, CUDA, driver, packages) is flagged with what differs."""
+        from tasks.store import queries
+
+        try:
+            url = _db_url()
+            if msg := unknown_model_message(url, model):
+                raise _fail(msg)
+            df = hardware_frame(model, case, reference, url)
+        except (queries.QueryError, ValueError) as e:
+            raise _fail(e) from None
+        render(df, fmt, title=f"{model}: hardware side by side")
+        if fmt == Format.table:
+            for r in df.itertuples():
+                if isinstance(r.differs_beyond_hardware, str):
+                    typer.echo(
+                        f"note: {r.case} on {r.hardware} differs in more than the hardware: {r.differs_beyond_hardware}"
+                    )

@@ -1,0 +1,98 @@
+"""`perfwatch hardware`: the environments one case was measured on, side by side (issue 24, item 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tasks.analysis.environment import Fingerprint
+from tasks.cli.hardware import hardware_frame
+from tasks.runner.devices import device_section
+from tasks.stages.archive import archive_run
+from tasks.store import queries
+from tests.helpers.builders import BASELINE_FINGERPRINT, env_record, make_records, with_changes
+
+A100 = {**BASELINE_FINGERPRINT, "device": device_section("gpu", BASELINE_FINGERPRINT)}
+_h100 = with_changes(BASELINE_FINGERPRINT, {"gpu.devices.0.name": "NVIDIA H100 80GB HBM3", "recorded.hostname": "h"})
+H100 = {**_h100, "device": device_section("gpu", _h100)}
+_newer_tf = with_changes(_h100, {"tensorflow.version": "2.13.0", "gpu.driver_version": "550.54.15"})
+H100_NEWER_TF = {**_newer_tf, "device": device_section("gpu", _newer_tf)}
+
+
+def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=None):
+    """One successful run of 'demo' on the environment ``data``: 40 steps around ``median`` ms."""
+    from tasks.records import check_case_name
+
+    ctx, pulled, _, warm, run, parse, comp = make_records(tmp, dag_run_id=name, model="demo", median=median)
+    samples = json.loads(Path(run.samples_path).read_text())
+    samples["measured_step_times_ms"] = [median * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(40)]
+    if energy is not None:  # power measured: a telemetry record whose summary gives this J/example
+        samples["telemetry"] = {
+            "interval_ms": 100,
+            "window_s": 1.0,
+            "steps": 10,
+            "samples": [{"device": "gpu0", "t_s": 0.1 * i, "step": i, "power_w": energy * 160.0} for i in range(5)],
+        }
+    Path(run.samples_path).write_text(json.dumps(samples))
+    check_case_name(case_name)
+    case = ctx.case.model_copy(update={"device": "gpu"})
+    assert case.name == case_name
+    ctx = ctx.model_copy(update={"case": case})
+    run = run.model_copy(update={"throughput_eps": 16 / median * 1000})
+    return archive_run(url, str(tmp / "archive"), ctx, pulled, env_record(data), warm, run, parse, comp).run_id
+
+
+@pytest.fixture
+def two_envs(db_url, tmp_path):
+    """demo train-bs16-gpu: two runs on an A100 (10 ms), one on an H100 (5 ms, J/example measured), one on an
+    H100 with a newer TF and driver (4 ms)."""
+    _run(db_url, tmp_path, "a1", A100, 10.0)
+    _run(db_url, tmp_path, "a2", A100, 10.2)
+    _run(db_url, tmp_path, "h1", H100, 5.0, energy=0.5)
+    _run(db_url, tmp_path, "h2", H100_NEWER_TF, 4.0)
+    return db_url
+
+
+def test_hardware_query_one_row_per_run_on_both_databases(two_envs):
+    df = queries.hardware("demo", db_url=two_envs)
+    assert len(df) == 4 and set(df["case_name"]) == {"train-bs16-gpu"}
+    assert df["env_key"].nunique() == 3
+    assert list(df.columns[:4]) == ["run_id", "case_name", "env_key", "environment_id"]
+    assert queries.hardware("demo", "train-bs16", db_url=two_envs).empty  # the SQL matches the exact name
+
+
+def test_hardware_side_by_side_ratio_interval_and_flags(two_envs):
+    df = hardware_frame("demo", "train-bs16", db_url=two_envs)  # the case without its device part matches
+    by = {r.hardware: r for r in df.itertuples()}
+    a100 = by["gpu: NVIDIA A100-SXM4-40GB"]
+    assert a100.reference and a100.ratio == 1.0 and a100.runs == 2  # first measured: the default reference
+    assert a100.median_step_ms == pytest.approx(10.1)
+    h100 = df[(df["hardware"] == "gpu: NVIDIA H100 80GB HBM3") & df["differs_beyond_hardware"].isna()].iloc[0]
+    assert h100.ratio == pytest.approx(0.5, rel=0.03) and h100.ratio_low < h100.ratio < h100.ratio_high < 0.6
+    assert h100.method == "percentile-bootstrap"
+    assert h100.throughput_eps == pytest.approx(3200.0)
+    assert h100.energy_per_example_j == pytest.approx(0.5 * 160.0 * 1.0 / 160)  # mean W x window / examples
+    flagged = df[df["differs_beyond_hardware"].notna()].iloc[0]
+    assert "tensorflow.version: 2.12.0 -> 2.13.0" in flagged.differs_beyond_hardware
+    assert "gpu.driver_version" in flagged.differs_beyond_hardware
+    assert "gpu.devices.0.name" not in flagged.differs_beyond_hardware  # the hardware itself is not a flag
+    key = Fingerprint.from_data(H100).comparability_key
+    again = hardware_frame("demo", "train-bs16-gpu", reference=key[:8], db_url=two_envs)
+    ref = again[again["reference"]].iloc[0]
+    assert ref.env_key == key
+    assert again[again["env_key"] == a100.env_key].iloc[0].ratio == pytest.approx(2.0, rel=0.03)
+
+
+def test_hardware_cli_prints_the_table_and_the_flag(two_envs, cli):
+    out = cli("hardware", "demo", "--case", "train-bs16-gpu", "--format", "csv")
+    assert out.exit_code == 0, out.output
+    assert "ratio_low" in out.output and "NVIDIA H100 80GB HBM3" in out.output
+    table = cli("hardware", "demo")
+    assert table.exit_code == 0, table.output
+    assert "differs in more than the hardware: " in table.output and "tensorflow.version" in table.output
+    assert table.output.count("note:") == 1  # only the environment that differs beyond its hardware
+    bad = cli("hardware", "demo", "--reference", "nvidia")  # matches all three
+    assert bad.exit_code == 1 and "matches 3 environments" in bad.output
+    assert cli("hardware", "demo", "--case", "infer-bs8").exit_code == 1

@@ -1,0 +1,202 @@
+"""Hardware kinds as queues (issue 24, item 2): the device axis and its case names, the config's queues, the
+plan refusing a case no queue serves, the device check over what the host shows, and the fingerprint key."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from tasks.analysis.environment import Fingerprint, diff_fingerprints
+from tasks.matrix import MatrixError, config_cases, expand_entry
+from tasks.records import Case, RunContext, check_case_name
+from tasks.runner.devices import device_section, hidden_gpus_env, nvml_seen, refusal
+from tasks.settings import Settings
+from tasks.stages.devices import DeviceMissing, QueueError, check_queues, parse_queues, queue_for, with_device
+from tasks.stages.params import case_param_schema
+from tasks.stages.pipeline import plan_cases
+from tests.helpers.builders import BASELINE_FINGERPRINT, with_changes
+
+# --------------------------------------------------------------- the case axis and its name
+
+
+def test_device_default_keeps_todays_names_and_an_explicit_kind_names_the_case():
+    assert Case(model="m").device == "auto" and Case(model="m").name == "train-bs16"
+    assert Case(model="m", device="cpu").name == "train-bs16-cpu"
+    assert Case(model="m", device="gpu", xla=True, deterministic=True).name == "train-bs16-xla-det-gpu"
+    h100 = Case(model="m", hardware="gpu-h100")  # a label gives its kind
+    assert (h100.device, h100.name) == ("gpu", "train-bs16-gpu-h100")
+    with_inputs = Case(model="m", device="tpu", inputs={"x": {"shape": [3]}})
+    for c in (Case(model="m", device="cpu"), h100, with_inputs, Case(model="m", mode="infer", batch_size=8)):
+        assert check_case_name(c.name) == c.name  # names read back into the same case
+    with pytest.raises(ValueError, match="not a label of device 'cpu'"):
+        Case(model="m", device="cpu", hardware="gpu-h100")
+    with pytest.raises(ValueError, match="device"):
+        Case(model="m", device="npu")
+
+
+def test_devices_axis_of_the_matrix_and_the_dag_param():
+    entry = {"model": "m", "matrix": {"devices": ["cpu", "gpu"], "batch_size": [8, 16]}}
+    assert [c.name for c in expand_entry(entry)] == [
+        "train-bs8-cpu",
+        "train-bs16-cpu",
+        "train-bs8-gpu",
+        "train-bs16-gpu",
+    ]
+    excluded = expand_entry({**entry, "exclude": [{"devices": "cpu", "batch_size": 8}]})
+    assert [c.name for c in excluded] == ["train-bs16-cpu", "train-bs8-gpu", "train-bs16-gpu"]
+    labels = config_cases({"models": [{"model": "m", "matrix": {"hardware": ["gpu-h100", "gpu-a100"]}}]}, where="cfg")
+    assert [c.name for c in labels] == ["train-bs16-gpu-h100", "train-bs16-gpu-a100"]
+    with pytest.raises(MatrixError, match="device='npu'"):
+        expand_entry({"model": "m", "matrix": {"devices": ["cpu", "npu"]}})
+    param = case_param_schema("dag")["device"]
+    assert param["enum"] == ["auto", "cpu", "gpu", "tpu"] and param["default"] == "auto"
+    assert "hardware" in case_param_schema("dag") and "device" in case_param_schema("cli")
+
+
+# --------------------------------------------------------------- kinds to queues, refused at plan time
+
+
+def test_queues_map_kinds_and_labels():
+    queues = parse_queues({"cpu": "default", "gpu": "gpu", "gpu-h100": "h100"})
+    assert queue_for(Case(model="m", device="gpu"), queues, "default") == "gpu"
+    assert queue_for(Case(model="m", hardware="gpu-h100"), queues, "default") == "h100"
+    assert queue_for(Case(model="m", hardware="gpu-a100"), queues, "default") == "gpu"  # the label's kind
+    assert queue_for(Case(model="m"), queues, "measure") == "measure"  # auto: the DAG's measuring queue
+    assert queue_for(Case(model="m", device="tpu"), queues, "default") is None
+    assert parse_queues(None) == {}
+    with pytest.raises(QueueError, match="'npu' is not a device kind"):
+        parse_queues({"npu": "x"})
+    with pytest.raises(QueueError, match="queues.gpu must name a Celery queue"):
+        parse_queues({"gpu": ""})
+
+
+def test_a_case_no_queue_serves_is_refused_by_name():
+    cases = [Case(model="m", device="cpu"), Case(model="m", device="gpu"), Case(model="m", device="tpu")]
+    assert check_queues(cases[:2], {"cpu": "gpu", "gpu": "gpu"}, "gpu") == {
+        "m train-bs16-cpu": "gpu",
+        "m train-bs16-gpu": "gpu",
+    }
+    with pytest.raises(QueueError) as e:
+        check_queues(cases, {"cpu": "default", "gpu": "gpu"}, "default")
+    msg = str(e.value)
+    assert "case m train-bs16-tpu asks for device tpu, which no queue serves" in msg
+    assert (
+        "case m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG's measuring tasks go to "
+        "queue 'default'" in msg
+    )
+    assert "m train-bs16-cpu" not in msg
+    with pytest.raises(QueueError, match="queue 'gpu' has no worker"):
+        check_queues(cases[1:2], {"gpu": "gpu"}, "gpu", served={"default"})
+
+
+CONFIG = """
+queues: {cpu: default, gpu: gpu}
+models:
+  - model: resnet
+    matrix:
+      devices: [cpu, gpu]
+"""
+
+
+def test_plan_refuses_the_gpu_case_before_it_waits(home, tmp_path, monkeypatch):
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(CONFIG)
+    settings = Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
+    monkeypatch.delenv("PERFWATCH_PROFILE_QUEUE", raising=False)
+    params = {"model": None, "trigger": "manual"}
+    with pytest.raises(QueueError, match="case resnet train-bs16-gpu asks for device gpu, whose queue is 'gpu'"):
+        plan_cases("dag", "scheduled__1", "scheduled", params, settings)
+    cfg.write_text(CONFIG.replace("{cpu: default, gpu: gpu}", "{cpu: gpu, gpu: gpu}"))
+    monkeypatch.setenv("PERFWATCH_PROFILE_QUEUE", "gpu")  # the GPU worker measures both (cpu with GPUs hidden)
+    states = plan_cases("dag", "scheduled__1", "scheduled", params, settings)
+    assert [RunContext.model_validate(s["ctx"]).case.name for s in states] == ["train-bs16-cpu", "train-bs16-gpu"]
+
+
+# --------------------------------------------------------------- the device check on the measuring host
+
+
+def test_refusal_over_what_tf_sees():
+    assert refusal("m train-bs16-gpu", "gpu", ["CPU", "GPU"], None) is None
+    assert refusal("m train-bs16", "auto", ["CPU"], None) is None
+    assert refusal("m train-bs16-cpu", "cpu", ["CPU"], "") is None
+    assert refusal("m train-bs16-gpu", "gpu", ["CPU"], "") == (
+        "case m train-bs16-gpu asks for device gpu; this host has none visible (CUDA_VISIBLE_DEVICES='', TF sees [CPU])"
+    )
+    assert "CUDA_VISIBLE_DEVICES=<unset>, TF sees [CPU, GPU]" in refusal("m c", "tpu", ["CPU", "GPU"], None)
+    with pytest.raises(ValueError, match="expected auto, cpu, gpu or tpu"):
+        refusal("m c", "npu", ["CPU"], None)
+
+
+def test_a_cpu_case_hides_the_gpus():
+    assert hidden_gpus_env("cpu", {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0"}) == {
+        "PATH": "/bin",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    assert hidden_gpus_env("gpu", {"PATH": "/bin"}) is None and hidden_gpus_env("auto") is None
+
+
+GPU_HOST = BASELINE_FINGERPRINT  # one A100 visible
+GPUS_HIDDEN = with_changes(
+    BASELINE_FINGERPRINT, {"gpu.count": 0, "gpu.devices": [], "env_vars.CUDA_VISIBLE_DEVICES": ""}
+)
+
+
+def _fp(data):
+    return Fingerprint.from_data(data)
+
+
+def test_the_fingerprint_says_which_device_measured_and_keys_it():
+    gpu = with_device(_fp(GPU_HOST), Case(model="m", device="gpu"))
+    cpu = with_device(_fp(GPUS_HIDDEN), Case(model="m", device="cpu"))
+    auto = with_device(_fp(GPU_HOST), Case(model="m"))
+    assert gpu.data["device"] == {"requested": "gpu", "kind": "gpu", "names": ["NVIDIA A100-SXM4-40GB"]}
+    assert cpu.data["device"] == {"requested": "cpu", "kind": "cpu", "names": ["AMD EPYC 7742 64-Core Processor"]}
+    assert auto == _fp(GPU_HOST) and "device" not in auto.data  # auto: today's record, id and key
+    assert device_section("auto", GPU_HOST)["kind"] == "gpu" and nvml_seen(GPU_HOST) == ["CPU", "GPU"]
+    assert len({gpu.comparability_key, cpu.comparability_key, auto.comparability_key}) == 3
+    # a cpu run on a GPU host whose GPUs could not be hidden from the probe still keys apart from a gpu run
+    cpu_unhidden = with_device(_fp(GPU_HOST), Case(model="m", device="cpu"))
+    assert cpu_unhidden.comparability_key not in (gpu.comparability_key, auto.comparability_key)
+    # keys of runs that asked for no device (all of today's) do not change
+    assert auto.comparability_key == _fp(GPU_HOST).comparability_key
+    cpu_only = with_changes(GPU_HOST, {"gpu.count": 0, "gpu.devices": [], "gpu.driver_version": "absent"})
+    with_auto_section = {**cpu_only, "device": device_section("auto", cpu_only)}  # the key rule, on its own
+    assert _fp(with_auto_section).comparability_key == _fp(cpu_only).comparability_key
+    (kind,) = [c for c in diff_fingerprints(gpu.data, cpu_unhidden.data) if c.field == "device.kind"]
+    assert kind.affects_comparability
+
+
+def test_a_gpu_case_on_a_host_without_one_is_refused_before_any_model_loads():
+    with pytest.raises(
+        DeviceMissing,
+        match=r"case m train-bs16-gpu asks for device gpu; this host has none visible "
+        r"\(CUDA_VISIBLE_DEVICES='', NVML sees \[CPU\]\)",
+    ):
+        with_device(_fp(GPUS_HIDDEN), Case(model="m", device="gpu"))
+
+
+def test_perfwatch_run_device_gpu_is_refused_on_a_host_without_one(home, cli, monkeypatch):
+    """The real env-fingerprint stage (the probe subprocess, which never imports TF) refuses the case: the model
+    file is never loaded (it is not a model), and the failure is recorded under the case's name."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, on any test host
+    (home / "models" / "tiny" / "1").mkdir(parents=True)
+    with zipfile.ZipFile(home / "models" / "tiny" / "1" / "model.keras", "w") as z:  # a zip, not a model
+        z.writestr("config.json", "never loaded: refused before warm-up")
+    res = cli("run", "tiny", "--version", "1", "--device", "gpu", "--measured-steps", "5")
+    assert res.exit_code == 2, res.output
+    assert "DeviceMissing: case tiny train-bs16-gpu asks for device gpu; this host has none visible" in res.output
+    assert "CUDA_VISIBLE_DEVICES=''" in res.output and "recorded in the store as failed run" in res.output
+
+
+def test_cases_whose_queue_no_live_worker_consumes_are_named():
+    from tasks.stages.devices import queues_of_replies, unserved_warnings
+
+    replies = {"celery@a": [{"name": "default", "exchange": {}}], "celery@b": [{"name": "gpu"}, {"name": "h100"}]}
+    assert queues_of_replies(replies) == {"default", "gpu", "h100"} and queues_of_replies(None) == set()
+    planned = {"m train-bs16-cpu": "default", "m train-bs16-tpu": "tpu"}
+    assert unserved_warnings(planned, {"default", "gpu"}) == [
+        "case m train-bs16-tpu goes to queue 'tpu', which no live Celery worker consumes (workers serve: default, "
+        "gpu); it waits queued until one starts"
+    ]
+    assert unserved_warnings(planned, None) == []  # the broker could not be asked: nothing known
