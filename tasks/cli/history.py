@@ -154,6 +154,7 @@ HISTORY_TABLE_COLUMNS = [
     "run_id",
     "started_at",
     "case_name",
+    "case_label",
     "version",
     "status",
     "verdict",
@@ -213,14 +214,15 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
 
 
 def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
-    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``).
+    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``; with a
+    ``case_label`` column, ``tasks.store.queries.with_case_labels``, each reason line names the case with it).
 
     Returns:
         (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
     """
     import pandas as pd
 
-    from tasks.records import Verdict, ratio_name
+    from tasks.records import Verdict, case_title, ratio_name
     from tasks.store import queries
 
     if rows.empty:
@@ -240,7 +242,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
                 if pd.notna(r.ci_low) and pd.notna(r.ci_high):
                     why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
         codes.append(code)
-        reasons.append(f"{r.case_name}: {why} -> {code}")
+        reasons.append(f"{case_title(r.case_name, getattr(r, 'case_label', None))}: {why} -> {code}")
     if GATE_REGRESSION in codes:
         return GATE_REGRESSION, reasons
     return max(codes), reasons
@@ -462,9 +464,9 @@ def register(app: typer.Typer) -> None:
 
         try:
             version = canonical_version(version)
-            rows = queries.run_query(
-                "gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version, case_name=case
-            )
+            url = _known(model, GATE_INCONCLUSIVE)
+            rows = queries.run_query("gate", url, model=model, version=version, case_name=case)
+            rows = queries.with_case_labels(rows, url, model=model)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)

@@ -132,10 +132,11 @@ def runs(
     last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """List runs from the store: run id, model, version, case, inputs fed, median step time (ms), median CPU
-    time and run-queue wait per measured step (ms; the wait only where some run recorded it), throughput,
-    verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
-    quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``); csv, json and
+    """List runs from the store: run id, model, version, case and its readable label, inputs fed, median step
+    time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
+    it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
+    strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
+    column when no case has a label; each verdict's reason follows the table, one line per run. csv, json and
     markdown have every column. An unknown --model exits 1 naming the models there are."""
     from tasks.cli.history import unknown_model_message
 
@@ -152,7 +153,14 @@ def runs(
             df = df.drop(columns=["median_wait_ms"])
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
+        if df["case_label"].isna().all():  # no case has a readable label beyond its name
+            df = df.drop(columns=["case_label"])
+        reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
     render(df, fmt, title="perfwatch runs")
+    if fmt == Format.table:
+        for run_id, verdict, reason in zip(df["run_id"], df["verdict"], reasons, strict=True):
+            if isinstance(reason, str) and reason:
+                typer.echo(f"  run {run_id} {verdict}: {reason}")
 
 
 @app.command("run")
