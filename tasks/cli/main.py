@@ -389,6 +389,17 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
     )
 
 
+@demo_app.command("follow")
+def demo_follow() -> None:
+    """Read an ``airflow dags test`` log on stdin and print what ``make demo`` shows of it, line by line as it
+    comes: task starts and ends, failures, perfwatch's own lines with their UTC time, and a task's wait for its
+    retry folded into a few lines (``tasks.cli.follow``)."""
+    from tasks.cli.follow import follow
+
+    for line in follow(iter(sys.stdin.readline, "")):
+        print(line, flush=True)
+
+
 @demo_app.command("check")
 def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Check the demo's outcome in the store: the newest run of v1 succeeded and the newest run of
