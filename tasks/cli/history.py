@@ -172,6 +172,21 @@ HISTORY_TABLE_COLUMNS = [
 ]
 
 
+def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
+    """``df`` as a listing shows it: in a table, each case in ``column`` with its readable label beside it
+    (``tasks.records.case_title``: ``train-bs16-in1be8b91f (images_slow)``, one cell that wraps at the space,
+    so a narrow terminal never cuts the stable name) and no ``case_label`` column; csv, json and markdown keep
+    both columns as they are."""
+    if fmt is not Format.table or "case_label" not in df.columns:
+        return df
+    from tasks.records import case_title
+
+    out = df.drop(columns=["case_label"])
+    labels = [lb if isinstance(lb, str) else None for lb in df["case_label"]]
+    out[column] = [case_title(c, lb) for c, lb in zip(df[column], labels, strict=True)]
+    return out
+
+
 def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
     """A history frame (``tasks.store.queries.history``, oldest first) whose ``env_changed`` is 1 where the
     run's comparability key (``env_key``) differs from the previous fingerprinted run of its case: a new
@@ -385,7 +400,7 @@ def register(app: typer.Typer) -> None:
             )
         df = with_env_changes(df)
         shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
-        render(shown, fmt, title=f"{model}: step time per run (ms)")
+        render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
         if plot is not None:
             try:
                 out = plot_history(df, plot, title=f"{model}: step time per run" + (f" ({case})" if case else ""))
@@ -404,7 +419,7 @@ def register(app: typer.Typer) -> None:
             df = queries.regressions(_since(since), until, model, _known(model))
         except queries.QueryError as e:
             raise _fail(e) from None
-        render(df, fmt, title="regressions")
+        render(titled_cases(df, fmt), fmt, title="regressions")
 
     @app.command("failures")
     def failures_cmd(
@@ -430,7 +445,7 @@ def register(app: typer.Typer) -> None:
         ]
         if not full:
             df = df.drop(columns=["error"])
-        render(df, fmt, title="failed runs")
+        render(titled_cases(df, fmt), fmt, title="failed runs")
 
     @app.command("env-changes")
     def env_changes_cmd(
@@ -471,7 +486,7 @@ def register(app: typer.Typer) -> None:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)
         if not rows.empty:
-            render(rows.drop(columns=["error"]), fmt, title=f"gate {model} v{version}")
+            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} v{version}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
         typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
         for line in reasons:

@@ -138,7 +138,7 @@ def runs(
     strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
     column when no case has a label; each verdict's reason follows the table, one line per run. csv, json and
     markdown have every column. An unknown --model exits 1 naming the models there are."""
-    from tasks.cli.history import unknown_model_message
+    from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url
     if model is not None and (msg := unknown_model_message(url, model)):
@@ -153,8 +153,7 @@ def runs(
             df = df.drop(columns=["median_wait_ms"])
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
-        if df["case_label"].isna().all():  # no case has a readable label beyond its name
-            df = df.drop(columns=["case_label"])
+        df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
         reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
     render(df, fmt, title="perfwatch runs")
     if fmt == Format.table:
