@@ -747,7 +747,9 @@ class RunState(Record):
     back (the same keys as the dict "bundle" of earlier perfwatch versions)."""
 
     ctx: RunContext
-    label: str | None = None  #: ``<model> <case name>``: the case's mapped task instances in the Airflow grid
+    #: ``<model> <case name>`` (with its readable label: ``case_title``): the case's mapped task instances in the
+    #: Airflow grid
+    label: str | None = None
     pulled: PulledModel | None = None
     env: EnvRecord | None = None
     warmup: WarmupRecord | None = None

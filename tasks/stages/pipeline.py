@@ -49,6 +49,8 @@ from tasks.records import (
     Trigger,
     Verdict,
     WarmupRecord,
+    case_label,
+    case_title,
     ratio_name,
     run_slug,
 )
@@ -94,9 +96,10 @@ def plan_cases(
     Case), else every case of the YAML config exactly as configured there (the nightly run). With Params
     ``model`` and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
     ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
-    ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``) names its
-    mapped task instances in the Airflow grid. A case the planning host's hardware cannot run as it says
-    (mixed precision without the type, mirrored with one replica) is logged as a warning (:func:`warn_hardware`).
+    ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``, with the case's readable
+    label beside it: ``tasks.records.case_title``) names its mapped task instances in the Airflow grid. A case
+    the planning host's hardware cannot run as it says (mixed precision without the type, mirrored with one
+    replica) is logged as a warning (:func:`warn_hardware`).
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
@@ -127,7 +130,8 @@ def plan_cases(
         warn_hardware(cases)
     return [
         RunState(
-            ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
+            ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c),
+            label=f"{c.model} {case_title(c.name, case_label(c))}",
         ).to_xcom()
         for c in cases
     ]
