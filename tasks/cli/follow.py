@@ -5,7 +5,7 @@ progress, a busy host's "waiting for a quieter host: ...; measuring again at 19:
 While a task waits for its retry, ``airflow dags test`` logs ``No tasks to run. unrunnable tasks: ...`` every
 second (about 600 lines for the default 10-minute retry delay). Those are folded: one line says what waits on
 what, one line a minute says it still waits, and a last line how long it waited and how many lines the log has
-for it. Any other shown line that repeats right after itself is folded into a count in the same way.
+for it. Any other shown line that repeats right after itself is shown once (with a count from 3 repeats on).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def follow(lines: Iterable[str]) -> Iterator[str]:
     A run of ``No tasks to run`` warnings becomes ``waiting: <who waits>``, then ``still waiting (N s)`` every
     ``WAIT_NOTE_EVERY_S`` seconds of log time, then ``waited N s (K 'No tasks to run' lines in the log)`` when
     another shown line comes or the log ends; another shown line repeated right after itself (same text,
-    another time) becomes one line and ``(repeated K times until HH:MM:SS)``.
+    another time) becomes one line and, from 3 on, ``(repeated K times until HH:MM:SS)``.
     """
     fold: _Fold | None = None
     until = ""  # " until HH:MM:SS UTC": the retry a shown line announced, for the next wait
@@ -75,7 +75,7 @@ def follow(lines: Iterable[str]) -> Iterator[str]:
         if f.key == "waiting":
             secs = (f.last - f.first).total_seconds()
             yield f"   {f.last:%H:%M:%S} waited {secs:.0f} s ({f.count} 'No tasks to run' lines in the log)"
-        else:
+        elif f.count > 2:  # a line logged twice is shown once, without a note
             yield f"   {f.last:%H:%M:%S} (repeated {f.count} times until {f.last:%H:%M:%S})"
 
     for line in lines:
