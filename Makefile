@@ -22,12 +22,9 @@ DEMO_MODEL := demo_mobilenet
 DEMO_STEPS := 100
 # What a DAG run is doing, read from its log as it is written (the full log stays in the file): each task's
 # start and end, and perfwatch's own lines (each stage's start, warm-up / measured-step / profiling / paired-round
-# progress) with their UTC time.
-DEMO_FOLLOW := sed -u -n -E \
-  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] starting task_id=([^ ]+).*/   \1 task \2: started/p' \
-  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] end task task_id=([^ ]+).*/   \1 task \2: ended/p' \
-  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] \[DAG TEST\] Error running task .*/   \1 the task FAILED (traceback in the log)/p' \
-  -e 's/^[0-9-]+T([0-9:]{8})[^]]*\] (.*[^ ]) +\[tasks\.[a-z_.]+\].*/   \1     \2/p'
+# progress, a busy host's wait for the retry and until when) with their UTC time; the scheduler's "No tasks to
+# run" warning, once a second while a retry waits, folded into a line a minute (tasks/cli/follow.py).
+DEMO_FOLLOW := $(PERFWATCH) demo follow
 
 .PHONY: demo test test-fast check bootstrap airflow-init airflow ui env lint bench clean
 
@@ -99,19 +96,29 @@ env:
 	@export -p | grep -E '^declare -x (PERFWATCH_[A-Z_]+|AIRFLOW_HOME|AIRFLOW__[A-Z_]+|TF_CPP_MIN_LOG_LEVEL|GX_ANALYTICS_ENABLED|PYTHONPATH)='
 	@echo 'export PATH="$(VENV)/bin:$$PATH"'
 
+# Whatever happened (a DAG run failed, the check failed), the demo ends with the runs table and each verdict's
+# reason; it exits 1 when DAG run 1 failed (then DAG run 2 is not tried) or the check failed.
 demo: airflow-init
 	$(PERFWATCH) demo build-store
-	@echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"
-	@echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"
-	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
-	  | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) || (tail -40 $(PERFWATCH_HOME)/demo-v1.log; exit 1)
-	$(PERFWATCH) demo baseline --model $(DEMO_MODEL)
-	@echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"
-	@echo "   (full log: $(PERFWATCH_HOME)/demo-v2.log)"
-	@$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
-	  | tee $(PERFWATCH_HOME)/demo-v2.log | $(DEMO_FOLLOW) || echo "   (DAG run 2 ended failed — see $(PERFWATCH_HOME)/demo-v2.log)"
-	$(PERFWATCH) demo check --model $(DEMO_MODEL)
-	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2
+	@status=0; \
+	echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"; \
+	echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"; \
+	$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	  | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) \
+	  || { status=1; tail -40 $(PERFWATCH_HOME)/demo-v1.log; echo "   (DAG run 1 ended failed: the last 40 lines of its log above)"; }; \
+	if [ $$status = 0 ]; then \
+	  $(PERFWATCH) demo baseline --model $(DEMO_MODEL) || status=1; \
+	fi; \
+	if [ $$status = 0 ]; then \
+	  echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"; \
+	  echo "   (full log: $(PERFWATCH_HOME)/demo-v2.log)"; \
+	  $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	    | tee $(PERFWATCH_HOME)/demo-v2.log | $(DEMO_FOLLOW) || echo "   (DAG run 2 ended failed — see $(PERFWATCH_HOME)/demo-v2.log)"; \
+	  $(PERFWATCH) demo check --model $(DEMO_MODEL) || status=1; \
+	fi; \
+	echo "== the demo's runs (perfwatch runs --model $(DEMO_MODEL) --last 2), each verdict's reason below the table"; \
+	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2 || status=1; \
+	exit $$status
 
 # --durations: the 25 slowest tests, printed at the end (where the 30-minute budget goes).
 test: airflow-init

@@ -149,7 +149,12 @@ def perfwatch_profile():
 
         ti = get_current_context()["ti"]
         try:
-            return profile_unless_busy(state, retry_left=ti.try_number <= ti.max_tries).to_xcom()
+            return profile_unless_busy(
+                state,
+                retry_left=ti.try_number <= ti.max_tries,
+                retry_in_s=HOST_BUSY_RETRY_DELAY.total_seconds(),
+                attempt=(ti.try_number, ti.max_tries + 1),
+            ).to_xcom()
         except HostBusy:
             raise
         except Exception as e:

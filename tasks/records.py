@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
@@ -25,6 +26,8 @@ MAX_NAME_CHARS = 128
 MAX_DIR_NAME_BYTES = 200
 #: Most timed steps per version of one run: ``measured_steps``, and ``paired_blocks * paired_block_steps``.
 MAX_TIMED_STEPS = 100_000
+#: Longest readable case label, in characters (``Case.label``, :func:`case_label`).
+MAX_LABEL_CHARS = 48
 
 _CONTROL = frozenset({"Cc", "Cs", "Zl", "Zp"})  # control chars, lone surrogates (bytes that are not UTF-8), line breaks
 
@@ -372,6 +375,16 @@ class Case(Record):
         "previous reading; tasks.runner.telemetry). Not part of the case identity.",
         json_schema_extra=CONFIG_ONLY,
     )
+    label: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_LABEL_CHARS,
+        description="A readable name for the case, e.g. 'slow image pipeline', shown beside its stable name "
+        "(Case.name, e.g. train-bs16-in1be8b91f) in tables, pages, alerts and metrics (case_label). Not part of "
+        "the case's identity: a new label keeps the case's history and baseline. Unset: derived from the input "
+        "options (tasks.records.case_label).",
+        json_schema_extra=CONFIG_ONLY,
+    )
     warmup_reuse_days: float = Field(
         7.0,
         ge=0,
@@ -518,6 +531,15 @@ class Case(Record):
     def _model_name(cls, v: str) -> str:
         return check_model_name(v)
 
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v: str | None) -> str | None:
+        if v is not None and (v != v.strip() or any(unicodedata.category(c) in _CONTROL for c in v)):
+            raise ValueError(
+                f"label {v!r} must be one line without leading or trailing spaces (a name shown beside the case's)"
+            )
+        return v
+
     @field_validator("version", mode="before")
     @classmethod
     def _version(cls, v: Any) -> str:
@@ -601,6 +623,54 @@ def check_case_name(name: str) -> str:
     if case.name != "-".join(parts):
         raise ValueError(f"case name {name!r} is not {expected} (this case is named {case.name!r})")
     return name
+
+
+def case_label(case: Case | Mapping[str, Any] | str | None) -> str | None:
+    """The readable name shown beside a case's stable name (``Case.name``), of a ``Case`` or of a run's stored
+    ``params`` (its Case as a JSON dict, or that JSON's text as SQLite returns it): the case's own ``label``
+    when the config gives one, else what its ``-in<8 hex>`` part hashes, in words: the ``input_fn``'s function
+    name (``tasks.runner.input_fns:images_slow`` -> ``images_slow``), or per input ``name:shape`` with its
+    dtype and integer range (``image:64x64x3``, ``ids:16 int32 [0,30522)``, inputs in name order, ``; ``
+    between them), then ``signature:<name>`` for a non-default SavedModel signature; at most
+    ``MAX_LABEL_CHARS`` characters (a longer one is cut and ends with ``…``). None for a case that has
+    neither (its name says it all: ``train-bs16``) and for missing params.
+
+    Raises:
+        ValueError: ``case`` is neither a Case, a mapping, JSON text of an object, nor None.
+    """
+    if case is None:
+        return None
+    if isinstance(case, str):
+        case = json.loads(case)
+    if isinstance(case, Case):
+        case = case.to_xcom()
+    if not isinstance(case, Mapping):
+        raise ValueError(f"case_label: expected a Case or its stored params (a JSON object), got {type(case).__name__}")
+    if case.get("label"):
+        return str(case["label"])
+    words = []
+    if fn := case.get("input_fn"):
+        words.append(str(fn).rpartition(":")[2])
+    for name, spec in sorted((case.get("inputs") or {}).items()):
+        spec = spec or {}
+        parts = ["x".join(str(d) for d in spec["shape"])] if spec.get("shape") else []
+        if spec.get("dtype"):
+            parts.append(str(spec["dtype"]))
+        if spec.get("min") is not None and spec.get("max") is not None:
+            parts.append(f"[{spec['min']},{spec['max']})")
+        words.append(f"{name}:{' '.join(parts)}" if parts else str(name))
+    if (sig := case.get("signature")) and sig != "serving_default":
+        words.append(f"signature:{sig}")
+    label = "; ".join(words)
+    if not label:
+        return None
+    return label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def case_title(case_name: str, label: str | None) -> str:
+    """A case as one line of text: its stable name, with its readable label beside it when it has one
+    (:func:`case_label`): ``train-bs16-in1be8b91f (images_slow)``, ``train-bs16``."""
+    return f"{case_name} ({label})" if label else case_name
 
 
 class RunContext(Record):
@@ -802,7 +872,9 @@ class RunState(Record):
     back (the same keys as the dict "bundle" of earlier perfwatch versions)."""
 
     ctx: RunContext
-    label: str | None = None  #: ``<model> <case name>``: the case's mapped task instances in the Airflow grid
+    #: ``<model> <case name>`` (with its readable label: ``case_title``): the case's mapped task instances in the
+    #: Airflow grid
+    label: str | None = None
     pulled: PulledModel | None = None
     env: EnvRecord | None = None
     warmup: WarmupRecord | None = None

@@ -28,7 +28,11 @@ VERDICTS = tuple(v.value for v in Verdict)
 class StoreCollector:
     """A prometheus-client collector that reads the store at every scrape (``tasks.store.series.metrics_snapshot``).
 
-    Metrics (labels ``model``, ``case``; times in seconds, as Prometheus names them):
+    Metrics (labels ``model``, ``case`` and ``case_label``; times in seconds, as Prometheus names them). ``case``
+    is the stable case name that keys the history (``train-bs16-in1be8b91f``); ``case_label`` the readable one
+    shown beside it (``images_slow``: ``tasks.records.case_label`` of the case's newest run), the case name
+    itself for a case without one (``train-bs16``), so a legend may always use it. A new label in the config
+    starts new series under the new ``case_label`` value (queries that select by ``case`` are unaffected):
 
     * ``perfwatch_step_time_seconds{quantile="0.5"|"0.9", source}``: median and p90 step time of the newest
       successful run (perfwatch's timer, profiler off; xprof's step time for ``source="external"`` runs);
@@ -84,7 +88,11 @@ class StoreCollector:
             return
         up.add_metric([], 1)
         yield up
-        mc = ["model", "case"]
+        mc = ["model", "case", "case_label"]
+
+        def ident(m: str, c: str) -> list[str]:  # the values of the labels mc
+            return [m, c, snap.case_labels.get((m, c), c)]
+
         step = GaugeMetricFamily(
             "perfwatch_step_time_seconds",
             "Step time of the newest successful run (quantile 0.5: median, 0.9: p90)",
@@ -135,7 +143,7 @@ class StoreCollector:
             "perfwatch_latency_samples", "Measured batches the latency percentiles rest on", labels=[*mc, "source"]
         )
         for r in snap.latest:
-            key = [r.model, r.case_name]
+            key = ident(r.model, r.case_name)
             if r.latency_ms:
                 ci = r.latency_ms.get("ci") or {}
                 for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
@@ -165,13 +173,13 @@ class StoreCollector:
             "perfwatch_baseline_step_time_seconds", "Median step time of the active baseline run", labels=mc
         )
         for (m, c), ms in sorted(snap.baseline_ms.items()):
-            base.add_metric([m, c], ms / 1000.0)
+            base.add_metric(ident(m, c), ms / 1000.0)
         runs = CounterMetricFamily("perfwatch_runs", "Runs stored, by status", labels=[*mc, "status"])
         for (m, c, st), n in sorted(snap.runs_by_status.items()):
-            runs.add_metric([m, c, st], n)
+            runs.add_metric([*ident(m, c), st], n)
         regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
         for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
-            regs.add_metric([m, c], snap.regressions.get((m, c), 0))
+            regs.add_metric(ident(m, c), snap.regressions.get((m, c), 0))
         yield from (step, cpu, wait, base, thr, verdict, info, last, runs, regs, lat, lat_bound, lat_ok, lat_n)
         if snap.newest_finished_at is not None:
             age = GaugeMetricFamily(

@@ -55,6 +55,7 @@ _HEADERS = {
     "baseline_median_ms": "baseline median (ms)",
     "throughput_eps": "throughput (examples/s)",
     "case_name": "case",
+    "case_label": "case label",
     "n_measured": "steps measured",
     "finished_at": "finished (UTC)",
     "failed_stage": "failed stage",
@@ -285,6 +286,7 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
             for k in (
                 "version",
                 "case",
+                "case_label",
                 "status",
                 "verdict",
                 "reason",
@@ -300,10 +302,11 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
     ]
     if run["metric"]:  # the verdict's figures, of the metric that decided
-        facts.insert(5, ("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
+        at = 1 + [k for k, _ in facts].index("verdict")
+        facts.insert(at, ("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
         if None not in (run["ratio"], run["ci_low"], run["ci_high"]):
             figure = f"{run['ratio']:.3f} [{run['ci_low']:.3f}, {run['ci_high']:.3f}] ({run['method']})"
-            facts.insert(6, ("ratio", html.escape(f"{ratio_name(run['metric'])} {figure}")))
+            facts.insert(at + 1, ("ratio", html.escape(f"{ratio_name(run['metric'])} {figure}")))
     af = airflow_links(request, run)
     facts.append(
         (

@@ -158,7 +158,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The active baseline of each case and environment, then the history of accepted runs, with who
         accepted each and why."""
+        from tasks.cli.history import titled_cases
         from tasks.cli.main import _settings
+        from tasks.store.queries import with_case_labels
 
         try:
             df = baseline_frame(_settings().database_url, model, case)
@@ -174,6 +176,7 @@ def register(app: typer.Typer) -> None:
                     f"active baseline of {model} {r.case} (env {r.env_key}): run {r.run_id} v{r.version}, "
                     f"median {r.median_step_ms:.3f} ms, accepted by {r.accepted_by}: {r.reason}"
                 )
+        df = titled_cases(with_case_labels(df, _settings().database_url, model=model, after="case"), fmt, "case")
         render(df, fmt, title=f"{model}: accepted baselines (active first)")
 
     @baseline_app.command("accept")

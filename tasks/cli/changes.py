@@ -169,7 +169,9 @@ def register(app: typer.Typer) -> None:
         """Change points of MODEL's nightly series: run, version and environment at each, magnitude (ratio
         after/before with its 95% interval), p-value (Apache Otava, E-divisive means) and status (confirmed,
         or tentative with the night that would confirm it)."""
+        from tasks.cli.history import titled_cases
         from tasks.services.trend import min_runs_after
+        from tasks.store.queries import with_case_labels
 
         metrics = tuple(metric or ["median_step_ms"])
         for m in metrics:
@@ -197,6 +199,7 @@ def register(app: typer.Typer) -> None:
             shown = df
             if fmt in (Format.table, Format.markdown):  # p-values of 1e-5 are not 0.000
                 shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]])
+            shown = titled_cases(with_case_labels(shown, _url(), model=model), fmt)  # label beside the case
             render(shown, fmt, title=f"{model}: change points")
         if fmt is Format.table:
             for c, n in sizes.items():
@@ -229,7 +232,9 @@ def register(app: typer.Typer) -> None:
         against the baseline of WINDOW-DAYS ago, with a one-sided 99.5% bound."""
         import pandas as pd
 
+        from tasks.cli.history import titled_cases
         from tasks.services.trend import creep_check
+        from tasks.store.queries import with_case_labels
         from tasks.store.series import run_series
 
         url = _url()
@@ -263,4 +268,5 @@ def register(app: typer.Typer) -> None:
                     "reason": chk.reason,
                 }
             )
-        render(pd.DataFrame(rows), fmt, title=f"{model}: baseline creep over {window_days:g} days")
+        creep = titled_cases(with_case_labels(pd.DataFrame(rows), url, model=model), fmt)
+        render(creep, fmt, title=f"{model}: baseline creep over {window_days:g} days")

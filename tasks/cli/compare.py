@@ -57,7 +57,8 @@ def _latest(db_url: str, model: str, version: str, case: str | None) -> list[Any
 class VersionComparison:
     """``perfwatch compare``'s pieces.
 
-    headline: one row per side (``side`` from/to): run_id, version, case, started_at, median_step_ms (our
+    headline: one row per side (``side`` from/to): run_id, version, case, case_label (``tasks.records.case_label``
+    of the run's params), started_at, median_step_ms (our
     timer), throughput_eps (examples/s), profiler_avg_step_ms (xprof), input_bound_pct, verdict.
     ops: op deltas (µs per profiled step) ranked by growth (largest Δ first); categories: by |Δ|;
     findings: diagnosis findings of both runs (side, run_id, code, severity, message, figure, value,
@@ -98,6 +99,7 @@ HEADLINE_COLUMNS = [
     "run_id",
     "version",
     "case",
+    "case_label",
     "started_at",
     "median_step_ms",
     "throughput_eps",
@@ -127,6 +129,7 @@ def compare_versions(
     import pandas as pd
 
     from tasks.analysis.attribution import RunOps, attribute, window_warnings
+    from tasks.records import case_label
     from tasks.store import reads
 
     to_runs = _latest(db_url, model, to_version, case)
@@ -171,7 +174,11 @@ def compare_versions(
         ),
     )
     headline = pd.DataFrame(
-        [{"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k != "side"}} for side, r in sides.items()],
+        [
+            {"side": side, **{k: r[k] for k in HEADLINE_COLUMNS if k not in ("side", "case_label")}}
+            | {"case_label": case_label(r["params"])}
+            for side, r in sides.items()
+        ],
         columns=HEADLINE_COLUMNS,
     )
     ops = a.ops_frame().sort_values("delta_us_per_step", ascending=False, kind="stable").reset_index(drop=True)
@@ -198,6 +205,8 @@ def compare_versions(
 
 
 def _headline_text(vc: VersionComparison) -> str:
+    from tasks.records import case_title
+
     h = vc.headline.set_index("side")
     f, t = h.loc["from"], h.loc["to"]
     ratio = t["median_step_ms"] / f["median_step_ms"] if f["median_step_ms"] else float("nan")
@@ -205,7 +214,7 @@ def _headline_text(vc: VersionComparison) -> str:
         f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
         f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
         f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
-        f"case {t['case']}"
+        f"case {case_title(t['case'], t['case_label'])}"
     )
     if vc.identical_bytes:
         text += (

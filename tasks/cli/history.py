@@ -154,6 +154,7 @@ HISTORY_TABLE_COLUMNS = [
     "run_id",
     "started_at",
     "case_name",
+    "case_label",
     "version",
     "status",
     "verdict",
@@ -169,6 +170,21 @@ HISTORY_TABLE_COLUMNS = [
     "env_key",
     "env_changed",
 ]
+
+
+def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
+    """``df`` as a listing shows it: in a table, each case in ``column`` with its readable label beside it
+    (``tasks.records.case_title``: ``train-bs16-in1be8b91f (images_slow)``, one cell that wraps at the space,
+    so a narrow terminal never cuts the stable name) and no ``case_label`` column; csv, json and markdown keep
+    both columns as they are."""
+    if fmt is not Format.table or "case_label" not in df.columns:
+        return df
+    from tasks.records import case_title
+
+    out = df.drop(columns=["case_label"])
+    labels = [lb if isinstance(lb, str) else None for lb in df["case_label"]]
+    out[column] = [case_title(c, lb) for c, lb in zip(df[column], labels, strict=True)]
+    return out
 
 
 def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
@@ -213,14 +229,15 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
 
 
 def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
-    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``).
+    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``; with a
+    ``case_label`` column, ``tasks.store.queries.with_case_labels``, each reason line names the case with it).
 
     Returns:
         (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
     """
     import pandas as pd
 
-    from tasks.records import Verdict, ratio_name
+    from tasks.records import Verdict, case_title, ratio_name
     from tasks.store import queries
 
     if rows.empty:
@@ -240,7 +257,7 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
                 if pd.notna(r.ci_low) and pd.notna(r.ci_high):
                     why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
         codes.append(code)
-        reasons.append(f"{r.case_name}: {why} -> {code}")
+        reasons.append(f"{case_title(r.case_name, getattr(r, 'case_label', None))}: {why} -> {code}")
     if GATE_REGRESSION in codes:
         return GATE_REGRESSION, reasons
     return max(codes), reasons
@@ -383,7 +400,7 @@ def register(app: typer.Typer) -> None:
             )
         df = with_env_changes(df)
         shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
-        render(shown, fmt, title=f"{model}: step time per run (ms)")
+        render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
         if plot is not None:
             try:
                 out = plot_history(df, plot, title=f"{model}: step time per run" + (f" ({case})" if case else ""))
@@ -402,7 +419,7 @@ def register(app: typer.Typer) -> None:
             df = queries.regressions(_since(since), until, model, _known(model))
         except queries.QueryError as e:
             raise _fail(e) from None
-        render(df, fmt, title="regressions")
+        render(titled_cases(df, fmt), fmt, title="regressions")
 
     @app.command("failures")
     def failures_cmd(
@@ -428,7 +445,7 @@ def register(app: typer.Typer) -> None:
         ]
         if not full:
             df = df.drop(columns=["error"])
-        render(df, fmt, title="failed runs")
+        render(titled_cases(df, fmt), fmt, title="failed runs")
 
     @app.command("env-changes")
     def env_changes_cmd(
@@ -462,14 +479,14 @@ def register(app: typer.Typer) -> None:
 
         try:
             version = canonical_version(version)
-            rows = queries.run_query(
-                "gate", _known(model, GATE_INCONCLUSIVE), model=model, version=version, case_name=case
-            )
+            url = _known(model, GATE_INCONCLUSIVE)
+            rows = queries.run_query("gate", url, model=model, version=version, case_name=case)
+            rows = queries.with_case_labels(rows, url, model=model)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)
         if not rows.empty:
-            render(rows.drop(columns=["error"]), fmt, title=f"gate {model} v{version}")
+            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} v{version}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
         typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
         for line in reasons:

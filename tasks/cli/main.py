@@ -152,12 +152,13 @@ def runs(
     last: Annotated[int | None, typer.Option(help="Only the last N runs.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """List runs from the store: run id, model, version, case, inputs fed, median step time (ms), median CPU
-    time and run-queue wait per measured step (ms; the wait only where some run recorded it), throughput,
-    verdict. The table leaves out the case's axes (batch size, precision, xla, strategy,
-    quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``); csv, json and
+    """List runs from the store: run id, model, version, case and its readable label, inputs fed, median step
+    time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
+    it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
+    strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
+    column when no case has a label; each verdict's reason follows the table, one line per run. csv, json and
     markdown have every column. An unknown --model exits 1 naming the models there are."""
-    from tasks.cli.history import unknown_model_message
+    from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url
     if model is not None and (msg := unknown_model_message(url, model)):
@@ -177,7 +178,13 @@ def runs(
         df = df.drop(columns=lat)
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
+        df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
+        reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
     render(df, fmt, title="perfwatch runs")
+    if fmt == Format.table:
+        for run_id, verdict, reason in zip(df["run_id"], df["verdict"], reasons, strict=True):
+            if isinstance(reason, str) and reason:
+                typer.echo(f"  run {run_id} {verdict}: {reason}")
 
 
 @app.command("run")
@@ -476,6 +483,17 @@ def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> N
         f"demo baseline: version 1's run {run_id} was not made the baseline by itself ({refused}); "
         f"the demo accepts it explicitly (perfwatch baseline accept {run_id} --by 'make demo' --reason ...)"
     )
+
+
+@demo_app.command("follow")
+def demo_follow() -> None:
+    """Read an ``airflow dags test`` log on stdin and print what ``make demo`` shows of it, line by line as it
+    comes: task starts and ends, failures, perfwatch's own lines with their UTC time, and a task's wait for its
+    retry folded into a few lines (``tasks.cli.follow``)."""
+    from tasks.cli.follow import follow
+
+    for line in follow(iter(sys.stdin.readline, "")):
+        print(line, flush=True)
 
 
 @demo_app.command("check")

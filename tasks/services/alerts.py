@@ -27,7 +27,7 @@ from typing import Any
 
 from tasks.analysis import failures
 from tasks.analysis.attribution import top_ops_text
-from tasks.records import Verdict, ratio_name
+from tasks.records import Verdict, case_label, ratio_name
 from tasks.settings import Settings
 
 #: verdicts a notification reports even when the DAG run succeeded
@@ -65,6 +65,7 @@ class RunNote:
     failed_stage: str | None
     error: str | None
     evidence: dict[str, Any]
+    case_label: str | None = None  #: the case's readable label (``tasks.records.case_label`` of the run's params)
 
 
 def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
@@ -88,6 +89,7 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
             Run.failed_stage,
             Run.error,
             RunComparison.evidence,
+            Run.params,
         )
         .join(Model, Model.id == Run.model_id)
         .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
@@ -97,10 +99,27 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
     )
     with session_scope(db_url) as s:
         rows = s.execute(q).all()
-    return [
-        RunNote(run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, evidence or {})
-        for run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, evidence in rows
-    ]
+    notes = []
+    for run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, ev, params in rows:
+        notes.append(
+            RunNote(
+                run_id,
+                model,
+                version,
+                case,
+                status,
+                verdict,
+                method,
+                ratio,
+                low,
+                high,
+                stage,
+                error,
+                ev or {},
+                case_label(params),
+            )
+        )
+    return notes
 
 
 def run_page_url(base_url: str | None, run_id: int) -> str | None:
@@ -115,7 +134,8 @@ def _first_line(text: str | None) -> str:
 
 def note_text(n: RunNote, base_url: str | None) -> str:
     """One mrkdwn paragraph for a run: what happened, the figures, and the link to its page."""
-    head = f"*{n.model}* v{n.version} `{n.case_name}` (run {n.run_id})"
+    head = f"*{n.model}* v{n.version} `{n.case_name}`" + (f" ({n.case_label})" if n.case_label else "")
+    head += f" (run {n.run_id})"
     if n.status == "failed":
         body = f"failed at stage *{n.failed_stage}*: {_first_line(n.error)[:500]}"
     elif n.verdict == Verdict.ENV_CHANGED:

@@ -21,6 +21,7 @@ Every stage is safe to retry at any time (an operator clearing a task of a finis
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import shutil
@@ -48,6 +49,8 @@ from tasks.records import (
     Trigger,
     Verdict,
     WarmupRecord,
+    case_label,
+    case_title,
     ratio_name,
     run_slug,
 )
@@ -94,9 +97,10 @@ def plan_cases(
     Case), else every case of the YAML config exactly as configured there (the nightly run). With Params
     ``model`` and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
     ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
-    ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``) names its
-    mapped task instances in the Airflow grid. A case the planning host's hardware cannot run as it says
-    (mixed precision without the type, mirrored with one replica) is logged as a warning (:func:`warn_hardware`).
+    ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``, with the case's readable
+    label beside it: ``tasks.records.case_title``) names its mapped task instances in the Airflow grid. A case
+    the planning host's hardware cannot run as it says (mixed precision without the type, mirrored with one
+    replica) is logged as a warning (:func:`warn_hardware`).
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
@@ -135,7 +139,8 @@ def plan_cases(
                 log.warning("%s", warning)
     return [
         RunState(
-            ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c), label=f"{c.model} {c.name}"
+            ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c),
+            label=f"{c.model} {case_title(c.name, case_label(c))}",
         ).to_xcom()
         for c in cases
     ]
@@ -515,11 +520,29 @@ def busy_reason(state: RunState, settings: Settings | None = None) -> str | None
     return None
 
 
-def raise_on_host_busy(state: RunState | Mapping[str, Any], settings: Settings | None = None) -> None:
+def retry_when(delay_s: float, attempt: tuple[int, int] | None = None, now: dt.datetime | None = None) -> str:
+    """When a task retried ``delay_s`` seconds from ``now`` (UTC, default now) runs again, as words:
+    ``at 19:42:10 UTC (in 600 s, try 2 of 3)``; ``attempt`` is (the try that failed, the tries there are),
+    e.g. Airflow's ``(ti.try_number, ti.max_tries + 1)``.
+
+    Raises:
+        ValueError: ``delay_s`` is negative or not finite.
+    """
+    if not 0 <= delay_s < float("inf"):
+        raise ValueError(f"retry delay {delay_s!r} s: expected a finite number of seconds >= 0")
+    at = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC) + dt.timedelta(seconds=delay_s)
+    tries = f", try {attempt[0] + 1} of {attempt[1]}" if attempt else ""
+    return f"at {at:%H:%M:%S} UTC (in {delay_s:.0f} s{tries})"
+
+
+def raise_on_host_busy(
+    state: RunState | Mapping[str, Any], settings: Settings | None = None, *, again: str = "later"
+) -> None:
     """Raise :class:`HostBusy` when :func:`busy_reason` says the verdict is undecided because the host was busy:
-    after the profiled run, so that the task measures again later ("...; measuring again later"); after
-    archiving (the state has ``archived``), so that the run goes red with the reason instead of passing
-    silently undecided ("verdict inconclusive, ...; archived as run N")."""
+    after the profiled run, so that the task measures again later ("...; measuring again <again>", e.g.
+    :func:`retry_when`'s ``at 19:42:10 UTC (in 600 s, try 2 of 3)``), said first as a warning of this module's
+    log (``make demo`` shows it); after archiving (the state has ``archived``), so that the run goes red with
+    the reason instead of passing silently undecided ("verdict inconclusive, ...; archived as run N")."""
     state = as_state(state)
     reason = busy_reason(state, settings)
     if reason is None:
@@ -529,22 +552,30 @@ def raise_on_host_busy(state: RunState | Mapping[str, Any], settings: Settings |
         raise HostBusy(
             f"{case.model} ({case.name}): verdict inconclusive, {reason}; archived as run {state.archived.run_id}"
         )
-    raise HostBusy(f"{case.model} ({case.name}): {reason}; measuring again later")
+    message = f"{case.model} ({case.name}): {reason}; measuring again {again}"
+    log.warning("waiting for a quieter host: %s", message)
+    raise HostBusy(message)
 
 
 def profile_unless_busy(
-    state: RunState | Mapping[str, Any], settings: Settings | None = None, *, retry_left: bool
+    state: RunState | Mapping[str, Any],
+    settings: Settings | None = None,
+    *,
+    retry_left: bool,
+    retry_in_s: float | None = None,
+    attempt: tuple[int, int] | None = None,
 ) -> RunState:
     """The profiled-run stage for a task that Airflow retries later on a busy host: when the measurement's
     noise is beyond the bounds, ``retry_left`` and the verdict depends on it (:func:`busy_reason`), raise
     :class:`HostBusy` instead of handing a busy measurement on (nothing is stored; the work dir is kept, so
-    the retry measures again from the warm-up's record). Without ``retry_left`` (the last try, or
-    ``perfwatch run``) the busy measurement goes on to baseline-compare, which says ``inconclusive``
-    ("host busy: ..."), and archive."""
+    the retry measures again from the warm-up's record); its message, also logged as a warning, says when
+    the retry comes (:func:`retry_when` of ``retry_in_s``, the task's retry delay in seconds, and
+    ``attempt``), else "later". Without ``retry_left`` (the last try, or ``perfwatch run``) the busy
+    measurement goes on to baseline-compare, which says ``inconclusive`` ("host busy: ..."), and archive."""
     settings = settings or Settings.from_env()
     out = run_stage(state, "profiled-run", settings)
     if retry_left:
-        raise_on_host_busy(out, settings)
+        raise_on_host_busy(out, settings, again="later" if retry_in_s is None else retry_when(retry_in_s, attempt))
     return out
 
 

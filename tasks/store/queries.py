@@ -35,7 +35,8 @@ from sqlalchemy.types import TypeEngine
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
 from tasks.store.engine import normalize_url
-from tasks.store.series import step_counter_medians
+from tasks.store.reads import verdict_reasons
+from tasks.store.series import case_labels, step_counter_medians
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
@@ -224,9 +225,10 @@ def history(
     rank over the run's measured samples), ``throughput_eps`` (examples/s), ``verdict``, the
     comparison ``ratio``/``ci_low``/``ci_high``, ``baseline_median_ms`` (the compared baseline run's
     median), ``version_changed`` and ``env_changed`` (1 where it differs from the previous run of
-    that case). ``limit`` keeps only the newest N runs. See ``sql/queries/history.sql``.
+    that case), ``case_label`` (the case's readable label, :func:`with_case_labels`). ``limit`` keeps only the
+    newest N runs. See ``sql/queries/history.sql``.
     """
-    return run_query("history", db_url, model=model, case_name=case, limit=limit)
+    return with_case_labels(run_query("history", db_url, model=model, case_name=case, limit=limit), db_url, model=model)
 
 
 def version_compare(
@@ -234,10 +236,11 @@ def version_compare(
 ) -> pd.DataFrame:
     """Version A vs version B of ``model`` per case and environment key: runs of each, mean median
     step time (ms), mean throughput (examples/s), ``ratio_b_to_a`` (above 1: B slower), newest run
-    ids. See ``sql/queries/version_compare.sql``."""
-    return run_query(
+    ids, ``case_label`` (:func:`with_case_labels`). See ``sql/queries/version_compare.sql``."""
+    df = run_query(
         "version_compare", db_url, model=model, version_a=str(version_a), version_b=str(version_b), case_name=case
     )
+    return with_case_labels(df, db_url, model=model)
 
 
 def _window(since: Any, until: Any) -> tuple[dt.datetime, dt.datetime]:
@@ -250,9 +253,10 @@ def _window(since: Any, until: Any) -> tuple[dt.datetime, dt.datetime]:
 
 def regressions(since: Any, until: Any = None, model: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """Runs with verdict ``regression`` started in [since, until) (UTC; until default: now), newest
-    first, with ratio, interval and baseline median (ms). See ``sql/queries/regressions.sql``."""
+    first, with ratio, interval and baseline median (ms) and ``case_label`` (:func:`with_case_labels`). See
+    ``sql/queries/regressions.sql``."""
     start, end = _window(since, until)
-    return run_query("regressions", db_url, since=start, until=end, model=model)
+    return with_case_labels(run_query("regressions", db_url, since=start, until=end, model=model), db_url)
 
 
 def failures(
@@ -260,9 +264,10 @@ def failures(
 ) -> pd.DataFrame:
     """Failed runs started in [since, until) (UTC), newest first, with ``failed_stage``, the stored
     ``error`` and ``reason`` (the error's first line: its cause line, ``cause: ...``, when the failure was
-    recorded with one (``tasks.analysis.failures``), else the exception). See ``sql/queries/failures.sql``."""
+    recorded with one (``tasks.analysis.failures``), else the exception) and ``case_label``
+    (:func:`with_case_labels`). See ``sql/queries/failures.sql``."""
     start, end = _window(since, until)
-    df = run_query("failures", db_url, since=start, until=end, model=model, limit=limit)
+    df = with_case_labels(run_query("failures", db_url, since=start, until=end, model=model, limit=limit), db_url)
     df.insert(
         df.columns.get_loc("error"),
         "reason",
@@ -341,6 +346,23 @@ def with_case_axes(df: pd.DataFrame, after: str) -> pd.DataFrame:
     return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
 
 
+def with_case_labels(
+    df: pd.DataFrame, db_url: str | None = None, *, model: str | None = None, after: str = "case_name"
+) -> pd.DataFrame:
+    """``df`` (rows naming a case in column ``after``, and a model in column ``model`` or the ``model`` given)
+    with a ``case_label`` column after ``after``: the case's readable label (``tasks.store.series.case_labels``:
+    its newest run's), None for a case whose name says it all (``train-bs16``)."""
+    labels = case_labels(_default_url(db_url), model)
+    models = df["model"] if "model" in df.columns else [model] * len(df)
+    out = df.copy()
+    out.insert(
+        out.columns.get_loc(after) + 1,
+        "case_label",
+        pd.Series([labels.get((m, c)) for m, c in zip(models, df[after], strict=True)], index=df.index, dtype=object),
+    )
+    return out
+
+
 def _json_object(v: Any) -> dict[str, Any] | None:
     """A JSON column read through a named query: a dict (PostgreSQL), its JSON text (SQLite) or None."""
     import json
@@ -372,21 +394,23 @@ def fed_summary(fed: Any) -> str | None:
 
 def runs(model: str | None = None, last: int | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest ``last`` runs (all when None) of ``model`` (or every model), oldest first:
-    run_id, started_at, model, version, case, the case's axes (``AXIS_COLUMNS``: mode, batch_size,
-    precision, xla, strategy, quantization), inputs (what was fed: :func:`fed_summary`), safe_mode (Keras
-    ``safe_mode`` of the case; False for a trusted model), status, trigger, median_step_ms (ms, our timer),
+    run_id, started_at, model, version, case, case_label (its readable label: :func:`with_case_labels`), the
+    case's axes (``AXIS_COLUMNS``: mode, batch_size, precision, xla, strategy, quantization), inputs (what was
+    fed: :func:`fed_summary`), safe_mode (Keras ``safe_mode`` of the case; False for a trusted model), status,
+    trigger, median_step_ms (ms, our timer),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
     :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), the
     infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`), verdict
     (``failed@<stage>`` for a failed run), metric (which per-step measure decided the verdict: wall | cpu;
-    None without a comparison), error (first line). See ``sql/queries/runs.sql``."""
+    None without a comparison), reason (the verdict's reason in one sentence: ``tasks.store.reads.verdict_reasons``;
+    None without one), error (first line). See ``sql/queries/runs.sql``."""
     raw = run_query("runs", db_url, model=model, limit=last)
     medians = step_counter_medians([int(i) for i in raw["run_id"]], _default_url(db_url))
     at = raw.columns.get_loc("median_step_ms") + 1
     for k, name in enumerate(("median_cpu_ms", "median_wait_ms")):
         raw.insert(at + k, name, [medians.get(int(i), (None, None))[k] for i in raw["run_id"]])
     safe = [case_safe_mode(p) for p in raw["params"]]
-    df = with_case_axes(raw, after="case_name")
+    df = with_case_labels(with_case_axes(raw, after="case_name"), db_url)
     at = df.columns.get_loc(AXIS_COLUMNS[-1]) + 1
     fed = list(df.pop("fed"))
     df.insert(at, "inputs", [fed_summary(f) for f in fed])
@@ -395,6 +419,8 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     df["verdict"] = df["verdict"].astype(object)
     df.loc[failed, "verdict"] = "failed@" + df.loc[failed, "failed_stage"].astype(str)
     df["error"] = df["error"].map(first_line)
+    reasons = verdict_reasons([int(i) for i in df["run_id"]], _default_url(db_url))
+    df.insert(df.columns.get_loc("metric") + 1, "reason", [reasons.get(int(i)) for i in df["run_id"]])
     df = df.rename(columns={"case_name": "case"}).drop(columns=["failed_stage"])
     at = df.columns.get_loc("throughput_eps") + 1
     for k, (name, values) in enumerate(latency_columns(fed).items()):

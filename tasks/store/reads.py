@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tasks.records import OP_STATS_COLUMNS, CompareInputs, RunOps, WarmupRecord
+from tasks.records import OP_STATS_COLUMNS, CompareInputs, RunOps, WarmupRecord, case_label
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
@@ -404,7 +404,8 @@ def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list
 def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[str, Any]]:
     """What the history pages show and link for each of ``run_ids`` (absent ids are left out) in the store
     at ``db_url`` (default: the settings', ``PERFWATCH_DATABASE_URL``): run_id,
-    dag_id, dag_run_id, model, version (as pulled, else as requested), case, status, verdict,
+    dag_id, dag_run_id, model, version (as pulled, else as requested), case, case_label (the run's readable case
+    label, ``tasks.records.case_label``; None for a case without one), status, verdict,
     failed_stage, error (failed runs, full text), started_at and finished_at (UTC), median_step_ms (ms,
     our timer), median_cpu_ms and median_wait_ms (the measured steps' median process CPU time and run-queue
     wait, ms; None where not recorded: ``tasks.store.series.step_counter_medians``), throughput_eps
@@ -439,6 +440,7 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
                     RunComparison.ci_high,
                     RunComparison.method,
                     RunComparison.evidence,
+                    Run.params,
                 )
                 .join(Model, Model.id == Run.model_id)
                 .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
@@ -455,8 +457,26 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
         row = dict(r)
         ev = row.pop("evidence") or {}
         reason = ev.get("reason") or (ev.get("noise") or {}).get("reason") if ev else None
-        out[r["run_id"]] = {**row, "median_cpu_ms": cpu, "median_wait_ms": wait, "reason": reason}
+        label = case_label(row.pop("params"))
+        out[r["run_id"]] = {**row, "case_label": label, "median_cpu_ms": cpu, "median_wait_ms": wait, "reason": reason}
     return out
+
+
+def verdict_reasons(run_ids: list[int], db_url: str | None = None) -> dict[int, str]:
+    """Run id -> its verdict's reason in one sentence, as :func:`run_pages` gives it (``evidence["reason"]``,
+    else the noise rule's ``evidence["noise"]["reason"]``), read without the rest of the evidence; runs without
+    a comparison or a reason are left out. ``db_url`` defaults to ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        rows = s.execute(
+            select(
+                RunComparison.run_id,
+                RunComparison.evidence["reason"].as_string(),
+                RunComparison.evidence[("noise", "reason")].as_string(),
+            ).where(RunComparison.run_id.in_(run_ids))
+        ).all()
+    return {rid: own or noise for rid, own, noise in rows if own or noise}
 
 
 # ------------------------------------------------------------------------------- runs as the stages see them

@@ -15,13 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sqlalchemy import Float, func, select, type_coerce
 from sqlalchemy.orm import Session
 
-from tasks.records import Verdict
+from tasks.records import Verdict, case_label
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run, RunTable, StepSample
@@ -187,6 +187,7 @@ class MetricsSnapshot:
         regressions: ``(model, case) -> runs whose verdict is regression``.
         newest_finished_at: when the newest run (any status) finished, UTC; None for an empty store.
         baseline_ms: ``(model, case) -> median step time (ms)`` of the newest active baseline run.
+        case_labels: ``(model, case) -> readable label`` (:func:`case_labels`; cases without one left out).
     """
 
     latest: list[LatestRun]
@@ -194,6 +195,7 @@ class MetricsSnapshot:
     regressions: dict[tuple[str, str], int]
     newest_finished_at: dt.datetime | None
     baseline_ms: dict[tuple[str, str], float]
+    case_labels: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _utc(t: dt.datetime | None) -> dt.datetime | None:
@@ -243,6 +245,24 @@ def step_counter_medians(run_ids: list[int], db_url: str | None = None) -> dict[
         return {}
     with session_scope(db_url or Settings.from_env().database_url) as s:
         return counter_medians(s, run_ids)
+
+
+def labels_in(s: Session, model: str | None = None) -> dict[tuple[str, str], str]:
+    """:func:`case_labels` read in the session ``s``."""
+    newest = select(func.max(Run.id)).group_by(Run.model_id, Run.case_name)
+    q = select(Model.name, Run.case_name, Run.params).join(Model, Model.id == Run.model_id).where(Run.id.in_(newest))
+    if model is not None:
+        q = q.where(Model.name == model)
+    return {(m, c): label for m, c, params in s.execute(q) if (label := case_label(params))}
+
+
+def case_labels(db_url: str | None = None, model: str | None = None) -> dict[tuple[str, str], str]:
+    """``(model, case name) -> readable label`` of every case in the store (of ``model`` only when given):
+    :func:`tasks.records.case_label` of the params of the case's newest stored run (highest run id), so a label
+    given later in the config names the case's whole history. Cases without a label are left out. ``db_url``
+    defaults to ``PERFWATCH_DATABASE_URL``."""
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        return labels_in(s, model)
 
 
 def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
@@ -317,7 +337,8 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
             .order_by(Baseline.accepted_at, Baseline.id)
         ):
             baseline_ms[(m, c)] = float(med)  # the newest active one wins (one per environment may be active)
-    return MetricsSnapshot(latest, by_status, regressions, _utc(newest), baseline_ms)
+        labels = labels_in(s)
+    return MetricsSnapshot(latest, by_status, regressions, _utc(newest), baseline_ms, labels)
 
 
 def dag_run_cases(db_url: str, dag_id: str, dag_run_id: str) -> list[tuple[str, str, int, str]]:

@@ -146,6 +146,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "model",
         "version",
         "case",
+        "case_label",
         "mode",
         "batch_size",
         "precision",
@@ -165,6 +166,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "latency_confidence",
         "verdict",
         "metric",
+        "reason",
         "error",
     ]
     assert list(df["run_id"]) == [story["r1"], story["r2"], story["f"], story["r3"]]  # oldest first

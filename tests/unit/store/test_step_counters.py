@@ -96,7 +96,8 @@ def test_metrics_export_the_newest_runs_cpu_and_wait(db_url, tmp_path):
     assert latest_m.median_cpu_ms is None and latest_other.median_cpu_ms == pytest.approx(20.09)
     families = {f.name: f for f in StoreCollector(db_url).collect()}
     (cpu,) = families["perfwatch_step_cpu_seconds"].samples
-    assert cpu.labels == {"model": "other", "case": latest_other.case_name, "source": "perfwatch"}
+    case = latest_other.case_name  # a case without a readable label is labelled by its name
+    assert cpu.labels == {"model": "other", "case": case, "case_label": case, "source": "perfwatch"}
     assert cpu.value == pytest.approx(0.02009)
     (wait,) = families["perfwatch_step_wait_seconds"].samples
     assert wait.value == pytest.approx(0.0005)
