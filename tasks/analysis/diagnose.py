@@ -8,8 +8,7 @@ for ``diagnose_window`` from the profiled window's check against the measured st
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
+from tasks.analysis.findings import INFO, WARNING, Finding
 from tasks.analysis.profile import IDLE_OP, CrossCheck, ParsedProfile
 
 #: Input share of step time (%, overview_page) at/above which the run is HIGHLY input-bound (xprof: 20).
@@ -24,20 +23,6 @@ COMPILE_PCT = 10.0
 OP_DOMINANT_PCT = 50.0
 #: Device idle time (%, overview_page) above which the device is called mostly idle.
 DEVICE_IDLE_PCT = 50.0
-
-INFO, WARNING = "info", "warning"
-
-
-class Finding(BaseModel):
-    """One diagnosis: ``figure`` is the ParsedProfile figure that triggered it (``value`` in its unit),
-    ``threshold`` the module constant it was compared with (None for yes/no conditions)."""
-
-    code: str
-    severity: str  # "info" | "warning"
-    message: str
-    figure: str
-    value: float | None = None
-    threshold: float | None = None
 
 
 def _share_pct(avg: dict[str, float], *keys: str) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.analysis.diagnose import WARNING, Finding
+from tasks.analysis.findings import WARNING, Finding
 
 #: per mixed precision: the type it computes in, the /proc/cpuinfo flags of which one suffices, and the least
 #: GPU compute capability (tensor cores of that type)

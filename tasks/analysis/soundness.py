@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tasks.analysis.diagnose import INFO, WARNING, Finding
+from tasks.analysis.findings import INFO, WARNING, Finding
 
 #: finding codes that keep a run from becoming a baseline by itself (:func:`baseline_refusals`)
 REFUSING_CODES = ("warmup_not_steady", "recompiled_timed_steps")

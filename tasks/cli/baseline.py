@@ -158,8 +158,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The active baseline of each case and environment, then the history of accepted runs, with who
         accepted each and why."""
+        from tasks.cli.context import settings as _settings
         from tasks.cli.history import titled_cases
-        from tasks.cli.main import _settings
         from tasks.store.queries import with_case_labels
 
         try:
@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Make RUN the active baseline of its model, case and environment, even if its verdict was a
         regression (an intended slowdown); recorded with who and why."""
-        from tasks.cli.main import _settings
+        from tasks.cli.context import settings as _settings
 
         try:
             out = accept_run(_settings().database_url, run_id, by, reason)

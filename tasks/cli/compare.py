@@ -244,8 +244,8 @@ def register(app: typer.Typer) -> None:
         step-time change; the change by op category; the diagnosis findings of each run."""
         import pandas as pd
 
+        from tasks.cli.context import settings as _settings
         from tasks.cli.history import unknown_model_message
-        from tasks.cli.main import _settings
         from tasks.records import canonical_version
 
         try:

@@ -16,13 +16,13 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.core import TyperGroup
 
 from tasks.cli import DEFAULT_MEASURED_STEPS
+from tasks.cli.context import settings as _settings
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
 
@@ -58,29 +58,6 @@ demo_app = typer.Typer(help="The demo's model store.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-
-
-def _settings() -> Settings:
-    """The settings from the environment, with the store migrated. When that creates a new SQLite store (no
-    file was at its path), says so on stderr with the path and ``PERFWATCH_HOME``: a mistyped home otherwise
-    looks like a store without runs."""
-    from sqlalchemy.engine import make_url
-
-    from tasks.store import migrate
-
-    s = Settings.from_env()
-    url = make_url(s.database_url)
-    db = url.database
-    fresh = url.get_backend_name() == "sqlite" and db is not None and db != "" and not Path(db).exists()
-    migrate(s.database_url)
-    if fresh:
-        typer.echo(
-            f"note: no perfwatch store was at {url.database}; a new empty one was made there "
-            f"(PERFWATCH_HOME={s.home}). If you expected runs, check PERFWATCH_HOME or "
-            "PERFWATCH_DATABASE_URL.",
-            err=True,
-        )
-    return s
 
 
 @contextmanager
