@@ -787,7 +787,7 @@ class ProfiledRun(Record):
     #: percentile its distribution-free interval (``tasks.analysis.percentiles.with_intervals``)
     latency_ms: dict[str, Any] | None = None
     #: findings on the steps themselves (``tasks.analysis.soundness.measurement_findings``: recompiles in timed
-    #: steps, batch shapes, partial batches, an unsteady warm-up), ``tasks.analysis.diagnose.Finding`` dicts
+    #: steps, batch shapes, partial batches, an unsteady warm-up), ``tasks.analysis.findings.Finding`` dicts
     findings: list[dict[str, Any]] = Field(default_factory=list)
 
 

@@ -13,7 +13,7 @@ Pure functions over a fingerprint record (``tasks.runner.probe``; a partial reco
 * **replicas**: a ``mirrored`` case runs one replica per visible GPU, else per logical CPU device
   (``PERFWATCH_CPU_LOGICAL_DEVICES``); with one it is not mirrored at all, and the runner refuses it.
 
-:func:`case_findings` turns both into ``tasks.analysis.diagnose.Finding`` records: the planner logs them
+:func:`case_findings` turns both into ``tasks.analysis.findings.Finding`` records: the planner logs them
 (``tasks.stages.pipeline.plan_cases``) and the parse stage adds them to the run's findings.
 """
 

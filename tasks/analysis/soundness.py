@@ -10,7 +10,7 @@ records whether step time reached steady state (``tasks.records.WarmupRecord``).
   ``batch_shapes_vary`` (info: the measured steps were fed more than one set of shapes, with the counts),
   ``partial_batches`` (warning: steps fed fewer examples than ``batch_size``, where the case allowed it; the
   throughput is then of the examples fed), ``warmup_not_steady`` (warning: the warm-up never met its rule).
-  Each is a ``tasks.analysis.diagnose.Finding``, the form of the profile's findings.
+  Each is a ``tasks.analysis.findings.Finding``, the form of the profile's findings.
 * :func:`baseline_refusals` — why a run must not become its case's baseline by itself: a busy host (the noise
   judged by ``tasks.analysis.verdict.judge_noise``), an unsteady warm-up, timed steps that compiled. A user
   can still accept such a run (``perfwatch baseline accept``).

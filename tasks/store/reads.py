@@ -360,7 +360,7 @@ def run_tool_tables(db_url: str, run_id: int) -> dict[str, dict[str, Any]]:
 
 
 def run_findings(db_url: str, run_id: int) -> list[dict[str, Any]]:
-    """The run's diagnosis findings (``tasks.analysis.diagnose.Finding`` fields) from ``run_tables``
+    """The run's diagnosis findings (``tasks.analysis.findings.Finding`` fields) from ``run_tables``
     'diagnosis'; empty when the run has none."""
     with session_scope(db_url) as s:
         data = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "diagnosis"))
