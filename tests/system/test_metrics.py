@@ -84,11 +84,13 @@ def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     r = client.get("/perfwatch/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     v = metric_values(r.text)
-    rn = (("case", "train-bs16"), ("model", "resnet"))
+    # labels sorted by name; a case without a readable label has its name as case_label (issue 25)
+    rn = (("case", "train-bs16"), ("case_label", "train-bs16"), ("model", "resnet"))
+    bert = (("case", "train-bs16"), ("case_label", "train-bs16"), ("model", "bert"))
     assert v[("perfwatch_store_up", ())] == 1
-    assert v[
-        ("perfwatch_step_time_seconds", (*rn[:1], ("model", "resnet"), ("quantile", "0.5"), ("source", "perfwatch")))
-    ] == pytest.approx(0.014)
+    assert v[("perfwatch_step_time_seconds", (*rn, ("quantile", "0.5"), ("source", "perfwatch")))] == pytest.approx(
+        0.014
+    )
     assert v[("perfwatch_baseline_step_time_seconds", rn)] == pytest.approx(
         0.0102
     )  # a regression is never the baseline
@@ -96,9 +98,9 @@ def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "regression")))] == 1
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "pass")))] == 0
     assert v[("perfwatch_runs_total", (*rn, ("status", "success")))] == 3
-    assert v[("perfwatch_runs_total", (("case", "train-bs16"), ("model", "bert"), ("status", "failed")))] == 1
+    assert v[("perfwatch_runs_total", (*bert, ("status", "failed")))] == 1
     assert v[("perfwatch_regressions_total", rn)] == 1
-    assert v[("perfwatch_regressions_total", (("case", "train-bs16"), ("model", "bert")))] == 0
+    assert v[("perfwatch_regressions_total", bert)] == 0
     assert v[("perfwatch_latest_run_info", (*rn, ("source", "perfwatch"), ("version", "1")))] == 1
     assert 0 <= v[("perfwatch_newest_data_age_seconds", ())] < 600
     assert abs(time.time() - v[("perfwatch_last_success_timestamp_seconds", rn)]) < 600
