@@ -7,6 +7,7 @@ instead of from each other (``main`` is the app; the groups never import it).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -34,3 +35,22 @@ def settings() -> Settings:
             err=True,
         )
     return s
+
+
+# Airflow's REST API credentials, the same options (and environment variables) for every command that calls it
+AirflowTokenOpt = Annotated[
+    str | None,
+    typer.Option("--airflow-token", envvar="PERFWATCH_AIRFLOW_TOKEN", help="Bearer JWT for Airflow's API."),
+]
+AirflowUserOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--airflow-user",
+        envvar="PERFWATCH_AIRFLOW_USERNAME",
+        help="User exchanged at /auth/token for a JWT (with --airflow-password).",
+    ),
+]
+AirflowPasswordOpt = Annotated[
+    str | None,
+    typer.Option("--airflow-password", envvar="PERFWATCH_AIRFLOW_PASSWORD", help="Password of --airflow-user."),
+]

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from tasks.cli.context import AirflowPasswordOpt, AirflowTokenOpt, AirflowUserOpt
+
 
 def register(app: typer.Typer) -> None:
     """Add ``doctor`` to ``app``."""
@@ -25,18 +27,9 @@ def register(app: typer.Typer) -> None:
                 help="Airflow API server (default http://localhost:8080).",
             ),
         ] = None,
-        token: Annotated[
-            str | None,
-            typer.Option("--airflow-token", envvar="PERFWATCH_AIRFLOW_TOKEN", help="Bearer JWT for Airflow's API."),
-        ] = None,
-        username: Annotated[
-            str | None,
-            typer.Option("--airflow-user", envvar="PERFWATCH_AIRFLOW_USERNAME", help="User exchanged at /auth/token."),
-        ] = None,
-        password: Annotated[
-            str | None,
-            typer.Option("--airflow-password", envvar="PERFWATCH_AIRFLOW_PASSWORD", help="Password of --airflow-user."),
-        ] = None,
+        token: AirflowTokenOpt = None,
+        username: AirflowUserOpt = None,
+        password: AirflowPasswordOpt = None,
         timeout_s: Annotated[
             float, typer.Option("--timeout", min=1.0, help="Seconds to wait for the trivial task's run.")
         ] = 120.0,

@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from tasks.cli.context import AirflowPasswordOpt, AirflowTokenOpt, AirflowUserOpt
+
 
 def register(app: typer.Typer) -> None:
     """Add ``publish`` to ``app``."""
@@ -36,22 +38,9 @@ def register(app: typer.Typer) -> None:
                 help="Airflow API server to send the Asset event to (e.g. http://localhost:8080); unset: none.",
             ),
         ] = None,
-        token: Annotated[
-            str | None,
-            typer.Option("--airflow-token", envvar="PERFWATCH_AIRFLOW_TOKEN", help="Bearer JWT for Airflow's API."),
-        ] = None,
-        username: Annotated[
-            str | None,
-            typer.Option(
-                "--airflow-user",
-                envvar="PERFWATCH_AIRFLOW_USERNAME",
-                help="User exchanged at /auth/token for a JWT (with --airflow-password).",
-            ),
-        ] = None,
-        password: Annotated[
-            str | None,
-            typer.Option("--airflow-password", envvar="PERFWATCH_AIRFLOW_PASSWORD", help="Password of --airflow-user."),
-        ] = None,
+        token: AirflowTokenOpt = None,
+        username: AirflowUserOpt = None,
+        password: AirflowPasswordOpt = None,
         no_copy: Annotated[
             bool, typer.Option("--no-copy", help="Do not copy: send the event for the existing --version (a resend).")
         ] = False,

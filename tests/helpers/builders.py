@@ -36,6 +36,19 @@ from tasks.stages.compare import baseline_compare
 from tasks.store import Artifact, Baseline, OpStat, Run, RunComparison, StepSample, session_scope
 from tasks.store.writes import record_failure
 
+#: a quiet host's load record (``tasks.runner.measure`` host load: 2 CPUs, other processes 2% of the CPU), the
+#: base the noise and soundness tests vary one field of
+QUIET_HOST_LOAD = {
+    "wall_s": 10.0,
+    "cpus": 2,
+    "load1_start": 2.0,
+    "load1_end": 2.1,
+    "other_cpu_s": 0.4,
+    "other_cpu_share": 0.02,
+    "steal_share": 0.0,
+    "own_cpu_share": 0.95,
+}
+
 
 def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1"):
     """Stage records of one finished run, with real files (a fake xplane, samples, parsed tables)."""

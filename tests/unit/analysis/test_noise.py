@@ -22,18 +22,9 @@ from tasks.stages import pipeline
 from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tests.helpers import ROOT as ROOT_DIR
-from tests.helpers.builders import _paired_file, make_records
+from tests.helpers.builders import QUIET_HOST_LOAD, _paired_file, make_records
 
-QUIET = {
-    "wall_s": 10.0,
-    "cpus": 2,
-    "load1_start": 2.0,
-    "load1_end": 2.1,
-    "other_cpu_s": 0.4,
-    "other_cpu_share": 0.02,
-    "steal_share": 0.0,
-    "own_cpu_share": 0.95,
-}
+QUIET = QUIET_HOST_LOAD
 
 
 def test_host_load_sees_the_cpu_other_processes_take():

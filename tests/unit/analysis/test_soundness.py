@@ -7,17 +7,9 @@ import pytest
 
 from tasks.analysis.calibration import assess_noise
 from tasks.analysis.soundness import baseline_refusals, examples_per_step, measurement_findings
+from tests.helpers.builders import QUIET_HOST_LOAD
 
-QUIET = {
-    "wall_s": 10.0,
-    "cpus": 2,
-    "load1_start": 2.0,
-    "load1_end": 2.1,
-    "other_cpu_s": 0.4,
-    "other_cpu_share": 0.02,
-    "steal_share": 0.0,
-    "own_cpu_share": 0.95,
-}
+QUIET = QUIET_HOST_LOAD
 
 
 def _fed(steps: int, compiled: list[int], shapes: list[tuple[list[int], int]]) -> dict:

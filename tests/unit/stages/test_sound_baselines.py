@@ -14,18 +14,9 @@ from tasks.stages.archive import archive_run
 from tasks.stages.compare import baseline_compare
 from tasks.store import session_scope
 from tasks.store.schema import Baseline
-from tests.helpers.builders import make_records
+from tests.helpers.builders import QUIET_HOST_LOAD, make_records
 
-QUIET = {
-    "wall_s": 10.0,
-    "cpus": 2,
-    "load1_start": 2.0,
-    "load1_end": 2.1,
-    "other_cpu_s": 0.4,
-    "other_cpu_share": 0.02,
-    "steal_share": 0.0,
-    "own_cpu_share": 0.95,
-}
+QUIET = QUIET_HOST_LOAD
 BUSY = assess_noise({**QUIET, "other_cpu_share": 0.83}).model_dump(mode="json")
 CALM = assess_noise(QUIET).model_dump(mode="json")
 
