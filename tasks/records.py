@@ -857,6 +857,177 @@ class CompareRecord(Record):
     )
 
 
+#: How a story names each stored ``comparisons.method`` (``VerdictStory.method_text``).
+METHOD_WORDS = {
+    "paired-abba": "paired ABBA gate: both versions in one process",
+    "history-lookback": "two processes' medians: this run against the lookback history of accepted runs",
+    "cross-environment": "two processes' medians: against the newest baseline of another environment",
+    "fixed-threshold": "fixed threshold on the medians",
+    "none": "no comparison (nothing to compare with)",
+}
+
+
+def judged_profiles(xplane_paths: list[str] | None) -> list[str]:
+    """The xplane files the parse stage read (``parsed.json``/``run_tables`` 'parse' ``xplane_paths``, absolute
+    paths in the run's work dir) as paths inside the run's archive directory: from ``plugins/profile/`` on
+    (``plugins/profile/<session>/<host>.xplane.pb``, the form the archive and the run page list); a path
+    without that part keeps its file name only. Empty for None (a tflite run, a run stored before it was kept)."""
+    out = []
+    for p in xplane_paths or []:
+        p = str(p).replace("\\", "/")
+        at = p.rfind("plugins/profile/")
+        out.append(p[at:] if at >= 0 else p.rsplit("/", 1)[-1])
+    return out
+
+
+class VerdictStory(Record):
+    """One run's verdict with its story: the ONE record of a decision that every command and page renders
+    (``tasks.services.story``: text lines for the CLI, a dict for JSON, an HTML fragment for the pages, the
+    alerts and the metrics' labels). Built from a ``CompareRecord`` (:meth:`from_compare`, what
+    ``perfwatch run`` has in hand) or from what the store holds (``tasks.store.reads.verdict_stories``), by the
+    same rule (:meth:`from_evidence`), so both say the same.
+
+    Attributes:
+        run_id: the stored run (None before archive); status: ``success`` | ``failed``; failed_stage: the
+            stage that failed (failed runs; no verdict then).
+        verdict: the ``Verdict`` value; None for a failed run.
+        reason: the verdict's reason in one sentence (``evidence["reason"]``, else the noise rule's).
+        metric: which per-step measure the ratio is of (``wall`` | ``cpu``); None without a comparison.
+        ratio, ci_low, ci_high: candidate over baseline of that metric, with its interval at ``confidence``
+            (0..1); None where there was no comparison.
+        tolerance: the relative change that counts (0.05 = 5%): the regression line is ``1 + tolerance`` on
+            the ratio (:attr:`threshold`).
+        method: the stored method (``paired-abba``, ``history-lookback``, ``cross-environment``, ``none``);
+            sequential: a paired gate that looked at its interval as it went (``tasks.analysis.sequential``).
+        pairs: a paired gate's ABBA block pairs analysed (``evidence["paired"]["spent"]["pairs"]``);
+            max_pairs: its budget; baseline_runs: the accepted runs a history comparison used.
+        baseline_run_id: the baseline run compared with (the newest); baseline_version: its model version
+            (a paired gate: the version it re-measured as A).
+        profile: the xplane files the parse stage judged (:func:`judged_profiles`: paths in the archive).
+    """
+
+    run_id: int | None = None
+    status: Literal["success", "failed"] = "success"
+    failed_stage: str | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    metric: Metric | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    tolerance: float | None = None
+    method: str | None = None
+    sequential: bool = False
+    pairs: int | None = None
+    max_pairs: int | None = None
+    baseline_runs: int | None = None
+    baseline_run_id: int | None = None
+    baseline_version: str | None = None
+    profile: list[str] = Field(default_factory=list)
+
+    @property
+    def threshold(self) -> float | None:
+        """The regression line on the ratio, ``1 + tolerance`` (None when the tolerance is not known)."""
+        return None if self.tolerance is None else 1 + self.tolerance
+
+    @property
+    def method_text(self) -> str | None:
+        """The method in words (``METHOD_WORDS``), a paired gate with its sequential design and pairs."""
+        if self.method is None:
+            return None
+        text = METHOD_WORDS.get(self.method, self.method)
+        if self.method == "paired-abba":
+            if self.sequential:
+                text = text.replace("paired ABBA gate", "paired ABBA sequential gate")
+            if self.pairs is not None:
+                text += f", {self.pairs} pairs" + (f" of at most {self.max_pairs}" if self.max_pairs else "")
+        elif self.baseline_runs is not None and self.method == "history-lookback":
+            text += f" ({self.baseline_runs} run{'s' if self.baseline_runs != 1 else ''})"
+        return text
+
+    @classmethod
+    def from_evidence(
+        cls,
+        *,
+        run_id: int | None,
+        verdict: str | None,
+        method: str | None,
+        metric: str | None,
+        ratio: float | None,
+        ci_low: float | None,
+        ci_high: float | None,
+        evidence: Mapping[str, Any] | None,
+        baseline_run_id: int | None,
+        baseline_version: str | None = None,
+        profile: list[str] | None = None,
+        status: str = "success",
+        failed_stage: str | None = None,
+    ) -> VerdictStory:
+        """The story from a comparison's figures and evidence (``CompareRecord`` or ``comparisons`` row; the
+        evidence keys of ``tasks.analysis.verdict``): the reason (``evidence["reason"]``, else
+        ``evidence["noise"]["reason"]``), confidence and tolerance of the comparison that decided
+        (``evidence["cpu"]`` when CPU time decided, else ``evidence["paired"]`` of a paired gate, else
+        ``evidence["stats"]``), a paired gate's pairs (``spent``) and whether it was sequential, the history's
+        baseline runs (``stats.n_baseline``), the baseline version (a paired gate's ``baseline_version`` when
+        ``baseline_version`` is not given)."""
+        ev = dict(evidence or {})
+        paired = ev.get("paired") or {}
+        decided = (ev.get("cpu") if metric == "cpu" else None) or (paired if method == "paired-abba" else None)
+        decided = decided or ev.get("stats") or {}
+        spent = paired.get("spent") or {}
+        reason = ev.get("reason") or (ev.get("noise") or {}).get("reason")
+        return cls(
+            run_id=run_id,
+            status="failed" if status == "failed" else "success",
+            failed_stage=failed_stage,
+            verdict=None if status == "failed" else (str(verdict) if verdict is not None else None),
+            reason=reason,
+            metric=metric if metric in ("wall", "cpu") else ("wall" if ratio is not None else None),
+            ratio=ratio,
+            ci_low=ci_low,
+            ci_high=ci_high,
+            confidence=decided.get("confidence"),
+            tolerance=decided.get("tolerance"),
+            method=method,
+            sequential=bool((paired.get("sequential") or {}).get("design")) if method == "paired-abba" else False,
+            pairs=(spent.get("pairs") or paired.get("n_candidate")) if method == "paired-abba" else None,
+            max_pairs=spent.get("max_pairs") if method == "paired-abba" else None,
+            baseline_runs=(ev.get("stats") or {}).get("n_baseline") if method == "history-lookback" else None,
+            baseline_run_id=baseline_run_id,
+            baseline_version=baseline_version or paired.get("baseline_version"),
+            profile=list(profile or []),
+        )
+
+    @classmethod
+    def from_compare(
+        cls,
+        rec: CompareRecord,
+        *,
+        run_id: int | None,
+        baseline_version: str | None = None,
+        profile: list[str] | None = None,
+    ) -> VerdictStory:
+        """The story of a baseline-compare result (``CompareRecord``) as ``perfwatch run`` has it: its newest
+        baseline run (``baseline_run_ids[0]``), the given baseline version and judged profile
+        (:func:`judged_profiles`); the rest as :meth:`from_evidence`. The record's own reason wins over the
+        evidence's."""
+        story = cls.from_evidence(
+            run_id=run_id,
+            verdict=rec.verdict,
+            method=rec.method,
+            metric=rec.metric,
+            ratio=rec.ratio,
+            ci_low=rec.ci_low,
+            ci_high=rec.ci_high,
+            evidence={**rec.evidence, **({"reason": rec.reason} if rec.reason else {})},
+            baseline_run_id=rec.baseline_run_ids[0] if rec.baseline_run_ids else None,
+            baseline_version=baseline_version,
+            profile=profile,
+        )
+        return story
+
+
 class ArchiveRecord(Record):
     """Output of archive: the stored run's id and where its profile now lives."""
 

@@ -43,6 +43,9 @@ class StoreCollector:
     * ``perfwatch_throughput_examples_per_second``: the newest run's throughput (examples/s);
     * ``perfwatch_latest_verdict{verdict}``: 1 for the newest run's verdict, 0 for the others;
     * ``perfwatch_latest_run_info{version, source}``: 1, the newest run's version;
+    * ``perfwatch_latest_decision_info{verdict, metric, method, ratio, interval, reason}``: 1, the newest run's
+      verdict with its story (``tasks.services.story.story_labels``: the same words ``perfwatch gate`` and the
+      pages print), and ``perfwatch_latest_ratio{bound="estimate"|"low"|"high", metric}``: its ratio and interval;
     * ``perfwatch_last_success_timestamp_seconds``: when the newest successful run finished (Unix time);
     * ``perfwatch_runs_total{status}``, ``perfwatch_regressions_total``: runs stored, by status; runs
       judged a regression;
@@ -142,8 +145,29 @@ class StoreCollector:
         lat_n = GaugeMetricFamily(
             "perfwatch_latency_samples", "Measured batches the latency percentiles rest on", labels=[*mc, "source"]
         )
+        from tasks.services.story import story_labels
+        from tasks.store.reads import verdict_stories
+
+        stories = verdict_stories([r.run_id for r in snap.latest], self.db_url)
+        labels = ["verdict", "metric", "method", "ratio", "interval", "reason"]
+        decision = GaugeMetricFamily(
+            "perfwatch_latest_decision_info",
+            "1: the newest successful run's verdict with its story (tasks.services.story.story_labels)",
+            labels=[*mc, *labels],
+        )
+        ratio = GaugeMetricFamily(
+            "perfwatch_latest_ratio",
+            "Candidate/baseline ratio of the newest successful run's verdict (bound estimate) and its interval",
+            labels=[*mc, "bound", "metric"],
+        )
         for r in snap.latest:
             key = ident(r.model, r.case_name)
+            if (story := stories.get(r.run_id)) is not None:
+                told = story_labels(story)
+                decision.add_metric([*key, *(told[k] for k in labels)], 1.0)
+                for bound, value in (("estimate", story.ratio), ("low", story.ci_low), ("high", story.ci_high)):
+                    if value is not None:
+                        ratio.add_metric([*key, bound, story.metric or "wall"], value)
             if r.latency_ms:
                 ci = r.latency_ms.get("ci") or {}
                 for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
@@ -180,7 +204,24 @@ class StoreCollector:
         regs = CounterMetricFamily("perfwatch_regressions", "Runs judged a regression", labels=mc)
         for m, c in sorted({(m, c) for m, c, _ in snap.runs_by_status}):
             regs.add_metric(ident(m, c), snap.regressions.get((m, c), 0))
-        yield from (step, cpu, wait, base, thr, verdict, info, last, runs, regs, lat, lat_bound, lat_ok, lat_n)
+        yield from (
+            step,
+            cpu,
+            wait,
+            base,
+            thr,
+            verdict,
+            info,
+            decision,
+            ratio,
+            last,
+            runs,
+            regs,
+            lat,
+            lat_bound,
+            lat_ok,
+            lat_n,
+        )
         if snap.newest_finished_at is not None:
             age = GaugeMetricFamily(
                 "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"

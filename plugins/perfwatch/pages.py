@@ -187,8 +187,22 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     base, e = plugin_root(request), quote_segment(model)
+    from tasks.records import VerdictStory, case_title
+    from tasks.store.reads import verdict_stories
+
+    newest = df.sort_values("run_id").groupby("case_name", sort=True).tail(1)
+    stories = verdict_stories([int(i) for i in newest["run_id"]])
+    verdicts = "".join(
+        verdict_section(
+            stories.get(int(r.run_id)) or VerdictStory(run_id=int(r.run_id)),
+            heading=f"{case_title(r.case_name, getattr(r, 'case_label', None))}: run {int(r.run_id)}",
+            level=3,
+        )
+        for r in newest.sort_values("case_name").itertuples()
+    )
     body = (
-        f"<p>{_a(f'{base}/', 'all models')}</p><img src='{base}/models/{e}/plot.png' "
+        f"<p>{_a(f'{base}/', 'all models')}</p><h2>Newest verdict per case</h2>{verdicts}"
+        f"<img src='{base}/models/{e}/plot.png' "
         f"alt='step time of {html.escape(model)}'>" + _table(request, _newest_first(df), links=_run_rows(df))
     )
     return _page(f"perfwatch: {model}", body + _sweep_section(request, model))
@@ -275,9 +289,8 @@ def _archive_fs(run: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
 def run_page(request: Request, run_id: int) -> HTMLResponse:
     """One run: what it measured and how to open it (Airflow DAG run and task log, GX Data Docs, the
     archived profile in TensorBoard or as files)."""
-    from tasks.records import ratio_name
-
     run = _stored(run_id)
+    story = _story(run_id)
     base = plugin_root(request)
     facts = [
         ("model", _a(f"{base}/models/{quote_segment(run['model'])}", run["model"])),
@@ -288,8 +301,6 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
                 "case",
                 "case_label",
                 "status",
-                "verdict",
-                "reason",
                 "failed_stage",
                 "started_at",
                 "finished_at",
@@ -301,12 +312,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         ),
         ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
     ]
-    if run["metric"]:  # the verdict's figures, of the metric that decided
-        at = 1 + [k for k, _ in facts].index("verdict")
-        facts.insert(at, ("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
-        if None not in (run["ratio"], run["ci_low"], run["ci_high"]):
-            figure = f"{run['ratio']:.3f} [{run['ci_low']:.3f}, {run['ci_high']:.3f}] ({run['method']})"
-            facts.insert(at + 1, ("ratio", html.escape(f"{ratio_name(run['metric'])} {figure}")))
+    if run["metric"]:  # which per-step measure the verdict's ratio is of
+        facts.append(("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
     af = airflow_links(request, run)
     facts.append(
         (
@@ -316,7 +323,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
             else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
         )
     )
-    body = "<dl>" + "".join(f"<dt>{html.escape(_HEADERS.get(k, k))}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
+    body = verdict_section(story) + "<h2>Run</h2><dl>"
+    body += "".join(f"<dt>{html.escape(_HEADERS.get(k, k))}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
     if run["error"]:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
     body += "<h2 id='datadocs'>GX Data Docs</h2>"
@@ -344,12 +352,44 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
         "newest run id last).</p>"
         + (
-            "<ul>" + "".join(f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)}</li>" for x in xplanes) + "</ul>"
+            "<ul>"
+            + "".join(
+                f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)} {_judged_note(x, story.profile)}</li>"
+                for x in xplanes
+            )
+            + "</ul>"
             if xplanes
             else f"<p>xplane files: {MISSING} (not found in the archive)</p>"
         )
     )
     return _page(f"perfwatch: run {run_id}", body)
+
+
+def _story(run_id: int) -> Any:
+    """The run's ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``)."""
+    from tasks.records import VerdictStory
+    from tasks.store.reads import verdict_stories
+
+    return verdict_stories([run_id]).get(run_id) or VerdictStory(run_id=run_id)
+
+
+def verdict_section(story: Any, heading: str | None = "Verdict", level: int = 2) -> str:
+    """The verdict's story of a run page (and of the model page, per case), as every command tells it:
+    ``tasks.services.story.story_html`` (verdict, ratio with its interval, regression line, method and pairs,
+    baseline, why, the profile judged). The one place the pages render a verdict's story."""
+    from tasks.services.story import story_html
+
+    return story_html(story, heading=heading, level=level)
+
+
+def _judged_note(path: str, judged: list[str]) -> str:
+    """Beside an archived xplane file on the run page: whether the parse stage judged it (its newest
+    profiling session; the others are earlier tries of the profiled run, kept but not read)."""
+    if not judged:
+        return ""
+    if path in judged:
+        return "<strong>(judged: the profile the parse stage read)</strong>"
+    return "(an earlier try's profile, not judged)"
 
 
 @router.get("/runs/{run_id}/archive/{path:path}")

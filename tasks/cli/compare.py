@@ -213,7 +213,8 @@ def _headline_text(vc: VersionComparison) -> str:
     text = (
         f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
         f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
-        f"({(ratio - 1):+.1%}); throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
+        f"({(ratio - 1):+.1%}; two processes' medians); "
+        f"throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
         f"case {case_title(t['case'], t['case_label'])}"
     )
     if vc.identical_bytes:
@@ -223,6 +224,84 @@ def _headline_text(vc: VersionComparison) -> str:
             f"in one process: perfwatch run MODEL --version {t['version']} --paired"
         )
     return text
+
+
+#: a medians' ratio within this relative distance of the verdict's ratio is the same figure, as printed (3 decimals)
+SAME_FIGURE = 0.0005
+
+
+def verdict_figure(vc: VersionComparison, story: Any) -> dict[str, Any]:
+    """Which of ``perfwatch compare``'s figures is the verdict's, and why another differs: the candidate's
+    (``to``) run's verdict story (``tasks.records.VerdictStory``, ``tasks.store.reads.verdict_stories``)
+    beside the ratio of the two runs' measured medians that the headline prints (two processes, each timed on
+    its own).
+
+    Returns:
+        ``medians_ratio`` (to/from median step time; None when a median is missing), ``verdict`` (the story,
+        ``tasks.services.story.story_dict``; None when the run has none), ``marked`` (the verdict's figure
+        line, marked ``<- the verdict's figure``) and ``note`` (one line: they agree, or why they differ: a
+        paired gate measured both versions in one process so drift between processes cancels; a history
+        verdict compared with its lookback baselines; the verdict's baseline is another run or version; CPU
+        time decided).
+    """
+    from tasks.services.story import figure_text, story_dict
+
+    h = vc.headline.set_index("side")
+    f, t = h.loc["from"], h.loc["to"]
+    medians = (
+        float(t["median_step_ms"] / f["median_step_ms"])
+        if f["median_step_ms"] and t["median_step_ms"] == t["median_step_ms"]
+        else None
+    )
+    out: dict[str, Any] = {"medians_ratio": medians, "verdict": None, "marked": None, "note": None}
+    if story is None or story.ratio is None:
+        out["note"] = (
+            f"run {t['run_id']} has no verdict ratio ({story.verdict if story else 'no comparison'}): the medians' "
+            "ratio above is the only figure"
+        )
+        out["verdict"] = story_dict(story) if story is not None else None
+        return out
+    out["verdict"] = story_dict(story)
+    base = (
+        f" against baseline run {story.baseline_run_id}"
+        + (f" (v{story.baseline_version})" if story.baseline_version else "")
+        if story.baseline_run_id is not None or story.baseline_version
+        else ""
+    )
+    out["marked"] = (
+        f"verdict of run {t['run_id']}: {story.verdict}, {figure_text(story)}{base} ({story.method_text}) "
+        "<- the verdict's figure"
+    )
+    medians_text = f"x{medians:.3f}" if medians is not None else "the medians' ratio"
+    why = []
+    if medians is not None and abs(medians / story.ratio - 1) <= SAME_FIGURE and story.metric != "cpu":
+        out["note"] = f"the verdict's ratio and the medians' {medians_text} agree"
+        return out
+    if story.metric == "cpu":
+        why.append("the verdict is on the runner's CPU time per step (a busy host), the medians on wall time")
+    if story.method == "paired-abba":
+        why.append(
+            "the verdict's paired gate timed both versions in one process, block by block (ABBA), so drift between "
+            f"processes cancels; {medians_text} divides the medians of two runs, each timed in its own process"
+        )
+    elif story.method == "history-lookback":
+        why.append(
+            f"the verdict compares run {t['run_id']} with the median of its lookback baselines "
+            f"({story.baseline_runs or 'several'} accepted runs) and allows for drift between processes; "
+            f"{medians_text} divides the medians of two single runs"
+        )
+    if story.baseline_version and str(story.baseline_version) != str(f["version"]):
+        why.append(f"its baseline is v{story.baseline_version}, not v{f['version']}")
+    elif (
+        story.baseline_run_id is not None
+        and story.baseline_run_id != int(f["run_id"])
+        and story.method != "paired-abba"
+    ):
+        why.append(f"its baseline is run {story.baseline_run_id}, not run {f['run_id']}")
+    out["note"] = f"why {medians_text} differs from the verdict's {story.ratio:.3f}: " + "; ".join(
+        why or ["other samples"]
+    )
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -259,8 +338,17 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from e
         ops = vc.ops[OPS_COLUMNS] if not top else vc.ops[OPS_COLUMNS].head(top)
         sections = {"headline": vc.headline, "ops": ops, "categories": vc.categories, "findings": vc.findings}
+        from tasks.store.reads import verdict_stories
+
+        to_run = int(vc.headline.set_index("side").loc["to", "run_id"])
+        figure = verdict_figure(vc, verdict_stories([to_run], url).get(to_run))
         if fmt is Format.json:
-            print(json.dumps({**vc.to_dict(), "ops": json.loads(ops.to_json(orient="records"))}, indent=2))
+            print(
+                json.dumps(
+                    {**vc.to_dict(), "ops": json.loads(ops.to_json(orient="records")), "verdict_figure": figure},
+                    indent=2,
+                )
+            )
             return
         if fmt is Format.csv:
             for name, df in sections.items():
@@ -276,6 +364,9 @@ def register(app: typer.Typer) -> None:
             "findings": "diagnosis findings",
         }
         print(_headline_text(vc))
+        for line in (figure["marked"], figure["note"]):  # which figure is the verdict's, and why another differs
+            if line:
+                print(line)
         print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
             sections["ops"] = pd.DataFrame(

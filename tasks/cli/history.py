@@ -58,7 +58,16 @@ GATE_CODES: dict[str, int] = {  # by tasks.records.Verdict value (imported by co
     "inconclusive": GATE_INCONCLUSIVE,
     "env-changed": GATE_INCONCLUSIVE,
 }
-"""Exit code of ``perfwatch gate`` per verdict of a successful run (a failed run is 2)."""
+"""Exit code of ``perfwatch run`` and ``perfwatch gate`` per verdict of a successful run (a failed run is 2;
+:func:`exit_code`)."""
+
+EXIT_CODES_HELP = (
+    "Exit codes (perfwatch run and gate alike): 0 pass, improvement (faster beyond the tolerance: nothing to "
+    "block) or no-baseline (a first run: nothing to regress against; gate --strict makes it 2); 1 regression; "
+    "2 undecided or failed: inconclusive (interval too wide, or host busy), env-changed (no like-for-like "
+    "baseline), a failed stage, no run of the version, or bad input; 3 the store cannot be used."
+)
+"""The exit codes as ``--help`` of ``run`` and ``gate`` print them (their epilog) and the README says them."""
 
 
 def _db_url() -> str:
@@ -228,9 +237,14 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
     return df
 
 
-def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, list[str]]:
+def gate_decision(
+    rows: pd.DataFrame, *, strict: bool = False, stories: dict[int, Any] | None = None
+) -> tuple[int, list[str]]:
     """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``; with a
     ``case_label`` column, ``tasks.store.queries.with_case_labels``, each reason line names the case with it).
+    ``stories``: run id -> ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``); a row's line
+    is its story on one line (``tasks.services.story.story_line``: verdict, ratio and interval, method, baseline,
+    reason), else the row's own figures.
 
     Returns:
         (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
@@ -238,29 +252,45 @@ def gate_decision(rows: pd.DataFrame, *, strict: bool = False) -> tuple[int, lis
     import pandas as pd
 
     from tasks.records import Verdict, case_title, ratio_name
+    from tasks.services.story import story_line
     from tasks.store import queries
 
     if rows.empty:
         return GATE_INCONCLUSIVE, ["no run of this version in the store"]
     codes, reasons = [], []
     for r in rows.itertuples(index=False):
+        story = (stories or {}).get(int(r.run_id))
         if r.status != "success":
             code = GATE_INCONCLUSIVE
             why = f"run {r.run_id} failed at {r.failed_stage}: {queries.first_line(r.error)}"
         else:
-            code = GATE_CODES.get(r.verdict, GATE_INCONCLUSIVE)
+            code = exit_code(r.verdict, strict=strict)
+            if story is not None:
+                why = f"run {r.run_id} {story_line(story)}"
+            else:
+                why = f"run {r.run_id} verdict {r.verdict}"
+                if r.ratio is not None and pd.notna(r.ratio):
+                    why += f", {ratio_name(getattr(r, 'metric', None))} {r.ratio:.3f}"
+                    if pd.notna(r.ci_low) and pd.notna(r.ci_high):
+                        why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
             if strict and r.verdict == Verdict.NO_BASELINE:
-                code = GATE_INCONCLUSIVE
-            why = f"run {r.run_id} verdict {r.verdict}"
-            if r.ratio is not None and pd.notna(r.ratio):
-                why += f", {ratio_name(getattr(r, 'metric', None))} {r.ratio:.3f}"
-                if pd.notna(r.ci_low) and pd.notna(r.ci_high):
-                    why += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+                why += " (--strict: a run without a baseline is not a pass)"
         codes.append(code)
         reasons.append(f"{case_title(r.case_name, getattr(r, 'case_label', None))}: {why} -> {code}")
     if GATE_REGRESSION in codes:
         return GATE_REGRESSION, reasons
     return max(codes), reasons
+
+
+def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False) -> int:
+    """The exit code of a verdict in every command that exits by one (``perfwatch run``, ``gate``;
+    ``EXIT_CODES_HELP``): ``GATE_CODES[verdict]``; 2 for a failed run, an unknown or missing verdict, and
+    with ``strict`` for ``no-baseline``."""
+    if failed or verdict is None:
+        return GATE_INCONCLUSIVE
+    if strict and verdict == "no-baseline":
+        return GATE_INCONCLUSIVE
+    return GATE_CODES.get(str(verdict), GATE_INCONCLUSIVE)
 
 
 def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
@@ -399,8 +429,21 @@ def register(app: typer.Typer) -> None:
                 + f" in the store; its cases: {', '.join(cases) or 'none'}"
             )
         df = with_env_changes(df)
-        shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
+        from tasks.services.story import story_dict, story_line
+        from tasks.store.reads import verdict_stories
+
+        ids = [int(i) for i in df["run_id"]]
+        stories = verdict_stories(ids, url)
+        shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
+        if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
+            shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+        elif fmt is not Format.table:
+            shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
         render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
+        if fmt is Format.table:  # each verdict's story under the table, one line per run that has one
+            for i in ids:
+                if (st := stories.get(i)) is not None and (st.ratio is not None or st.reason):
+                    typer.echo(f"  run {i} {story_line(st)}")
         if plot is not None:
             try:
                 out = plot_history(df, plot, title=f"{model}: step time per run" + (f" ({case})" if case else ""))
@@ -464,7 +507,7 @@ def register(app: typer.Typer) -> None:
             )
         render(df, fmt, title="environment changes")
 
-    @app.command("gate")
+    @app.command("gate", epilog=EXIT_CODES_HELP)
     def gate_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
         version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
@@ -484,13 +527,23 @@ def register(app: typer.Typer) -> None:
             rows = queries.with_case_labels(rows, url, model=model)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
-        code, reasons = gate_decision(rows, strict=strict)
+        from tasks.store.reads import verdict_stories
+
+        stories = verdict_stories([int(i) for i in rows["run_id"]], url) if not rows.empty else {}
+        code, reasons = gate_decision(rows, strict=strict, stories=stories)
         if not rows.empty:
             render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} v{version}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
         typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)
+        if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
+            typer.echo(
+                "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "
+                "process); median_step_ms and baseline_median_ms are two processes' medians and may differ "
+                "(perfwatch compare says why)",
+                err=True,
+            )
         raise typer.Exit(code)
 
     @app.command("query")

@@ -16,13 +16,14 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from tasks.cli import DEFAULT_MEASURED_STEPS
 from tasks.cli.context import settings as _settings
+from tasks.cli.history import EXIT_CODES_HELP
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
 
@@ -142,6 +143,15 @@ def runs(
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1)
     df = runs_frame(url, model, last)
+    from tasks.services.story import story_dict, story_line
+    from tasks.store.reads import verdict_stories
+
+    ids = [int(i) for i in df["run_id"]]
+    stories = verdict_stories(ids, url)
+    if fmt == Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
+        df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+    elif fmt != Format.table:
+        df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
     if fmt == Format.table:  # the case name spells these axes out; mode keeps its own column
         from tasks.store.queries import AXIS_COLUMNS
 
@@ -158,13 +168,22 @@ def runs(
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
         reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
     render(df, fmt, title="perfwatch runs")
-    if fmt == Format.table:
-        for run_id, verdict, reason in zip(df["run_id"], df["verdict"], reasons, strict=True):
-            if isinstance(reason, str) and reason:
-                typer.echo(f"  run {run_id} {verdict}: {reason}")
+    if fmt == Format.table:  # under the table, whole: each verdict's story, each infer/tflite run's latency
+        from tasks.analysis.percentiles import latency_text
+        from tasks.store.series import run_latencies
+
+        latencies = run_latencies(ids, url)
+        for run_id, reason in zip(ids, reasons, strict=True):
+            story = stories.get(run_id)
+            if story is not None and (story.ratio is not None or story.reason):
+                typer.echo(f"  run {run_id} {story_line(story)}")
+            elif isinstance(reason, str) and reason:
+                typer.echo(f"  run {run_id}: {reason}")
+            if latency := latencies.get(run_id):
+                typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
 
 
-@app.command("run")
+@app.command("run", epilog=EXIT_CODES_HELP)
 def run_cmd(
     typer_ctx: typer.Context,
     model: Annotated[
@@ -264,7 +283,7 @@ def run_cmd(
 
     from pydantic import ValidationError
 
-    from tasks.records import Case, RunContext, ratio_name
+    from tasks.records import Case, RunContext
     from tasks.stages.pipeline import RegressionDetected, raise_on_regression, run_case
     from tasks.store.engine import StoreError
 
@@ -311,18 +330,15 @@ def run_cmd(
         raise typer.Exit(2) from e
     v, run, archived = state.verdict, state.run, state.archived
     assert v is not None and run is not None and archived is not None  # run_case ran every stage
-    judged = (
-        f" ({ratio_name(v.metric)} {v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], {v.method})"
-        if v.ratio is not None and v.ci_low is not None and v.ci_high is not None
-        else ""
-    )
+    story = run_story(state, settings.database_url)
     typer.echo(
-        f"run {archived.run_id}: verdict {v.verdict}{judged}, "
-        f"median {run.median_step_ms:.2f} ms, {run.throughput_eps:.1f} examples/s "
+        f"run {archived.run_id}: median {run.median_step_ms:.2f} ms, {run.throughput_eps:.1f} examples/s "
         f"at the median (as `runs`, `sweep` and `compare` give it), archive {archived.archive_uri}"
     )
-    if v.reason:
-        typer.echo(f"  {v.reason}")
+    from tasks.services.story import story_lines
+
+    for line in story_lines(story):  # the verdict's story, as gate, runs, history and the pages tell it
+        typer.echo(line)
     for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
         if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
             typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
@@ -352,11 +368,32 @@ def run_cmd(
     except RegressionDetected as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from e
-    from tasks.cli.history import GATE_CODES, GATE_INCONCLUSIVE
+    from tasks.cli.history import GATE_INCONCLUSIVE, exit_code
 
-    if GATE_CODES.get(v.verdict, GATE_INCONCLUSIVE) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
+    if exit_code(v.verdict) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
         typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})", err=True)
         raise typer.Exit(GATE_INCONCLUSIVE)
+
+
+def run_story(state: Any, db_url: str) -> Any:
+    """The ``tasks.records.VerdictStory`` of a finished ``RunState`` (``perfwatch run``), from its
+    ``CompareRecord`` (``VerdictStory.from_compare``): the stored run id, the baseline run's version (a paired
+    gate's re-measured version, else read from the store: ``tasks.store.reads.run_version``) and the xplane
+    files the parse stage read (its ``parsed.json`` ``xplane_paths``; none when that file is gone)."""
+    from pathlib import Path
+
+    from tasks.records import VerdictStory, judged_profiles
+    from tasks.store.reads import run_version
+
+    v = state.verdict
+    paths: list[str] = []
+    if state.parsed is not None and Path(state.parsed.parsed_path).is_file():
+        paths = json.loads(Path(state.parsed.parsed_path).read_text()).get("xplane_paths") or []
+    base = v.baseline_run_ids[0] if v.baseline_run_ids else None
+    version = (v.evidence.get("paired") or {}).get("baseline_version") or run_version(db_url, base)
+    return VerdictStory.from_compare(
+        v, run_id=state.archived.run_id, baseline_version=version, profile=judged_profiles(paths)
+    )
 
 
 def tflite_summary(lite: dict) -> str:

@@ -27,7 +27,8 @@ from typing import Any
 
 from tasks.analysis import failures
 from tasks.analysis.attribution import top_ops_text
-from tasks.records import Verdict, case_label, ratio_name
+from tasks.records import Verdict, VerdictStory, case_label
+from tasks.services.story import story_line
 from tasks.settings import Settings
 
 #: verdicts a notification reports even when the DAG run succeeded
@@ -66,6 +67,8 @@ class RunNote:
     error: str | None
     evidence: dict[str, Any]
     case_label: str | None = None  #: the case's readable label (``tasks.records.case_label`` of the run's params)
+    #: the verdict's story (``tasks.store.reads.verdict_stories``), rendered by ``tasks.services.story``
+    story: VerdictStory | None = None
 
 
 def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
@@ -97,8 +100,11 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
         .where(Run.dag_id == dag_id, Run.dag_run_id == dag_run_id)
         .order_by(Run.id)
     )
+    from tasks.store.reads import verdict_stories
+
     with session_scope(db_url) as s:
         rows = s.execute(q).all()
+    stories = verdict_stories([int(r[0]) for r in rows], db_url)
     notes = []
     for run_id, model, version, case, status, verdict, method, ratio, low, high, stage, error, ev, params in rows:
         notes.append(
@@ -117,6 +123,7 @@ def dag_run_notes(db_url: str, dag_id: str, dag_run_id: str) -> list[RunNote]:
                 error,
                 ev or {},
                 case_label(params),
+                stories.get(int(run_id)),
             )
         )
     return notes
@@ -143,18 +150,19 @@ def note_text(n: RunNote, base_url: str | None) -> str:
         body = "verdict *env-changed*: " + (
             "; ".join(f"{c['field']} {c['old']!r} → {c['new']!r}" for c in changes) or "the comparability key changed"
         )
-    else:
-        ratio = (
-            f"{ratio_name(n.evidence.get('metric'))} {n.ratio:.3f} [{n.ci_low:.3f}, {n.ci_high:.3f}]"
-            if None not in (n.ratio, n.ci_low, n.ci_high)
-            else "no ratio"
+    else:  # the verdict's story as every command tells it (tasks.services.story), then the ops that moved
+        story = n.story or VerdictStory.from_evidence(
+            run_id=n.run_id,
+            verdict=n.verdict,
+            method=n.method,
+            metric=n.evidence.get("metric"),
+            ratio=n.ratio,
+            ci_low=n.ci_low,
+            ci_high=n.ci_high,
+            evidence=n.evidence,
+            baseline_run_id=None,
         )
-        body = f"verdict *{n.verdict}* ({n.method}): {ratio} vs baseline; " + top_ops_text(
-            n.evidence.get("attribution")
-        )
-        noise = n.evidence.get("noise") or {}
-        if noise.get("busy") or n.evidence.get("metric") == "cpu":  # why the host was busy, what decided
-            body += f"; {n.evidence.get('reason') or noise.get('reason')}"
+        body = f"verdict {story_line(story)}; {top_ops_text(n.evidence.get('attribution'))}"
     link = run_page_url(base_url, n.run_id)
     return f"{head}: {body}" + (f"\n<{link}|run page>" if link else "")
 

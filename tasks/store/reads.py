@@ -16,9 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from tasks.records import OP_STATS_COLUMNS, CompareInputs, RunOps, WarmupRecord, case_label
+from tasks.records import (
+    OP_STATS_COLUMNS,
+    CompareInputs,
+    RunOps,
+    VerdictStory,
+    WarmupRecord,
+    case_label,
+    judged_profiles,
+)
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
@@ -477,6 +485,72 @@ def verdict_reasons(run_ids: list[int], db_url: str | None = None) -> dict[int, 
             ).where(RunComparison.run_id.in_(run_ids))
         ).all()
     return {rid: own or noise for rid, own, noise in rows if own or noise}
+
+
+def verdict_stories(run_ids: list[int], db_url: str | None = None) -> dict[int, VerdictStory]:
+    """Run id -> the story of its verdict (``tasks.records.VerdictStory``, built by ``from_evidence`` as
+    ``perfwatch run`` builds it from its ``CompareRecord``) from what the store holds: the run's status,
+    verdict and failed stage, its ``comparisons`` row (method, metric, ratio and interval, evidence, baseline
+    run), the baseline run's model version, and the xplane files the parse stage read (``run_tables`` 'parse'
+    ``xplane_paths``, as paths in the archive). Absent ids are left out; a run without a comparison (failed,
+    or stored without one) has a story of its status alone. ``db_url`` defaults to
+    ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    base_run, base_version = aliased(Run), aliased(ModelVersion)
+    parse = aliased(RunTable)
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        rows = s.execute(
+            select(
+                Run.id,
+                Run.status,
+                Run.verdict,
+                Run.failed_stage,
+                RunComparison.method,
+                RunComparison.metric,
+                RunComparison.ratio,
+                RunComparison.ci_low,
+                RunComparison.ci_high,
+                RunComparison.evidence,
+                RunComparison.baseline_run_id,
+                base_version.version,
+                parse.data,
+            )
+            .outerjoin(RunComparison, RunComparison.run_id == Run.id)
+            .outerjoin(base_run, base_run.id == RunComparison.baseline_run_id)
+            .outerjoin(base_version, base_version.id == base_run.model_version_id)
+            .outerjoin(parse, (parse.run_id == Run.id) & (parse.tool == "parse"))
+            .where(Run.id.in_(run_ids))
+        ).all()
+    return {
+        int(rid): VerdictStory.from_evidence(
+            run_id=int(rid),
+            status=status,
+            failed_stage=stage,
+            verdict=verdict,
+            method=method,
+            metric=metric,
+            ratio=ratio,
+            ci_low=low,
+            ci_high=high,
+            evidence=ev,
+            baseline_run_id=base,
+            baseline_version=bv,
+            profile=judged_profiles((data or {}).get("xplane_paths")),
+        )
+        for rid, status, verdict, stage, method, metric, ratio, low, high, ev, base, bv, data in rows
+    }
+
+
+def run_version(db_url: str, run_id: int | None) -> str | None:
+    """The model version a stored run measured (``model_versions.version``); None for None, an absent run or
+    one that failed before the pull."""
+    if run_id is None:
+        return None
+    with session_scope(db_url) as s:
+        return s.scalar(
+            select(ModelVersion.version).join(Run, Run.model_version_id == ModelVersion.id).where(Run.id == run_id)
+        )
 
 
 # ------------------------------------------------------------------------------- runs as the stages see them

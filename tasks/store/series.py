@@ -237,6 +237,16 @@ def _latencies(s: Session, run_ids: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def run_latencies(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[str, Any]]:
+    """Run id -> its stored per-batch latency record (``ProfiledRun.latency_ms``: p50/p90/p99/max ms, our timer,
+    throughput, ``n`` batches and per percentile its interval ``ci``), for the infer/tflite runs among
+    ``run_ids`` that kept one. ``db_url`` defaults to ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        return _latencies(s, run_ids)
+
+
 def step_counter_medians(run_ids: list[int], db_url: str | None = None) -> dict[int, tuple[float | None, float | None]]:
     """Run id -> (median CPU time, median run-queue wait) of its measured steps, ms (``step_samples.cpu_ms``,
     ``wait_ms``; ``tasks.runner.counters``): None for a figure the run did not record; a run that recorded

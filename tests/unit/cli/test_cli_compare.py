@@ -57,7 +57,7 @@ def test_top_limits_the_ops(store):
 def test_table_and_csv_forms(store):
     table = invoke("m", "--from", "1", "--to", "2")
     assert table.exit_code == 0, table.output
-    assert "median step time v1" in table.stdout and "x1.200 (+20.0%)" in table.stdout
+    assert "median step time v1" in table.stdout and "x1.200 (+20.0%; two processes' medians)" in table.stdout
     assert "ops whose self-time per step grew most" in table.stdout and "input_bound" in table.stdout
     csv = invoke("m", "--from", "1", "--to", "2", "--format", "csv").stdout
     assert [ln for ln in csv.splitlines() if ln.startswith("# ")] == [

@@ -93,6 +93,6 @@ def test_runs_ends_with_each_verdicts_reason(db_url, tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     lines = out.output.rstrip().splitlines()
     assert lines[-2:] == [
-        "  run 1 inconclusive: host busy: load 9.1 on 2 CPUs",
-        "  run 2 regression: step time x1.70 [1.62, 1.79] is above x1.05",
+        "  run 1 inconclusive; no comparison (nothing to compare with); why: host busy: load 9.1 on 2 CPUs",
+        "  run 2 regression; no comparison (nothing to compare with); why: step time x1.70 [1.62, 1.79] is above x1.05",
     ]

@@ -44,6 +44,33 @@ def test_run_exits_with_the_gates_code_for_its_verdict(verdict, code, home, cli,
     monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
     res = cli("run", "m", "--version", "1")
     assert res.exit_code == code == GATE_CODES[verdict], res.output
-    assert f"run 7: verdict {verdict} (step-time ratio 1.300 [1.200, 1.400], paired-abba)" in res.output
+    assert f"verdict {verdict}: step-time ratio 1.300 [1.200, 1.400]\n  how: paired ABBA gate" in res.output
     if verdict == "inconclusive":
         assert "exit 2: verdict inconclusive is undecided (host busy: other processes took 70%" in res.output
+
+
+def test_run_exits_2_when_a_stage_fails(home, cli, monkeypatch):
+    """A failed stage is undecided for CI, as gate's failed run: exit 2 with the error, never 0 or 1."""
+    (home / "models" / "m" / "1").mkdir(parents=True)
+    (home / "models" / "m" / "1" / "model.keras").write_bytes(b"not read: run_case is replaced")
+
+    def fail(ctx, settings=None):
+        raise RuntimeError("warm-up: the training step raised")
+
+    monkeypatch.setattr(pipeline, "run_case", fail)
+    res = cli("run", "m", "--version", "1")
+    assert res.exit_code == 2, res.output
+    assert "error: RuntimeError: warm-up: the training step raised" in res.output
+
+
+@pytest.mark.parametrize("command", ["run", "gate"])
+def test_run_and_gate_help_say_the_same_exit_codes(command):
+    from typer.testing import CliRunner
+
+    from tasks.cli.history import EXIT_CODES_HELP
+    from tasks.cli.main import app
+
+    out = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output.split())
+    assert EXIT_CODES_HELP in out
+    for code, words in ((0, "0 pass, improvement"), (1, "1 regression"), (2, "2 undecided or failed")):
+        assert words in out, code

@@ -194,8 +194,9 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
     text = page.text
     # the verdict with its figures, the metric that decided and why
     assert "<dt>decided on</dt><dd>process CPU time per step (a busy host)</dd>" in text
-    assert "<dt>ratio</dt><dd>CPU-time ratio 1.400 [1.350, 1.450] (paired-abba)</dd>" in text
-    assert "<dt>reason</dt><dd>decided on CPU time: host busy (other processes took 71% of" in text
+    assert "<dt>ratio</dt><dd>CPU-time ratio 1.400 [1.350, 1.450]</dd>" in text  # the verdict's story
+    assert "<dt>method</dt><dd>paired ABBA gate: both versions in one process</dd>" in text
+    assert "<dt>why</dt><dd>decided on CPU time: host busy (other processes took 71% of" in text
     assert "<dt>decided on</dt>" not in client.get("/perfwatch/runs/3", headers=_auth(token)).text  # no verdict
     assert "/dags/d/runs/r2'>DAG run</a>" in text and "/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in text
     # the archived profile: where it is, the TensorBoard line and the run (session) name, the xplane download

@@ -86,9 +86,9 @@ def test_a_regression_reaches_the_webhook(db_url, tmp_path, sink, notifier_modul
     }
     (section,) = [b["text"]["text"] for b in body["blocks"] if b["type"] == "section"]
     assert section.startswith(
-        f"*m* v2 `{'train-bs16'}` (run {reg}): verdict *regression* (none): "
-        "step-time ratio 1.300 [1.200, 1.400] vs baseline; top ops: conv (+120.0 µs/step, +40%, "
-        "35% of the change)"
+        f"*m* v2 `{'train-bs16'}` (run {reg}): verdict regression: "
+        f"step-time ratio 1.300 [1.200, 1.400]; no comparison (nothing to compare with); baseline run {base} (v1); "
+        "top ops: conv (+120.0 µs/step, +40%, 35% of the change)"
     )
     assert section.endswith(f"<http://airflow.example:8080/perfwatch/runs/{reg}|run page>")
     assert body["text"].startswith("perfwatch: d failed (regression)\n*m* v2")
@@ -127,8 +127,8 @@ def test_a_busy_host_inconclusive_verdict_is_shown_when_it_failed_the_run(
     (post,) = sink.posts
     assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: d failed (inconclusive)"
     assert (
-        "verdict *inconclusive* (none): step-time ratio 1.020 [0.920, 1.120] vs baseline; no op attribution; "
-        "host busy: other processes took 58% of the CPU"
+        "verdict inconclusive: step-time ratio 1.020 [0.920, 1.120]; no comparison (nothing to compare with); "
+        f"baseline run {base} (v1); why: host busy: other processes took 58% of the CPU; no op attribution"
     ) in post["body"]["text"]
     assert "task *archive*" not in post["body"]["text"]  # the stored run explains the failure
 

@@ -47,7 +47,16 @@ def test_runs_json_has_the_latency_percentiles_with_intervals_and_n(cli, db_url,
     assert brief["latency_n"] == 100 and brief["latency_p99_high_ms"] is None and brief["latency_p99_low_ms"] > 0
     assert p99_cell(got) == f"{want.point:.2f} [{want.low:.2f}, {want.high:.2f}] n=1000"  # the table's cell
     assert p99_cell(brief) == f">= {brief['latency_p99_low_ms']:.2f} (n=100, no upper bound)"
-    assert cli("runs").exit_code == 0
+    table = cli("runs")
+    assert table.exit_code == 0
+    from tasks.analysis.percentiles import latency_text
+    from tasks.store.series import run_latencies
+
+    stored = run_latencies(list(ids), db_url)
+    for run_id in ids:  # every percentile with its interval (or what the sample supports) and n, as `run` prints
+        line = f"  run {run_id} latency per batch: {latency_text(stored[run_id])}"
+        assert line in table.output.splitlines(), table.output
+    assert "n=1000 batches" in table.output and "p50 " in table.output and "p90 " in table.output
 
 
 def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, tmp_path):

@@ -1,0 +1,146 @@
+"""The ONE renderer of a verdict's story (``tasks.records.VerdictStory``): text lines for the CLI (``perfwatch
+run``, ``gate``, ``runs``, ``history``, ``compare``), a dict for their JSON, an HTML fragment for the plugin's
+run and model pages, the alerts' paragraph and the metrics' labels. Every form is built from the same pieces
+(:func:`verdict_text`, :func:`figure_text`, :func:`ratio_text`, :func:`interval_text`, the story's reason and
+``method_text``), so each says the same verdict, reason, ratio and interval
+(``tests/unit/services/test_story.py`` renders one story through each).
+
+A ratio is candidate over baseline of the metric that decided (``wall``: step time, our timer; ``cpu``: the
+runner process's CPU time per step), shown with 3 decimals and its interval at the comparison's confidence,
+e.g. ``step-time ratio 2.523 [2.410, 2.640] at 99%``.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from tasks.records import VerdictStory, ratio_name
+
+MISSING = "—"  #: a missing figure, as the pages show it
+
+
+def verdict_text(s: VerdictStory) -> str:
+    """The verdict as one word: the ``Verdict`` value (``regression``), ``failed@<stage>`` for a failed run,
+    ``no verdict`` for a run stored without one."""
+    if s.status == "failed":
+        return f"failed@{s.failed_stage or 'unknown stage'}"
+    return s.verdict or "no verdict"
+
+
+def ratio_text(s: VerdictStory) -> str | None:
+    """The ratio with 3 decimals (``2.523``); None without one."""
+    return None if s.ratio is None else f"{s.ratio:.3f}"
+
+
+def interval_text(s: VerdictStory) -> str | None:
+    """The ratio's interval (``[2.410, 2.640]``); None without both bounds."""
+    return None if s.ci_low is None or s.ci_high is None else f"[{s.ci_low:.3f}, {s.ci_high:.3f}]"
+
+
+def figure_text(s: VerdictStory) -> str | None:
+    """The verdict's figure: ``step-time ratio 2.523 [2.410, 2.640] at 99%`` (``CPU-time ratio`` when CPU time
+    decided; the interval and level where known); None without a ratio."""
+    ratio = ratio_text(s)
+    if ratio is None:
+        return None
+    text = f"{ratio_name(s.metric)} {ratio}"
+    if (interval := interval_text(s)) is not None:
+        text += f" {interval}" + (f" at {s.confidence:.0%}" if s.confidence is not None else "")
+    return text
+
+
+def threshold_text(s: VerdictStory) -> str | None:
+    """``regression line 1.050 (tolerance 5%)``; None when the tolerance is not known."""
+    if s.threshold is None or s.tolerance is None:
+        return None
+    return f"regression line {s.threshold:.3f} (tolerance {s.tolerance:.0%})"
+
+
+def baseline_text(s: VerdictStory) -> str | None:
+    """``baseline run 3 (v1)``; None without a baseline."""
+    if s.baseline_run_id is None and s.baseline_version is None:
+        return None
+    run = f"baseline run {s.baseline_run_id}" if s.baseline_run_id is not None else "baseline"
+    return run + (f" (v{s.baseline_version})" if s.baseline_version else "")
+
+
+def story_line(s: VerdictStory) -> str:
+    """The story on one line, as listings print it under their table: ``regression: step-time ratio 2.523
+    [2.410, 2.640] at 99%, regression line 1.050 (tolerance 5%); paired ABBA sequential gate: both versions in
+    one process, 64 pairs of at most 100; baseline run 3 (v1); why: <reason>``."""
+    head = verdict_text(s)
+    figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
+    parts = [f"{head}: {figures}" if figures else head]
+    parts += [x for x in (s.method_text, baseline_text(s)) if x]
+    if s.reason:
+        parts.append(f"why: {s.reason}")
+    return "; ".join(parts)
+
+
+def story_lines(s: VerdictStory) -> list[str]:
+    """The story as a few lines (``perfwatch run``'s and ``gate``'s output): the verdict with its figure and
+    the regression line, then ``how:`` (the method and what it spent, the baseline), ``why:`` (the reason) and
+    ``profile judged:`` (the xplane files parsed), each only when known."""
+    figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
+    out = [f"verdict {verdict_text(s)}" + (f": {figures}" if figures else "")]
+    how = "; ".join(x for x in (s.method_text, baseline_text(s)) if x)
+    if how:
+        out.append(f"  how: {how}")
+    if s.reason:
+        out.append(f"  why: {s.reason}")
+    if s.profile:
+        out.append(f"  profile judged: {', '.join(s.profile)}")
+    return out
+
+
+def story_dict(s: VerdictStory) -> dict[str, Any]:
+    """The story for JSON: every ``VerdictStory`` field, plus ``verdict_text``, ``figure`` (:func:`figure_text`),
+    ``threshold`` (``1 + tolerance``), ``method_text`` and ``text`` (:func:`story_line`)."""
+    return {
+        **s.model_dump(mode="json"),
+        "verdict_text": verdict_text(s),
+        "figure": figure_text(s),
+        "threshold": s.threshold,
+        "method_text": s.method_text,
+        "text": story_line(s),
+    }
+
+
+def story_labels(s: VerdictStory) -> dict[str, str]:
+    """The story as Prometheus label values (``perfwatch_latest_decision_info``): verdict, metric, method,
+    ratio, interval, reason (empty strings where unknown; the reason cut at 200 characters)."""
+    return {
+        "verdict": verdict_text(s),
+        "metric": s.metric or "",
+        "method": s.method or "",
+        "ratio": ratio_text(s) or "",
+        "interval": interval_text(s) or "",
+        "reason": (s.reason or "")[:200],
+    }
+
+
+def story_html(s: VerdictStory, *, heading: str | None = "Verdict", level: int = 2) -> str:
+    """The story as an HTML fragment for the plugin's pages: ``<section class="verdict-story">`` with an
+    optional heading (``<h{level}>``; id ``verdict`` at level 2) and a ``<dl>`` of verdict, figure (ratio and
+    interval), regression line, method, baseline, why (the reason) and the judged profile; every text escaped;
+    missing items left out."""
+    e = html.escape
+    items = [("verdict", f"<span class='{e(verdict_text(s).split('@')[0])}'>{e(verdict_text(s))}</span>")]
+    items += [
+        (k, e(v))
+        for k, v in (
+            ("ratio", figure_text(s)),
+            ("threshold", threshold_text(s)),
+            ("method", s.method_text),
+            ("baseline", baseline_text(s)),
+            ("why", s.reason),
+        )
+        if v
+    ]
+    if s.profile:
+        items.append(("profile judged", ", ".join(f"<code>{e(p)}</code>" for p in s.profile)))
+    anchor = " id='verdict'" if level == 2 else ""
+    head = f"<h{level}{anchor}>{e(heading)}</h{level}>" if heading else ""
+    body = "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in items)
+    return f"<section class='verdict-story'>{head}<dl>{body}</dl></section>"
