@@ -1,10 +1,11 @@
 """perfwatch's history pages, built from the store (``tasks.store``), newest first, missing values as "—".
 
 * ``/perfwatch/``: the regressions of the last 7 days and the latest runs;
-* ``/perfwatch/models/<model>``: a model's step-time trend (plot and table) and its sweep along batch size;
-* ``/perfwatch/runs/<run id>``: one run and how to open it: its Airflow DAG run and task log, its GX Data
-  Docs and its archived profile (the archive URI, the ``tensorboard --logdir`` line and its session name, the
-  xplane files to download);
+* ``/perfwatch/models/<model>``: the verdict's story of each case's newest run, the model's step-time trend
+  (plot and table) and its sweep along batch size;
+* ``/perfwatch/runs/<run id>``: one run: its verdict's story first (:func:`verdict_section`), then how to open
+  it: its Airflow DAG run and task log, its GX Data Docs and its archived profile (the archive URI, the
+  ``tensorboard --logdir`` line and its session name, the xplane files to download, the judged one marked);
 * ``/perfwatch/runs/<run id>/archive/<path>``: the files of the run's archive directory (the Data Docs site,
   the profile) from wherever the archive is (a local path, ``s3://``, ...).
 

@@ -318,7 +318,8 @@ def register(app: typer.Typer) -> None:
         top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
     ) -> None:
-        """Compare the latest successful runs of two versions: step time, throughput and verdicts; the ops
+        """Compare the latest successful runs of two versions: step time (the medians' ratio, two processes),
+        throughput and verdicts, the verdict's own figure marked with why the two differ; the ops
         whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
         step-time change; the change by op category; the diagnosis findings of each run."""
         import pandas as pd

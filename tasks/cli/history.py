@@ -411,7 +411,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90)."""
+        """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90); each
+        verdict's story under the table (json: ``decision``)."""
         from tasks.store import queries
 
         try:

@@ -134,8 +134,10 @@ def runs(
     time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
     it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
     strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
-    column when no case has a label; each verdict's reason follows the table, one line per run. csv, json and
-    markdown have every column. An unknown --model exits 1 naming the models there are."""
+    column when no case has a label; each verdict's story follows the table, one line per run with a ratio or a
+    reason (``tasks.services.story.story_line``), and each infer/tflite run's latency percentiles with their
+    intervals and batch count. csv, json and markdown have every column, and ``decision``: the story (json: its
+    dict, ``story_dict``; csv/markdown: its line). An unknown --model exits 1 naming the models there are."""
     from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url

@@ -5,8 +5,9 @@ module, plain Python, decides *what*: a Slack-compatible payload ``{"text": ...,
 (Slack's incoming webhooks and most chat webhooks accept it; ``text`` is the plain fallback) built
 from the store's record of the DAG run:
 
-* a ``regression``: model, version, case, verdict with its ratio (step time, or CPU time when that decided) and interval
-  (candidate/baseline median, e.g. ``1.42 [1.31, 1.55]``), the method, the three ops whose self-time
+* a ``regression`` (or an ``inconclusive`` verdict of a failed DAG run): model, version, case, the verdict's
+  story as every command tells it (``tasks.services.story.story_line``: verdict, ratio of the metric that
+  decided with its interval, regression line, method, baseline, why), the three ops whose self-time
   grew most (``tasks.analysis.attribution.top_ops_text``) and a link to the run's page;
 * an ``env-changed`` verdict: the fingerprint fields that changed against the baseline;
 * a failed stage: the stage and the cause of its error (``tasks.analysis.failures``: the op XLA refused, the
