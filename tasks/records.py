@@ -109,6 +109,37 @@ def canonical_version(version: str) -> str:
     return str(int(v))
 
 
+APPLICATION_VERSION = re.compile(r"keras[0-9A-Za-z.+_]{1,18}-[0-9a-f]{8}")
+"""A keras.applications case's version (``tasks.runner.applications.version_string``): ``keras<Keras
+version>-<8 hex of the architecture config's sha256>``, e.g. ``keras3.15.1-1a2b3c4d``, at most 32 characters."""
+
+
+def stored_version(version: str) -> str:
+    """A version as the store records it, to look runs up by: a model store version (:func:`canonical_version`:
+    ``latest`` or an integer, ``0003`` -> ``3``) or a keras.applications case's (:data:`APPLICATION_VERSION`,
+    ``keras3.15.1-1a2b3c4d``, kept as written). What ``perfwatch compare`` and ``perfwatch gate`` accept.
+
+    Raises:
+        ValueError: neither (names the value and both forms).
+    """
+    v = str(version).strip()
+    if APPLICATION_VERSION.fullmatch(v):
+        return v
+    try:
+        return canonical_version(v)
+    except ValueError:
+        raise ValueError(
+            f"version {version!r} must be a model store version (a version directory such as 3 or 0003, or "
+            "'latest') or a keras.applications case's keras<Keras version>-<8 hex>, e.g. keras3.15.1-1a2b3c4d"
+        ) from None
+
+
+def version_label(version: str) -> str:
+    """A version as output names it: ``v3`` for a version directory, a keras.applications version as it is
+    (``keras3.15.1-1a2b3c4d``, which says what it is)."""
+    return f"v{version}" if str(version).isdigit() else str(version)
+
+
 class Record(BaseModel):
     """Base of all stage records: immutable, unknown fields rejected."""
 

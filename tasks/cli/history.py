@@ -467,18 +467,23 @@ def register(app: typer.Typer) -> None:
     @app.command("gate")
     def gate_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
-        version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
+        version: Annotated[
+            str,
+            typer.Argument(
+                help="Model version: a version directory, e.g. 3, or a keras.applications case's keras3.15.1-1a2b3c4d."
+            ),
+        ],
         case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
         strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
         run of each case of MODEL VERSION in the store."""
-        from tasks.records import canonical_version
+        from tasks.records import stored_version, version_label
         from tasks.store import queries
 
         try:
-            version = canonical_version(version)
+            version = stored_version(version)
             url = _known(model, GATE_INCONCLUSIVE)
             rows = queries.run_query("gate", url, model=model, version=version, case_name=case)
             rows = queries.with_case_labels(rows, url, model=model)
@@ -486,9 +491,9 @@ def register(app: typer.Typer) -> None:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         code, reasons = gate_decision(rows, strict=strict)
         if not rows.empty:
-            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} v{version}")
+            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} {version_label(version)}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
-        typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
+        typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)
         raise typer.Exit(code)
