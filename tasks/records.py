@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
@@ -132,6 +132,44 @@ def stored_version(version: str) -> str:
             f"version {version!r} must be a model store version (a version directory such as 3 or 0003, or "
             "'latest') or a keras.applications case's keras<Keras version>-<8 hex>, e.g. keras3.15.1-1a2b3c4d"
         ) from None
+
+
+METRICS: dict[str, str] = {
+    "step_time": "median step time (ms, our timer; per batch in infer/tflite mode)",
+    "throughput": "examples/s at the median step time",
+    "memory_usage": "peak host RSS and peak device memory (bytes, shown in MiB)",
+    "latency": "per-batch latency p50/p90/p99 with their intervals and n (infer/tflite)",
+}
+"""The figures a case's ``metrics:`` line may name (``Case.metrics``), and what each is."""
+
+DEFAULT_LEAD: tuple[str, ...] = ("step_time", "throughput")
+"""What a verdict line leads with when the case has no ``metrics:`` line."""
+
+
+def check_metrics(names: Any) -> list[str]:
+    """``names`` (a case's ``metrics:`` line) as a list of :data:`METRICS` names, each once.
+
+    Raises:
+        ValueError: not a list of strings, an unknown name (names it and lists the valid ones), or a name twice.
+    """
+    if isinstance(names, str) or not isinstance(names, list | tuple) or not names:
+        raise ValueError(f"metrics {names!r}: expected a non-empty list of names, e.g. [throughput, step_time]")
+    valid = ", ".join(METRICS)
+    out: list[str] = []
+    for n in names:
+        if not isinstance(n, str) or n not in METRICS:
+            raise ValueError(f"metrics: unknown metric {n!r}; the metrics are {valid}")
+        if n in out:
+            raise ValueError(f"metrics: {n!r} is listed twice")
+        out.append(n)
+    return out
+
+
+def lead_order(metrics: Sequence[str] | None) -> list[str]:
+    """The figures a verdict line shows, in order: a case's ``metrics`` (``Case.metrics``) first, as written,
+    then those of :data:`DEFAULT_LEAD` it leaves out; without a metrics line :data:`DEFAULT_LEAD`."""
+    first = list(metrics or [])
+    return first + [m for m in DEFAULT_LEAD if m not in first]
 
 
 def version_label(version: str) -> str:
@@ -425,6 +463,19 @@ class Case(Record):
         "own process); 0: always warm up afresh. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
+    metrics: list[str] | None = Field(
+        None,
+        description="The figures the case's verdict line and summaries (perfwatch run, perfwatch runs) lead with, "
+        "in this order, e.g. [throughput, memory_usage, step_time] (the benchmarking guide's metrics line); names: "
+        "step_time, throughput, memory_usage, latency. Every run records all of them; unset: step time, then "
+        "throughput. Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_metrics(v)
 
     backbone: Literal["keras.applications"] | None = Field(
         None,

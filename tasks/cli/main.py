@@ -148,20 +148,40 @@ def runs(
         df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
         if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
             df = df.drop(columns=["median_wait_ms"])
+        from tasks.cli.figures import figure_texts, lead_columns, memory_text
+
         lat = [c for c in df.columns if c.startswith("latency_")]
+        p99 = [p99_cell(r) for r in df[lat].to_dict(orient="records")]
         if df["latency_p99_ms"].notna().any():  # infer/tflite runs: their p99 with its interval and n
             at = df.columns.get_loc("throughput_eps") + 1
-            df.insert(at, "p99_latency_ms", [p99_cell(r) for r in df[lat].to_dict(orient="records")])
+            df.insert(at, "p99_latency_ms", p99)
         df = df.drop(columns=lat)
+        # the case's metrics: line (Case.metrics) orders the figures each reason line leads with, and the
+        # columns when every run listed shares one line
+        lines = [m.split(",") if isinstance(m, str) else None for m in df.pop("metrics")]
+        rss, dev = df.pop("peak_rss_bytes"), df.pop("peak_device_bytes")
+        memory = [memory_text(r, d) for r, d in zip(rss, dev, strict=True)]
+        leads = [
+            figure_texts(m, median_ms=med, throughput_eps=eps, peak_rss_bytes=r, peak_device_bytes=d, latency=q)
+            if m
+            else None
+            for m, med, eps, r, d, q in zip(
+                lines, df["median_step_ms"], df["throughput_eps"], rss, dev, p99, strict=True
+            )
+        ]
+        shared = lines[0] if lines and all(m == lines[0] for m in lines) else None
+        if shared and "memory_usage" in shared:
+            df.insert(df.columns.get_loc("throughput_eps") + 1, "peak_memory", memory)
+        df = df[lead_columns(list(df.columns), shared)]
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
         reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
     render(df, fmt, title="perfwatch runs")
     if fmt == Format.table:
-        for run_id, verdict, reason in zip(df["run_id"], df["verdict"], reasons, strict=True):
+        for run_id, verdict, reason, lead in zip(df["run_id"], df["verdict"], reasons, leads, strict=True):
             if isinstance(reason, str) and reason:
-                typer.echo(f"  run {run_id} {verdict}: {reason}")
+                typer.echo(f"  run {run_id} {verdict}: " + (f"[{'; '.join(lead)}] " if lead else "") + reason)
 
 
 @app.command("run")
@@ -316,10 +336,19 @@ def run_cmd(
         if v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         else ""
     )
+    from tasks.cli.figures import figure_texts
+
+    figures = figure_texts(  # in the order of the case's metrics: line (Case.metrics)
+        case.metrics,
+        median_ms=run.median_step_ms,
+        throughput_eps=run.throughput_eps,
+        peak_rss_bytes=run.peak_rss_bytes,
+        peak_device_bytes=run.peak_device_bytes,
+        latency=run.latency_ms,
+        throughput_note=" (as `runs`, `sweep` and `compare` give it)",
+    )
     typer.echo(
-        f"run {archived.run_id}: verdict {v.verdict}{judged}, "
-        f"median {run.median_step_ms:.2f} ms, {run.throughput_eps:.1f} examples/s "
-        f"at the median (as `runs`, `sweep` and `compare` give it), archive {archived.archive_uri}"
+        f"run {archived.run_id}: verdict {v.verdict}{judged}, {', '.join(figures)}, archive {archived.archive_uri}"
     )
     if v.reason:
         typer.echo(f"  {v.reason}")

@@ -1,0 +1,55 @@
+"""The metrics: line orders the figures a verdict line and ``perfwatch runs`` lead with (issue 27, item 3)."""
+
+from __future__ import annotations
+
+from tasks.cli.figures import figure_texts, lead_columns
+
+LATENCY = {
+    "p99": 12.3,
+    "ci": {
+        "p99": {
+            "percentile": 99.0,
+            "n": 1000,
+            "point": 12.3,
+            "low": 11.9,
+            "high": 13.0,
+            "low_rank": 983,
+            "high_rank": 996,
+            "confidence": 0.95,
+            "coverage": 0.957,
+            "estimable": True,
+            "min_n": 299,
+            "max_bound_confidence": 1.0,
+            "supported_percentile": 99.7,
+        }
+    },
+}
+
+
+def test_figures_follow_the_metrics_line_then_the_default_lead():
+    run = {"median_ms": 10.0, "throughput_eps": 1600.0, "peak_rss_bytes": 512 * 2**20, "latency": LATENCY}
+    assert figure_texts(None, **run) == ["median 10.00 ms", "1600.0 examples/s at the median"]
+    assert figure_texts(["throughput", "memory_usage", "step_time"], **run) == [
+        "1600.0 examples/s at the median",
+        "peak RSS 512.0 MiB",
+        "median 10.00 ms",
+    ]
+    assert figure_texts(["latency"], **run) == [
+        "latency p99 12.30 ms [11.90, 13.00] (95%, n=1000)",
+        "median 10.00 ms",
+        "1600.0 examples/s at the median",
+    ]
+    assert figure_texts(["latency", "memory_usage"], median_ms=10.0, throughput_eps=None) == ["median 10.00 ms"]
+
+
+def test_runs_columns_lead_with_the_shared_metrics_line():
+    cols = ["run_id", "case", "median_step_ms", "throughput_eps", "peak_memory", "verdict"]
+    assert lead_columns(cols, None) == cols
+    assert lead_columns(cols, ["throughput", "memory_usage", "step_time"]) == [
+        "run_id",
+        "case",
+        "throughput_eps",
+        "peak_memory",
+        "median_step_ms",
+        "verdict",
+    ]
