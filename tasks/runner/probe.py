@@ -476,7 +476,8 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
 def hardware() -> dict[str, Any]:
     """The part of the record that says what the hardware computes in and how many replicas a mirrored case
     gets (``tasks.analysis.hardware``): ``gpu`` (NVML), ``host`` (CPU model and fp16/bf16 flags) and
-    ``env_vars.PERFWATCH_CPU_LOGICAL_DEVICES`` and ``CUDA_VISIBLE_DEVICES``; well under a second, TensorFlow not read."""
+    ``env_vars`` (``PERFWATCH_CPU_LOGICAL_DEVICES``, ``CUDA_VISIBLE_DEVICES``); well under a second, TensorFlow
+    not read."""
     return {
         "gpu": _gpu_section(),
         "host": {
