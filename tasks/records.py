@@ -463,6 +463,19 @@ class Case(Record):
         "own process); 0: always warm up afresh. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
+    gate_percentile: float | None = Field(
+        None,
+        gt=50,
+        lt=100,
+        description="A paired release gate also gates this percentile of the per-step times (99: the p99 latency of "
+        "an infer case), from the same ABBA measurement (tasks.analysis.tail): the candidate/baseline ratio of "
+        "the two p99s with a distribution-free interval, verdict regression when either the median's or this "
+        "gate's interval lies above the band. It needs per version min_samples(p, 1 - (1 - confidence)/2) steps "
+        "(p99: 528 at confidence 0.99, 367 at 0.95; paired_blocks x paired_block_steps); with fewer its verdict "
+        "is inconclusive (too few samples for p99). A gate with it measures its whole budget. Unset: the median "
+        "only. Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
     metrics: list[str] | None = Field(
         None,
         description="The figures the case's verdict line and summaries (perfwatch run, perfwatch runs) lead with, "

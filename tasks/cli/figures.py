@@ -51,6 +51,14 @@ def latency_lead(latency: Mapping[str, Any] | None) -> str | None:
     return "latency " + PercentileCI(**ci).text("ms")
 
 
+def _median_interval(ci: Any) -> str:
+    if ci is None:
+        return ""
+    if ci.estimable:
+        return f" [{ci.low:.2f}, {ci.high:.2f}] ({ci.confidence:.0%}, n={ci.n} steps)"
+    return f" (n={ci.n} steps: too few for a {ci.confidence:.0%} interval of the median, needs {ci.min_n})"
+
+
 def figure_texts(
     metrics: Sequence[str] | None,
     *,
@@ -60,15 +68,18 @@ def figure_texts(
     peak_device_bytes: Any = None,
     latency: Mapping[str, Any] | str | None = None,
     throughput_note: str = "",
+    median_ci: Any = None,
 ) -> list[str]:
     """A run's figures as short texts, in ``lead_order(metrics)``: step_time ``median 10.00 ms``, throughput
     ``1600.0 examples/s at the median``, memory_usage :func:`memory_text`, latency :func:`latency_lead` (or
     ``latency`` itself when it is already a text, a ``runs`` table's p99 cell). A
     figure the run did not record is left out (a train run's latency). ``throughput_note`` follows the
-    throughput figure (``perfwatch run`` says where else it is given)."""
+    throughput figure (``perfwatch run`` says where else it is given). ``median_ci``: the median's
+    ``PercentileCI`` from the measured steps, shown with the step time (``median 10.00 ms [9.95, 10.05] (95%,
+    n=320 steps)``, or what a short run supports)."""
     med, eps = _num(median_ms), _num(throughput_eps)
     texts = {
-        "step_time": None if med is None else f"median {med:.2f} ms",
+        "step_time": None if med is None else f"median {med:.2f} ms" + _median_interval(median_ci),
         "throughput": None if eps is None else f"{eps:.1f} examples/s at the median{throughput_note}",
         "memory_usage": memory_text(peak_rss_bytes, peak_device_bytes),
         "latency": latency if isinstance(latency, str) or latency is None else latency_lead(latency),
@@ -95,3 +106,36 @@ def lead_columns(columns: Sequence[str], metrics: Sequence[str] | None, after: s
     rest = [c for c in columns if c not in lead]
     at = rest.index(after) + 1 if after in rest else 0
     return rest[:at] + lead + rest[at:]
+
+
+def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None) -> str | None:
+    """A table cell of a percentile with its interval and the samples it rests on: ``9.80 [9.71, 9.90] n=320``;
+    ``9.80 (n=5, no interval: needs 29)`` for a sample too short for a two-sided interval (``min_n``, the
+    fewest samples that give one; ``>= 9.71`` where the lower bound alone exists); None without a point."""
+    p, lo, hi, k = _num(point), _num(low), _num(high), _num(n)
+    if p is None:
+        return None
+    if k is None:
+        return f"{p:.2f} (no interval)"
+    if lo is not None and hi is not None:
+        return f"{p:.2f} [{lo:.2f}, {hi:.2f}] n={k:.0f}"
+    need = f": needs {min_n}" if min_n else ""
+    bound = f", >= {lo:.2f}" if lo is not None else (f", <= {hi:.2f}" if hi is not None else "")
+    return f"{p:.2f} (n={k:.0f}, no interval{need}{bound})"
+
+
+def step_intervals(
+    db_url: str | None, run_ids: Sequence[int], percentiles: Sequence[float] = (50, 90)
+) -> dict[int, tuple[int, dict[float, Any]]]:
+    """Per run: ``(n, {percentile: PercentileCI})`` of its measured step times (ms; the store's samples,
+    ``tasks.store.reads.load_samples``; ``tasks.analysis.percentiles.percentile_ci`` at 95%), for the rooms that
+    may not import the analysis (the plugin's metrics). Runs without samples are left out. ``db_url``: default
+    the settings' store."""
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.settings import Settings
+    from tasks.store.reads import load_samples
+
+    if not run_ids:
+        return {}
+    samples = load_samples(db_url or Settings.from_env().database_url, list(run_ids))
+    return {rid: (len(xs), {q: percentile_ci(xs, q) for q in percentiles}) for rid, xs in samples.items() if xs}

@@ -161,6 +161,7 @@ HISTORY_TABLE_COLUMNS = [
     "median_step_ms",
     "p10_step_ms",
     "p90_step_ms",
+    "n_measured",
     "throughput_eps",
     "method",
     "ratio",
@@ -170,6 +171,62 @@ HISTORY_TABLE_COLUMNS = [
     "env_key",
     "env_changed",
 ]
+
+
+SPREAD = (10, 90)
+"""The percentiles of each run's measured steps the history shows (its p10-p90 band)."""
+
+
+def history_frame(
+    model: str, case: str | None = None, db_url: str | None = None, *, limit: int | None = None
+) -> pd.DataFrame:
+    """``tasks.store.queries.history`` with each run's p10 and p90 step time given their distribution-free 95%
+    intervals from its measured steps (``tasks.analysis.percentiles.percentile_ci``, the samples of
+    ``tasks.store.reads.load_samples``): columns ``p10_low_ms``, ``p10_high_ms``, ``p90_low_ms``,
+    ``p90_high_ms`` after ``p90_step_ms`` (ms; None where the run is too short for that bound: a two-sided 95%
+    interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on. What ``perfwatch
+    history`` and the plugin's model page show. ``db_url``: default the settings' store.
+
+    Raises:
+        tasks.store.queries.QueryError: the store refused the query.
+    """
+    import pandas as pd
+
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.store import queries, reads
+
+    db_url = db_url or Settings.from_env().database_url
+    df = queries.history(model, case, db_url, limit=limit)
+    ids = [int(i) for i, n in zip(df["run_id"], df["n_measured"], strict=True) if pd.notna(n) and n]
+    samples = reads.load_samples(db_url, ids) if ids else {}
+    cols: dict[str, list[Any]] = {f"p{q}_{b}_ms": [] for q in SPREAD for b in ("low", "high")}
+    for rid in df["run_id"]:
+        xs = samples.get(int(rid))
+        for q in SPREAD:
+            ci = percentile_ci(xs, q) if xs else None
+            cols[f"p{q}_low_ms"].append(ci.low if ci else None)
+            cols[f"p{q}_high_ms"].append(ci.high if ci else None)
+    at = df.columns.get_loc("p90_step_ms") + 1
+    for k, (name, values) in enumerate(cols.items()):
+        df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
+    return df
+
+
+def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """A ``history_frame`` for the table: ``p10_step_ms`` and ``p90_step_ms`` as cells with their interval and
+    n (``tasks.cli.figures.ci_cell``), the bound columns dropped."""
+    from tasks.analysis.percentiles import min_samples
+    from tasks.cli.figures import ci_cell
+
+    out = df.copy()
+    for q in SPREAD:
+        out[f"p{q}_step_ms"] = [
+            ci_cell(p, lo, hi, n, min_samples(q))
+            for p, lo, hi, n in zip(
+                df[f"p{q}_step_ms"], df[f"p{q}_low_ms"], df[f"p{q}_high_ms"], df["n_measured"], strict=True
+            )
+        ]
+    return out.drop(columns=[f"p{q}_{b}_ms" for q in SPREAD for b in ("low", "high")])
 
 
 def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
@@ -388,7 +445,7 @@ def register(app: typer.Typer) -> None:
             url = _db_url()
             if msg := unknown_model_message(url, model):
                 raise _fail(msg)
-            df = queries.history(model, case, url, limit=last)
+            df = history_frame(model, case, url, limit=last)
         except queries.QueryError as e:
             raise _fail(e) from None
         if df.empty:
@@ -399,7 +456,7 @@ def register(app: typer.Typer) -> None:
                 + f" in the store; its cases: {', '.join(cases) or 'none'}"
             )
         df = with_env_changes(df)
-        shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
+        shown = spread_cells(df)[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df
         render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
         if plot is not None:
             try:

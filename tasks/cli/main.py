@@ -336,8 +336,11 @@ def run_cmd(
         if v.ratio is not None and v.ci_low is not None and v.ci_high is not None
         else ""
     )
+    from tasks.analysis.percentiles import percentile_ci
     from tasks.cli.figures import figure_texts
+    from tasks.runner.protocol import StepSamples, read_view
 
+    measured = read_view(run.samples_path, StepSamples).measured_step_times_ms
     figures = figure_texts(  # in the order of the case's metrics: line (Case.metrics)
         case.metrics,
         median_ms=run.median_step_ms,
@@ -346,6 +349,7 @@ def run_cmd(
         peak_device_bytes=run.peak_device_bytes,
         latency=run.latency_ms,
         throughput_note=" (as `runs`, `sweep` and `compare` give it)",
+        median_ci=percentile_ci(measured, 50) if measured else None,  # the median with its interval and n
     )
     typer.echo(
         f"run {archived.run_id}: verdict {v.verdict}{judged}, {', '.join(figures)}, archive {archived.archive_uri}"

@@ -53,3 +53,22 @@ def test_runs_columns_lead_with_the_shared_metrics_line():
         "median_step_ms",
         "verdict",
     ]
+
+
+def test_the_median_carries_its_interval_and_n():
+    from tasks.analysis.percentiles import percentile_ci
+
+    ci = percentile_ci([10.0 + 0.01 * i for i in range(100)], 50)
+    (text,) = figure_texts(["step_time"], median_ms=10.5, throughput_eps=None, median_ci=ci)
+    assert text == f"median 10.50 ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n=100 steps)"
+    short = percentile_ci([10.0] * 5, 50)
+    (text,) = figure_texts(["step_time"], median_ms=10.0, throughput_eps=None, median_ci=short)
+    assert text == "median 10.00 ms (n=5 steps: too few for a 95% interval of the median, needs 6)"
+
+
+def test_history_cells_give_the_interval_and_n_or_say_the_run_is_too_short():
+    from tasks.cli.figures import ci_cell
+
+    assert ci_cell(9.8, 9.71, 9.9, 320, 29) == "9.80 [9.71, 9.90] n=320"
+    assert ci_cell(9.8, None, None, 5, 29) == "9.80 (n=5, no interval: needs 29)"
+    assert ci_cell(9.8, None, None, None) == "9.80 (no interval)" and ci_cell(None, 1, 2, 3) is None
