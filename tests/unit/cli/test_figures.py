@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tasks.cli.figures import figure_texts, lead_columns
 
 LATENCY = {
@@ -72,3 +74,34 @@ def test_history_cells_give_the_interval_and_n_or_say_the_run_is_too_short():
     assert ci_cell(9.8, 9.71, 9.9, 320, 29) == "9.80 [9.71, 9.90] n=320"
     assert ci_cell(9.8, None, None, 5, 29) == "9.80 (n=5, no interval: needs 29)"
     assert ci_cell(9.8, None, None, None) == "9.80 (no interval)" and ci_cell(None, 1, 2, 3) is None
+
+
+WALL = [10.0 + i * 0.01 for i in range(10)]  # make_records' measured steps
+
+
+def test_history_and_metrics_give_the_step_percentiles_intervals_and_n(db_url, tmp_path):
+    """A run of 10 measured steps: its median has a 95% interval (ranks 2 and 9), its p10 and p90 do not (29
+    steps needed) and say so, in ``perfwatch history``'s frame, its table cells and ``/metrics``."""
+    from plugins.perfwatch.metrics import StoreCollector
+    from tasks.cli.history import history_frame, spread_cells
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import make_records
+
+    archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r1"))
+    df = history_frame("m", db_url=db_url)
+    row = df.iloc[0]
+    assert row.n_measured == 10 and row.p90_low_ms == pytest.approx(WALL[6]) and row.p90_high_ms is None
+    assert row.p10_low_ms is None and row.p10_high_ms == pytest.approx(WALL[3])
+    cells = spread_cells(df).iloc[0]
+    assert cells.p90_step_ms == f"{row.p90_step_ms:.2f} (n=10, no interval: needs 29, >= {WALL[6]:.2f})"
+    families = {f.name: f for f in StoreCollector(db_url).collect()}
+    bounds = {
+        (s.labels["quantile"], s.labels["bound"]): s.value
+        for s in families["perfwatch_step_time_bound_seconds"].samples
+    }
+    assert bounds == {
+        ("0.5", "low"): pytest.approx(WALL[1] / 1000),
+        ("0.5", "high"): pytest.approx(WALL[8] / 1000),
+        ("0.9", "low"): pytest.approx(WALL[6] / 1000),
+    }
+    assert [s.value for s in families["perfwatch_step_time_samples"].samples] == [10.0]
