@@ -21,6 +21,11 @@ Each case is named from its axes (``Case.name``: ``train-bs16-mixed_bfloat16-xla
 history and baseline. The axes are the Case fields that change what is measured (``AXES``); ``devices:
 [cpu, gpu]`` is the ``device`` axis (``train-bs16-cpu``, ``train-bs16-gpu``), and the config's ``queues:``
 section says which Celery queue measures each kind (``tasks.stages.devices``).
+
+An entry's ``metrics:`` line (the benchmarking guide's ``metrics: [throughput, memory_usage, step_time]``) is
+not an axis: every case of the entry carries it (``Case.metrics``, checked by name against
+``tasks.records.METRICS``) and it orders the figures its verdict line and summaries lead with; it is not part
+of ``Case.name``, so it never splits a history.
 """
 
 from __future__ import annotations
@@ -80,6 +85,11 @@ def _axes(matrix: Any, where: str) -> dict[str, list[Any]]:
         )
     axes: dict[str, list[Any]] = {}
     for axis, values in matrix.items():
+        if axis == "metrics":
+            raise MatrixError(
+                f"{where}: 'metrics' is not a matrix axis: it says which figures every case's verdict line leads "
+                "with; write it beside 'matrix', e.g. metrics: [throughput, memory_usage, step_time]"
+            )
         if axis not in AXES:
             raise MatrixError(f"{where}: unknown matrix axis {axis!r}; the axes are {', '.join(AXES)}")
         if not isinstance(values, list) or not values:

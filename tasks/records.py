@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
@@ -107,6 +107,75 @@ def canonical_version(version: str) -> str:
             f"version {version!r} must be a non-negative integer (a version directory such as 3 or 0003) or 'latest'"
         )
     return str(int(v))
+
+
+APPLICATION_VERSION = re.compile(r"keras[0-9A-Za-z.+_]{1,18}-[0-9a-f]{8}")
+"""A keras.applications case's version (``tasks.runner.applications.version_string``): ``keras<Keras
+version>-<8 hex of the architecture config's sha256>``, e.g. ``keras3.15.1-1a2b3c4d``, at most 32 characters."""
+
+
+def stored_version(version: str) -> str:
+    """A version as the store records it, to look runs up by: a model store version (:func:`canonical_version`:
+    ``latest`` or an integer, ``0003`` -> ``3``) or a keras.applications case's (:data:`APPLICATION_VERSION`,
+    ``keras3.15.1-1a2b3c4d``, kept as written). What ``perfwatch compare`` and ``perfwatch gate`` accept.
+
+    Raises:
+        ValueError: neither (names the value and both forms).
+    """
+    v = str(version).strip()
+    if APPLICATION_VERSION.fullmatch(v):
+        return v
+    try:
+        return canonical_version(v)
+    except ValueError:
+        raise ValueError(
+            f"version {version!r} must be a model store version (a version directory such as 3 or 0003, or "
+            "'latest') or a keras.applications case's keras<Keras version>-<8 hex>, e.g. keras3.15.1-1a2b3c4d"
+        ) from None
+
+
+METRICS: dict[str, str] = {
+    "step_time": "median step time (ms, our timer; per batch in infer/tflite mode)",
+    "throughput": "examples/s at the median step time",
+    "memory_usage": "peak host RSS and peak device memory (bytes, shown in MiB)",
+    "latency": "per-batch latency p50/p90/p99 with their intervals and n (infer/tflite)",
+}
+"""The figures a case's ``metrics:`` line may name (``Case.metrics``), and what each is."""
+
+DEFAULT_LEAD: tuple[str, ...] = ("step_time", "throughput")
+"""What a verdict line leads with when the case has no ``metrics:`` line."""
+
+
+def check_metrics(names: Any) -> list[str]:
+    """``names`` (a case's ``metrics:`` line) as a list of :data:`METRICS` names, each once.
+
+    Raises:
+        ValueError: not a list of strings, an unknown name (names it and lists the valid ones), or a name twice.
+    """
+    if isinstance(names, str) or not isinstance(names, list | tuple) or not names:
+        raise ValueError(f"metrics {names!r}: expected a non-empty list of names, e.g. [throughput, step_time]")
+    valid = ", ".join(METRICS)
+    out: list[str] = []
+    for n in names:
+        if not isinstance(n, str) or n not in METRICS:
+            raise ValueError(f"metrics: unknown metric {n!r}; the metrics are {valid}")
+        if n in out:
+            raise ValueError(f"metrics: {n!r} is listed twice")
+        out.append(n)
+    return out
+
+
+def lead_order(metrics: Sequence[str] | None) -> list[str]:
+    """The figures a verdict line shows, in order: a case's ``metrics`` (``Case.metrics``) first, as written,
+    then those of :data:`DEFAULT_LEAD` it leaves out; without a metrics line :data:`DEFAULT_LEAD`."""
+    first = list(metrics or [])
+    return first + [m for m in DEFAULT_LEAD if m not in first]
+
+
+def version_label(version: str) -> str:
+    """A version as output names it: ``v3`` for a version directory, a keras.applications version as it is
+    (``keras3.15.1-1a2b3c4d``, which says what it is)."""
+    return f"v{version}" if str(version).isdigit() else str(version)
 
 
 class Record(BaseModel):
@@ -394,6 +463,32 @@ class Case(Record):
         "own process); 0: always warm up afresh. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
+    gate_percentile: float | None = Field(
+        None,
+        gt=50,
+        lt=100,
+        description="A paired release gate also gates this percentile of the per-step times (99: the p99 latency of "
+        "an infer case), from the same ABBA measurement (tasks.analysis.tail): the candidate/baseline ratio of "
+        "the two p99s with a distribution-free interval, verdict regression when either the median's or this "
+        "gate's interval lies above the band. It needs per version min_samples(p, 1 - (1 - confidence)/2) steps "
+        "(p99: 528 at confidence 0.99, 367 at 0.95; paired_blocks x paired_block_steps); with fewer its verdict "
+        "is inconclusive (too few samples for p99). A gate with it measures its whole budget. Unset: the median "
+        "only. Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    metrics: list[str] | None = Field(
+        None,
+        description="The figures the case's verdict line and summaries (perfwatch run, perfwatch runs) lead with, "
+        "in this order, e.g. [throughput, memory_usage, step_time] (the benchmarking guide's metrics line); names: "
+        "step_time, throughput, memory_usage, latency. Every run records all of them; unset: step time, then "
+        "throughput. Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_metrics(v)
 
     backbone: Literal["keras.applications"] | None = Field(
         None,

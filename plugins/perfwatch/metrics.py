@@ -61,8 +61,10 @@ class StoreCollector:
       "high" under 299 batches), ``perfwatch_latency_estimable{quantile}`` (1: both bounds exist) and
       ``perfwatch_latency_samples`` (the measured batches they rest on).
 
-    The step-time quantiles above are given without an interval (the paired gate and ``perfwatch compare``
-    judge step time on their own intervals).
+    * ``perfwatch_step_time_bound_seconds{quantile="0.5"|"0.9", bound="low"|"high", source}``: the
+      distribution-free 95% interval of the step-time quantiles from the run's measured steps (absent where the
+      run is too short for a bound, and for external runs, which keep no steps), and
+      ``perfwatch_step_time_samples{source}``, the measured steps they rest on.
     """
 
     def __init__(self, db_url: str | None = None):
@@ -168,6 +170,26 @@ class StoreCollector:
                 for bound, value in (("estimate", story.ratio), ("low", story.ci_low), ("high", story.ci_high)):
                     if value is not None:
                         ratio.add_metric([*key, bound, story.metric or "wall"], value)
+        step_bound = GaugeMetricFamily(
+            "perfwatch_step_time_bound_seconds",
+            "Bound of the step-time quantile's distribution-free 95% interval (absent: too few steps for it)",
+            labels=[*mc, "quantile", "bound", "source"],
+        )
+        step_n = GaugeMetricFamily(
+            "perfwatch_step_time_samples", "Measured steps the step-time quantiles rest on", labels=[*mc, "source"]
+        )
+        from tasks.cli.figures import step_intervals
+
+        intervals = step_intervals(self.db_url, [r.run_id for r in snap.latest if r.source != "external"])
+        for r in snap.latest:
+            key = ident(r.model, r.case_name)
+            if r.run_id in intervals:
+                n, cis = intervals[r.run_id]
+                step_n.add_metric([*key, r.source], float(n))
+                for pct, c in cis.items():
+                    for bound, v in (("low", c.low), ("high", c.high)):
+                        if v is not None:
+                            step_bound.add_metric([*key, f"{pct / 100:g}", bound, r.source], v / 1000.0)
             if r.latency_ms:
                 ci = r.latency_ms.get("ci") or {}
                 for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
@@ -206,6 +228,8 @@ class StoreCollector:
             regs.add_metric(ident(m, c), snap.regressions.get((m, c), 0))
         yield from (
             step,
+            step_bound,
+            step_n,
             cpu,
             wait,
             base,

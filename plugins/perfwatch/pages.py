@@ -51,8 +51,8 @@ _HEADERS = {
     "median_cpu_ms": "median CPU time per step (ms)",
     "median_wait_ms": "median run-queue wait per step (ms)",
     "mean_step_ms": "mean step (ms)",
-    "p10_step_ms": "p10 step (ms)",
-    "p90_step_ms": "p90 step (ms)",
+    "p10_step_ms": "p10 step (ms) [95% interval] n",
+    "p90_step_ms": "p90 step (ms) [95% interval] n",
     "baseline_median_ms": "baseline median (ms)",
     "throughput_eps": "throughput (examples/s)",
     "case_name": "case",
@@ -182,9 +182,9 @@ def index(request: Request) -> HTMLResponse:
 @router.get("/models/{model}", response_class=HTMLResponse)
 def model_history(request: Request, model: str) -> HTMLResponse:
     """Step-time trend of one model: plot (oldest to newest) and table (newest first)."""
-    from tasks.store import queries
+    from tasks.cli.history import history_frame, spread_cells
 
-    df = queries.history(model)
+    df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     base, e = plugin_root(request), quote_segment(model)
@@ -204,7 +204,8 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     body = (
         f"<p>{_a(f'{base}/', 'all models')}</p><h2>Newest verdict per case</h2>{verdicts}"
         f"<img src='{base}/models/{e}/plot.png' "
-        f"alt='step time of {html.escape(model)}'>" + _table(request, _newest_first(df), links=_run_rows(df))
+        f"alt='step time of {html.escape(model)}'>"
+        + _table(request, _newest_first(spread_cells(df)), links=_run_rows(df))
     )
     return _page(f"perfwatch: {model}", body + _sweep_section(request, model))
 

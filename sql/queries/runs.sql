@@ -1,7 +1,7 @@
 -- name: runs
 -- The newest runs (optionally of one model), newest first: status, version (as pulled; the
 -- requested one when the run failed before the pull), median step time (ms, our timer),
--- throughput (examples/s), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
+-- throughput (examples/s), peak host RSS and device memory (bytes), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
 -- params is the run's Case as JSON (its axes: mode, batch_size, precision, xla, strategy, quantization);
 -- fed is what the runner fed the model (run_tables tool 'inputs': per input shape, dtype, range; NULL
 -- for failed runs and runs stored before it was kept).
@@ -20,6 +20,8 @@ SELECT r.id AS run_id,
        r.trigger,
        r.median_step_ms,
        r.throughput_eps,
+       r.peak_rss_bytes,
+       r.peak_device_bytes,
        r.verdict,
        c.metric,
        r.failed_stage,

@@ -91,7 +91,7 @@ class PercentileCI:
         ``p99 not estimable from 100 samples at 95% (needs 299): p99 >= 11.90 ms; the max bounds it
         with 63% confidence; 100 samples bound up to p97.0``."""
         label = name or f"p{self.percentile:g}"
-        level = f"{self.confidence:.0%}"
+        level = level_text(self.confidence)
 
         def v(x: float) -> str:
             return f"{x:.2f} {unit}"
@@ -111,6 +111,11 @@ class PercentileCI:
         else:
             parts.append(f"{label} <= {v(self.high)}")
         return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if parts[2:] else "")
+
+
+def level_text(confidence: float) -> str:
+    """A level as text: ``95%``, ``99.5%`` (never rounded up to ``100%``)."""
+    return f"{round(100 * confidence, 4):g}%"
 
 
 def _check(percentile: float, confidence: float) -> tuple[float, float]:

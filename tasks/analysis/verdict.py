@@ -383,7 +383,9 @@ def paired_comparison(
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
     d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     dz = sequential.Design(**design)
-    g = sequential.analyse(d, gate["look_pairs"], dz, strict="cpu" not in gate.get("stopping", ()))
+    # strict unless another look than the wall-time one's kept the gate going: a busy host's CPU time, or a tail
+    # gate, which measures the whole budget (Case.gate_percentile)
+    g = sequential.analyse(d, gate["look_pairs"], dz, strict=not {"cpu", "tail"} & set(gate.get("stopping", ())))
     f = g.final
     what = (
         f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
@@ -563,7 +565,50 @@ def decide(
             evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
             d.verdict = Verdict.INCONCLUSIVE
             d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
+    if paired is not None and getattr(case, "gate_percentile", None) is not None:
+        _gate_tail(d, case, paired, noise)
     return d
+
+
+def _gate_tail(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str, Any] | None) -> None:
+    """The tail gate of a paired verdict (``Case.gate_percentile``; ``tasks.analysis.tail``), after the median's
+    verdict and the noise rule: the per-step times of the analysed pairs of each version, the percentile ratio's
+    interval with the gate's process offset, on wall time. On a busy host a decided tail verdict becomes
+    ``inconclusive`` (load lands on single steps: the tail is what it moves most). The verdict is
+    ``tail.combine`` of both; where the tail changed it, the verdict's ratio, interval and limit are the
+    tail's (``evidence["gated_on"]`` = ``p99``) and the median's kept in ``evidence["verdict_median"]``."""
+    from tasks.analysis import tail as tail_gate
+
+    ev = d.evidence
+    n = int(ev["paired"]["n_candidate"])
+    a = [t for blk in paired.a[:n] for t in blk]
+    b = [t for blk in paired.b[:n] for t in blk]
+    offset_sd = float((ev.get("paired_offset") or {}).get("sd") or 0.0)
+    t = tail_gate.compare_tail(
+        a, b, case.gate_percentile, confidence=case.confidence, tolerance=case.tolerance, offset_sd=offset_sd
+    )
+    verdict, reason = t.verdict, t.reason
+    if noise is not None and noise.get("busy") and verdict in DECIDED:
+        verdict = Verdict.INCONCLUSIVE
+        reason = f"host busy: {t.label} gate left undecided (load lands on single steps, the tail); it said: {reason}"
+    ev["tail"] = {**t.model_dump(mode="json"), "verdict_after_noise": verdict, "reason": reason}
+    median = Verdict(d.verdict)
+    final = tail_gate.combine(median, verdict)
+    if final == median:
+        d.reason = f"{d.reason}; {reason}" if d.reason else reason
+        return
+    ev["verdict_median"] = {"verdict": median, "reason": d.reason, "ratio": d.ratio, "ci_low": d.ci_low}
+    ev["verdict_median"]["ci_high"] = d.ci_high
+    ev["gated_on"] = t.label
+    if verdict != Verdict.INCONCLUSIVE and t.ci_low is not None and t.ci_high is not None:
+        d.ratio, d.ci_low, d.ci_high = t.ratio, t.ci_low, t.ci_high
+        d.limit = float(t.a["point"]) * (1 + case.tolerance)
+    if final == Verdict.INCONCLUSIVE and not t.enough:
+        head = f"inconclusive ({reason.split(' (a two-sided')[0]})"
+    else:
+        head = f"{final} on the {t.label}"
+    d.verdict = final
+    d.reason = f"{head}: {reason} The median gate alone said {median}: {ev['verdict_median']['reason']}"
 
 
 def _usable_cpu(cpu: Sequence[float] | None, n: int) -> bool:

@@ -206,20 +206,21 @@ def compare_versions(
 
 def _headline_text(vc: VersionComparison) -> str:
     from tasks.records import case_title
+    from tasks.records import version_label as vl
 
     h = vc.headline.set_index("side")
     f, t = h.loc["from"], h.loc["to"]
     ratio = t["median_step_ms"] / f["median_step_ms"] if f["median_step_ms"] else float("nan")
     text = (
-        f"median step time v{f['version']} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
-        f"v{t['version']} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
+        f"median step time {vl(f['version'])} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
+        f"{vl(t['version'])} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
         f"({(ratio - 1):+.1%}; two processes' medians); "
         f"throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
         f"case {case_title(t['case'], t['case_label'])}"
     )
     if vc.identical_bytes:
         text += (
-            f"\nnote: v{f['version']} and v{t['version']} are byte-identical (same sha256): the x{ratio:.3f} is "
+            f"\nnote: {vl(f['version'])} and {vl(t['version'])} are byte-identical (same sha256): the x{ratio:.3f} is "
             "drift between the two runs' processes, not a change of the model. A paired gate measures both "
             f"in one process: perfwatch run MODEL --version {t['version']} --paired"
         )
@@ -310,8 +311,11 @@ def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
-        from_version: Annotated[str, typer.Option("--from", help="Baseline version.")],
-        to_version: Annotated[str, typer.Option("--to", help="Candidate version.")],
+        from_version: Annotated[
+            str,
+            typer.Option("--from", help="Baseline version (3, or keras3.15.1-1a2b3c4d for a keras.applications case)."),
+        ],
+        to_version: Annotated[str, typer.Option("--to", help="Candidate version (as --from).")],
         case: Annotated[
             str | None, typer.Option(help="Case, e.g. train-bs16 (default: the newest run's case of --to).")
         ] = None,
@@ -326,13 +330,13 @@ def register(app: typer.Typer) -> None:
 
         from tasks.cli.context import settings as _settings
         from tasks.cli.history import unknown_model_message
-        from tasks.records import canonical_version
+        from tasks.records import stored_version
 
         try:
             url = _settings().database_url
             if msg := unknown_model_message(url, model):
                 raise ComparisonUnavailable(msg)
-            from_version, to_version = canonical_version(from_version), canonical_version(to_version)
+            from_version, to_version = stored_version(from_version), stored_version(to_version)
             vc = compare_versions(url, model, from_version, to_version, case, top_n=top or 10)
         except (ComparisonUnavailable, ValueError) as e:
             typer.echo(f"perfwatch compare: {e}", err=True)

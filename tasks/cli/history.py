@@ -170,6 +170,7 @@ HISTORY_TABLE_COLUMNS = [
     "median_step_ms",
     "p10_step_ms",
     "p90_step_ms",
+    "n_measured",
     "throughput_eps",
     "method",
     "ratio",
@@ -179,6 +180,62 @@ HISTORY_TABLE_COLUMNS = [
     "env_key",
     "env_changed",
 ]
+
+
+SPREAD = (10, 90)
+"""The percentiles of each run's measured steps the history shows (its p10-p90 band)."""
+
+
+def history_frame(
+    model: str, case: str | None = None, db_url: str | None = None, *, limit: int | None = None
+) -> pd.DataFrame:
+    """``tasks.store.queries.history`` with each run's p10 and p90 step time given their distribution-free 95%
+    intervals from its measured steps (``tasks.analysis.percentiles.percentile_ci``, the samples of
+    ``tasks.store.reads.load_samples``): columns ``p10_low_ms``, ``p10_high_ms``, ``p90_low_ms``,
+    ``p90_high_ms`` after ``p90_step_ms`` (ms; None where the run is too short for that bound: a two-sided 95%
+    interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on. What ``perfwatch
+    history`` and the plugin's model page show. ``db_url``: default the settings' store.
+
+    Raises:
+        tasks.store.queries.QueryError: the store refused the query.
+    """
+    import pandas as pd
+
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.store import queries, reads
+
+    db_url = db_url or Settings.from_env().database_url
+    df = queries.history(model, case, db_url, limit=limit)
+    ids = [int(i) for i, n in zip(df["run_id"], df["n_measured"], strict=True) if pd.notna(n) and n]
+    samples = reads.load_samples(db_url, ids) if ids else {}
+    cols: dict[str, list[Any]] = {f"p{q}_{b}_ms": [] for q in SPREAD for b in ("low", "high")}
+    for rid in df["run_id"]:
+        xs = samples.get(int(rid))
+        for q in SPREAD:
+            ci = percentile_ci(xs, q) if xs else None
+            cols[f"p{q}_low_ms"].append(ci.low if ci else None)
+            cols[f"p{q}_high_ms"].append(ci.high if ci else None)
+    at = df.columns.get_loc("p90_step_ms") + 1
+    for k, (name, values) in enumerate(cols.items()):
+        df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
+    return df
+
+
+def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """A ``history_frame`` for the table: ``p10_step_ms`` and ``p90_step_ms`` as cells with their interval and
+    n (``tasks.cli.figures.ci_cell``), the bound columns dropped."""
+    from tasks.analysis.percentiles import min_samples
+    from tasks.cli.figures import ci_cell
+
+    out = df.copy()
+    for q in SPREAD:
+        out[f"p{q}_step_ms"] = [
+            ci_cell(p, lo, hi, n, min_samples(q))
+            for p, lo, hi, n in zip(
+                df[f"p{q}_step_ms"], df[f"p{q}_low_ms"], df[f"p{q}_high_ms"], df["n_measured"], strict=True
+            )
+        ]
+    return out.drop(columns=[f"p{q}_{b}_ms" for q in SPREAD for b in ("low", "high")])
 
 
 def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
@@ -419,7 +476,7 @@ def register(app: typer.Typer) -> None:
             url = _db_url()
             if msg := unknown_model_message(url, model):
                 raise _fail(msg)
-            df = queries.history(model, case, url, limit=last)
+            df = history_frame(model, case, url, limit=last)
         except queries.QueryError as e:
             raise _fail(e) from None
         if df.empty:
@@ -435,7 +492,7 @@ def register(app: typer.Typer) -> None:
 
         ids = [int(i) for i in df["run_id"]]
         stories = verdict_stories(ids, url)
-        shown = df[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
+        shown = spread_cells(df)[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
         if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
             shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:
@@ -511,18 +568,23 @@ def register(app: typer.Typer) -> None:
     @app.command("gate", epilog=EXIT_CODES_HELP)
     def gate_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
-        version: Annotated[str, typer.Argument(help="Model version (the version directory, e.g. 3).")],
+        version: Annotated[
+            str,
+            typer.Argument(
+                help="Model version: a version directory, e.g. 3, or a keras.applications case's keras3.15.1-1a2b3c4d."
+            ),
+        ],
         case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
         strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
         run of each case of MODEL VERSION in the store."""
-        from tasks.records import canonical_version
+        from tasks.records import stored_version, version_label
         from tasks.store import queries
 
         try:
-            version = canonical_version(version)
+            version = stored_version(version)
             url = _known(model, GATE_INCONCLUSIVE)
             rows = queries.run_query("gate", url, model=model, version=version, case_name=case)
             rows = queries.with_case_labels(rows, url, model=model)
@@ -533,9 +595,9 @@ def register(app: typer.Typer) -> None:
         stories = verdict_stories([int(i) for i in rows["run_id"]], url) if not rows.empty else {}
         code, reasons = gate_decision(rows, strict=strict, stories=stories)
         if not rows.empty:
-            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} v{version}")
+            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} {version_label(version)}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
-        typer.echo(f"gate {model} v{version}: {word} (exit {code})", err=True)
+        typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)
         if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided

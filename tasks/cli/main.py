@@ -160,11 +160,31 @@ def runs(
         df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
         if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
             df = df.drop(columns=["median_wait_ms"])
+        from tasks.cli.figures import figure_texts, lead_columns, memory_text
+
         lat = [c for c in df.columns if c.startswith("latency_")]
+        p99 = [p99_cell(r) for r in df[lat].to_dict(orient="records")]
         if df["latency_p99_ms"].notna().any():  # infer/tflite runs: their p99 with its interval and n
             at = df.columns.get_loc("throughput_eps") + 1
-            df.insert(at, "p99_latency_ms", [p99_cell(r) for r in df[lat].to_dict(orient="records")])
+            df.insert(at, "p99_latency_ms", p99)
         df = df.drop(columns=lat)
+        # the case's metrics: line (Case.metrics) orders the figures each reason line leads with, and the
+        # columns when every run listed shares one line
+        lines = [m.split(",") if isinstance(m, str) else None for m in df.pop("metrics")]
+        rss, dev = df.pop("peak_rss_bytes"), df.pop("peak_device_bytes")
+        memory = [memory_text(r, d) for r, d in zip(rss, dev, strict=True)]
+        leads = [
+            figure_texts(m, median_ms=med, throughput_eps=eps, peak_rss_bytes=r, peak_device_bytes=d, latency=q)
+            if m
+            else None
+            for m, med, eps, r, d, q in zip(
+                lines, df["median_step_ms"], df["throughput_eps"], rss, dev, p99, strict=True
+            )
+        ]
+        shared = lines[0] if lines and all(m == lines[0] for m in lines) else None
+        if shared and "memory_usage" in shared:
+            df.insert(df.columns.get_loc("throughput_eps") + 1, "peak_memory", memory)
+        df = df[lead_columns(list(df.columns), shared)]
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
@@ -175,12 +195,14 @@ def runs(
         from tasks.store.series import run_latencies
 
         latencies = run_latencies(ids, url)
-        for run_id, reason in zip(ids, reasons, strict=True):
+        # each line leads with the figures of the case's metrics: line (Case.metrics), then the story
+        for run_id, reason, lead in zip(ids, reasons, leads, strict=True):
+            first = f"[{'; '.join(lead)}] " if lead else ""
             story = stories.get(run_id)
             if story is not None and (story.ratio is not None or story.reason):
-                typer.echo(f"  run {run_id} {story_line(story)}")
+                typer.echo(f"  run {run_id} {first}{story_line(story)}")
             elif isinstance(reason, str) and reason:
-                typer.echo(f"  run {run_id}: {reason}")
+                typer.echo(f"  run {run_id}: {first}{reason}")
             if latency := latencies.get(run_id):
                 typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
 
@@ -333,10 +355,22 @@ def run_cmd(
     v, run, archived = state.verdict, state.run, state.archived
     assert v is not None and run is not None and archived is not None  # run_case ran every stage
     story = run_story(state, settings.database_url)
-    typer.echo(
-        f"run {archived.run_id}: median {run.median_step_ms:.2f} ms, {run.throughput_eps:.1f} examples/s "
-        f"at the median (as `runs`, `sweep` and `compare` give it), archive {archived.archive_uri}"
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.cli.figures import figure_texts
+    from tasks.runner.protocol import StepSamples, read_view
+
+    measured = read_view(run.samples_path, StepSamples).measured_step_times_ms
+    figures = figure_texts(  # in the order of the case's metrics: line (Case.metrics)
+        case.metrics,
+        median_ms=run.median_step_ms,
+        throughput_eps=run.throughput_eps,
+        peak_rss_bytes=run.peak_rss_bytes,
+        peak_device_bytes=run.peak_device_bytes,
+        latency=run.latency_ms,
+        throughput_note=" (as `runs`, `sweep` and `compare` give it)",
+        median_ci=percentile_ci(measured, 50) if measured else None,  # the median with its interval and n
     )
+    typer.echo(f"run {archived.run_id}: {', '.join(figures)}, archive {archived.archive_uri}")
     from tasks.services.story import story_lines
 
     for line in story_lines(story):  # the verdict's story, as gate, runs, history and the pages tell it

@@ -476,14 +476,18 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
 def hardware() -> dict[str, Any]:
     """The part of the record that says what the hardware computes in and how many replicas a mirrored case
     gets (``tasks.analysis.hardware``): ``gpu`` (NVML), ``host`` (CPU model and fp16/bf16 flags) and
-    ``env_vars.PERFWATCH_CPU_LOGICAL_DEVICES``; well under a second, TensorFlow not read."""
+    ``env_vars`` (``PERFWATCH_CPU_LOGICAL_DEVICES``, ``CUDA_VISIBLE_DEVICES``); well under a second, TensorFlow
+    not read."""
     return {
         "gpu": _gpu_section(),
         "host": {
             "cpu_model": _safe(_cpu_model),
             **_safe_section(lambda: {"cpu_precision_flags": cpus.precision_flags()}, ("cpu_precision_flags",)),
         },
-        "env_vars": {"PERFWATCH_CPU_LOGICAL_DEVICES": os.environ.get("PERFWATCH_CPU_LOGICAL_DEVICES", ABSENT)},
+        "env_vars": {
+            "PERFWATCH_CPU_LOGICAL_DEVICES": os.environ.get("PERFWATCH_CPU_LOGICAL_DEVICES", ABSENT),
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ABSENT),
+        },
     }
 
 

@@ -31,10 +31,12 @@ model load, cold step and warm-up per version (stated in the verdict's ``evidenc
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tasks.analysis import calibration, percentiles, sequential, soundness
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
@@ -52,6 +54,8 @@ from tasks.runner.protocol import (
 )
 from tasks.stages.warmup import case_options, limit_after_warmup, xla_cache_dir
 from tasks.store import reads
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,27 @@ def gate_design(case: Case, offset_sd: float) -> sequential.Design | None:
         round_pairs=case.paired_round_pairs,
         offset_sd=offset_sd,
     )
+
+
+def tail_plan(case: Case) -> dict[str, Any] | None:
+    """What a tail gate (``Case.gate_percentile``) needs, stated before the first pair: ``percentile``,
+    ``per_version`` (the steps of each version the budget times, ``paired_blocks x paired_block_steps``),
+    ``min_samples`` (``tail.min_arm_samples`` at the case's confidence), ``enough`` and ``text``; None without
+    a tail gate. Kept in the gate record (``gate["tail"]``)."""
+    p = case.gate_percentile
+    if p is None:
+        return None
+    from tasks.analysis.tail import min_arm_samples
+
+    need = min_arm_samples(p, case.confidence)
+    have = case.paired_blocks * case.paired_block_steps
+    label = f"p{p:g}"
+    text = (
+        f"the {label} gate needs {need} steps per version for a two-sided {case.confidence:.0%} interval of the "
+        f"{label} ratio; this gate's budget times {have}"
+        + ("" if have >= need else f": its {label} verdict will be inconclusive (too few samples for {label})")
+    )
+    return {"percentile": p, "per_version": have, "min_samples": need, "enough": have >= need, "text": text}
 
 
 def _check_blocks(blocks: list[BlockPair], case: Case, first: int = 0) -> None:
@@ -168,6 +193,9 @@ def paired_run(
         xla_cache_dir=xla_cache_dir(case, work_dir),
     )
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
+    tail = tail_plan(case)
+    if tail is not None and not tail["enough"]:
+        log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
     looks: list[int] = []
     stopping: list[str] = []
     if design is None:
@@ -187,6 +215,9 @@ def paired_run(
             if len(d) < sequential.MIN_LOOK_PAIRS and not info.final:
                 return True
             looks.append(len(d))
+            if case.gate_percentile is not None:  # a tail gate is one fixed look at the end: the whole budget
+                stopping.append("tail")
+                return True
             cpu = None if None in d_cpu else [x for x in d_cpu if x is not None]
             decided, metric = look_decides(
                 d,
@@ -204,6 +235,7 @@ def paired_run(
         if len(r.blocks) != len(d):
             raise RunnerError(f"paired runner's result holds {len(r.blocks)} block pairs but its rounds held {len(d)}")
     gate = {
+        **({"tail": tail} if tail is not None else {}),
         "design": design.model_dump(mode="json") if design else None,
         "look_pairs": looks,
         "stopping": stopping,

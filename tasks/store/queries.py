@@ -375,6 +375,13 @@ def case_safe_mode(params: Any) -> bool:
     return bool((_json_object(params) or {}).get("safe_mode", True))
 
 
+def case_metrics(params: Any) -> str | None:
+    """A run's ``metrics:`` line from its stored ``params`` (``Case.metrics``, the figures its summaries lead
+    with) as ``throughput,memory_usage,step_time``; None when its case has none (or the params predate it)."""
+    got = (_json_object(params) or {}).get("metrics")
+    return ",".join(str(m) for m in got) if isinstance(got, list) and got else None
+
+
 def fed_summary(fed: Any) -> str | None:
     """One line of what a run fed its model, from its ``run_tables`` row ``inputs`` (``fed`` in
     ``runs.sql``; ``tasks.store.writes.RUN_INPUT_KEYS``): per input ``name shape dtype`` with the batch
@@ -400,7 +407,9 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     trigger, median_step_ms (ms, our timer),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
     :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), the
-    infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`), verdict
+    infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`),
+    peak_rss_bytes and peak_device_bytes (the runner's peak host RSS and device memory, bytes; None where not
+    recorded), metrics (the case's metrics: line, :func:`case_metrics`), verdict
     (``failed@<stage>`` for a failed run), metric (which per-step measure decided the verdict: wall | cpu;
     None without a comparison), reason (the verdict's reason in one sentence: ``tasks.store.reads.verdict_reasons``;
     None without one), error (first line). See ``sql/queries/runs.sql``."""
@@ -410,6 +419,7 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     for k, name in enumerate(("median_cpu_ms", "median_wait_ms")):
         raw.insert(at + k, name, [medians.get(int(i), (None, None))[k] for i in raw["run_id"]])
     safe = [case_safe_mode(p) for p in raw["params"]]
+    raw.insert(raw.columns.get_loc("peak_device_bytes") + 1, "metrics", [case_metrics(p) for p in raw["params"]])
     df = with_case_labels(with_case_axes(raw, after="case_name"), db_url)
     at = df.columns.get_loc(AXIS_COLUMNS[-1]) + 1
     fed = list(df.pop("fed"))

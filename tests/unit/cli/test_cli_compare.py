@@ -89,3 +89,33 @@ def test_byte_identical_versions_are_called_drift_not_a_change(store, tmp_path):
     assert "note: v1 and v3 are byte-identical (same sha256): the x1.350 is drift" in res.stdout
     assert "perfwatch run MODEL --version 3 --paired" in res.stdout
     assert json.loads(invoke("m", "--from", "1", "--to", "3", "--format", "json").stdout)["identical_bytes"] is True
+
+
+KERAS_A, KERAS_B = "keras3.15.1-1a2b3c4d", "keras3.15.1-9f8e7d6c"
+
+
+def test_keras_application_versions_are_compared_and_gated(home, tmp_path):
+    """A keras.applications case's versions (keras<Keras version>-<8 hex>) have their own history: compare and
+    gate look them up as written (they used to refuse anything but an integer)."""
+    url = Settings.from_env().database_url
+    migrate(url)
+    archive(url, tmp_path, "k1", version=KERAS_A)
+    archive(url, tmp_path, "k2", version=KERAS_B, median=12.0)
+    res = invoke("m", "--from", KERAS_A, "--to", KERAS_B, "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert [h["version"] for h in json.loads(res.stdout)["headline"]] == [KERAS_A, KERAS_B]
+    gate = CliRunner().invoke(app, ["gate", "m", KERAS_B])
+    assert gate.exit_code == 0, gate.output
+    assert f"gate m {KERAS_B}: PASS" in gate.stderr
+    bad = invoke("m", "--from", "keras3.15.1", "--to", KERAS_B)
+    assert bad.exit_code == 1 and "keras<Keras version>-<8 hex>" in bad.stderr
+
+
+def test_stored_version_forms():
+    from tasks.records import stored_version
+
+    assert stored_version("0003") == "3" and stored_version("latest") == "latest"
+    assert stored_version(f" {KERAS_A} ") == KERAS_A
+    for bad in ("keras3.15.1-1A2B3C4D", "keras-1a2b3c4d", "v3", "keras3.15.1-1a2b3c4"):
+        with pytest.raises(ValueError, match="keras3.15.1-1a2b3c4d"):
+            stored_version(bad)

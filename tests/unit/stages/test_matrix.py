@@ -301,3 +301,21 @@ def test_a_yaml_syntax_error_names_the_config_file(tmp_path):
     with pytest.raises(yaml.YAMLError) as err:
         load_config(cfg)
     assert f'in "{cfg}", line 3' in str(err.value) and "<unicode string>" not in str(err.value)
+
+
+def test_the_metrics_line_is_carried_checked_by_name_and_never_splits_a_history():
+    entry = {"model": "m", "metrics": ["throughput", "memory_usage", "step_time"], "matrix": {"batch_size": [8, 16]}}
+    cases = expand_entry(entry)
+    assert [c.metrics for c in cases] == [["throughput", "memory_usage", "step_time"]] * 2
+    plain = expand_entry({"model": "m", "matrix": {"batch_size": [8, 16]}})
+    assert [c.name for c in cases] == [c.name for c in plain] == ["train-bs8", "train-bs16"]  # same histories
+    with pytest.raises(
+        MatrixError,
+        match=r"unknown metric 'memory'; the metrics are step_time, throughput, "
+        r"memory_usage, latency",
+    ):
+        expand_entry({**entry, "metrics": ["throughput", "memory"]})
+    with pytest.raises(MatrixError, match="'metrics' is not a matrix axis"):
+        expand_entry({"model": "m", "matrix": {"metrics": ["throughput"]}})
+    with pytest.raises(ValueError, match="'step_time' is listed twice"):
+        config_cases({"defaults": {"metrics": ["step_time", "step_time"]}, "models": [{"model": "m"}]}, where="cfg")

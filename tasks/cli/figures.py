@@ -1,0 +1,141 @@
+"""The figures a run's verdict line leads with, in the order of its case's ``metrics:`` line.
+
+``Case.metrics`` (``tasks.records.METRICS``: step_time, throughput, memory_usage, latency) orders them
+(``tasks.records.lead_order``: the listed ones first, as written, then step time and throughput where the
+line leaves them out); ``perfwatch run``'s verdict line and the reason lines under ``perfwatch runs`` are
+written from :func:`figure_texts`. Every run records every figure whatever the line says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tasks.records import lead_order
+
+MIB = 2**20
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def memory_text(peak_rss_bytes: Any, peak_device_bytes: Any) -> str | None:
+    """``peak RSS 812.4 MiB, device 1024.0 MiB`` (host RSS of the runner process; the device's peak where a
+    GPU recorded one); None when neither was recorded."""
+    rss, dev = _num(peak_rss_bytes), _num(peak_device_bytes)
+    if rss is None and dev is None:
+        return None
+    parts = [f"peak RSS {rss / MIB:.1f} MiB"] if rss is not None else []
+    if dev is not None:
+        parts.append(f"device {dev / MIB:.1f} MiB")
+    return ", ".join(parts)
+
+
+def latency_lead(latency: Mapping[str, Any] | None) -> str | None:
+    """An infer/tflite run's p99 latency per batch with its interval and n (``latency_ms`` of the run,
+    ``tasks.analysis.percentiles.with_intervals``): ``p99 12.31 ms [11.9, 13.0] (95%, n=1000)``, or what a short
+    sample supports (``PercentileCI.text``); None for a run without latency."""
+    if not latency:
+        return None
+    ci = (latency.get("ci") or {}).get("p99")
+    if not ci:
+        return f"p99 {latency['p99']:.2f} ms (no interval recorded)" if "p99" in latency else None
+    from tasks.analysis.percentiles import PercentileCI
+
+    return "latency " + PercentileCI(**ci).text("ms")
+
+
+def _median_interval(ci: Any) -> str:
+    if ci is None:
+        return ""
+    if ci.estimable:
+        return f" [{ci.low:.2f}, {ci.high:.2f}] ({ci.confidence:.0%}, n={ci.n} steps)"
+    return f" (n={ci.n} steps: too few for a {ci.confidence:.0%} interval of the median, needs {ci.min_n})"
+
+
+def figure_texts(
+    metrics: Sequence[str] | None,
+    *,
+    median_ms: Any,
+    throughput_eps: Any,
+    peak_rss_bytes: Any = None,
+    peak_device_bytes: Any = None,
+    latency: Mapping[str, Any] | str | None = None,
+    throughput_note: str = "",
+    median_ci: Any = None,
+) -> list[str]:
+    """A run's figures as short texts, in ``lead_order(metrics)``: step_time ``median 10.00 ms``, throughput
+    ``1600.0 examples/s at the median``, memory_usage :func:`memory_text`, latency :func:`latency_lead` (or
+    ``latency`` itself when it is already a text, a ``runs`` table's p99 cell). A
+    figure the run did not record is left out (a train run's latency). ``throughput_note`` follows the
+    throughput figure (``perfwatch run`` says where else it is given). ``median_ci``: the median's
+    ``PercentileCI`` from the measured steps, shown with the step time (``median 10.00 ms [9.95, 10.05] (95%,
+    n=320 steps)``, or what a short run supports)."""
+    med, eps = _num(median_ms), _num(throughput_eps)
+    texts = {
+        "step_time": None if med is None else f"median {med:.2f} ms" + _median_interval(median_ci),
+        "throughput": None if eps is None else f"{eps:.1f} examples/s at the median{throughput_note}",
+        "memory_usage": memory_text(peak_rss_bytes, peak_device_bytes),
+        "latency": latency if isinstance(latency, str) or latency is None else latency_lead(latency),
+    }
+    return [t for m in lead_order(metrics) if (t := texts[m]) is not None]
+
+
+#: the ``perfwatch runs`` table column of each figure
+RUNS_COLUMNS: dict[str, str] = {
+    "step_time": "median_step_ms",
+    "throughput": "throughput_eps",
+    "memory_usage": "peak_memory",
+    "latency": "p99_latency_ms",
+}
+
+
+def lead_columns(columns: Sequence[str], metrics: Sequence[str] | None, after: str = "case") -> list[str]:
+    """``columns`` (a ``perfwatch runs`` table's) reordered so that the columns of ``metrics``' figures
+    (:data:`RUNS_COLUMNS`, those present) follow column ``after``, in the line's order; unchanged without a
+    metrics line."""
+    if not metrics:
+        return list(columns)
+    lead = [c for m in metrics if (c := RUNS_COLUMNS[m]) in columns]
+    rest = [c for c in columns if c not in lead]
+    at = rest.index(after) + 1 if after in rest else 0
+    return rest[:at] + lead + rest[at:]
+
+
+def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None) -> str | None:
+    """A table cell of a percentile with its interval and the samples it rests on: ``9.80 [9.71, 9.90] n=320``;
+    ``9.80 (n=5, no interval: needs 29)`` for a sample too short for a two-sided interval (``min_n``, the
+    fewest samples that give one; ``>= 9.71`` where the lower bound alone exists); None without a point."""
+    p, lo, hi, k = _num(point), _num(low), _num(high), _num(n)
+    if p is None:
+        return None
+    if k is None:
+        return f"{p:.2f} (no interval)"
+    if lo is not None and hi is not None:
+        return f"{p:.2f} [{lo:.2f}, {hi:.2f}] n={k:.0f}"
+    need = f": needs {min_n}" if min_n else ""
+    bound = f", >= {lo:.2f}" if lo is not None else (f", <= {hi:.2f}" if hi is not None else "")
+    return f"{p:.2f} (n={k:.0f}, no interval{need}{bound})"
+
+
+def step_intervals(
+    db_url: str | None, run_ids: Sequence[int], percentiles: Sequence[float] = (50, 90)
+) -> dict[int, tuple[int, dict[float, Any]]]:
+    """Per run: ``(n, {percentile: PercentileCI})`` of its measured step times (ms; the store's samples,
+    ``tasks.store.reads.load_samples``; ``tasks.analysis.percentiles.percentile_ci`` at 95%), for the rooms that
+    may not import the analysis (the plugin's metrics). Runs without samples are left out. ``db_url``: default
+    the settings' store."""
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.settings import Settings
+    from tasks.store.reads import load_samples
+
+    if not run_ids:
+        return {}
+    samples = load_samples(db_url or Settings.from_env().database_url, list(run_ids))
+    return {rid: (len(xs), {q: percentile_ci(xs, q) for q in percentiles}) for rid, xs in samples.items() if xs}
