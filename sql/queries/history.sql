@@ -2,7 +2,7 @@
 -- Step-time trend of one model (optionally one case) over time, versions and environments.
 -- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
 -- median step time (ms; xprof's for external runs) with the p10 and p90 of the
--- run's measured samples (nearest rank), throughput (examples/s), the verdict with the
+-- run's measured samples (nearest rank, from step_quantiles: kept when raw samples are thinned), throughput (examples/s), the verdict with the
 -- baseline-compare ratio and its interval (of the metric that decided: wall | cpu), the baseline run's median, and flags where the
 -- version or the environment fingerprint changed from the previous run of the same case that
 -- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
@@ -25,22 +25,13 @@ WITH picked AS (
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT :limit
 ),
-ranked AS (
-    SELECT s.run_id, s.step_time_ms,
-           ROW_NUMBER() OVER (PARTITION BY s.run_id ORDER BY s.step_time_ms) AS rn,
-           COUNT(*) OVER (PARTITION BY s.run_id) AS n
-    FROM picked p
-    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' samples are read
-    CROSS JOIN step_samples s
-    WHERE s.run_id = p.id AND s.phase = 'measured'
-),
 spread AS (
-    SELECT run_id,
-           MAX(n) AS n_measured,
-           MAX(CASE WHEN rn = (n * 10 + 99) / 100 THEN step_time_ms END) AS p10_step_ms,
-           MAX(CASE WHEN rn = (n * 90 + 99) / 100 THEN step_time_ms END) AS p90_step_ms
-    FROM ranked
-    GROUP BY run_id
+    -- the run's measured samples summarised at archive (step_quantiles, 0007): still there once thinned
+    SELECT q.run_id, q.n AS n_measured, q.p10_ms AS p10_step_ms, q.p90_ms AS p90_step_ms
+    FROM picked p
+    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' rows are read
+    CROSS JOIN step_quantiles q
+    WHERE q.run_id = p.id AND q.phase = 'measured'
 ),
 sequenced AS (
     SELECT p.*,
