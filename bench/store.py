@@ -1,26 +1,32 @@
-"""Benchmark the historical store at scale: named-query latency, store size, archive time.
+"""Benchmark the historical store at scale: load time, store size, named-query latency, archive time.
 
-Run: ``.venv/bin/python bench/store.py [--postgres-url URL] [--repeats 15] [--keep DIR]``.
+Run: ``.venv/bin/python bench/store.py [--samples 100000000] [--postgres-url URL] [--repeats 15]
+[--load-only | --skip-load] [--keep DIR]`` (under ``nice -n 19`` on a shared host; the PostgreSQL backend doing
+the load is reniced to 19 too where this process may).
 
-1. Migrates an empty store (``tasks.store.migrate``) on SQLite (a temporary file) and, when a
-   PostgreSQL URL is given (``--postgres-url``, default ``PERFWATCH_TEST_DATABASE_URL`` with the
-   database renamed ``perfwatch_bench``, created if missing), on PostgreSQL — whose ``public``
-   schema is dropped and recreated first. ``--no-postgres`` skips it.
-2. Fills it with synthetic history: 100 models, 10,000 runs (100 per model, one a day, five versions,
-   four environments; 2% failed, 5% regressions), 1,000,000 step samples and 1,000,000 op-stat rows
-   (spread over the successful runs), a comparison per successful run and the baseline history.
-   SQLite gets SQLAlchemy Core ``insert()`` executemany in batches; PostgreSQL gets ``COPY`` through
-   psycopg. Then ``ANALYZE``, as autovacuum would.
+1. Migrates an empty store (``tasks.store.migrate``) on PostgreSQL when a URL is given (``--postgres-url``,
+   default ``PERFWATCH_TEST_DATABASE_URL`` with the database renamed ``perfwatch_bench``, created if missing),
+   whose ``public`` schema is dropped and recreated first (``--no-postgres`` skips it), and on SQLite (a
+   temporary file) when ``--samples`` is at most 2,000,000 or ``--sqlite`` is given.
+2. Fills it with synthetic history of ``--samples`` step samples (default 1,000,000): runs of
+   ``--samples-per-run`` samples (default 320: 10 warm-up, 300 measured, 10 profiled), one a night for each
+   of 100 models x up to 30 cases (fewer cases for small stores, so a model keeps ~100 nights), five versions,
+   four environments, 2% failed, 5% regressions; a comparison per successful run, the baseline history, 10
+   op-stat rows and one ``step_quantiles`` row per phase of each run. 100M samples: 318,882 runs, 30 cases,
+   109 nights. Streamed in chunks of 2,000 runs: PostgreSQL gets ``COPY ... FROM STDIN (FORMAT BINARY)``
+   through psycopg's ``cursor.copy`` with one commit per chunk, ``step_samples``' primary and foreign keys
+   dropped during the load and rebuilt after; SQLite gets SQLAlchemy Core ``insert()`` executemany. Then
+   ``VACUUM ANALYZE`` / ``ANALYZE``, as autovacuum would. Prints the load's progress and its time.
 3. Times every named query of ``sql/queries`` through ``tasks.store.queries.run_query`` (bound parameters,
-   DataFrame out — what the CLI does) ``--repeats`` times with varying models/runs; reports the
-   median latency in ms (and p90).
+   DataFrame out — what the CLI does) ``--repeats`` times with varying models/runs; prints p50 and p90 (ms).
 4. Times ``tasks.stages.archive.archive_run`` of one run (records as in tests/unit/store/test_store.py
-   ``make_records``: 10 measured samples, one op) into the filled store, 5 times; reports the median.
+   ``make_records``: 10 measured samples, one op) into the filled store, 5 times; prints the median.
 
-Store size: SQLite file size (MiB, 2**20 bytes) and ``pg_database_size`` on PostgreSQL.
-Last line: ``store: postgres_p50_max=<ms> ms sqlite_p50_max=<ms> ms archive=<ms> ms`` — the slowest
-query median per database and the slower archive median of the two (``nan`` where skipped).
-Targets: every named query under 50 ms median on PostgreSQL; archive of one run under 1 s.
+``--load-only`` stops after 2 on PostgreSQL; ``--skip-load`` times a store loaded so (same ``--samples``).
+Store size: SQLite file size and ``pg_database_size`` with the largest tables (GiB). The host's load average
+is printed beside the figures. Last line: ``store: samples=N postgres_load=<s> s postgres_p90_max=<ms> ms
+sqlite_p90_max=<ms> ms postgres_archive=<ms> ms sqlite_archive=<ms> ms`` (``nan`` where skipped).
+Targets: every named query under 50 ms p90 on PostgreSQL at 100M samples; archive of one run under 1 s.
 """
 
 from __future__ import annotations

@@ -16,10 +16,13 @@ WITH picked AS (
            COALESCE(mv.version, r.version_requested) AS version, r.environment_id,
            CASE WHEN r.model_version_id IS NULL THEN 0 ELSE 1 END AS pulled,
            CASE WHEN r.environment_id IS NULL THEN 0 ELSE 1 END AS fingerprinted,
-           r.median_step_ms, r.mean_step_ms, r.throughput_eps
+           r.median_step_ms, r.mean_step_ms, r.throughput_eps,
+           c.method, c.metric, c.ratio, c.ci_low, c.ci_high, c.baseline_run_id
     FROM runs r
     JOIN models m ON m.id = r.model_id
     LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+    -- joined here, on the picked model's runs only (a join outside the LIMIT reads the whole table)
+    LEFT JOIN comparisons c ON c.run_id = r.id
     WHERE m.name = :model
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
     ORDER BY r.started_at DESC, r.id DESC
@@ -55,12 +58,12 @@ SELECT q.id AS run_id,
        sp.n_measured,
        q.mean_step_ms,
        q.throughput_eps,
-       c.method,
-       c.metric,
-       c.ratio,
-       c.ci_low,
-       c.ci_high,
-       c.baseline_run_id,
+       q.method,
+       q.metric,
+       q.ratio,
+       q.ci_low,
+       q.ci_high,
+       q.baseline_run_id,
        br.median_step_ms AS baseline_median_ms,
        e.comparability_key AS env_key,
        e.fingerprint_id,
@@ -68,7 +71,6 @@ SELECT q.id AS run_id,
        CASE WHEN q.fingerprinted = 1 AND q.prev_environment_id <> q.environment_id THEN 1 ELSE 0 END AS env_changed
 FROM sequenced q
 LEFT JOIN spread sp ON sp.run_id = q.id
-LEFT JOIN comparisons c ON c.run_id = q.id
-LEFT JOIN runs br ON br.id = c.baseline_run_id
+LEFT JOIN runs br ON br.id = q.baseline_run_id
 LEFT JOIN environments e ON e.id = q.environment_id
 ORDER BY q.started_at, q.id;

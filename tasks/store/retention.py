@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import CursorResult, delete, exists, select, update
 
 from tasks.store.engine import session_scope
 from tasks.store.schema import Baseline, Run, StepQuantiles, StepSample, utcnow
@@ -109,7 +110,8 @@ def thin_samples(
             )
             s.flush()
             s.execute(update(StepQuantiles).where(StepQuantiles.run_id.in_(ids)).values(thinned_at=now))
-            deleted = s.execute(delete(StepSample).where(StepSample.run_id.in_(ids))).rowcount
+            result = s.execute(delete(StepSample).where(StepSample.run_id.in_(ids)))
+            deleted = cast(CursorResult[Any], result).rowcount  # a DELETE's result is a CursorResult
         runs += len(ids)
         samples += int(deleted or 0)
         summarised += len(missing)
