@@ -24,7 +24,7 @@ from tasks.store import (
     queries,
     session_scope,
 )
-from tasks.store.reads import gather_compare_inputs
+from tasks.store.reads import gather_compare_inputs, warmup_to_reuse
 from tasks.store.retention import thin_samples
 from tasks.store.series import step_counter_medians
 from tasks.store.writes import step_quantiles
@@ -130,5 +130,7 @@ def test_db_thin_command_uses_the_setting_or_the_option(home, tmp_path, monkeypa
     monkeypatch.setenv("PERFWATCH_SAMPLES_RETENTION_DAYS", "30")
     res = CliRunner().invoke(app, ["db", "thin"])
     assert res.exit_code == 0 and "thinned 0 runs" in res.stdout
+    assert warmup_to_reuse(url, "m", "train-bs16", "a" * 64, "k1", 30) is not None
     res = CliRunner().invoke(app, ["db", "thin", "--older-than", "7"])
     assert res.exit_code == 0 and "thinned 1 runs" in res.stdout and "14 step samples deleted" in res.stdout
+    assert warmup_to_reuse(url, "m", "train-bs16", "a" * 64, "k1", 30) is None  # its warm-up samples are gone
