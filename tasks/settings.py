@@ -38,6 +38,10 @@ TIMEOUT_DEFAULTS: dict[RunnerStage, tuple[str, float]] = {
     "paired-run": ("PERFWATCH_PAIRED_TIMEOUT_S", 1800.0),
 }
 
+#: Days after which ``perfwatch db thin`` deletes a run's raw step samples, keeping its quantiles
+#: (``tasks.store.retention``); unset: raw samples are kept forever.
+RETENTION_VAR = "PERFWATCH_SAMPLES_RETENTION_DAYS"
+
 #: The profiled and paired runs' limits grow by this many times the warm-up's median step time for
 #: every step they run: a step may take several times longer than at warm-up when the host gets
 #: busy (measured: the warm-up's median was 0.9-2.3x the measured steps' median, and a step under load
@@ -83,6 +87,8 @@ class Settings:
             ``PERFWATCH_WARMUP_TIMEOUT_S``, ``PERFWATCH_PROFILE_TIMEOUT_S``, ``PERFWATCH_PAIRED_TIMEOUT_S``;
             defaults in :data:`TIMEOUT_DEFAULTS`), read by :meth:`timeout_s` when a stage starts, so a
             bad value fails that stage (recorded with the run) and no other command.
+        samples_retention: ``PERFWATCH_SAMPLES_RETENTION_DAYS`` as set (None: unset, raw samples kept forever),
+            read by :meth:`samples_retention_days` (``perfwatch db thin``; ``tasks.store.retention``).
     """
 
     home: Path
@@ -94,6 +100,7 @@ class Settings:
     config_path: Path
     runner_command: tuple[str, ...]
     timeout_env: dict[str, str] = field(default_factory=dict)
+    samples_retention: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -113,7 +120,27 @@ class Settings:
             or (runner_python, "-m", "tasks.runner"),
             config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
             timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
+            samples_retention=env.get(RETENTION_VAR) or None,
         )
+
+    def samples_retention_days(self) -> float | None:
+        """Days after which a run's raw step samples may be thinned into its stored quantiles
+        (``PERFWATCH_SAMPLES_RETENTION_DAYS``); None when unset (kept forever).
+
+        Raises:
+            ValueError: the variable is not a number of days > 0 (the message names it and its value).
+        """
+        if self.samples_retention is None or self.samples_retention.strip() == "":
+            return None
+        try:
+            days = float(self.samples_retention)
+        except ValueError:
+            days = float("nan")
+        if not days > 0 or days == float("inf"):
+            raise ValueError(
+                f"{RETENTION_VAR}={self.samples_retention!r}: expected a number of days > 0 (unset: keep every sample)"
+            )
+        return days
 
     def timeout_s(self, stage: RunnerStage) -> float:
         """The time limit (s) set for ``stage`` (its ``PERFWATCH_*_TIMEOUT_S``, else the default).

@@ -2,7 +2,7 @@
 -- Step-time trend of one model (optionally one case) over time, versions and environments.
 -- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
 -- median step time (ms; xprof's for external runs) with the p10 and p90 of the
--- run's measured samples (nearest rank), throughput (examples/s), the verdict with the
+-- run's measured samples (nearest rank, from step_quantiles: kept when raw samples are thinned), throughput (examples/s), the verdict with the
 -- baseline-compare ratio and its interval (of the metric that decided: wall | cpu), the baseline run's median, and flags where the
 -- version or the environment fingerprint changed from the previous run of the same case that
 -- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
@@ -16,31 +16,25 @@ WITH picked AS (
            COALESCE(mv.version, r.version_requested) AS version, r.environment_id,
            CASE WHEN r.model_version_id IS NULL THEN 0 ELSE 1 END AS pulled,
            CASE WHEN r.environment_id IS NULL THEN 0 ELSE 1 END AS fingerprinted,
-           r.median_step_ms, r.mean_step_ms, r.throughput_eps
+           r.median_step_ms, r.mean_step_ms, r.throughput_eps,
+           c.method, c.metric, c.ratio, c.ci_low, c.ci_high, c.baseline_run_id
     FROM runs r
     JOIN models m ON m.id = r.model_id
     LEFT JOIN model_versions mv ON mv.id = r.model_version_id
+    -- joined here, on the picked model's runs only (a join outside the LIMIT reads the whole table)
+    LEFT JOIN comparisons c ON c.run_id = r.id
     WHERE m.name = :model
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
     ORDER BY r.started_at DESC, r.id DESC
     LIMIT :limit
 ),
-ranked AS (
-    SELECT s.run_id, s.step_time_ms,
-           ROW_NUMBER() OVER (PARTITION BY s.run_id ORDER BY s.step_time_ms) AS rn,
-           COUNT(*) OVER (PARTITION BY s.run_id) AS n
-    FROM picked p
-    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' samples are read
-    CROSS JOIN step_samples s
-    WHERE s.run_id = p.id AND s.phase = 'measured'
-),
 spread AS (
-    SELECT run_id,
-           MAX(n) AS n_measured,
-           MAX(CASE WHEN rn = (n * 10 + 99) / 100 THEN step_time_ms END) AS p10_step_ms,
-           MAX(CASE WHEN rn = (n * 90 + 99) / 100 THEN step_time_ms END) AS p90_step_ms
-    FROM ranked
-    GROUP BY run_id
+    -- the run's measured samples summarised at archive (step_quantiles, 0007): still there once thinned
+    SELECT q.run_id, q.n AS n_measured, q.p10_ms AS p10_step_ms, q.p90_ms AS p90_step_ms
+    FROM picked p
+    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' rows are read
+    CROSS JOIN step_quantiles q
+    WHERE q.run_id = p.id AND q.phase = 'measured'
 ),
 sequenced AS (
     SELECT p.*,
@@ -64,12 +58,12 @@ SELECT q.id AS run_id,
        sp.n_measured,
        q.mean_step_ms,
        q.throughput_eps,
-       c.method,
-       c.metric,
-       c.ratio,
-       c.ci_low,
-       c.ci_high,
-       c.baseline_run_id,
+       q.method,
+       q.metric,
+       q.ratio,
+       q.ci_low,
+       q.ci_high,
+       q.baseline_run_id,
        br.median_step_ms AS baseline_median_ms,
        e.comparability_key AS env_key,
        e.fingerprint_id,
@@ -77,7 +71,6 @@ SELECT q.id AS run_id,
        CASE WHEN q.fingerprinted = 1 AND q.prev_environment_id <> q.environment_id THEN 1 ELSE 0 END AS env_changed
 FROM sequenced q
 LEFT JOIN spread sp ON sp.run_id = q.id
-LEFT JOIN comparisons c ON c.run_id = q.id
-LEFT JOIN runs br ON br.id = c.baseline_run_id
+LEFT JOIN runs br ON br.id = q.baseline_run_id
 LEFT JOIN environments e ON e.id = q.environment_id
 ORDER BY q.started_at, q.id;

@@ -1,7 +1,7 @@
 -- name: sweep
 -- The newest successful run of each case of one model (optionally of one version): the points of
 -- `perfwatch sweep`. Per case: run id, start, version, the run's Case as JSON (params: its axes),
--- median step time (ms, our timer), the p99 of its measured steps (nearest rank; one batch's
+-- median step time (ms, our timer), the p99 of its measured steps (nearest rank, step_quantiles; one batch's
 -- latency in infer/tflite mode) and throughput (examples/s at the median).
 -- params: model text, version text optional
 -- psql (text values quoted, NULL for "any"):
@@ -22,19 +22,13 @@ WITH latest AS (
 picked AS (
     SELECT * FROM latest WHERE newest = 1
 ),
-ranked AS (
-    SELECT s.run_id, s.step_time_ms,
-           ROW_NUMBER() OVER (PARTITION BY s.run_id ORDER BY s.step_time_ms) AS rn,
-           COUNT(*) OVER (PARTITION BY s.run_id) AS n
-    FROM picked p
-    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' samples are read
-    CROSS JOIN step_samples s
-    WHERE s.run_id = p.id AND s.phase = 'measured'
-),
 spread AS (
-    SELECT run_id, MAX(CASE WHEN rn = (n * 99 + 99) / 100 THEN step_time_ms END) AS p99_step_ms
-    FROM ranked
-    GROUP BY run_id
+    -- the run's measured samples summarised at archive (step_quantiles, 0007): still there once thinned
+    SELECT q.run_id, q.p99_ms AS p99_step_ms
+    FROM picked p
+    -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' rows are read
+    CROSS JOIN step_quantiles q
+    WHERE q.run_id = p.id AND q.phase = 'measured'
 )
 SELECT p.id AS run_id,
        p.started_at,

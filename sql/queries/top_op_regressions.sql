@@ -1,7 +1,7 @@
 -- name: top_op_regressions
 -- The ops whose self-time grew most from run A (before) to run B (after), from xprof's
 -- framework_op_stats. Self-times are µs; per-step figures divide the profiled window's total by
--- its number of profiled steps (NULL when a run kept no profiled samples). Ops present in one
+-- its number of profiled steps (step_quantiles.n, kept when raw samples are thinned; NULL when a run kept no profiled samples). Ops present in one
 -- run only show 0 on the other side. Largest per-step growth first (total growth when a
 -- per-step figure is missing).
 -- params: run_a integer, run_b integer, limit integer
@@ -11,10 +11,8 @@
 WITH steps AS (
     SELECT MAX(CASE WHEN run_id = :run_a THEN n END) AS a_steps,
            MAX(CASE WHEN run_id = :run_b THEN n END) AS b_steps
-    FROM (SELECT run_id, COUNT(*) AS n
-          FROM step_samples
-          WHERE run_id IN (:run_a, :run_b) AND phase = 'profiled'
-          GROUP BY run_id) counted
+    FROM step_quantiles
+    WHERE run_id IN (:run_a, :run_b) AND phase = 'profiled'
 ),
 ops AS (
     SELECT o.host_or_device, o.op_type, o.op_name,

@@ -1,5 +1,9 @@
-"""``perfwatch db upgrade`` and ``perfwatch db check [--repair]``: the store's schema and its consistency
-with the archive and the runs' work dirs.
+"""``perfwatch db upgrade``, ``perfwatch db check [--repair]`` and ``perfwatch db thin [--older-than DAYS]``: the
+store's schema, its consistency with the archive and the runs' work dirs, and the retention of raw samples.
+
+``db thin`` deletes the raw step samples of runs older than ``--older-than`` days
+(default ``PERFWATCH_SAMPLES_RETENTION_DAYS``), keeping each run's quantiles (``step_quantiles``), its
+verdict and everything else (``tasks.store.retention.thin_samples``); active baselines stay raw.
 
 ``db check`` reports what finished, failed or killed runs should not have left behind:
 
@@ -47,7 +51,7 @@ def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> l
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``db`` command group (``upgrade``, ``check``) to the perfwatch CLI."""
+    """Add the ``db`` command group (``upgrade``, ``check``, ``thin``) to the perfwatch CLI."""
     db_app = typer.Typer(
         help="The store's schema, and its consistency with the archive and the work dirs.", no_args_is_help=True
     )
@@ -62,6 +66,42 @@ def register(app: typer.Typer) -> None:
         url = Settings.from_env().database_url
         migrate(url, revision)
         typer.echo(f"store at {redact(url)} is at revision {revision}")
+
+    @db_app.command("thin")
+    def db_thin(
+        older_than: Annotated[
+            float | None,
+            typer.Option(
+                "--older-than",
+                help="Thin runs started more than this many days ago (default PERFWATCH_SAMPLES_RETENTION_DAYS).",
+            ),
+        ] = None,
+    ) -> None:
+        """Delete old runs' raw step samples, keeping their stored quantiles, verdicts and every run; the
+        history, sweep and op queries read the same for them. Active baselines keep their samples."""
+        from tasks.store import migrate, redact
+        from tasks.store.retention import thin_samples
+
+        settings = Settings.from_env()
+        try:
+            days = older_than if older_than is not None else settings.samples_retention_days()
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="PERFWATCH_SAMPLES_RETENTION_DAYS") from exc
+        if days is None:
+            raise typer.BadParameter(
+                "no retention given: pass --older-than DAYS or set PERFWATCH_SAMPLES_RETENTION_DAYS",
+                param_hint="--older-than",
+            )
+        if not days > 0:
+            raise typer.BadParameter(f"{days!r}: expected a number of days > 0", param_hint="--older-than")
+        migrate(settings.database_url)
+        report = thin_samples(settings.database_url, days)
+        typer.echo(
+            f"store {redact(settings.database_url)}: thinned {report.runs} runs started before "
+            f"{report.cutoff:%Y-%m-%d %H:%M} UTC ({report.samples} step samples deleted, their quantiles kept"
+            + (f", {report.summarised} summaries written first" if report.summarised else "")
+            + f"); {report.kept_baselines} active baseline runs kept raw"
+        )
 
     @db_app.command("check")
     def db_check(

@@ -40,6 +40,7 @@ from tasks.store.schema import (
     RunComparison,
     RunTable,
     StepBreakdown,
+    StepQuantiles,
     StepSample,
 )
 from tasks.store.series import counter_medians
@@ -264,7 +265,8 @@ def warmup_to_reuse(
 ) -> WarmupRecord | None:
     """The warm-up of the newest successful perfwatch run of ``model`` and ``case_name`` whose warm-up
     process ran (it has no ``run_tables`` row ``warmup_reused``: a reuse is never reused, so the age
-    counts from a real warm-up), reached steady state, finished within
+    counts from a real warm-up) and whose samples were not thinned (``tasks.store.retention``), reached steady
+    state, finished within
     ``max_age_days`` days of ``now`` (default: the current time, UTC), and measured the same model bytes
     (``model_versions.digest`` = ``digest``) in the same environment (``environments.comparability_key``).
 
@@ -277,6 +279,11 @@ def warmup_to_reuse(
         return None
     since = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=max_age_days)
     reused = select(RunTable.run_id).where(RunTable.run_id == Run.id, RunTable.tool == REUSED_WARMUP_TOOL).exists()
+    thinned = (  # its warm-up samples were deleted by tasks.store.retention: nothing left to reuse
+        select(StepQuantiles.run_id)
+        .where(StepQuantiles.run_id == Run.id, StepQuantiles.thinned_at.is_not(None))
+        .exists()
+    )
     q = (
         select(Run.id, Run.warmup_steps, Run.steady, Run.cold_step_ms)
         .join(Model, Model.id == Run.model_id)
@@ -291,6 +298,7 @@ def warmup_to_reuse(
             Run.warmup_steps.is_not(None),
             Run.cold_step_ms.is_not(None),
             Run.finished_at >= since,
+            ~thinned,
             ModelVersion.digest == digest,
             Environment.comparability_key == comparability_key,
             ~reused,

@@ -151,6 +151,38 @@ class StepSample(Base):
     wait_ms: Mapped[float | None] = mapped_column(Float)
 
 
+QUANTILE_RANKS = (10, 50, 90, 99)
+"""The percentiles ``step_quantiles`` keeps of each run's phase (``p10_ms`` ... ``p99_ms``), nearest rank: the
+value of rank ``(n * q + 99) // 100`` in ascending order (rank 1 the fastest), as the named queries ranked raw
+samples before 0007."""
+
+
+class StepQuantiles(Base):
+    """The summary of one run's step samples of one phase (0007), written with the samples by the archive
+    (``tasks.store.writes.step_quantiles``) and kept when ``perfwatch db thin`` deletes the raw samples of old
+    runs (``thinned_at`` set then; NULL while the raw samples are kept). The named queries read per-run spread
+    and counts from here, never from ``step_samples``, so a thinned run reads the same as before.
+
+    ``n``: samples of the phase; ``mean_ms``, ``min_ms``, ``max_ms`` and the nearest-rank percentiles of
+    :data:`QUANTILE_RANKS` of ``step_time_ms`` (ms, our timer); ``cpu_median_ms`` / ``wait_median_ms``: the
+    median (``statistics.median``) of the steps' recorded ``cpu_ms`` / ``wait_ms``, NULL where none was."""
+
+    __tablename__ = "step_quantiles"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    mean_ms: Mapped[float] = mapped_column(Float)
+    min_ms: Mapped[float] = mapped_column(Float)
+    p10_ms: Mapped[float] = mapped_column(Float)
+    p50_ms: Mapped[float] = mapped_column(Float)
+    p90_ms: Mapped[float] = mapped_column(Float)
+    p99_ms: Mapped[float] = mapped_column(Float)
+    max_ms: Mapped[float] = mapped_column(Float)
+    cpu_median_ms: Mapped[float | None] = mapped_column(Float)
+    wait_median_ms: Mapped[float | None] = mapped_column(Float)
+    thinned_at: Mapped[dt.datetime | None]
+
+
 class TelemetrySample(Base):
     """One device telemetry sample of the measured steps (0004; ``tasks.runner.telemetry``). ``device``:
     ``host`` (CPU utilization %, process RSS bytes) or ``gpu<i>`` (NVML: utilization %, memory used bytes,

@@ -24,7 +24,16 @@ from sqlalchemy.orm import Session
 from tasks.records import Verdict, case_label
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
-from tasks.store.schema import Baseline, Environment, Model, ModelVersion, Run, RunTable, StepSample
+from tasks.store.schema import (
+    Baseline,
+    Environment,
+    Model,
+    ModelVersion,
+    Run,
+    RunTable,
+    StepQuantiles,
+    StepSample,
+)
 
 # Run.median_step_ms in the queries below that keep only runs with one (``is_not(None)``): typed float, same SQL
 _MEDIAN_MS = type_coerce(Run.median_step_ms, Float)
@@ -203,7 +212,9 @@ def _utc(t: dt.datetime | None) -> dt.datetime | None:
 
 
 def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | None, float | None]]:
-    """:func:`step_counter_medians` read in the session ``s``."""
+    """:func:`step_counter_medians` read in the session ``s``: from the runs' raw measured samples, and for a run
+    whose raw samples were thinned (``tasks.store.retention``) from its ``step_quantiles`` row (0007:
+    ``cpu_median_ms``, ``wait_median_ms``, the same ``statistics.median`` taken when the run was archived)."""
     rows = s.execute(
         select(StepSample.run_id, StepSample.cpu_ms, StepSample.wait_ms).where(
             StepSample.run_id.in_(run_ids),
@@ -218,10 +229,20 @@ def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | N
             cpus.append(cpu)
         if wait is not None:
             waits.append(wait)
-    return {
+    out: dict[int, tuple[float | None, float | None]] = {
         rid: tuple(statistics.median(xs) if xs else None for xs in lists)  # type: ignore[misc]
         for rid, lists in per_run.items()
     }
+    thinned = s.execute(
+        select(StepQuantiles.run_id, StepQuantiles.cpu_median_ms, StepQuantiles.wait_median_ms).where(
+            StepQuantiles.run_id.in_([i for i in run_ids if i not in out]),
+            StepQuantiles.phase == "measured",
+            StepQuantiles.thinned_at.is_not(None),
+            StepQuantiles.cpu_median_ms.is_not(None) | StepQuantiles.wait_median_ms.is_not(None),
+        )
+    ).all()
+    out.update({int(rid): (cpu, wait) for rid, cpu, wait in thinned})
+    return out
 
 
 def _latencies(s: Session, run_ids: list[int]) -> dict[int, dict[str, Any]]:

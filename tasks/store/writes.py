@@ -36,6 +36,7 @@ from tasks.records import (
 )
 from tasks.store.engine import session_scope
 from tasks.store.schema import (
+    QUANTILE_RANKS,
     REUSED_WARMUP_TOOL,
     Artifact,
     Baseline,
@@ -47,6 +48,7 @@ from tasks.store.schema import (
     RunComparison,
     RunTable,
     StepBreakdown,
+    StepQuantiles,
     StepSample,
     TelemetrySample,
     utcnow,
@@ -105,7 +107,17 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
         return None
     if old.status == "success":
         raise SuccessAlreadyStored(old.id, ctx)
-    for table in (StepSample, TelemetrySample, OpStat, StepBreakdown, RunTable, RunComparison, Artifact, Baseline):
+    for table in (
+        StepSample,
+        StepQuantiles,
+        TelemetrySample,
+        OpStat,
+        StepBreakdown,
+        RunTable,
+        RunComparison,
+        Artifact,
+        Baseline,
+    ):
         s.execute(delete(table).where(table.run_id == old.id))
     s.execute(update(RunComparison).where(RunComparison.baseline_run_id == old.id).values(baseline_run_id=None))
     s.execute(delete(Run).where(Run.id == old.id))
@@ -172,6 +184,30 @@ def _aligned(values: list[float] | None, n: int) -> list[float | None]:
     """``values`` as one per step of ``n`` steps: None each where the runner recorded none, or a list that
     does not line up with the steps."""
     return list(values) if values and len(values) == n else [None] * n
+
+
+def step_quantiles(
+    times: list[float], cpu: list[float | None] | None = None, wait: list[float | None] | None = None
+) -> dict[str, Any]:
+    """The ``step_quantiles`` columns (``tasks.store.schema.StepQuantiles``) of one phase's step times ``times``
+    (ms, our timer, any order) and the steps' ``cpu`` / ``wait`` ms (None where not recorded): ``n``, mean,
+    min, max, the nearest-rank percentiles of ``QUANTILE_RANKS`` (rank ``(n * q + 99) // 100`` ascending, as
+    migration 0007's backfill) and the median of the recorded counters (None when none was).
+
+    Raises:
+        ValueError: ``times`` is empty (a phase without samples has no summary row).
+    """
+    if not times:
+        raise ValueError("step_quantiles: times is empty; expected at least one step time (ms)")
+    ordered = sorted(times)
+    n = len(ordered)
+    row: dict[str, Any] = {"n": n, "mean_ms": statistics.fmean(ordered), "min_ms": ordered[0], "max_ms": ordered[-1]}
+    for q in QUANTILE_RANKS:
+        row[f"p{q}_ms"] = ordered[(n * q + 99) // 100 - 1]
+    for name, values in (("cpu", cpu), ("wait", wait)):
+        recorded = [v for v in values or [] if v is not None]
+        row[f"{name}_median_ms"] = statistics.median(recorded) if recorded else None
+    return row
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -290,6 +326,8 @@ def store_run(
                     StepSample(run_id=r.id, phase=phase, step=i, step_time_ms=t, cpu_ms=cpu[i], wait_ms=wait[i])
                     for i, t in enumerate(times)
                 )
+                if times:  # the summary the named queries read, kept when the samples are thinned (0007)
+                    s.add(StepQuantiles(run_id=r.id, phase=phase, **step_quantiles(times, cpu, wait)))
             if samples.get("telemetry"):  # the measured steps' device telemetry (tasks.runner.telemetry)
                 tel = samples["telemetry"]
                 s.add_all(TelemetrySample(run_id=r.id, seq=i, **row) for i, row in enumerate(tel["samples"]))
