@@ -276,9 +276,9 @@ def _run_rows(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
 
 
 def _db() -> str:
-    from tasks.settings import Settings
+    from tasks.store.reads import store_url
 
-    return Settings.from_env().database_url
+    return store_url()
 
 
 # --------------------------------------------------------------------------------------------------- index

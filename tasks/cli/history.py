@@ -285,7 +285,17 @@ def time_window(times: pd.Series) -> tuple[Any, Any]:
 
 
 def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
-    """Draw a history frame (``tasks.store.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg).
+    """Draw a history frame (``tasks.store.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg):
+    :func:`history_figure`, saved.
+
+    Raises:
+        ValueError: ``df`` has no run with a step time to draw.
+    """
+    return save_figure(history_figure(df, title=title), path)
+
+
+def history_figure(df: pd.DataFrame, *, title: str) -> Any:
+    """A history frame (``tasks.store.queries.history``) as a matplotlib figure (Agg).
 
     One panel per case, each with its own step-time scale (a 1.4 ms and a 300 ms case never share an axis),
     over one shared time axis (:func:`time_window`: a single run spans a day, not years). In each panel: the
@@ -405,7 +415,7 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
     bottom.set_xlabel("run started (UTC)")
     fig.suptitle(title)
     fig.legend(loc="outside lower center", ncols=min(6, max(1, len(labelled))), fontsize=8)
-    return save_figure(fig, path)
+    return fig
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ computation is ``tasks.analysis.sweep.sweep``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -128,7 +128,16 @@ def too_little_to_sweep(df: pd.DataFrame, axis: str) -> str | None:
 def plot_sweep(
     df: pd.DataFrame, axis: str, path: str | Path, *, title: str, latency_budget_ms: float | None = None
 ) -> Path:
-    """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): throughput (examples/s)
+    """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): :func:`sweep_figure`, saved.
+
+    Raises:
+        ValueError: as :func:`sweep_figure`.
+    """
+    return save_figure(sweep_figure(df, axis, title=title, latency_budget_ms=latency_budget_ms), path)
+
+
+def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: float | None = None) -> Any:
+    """A ``sweep_frame`` as a matplotlib figure (Agg): throughput (examples/s)
     above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
     categories; whole numbers such as batch sizes get one tick at each value measured, never a fractional
     tick), one line per series, the knee starred, the latency budget as a red line.
@@ -204,7 +213,7 @@ def plot_sweep(
     top.set_title(title)
     top.legend(fontsize=8, loc="best")
     bottom.legend(fontsize=8, loc="best")
-    return save_figure(fig, path)
+    return fig
 
 
 def register(app: typer.Typer) -> None:

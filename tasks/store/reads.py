@@ -405,6 +405,11 @@ def _run_summary() -> Any:
     ).join(ModelVersion, ModelVersion.id == Run.model_version_id)
 
 
+def store_url(db_url: str | None = None) -> str:
+    """``db_url``, else the settings' store (``PERFWATCH_DATABASE_URL``): the store the plugin's pages read."""
+    return db_url or Settings.from_env().database_url
+
+
 def successful_runs(db_url: str, run_ids: list[int]) -> dict[int, Mapping[str, Any]]:
     """The successful runs among ``run_ids`` by run id, with :func:`latest_runs`' columns plus ``model``; failed
     and absent ids are left out."""

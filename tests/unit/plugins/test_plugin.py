@@ -7,6 +7,7 @@ serve."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -170,9 +171,9 @@ def test_newest_first_missing_values_and_links(airflow):
     assert [row[0] for row in _rows(page, "Regressions, last 7 days")] == ["2"]
     # each run: its page, the Airflow task log (the failed stage's task, else archive), Data Docs, profile
     assert "<a href='/perfwatch/runs/2'>2</a>" in page
-    assert "<a href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
+    assert "<a class='airflow' href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
     assert (
-        "<a href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00/tasks/warm_up/mapped'>"
+        "<a class='airflow' href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00/tasks/warm_up/mapped'>"
         "task log</a>"
     ) in page
     assert "<a href='/perfwatch/runs/2/archive/gx/index.html'>Data Docs</a>" in page
@@ -267,3 +268,29 @@ def test_airflow_loads_the_plugin_package_once(airflow):
     modules = {p.stem for p in (ROOT / "plugins" / "perfwatch").glob("*.py")}
     assert {f"perfwatch.{m}" for m in modules - {"__init__"}} <= set(sys.modules)
     assert modules & set(sys.modules) == set()
+
+
+def test_the_comparison_page_and_the_empty_states(airflow):
+    """Any two runs side by side (by run ids, or by model and versions); bad or missing runs say why; the
+    index's note when there are runs but no regression is the count of runs, not "No runs yet"."""
+    from plugins.perfwatch.pages import regressions_note
+
+    client, token, _, _ = airflow
+    page = client.get("/perfwatch/compare?a=1&b=2", headers=_auth(token))
+    assert page.status_code == 200 and "run 1 vs run 2" in page.text and "median step time ×1.400" in page.text
+    assert "change of the step time" in page.text and '<div id="ecdf"' in page.text
+    assert "/perfwatch/assets/plotly.min.js" in page.text and "cdn" not in page.text.lower()
+    form = client.get("/perfwatch/compare", headers=_auth(token))
+    assert form.status_code == 200 and "<form" in form.text
+    assert client.get("/perfwatch/compare?a=x&b=2", headers=_auth(token)).status_code == 422
+    failed = client.get("/perfwatch/compare?a=1&b=3", headers=_auth(token))
+    assert failed.status_code == 404 and "run 3 is not a successful run in the store" in failed.text
+    by_version = client.get("/perfwatch/compare?model=resnet&a_version=1&b_version=7", headers=_auth(token))
+    assert by_version.status_code == 404 and "no successful run of resnet version 7" in by_version.text
+    model = client.get("/perfwatch/models/resnet", headers=_auth(token)).text
+    assert '<div id="trend"' in model and "plotly_click" in model
+    assert regressions_note(12, 0) == "No regressions in the last 7 days (12 runs in that time)."
+    assert regressions_note(0, 0, dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.UTC)) == (
+        "No regressions in the last 7 days: no run in that time (the newest run started 2026-11-01 02:00 UTC)."
+    )
+    assert regressions_note(3, 1) is None
