@@ -35,6 +35,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
+from . import charts
 from .urls import UI_ROUTE, airflow_root, plugin_root, quote_segment
 
 if TYPE_CHECKING:
@@ -352,8 +353,6 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     from tasks.store import queries
     from tasks.store.reads import verdict_reasons
 
-    from .charts import trend_chart
-
     df = queries.history(model)
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
@@ -361,7 +360,7 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     base = plugin_root(request)
     reasons = verdict_reasons([int(i) for i in df["run_id"]])
     try:
-        chart = trend_chart(df, run_href=f"{base}/runs/", reasons=reasons)
+        chart = charts.trend_chart(df, run_href=f"{base}/runs/", reasons=reasons)
     except ValueError as e:
         chart = f"<p class='empty'>{html.escape(str(e))}</p>"
     body = (
@@ -668,8 +667,6 @@ def _distribution_section(run_id: int, baseline_id: int | None, *, title: str = 
     'measured')."""
     from tasks.store.reads import load_samples
 
-    from .charts import ecdf_chart
-
     ids = [i for i in (baseline_id, run_id) if i is not None]
     samples = load_samples(_db(), ids)
     series = ([(f"baseline run {baseline_id}", samples.get(baseline_id, []))] if baseline_id is not None else []) + [
@@ -677,7 +674,7 @@ def _distribution_section(run_id: int, baseline_id: int | None, *, title: str = 
     ]
     head = f"<h2 id='distribution'>{html.escape(title)}</h2>"
     try:
-        chart = ecdf_chart(series)
+        chart = charts.ecdf_chart(series)
     except ValueError as e:
         return head + f"<p class='empty'>{html.escape(str(e))}.</p>"
     note = "" if baseline_id is not None else "<p class='note'>No baseline run to draw beside it.</p>"
@@ -728,15 +725,15 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
     db = _db()
     comp = run_comparison(db, run_id)
-    charts = False
+    with_charts = False
     if run["status"] == "success":
         body += _op_deltas_section(comp)
         body += _distribution_section(run_id, comp["baseline_run_id"] if comp else None)
-        charts = True
+        with_charts = True
         body += "<h2 id='findings'>Findings</h2>" + _findings_table(run_findings(db, run_id))
         body += _telemetry_section(run_tool_tables(db, run_id).get("telemetry"))
     body += _open_section(request, run)
-    return _page(request, f"perfwatch: run {run_id}", body, charts=charts)
+    return _page(request, f"perfwatch: run {run_id}", body, charts=with_charts)
 
 
 def _open_section(request: Request, run: dict[str, Any]) -> str:
@@ -908,10 +905,8 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
         )
         + "</section>"
     )
-    from .charts import ecdf_chart
-
     try:
-        chart = ecdf_chart([(f"a: run {ia}", samples.get(ia, [])), (f"b: run {ib}", samples.get(ib, []))])
+        chart = charts.ecdf_chart([(f"a: run {ia}", samples.get(ia, [])), (f"b: run {ib}", samples.get(ib, []))])
         dist = f"<div class='chart'>{chart}</div>"
     except ValueError as e:
         dist = f"<p class='empty'>{html.escape(str(e))}.</p>"
