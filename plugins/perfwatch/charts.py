@@ -257,6 +257,7 @@ def ecdf_chart(series: Sequence[tuple[str, Sequence[float]]], *, div_id: str = "
         xaxis_title="measured step time (ms, profiler off)",
         yaxis={"title": "fraction of steps ≤ x", "range": [0, 1.02], "tickformat": ".0%"},
         legend={"orientation": "h", "y": -0.3, "x": 0},
+        showlegend=True,
         template="plotly_white",
         font={"size": 12},
     )
