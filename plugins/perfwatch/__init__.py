@@ -8,6 +8,8 @@ one FastAPI app that Airflow's API server mounts at ``/perfwatch``. The store is
     urls.py     where the plugin sits in Airflow's URL space (mount point, login path, link roots)
     auth.py     who may use which route: Airflow's login for the pages, bearer tokens for the services
     pages.py    the history pages and the run archives' files (HTML, PNG plots)
+    charts.py   the pages' interactive charts (plotly; plotly.js served by assets.py, no CDN)
+    assets.py   /perfwatch/assets/: the style sheet, the pages' script and plotly.js (static/)
     metrics.py  /perfwatch/metrics: the store in the Prometheus text format
     webhook.py  /perfwatch/alertmanager: Alertmanager's webhook, which triggers perfwatch_profile DAG runs
     app.py      the app of those routes, the /perfwatch -> /perfwatch/ redirect, standalone_app()
@@ -30,7 +32,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from .app import SlashRedirect, app
-from .urls import URL_PREFIX
+from .urls import UI_ROUTE, URL_PREFIX
 
 
 class PerfwatchPlugin(AirflowPlugin):
@@ -42,4 +44,14 @@ class PerfwatchPlugin(AirflowPlugin):
     fastapi_root_middlewares = [
         {"middleware": SlashRedirect, "args": [], "kwargs": {}, "name": "perfwatch: /perfwatch -> /perfwatch/"}
     ]
-    external_views = [{"name": "perfwatch", "href": "perfwatch/", "destination": "nav", "url_route": "perfwatch"}]
+    # Airflow's UI frames ``href`` (relative to Airflow's base URL, its index page's <base href>) at
+    # /plugin/<url_route>, and keeps its own URL in step with the framed page (/plugin/perfwatch/perfwatch/runs/7)
+    external_views = [
+        {
+            "name": "perfwatch",
+            "href": f"{URL_PREFIX.lstrip('/')}/",
+            "destination": "nav",
+            "url_route": UI_ROUTE,
+            "icon": f"{URL_PREFIX.lstrip('/')}/assets/icon.svg",
+        }
+    ]

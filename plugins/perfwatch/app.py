@@ -1,6 +1,7 @@
 """The plugin's FastAPI app: the pages behind Airflow's login (and :func:`store_ready`: no page creates a
-store), the metrics and the webhook with their own access rules (``auth``); :data:`app` is what Airflow's
-API server mounts at ``/perfwatch``, :func:`standalone_app` the same routes without Airflow's API server."""
+store), their static assets (open), the metrics and the webhook with their own access rules (``auth``);
+:data:`app` is what Airflow's API server mounts at ``/perfwatch``, :func:`standalone_app` the same routes
+without Airflow's API server."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import metrics, pages, webhook
+from . import assets, metrics, pages, webhook
 from .auth import LoginRequired, airflow_user
 from .urls import URL_PREFIX
 
@@ -53,6 +54,7 @@ def create_app(*, login: bool) -> FastAPI:
     sub = FastAPI(title="perfwatch history", docs_url=None, redoc_url=None)
     sub.state.login = login
     sub.include_router(pages.router, dependencies=[Depends(airflow_user), Depends(store_ready)])
+    sub.include_router(assets.router)  # style sheet and scripts: no data, no login (as Airflow's /static)
     sub.include_router(metrics.router)
     sub.include_router(webhook.router)
     sub.add_exception_handler(LoginRequired, lambda request, exc: RedirectResponse(exc.url, status_code=307))

@@ -1,11 +1,22 @@
 """perfwatch's history pages, built from the store (``tasks.store``), newest first, missing values as "—".
 
-* ``/perfwatch/``: the regressions of the last 7 days and the latest runs;
-* ``/perfwatch/models/<model>``: the verdict's story of each case's newest run, the model's step-time trend
-  (plot and table) and its sweep along batch size;
-* ``/perfwatch/runs/<run id>``: one run: its verdict's story first (:func:`verdict_section`), then how to open
-  it: its Airflow DAG run and task log, its GX Data Docs and its archived profile (the archive URI, the
-  ``tensorboard --logdir`` line and its session name, the xplane files to download, the judged one marked);
+Airflow shows them inside its own UI: the plugin's external view (``PerfwatchPlugin.external_views``, "perfwatch"
+in Airflow's navigation bar) frames ``/perfwatch/`` at Airflow's ``/plugin/perfwatch``, and Airflow's URL follows
+the page the frame shows (``/plugin/perfwatch/perfwatch/runs/7``), so a page can be linked and reloaded. Each page
+has the same header (perfwatch's pages, and Airflow); links to Airflow's own pages (a DAG run, a task log) open
+them in Airflow's window, not inside the frame (``perfwatch.js``). Styles, scripts and plotly.js come from the
+plugin itself (``assets``): the pages work on a machine without internet.
+
+* ``/perfwatch/``: the regressions of the last 7 days (or why there are none), the models, the latest runs;
+* ``/perfwatch/models/<model>``: the verdict's story of each case's newest run (:func:`verdict_section`), a
+  model's step-time trend (interactive chart, one panel per case), its runs, version comparisons, its sweep
+  along batch size;
+* ``/perfwatch/runs/<run id>``: one run and why its verdict is what it is: the verdict's story, the op deltas that
+  add up to the change, the findings, the telemetry summary, the step-time distribution of baseline and candidate,
+  and how to open it (Airflow DAG run and task log, GX Data Docs, the archived profile in TensorBoard, the
+  xplane file the parse stage judged marked);
+* ``/perfwatch/compare?a=<run>&b=<run>`` (or ``?model=<m>&a_version=<v>&b_version=<v>[&case=<c>]``): two runs side
+  by side: step time, ratio, distributions, op deltas, findings;
 * ``/perfwatch/runs/<run id>/archive/<path>``: the files of the run's archive directory (the Data Docs site,
   the profile) from wherever the archive is (a local path, ``s3://``, ...).
 
@@ -19,14 +30,15 @@ import html
 import io
 import mimetypes
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
-from .urls import airflow_root, plugin_root, quote_segment
+from . import charts
+from .urls import UI_ROUTE, airflow_root, plugin_root, quote_segment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,11 +50,6 @@ LOCAL_DAG_IDS = ("perfwatch_cli", "perfwatch_calibrate", "perfwatch_ingest")
 """dag_ids of runs made outside Airflow (``perfwatch run``, ``perfwatch calibrate``, ``perfwatch ingest``):
 they have no Airflow DAG run to link to."""
 
-_STYLE = """<style>body{font-family:system-ui,sans-serif;margin:1.5rem}table{border-collapse:collapse;
-font-size:.9rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}th{background:#f3f3f3}
-td.text{text-align:left}.regression,.failed{color:#b00020;font-weight:600}.pass{color:#1b5e20}
-code,pre{background:#f6f6f6;padding:.1rem .3rem}dt{font-weight:600}dd{margin:0 0 .4rem 1rem}</style>"""
-
 MISSING = "—"  #: how a missing value (None, NaN, NaT) is shown
 _HEADERS = {
     "run_id": "run",
@@ -53,6 +60,7 @@ _HEADERS = {
     "mean_step_ms": "mean step (ms)",
     "p10_step_ms": "p10 step (ms) [95% interval] n",
     "p90_step_ms": "p90 step (ms) [95% interval] n",
+    "p99_step_ms": "p99 step (ms)",
     "baseline_median_ms": "baseline median (ms)",
     "throughput_eps": "throughput (examples/s)",
     "case_name": "case",
@@ -63,15 +71,83 @@ _HEADERS = {
     "ci_low": "interval low",
     "ci_high": "interval high",
     "metric": "decided on",
+    "batch_size": "batch size",
+    "within_budget": "within budget",
 }
 #: how the run page names the metric that decided (``comparisons.metric``)
 _METRIC_WORDS = {"wall": "wall time per step (our timer)", "cpu": "process CPU time per step (a busy host)"}
 
+#: the main columns of each listing (the store's frames have more); what is not in a frame is left out
+LATEST_COLUMNS = [
+    "run_id",
+    "started_at",
+    "model",
+    "version",
+    "case",
+    "verdict",
+    "reason",
+    "median_step_ms",
+    "throughput_eps",
+]
+REGRESSION_COLUMNS = [
+    "run_id",
+    "started_at",
+    "model",
+    "version",
+    "case_name",
+    "ratio",
+    "median_step_ms",
+    "baseline_median_ms",
+]
+HISTORY_COLUMNS = [
+    "run_id",
+    "started_at",
+    "case_name",
+    "version",
+    "verdict",
+    "median_step_ms",
+    "p10_step_ms",
+    "p90_step_ms",
+    "ratio",
+    "baseline_median_ms",
+]
+SWEEP_COLUMNS = [
+    "series",
+    "batch_size",
+    "case",
+    "run_id",
+    "version",
+    "median_step_ms",
+    "p99_step_ms",
+    "throughput_eps",
+    "within_budget",
+    "knee",
+]
+SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms"}  #: cells of a figure with its interval and n (spread_cells)
+TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
+WIDE_COLUMNS = {"reason"}
 
-def _page(title: str, body: str) -> HTMLResponse:
+
+def _page(request: Request, title: str, body: str, *, charts: bool = False, status_code: int = 200) -> HTMLResponse:
+    """A whole page: the plugin's style sheet and script (and plotly.js when ``charts``), the header (the
+    pages, and Airflow: its UI when the page is shown outside Airflow's frame), ``title`` and ``body``."""
+    base, root = plugin_root(request), airflow_root(request)
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    framed_url = f"{root}/plugin/{UI_ROUTE}{here}"
+    scripts = f"<script src='{base}/assets/perfwatch.js'></script>" + (
+        f"<script src='{base}/assets/plotly.min.js'></script>" if charts else ""
+    )
     return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"{_STYLE}</head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><link rel='stylesheet' href='{base}/assets/perfwatch.css'>{scripts}</head>"
+        "<body><header class='bar'>"
+        f"<a class='brand' href='{base}/'>perfwatch</a><nav><a href='{base}/'>runs</a>"
+        f"<a href='{base}/compare'>compare</a></nav>"
+        f"<a class='out unframed' href='{html.escape(framed_url, quote=True)}'>open inside Airflow</a>"
+        f"<a class='out airflow' href='{root}/'>Airflow</a>"
+        f"</header><main><h1>{html.escape(title)}</h1>{body}</main></body></html>",
+        status_code=status_code,
     )
 
 
@@ -88,12 +164,31 @@ def _text(v: Any) -> str:
     if isinstance(v, dt.datetime):  # also pandas Timestamps
         return (v if v.tzinfo is None else v.astimezone(dt.UTC)).strftime("%Y-%m-%d %H:%M")
     if isinstance(v, float):
-        return f"{v:,.3f}"
+        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.1f}"
     return str(v)
 
 
-def _a(href: str, text: str) -> str:
-    return f"<a href='{html.escape(href, quote=True)}'>{html.escape(text)}</a>"
+def _a(href: str, text: str, *, airflow: bool = False) -> str:
+    """A link; ``airflow``: to a page of Airflow's own UI (opened in Airflow's window, ``perfwatch.js``)."""
+    cls = " class='airflow'" if airflow else ""
+    return f"<a{cls} href='{html.escape(href, quote=True)}'>{html.escape(text)}</a>"
+
+
+def _verdict(v: Any) -> str:
+    """A verdict (or ``failed@<stage>``, or a status) as a coloured badge."""
+    if _missing(v):
+        return MISSING
+    kind = str(v).split("@")[0]
+    return f"<span class='verdict v-{html.escape(kind)}'>{html.escape(str(v))}</span>"
+
+
+def _ratio_text(ratio: Any, low: Any, high: Any) -> str:
+    if _missing(ratio):
+        return MISSING
+    out = f"×{ratio:.3f}"
+    if not _missing(low) and not _missing(high):
+        out += f" [{low:.3f}, {high:.3f}]"
+    return out
 
 
 def airflow_links(request: Request, run: dict[str, Any]) -> dict[str, str]:
@@ -113,40 +208,63 @@ def _links_cell(request: Request, run: dict[str, Any] | None) -> str:
         return MISSING
     base, out = plugin_root(request), []
     if log_url := airflow_links(request, run).get("task_log"):
-        out.append(_a(log_url, "task log"))
+        out.append(_a(log_url, "task log", airflow=True))
     if run["archive_uri"]:
         out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
         out.append(_a(f"{base}/runs/{run['run_id']}#profile", "profile"))
     return " · ".join(out) or MISSING
 
 
-def _table(request: Request, df: pd.DataFrame, *, links: dict[int, dict[str, Any]] | None = None) -> str:
-    """An HTML table of ``df`` (one row per run, newest first as given): ``MISSING`` for missing values,
-    run ids linked to the run's page, model names to the model's page, verdicts coloured; with ``links``
-    (``run_pages`` rows by run id) a last column links each run's task log, Data Docs and profile."""
+def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
+    base, v = plugin_root(request), rec[col]
+    css = ("text " if col in TEXT_COLUMNS else "") + ("wide" if col in WIDE_COLUMNS else "")
+    css += " spread" if col in SPREAD_COLUMNS else ""  # a figure with its interval and n: wraps at its spaces
+    attr = f" class='{css.strip()}'" if css.strip() else ""
+    if _missing(v):
+        return f"<td{attr}>{MISSING}</td>"
+    if col == "run_id":
+        return f"<td>{_a(f'{base}/runs/{int(v)}', str(int(v)))}</td>"
+    if col == "model":
+        return f"<td{attr}>{_a(f'{base}/models/{quote_segment(v)}', str(v))}</td>"
+    if col in ("case", "case_name"):
+        label = rec.get("case_label")
+        extra = f"<br><span class='muted'>{html.escape(label)}</span>" if isinstance(label, str) and label != v else ""
+        return f"<td class='text case'>{html.escape(str(v))}{extra}</td>"
+    if col in ("verdict", "status"):
+        return f"<td{attr}>{_verdict(v)}</td>"
+    if col == "ratio":
+        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')))}</td>"
+    if col == "knee":
+        return f"<td>{'★' if v else ''}</td>"
+    return f"<td{attr}>{html.escape(_text(v))}</td>"
+
+
+def _table(
+    request: Request,
+    df: pd.DataFrame,
+    columns: Sequence[str] | None = None,
+    *,
+    links: dict[int, dict[str, Any]] | None = None,
+    empty: str = "No runs yet.",
+) -> str:
+    """An HTML table of ``df`` (one row per run, newest first as given) with ``columns`` (default: all; those
+    the frame lacks are left out): ``MISSING`` for missing values, run ids linked to the run's page, model names
+    to the model's page, cases with their readable label, verdicts as badges, ratios with their interval; with
+    ``links`` (``run_pages`` rows by run id) a last column links each run's task log, Data Docs and profile.
+    ``empty``: what an empty frame shows."""
     if df.empty:
-        return "<p>No runs yet.</p>"
-    base = plugin_root(request)
-    cols = list(df.columns)
-    head = "".join(f"<th>{html.escape(_HEADERS.get(c, c))}</th>" for c in cols) + (
-        "<th>links</th>" if links is not None else ""
-    )
+        return f"<p class='empty'>{html.escape(empty)}</p>"
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    head = "".join(
+        f"<th class='{'text' if c in TEXT_COLUMNS else ''}'>{html.escape(_HEADERS.get(c, c.replace('_', ' ')))}</th>"
+        for c in cols
+    ) + ("<th class='text'>links</th>" if links is not None else "")
     rows = []
     for rec in df.to_dict("records"):
-        cells = []
-        for c in cols:
-            v, text = rec[c], _text(rec[c])
-            if c == "run_id" and not _missing(v):
-                cells.append(f"<td>{_a(f'{base}/runs/{int(v)}', str(int(v)))}</td>")
-            elif c == "model" and not _missing(v):
-                cells.append(f"<td class='text'>{_a(f'{base}/models/{quote_segment(v)}', str(v))}</td>")
-            else:
-                kind = str(v).split("@")[0] if c in ("verdict", "status") and not _missing(v) else ""
-                css = f"{kind} text" if isinstance(v, str) else kind
-                cells.append(f"<td class='{html.escape(css.strip())}'>{html.escape(text)}</td>")
+        cells = [_cell(request, c, rec) for c in cols]
         if links is not None:
             run = links.get(int(rec["run_id"])) if not _missing(rec.get("run_id")) else None
-            cells.append(f"<td class='text'>{_links_cell(request, run)}</td>")
+            cells.append(f"<td class='links'>{_links_cell(request, run)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -162,75 +280,161 @@ def _run_rows(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
     return run_pages([int(i) for i in df["run_id"].dropna()] if not df.empty else [])
 
 
+def _db() -> str:
+    from tasks.store.reads import store_url
+
+    return store_url()
+
+
+# --------------------------------------------------------------------------------------------------- index
+
+
+def regressions_note(n_recent: int, n_regressions: int, newest: Any = None, days: int = 7) -> str | None:
+    """What the index says instead of an empty regressions table, or None when there are regressions to
+    list: ``No regressions in the last 7 days (12 runs in that time).`` when runs were made in the window
+    (``n_recent``) and none regressed; ``No regressions in the last 7 days: no run in that time (the newest run
+    started <newest> UTC).`` when none was made in it."""
+    if n_regressions:
+        return None
+    if n_recent:
+        return f"No regressions in the last {days} days ({n_recent} run{'s' if n_recent != 1 else ''} in that time)."
+    return f"No regressions in the last {days} days: no run in that time" + (
+        f" (the newest run started {_text(newest)} UTC)." if newest is not None else "."
+    )
+
+
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request) -> HTMLResponse:
-    """The regressions of the last 7 days and the latest 50 runs (all models), newest first."""
+    """The regressions of the last 7 days (or why there are none), the models with their newest run, and the
+    latest 50 runs (all models), newest first."""
+    import pandas as pd
+
     from tasks.store import queries
 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
     regs = _newest_first(queries.regressions(since))
-    latest = _newest_first(queries.runs(last=50))
-    body = (
-        "<h2>Regressions, last 7 days</h2>"
-        + _table(request, regs, links=_run_rows(regs))
-        + "<h2>Latest runs</h2>"
-        + _table(request, latest, links=_run_rows(latest))
+    latest = _newest_first(queries.runs(last=200))
+    if latest.empty:
+        body = (
+            "<p class='empty'>No runs yet. Trigger the <code>perfwatch_profile</code> DAG, or run "
+            "<code>perfwatch run MODEL</code>.</p>"
+        )
+        return _page(request, "perfwatch", body)
+    recent = int((pd.to_datetime(latest["started_at"], utc=True) >= since).sum())
+    note = regressions_note(recent, len(regs), latest["started_at"].max())
+    body = "<h2>Regressions, last 7 days</h2>" + (
+        f"<p class='empty'>{html.escape(note)}</p>"
+        if note
+        else _table(request, regs, REGRESSION_COLUMNS, links=_run_rows(regs))
     )
-    return _page("perfwatch", body)
+    models = latest.drop_duplicates("model").sort_values("model")
+    counts = latest["model"].value_counts()
+    model_rows = "".join(
+        f"<tr><td class='text'>{_a(f'{plugin_root(request)}/models/{quote_segment(r.model)}', r.model)}</td>"
+        f"<td>{counts[r.model]}</td><td class='text'>{html.escape(str(r.version))}</td>"
+        f"<td>{_a(f'{plugin_root(request)}/runs/{int(r.run_id)}', str(int(r.run_id)))}</td>"
+        f"<td class='text'>{_verdict(r.verdict)}</td><td>{html.escape(_text(r.started_at))}</td></tr>"
+        for r in models.itertuples()
+    )
+    body += (
+        "<h2>Models</h2><table><thead><tr><th class='text'>model</th><th>runs (latest 200)</th>"
+        "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
+        f"</tr></thead><tbody>{model_rows}</tbody></table>"
+    )
+    shown = latest.head(50)
+    body += "<h2>Latest runs</h2>" + _table(request, shown, LATEST_COLUMNS, links=_run_rows(shown))
+    return _page(request, "perfwatch", body)
+
+
+# ---------------------------------------------------------------------------------------------- model page
 
 
 @router.get("/models/{model}", response_class=HTMLResponse)
 def model_history(request: Request, model: str) -> HTMLResponse:
-    """Step-time trend of one model: plot (oldest to newest) and table (newest first)."""
-    from tasks.cli.history import history_frame, spread_cells
+    """A model's step-time trend (interactive chart, one panel per case, oldest to newest), its version
+    comparisons, its runs (newest first) and its sweep along batch size."""
+    from tasks.cli.history import history_frame, spread_cells, with_env_changes
+    from tasks.records import case_title
+    from tasks.store.reads import verdict_reasons, verdict_stories
 
     df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
-    base, e = plugin_root(request), quote_segment(model)
-    from tasks.records import VerdictStory, case_title
-    from tasks.store.reads import verdict_stories
-
+    df = with_env_changes(df)
+    base = plugin_root(request)
+    reasons = verdict_reasons([int(i) for i in df["run_id"]])
+    try:
+        chart = charts.trend_chart(df, run_href=f"{base}/runs/", reasons=reasons)
+    except ValueError as e:
+        chart = f"<p class='empty'>{html.escape(str(e))}</p>"
     newest = df.sort_values("run_id").groupby("case_name", sort=True).tail(1)
     stories = verdict_stories([int(i) for i in newest["run_id"]])
     verdicts = "".join(
         verdict_section(
-            stories.get(int(r.run_id)) or VerdictStory(run_id=int(r.run_id)),
+            stories.get(int(r.run_id)) or _no_story(int(r.run_id)),
             heading=f"{case_title(r.case_name, getattr(r, 'case_label', None))}: run {int(r.run_id)}",
             level=3,
         )
         for r in newest.sort_values("case_name").itertuples()
     )
     body = (
-        f"<p>{_a(f'{base}/', 'all models')}</p><h2>Newest verdict per case</h2>{verdicts}"
-        f"<img src='{base}/models/{e}/plot.png' "
-        f"alt='step time of {html.escape(model)}'>"
-        + _table(request, _newest_first(spread_cells(df)), links=_run_rows(df))
+        f"<h2>Newest verdict per case</h2>{verdicts}<h2>Trend</h2>"
+        "<p class='note'>Median step time per run (ms, profiler off) with the p10–p90 of its measured steps; one "
+        "panel per case on its own scale, one line per model version; dashed: the compared baseline's median; "
+        "diamonds: runs that served as a baseline; dotted lines: a new version, red dashed: a new environment. "
+        "Hover a point for the run, click it to open the run.</p>"
+        f"<div class='chart'>{chart}</div>"
+        + _versions_section(request, model, df)
+        + "<h2>Runs</h2>"
+        + _table(request, _newest_first(spread_cells(df)), HISTORY_COLUMNS, links=_run_rows(df))
     )
-    return _page(f"perfwatch: {model}", body + _sweep_section(request, model))
+    return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model), charts=True)
+
+
+def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
+    """Links comparing each version with the one before it (the newest successful run of each), and a form
+    for any two versions."""
+    versions = list(dict.fromkeys(str(v) for v in df.loc[df["status"] == "success", "version"]))
+    if len(versions) < 2:
+        return ""
+    base = plugin_root(request)
+    links = [
+        _a(f"{base}/compare?" + urlencode({"model": model, "a_version": a, "b_version": b}), f"v{a} → v{b}")
+        for a, b in zip(versions, versions[1:], strict=False)
+    ]
+    options = "".join(f"<option>{html.escape(v)}</option>" for v in versions)
+    last = "".join(f"<option{' selected' if v == versions[-1] else ''}>{html.escape(v)}</option>" for v in versions)
+    return (
+        "<h2>Versions</h2><p>Compare the newest successful runs of two versions: " + " · ".join(links) + "</p>"
+        f"<form class='inline' method='get' action='{base}/compare'><input type='hidden' name='model' "
+        f"value='{html.escape(model, quote=True)}'><label>from<select name='a_version'>{options}</select></label>"
+        f"<label>to<select name='b_version'>{last}</select></label><button>compare</button></form>"
+    )
 
 
 def _sweep_section(request: Request, model: str) -> str:
     """The model's sweep along batch size when its newest successful runs span 2+ batch sizes (``perfwatch
     sweep``, no latency budget): plot and table, knee marked; empty otherwise."""
-    from tasks.cli.sweep import sweep_frame
+    from tasks.cli.sweep import sweep_frame, too_little_to_sweep
 
     try:
         df = sweep_frame(model, "batch_size")
     except ValueError:  # no successful run
         return ""
-    if df["batch_size"].nunique() < 2:
+    if too_little_to_sweep(df, "batch_size"):
         return ""
     base, e = plugin_root(request), quote_segment(model)
     return (
         f"<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
-        f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}'>" + _table(request, df)
+        f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
+        + _table(request, df, SWEEP_COLUMNS)
     )
 
 
 @router.get("/models/{model}/sweep.png")
 def model_sweep_plot(model: str) -> Response:
-    """PNG of the sweep along batch size: throughput and step time per series, knee starred."""
+    """PNG of the sweep along batch size: throughput and step time per series, knee starred; 404 when there is
+    too little data for a sweep (the reason as the detail)."""
     import tempfile
     from pathlib import Path
 
@@ -238,16 +442,16 @@ def model_sweep_plot(model: str) -> Response:
 
     try:
         df = sweep_frame(model, "batch_size")
+        with tempfile.TemporaryDirectory() as d:
+            path = plot_sweep(df, "batch_size", Path(d) / "sweep.png", title=f"{model}: sweep along batch_size")
+            return Response(content=path.read_bytes(), media_type="image/png")
     except ValueError as err:
         raise HTTPException(status_code=404, detail=str(err)) from None
-    with tempfile.TemporaryDirectory() as d:
-        path = plot_sweep(df, "batch_size", Path(d) / "sweep.png", title=f"{model}: sweep along batch_size")
-        return Response(content=path.read_bytes(), media_type="image/png")
 
 
 @router.get("/models/{model}/plot.png")
 def model_plot(model: str) -> Response:
-    """PNG of the step-time trend (median with p10–p90, baseline, versions and environment changes)."""
+    """PNG of the step-time trend (``perfwatch history --plot``: one panel per case, lines broken at versions)."""
     import tempfile
     from pathlib import Path
 
@@ -261,6 +465,517 @@ def model_plot(model: str) -> Response:
         path = plot_history(df, Path(d) / "plot.png", title=f"{model}: step time")
         data = io.BytesIO(path.read_bytes())
     return Response(content=data.getvalue(), media_type="image/png")
+
+
+# ------------------------------------------------------------------------------------------------ run page
+
+
+def _facts(rows: Sequence[tuple[str, str]]) -> str:
+    """A definition list of (name, HTML value) rows."""
+    return "<dl class='facts'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
+
+
+def _story_section(request: Request, run: dict[str, Any]) -> str:
+    """The verdict's story at the top of the run page (:func:`verdict_section`: the one renderer every command
+    uses, ``tasks.services.story``), then links to the baseline run it compared with and to the two side by
+    side (``comparisons.baseline_run_id``, ``tasks.store.reads.run_comparison``)."""
+    from tasks.store.reads import run_comparison
+
+    base = plugin_root(request)
+    story = _story(int(run["run_id"]))
+    kind = (run["verdict"] or ("failed" if run["status"] == "failed" else "none")).split("@")[0]
+    out = f"<section class='story s-{html.escape(kind)}'>" + verdict_section(story)
+    comp = run_comparison(_db(), run["run_id"]) if run["metric"] or run["verdict"] else None
+    if comp is not None and comp["baseline_run_id"] is not None:
+        b = int(comp["baseline_run_id"])
+        out += (
+            f"<p>{_a(f'{base}/runs/{b}', f'baseline run {b}')} · "
+            + _a(f"{base}/compare?" + urlencode({"a": b, "b": run["run_id"]}), "compare side by side")
+            + "</p>"
+        )
+    return out + "</section>"
+
+
+def _no_story(run_id: int) -> Any:
+    """An empty ``tasks.records.VerdictStory`` (a run with no stored verdict: failed, or not compared)."""
+    from tasks.records import VerdictStory
+
+    return VerdictStory(run_id=run_id)
+
+
+def _story(run_id: int) -> Any:
+    """The run's ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``)."""
+    from tasks.store.reads import verdict_stories
+
+    return verdict_stories([run_id]).get(run_id) or _no_story(run_id)
+
+
+def verdict_section(story: Any, heading: str | None = "Verdict", level: int = 2) -> str:
+    """The verdict's story of a run page (and of the model page, per case), as every command tells it:
+    ``tasks.services.story.story_html`` (verdict, ratio with its interval, regression line, method and pairs,
+    baseline, why, the profile judged). The one place the pages render a verdict's story."""
+    from tasks.services.story import story_html
+
+    return story_html(story, heading=heading, level=level)
+
+
+def _judged_note(path: str, judged: list[str]) -> str:
+    """Beside an archived xplane file on the run page: whether the parse stage judged it (its newest
+    profiling session; the others are earlier tries of the profiled run, kept but not read)."""
+    if not judged:
+        return ""
+    if path in judged:
+        return "<strong>(judged: the profile the parse stage read)</strong>"
+    return "(an earlier try's profile, not judged)"
+
+
+def _op_deltas_section(comp: dict[str, Any] | None) -> str:
+    """The ops whose time per step changed most against the baseline, from the verdict's evidence
+    (``evidence["attribution"]``, ``tasks.analysis.attribution.attribute_against_run``: each op's share of its
+    profiled window scaled to the measured step time, so the deltas add up to the change), with a row for all
+    other ops and the total, and the op categories (which add up to the same total)."""
+    head = "<h2 id='ops'>Where the time went: op deltas against the baseline</h2>"
+    if comp is None:
+        return head + "<p class='empty'>No comparison: this run has no baseline to attribute a change against.</p>"
+    att = comp["evidence"].get("attribution")
+    if not att:
+        return head + "<p class='empty'>No op attribution recorded with this verdict.</p>"
+    if not att.get("available"):
+        return head + f"<p class='empty'>No op attribution: {html.escape(str(att.get('reason', 'unavailable')))}.</p>"
+    ops = list(att.get("top_ops") or [])
+    change = float(att["step_time_change_us"])
+    rows = [
+        (
+            o["op_name"],
+            o["op_type"],
+            o["category"],
+            o["baseline_us_per_step"],
+            o["candidate_us_per_step"],
+            o["delta_us_per_step"],
+            o.get("share_of_change"),
+        )
+        for o in ops
+    ]
+    return (
+        head
+        + _deltas_table(
+            rows, change, att.get("n_ops"), str(att.get("change_basis") or att.get("step_time_change_source"))
+        )
+        + _categories_table(att.get("categories") or [], change)
+        + "".join(f"<p class='note'>warning: {html.escape(w)}</p>" for w in att.get("warnings") or [])
+    )
+
+
+#: what an attribution's ``step_time_change_source`` means, in the comparison page's words
+_BASIS = {
+    "measured_median": "each op's share of its profiled window scaled to its run's measured median step time "
+    "(profiler off), so the deltas add up to the change of the two medians",
+    "op_self_time": "the profiled windows' raw op self-times (a run lacks its measured median): they need not "
+    "match a measured change",
+}
+
+
+def _deltas_table(rows: Sequence[tuple[Any, ...]], change_us: float, n_ops: Any, basis: str) -> str:
+    """Op rows (name, type, category, baseline, candidate, Δ µs/step, share) plus "all other ops" (what the
+    shown rows leave of ``change_us``) and the total, so the Δ column adds up to the change."""
+    shown = sum(float(r[5]) for r in rows)
+    rest = round(change_us - shown, 1) + 0.0  # + 0.0: no "-0.0" where the rows add up to the change
+    body = "".join(
+        f"<tr><td class='text'><code>{html.escape(str(n))}</code></td><td class='text'>{html.escape(str(t))}</td>"
+        f"<td class='text'>{html.escape(str(c))}</td><td>{b:,.1f}</td><td>{a:,.1f}</td><td>{d:+,.1f}</td>"
+        f"<td>{'' if s is None else f'{s:.0%}'}</td></tr>"
+        for n, t, c, b, a, d, s in rows
+    )
+    others = max(0, int(n_ops) - len(rows)) if isinstance(n_ops, int | float) else None
+    share = f"{rest / change_us:.0%}" if abs(change_us) > 1e-9 else ""
+    body += (
+        f"<tr><td class='text' colspan='5'>all other ops{f' ({others})' if others is not None else ''}</td>"
+        f"<td>{rest:+,.1f}</td><td>{share}</td></tr>"
+        f"<tr><th class='text' colspan='5'>change of the step time</th><th>{change_us:+,.1f}</th><th>100%</th></tr>"
+    )
+    return (
+        f"<p class='note'>µs per step; basis: {html.escape(basis)}.</p><table><thead><tr><th class='text'>op</th>"
+        "<th class='text'>type</th><th class='text'>category</th><th>baseline</th><th>candidate</th><th>Δ µs/step</th>"
+        f"<th>share of the change</th></tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _categories_table(categories: Sequence[dict[str, Any]], change_us: float) -> str:
+    if not categories:
+        return ""
+    body = "".join(
+        f"<tr><td class='text'>{html.escape(str(c['category']))}</td><td>{c['baseline_us_per_step']:,.1f}</td>"
+        f"<td>{c['candidate_us_per_step']:,.1f}</td><td>{c['delta_us_per_step']:+,.1f}</td></tr>"
+        for c in categories
+    )
+    return (
+        "<table><thead><tr><th class='text'>op category</th><th>baseline</th><th>candidate</th><th>Δ µs/step</th></tr>"
+        f"</thead><tbody>{body}<tr><th class='text'>total</th><th></th><th></th><th>{change_us:+,.1f}</th></tr>"
+        "</tbody></table>"
+    )
+
+
+def _findings_table(findings: Sequence[dict[str, Any]], *, side: bool = False) -> str:
+    if not findings:
+        return "<p class='empty'>No findings.</p>"
+    body = "".join(
+        "<tr>"
+        + (f"<td class='text'>{html.escape(str(f.get('side')))}</td>" if side else "")
+        + f"<td class='text'>{_verdict(f.get('severity'))}</td>"
+        f"<td class='text'><code>{html.escape(str(f.get('code')))}</code></td>"
+        f"<td class='text wide'>{html.escape(str(f.get('message') or ''))}</td>"
+        f"<td>{html.escape(_text(f.get('value')))}</td><td>{html.escape(_text(f.get('threshold')))}</td></tr>"
+        for f in findings
+    )
+    return (
+        "<table><thead><tr>" + ("<th class='text'>side</th>" if side else "") + "<th class='text'>severity</th>"
+        "<th class='text'>code</th><th class='text'>finding</th><th>value</th><th>threshold</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
+#: the telemetry summary's figures the run page shows, with their names and units
+_TELEMETRY = [
+    ("samples", "samples"),
+    ("utilization_mean_pct", "utilization mean (%)"),
+    ("utilization_p95_pct", "utilization p95 (%)"),
+    ("memory_peak_bytes", "memory peak (MiB)"),
+    ("power_mean_w", "power mean (W)"),
+    ("energy_per_example_j", "energy per example (J)"),
+    ("sm_clock_mean_mhz", "SM clock mean (MHz)"),
+    ("temperature_max_c", "temperature max (°C)"),
+    ("throttle_reasons_seen", "throttle reasons"),
+]
+
+
+def _telemetry_section(summary: dict[str, Any] | None) -> str:
+    """The device telemetry of the measured steps (``run_tables`` 'telemetry', ``tasks.analysis.telemetry``):
+    one column per device."""
+    head = "<h2 id='telemetry'>Telemetry of the measured steps</h2>"
+    devices = (summary or {}).get("devices") or {}
+    if not devices:
+        return head + "<p class='empty'>No device telemetry recorded with this run.</p>"
+    names = list(devices)
+
+    def value(key: str, d: dict[str, Any]) -> str:
+        v = d.get(key)
+        if key == "memory_peak_bytes" and isinstance(v, int | float):
+            v = v / 2**20
+        if isinstance(v, list):
+            return html.escape(", ".join(map(str, v)) or MISSING)
+        return html.escape(_text(v))
+
+    rows = "".join(
+        f"<tr><td class='text'>{html.escape(label)}</td>"
+        + "".join(f"<td>{value(k, devices[n])}</td>" for n in names)
+        + "</tr>"
+        for k, label in _TELEMETRY
+    )
+    window = summary.get("window_s") if summary else None
+    return (
+        head
+        + (f"<p class='note'>over {window:.1f} s of measured steps</p>" if isinstance(window, int | float) else "")
+        + "<table><thead><tr><th class='text'>figure</th>"
+        + "".join(f"<th>{html.escape(n)}</th>" for n in names)
+        + f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _distribution_section(run_id: int, baseline_id: int | None, *, title: str = "Step-time distribution") -> str:
+    """The ECDF of the measured step times of the baseline run and this run (``step_samples`` phase
+    'measured')."""
+    from tasks.store.reads import load_samples
+
+    ids = [i for i in (baseline_id, run_id) if i is not None]
+    samples = load_samples(_db(), ids)
+    series = ([(f"baseline run {baseline_id}", samples.get(baseline_id, []))] if baseline_id is not None else []) + [
+        (f"run {run_id}", samples.get(run_id, []))
+    ]
+    head = f"<h2 id='distribution'>{html.escape(title)}</h2>"
+    try:
+        chart = charts.ecdf_chart(series)
+    except ValueError as e:
+        return head + f"<p class='empty'>{html.escape(str(e))}.</p>"
+    note = "" if baseline_id is not None else "<p class='note'>No baseline run to draw beside it.</p>"
+    return head + note + f"<div class='chart'>{chart}</div>"
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: int) -> HTMLResponse:
+    """One run and why its verdict is what it is: the verdict's story, what it measured, the op deltas that add
+    up to the change, the step-time distribution of baseline and candidate, the findings, the telemetry, and how
+    to open it (Airflow DAG run and task log, GX Data Docs, the archived profile in TensorBoard or as files)."""
+    from tasks.store.reads import run_comparison, run_findings, run_tool_tables
+
+    run = _stored(run_id)
+    base = plugin_root(request)
+    body = _story_section(request, run)
+    facts = [
+        ("model", _a(f"{base}/models/{quote_segment(run['model'])}", run["model"])),
+        *(
+            (_HEADERS.get(k, k), html.escape(_text(run[k])))
+            for k in (
+                "version",
+                "case",
+                "case_label",
+                "status",
+                "failed_stage",
+                "started_at",
+                "finished_at",
+                "median_step_ms",
+                "median_cpu_ms",
+                "median_wait_ms",
+                "throughput_eps",
+            )
+        ),
+        ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
+    ]
+    af = airflow_links(request, run)
+    facts.append(
+        (
+            "Airflow",
+            " · ".join([_a(af["dag_run"], "DAG run", airflow=True), _a(af["task_log"], "task log", airflow=True)])
+            if af
+            else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
+        )
+    )
+    body += "<h2>The run</h2>" + _facts(facts)
+    if run["error"]:
+        body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
+    db = _db()
+    comp = run_comparison(db, run_id)
+    with_charts = False
+    if run["status"] == "success":
+        body += _op_deltas_section(comp)
+        body += _distribution_section(run_id, comp["baseline_run_id"] if comp else None)
+        with_charts = True
+        body += "<h2 id='findings'>Findings</h2>" + _findings_table(run_findings(db, run_id))
+        body += _telemetry_section(run_tool_tables(db, run_id).get("telemetry"))
+    body += _open_section(request, run)
+    return _page(request, f"perfwatch: run {run_id}", body, charts=with_charts)
+
+
+def _open_section(request: Request, run: dict[str, Any]) -> str:
+    """How to open the run's evidence: its GX Data Docs and its archived profile (TensorBoard, xplane files)."""
+    base, run_id = plugin_root(request), run["run_id"]
+    body = "<h2 id='datadocs'>GX Data Docs</h2>"
+    if not run["archive_uri"]:
+        why = f"no archive: the run failed at {run['failed_stage']}" if run["failed_stage"] else "no archive"
+        return body + (
+            f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
+        )
+    fs, root = _archive_fs(run)
+    docs = fs.exists(f"{root}/gx/index.html")
+    body += (
+        f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
+        f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>"
+        if docs
+        else f"<p>{MISSING} (none archived with this run)</p>"
+    )
+    xplanes = sorted(p.removeprefix(root + "/") for p in fs.glob(f"{root}/plugins/profile/*/*.xplane.pb"))
+    judged = _story(int(run_id)).profile  # the file(s) the parse stage read (tasks.records.judged_profiles)
+    parent, name = run["archive_uri"].rstrip("/").rsplit("/", 1)
+    return body + (
+        "<h2 id='profile'>Profile (TensorBoard)</h2>"
+        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
+        f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
+        f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
+        f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
+        "newest run id last).</p>"
+        + (
+            "<ul class='plain'>"
+            + "".join(
+                f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)} {_judged_note(x, judged)}</li>"
+                for x in xplanes
+            )
+            + "</ul>"
+            if xplanes
+            else f"<p>xplane files: {MISSING} (not found in the archive)</p>"
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------ comparison page
+
+
+def _attr(v: Any) -> str:
+    return html.escape(str(v if v is not None else ""), quote=True)
+
+
+def _compare_form(request: Request, a: Any = "", b: Any = "") -> str:
+    base = plugin_root(request)
+    return (
+        f"<form class='inline' method='get' action='{base}/compare'>"
+        f"<label>run a (before)<input name='a' inputmode='numeric' value='{_attr(a)}'></label>"
+        f"<label>run b (after)<input name='b' inputmode='numeric' value='{_attr(b)}'></label>"
+        "<button>compare</button></form>"
+        "<p class='note'>Or two versions of a model (their newest successful runs): "
+        f"<code>{base}/compare?model=NAME&amp;a_version=1&amp;b_version=2</code>, or the links on a model's page.</p>"
+    )
+
+
+def _int_param(name: str, value: str | None) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise HTTPException(422, f"{name}={value!r}: expected a run id (a whole number)") from None
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request,
+    a: str | None = None,
+    b: str | None = None,
+    model: str | None = None,
+    a_version: str | None = None,
+    b_version: str | None = None,
+    case: str | None = None,
+) -> HTMLResponse:
+    """Two runs side by side (``a`` before, ``b`` after; or the newest successful runs of ``a_version`` and
+    ``b_version`` of ``model``, in ``case`` or the newest case of ``b_version``): run facts, the ratio of their
+    median step times, their step-time distributions, the op deltas that add up to the change of the medians
+    (``tasks.cli.compare``), the op categories and both runs' findings. Without parameters: a form.
+
+    Raises:
+        HTTPException: 422 for a run id that is not a number or a half-given version pair; 404 when there is
+            nothing to compare (the reason as the detail).
+    """
+    from tasks.cli.compare import ComparisonUnavailable, compare_runs, compare_versions
+
+    run_a, run_b = _int_param("a", a), _int_param("b", b)
+    if run_a is None and run_b is None and not model:
+        return _page(request, "perfwatch: compare two runs", _compare_form(request))
+    try:
+        if model:
+            if not (a_version and b_version):
+                raise HTTPException(422, "compare by version needs model, a_version and b_version")
+            vc = compare_versions(_db(), model, a_version, b_version, case or None)
+        else:
+            if run_a is None or run_b is None:
+                raise HTTPException(422, "compare needs two runs: a=<run id>&b=<run id>")
+            vc = compare_runs(_db(), run_a, run_b)
+    except (ComparisonUnavailable, ValueError) as e:
+        body = f"<p class='empty'>{html.escape(str(e))}</p>" + _compare_form(request, a, b)
+        return _page(request, "perfwatch: compare two runs", body, status_code=404)
+    h = vc.headline.set_index("side")
+    fa, fb = h.loc["from"], h.loc["to"]
+    ia, ib = int(fa["run_id"]), int(fb["run_id"])
+    return _page(request, f"perfwatch: run {ia} vs run {ib}", _comparison_body(request, vc, ia, ib), charts=True)
+
+
+def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
+    import statistics
+
+    from tasks.store.reads import load_samples, run_pages
+
+    base = plugin_root(request)
+    pages = run_pages([ia, ib])
+    samples = load_samples(_db(), [ia, ib])
+    h = vc.headline.set_index("side")
+    sides = [("a (before)", h.loc["from"], ia), ("b (after)", h.loc["to"], ib)]
+
+    def pct(xs: list[float], q: int) -> str:
+        return f"{statistics.quantiles(xs, n=100, method='inclusive')[q - 1]:.3f}" if len(xs) >= 2 else MISSING
+
+    rows = [
+        ("run", [_a(f"{base}/runs/{i}", str(i)) for _, _, i in sides]),
+        ("model", [html.escape(str(pages.get(i, {}).get("model", MISSING))) for _, _, i in sides]),
+        ("version", [html.escape(str(r["version"])) for _, r, _ in sides]),
+        (
+            "case",
+            [
+                html.escape(str(r["case"]))
+                + (f" ({html.escape(r['case_label'])})" if isinstance(r["case_label"], str) else "")
+                for _, r, _ in sides
+            ],
+        ),
+        ("started (UTC)", [html.escape(_text(r["started_at"])) for _, r, _ in sides]),
+        ("median step (ms)", [html.escape(_text(r["median_step_ms"])) for _, r, _ in sides]),
+        (
+            "p10 / p90 step (ms)",
+            [f"{pct(samples.get(i, []), 10)} / {pct(samples.get(i, []), 90)}" for _, _, i in sides],
+        ),
+        ("steps measured", [str(len(samples.get(i, []))) for _, _, i in sides]),
+        ("throughput (examples/s)", [html.escape(_text(r["throughput_eps"])) for _, r, _ in sides]),
+        ("verdict", [_verdict(r["verdict"]) for _, r, _ in sides]),
+        ("reason", [html.escape(pages.get(i, {}).get("reason") or MISSING) for _, _, i in sides]),
+    ]
+    table = (
+        "<table><thead><tr><th class='text'></th>"
+        + "".join(f"<th class='text'>{html.escape(n)}</th>" for n, _, _ in sides)
+        + "</tr></thead><tbody>"
+        + "".join(
+            f"<tr><th class='text'>{html.escape(k)}</th>" + "".join(f"<td class='text'>{v}</td>" for v in vs) + "</tr>"
+            for k, vs in rows
+        )
+        + "</tbody></table>"
+    )
+    ma, mb = h.loc["from"]["median_step_ms"], h.loc["to"]["median_step_ms"]
+    ratio = mb / ma if ma else float("nan")
+    headline = (
+        f"<section class='story'><p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a</p>"
+        "<p class='note'>The ratio of the two runs' median step times (two processes, profiler off). "
+        "A run's own verdict may rest on another figure (a paired ratio measured in one process, or CPU time "
+        "on a busy host): its run "
+        "page names it.</p>"
+        + (
+            "<p class='note'>Both runs measured byte-identical model files (same sha256): the difference is drift "
+            "between the two processes, not a change of the model.</p>"
+            if vc.identical_bytes
+            else ""
+        )
+        + "</section>"
+    )
+    try:
+        chart = charts.ecdf_chart([(f"a: run {ia}", samples.get(ia, [])), (f"b: run {ib}", samples.get(ib, []))])
+        dist = f"<div class='chart'>{chart}</div>"
+    except ValueError as e:
+        dist = f"<p class='empty'>{html.escape(str(e))}.</p>"
+    att = vc.attribution
+    ops = vc.ops
+    top = ops.reindex(ops["delta_us_per_step"].abs().sort_values(ascending=False).index).head(12)
+    op_rows = [
+        (
+            r.op_name,
+            r.op_type,
+            r.category,
+            r.baseline_us_per_step,
+            r.candidate_us_per_step,
+            r.delta_us_per_step,
+            r.share_of_change if not _missing(r.share_of_change) else None,
+        )
+        for r in top.itertuples()
+    ]
+    deltas = (
+        _deltas_table(
+            op_rows,
+            float(att.step_time_change_us),
+            len(ops),
+            _BASIS.get(att.step_time_change_source, att.step_time_change_source),
+        )
+        if op_rows
+        else "<p class='empty'>No op rows in either run's profile.</p>"
+    )
+    cats = _categories_table([c.model_dump() for c in att.categories], float(att.step_time_change_us))
+    findings = [
+        {**r, "side": {"from": "a", "to": "b"}.get(r["side"], r["side"])} for r in vc.findings.to_dict("records")
+    ]
+    return (
+        headline
+        + table
+        + "<h2>Step-time distributions</h2>"
+        + dist
+        + "<h2>Where the time went: op deltas, a → b</h2>"
+        + deltas
+        + cats
+        + "".join(f"<p class='note'>warning: {html.escape(w)}</p>" for w in att.warnings)
+        + "<h2>Findings</h2>"
+        + _findings_table(findings, side=True)
+        + "<h2>Another comparison</h2>"
+        + _compare_form(request, ia, ib)
+    )
 
 
 def _stored(run_id: int) -> dict[str, Any]:
@@ -285,113 +1000,6 @@ def _archive_fs(run: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
         )
     fs, path = fsspec.core.url_to_fs(run["archive_uri"])
     return fs, path.rstrip("/")
-
-
-@router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: int) -> HTMLResponse:
-    """One run: what it measured and how to open it (Airflow DAG run and task log, GX Data Docs, the
-    archived profile in TensorBoard or as files)."""
-    run = _stored(run_id)
-    story = _story(run_id)
-    base = plugin_root(request)
-    facts = [
-        ("model", _a(f"{base}/models/{quote_segment(run['model'])}", run["model"])),
-        *(
-            (k, html.escape(_text(run[k])))
-            for k in (
-                "version",
-                "case",
-                "case_label",
-                "status",
-                "failed_stage",
-                "started_at",
-                "finished_at",
-                "median_step_ms",
-                "median_cpu_ms",
-                "median_wait_ms",
-                "throughput_eps",
-            )
-        ),
-        ("DAG run", html.escape(f"{run['dag_id']} / {run['dag_run_id']}")),
-    ]
-    if run["metric"]:  # which per-step measure the verdict's ratio is of
-        facts.append(("metric", html.escape(_METRIC_WORDS.get(run["metric"], run["metric"]))))
-    af = airflow_links(request, run)
-    facts.append(
-        (
-            "Airflow",
-            " · ".join([_a(af["dag_run"], "DAG run"), _a(af["task_log"], "task log")])
-            if af
-            else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
-        )
-    )
-    body = verdict_section(story) + "<h2>Run</h2><dl>"
-    body += "".join(f"<dt>{html.escape(_HEADERS.get(k, k))}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
-    if run["error"]:
-        body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
-    body += "<h2 id='datadocs'>GX Data Docs</h2>"
-    if not run["archive_uri"]:
-        why = f"no archive: the run failed at {run['failed_stage']}" if run["failed_stage"] else "no archive"
-        body += (
-            f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
-        )
-        return _page(f"perfwatch: run {run_id}", body)
-    fs, root = _archive_fs(run)
-    docs = fs.exists(f"{root}/gx/index.html")
-    body += (
-        f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
-        f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>"
-        if docs
-        else f"<p>{MISSING} (none archived with this run)</p>"
-    )
-    xplanes = sorted(p.removeprefix(root + "/") for p in fs.glob(f"{root}/plugins/profile/*/*.xplane.pb"))
-    parent, name = run["archive_uri"].rstrip("/").rsplit("/", 1)
-    body += (
-        "<h2 id='profile'>Profile</h2>"
-        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
-        f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
-        f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
-        f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
-        "newest run id last).</p>"
-        + (
-            "<ul>"
-            + "".join(
-                f"<li>{_a(f'{base}/runs/{run_id}/archive/{quote(x)}', x)} {_judged_note(x, story.profile)}</li>"
-                for x in xplanes
-            )
-            + "</ul>"
-            if xplanes
-            else f"<p>xplane files: {MISSING} (not found in the archive)</p>"
-        )
-    )
-    return _page(f"perfwatch: run {run_id}", body)
-
-
-def _story(run_id: int) -> Any:
-    """The run's ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``)."""
-    from tasks.records import VerdictStory
-    from tasks.store.reads import verdict_stories
-
-    return verdict_stories([run_id]).get(run_id) or VerdictStory(run_id=run_id)
-
-
-def verdict_section(story: Any, heading: str | None = "Verdict", level: int = 2) -> str:
-    """The verdict's story of a run page (and of the model page, per case), as every command tells it:
-    ``tasks.services.story.story_html`` (verdict, ratio with its interval, regression line, method and pairs,
-    baseline, why, the profile judged). The one place the pages render a verdict's story."""
-    from tasks.services.story import story_html
-
-    return story_html(story, heading=heading, level=level)
-
-
-def _judged_note(path: str, judged: list[str]) -> str:
-    """Beside an archived xplane file on the run page: whether the parse stage judged it (its newest
-    profiling session; the others are earlier tries of the profiled run, kept but not read)."""
-    if not judged:
-        return ""
-    if path in judged:
-        return "<strong>(judged: the profile the parse stage read)</strong>"
-    return "(an earlier try's profile, not judged)"
 
 
 @router.get("/runs/{run_id}/archive/{path:path}")

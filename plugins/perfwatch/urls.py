@@ -9,6 +9,7 @@ from urllib.parse import quote
 from fastapi import Request
 
 URL_PREFIX = "/perfwatch"  #: where Airflow's API server mounts the app
+UI_ROUTE = "perfwatch"  #: the external view's route in Airflow's UI: the pages are framed at ``/plugin/perfwatch``
 LOGIN_PATH = "/api/v2/auth/login"  #: Airflow's public login redirect (``?next=`` the page asked for)
 
 

@@ -126,12 +126,6 @@ def compare_versions(
     Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
     ValueError when a run records no ``profiled_steps``.
     """
-    import pandas as pd
-
-    from tasks.analysis.attribution import RunOps, attribute, window_warnings
-    from tasks.records import case_label
-    from tasks.store import reads
-
     to_runs = _latest(db_url, model, to_version, case)
     if not to_runs:
         raise ComparisonUnavailable(
@@ -145,7 +139,35 @@ def compare_versions(
             f"no successful run of {model} version {from_version} in case {case}"
             + (f" (it has runs in {other}; pass --case)" if other else "")
         )
-    sides = {"from": from_runs[0], "to": to_runs[0]}
+    return _compare_sides(db_url, {"from": from_runs[0], "to": to_runs[0]}, top_n=top_n)
+
+
+def compare_runs(db_url: str, run_a: int, run_b: int, *, top_n: int = 10) -> VersionComparison:
+    """Compare two stored runs, ``run_a`` (from, the baseline side) and ``run_b`` (to), of any versions or
+    cases, as :func:`compare_versions` compares two versions' newest runs: the same headline, op deltas
+    (µs per step, scaled to the two runs' measured medians so they add up to the change of the medians),
+    categories and findings (the history pages' comparison page).
+
+    Raises ComparisonUnavailable naming the run that is not a successful run in the store, and ValueError
+    when a run records no ``profiled_steps``.
+    """
+    from tasks.store import reads
+
+    rows = reads.successful_runs(db_url, [run_a, run_b])
+    for rid in (run_a, run_b):
+        if rid not in rows:
+            raise ComparisonUnavailable(f"run {rid} is not a successful run in the store: nothing to compare")
+    return _compare_sides(db_url, {"from": rows[run_a], "to": rows[run_b]}, top_n=top_n)
+
+
+def _compare_sides(db_url: str, sides: dict[str, Any], *, top_n: int) -> VersionComparison:
+    """The comparison of two ``latest_runs``-shaped rows, ``sides["from"]`` and ``sides["to"]``."""
+    import pandas as pd
+
+    from tasks.analysis.attribution import RunOps, attribute, window_warnings
+    from tasks.records import case_label
+    from tasks.store import reads
+
     steps: dict[str, int] = {}
     run_ops: dict[str, RunOps] = {}
     for side, r in sides.items():

@@ -350,18 +350,54 @@ def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False
     return GATE_CODES.get(str(verdict), GATE_INCONCLUSIVE)
 
 
-def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
-    """Draw a history frame (``tasks.store.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg).
+def version_segments(runs: pd.DataFrame) -> list[pd.DataFrame]:
+    """The runs of one case (rows of a history frame, oldest first) split where the model version changes:
+    each part is a run of consecutive rows of one ``version``. A chart draws one line per part, so no line
+    joins two versions (issue 25: one line across v1 and v2 read as a trend of one model)."""
+    if runs.empty:
+        return []
+    part = (runs["version"].astype(str) != runs["version"].astype(str).shift()).cumsum()
+    return [g for _, g in runs.groupby(part, sort=True)]
 
-    Per case: the median step time (ms, our timer) with its p10–p90 band over the run's measured
-    samples, the compared baseline's median (dashed steps), regressions as red crosses, failed
-    runs as black ticks on the time axis, and vertical lines where the version (dotted, labelled)
-    or the environment's comparability key (dashed, red: a new baseline history; ``with_env_changes``)
-    changed. A fingerprint change outside the key (e.g. ``TF_CPP_MIN_LOG_LEVEL``) draws no line.
+
+def time_window(times: pd.Series) -> tuple[Any, Any]:
+    """(left, right) of a time axis for ``times`` (UTC datetimes): their span padded by 5% on each side, and by
+    at least 6 hours, so a single run or a burst of runs within minutes gets a day-scale axis (not the years a
+    plotting library's default picks for one point)."""
+    import pandas as pd
+
+    lo, hi = times.min(), times.max()
+    pad = max((hi - lo) * 0.05, pd.Timedelta(hours=6))
+    return lo - pad, hi + pad
+
+
+def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
+    """Draw a history frame (``tasks.store.queries.history``) as a PNG/SVG/PDF at ``path`` (matplotlib, Agg):
+    :func:`history_figure`, saved.
 
     Raises:
         ValueError: ``df`` has no run with a step time to draw.
     """
+    return save_figure(history_figure(df, title=title), path)
+
+
+def history_figure(df: pd.DataFrame, *, title: str) -> Any:
+    """A history frame (``tasks.store.queries.history``) as a matplotlib figure (Agg).
+
+    One panel per case, each with its own step-time scale (a 1.4 ms and a 300 ms case never share an axis),
+    over one shared time axis (:func:`time_window`: a single run spans a day, not years). In each panel: the
+    median step time (ms, our timer) with its p10–p90 band over the run's measured samples, one line per
+    model version (:func:`version_segments`: a line never joins two versions) in that version's colour, the
+    compared baseline's median (dashed steps), regressions as red crosses, failed runs as black ticks on the
+    time axis, and vertical lines where the version (dotted, labelled) or the environment's comparability key
+    (dashed, red: a new baseline history; ``with_env_changes``) changed. A fingerprint change outside the key
+    (e.g. ``TF_CPP_MIN_LOG_LEVEL``) draws no line.
+
+    Raises:
+        ValueError: ``df`` has no run with a step time to draw.
+    """
+    import matplotlib.dates as mdates
+
     plt = pyplot()
 
     ok = df[df["median_step_ms"].notna()]
@@ -369,31 +405,51 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
         raise ValueError("no successful run with a step time to plot")
     if "fingerprint_changed" not in df.columns:
         df = with_env_changes(df)
-    fig, ax = plt.subplots(figsize=(11, 5), layout="constrained")
-    for case, g in df.groupby("case_name", sort=True):
+    cases = sorted(df["case_name"].unique())
+    versions = list(dict.fromkeys(str(v) for v in df["version"]))
+    colours = {v: f"C{i % 10}" for i, v in enumerate(versions)}
+    fig, axes = plt.subplots(
+        len(cases), 1, sharex=True, squeeze=False, figsize=(11, 1.2 + 2.6 * len(cases)), layout="constrained"
+    )
+    labelled: set[str] = set()
+
+    def once(label: str) -> str | None:
+        if label in labelled:
+            return None
+        labelled.add(label)
+        return label
+
+    for ax, case in zip(axes[:, 0], cases, strict=True):
+        g = df[df["case_name"] == case]
         good = g[g["median_step_ms"].notna()]
-        (line,) = ax.plot(good["started_at"], good["median_step_ms"], marker="o", ms=4, label=f"{case} median")
-        ax.fill_between(
-            good["started_at"],
-            good["p10_step_ms"].astype(float),
-            good["p90_step_ms"].astype(float),
-            color=line.get_color(),
-            alpha=0.2,
-            label=f"{case} p10–p90",
-        )
-        base = good[good["baseline_median_ms"].notna()]
-        if not base.empty:
+        for part in version_segments(good):
+            v = str(part["version"].iloc[0])
+            colour = colours[v]
             ax.plot(
-                base["started_at"],
-                base["baseline_median_ms"].astype(float),
-                drawstyle="steps-post",
-                ls="--",
-                marker="_",
-                ms=14,
-                color=line.get_color(),
-                alpha=0.8,
-                label=f"{case} baseline median",
+                part["started_at"], part["median_step_ms"], marker="o", ms=4, color=colour, label=once(f"v{v} median")
             )
+            lo, hi = part["p10_step_ms"].astype(float), part["p90_step_ms"].astype(float)
+            if len(part) == 1:  # a band of one point has no width: a bar instead
+                ax.vlines(
+                    part["started_at"], lo, hi, color=colour, alpha=0.5, lw=6, label=once("p10–p90 of the run's steps")
+                )
+            else:
+                ax.fill_between(
+                    part["started_at"], lo, hi, color=colour, alpha=0.2, label=once("p10–p90 of the run's steps")
+                )
+            base = part[part["baseline_median_ms"].notna()]
+            if not base.empty:
+                ax.plot(
+                    base["started_at"],
+                    base["baseline_median_ms"].astype(float),
+                    drawstyle="steps-post",
+                    ls="--",
+                    marker="_",
+                    ms=14,
+                    color=colour,
+                    alpha=0.8,
+                    label=once("baseline median (dashed)"),
+                )
         reg = good[good["verdict"] == "regression"]
         if not reg.empty:
             ax.scatter(
@@ -403,7 +459,7 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
                 s=80,
                 color="red",
                 zorder=5,
-                label="regression" if case == df["case_name"].min() else None,
+                label=once("regression"),
             )
         failed = g[g["status"] != "success"]
         if not failed.empty:
@@ -414,44 +470,39 @@ def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
                 color="black",
                 ms=12,
                 transform=ax.get_xaxis_transform(),
-                label="failed run" if case == df["case_name"].min() else None,
+                label=once("failed run"),
             )
-        for r in g[g["version_changed"] == 1].itertuples():
-            ax.axvline(r.started_at, ls=":", color="grey")
+        first = good.iloc[0] if not good.empty else g.iloc[0]
+        marks = [first, *[r for _, r in g[g["version_changed"] == 1].iterrows()]]
+        for r in marks:
+            if r is not first:
+                ax.axvline(r["started_at"], ls=":", color="grey")
             ax.annotate(
-                f"v{r.version}",
-                (r.started_at, 1.0),
+                f"v{r['version']}",
+                (r["started_at"], 1.0),
                 xycoords=("data", "axes fraction"),
                 xytext=(2, -12),
                 textcoords="offset points",
                 fontsize=8,
                 color="grey",
             )
-        for i, r in enumerate(g[g["env_changed"] == 1].itertuples()):
-            ax.axvline(
-                r.started_at,
-                ls="--",
-                color="red",
-                alpha=0.6,
-                label="environment change" if i == 0 and case == df["case_name"].min() else None,
-            )
-    first = df.iloc[0]
-    ax.annotate(
-        f"v{first.version}",
-        (first.started_at, 1.0),
-        xycoords=("data", "axes fraction"),
-        xytext=(2, -12),
-        textcoords="offset points",
-        fontsize=8,
-        color="grey",
-    )
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("step time (ms)")
-    ax.set_xlabel("run started (UTC)")
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize=8)
-    fig.autofmt_xdate()
-    return save_figure(fig, path)
+        for _, r in g[g["env_changed"] == 1].iterrows():
+            ax.axvline(r["started_at"], ls="--", color="red", alpha=0.6, label=once("environment change"))
+        label = g["case_label"].dropna().iloc[0] if "case_label" in g and g["case_label"].notna().any() else None
+        ax.set_title(case + (f" ({label})" if label and label != case else ""), fontsize=9, loc="left")
+        if not good.empty:  # from 0 to just above this case's highest figure: its own scale
+            top = good[["median_step_ms", "p90_step_ms", "baseline_median_ms"]].astype(float).max().max()
+            ax.set_ylim(bottom=0, top=float(top) * 1.15)
+        ax.set_ylabel("step time (ms)")
+    bottom = axes[-1, 0]
+    bottom.set_xlim(*time_window(df["started_at"]))
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
+    bottom.xaxis.set_major_locator(locator)
+    bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    bottom.set_xlabel("run started (UTC)")
+    fig.suptitle(title)
+    fig.legend(loc="outside lower center", ncols=min(6, max(1, len(labelled))), fontsize=8)
+    return fig
 
 
 def register(app: typer.Typer) -> None:

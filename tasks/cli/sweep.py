@@ -7,7 +7,7 @@ computation is ``tasks.analysis.sweep.sweep``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -107,20 +107,51 @@ def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> 
     return lines
 
 
+def too_little_to_sweep(df: pd.DataFrame, axis: str) -> str | None:
+    """Why a ``sweep_frame`` is too little data to draw a sweep, or None when it is enough: a sweep needs
+    some series (the cases that differ only in ``axis``) with runs at two or more values of ``axis``; one point
+    per series is a table, not a curve. The message names the values there are and how to get more."""
+    if df.empty:
+        return f"too little data for a sweep along {axis}: no successful run"
+    widths = df.groupby("series")[axis].nunique()
+    if (widths >= 2).any():
+        return None
+    have = ", ".join(
+        f"{s} at {axis}={', '.join(map(str, sorted(set(g[axis]), key=str)))}" for s, g in df.groupby("series")
+    )
+    return (
+        f"too little data for a sweep along {axis}: every series has runs at one {axis} only ({have}); "
+        f"run the model's matrix at two or more values of {axis} (config matrix: {axis}: [...]) and sweep again"
+    )
+
+
 def plot_sweep(
     df: pd.DataFrame, axis: str, path: str | Path, *, title: str, latency_budget_ms: float | None = None
 ) -> Path:
-    """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): throughput (examples/s)
-    above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
-    categories), one line per series, the knee starred, the latency budget as a red line.
+    """Draw a ``sweep_frame`` as a PNG/SVG/PDF at ``path`` (matplotlib, Agg): :func:`sweep_figure`, saved.
 
     Raises:
-        ValueError: ``df`` is empty.
+        ValueError: as :func:`sweep_figure`.
+    """
+    return save_figure(sweep_figure(df, axis, title=title, latency_budget_ms=latency_budget_ms), path)
+
+
+def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: float | None = None) -> Any:
+    """A ``sweep_frame`` as a matplotlib figure (Agg): throughput (examples/s)
+    above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
+    categories; whole numbers such as batch sizes get one tick at each value measured, never a fractional
+    tick), one line per series, the knee starred, the latency budget as a red line.
+
+    Raises:
+        ValueError: ``df`` is empty, or too little data for a sweep (:func:`too_little_to_sweep`: no series
+            has runs at two values of ``axis``); the message says what is missing.
     """
     plt = pyplot()
 
     if df.empty:
         raise ValueError("no sweep point to plot")
+    if why := too_little_to_sweep(df, axis):
+        raise ValueError(why)
     values = list(dict.fromkeys(sorted(df[axis], key=lambda v: (isinstance(v, str), v))))
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
@@ -171,6 +202,9 @@ def plot_sweep(
         bottom.axhline(latency_budget_ms, color="red", ls=":", label=f"latency budget {latency_budget_ms} ms")
     if not numeric:
         bottom.set_xticks(range(len(values)), [str(v) for v in values])
+    elif all(float(v).is_integer() for v in values):  # batch sizes: a tick at each measured value, none between
+        bottom.set_xticks(values, [str(int(v)) for v in values])
+        bottom.minorticks_off()
     top.set_ylabel("throughput (examples/s)")
     bottom.set_ylabel("step time (ms)")
     bottom.set_xlabel(axis)
@@ -179,7 +213,7 @@ def plot_sweep(
     top.set_title(title)
     top.legend(fontsize=8, loc="best")
     bottom.legend(fontsize=8, loc="best")
-    return save_figure(fig, path)
+    return fig
 
 
 def register(app: typer.Typer) -> None:
@@ -226,6 +260,8 @@ def register(app: typer.Typer) -> None:
             )
         for line in knee_lines(df, axis, latency_budget_ms):
             typer.echo(line, err=True)
+        if plot is None and (why := too_little_to_sweep(df, axis)):
+            typer.echo(f"note: {why}", err=True)
         if plot is not None:
             try:
                 out = plot_sweep(

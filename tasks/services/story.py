@@ -126,7 +126,12 @@ def story_html(s: VerdictStory, *, heading: str | None = "Verdict", level: int =
     interval), regression line, method, baseline, why (the reason) and the judged profile; every text escaped;
     missing items left out."""
     e = html.escape
-    items = [("verdict", f"<span class='{e(verdict_text(s).split('@')[0])}'>{e(verdict_text(s))}</span>")]
+    items = [
+        (
+            "verdict",
+            f"<span class='verdict v-{e(verdict_text(s).split('@')[0].split(' ')[0])}'>{e(verdict_text(s))}</span>",
+        )
+    ]
     items += [
         (k, e(v))
         for k, v in (

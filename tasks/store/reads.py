@@ -396,25 +396,71 @@ def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list
             known = sorted(s.scalars(select(Model.name)))
             raise LookupError(f"no model {model!r} in the store (models: {known or 'none'})")
         q = (
-            select(
-                Run.id.label("run_id"),
-                ModelVersion.version,
-                Run.case_name.label("case"),
-                Run.started_at,
-                Run.median_step_ms,
-                Run.throughput_eps,
-                Run.profiler_avg_step_ms,
-                Run.input_bound_pct,
-                Run.verdict,
-                Run.params,
-            )
-            .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+            _run_summary()
             .where(Run.model_id == model_id, Run.status == "success", ModelVersion.version == str(version))
             .order_by(Run.started_at.desc(), Run.id.desc())
         )
         if case:
             q = q.where(Run.case_name == case)
         return [dict(r) for r in s.execute(q).mappings()]
+
+
+def _run_summary() -> Any:
+    """The select of :func:`latest_runs`' columns (runs joined to their pulled model version)."""
+    return select(
+        Run.id.label("run_id"),
+        ModelVersion.version,
+        Run.case_name.label("case"),
+        Run.started_at,
+        Run.median_step_ms,
+        Run.throughput_eps,
+        Run.profiler_avg_step_ms,
+        Run.input_bound_pct,
+        Run.verdict,
+        Run.params,
+    ).join(ModelVersion, ModelVersion.id == Run.model_version_id)
+
+
+def store_url(db_url: str | None = None) -> str:
+    """``db_url``, else the settings' store (``PERFWATCH_DATABASE_URL``): the store the plugin's pages read."""
+    return db_url or Settings.from_env().database_url
+
+
+def successful_runs(db_url: str, run_ids: list[int]) -> dict[int, Mapping[str, Any]]:
+    """The successful runs among ``run_ids`` by run id, with :func:`latest_runs`' columns plus ``model``; failed
+    and absent ids are left out."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url) as s:
+        q = (
+            _run_summary()
+            .add_columns(Model.name.label("model"))
+            .join(Model, Model.id == Run.model_id)
+            .where(Run.id.in_(run_ids), Run.status == "success")
+        )
+        return {int(r["run_id"]): dict(r) for r in s.execute(q).mappings()}
+
+
+def run_comparison(db_url: str, run_id: int) -> dict[str, Any] | None:
+    """The run's baseline-compare record as stored (``comparisons``): baseline_run_id (None for a paired or
+    first run), method, metric, verdict, ratio, ci_low, ci_high (candidate over baseline), median_limit_ms and
+    the whole ``evidence`` (its ``attribution``: the op deltas scaled to the measured change,
+    ``tasks.analysis.attribution.attribute_against_run``); None when the run has no comparison."""
+    with session_scope(db_url) as s:
+        row = s.execute(
+            select(
+                RunComparison.baseline_run_id,
+                RunComparison.method,
+                RunComparison.metric,
+                RunComparison.verdict,
+                RunComparison.ratio,
+                RunComparison.ci_low,
+                RunComparison.ci_high,
+                RunComparison.median_limit_ms,
+                RunComparison.evidence,
+            ).where(RunComparison.run_id == run_id)
+        ).first()
+    return dict(row._mapping) | {"evidence": row.evidence or {}} if row is not None else None
 
 
 def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[str, Any]]:

@@ -7,8 +7,11 @@ serve."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -20,6 +23,7 @@ from tasks.stages.archive import archive_run
 from tasks.store import migrate
 from tasks.store.writes import record_failure
 from tests.helpers import ROOT as ROOT
+from tests.helpers.browser import failed_requests, needs_browser, no_horizontal_scroll, offline_browser
 from tests.helpers.builders import make_records
 
 pytestmark = pytest.mark.slow  # every test shares Airflow's API server app with the plugin
@@ -170,10 +174,10 @@ def test_newest_first_missing_values_and_links(airflow):
     assert [row[0] for row in _rows(page, "Regressions, last 7 days")] == ["2"]
     # each run: its page, the Airflow task log (the failed stage's task, else archive), Data Docs, profile
     assert "<a href='/perfwatch/runs/2'>2</a>" in page
-    assert "<a href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
+    assert "<a class='airflow' href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
     assert (
-        "<a href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00/tasks/warm_up/mapped'>"
-        "task log</a>"
+        "<a class='airflow' href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00"
+        "/tasks/warm_up/mapped'>task log</a>"
     ) in page
     assert "<a href='/perfwatch/runs/2/archive/gx/index.html'>Data Docs</a>" in page
     assert "<a href='/perfwatch/runs/2#profile'>profile</a>" in page
@@ -193,11 +197,10 @@ def test_a_runs_links_open_its_data_docs_profile_and_task_log(airflow):
     assert page.status_code == 200
     text = page.text
     # the verdict with its figures, the metric that decided and why
-    assert "<dt>decided on</dt><dd>process CPU time per step (a busy host)</dd>" in text
     assert "<dt>ratio</dt><dd>CPU-time ratio 1.400 [1.350, 1.450]</dd>" in text  # the verdict's story
     assert "<dt>method</dt><dd>paired ABBA gate: both versions in one process</dd>" in text
     assert "<dt>why</dt><dd>decided on CPU time: host busy (other processes took 71% of" in text
-    assert "<dt>decided on</dt>" not in client.get("/perfwatch/runs/3", headers=_auth(token)).text  # no verdict
+    assert "<dt>ratio</dt>" not in client.get("/perfwatch/runs/3", headers=_auth(token)).text  # no verdict
     assert "/dags/d/runs/r2'>DAG run</a>" in text and "/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in text
     # the archived profile: where it is, the TensorBoard line and the run (session) name, the xplane download
     run_dir = re.search(r"pick the run <code>([^<]+)</code>", text).group(1)
@@ -268,3 +271,89 @@ def test_airflow_loads_the_plugin_package_once(airflow):
     modules = {p.stem for p in (ROOT / "plugins" / "perfwatch").glob("*.py")}
     assert {f"perfwatch.{m}" for m in modules - {"__init__"}} <= set(sys.modules)
     assert modules & set(sys.modules) == set()
+
+
+def test_the_comparison_page_and_the_empty_states(airflow):
+    """Any two runs side by side (by run ids, or by model and versions); bad or missing runs say why; the
+    index's note when there are runs but no regression is the count of runs, not "No runs yet"."""
+    from plugins.perfwatch.pages import regressions_note
+
+    client, token, _, _ = airflow
+    page = client.get("/perfwatch/compare?a=1&b=2", headers=_auth(token))
+    assert page.status_code == 200 and "run 1 vs run 2" in page.text and "median step time ×1.400" in page.text
+    assert "change of the step time" in page.text and '<div id="ecdf"' in page.text
+    assert "/perfwatch/assets/plotly.min.js" in page.text and "cdn" not in page.text.lower()
+    form = client.get("/perfwatch/compare", headers=_auth(token))
+    assert form.status_code == 200 and "<form" in form.text
+    assert client.get("/perfwatch/compare?a=x&b=2", headers=_auth(token)).status_code == 422
+    failed = client.get("/perfwatch/compare?a=1&b=3", headers=_auth(token))
+    assert failed.status_code == 404 and "run 3 is not a successful run in the store" in failed.text
+    by_version = client.get("/perfwatch/compare?model=resnet&a_version=1&b_version=7", headers=_auth(token))
+    assert by_version.status_code == 404 and "no successful run of resnet version 7" in by_version.text
+    model = client.get("/perfwatch/models/resnet", headers=_auth(token)).text
+    assert '<div id="trend"' in model and "plotly_click" in model
+    assert regressions_note(12, 0) == "No regressions in the last 7 days (12 runs in that time)."
+    assert regressions_note(0, 0, dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.UTC)) == (
+        "No regressions in the last 7 days: no run in that time (the newest run started 2026-11-01 02:00 UTC)."
+    )
+    assert regressions_note(3, 1) is None
+
+
+@needs_browser
+def test_the_pages_inside_airflows_ui(airflow, tmp_path):
+    """Airflow's own UI (its API server on a loopback port, headless Chromium with the network off, logged in by
+    the UI's ``_token`` cookie): the "perfwatch" nav entry frames the run page at ``/plugin/perfwatch/...``, the
+    page fits the frame without a horizontal scroll bar and without a failed request, and a link to Airflow's own
+    pages (the task log) opens in Airflow's window, not inside the frame. Screenshot: ``airflow-frame.png``."""
+    import threading
+    import time
+
+    import uvicorn
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.system.test_metrics import free_port
+
+    client, token, _, _ = airflow
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        assert time.time() < deadline, "uvicorn did not start in 20 s"
+        time.sleep(0.05)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with offline_browser(width=1280, height=900) as browser:
+            browser.get(f"{base}/perfwatch/assets/perfwatch.css")
+            browser.add_cookie({"name": "_token", "value": token, "path": "/"})
+            browser.get(f"{base}/plugin/perfwatch/perfwatch/runs/2")
+            wait = WebDriverWait(browser, 60)
+            nav = wait.until(
+                ec.presence_of_element_located(
+                    ("css selector", "a[href$='plugin/perfwatch'], a[href*='plugin/perfwatch']")
+                )
+            )
+            assert "perfwatch" in nav.text
+            wait.until(ec.frame_to_be_available_and_switch_to_it(("css selector", "iframe[title='perfwatch']")))
+            wait.until(lambda d: d.execute_script("return document.querySelectorAll('.js-plotly-plot').length") >= 1)
+            assert "regression" in browser.find_element("css selector", "section.story").text
+            assert failed_requests(browser) == [] and no_horizontal_scroll(browser)
+            assert not browser.find_element("css selector", "a.unframed").is_displayed()  # already inside Airflow
+            browser.switch_to.default_content()
+            shot = tmp_path / "airflow-frame.png"
+            browser.save_screenshot(str(shot))
+            if os.environ.get("PERFWATCH_SCREENSHOTS_DIR"):
+                shutil.copy(shot, Path(os.environ["PERFWATCH_SCREENSHOTS_DIR"]) / shot.name)
+            assert browser.current_url == f"{base}/plugin/perfwatch/perfwatch/runs/2"
+            browser.switch_to.frame(browser.find_element("css selector", "iframe[title='perfwatch']"))
+            browser.find_element("link text", "task log").click()
+            browser.switch_to.default_content()
+            wait.until(lambda d: d.current_url == f"{base}/dags/d/runs/r2/tasks/archive/mapped")
+            wait.until(lambda d: d.find_elements("css selector", "iframe[title='perfwatch']") == [])  # Airflow's page
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,264 @@
+"""The pages' interactive charts, drawn by plotly (``plotly.graph_objects``) as HTML fragments without plotly.js:
+the page loads plotly.js from the plugin itself (``assets``), so the charts work offline.
+
+* :func:`trend_chart`: a model's step time per run, one panel per case (each on its own scale), one line per
+  model version (``tasks.cli.history.version_segments``: no line joins two versions), p10–p90 band, the compared
+  baseline's median, baseline runs, regressions, version and environment changes marked; hover names the run,
+  version and verdict; a click opens the run's page.
+* :func:`ecdf_chart`: the distribution of measured step times (ECDF) of two or more runs, e.g. baseline and
+  candidate.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: the colours of successive versions (plotly's default qualitative palette); a version keeps its colour in
+#: every panel
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+PANEL_PX = 250  #: height of one case's panel (px)
+
+
+def _html(fig: Any, div_id: str, post_script: str | None = None) -> str:
+    import plotly.io as pio
+
+    return str(
+        pio.to_html(
+            fig,
+            include_plotlyjs=False,
+            full_html=False,
+            div_id=div_id,
+            config=CONFIG,
+            default_width="100%",
+            post_script=post_script,
+        )
+    )
+
+
+def _none(v: Any) -> Any:
+    import pandas as pd
+
+    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else v
+
+
+def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] | None = None) -> str:
+    """The step-time trend of a history frame (``tasks.store.queries.history`` with
+    ``tasks.cli.history.with_env_changes``, oldest first) as an HTML fragment (a ``div`` and its script).
+
+    One panel per case, each with its own y axis (ms, from 0), over the same time axis
+    (``tasks.cli.history.time_window``); the median step time (ms, our timer) per run with its p10–p90 band, one
+    line per run of consecutive runs of one version; the compared baseline's median as a dashed step line;
+    runs that served as a baseline (``baseline_run_id`` of a comparison) as open diamonds; regressions as red
+    crosses; version changes as dotted lines labelled with the new version, environment-key changes as red
+    dashed lines. Hover: run id, version, verdict (with its reason from ``reasons``, run id -> text), median,
+    p10–p90, start time. A click on a run opens ``run_href + <run id>``.
+
+    Raises:
+        ValueError: no run with a step time.
+    """
+    from plotly.subplots import make_subplots
+
+    from tasks.cli.history import time_window, version_segments
+
+    ok = df[df["median_step_ms"].notna()]
+    if ok.empty:
+        raise ValueError("no successful run with a step time to chart")
+    import plotly.graph_objects as go
+
+    cases = sorted(df["case_name"].unique())
+    versions = list(dict.fromkeys(str(v) for v in df["version"]))
+    colour = {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(versions)}
+    titles = []
+    for case in cases:
+        labels = list(df.loc[df["case_name"] == case, "case_label"].dropna()) if "case_label" in df else []
+        label = labels[0] if labels else None
+        titles.append(html.escape(case + (f" ({label})" if label and label != case else "")))
+    fig = make_subplots(
+        rows=len(cases), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.32 / len(cases)
+    )
+    baselines = {int(b) for b in df["baseline_run_id"].dropna()} if "baseline_run_id" in df else set()
+    reasons = reasons or {}
+    shown: set[str] = set()
+
+    def legend(name: str) -> dict[str, Any]:
+        first = name not in shown
+        shown.add(name)
+        return {"name": name, "legendgroup": name, "showlegend": first}
+
+    hover = (
+        "run %{customdata[0]} · v%{customdata[1]} · %{customdata[2]}<br>median %{y:.3f} ms "
+        "(p10–p90 %{customdata[3]})<br>%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata[4]}<extra></extra>"
+    )
+    for row, case in enumerate(cases, start=1):
+        g = df[df["case_name"] == case]
+        good = g[g["median_step_ms"].notna()]
+        for part in version_segments(good):
+            v = str(part["version"].iloc[0])
+            x = list(part["started_at"])
+            lo, hi = part["p10_step_ms"].astype(float), part["p90_step_ms"].astype(float)
+            if lo.notna().any():
+                fig.add_trace(
+                    go.Scatter(
+                        x=x + x[::-1],
+                        y=list(hi) + list(lo)[::-1],
+                        fill="toself",
+                        fillcolor=colour[v],
+                        opacity=0.18,
+                        line={"width": 0},
+                        hoverinfo="skip",
+                        **legend("p10–p90 of the run's steps"),
+                    ),
+                    row=row,
+                    col=1,
+                )
+            custom = [
+                [
+                    int(r.run_id),
+                    v,
+                    _none(r.verdict) or r.status,
+                    f"{r.p10_step_ms:.3f}–{r.p90_step_ms:.3f} ms" if _none(r.p10_step_ms) is not None else "—",
+                    html.escape(reasons.get(int(r.run_id), "")),
+                ]
+                for r in part.itertuples()
+            ]
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=list(part["median_step_ms"].astype(float)),
+                    mode="lines+markers",
+                    line={"color": colour[v], "width": 2},
+                    marker={"size": 7},
+                    customdata=custom,
+                    hovertemplate=hover,
+                    **legend(f"v{v} median"),
+                ),
+                row=row,
+                col=1,
+            )
+            base = part[part["baseline_median_ms"].notna()]
+            if not base.empty:
+                fig.add_trace(
+                    go.Scatter(
+                        x=list(base["started_at"]),
+                        y=list(base["baseline_median_ms"].astype(float)),
+                        mode="lines",
+                        line={"color": colour[v], "dash": "dash", "shape": "hv", "width": 1.5},
+                        hovertemplate="baseline median %{y:.3f} ms<extra></extra>",
+                        **legend("compared baseline's median"),
+                    ),
+                    row=row,
+                    col=1,
+                )
+        marked = good[good["run_id"].isin(baselines)]
+        if not marked.empty:
+            fig.add_trace(
+                go.Scatter(
+                    x=list(marked["started_at"]),
+                    y=list(marked["median_step_ms"].astype(float)),
+                    mode="markers",
+                    marker={"symbol": "diamond-open", "size": 15, "color": "#333", "line": {"width": 2}},
+                    hovertemplate="run %{customdata} served as a baseline<extra></extra>",
+                    customdata=[int(i) for i in marked["run_id"]],
+                    **legend("baseline run"),
+                ),
+                row=row,
+                col=1,
+            )
+        reg = good[good["verdict"] == "regression"]
+        if not reg.empty:
+            fig.add_trace(
+                go.Scatter(
+                    x=list(reg["started_at"]),
+                    y=list(reg["median_step_ms"].astype(float)),
+                    mode="markers",
+                    marker={"symbol": "x", "size": 13, "color": "#d62728"},
+                    customdata=[int(i) for i in reg["run_id"]],
+                    hovertemplate="run %{customdata}: regression<extra></extra>",
+                    **legend("regression"),
+                ),
+                row=row,
+                col=1,
+            )
+        for r in g[g["version_changed"] == 1].itertuples():
+            fig.add_vline(x=r.started_at, line={"dash": "dot", "color": "#777", "width": 1}, row=row, col=1)
+            fig.add_annotation(
+                x=r.started_at,
+                y=1,
+                yref="y domain" if row == 1 else f"y{row} domain",
+                text=f"v{r.version}",
+                showarrow=False,
+                xanchor="left",
+                yanchor="top",
+                font={"size": 11, "color": "#555"},
+                row=row,
+                col=1,
+            )
+        for r in g[g["env_changed"] == 1].itertuples():
+            fig.add_vline(x=r.started_at, line={"dash": "dash", "color": "#d62728", "width": 1}, row=row, col=1)
+        top = good[["median_step_ms", "p90_step_ms", "baseline_median_ms"]].astype(float).max().max()
+        if not good.empty:
+            fig.update_yaxes(range=[0, float(top) * 1.15], title_text="step time (ms)", row=row, col=1)
+    left, right = time_window(df["started_at"])
+    fig.update_xaxes(range=[left, right], showgrid=True)
+    fig.update_xaxes(title_text="run started (UTC)", row=len(cases), col=1)
+    height, top_px, bottom_px = PANEL_PX * len(cases) + 150, 40, 110
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": top_px, "b": bottom_px},
+        # below the time axis' title: 75 px under the plotting area, in its own (paper) units
+        legend={"orientation": "h", "yanchor": "top", "y": -75 / (height - top_px - bottom_px), "x": 0},
+        hovermode="closest",
+        template="plotly_white",
+        font={"size": 12},
+    )
+    click = (
+        "var gd=document.getElementById('{plot_id}');gd.on('plotly_click',function(e){var p=e.points[0];"
+        "var id=Array.isArray(p.customdata)?p.customdata[0]:p.customdata;if(id!==undefined)"
+        f"window.location.href={json.dumps(run_href)}+id;}});"
+    )
+    return _html(fig, "trend", click)
+
+
+def ecdf_chart(series: Sequence[tuple[str, Sequence[float]]], *, div_id: str = "ecdf") -> str:
+    """An ECDF (fraction of steps at most x) of each ``(name, step times in ms)`` in ``series``, one step line
+    each, as an HTML fragment; series without samples are left out. The x axis is step time (ms).
+
+    Raises:
+        ValueError: no series has samples.
+    """
+    import plotly.graph_objects as go
+
+    drawn = [(name, sorted(float(x) for x in xs)) for name, xs in series if xs]
+    if not drawn:
+        raise ValueError("no measured step times to draw")
+    fig = go.Figure()
+    for i, (name, xs) in enumerate(drawn):
+        n = len(xs)
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[(k + 1) / n for k in range(n)],
+                mode="lines",
+                line={"shape": "hv", "color": PALETTE[i % len(PALETTE)], "width": 2},
+                name=f"{name} (n={n})",
+                hovertemplate=f"{html.escape(name)}<br>%{{y:.0%}} of steps ≤ %{{x:.3f}} ms<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=300,
+        margin={"l": 60, "r": 20, "t": 20, "b": 45},
+        xaxis_title="measured step time (ms, profiler off)",
+        yaxis={"title": "fraction of steps ≤ x", "range": [0, 1.02], "tickformat": ".0%"},
+        legend={"orientation": "h", "y": -0.3, "x": 0},
+        showlegend=True,
+        template="plotly_white",
+        font={"size": 12},
+    )
+    return _html(fig, div_id)
