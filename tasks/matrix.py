@@ -37,6 +37,7 @@ from tasks.records import Case
 AXES: tuple[str, ...] = (
     "mode",
     "batch_size",
+    "scenario",
     "precision",
     "xla",
     "strategy",
