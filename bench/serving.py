@@ -145,7 +145,7 @@ def main() -> None:
                 for p in s["points"]:
                     print(
                         f"    point {p['target_qps']:8.1f} q/s: achieved {p['achieved_qps']:8.1f}, "
-                        f"p99 {ci_text(p['latency']['p99'])}, met {p['met']} ({p['duration_s']:.2f} s, "
+                        f"{ci_text(p['latency']['p99'])}, met {p['met']} ({p['duration_s']:.2f} s, "
                         f"load {p['host_load'].get('load1_start') or 0:.1f}, others "
                         f"{p['host_load'].get('other_cpu_share') or 0:.0%})"
                     )

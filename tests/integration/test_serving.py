@@ -23,7 +23,7 @@ def test_a_server_run_times_each_query_from_arrival_and_its_numbers_agree(model_
         mode="infer",
         batch_size=2,
         scenario="server",
-        target_qps=150,
+        target_qps=300,
         latency_bound_ms=1000,
         measured_steps=300,
         profiled_steps=1,
@@ -37,7 +37,7 @@ def test_a_server_run_times_each_query_from_arrival_and_its_numbers_agree(model_
     assert len(point.latency_ms) == sum(point.batch_queries) == 300
     assert set(point.batch_queries) <= {1, 2} and result.measured_step_times_ms == point.service_ms
     s = run.latency_ms["serving"]
-    assert s["scenario"] == "server" and s["queries"] == 300 and s["target_qps"] == 150
+    assert s["scenario"] == "server" and s["queries"] == 300 and s["target_qps"] == 300
     assert s["consistent"], [c for c in s["checks"] if not c["ok"]]
     assert {c["check"] for c in s["checks"]} >= {"issued_rate", "latency_at_least_service", "queries_served"}
     # the reported p99 and its interval are percentiles.py's of the per-query latencies, and the runner's

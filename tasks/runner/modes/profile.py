@@ -5,7 +5,13 @@ the numbers compared against the baseline, sampled by ``tasks.runner.telemetry``
 (host CPU and RSS, per-GPU NVML series where NVML answers) with the host's load recorded around them
 (``tasks.runner.measure.HostLoad``); then ``profiled_steps`` steps run under ``tf.profiler.experimental`` with
 every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
-``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
+``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput) and ``serving``: how the
+measured queries reached the model (``spec.scenario``, ``tasks.runner.loadgen``): ``single-stream`` times the
+measured steps one after another (as before scenarios existed); ``offline`` runs them back to back, each infer
+batch issued before the previous one's outputs are fetched (``Step.pipelined``; a tflite invocation cannot be
+issued early), its step times the intervals between results; ``server`` serves ``spec.queries`` Poisson
+arrivals per rate (:func:`serve_points`, a QPS search with ``spec.search``), its step times each batch's service
+time, with every query's latency from arrival to result in its point. ``tflite`` has no profiler
 window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
 warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``),
 and every step what it was fed and whether it compiled, per phase (``fed``: ``cold``, ``warmup``, ``measured``,
