@@ -403,6 +403,15 @@ class Case(Record):
         "latency_percentile's 95% interval is within it (server: per query, queueing included). Needed by "
         "search_qps.",
     )
+    server_min_duration_s: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="server scenario: each rate's point lasts at least this long (s): queries = the larger of "
+        "measured_steps (at least what the percentile's interval needs) and rate x this, rounded up to measured_steps "
+        "x a power of 2 (MLPerf's minimum duration, 600 s, scaled down). Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
     latency_percentile: float = Field(
         99.0,
         ge=50,

@@ -161,6 +161,23 @@ def serve(
     return trace
 
 
+def point_queries(
+    qps: float, queries: int, min_point_s: float, ranks: dict[int, int | None] | None
+) -> tuple[int, int | None]:
+    """How many queries a point at ``qps`` issues and the rank of its percentile's upper bound: the smallest
+    ``n`` of ``ranks`` (query count -> upper-bound rank, from ``tasks.analysis.percentiles``) with ``n >=
+    queries`` and ``n / qps >= min_point_s`` (a point lasts at least ``min_point_s`` seconds, so that a fast rate
+    is not judged on a few milliseconds of the host's life; LoadGen's minimum duration, scaled down), else the
+    largest there is. Without ``ranks``: ``(queries, None)``.
+    """
+    if not ranks:
+        return queries, None
+    need = max(queries, math.ceil(qps * min_point_s))
+    fit = [n for n in sorted(ranks) if n >= need]
+    n = fit[0] if fit else max(ranks)
+    return n, ranks[n]
+
+
 def upper_bound_met(latency_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None) -> bool | None:
     """Whether the ``upper_rank``-th smallest latency (1-based: the upper bound of the percentile's interval,
     ``tasks.analysis.percentiles``) is within ``bound_ms``; ``None`` when there is no bound, ``False`` when the

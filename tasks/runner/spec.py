@@ -73,6 +73,11 @@ class RunnerSpec(BaseModel):
     # server: the rank (1-based) among ``queries`` sorted latencies of the percentile's 95% upper bound, from
     # tasks.analysis.percentiles (the ranks depend on n alone); None: no bound judged in the runner
     upper_rank: int | None = Field(None, ge=1)
+    # server: a point lasts at least this long (s): its query count is the smallest n of ``upper_ranks`` (n ->
+    # that n's upper-bound rank, from the stage) with n >= queries and n / rate >= min_point_s (LoadGen's minimum
+    # duration, scaled down); unset ``upper_ranks``: ``queries`` and ``upper_rank`` at every rate
+    min_point_s: float = Field(0.0, ge=0)
+    upper_ranks: dict[int, int | None] | None = None
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:

@@ -366,6 +366,8 @@ def profiled_run(
 #: most points of a QPS search (``tasks.runner.loadgen.QpsSearch``): from the first rate, doubling or halving to
 #: bracket the bound, then bisecting to 5%
 SEARCH_MAX_POINTS = 8
+#: a server point's queries are ``queries x 2**k`` for k up to this (``Case.server_min_duration_s`` at a high rate)
+POINT_QUERY_DOUBLINGS = 10
 
 
 def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object], float, int]:
@@ -376,7 +378,9 @@ def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object
     percentile's interval needs: 299 for p99); its met/missed rank is the upper bound's
     (``serving.upper_rank``); a search starts at ``target_qps``, else at half the capacity the warm-up's median
     step time gives (``serving.capacity_qps``), and tries at most :data:`SEARCH_MAX_POINTS` rates, the lowest
-    ``start / 2**(points - 1)``: the arrivals' worst case sizes the time limit."""
+    ``start / 2**(points - 1)``: the arrivals' worst case sizes the time limit. A point lasts at least
+    ``Case.server_min_duration_s``: at a fast rate it issues ``queries x 2**k`` queries (k at most
+    :data:`POINT_QUERY_DOUBLINGS`), with each count's upper-bound rank given to the runner (``upper_ranks``)."""
     if case.mode == "train":
         return {}, 0.0, case.measured_steps
     opts: dict[str, object] = {"scenario": case.scenario, "latency_bound_ms": case.latency_bound_ms}
@@ -386,15 +390,19 @@ def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object
     step_ms = statistics.median(warmup.step_times_ms) if warmup.step_times_ms else warmup.cold_step_ms
     start = case.target_qps or 0.5 * serving.capacity_qps(case.batch_size, step_ms)
     points = SEARCH_MAX_POINTS if case.search_qps else 1
+    grid = [n * 2**k for k in range(POINT_QUERY_DOUBLINGS + 1)]  # a point's query count: one of these
     opts |= {
         "target_qps": start,
         "queries": n,
         "search": case.search_qps,
         "search_max_points": points,
         "upper_rank": serving.upper_rank(n, case.latency_percentile),
+        "min_point_s": case.server_min_duration_s,
+        "upper_ranks": {m: serving.upper_rank(m, case.latency_percentile) for m in grid},
     }
-    worst_s = sum(n / (start / 2**i) for i in range(points))  # every point below the last: the slowest plan
-    return opts, worst_s, n * points
+    # the slowest plan: every point below the last, each at least its minimum duration (twice it, rounded up)
+    worst_s = sum(max(n / (start / 2**i), 2 * case.server_min_duration_s) for i in range(points))
+    return opts, worst_s, grid[-1] * points
 
 
 def latency_record(case: Case, r: ProfileResult, measured: list[float]) -> dict | None:

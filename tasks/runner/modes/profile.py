@@ -126,7 +126,8 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
 
 
 def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoint]:
-    """The server scenario (``tasks.runner.loadgen``): ``spec.queries`` Poisson arrivals at ``spec.target_qps``
+    """The server scenario (``tasks.runner.loadgen``): ``spec.queries`` Poisson arrivals (more where the point
+    must last ``spec.min_point_s``: ``loadgen.point_queries``) at ``spec.target_qps``
     (seed ``spec.seed`` + the point's index) served by ``step`` in arrival order, batches of up to
     ``batch_size`` waiting queries, on our timer (``time.perf_counter``, ``time.sleep`` while none waits); each
     point's host load recorded around it. With ``spec.search``, the next rate comes from
@@ -141,21 +142,19 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
     qps: float | None = spec.target_qps
     while qps is not None:
         seed = spec.seed + len(points)
-        arrivals = loadgen.poisson_arrivals(qps, spec.queries, seed)
+        n, rank = loadgen.point_queries(qps, spec.queries, spec.min_point_s, spec.upper_ranks)
+        rank = rank if spec.upper_ranks else spec.upper_rank
+        arrivals = loadgen.poisson_arrivals(qps, n, seed)
         progress.emit(
             "measure",
             n=len(points),
             of=spec.search_max_points if search else 1,
-            text=f"server: {spec.queries} queries arriving at {qps:.4g}/s (about {arrivals[-1]:.1f} s)",
+            text=f"server: {n} queries arriving at {qps:.4g}/s (about {arrivals[-1]:.1f} s)",
         )
         load = measure.HostLoad().start()
         trace = loadgen.serve(arrivals, spec.batch_size, step, time.perf_counter, time.sleep, qps)
-        met = loadgen.upper_bound_met(trace.latency_ms, spec.upper_rank, spec.latency_bound_ms)
-        upper = (
-            sorted(trace.latency_ms)[spec.upper_rank - 1]
-            if spec.upper_rank is not None and spec.upper_rank <= trace.served
-            else None
-        )
+        met = loadgen.upper_bound_met(trace.latency_ms, rank, spec.latency_bound_ms)
+        upper = sorted(trace.latency_ms)[rank - 1] if rank is not None and rank <= trace.served else None
         points.append(
             ServerPoint(
                 target_qps=qps,

@@ -90,6 +90,14 @@ def test_batching_serves_a_rate_one_query_a_batch_could_not():
     assert t4.achieved_qps == pytest.approx(150, rel=0.1) and t1.achieved_qps == pytest.approx(100, rel=0.01)
 
 
+def test_a_fast_rate_issues_enough_queries_to_last_its_minimum_duration():
+    ranks = {300: 300, 600: 597, 1200: 1192}
+    assert loadgen.point_queries(50.0, 300, 1.0, ranks) == (300, 300)  # 300 queries at 50/s last 6 s
+    assert loadgen.point_queries(500.0, 300, 1.0, ranks) == (600, 597)  # 500 queries are needed: the next count
+    assert loadgen.point_queries(5000.0, 300, 1.0, ranks) == (1200, 1192)  # as many as there are ranks for
+    assert loadgen.point_queries(5000.0, 300, 1.0, None) == (300, None)
+
+
 def test_upper_bound_met_reads_the_rank():
     lat = [5.0, 1.0, 3.0, 2.0, 4.0]
     assert loadgen.upper_bound_met(lat, 4, 4.0) is True

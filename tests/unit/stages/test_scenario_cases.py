@@ -75,6 +75,9 @@ def test_a_server_point_issues_what_its_percentile_needs_and_a_search_starts_at_
         infer(scenario="server", search_qps=True, latency_bound_ms=30, measured_steps=400), warm
     )
     assert opts["target_qps"] == 0.5 * 4 / 0.008 and opts["search"] and opts["queries"] == 400
-    assert opts["search_max_points"] == SEARCH_MAX_POINTS and steps == 400 * SEARCH_MAX_POINTS
-    assert worst_s == pytest.approx(sum(400 / (250 / 2**i) for i in range(SEARCH_MAX_POINTS)))
+    assert opts["search_max_points"] == SEARCH_MAX_POINTS and steps == 400 * 2**10 * SEARCH_MAX_POINTS
+    assert worst_s == pytest.approx(sum(max(400 / (250 / 2**i), 2.0) for i in range(SEARCH_MAX_POINTS)))
+    # a point lasts at least server_min_duration_s (1 s): its query counts and their upper-bound ranks
+    assert opts["min_point_s"] == 1.0 and sorted(opts["upper_ranks"])[:3] == [400, 800, 1600]
+    assert opts["upper_ranks"][800] == percentiles.percentile_ci(list(range(800)), 99).high_rank
     assert scenario_options(Case(model="m"), warm) == ({}, 0.0, 320)
