@@ -23,6 +23,11 @@ included) and the host's load over its measurement (1-minute load average at sta
 other processes took, ``tasks.runner.measure.HostLoad``). Each run's self-consistency checks
 (``tasks.analysis.serving``) are printed, and offline's throughput is checked against single-stream's. The
 last line is one JSON object: per model the figures, and the bench's wall time.
+
+Last run (2026-12-01 22:33 UTC, ``--bound-ms 50``, 1-min load 4.8-6.1 with other processes at 41-93% of the
+CPU, 332 s): zoo_cnn's server max QPS 2,401 q/s, p99 per query 8.04 ms [7.61, 8.44] (n=2,560) there;
+zoo_lambda met no rate (p99 about 100 ms at every rate on that host); README "Models, inputs and modes" has the
+table. Default bound 10 ms at load 9.9-14.5 (868 s): no rate met for either model.
 """
 
 from __future__ import annotations
