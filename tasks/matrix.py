@@ -42,6 +42,7 @@ from tasks.records import Case
 AXES: tuple[str, ...] = (
     "mode",
     "batch_size",
+    "scenario",
     "precision",
     "xla",
     "strategy",

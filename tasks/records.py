@@ -206,6 +206,14 @@ Strategy = Literal["none", "mirrored"]
 #: one is visible, else the CPU: the behaviour before cases named a device); tasks.devices
 Device = Literal["auto", "cpu", "gpu", "tpu"]
 Quantization = Literal["none", "dynamic", "int8"]
+#: how inference queries reach the model (MLPerf LoadGen's scenarios; tasks.runner.loadgen): one at a time,
+#: all at once, or arriving as a Poisson process at a target rate
+Scenario = Literal["single-stream", "offline", "server"]
+
+
+def _number_word(x: float) -> str:
+    """A rate or a bound as a case-name word: ``50``, ``12.5`` (``%g``, no exponent within the fields' limits)."""
+    return f"{x:g}"
 
 
 class InputSpec(Record):
@@ -435,6 +443,50 @@ class Case(Record):
         "tflite, num_threads).",
         json_schema_extra=CONFIG_ONLY,
     )
+    scenario: Scenario = Field(
+        "single-stream",
+        description="infer/tflite: how queries reach the model (MLPerf LoadGen's scenarios, tasks.runner.loadgen): "
+        "single-stream (one batch at a time, the next when the last is done: per-batch latency), offline (every "
+        "query available at once, batches back to back: throughput over the whole run) or server (queries arrive "
+        "as a Poisson process at target_qps and are served in arrival order, up to batch_size waiting queries a "
+        "batch: per-query latency from arrival to result, queueing included). Part of the case name.",
+    )
+    target_qps: float | None = Field(
+        None,
+        ge=0.01,
+        le=100_000,
+        description="server scenario: the Poisson arrival rate, queries/s (part of the case name, -q<rate>); with "
+        "search_qps the first rate tried (unset: the capacity the warm-up's step time gives, batch_size / median).",
+    )
+    search_qps: bool = Field(
+        False,
+        description="server scenario: bisect on the rate for the highest QPS whose latency_percentile's 95% upper "
+        "bound stays within latency_bound_ms, every point at least the queries its percentile needs; every point "
+        "tried is reported. Part of the case name (-search-b<bound>ms).",
+    )
+    latency_bound_ms: float | None = Field(
+        None,
+        ge=0.01,
+        le=100_000,
+        description="single-stream/server: the latency bound, ms; a run records whether the upper bound of its "
+        "latency_percentile's 95% interval is within it (server: per query, queueing included). Needed by "
+        "search_qps.",
+    )
+    server_min_duration_s: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="server scenario: each rate's point lasts at least this long (s): queries = the larger of "
+        "measured_steps (at least what the percentile's interval needs) and rate x this, rounded up to measured_steps "
+        "x a power of 2 (MLPerf's minimum duration, 600 s, scaled down). Not part of the case identity.",
+        json_schema_extra=CONFIG_ONLY,
+    )
+    latency_percentile: float = Field(
+        99.0,
+        ge=50,
+        le=99.9,
+        description="The percentile that latency_bound_ms bounds (99: p99, as MLPerf's server scenario).",
+    )
     telemetry_interval_ms: int = Field(
         100,
         ge=10,
@@ -621,6 +673,30 @@ class Case(Record):
             )
         return self
 
+    @model_validator(mode="after")
+    def _scenario_options(self) -> Case:
+        if self.scenario != "single-stream" and self.mode == "train":
+            raise ValueError(f"scenario={self.scenario!r} applies to modes 'infer' and 'tflite' (mode is 'train')")
+        if self.scenario != "server":
+            given = [f for f in ("target_qps", "search_qps") if getattr(self, f) not in (None, False)]
+            if given:
+                raise ValueError(
+                    f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to scenario 'server' "
+                    f"only (scenario is {self.scenario!r})"
+                )
+        elif self.target_qps is None and not self.search_qps:
+            raise ValueError("scenario 'server' needs target_qps (queries/s), or search_qps with latency_bound_ms")
+        if self.search_qps and self.latency_bound_ms is None:
+            raise ValueError("search_qps needs latency_bound_ms: the bound the highest QPS must keep its percentile in")
+        if self.latency_bound_ms is not None and self.mode == "train":
+            raise ValueError("latency_bound_ms applies to modes 'infer' and 'tflite' (mode is 'train')")
+        if self.latency_bound_ms is not None and self.scenario == "offline":
+            raise ValueError(
+                "latency_bound_ms does not apply to scenario 'offline' (its figure is throughput, as LoadGen's "
+                "offline has no latency bound)"
+            )
+        return self
+
     @field_validator("model")
     @classmethod
     def _model_name(cls, v: str) -> str:
@@ -644,14 +720,24 @@ class Case(Record):
     def name(self) -> str:
         """The case key runs are compared within (each name has its own history and baseline), built
         from the axes that change what is measured, in this order, defaults left out: ``<mode>-bs<batch_size>
-        [-<precision>][-xla][-<strategy>][-<quantization>][-t<tflite_threads>][-det][-<device or hardware>]
-        [-in<8 hex>]``, e.g. ``train-bs16``, ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``,
+        [-<scenario>[-q<target_qps>|-search-[p<percentile>]b<latency_bound_ms>ms]][-<precision>][-xla][-<strategy>]
+        [-<quantization>][-t<tflite_threads>][-det][-<device or hardware>][-in<8 hex>]``, e.g. ``train-bs16``,
+        ``train-bs32-mixed_bfloat16-xla``, ``tflite-bs1-int8-t4``, ``infer-bs1-offline``, ``infer-bs4-server-q50``,
+        ``infer-bs1-server-search-b20ms`` (p99 left out as the default),
         ``train-bs16-gpu``, ``train-bs16-gpu-h100`` (the hardware label, when set, in place of the device kind;
         ``auto`` adds nothing). The ``-in`` part is the sha256 of the input options (``inputs``, ``input_fn``, a
         non-default ``signature``; a ``backbone``'s ``input_shape`` and ``classes``): two input shapes or
         pipelines are two cases, never one history. At most 64 characters (``runs.case_name``).
         """
         parts = [self.mode, f"bs{self.batch_size}"]
+        if self.scenario != "single-stream":  # another scenario measures another thing: its own history
+            parts.append(self.scenario)
+        if self.scenario == "server":
+            if self.search_qps:
+                pct = "" if self.latency_percentile == 99 else f"p{_number_word(self.latency_percentile)}"
+                parts += ["search", f"{pct}b{_number_word(self.latency_bound_ms or 0)}ms"]
+            else:
+                parts.append(f"q{_number_word(self.target_qps or 0)}")
         if self.precision != "fp32":
             parts.append(self.precision)
         if self.xla:
@@ -704,14 +790,22 @@ def check_case_name(name: str) -> str:
         words[label] = ("hardware", label) if device + 1 < len(parts) else ("device", label)
         parts = [*parts[:device], label]
     words |= {p: ("tflite_threads", int(p[1:])) for p in parts[2:] if re.fullmatch(r"t[1-9][0-9]{0,3}", p)}
+    words |= {"offline": ("scenario", "offline"), "server": ("scenario", "server"), "search": ("search_qps", True)}
+    number = r"[0-9]+(?:\.[0-9]+)?"
+    words |= {p: ("target_qps", float(p[1:])) for p in parts[2:] if re.fullmatch(rf"q{number}", p)}
+    for p in parts[2:]:
+        if m := re.fullmatch(rf"(?:p({number}))?b({number})ms", p):
+            words[p] = ("latency", (float(m[1] or 99), float(m[2])))
     expected = (
-        "<mode>-bs<batch_size>[-<precision>][-xla][-<strategy>][-<quantization>][-t<threads>][-det]"
-        "[-<device or hardware>][-in<8 hex>]"
+        "<mode>-bs<batch_size>[-<scenario>[-q<qps>|-search-[p<pct>]b<bound>ms]][-<precision>][-xla][-<strategy>]"
+        "[-<quantization>][-t<threads>][-det][-<device or hardware>][-in<8 hex>]"
     )
     if len(parts) < 2 or parts[1][:2] != "bs" or any(p not in words for p in parts[2:]):
         raise ValueError(f"case name {name!r} is not {expected}")
     try:
         axes = {"model": "case", "mode": parts[0], "batch_size": parts[1][2:], **dict(words[p] for p in parts[2:])}
+        if "latency" in axes:  # one word, two fields: the percentile and its bound
+            axes["latency_percentile"], axes["latency_bound_ms"] = axes.pop("latency")
         case = Case.model_validate(axes)
     except ValueError as e:
         raise ValueError(f"case name {name!r} names no valid case: {e}") from e

@@ -261,6 +261,30 @@ def run_cmd(
     xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
     strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
     quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="infer/tflite: single-stream (one batch at a time), offline (batches back to back: throughput "
+            "over the run) or server (Poisson arrivals at --target-qps; per-query latency, queueing included)."
+        ),
+    ] = "single-stream",
+    target_qps: Annotated[
+        float | None,
+        typer.Option(help="server: the arrival rate, queries/s; with --search-qps the first rate tried."),
+    ] = None,
+    search_qps: Annotated[
+        bool,
+        typer.Option(
+            help="server: bisect on the rate for the highest QPS whose --latency-percentile's 95% upper bound "
+            "stays within --latency-bound-ms; every point is printed."
+        ),
+    ] = False,
+    latency_bound_ms: Annotated[
+        float | None, typer.Option(help="single-stream/server: the latency bound, ms (met or missed per run).")
+    ] = None,
+    latency_percentile: Annotated[
+        float, typer.Option(help="The percentile the latency bound bounds (99: p99).")
+    ] = 99.0,
     device: Annotated[
         str,
         typer.Option(
@@ -385,6 +409,11 @@ def run_cmd(
             f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
             f"{lat['throughput_eps']:.1f} examples/s over all batches"
         )
+        if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)
+            from tasks.analysis.serving import serving_text
+
+            for line in serving_text(served):
+                typer.echo(f"  {line}")
     if case.backbone and state.pulled:  # a model by name: what the runner built, and that its weights are random
         typer.echo(
             f"model {state.pulled.version}: {state.pulled.source_uri}; agreement and accuracy-like figures "

@@ -356,6 +356,10 @@ class Step:
     source: str
     extra: dict[str, Any] = field(default_factory=dict)  # more for the result: execution, tflite
     fed: FedLog | None = None
+    #: the offline scenario's loop, where the step allows one (infer): ``pipelined(n)`` runs n batches, each
+    #: issued before the previous one's outputs are fetched, and returns per batch the interval between
+    #: consecutive results (ms, our timer; they sum to the loop's wall time). None: batches back to back.
+    pipelined: Callable[[int], list[float]] | None = None
 
     def __call__(self) -> float:
         return self.run()
@@ -436,7 +440,22 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
             fed.add({n: t.numpy() for n, t in shapes.items()}, infer_traced())  # after the timer
             return elapsed
 
-        return Step(infer, inputs, source, extra={"execution": ex.describe()}, fed=fed)
+        def pipelined(n: int) -> list[float]:
+            intervals: list[float] = []
+            last = time.perf_counter()
+            pending = infer_step()
+            for i in range(n):
+                following = infer_step() if i + 1 < n else None  # issued before this one's result is fetched
+                out, shapes = pending
+                tf.nest.map_structure(lambda t: t.numpy(), out)
+                now = time.perf_counter()
+                intervals.append((now - last) * 1000.0)
+                last = now
+                fed.add({k: t.numpy() for k, t in shapes.items()}, infer_traced())
+                pending = following
+            return intervals
+
+        return Step(infer, inputs, source, extra={"execution": ex.describe()}, fed=fed, pipelined=pipelined)
 
     if m.no_training:
         raise RunnerError(m.no_training)

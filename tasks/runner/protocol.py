@@ -213,6 +213,35 @@ class LatencySummary(_Record):
     throughput_eps: float = Field(description="examples/s over all measured batches")
 
 
+class ServerPoint(_Record):
+    """One rate of the server scenario (``tasks.runner.loadgen.serve``): ms and s on our timer (``perf_counter``)."""
+
+    target_qps: float = Field(description="the Poisson arrival rate, queries/s")
+    seed: int = Field(description="numpy default_rng seed of the arrival schedule")
+    issued_qps: float = Field(description="queries / the last arrival, queries/s (the draw's own rate)")
+    achieved_qps: float = Field(description="queries served / from the start to the last result, queries/s")
+    duration_s: float = Field(description="from the start to the last result, s")
+    latency_ms: list[float] = Field(description="per query, arrival to its batch's result, queueing included, ms")
+    queue_ms: list[float] = Field(description="per query, arrival to the start of its batch, ms")
+    service_ms: list[float] = Field(description="per batch, the step's own time, ms")
+    batch_queries: list[int] = Field(description="per batch, the queries it served (1..batch_size)")
+    upper_ms: float | None = Field(None, description="the upper_rank-th smallest latency, ms (None: no rank)")
+    met: bool | None = Field(None, description="upper_ms within latency_bound_ms (None: no bound)")
+    host_load: dict[str, Any] = Field(description="host load over this point (``tasks.runner.measure.HostLoad``)")
+
+
+class Serving(_Record):
+    """How an infer/tflite run's queries reached the model (``RunnerSpec.scenario``; ``tasks.runner.loadgen``)."""
+
+    scenario: Literal["single-stream", "offline", "server"]
+    wall_s: float = Field(description="the measured phase, s: offline's throughput is examples over it")
+    examples: int = Field(description="examples computed in the measured phase (server: batches x batch_size)")
+    points: list[ServerPoint] = Field(default_factory=list, description="server: each rate tried, in order")
+    search: bool = Field(False, description="server: the rates were bisected (``loadgen.QpsSearch``)")
+    latency_bound_ms: float | None = None
+    upper_rank: int | None = Field(None, description="rank of the percentile's upper bound among a point's queries")
+
+
 class FedShape(_Record):
     """One distinct batch a phase's steps were fed (``tasks.runner.measure.FedLog``)."""
 
@@ -356,6 +385,7 @@ class ProfileResult(_Measured):
         description="host load over the measured steps (``tasks.runner.measure.HostLoad``)"
     )
     latency_ms: LatencySummary | None = Field(None, description="infer and tflite modes")
+    serving: Serving | None = Field(None, description="infer and tflite modes: the scenario's own record")
     profile_absent_reason: str | None = Field(None, description="why there is no profiler window (tflite)")
     warmup_cpu_ms: list[float] = Field(default_factory=list, description="per warm-up step, process CPU time, ms")
     warmup_wait_ms: list[float] = Field(default_factory=list, description="per warm-up step, run-queue wait, ms")

@@ -61,11 +61,36 @@ class RunnerSpec(BaseModel):
     # gpu/tpu are refused where TF sees none; auto: whatever TF sees. case_name names the case in that refusal.
     device: Literal["auto", "cpu", "gpu", "tpu"] = "auto"
     case_name: str = "?"
+    # infer/tflite: how queries reach the model (Case.scenario; tasks.runner.loadgen). single-stream: the measured
+    # steps one after another; offline: measured_steps batches back to back, the next issued before the last
+    # result is fetched; server: ``queries`` Poisson arrivals at target_qps per point
+    scenario: Literal["single-stream", "offline", "server"] = "single-stream"
+    target_qps: float | None = Field(None, gt=0)  # server: the rate; search: the first rate tried
+    queries: int | None = Field(None, ge=1, le=10_000_000)  # server: queries per point (the stage's minimum n)
+    search: bool = False  # server: bisect on the rate (tasks.runner.loadgen.QpsSearch)
+    search_max_points: int = Field(8, ge=1, le=64)
+    latency_bound_ms: float | None = Field(None, gt=0)
+    # server: the rank (1-based) among ``queries`` sorted latencies of the percentile's 95% upper bound, from
+    # tasks.analysis.percentiles (the ranks depend on n alone); None: no bound judged in the runner
+    upper_rank: int | None = Field(None, ge=1)
+    # server: a point lasts at least this long (s): its query count is the smallest n of ``upper_ranks`` (n ->
+    # that n's upper-bound rank, from the stage) with n >= queries and n / rate >= min_point_s (LoadGen's minimum
+    # duration, scaled down); unset ``upper_ranks``: ``queries`` and ``upper_rank`` at every rate
+    min_point_s: float = Field(0.0, ge=0)
+    upper_ranks: dict[int, int | None] | None = None
 
     @model_validator(mode="after")
     def _paired_needs_baseline(self) -> RunnerSpec:
         if self.mode == "paired" and not self.baseline_model_path:
             raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
+        return self
+
+    @model_validator(mode="after")
+    def _server_needs_rate(self) -> RunnerSpec:
+        if self.scenario == "server" and (self.target_qps is None or self.queries is None):
+            raise ValueError("scenario server needs target_qps (the rate, or the search's first) and queries")
+        if self.search and (self.latency_bound_ms is None or self.upper_rank is None):
+            raise ValueError("search needs latency_bound_ms and upper_rank (the percentile's upper-bound rank)")
         return self
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.analysis import calibration, percentiles, sequential, soundness
+from tasks.analysis import calibration, percentiles, sequential, serving, soundness
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
@@ -318,23 +318,29 @@ def profiled_run(
     """
     setup = setup or GateSetup()
     out = Path(work_dir) / "run"
+    scenario, serve_s, serve_steps = scenario_options(case, warmup)
     spec = RunnerSpec(
         mode="profile",
         model_path=pulled.local_path,
         out_dir=str(out),
         **case_options(case),
+        **scenario,
         warmup_steps=warmup.warmup_steps,
         measured_steps=case.measured_steps,
         profiled_steps=case.profiled_steps,
         xla_cache_dir=xla_cache_dir(case, work_dir),
     )
     limit, how = limit_after_warmup(
-        "profiled-run", warmup, warmup.warmup_steps + case.measured_steps + case.profiled_steps, timeout_s
+        "profiled-run", warmup, warmup.warmup_steps + serve_steps + case.profiled_steps, timeout_s
     )
+    if timeout_s is None and serve_s:
+        limit, how = limit + serve_s, f"{how} + {serve_s:.0f} s of server arrivals at the lowest rate planned"
     r = as_runner(runner).run(spec, ProfileResult, limit, limit_note=how)
     measured = r.measured_step_times_ms
-    if len(measured) < case.measured_steps:
+    if case.scenario != "server" and len(measured) < case.measured_steps:  # server: batches as the queries came
         raise RunnerError(f"runner returned {len(measured)} measured steps, {case.measured_steps} were asked")
+    if case.scenario == "server" and not measured:
+        raise RunnerError("runner served no batch in the server scenario")
     bad = [(i, t) for i, t in enumerate(measured) if not t > 0]
     if bad:
         raise RunnerError(f"non-positive or NaN measured step time(s) at (index, ms) {bad[:5]}")
@@ -384,6 +390,70 @@ def profiled_run(
         baseline_model=baseline,
         paired_wall_s=paired_wall,
         noise=noise.model_dump(mode="json"),
-        latency_ms=percentiles.with_intervals(r.latency_ms.model_dump(), measured) if r.latency_ms else None,
+        latency_ms=latency_record(case, r, measured),
         findings=[f.model_dump(mode="json") for f in findings],
     )
+
+
+#: most points of a QPS search (``tasks.runner.loadgen.QpsSearch``): from the first rate, doubling or halving to
+#: bracket the bound, then bisecting to 5%
+SEARCH_MAX_POINTS = 8
+#: a server point's queries are ``queries x 2**k`` for k up to this (``Case.server_min_duration_s`` at a high rate)
+POINT_QUERY_DOUBLINGS = 10
+
+
+def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object], float, int]:
+    """The ``RunnerSpec`` fields of an infer/tflite case's scenario (``Case.scenario``; ``tasks.runner.loadgen``),
+    the seconds its server arrivals may take at most (0: not a server case) and its timed steps at most.
+
+    A server point issues ``serving.queries_per_point`` queries (``measured_steps``, at least what the
+    percentile's interval needs: 299 for p99); its met/missed rank is the upper bound's
+    (``serving.upper_rank``); a search starts at ``target_qps``, else at half the capacity the warm-up's median
+    step time gives (``serving.capacity_qps``), and tries at most :data:`SEARCH_MAX_POINTS` rates, the lowest
+    ``start / 2**(points - 1)``: the arrivals' worst case sizes the time limit. A point lasts at least
+    ``Case.server_min_duration_s``: at a fast rate it issues ``queries x 2**k`` queries (k at most
+    :data:`POINT_QUERY_DOUBLINGS`), with each count's upper-bound rank given to the runner (``upper_ranks``)."""
+    if case.mode == "train":
+        return {}, 0.0, case.measured_steps
+    opts: dict[str, object] = {"scenario": case.scenario, "latency_bound_ms": case.latency_bound_ms}
+    if case.scenario != "server":
+        return opts, 0.0, case.measured_steps
+    n = serving.queries_per_point(case.measured_steps, case.latency_percentile)
+    step_ms = statistics.median(warmup.step_times_ms) if warmup.step_times_ms else warmup.cold_step_ms
+    start = case.target_qps or 0.5 * serving.capacity_qps(case.batch_size, step_ms)
+    points = SEARCH_MAX_POINTS if case.search_qps else 1
+    grid = [n * 2**k for k in range(POINT_QUERY_DOUBLINGS + 1)]  # a point's query count: one of these
+    opts |= {
+        "target_qps": start,
+        "queries": n,
+        "search": case.search_qps,
+        "search_max_points": points,
+        "upper_rank": serving.upper_rank(n, case.latency_percentile),
+        "min_point_s": case.server_min_duration_s,
+        "upper_ranks": {m: serving.upper_rank(m, case.latency_percentile) for m in grid},
+    }
+    # the slowest plan: every point below the last, each at least its minimum duration (twice it, rounded up)
+    worst_s = sum(max(n / (start / 2**i), 2 * case.server_min_duration_s) for i in range(points))
+    return opts, worst_s, grid[-1] * points
+
+
+def latency_record(case: Case, r: ProfileResult, measured: list[float]) -> dict | None:
+    """An infer/tflite run's ``latency_ms``: the per-batch summary with each percentile's interval and n
+    (``percentiles.with_intervals``), and ``serving``: the scenario's figures and checks (``serving.summarize``:
+    the server's per-query latencies with their intervals, achieved QPS, the search's points, the compute
+    dtypes the runner read from the model's layers). None for a train run."""
+    if r.latency_ms is None:
+        return None
+    out = percentiles.with_intervals(r.latency_ms.model_dump(), measured)
+    if r.serving is not None:
+        out["serving"] = serving.summarize(
+            r.serving.model_dump(mode="json"),
+            out,
+            measured,
+            batch_size=case.batch_size,
+            percentile=case.latency_percentile,
+            bound_ms=case.latency_bound_ms,
+            precision=case.precision,
+            compute_dtypes=(r.execution or {}).get("compute_dtypes"),
+        )
+    return out

@@ -5,7 +5,13 @@ the numbers compared against the baseline, sampled by ``tasks.runner.telemetry``
 (host CPU and RSS, per-GPU NVML series where NVML answers) with the host's load recorded around them
 (``tasks.runner.measure.HostLoad``); then ``profiled_steps`` steps run under ``tf.profiler.experimental`` with
 every step wrapped in ``Trace(case_mode, step_num=i, _r=1)`` (without ``_r=1`` xprof sees no step markers).
-``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput); ``tflite`` has no profiler
+``infer`` and ``tflite`` add ``latency_ms`` (per-batch percentiles and throughput) and ``serving``: how the
+measured queries reached the model (``spec.scenario``, ``tasks.runner.loadgen``): ``single-stream`` times the
+measured steps one after another (as before scenarios existed); ``offline`` runs them back to back, each infer
+batch issued before the previous one's outputs are fetched (``Step.pipelined``; a tflite invocation cannot be
+issued early), its step times the intervals between results; ``server`` serves ``spec.queries`` Poisson
+arrivals per rate (:func:`serve_points`, a QPS search with ``spec.search``), its step times each batch's service
+time, with every query's latency from arrival to result in its point. ``tflite`` has no profiler
 window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
 warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``),
 and every step what it was fed and whether it compiled, per phase (``fed``: ``cold``, ``warmup``, ``measured``,
@@ -15,11 +21,12 @@ and every step what it was fed and whether it compiled, per phase (``fed``: ``co
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from tasks.runner import counters, measure, progress
+from tasks.runner import counters, loadgen, measure, progress
 from tasks.runner import tflite as tflite_mod
-from tasks.runner.protocol import LatencySummary, ProfileResult
+from tasks.runner.protocol import LatencySummary, ProfileResult, ServerPoint, Serving
 from tasks.runner.spec import RunnerSpec
 from tasks.runner.telemetry import Sampler
 
@@ -44,18 +51,34 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
     counted = sampler.count(recorded)
     t0 = time.perf_counter()
-    measured = progress.run_steps("measure", counted, spec.measured_steps)
+    points: list[ServerPoint] = []
+    if spec.scenario == "server":
+        points = serve_points(spec, counted)
+        measured = [t for p in points for t in p.service_ms]  # per batch, the step's own time
+    elif spec.scenario == "offline" and step.pipelined is not None:
+        progress.emit("measure", n=0, of=spec.measured_steps, text=f"offline: {spec.measured_steps} batches")
+        measured = step.pipelined(spec.measured_steps)  # per batch, the interval between results
+        sampler.steps += len(measured)
+    else:  # single-stream; offline where the step cannot be pipelined (tflite): batches back to back
+        measured = progress.run_steps("measure", counted, spec.measured_steps)
     phases["measured_steps"] = time.perf_counter() - t0
     started.end_phase("measured")
     measured_cpu, measured_wait = recorded.take()
     telemetry = sampler.stop()
     host_load = load.result()
     fed_examples = started.fed["measured"]["examples"] if "measured" in started.fed else None
-    latency = (
-        LatencySummary(**measure.latency_summary(measured, spec.batch_size, fed_examples))
-        if spec.case_mode in ("infer", "tflite")
-        else None
-    )
+    latency = serving = None
+    if spec.case_mode in ("infer", "tflite"):
+        latency = LatencySummary(**measure.latency_summary(measured, spec.batch_size, fed_examples))
+        serving = Serving(
+            scenario=spec.scenario,
+            wall_s=phases["measured_steps"],
+            examples=fed_examples if fed_examples is not None else spec.batch_size * len(measured),
+            points=points,
+            search=spec.search,
+            latency_bound_ms=spec.latency_bound_ms,
+            upper_rank=spec.upper_rank,
+        )
     logdir = Path(spec.out_dir) / "profile"
     logdir.mkdir(parents=True, exist_ok=True)
     profiled: list[float] = []
@@ -85,6 +108,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         telemetry=telemetry,
         host_load=host_load,
         latency_ms=latency,
+        serving=serving,
         profile_absent_reason=absent,
         warmup_step_times_ms=warm,
         measured_step_times_ms=measured,
@@ -99,3 +123,56 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         peak_device_bytes=measure.device_peak_bytes(),
         wall_s=time.perf_counter() - started.t_start,
     )
+
+
+def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoint]:
+    """The server scenario (``tasks.runner.loadgen``): ``spec.queries`` Poisson arrivals (more where the point
+    must last ``spec.min_point_s``: ``loadgen.point_queries``) at ``spec.target_qps``
+    (seed ``spec.seed`` + the point's index) served by ``step`` in arrival order, batches of up to
+    ``batch_size`` waiting queries, on our timer (``time.perf_counter``, ``time.sleep`` while none waits); each
+    point's host load recorded around it. With ``spec.search``, the next rate comes from
+    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``) until it is done.
+
+    Raises:
+        RunnerError: the step failed (as every measuring mode).
+    """
+    assert spec.target_qps is not None and spec.queries is not None  # RunnerSpec checks
+    search = loadgen.QpsSearch(spec.target_qps, max_points=spec.search_max_points) if spec.search else None
+    points: list[ServerPoint] = []
+    qps: float | None = spec.target_qps
+    while qps is not None:
+        seed = spec.seed + len(points)
+        n, rank = loadgen.point_queries(qps, spec.queries, spec.min_point_s, spec.upper_ranks)
+        rank = rank if spec.upper_ranks else spec.upper_rank
+        arrivals = loadgen.poisson_arrivals(qps, n, seed)
+        progress.emit(
+            "measure",
+            n=len(points),
+            of=spec.search_max_points if search else 1,
+            text=f"server: {n} queries arriving at {qps:.4g}/s (about {arrivals[-1]:.1f} s)",
+        )
+        load = measure.HostLoad().start()
+        trace = loadgen.serve(arrivals, spec.batch_size, step, time.perf_counter, time.sleep, qps)
+        met = loadgen.upper_bound_met(trace.latency_ms, rank, spec.latency_bound_ms)
+        upper = sorted(trace.latency_ms)[rank - 1] if rank is not None and rank <= trace.served else None
+        points.append(
+            ServerPoint(
+                target_qps=qps,
+                seed=seed,
+                issued_qps=trace.issued_qps,
+                achieved_qps=trace.achieved_qps,
+                duration_s=trace.duration_s,
+                latency_ms=trace.latency_ms,
+                queue_ms=trace.queue_ms,
+                service_ms=trace.service_ms,
+                batch_queries=trace.batch_queries,
+                upper_ms=upper,
+                met=met,
+                host_load=load.result(),
+            )
+        )
+        if search is None:
+            break
+        search.record(qps, bool(met))
+        qps = search.next_qps()
+    return points

@@ -1,0 +1,253 @@
+"""Load generation for the inference scenarios, as pure functions: arrivals, the server's batching, the QPS search.
+
+perfwatch's ``scenario`` follows MLPerf Inference LoadGen's (mlcommons/inference ``loadgen/``, "MLPerf
+Inference Rules", section "Scenarios"): **single-stream** (LoadGen: the next query is issued when the
+previous one completed; the metric is a latency percentile), **offline** (LoadGen: every query is available
+at the start; the metric is throughput, samples/s over the whole run) and **server** (LoadGen: queries arrive
+one sample each as a Poisson process at the target QPS, and a run is valid when the latency percentile,
+from a query's issue to its completion, queueing included, is within the model's bound; the metric is the
+highest such QPS). Where perfwatch differs, and why:
+
+* **Query count and duration.** LoadGen's server runs last at least 600 s and 270,336 queries (to bound a
+  p99 within 0.05%); perfwatch issues ``queries`` per point, at least the fewest that support a two-sided
+  interval of the stated percentile (``tasks.analysis.percentiles.min_samples``: 299 for p99 at 95%), so a
+  point takes ``queries / qps`` seconds and a nightly run stays minutes, not hours. The interval says how
+  much that costs in precision, instead of a point that the sample cannot support.
+* **Validity.** LoadGen's early-stopping estimate is an upper bound on the percentile at a confidence;
+  perfwatch judges a point by the upper bound of its distribution-free 95% interval (the ``upper_rank``-th
+  smallest latency, the rank ``tasks.analysis.percentiles`` gives for ``queries`` samples): met when it is
+  within ``latency_bound_ms``.
+* **Batching.** A LoadGen server query is one sample; the system under test batches as it likes. Here the
+  server has the case's ``batch_size`` fixed (one compiled step shape, never a recompile): when it is free
+  it takes every query waiting, oldest first, up to ``batch_size`` (:func:`batch_end`), waiting for the
+  next arrival only when none waits (no batching timeout, TF Serving's ``batch_timeout_micros`` 0). A batch
+  of fewer queries still computes ``batch_size`` examples (padding), as a fixed-shape server does.
+* **Timer.** Latency is ours: ``time.perf_counter`` (monotonic) from the query's scheduled arrival to the
+  moment its batch's outputs are on the host; a server that wakes late counts the lateness as queueing.
+* **Search.** LoadGen's users find the max QPS by hand or by script; :class:`QpsSearch` bisects on the rate.
+
+No TensorFlow here: the runner's measuring loop (:func:`serve`) takes the step, the clock and the sleep as
+arguments, so the tests drive the same code with a simulated clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+#: a query due within this many seconds counts as arrived (a clock's rounding must not spin the idle loop)
+CLOCK_RESOLUTION_S = 1e-9
+
+SCENARIOS = ("single-stream", "offline", "server")
+"""The scenario names, LoadGen's (``TestScenario::SingleStream``, ``Offline``, ``Server``) in its spelling."""
+
+
+def poisson_arrivals(qps: float, n: int, seed: int) -> list[float]:
+    """``n`` arrival times (s from the start, increasing) of a Poisson process at ``qps`` queries/s: the
+    cumulative sum of independent exponential gaps of mean ``1/qps``, drawn by numpy's ``default_rng(seed)``
+    (the same seed gives the same schedule). The first query arrives after one gap, as in LoadGen.
+
+    Raises:
+        ValueError: ``qps`` not a positive finite number, or ``n`` < 1.
+    """
+    import numpy as np
+
+    if not (isinstance(qps, int | float) and math.isfinite(qps) and qps > 0):
+        raise ValueError(f"target_qps {qps!r} must be a positive number of queries per second")
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"queries {n!r} must be a positive integer")
+    gaps = np.random.default_rng(seed).exponential(1.0 / qps, size=n)
+    return [float(t) for t in np.cumsum(gaps)]
+
+
+def batch_end(arrivals: Sequence[float], first: int, now: float, batch_size: int) -> int:
+    """The server's batching rule (module docstring): the end (exclusive) of the batch that starts at query
+    ``first`` at time ``now`` (s, the arrivals' clock): every query ``first, first + 1, ...`` that has arrived
+    by ``now``, at most ``batch_size`` of them, and at least query ``first`` (the caller waited for it).
+
+    Raises:
+        ValueError: ``first`` out of range, or ``batch_size`` < 1.
+    """
+    if not 0 <= first < len(arrivals):
+        raise ValueError(f"first query {first} out of range of {len(arrivals)} arrivals")
+    if batch_size < 1:
+        raise ValueError(f"batch_size {batch_size} must be at least 1")
+    arrived = bisect.bisect_right(arrivals, now, lo=first)  # arrivals are sorted
+    return min(first + batch_size, max(first + 1, arrived))
+
+
+@dataclass
+class ServerTrace:
+    """What one server point measured (ms and s on the caller's clock, ``time.perf_counter`` in the runner).
+
+    Attributes:
+        target_qps: the Poisson rate the arrivals were drawn at, queries/s.
+        arrivals_s: each query's scheduled arrival, s from the start.
+        latency_ms: per query, from its arrival to its batch's result (queueing included).
+        queue_ms: per query, from its arrival to the start of its batch.
+        service_ms: per batch, the step's own time (its timer: the batch pulled, run, outputs on the host).
+        batch_queries: per batch, the queries it served (1..batch_size).
+        duration_s: from the start to the last result.
+    """
+
+    target_qps: float
+    arrivals_s: list[float]
+    latency_ms: list[float] = field(default_factory=list)
+    queue_ms: list[float] = field(default_factory=list)
+    service_ms: list[float] = field(default_factory=list)
+    batch_queries: list[int] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def served(self) -> int:
+        """Queries served (all that were issued, once :func:`serve` returned)."""
+        return len(self.latency_ms)
+
+    @property
+    def issued_qps(self) -> float:
+        """The rate the schedule really had: queries / the last arrival (s); the draw's own deviation from
+        ``target_qps``, about ``1/sqrt(queries)`` relative."""
+        return len(self.arrivals_s) / self.arrivals_s[-1]
+
+    @property
+    def achieved_qps(self) -> float:
+        """Queries served per second: served / ``duration_s`` (LoadGen's "completed samples per second")."""
+        return self.served / self.duration_s if self.duration_s > 0 else float("nan")
+
+
+def serve(
+    arrivals: Sequence[float],
+    batch_size: int,
+    step: Callable[[], float],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    target_qps: float,
+) -> ServerTrace:
+    """Serve ``arrivals`` (s from the start, increasing) in arrival order, ``batch_size`` at most per batch
+    (:func:`batch_end`): sleep until the oldest query not yet served has arrived when none waits, run
+    ``step()`` (returns its own time in ms) once per batch, and time every query from its arrival to the
+    batch's end on ``clock`` (s, monotonic). The start is ``clock()`` on entry.
+
+    Returns:
+        A :class:`ServerTrace` with every query served.
+
+    Raises:
+        ValueError: ``arrivals`` empty or not increasing, or ``batch_size`` < 1.
+    """
+    if not arrivals:
+        raise ValueError("no arrivals to serve")
+    if any(b < a for a, b in zip(arrivals, arrivals[1:], strict=False)):
+        raise ValueError("arrivals must be in increasing order (s from the start)")
+    trace = ServerTrace(target_qps=target_qps, arrivals_s=list(arrivals))
+    t0 = clock()
+    i, n = 0, len(arrivals)
+    while i < n:
+        now = clock() - t0
+        while arrivals[i] - now > CLOCK_RESOLUTION_S:  # none waits: idle until the next arrival (a sleep may end early)
+            sleep(arrivals[i] - now)
+            now = clock() - t0
+        j = batch_end(arrivals, i, now, batch_size)
+        service = step()
+        done = clock() - t0
+        trace.service_ms.append(service)
+        trace.batch_queries.append(j - i)
+        for k in range(i, j):
+            trace.latency_ms.append((done - arrivals[k]) * 1000.0)
+            trace.queue_ms.append(max(0.0, now - arrivals[k]) * 1000.0)
+        i = j
+    trace.duration_s = clock() - t0
+    return trace
+
+
+def point_queries(
+    qps: float, queries: int, min_point_s: float, ranks: dict[int, int | None] | None
+) -> tuple[int, int | None]:
+    """How many queries a point at ``qps`` issues and the rank of its percentile's upper bound: the smallest
+    ``n`` of ``ranks`` (query count -> upper-bound rank, from ``tasks.analysis.percentiles``) with ``n >=
+    queries`` and ``n / qps >= min_point_s`` (a point lasts at least ``min_point_s`` seconds, so that a fast rate
+    is not judged on a few milliseconds of the host's life; LoadGen's minimum duration, scaled down), else the
+    largest there is. Without ``ranks``: ``(queries, None)``.
+    """
+    if not ranks:
+        return queries, None
+    need = max(queries, math.ceil(qps * min_point_s))
+    fit = [n for n in sorted(ranks) if n >= need]
+    n = fit[0] if fit else max(ranks)
+    return n, ranks[n]
+
+
+def upper_bound_met(latency_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None) -> bool | None:
+    """Whether the ``upper_rank``-th smallest latency (1-based: the upper bound of the percentile's interval,
+    ``tasks.analysis.percentiles``) is within ``bound_ms``; ``None`` when there is no bound, ``False`` when the
+    sample has no such rank (too short for the percentile: it cannot show the bound is met)."""
+    if bound_ms is None:
+        return None
+    if upper_rank is None or not 1 <= upper_rank <= len(latency_ms):
+        return False
+    return sorted(latency_ms)[upper_rank - 1] <= bound_ms
+
+
+@dataclass
+class QpsSearch:
+    """Bisection on the rate for the highest QPS that meets the latency bound (module docstring).
+
+    Start at ``start_qps``; while no rate has failed, multiply the rate by ``growth`` after each met point;
+    while none has met, divide it by ``growth`` (at most ``max_points`` points in all); once one rate met and a
+    higher one failed, try their midpoint, until the failed rate is within ``rel_tol`` of the met one
+    (``(failed - met) / failed <= rel_tol``) or ``max_points`` points were tried. :meth:`next_qps` gives the
+    next rate (None: done), :meth:`record` takes its outcome; :attr:`best` is the highest rate that met
+    (None: none did). Assumes a rate that fails makes every higher one fail (latency grows with load).
+
+    Raises (construction):
+        ValueError: ``start_qps`` not positive, ``growth`` <= 1, ``rel_tol`` not in (0, 1), ``max_points`` < 1.
+    """
+
+    start_qps: float
+    max_points: int = 8
+    rel_tol: float = 0.05
+    growth: float = 2.0
+    points: list[tuple[float, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start_qps) and self.start_qps > 0):
+            raise ValueError(f"start_qps {self.start_qps!r} must be a positive number of queries per second")
+        if not self.growth > 1:
+            raise ValueError(f"growth {self.growth!r} must be above 1")
+        if not 0 < self.rel_tol < 1:
+            raise ValueError(f"rel_tol {self.rel_tol!r} must be strictly between 0 and 1")
+        if self.max_points < 1:
+            raise ValueError(f"max_points {self.max_points!r} must be at least 1")
+
+    @property
+    def best(self) -> float | None:
+        """The highest rate tried that met the bound (queries/s), None when none did."""
+        met = [q for q, ok in self.points if ok]
+        return max(met) if met else None
+
+    @property
+    def lowest_failed(self) -> float | None:
+        """The lowest rate tried that failed the bound (queries/s), None when none did."""
+        failed = [q for q, ok in self.points if not ok]
+        return min(failed) if failed else None
+
+    def next_qps(self) -> float | None:
+        """The next rate to try (queries/s), or None when the search is done (class docstring)."""
+        if not self.points:
+            return self.start_qps
+        if len(self.points) >= self.max_points:
+            return None
+        lo, hi = self.best, self.lowest_failed
+        if hi is None:
+            assert lo is not None
+            return lo * self.growth
+        if lo is None:
+            return hi / self.growth
+        if (hi - lo) / hi <= self.rel_tol:
+            return None
+        return (lo + hi) / 2.0
+
+    def record(self, qps: float, met: bool) -> None:
+        """The outcome of the point at ``qps`` (met: the percentile's upper bound was within the bound)."""
+        self.points.append((float(qps), bool(met)))

@@ -1,0 +1,112 @@
+"""Numbers that agree with themselves (``tasks.analysis.serving``): per scenario, a record whose throughput,
+latency, batch size and rate fit passes its checks, and one where they do not fails them."""
+
+from __future__ import annotations
+
+from tasks.analysis import percentiles, serving
+from tasks.runner import loadgen
+
+
+class SimClock:
+    def __init__(self, service_s: float) -> None:
+        self.t, self.service_s = 0.0, service_s
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += max(0.0, s)
+
+    def step(self) -> float:
+        self.t += self.service_s
+        return self.service_s * 1000.0
+
+
+def server_point(qps: float, service_s: float = 0.004, batch_size: int = 2, n: int = 400, seed: int = 0) -> dict:
+    """A server point as the runner writes it (``ServerPoint`` fields), served on a simulated clock."""
+    sim = SimClock(service_s)
+    t = loadgen.serve(loadgen.poisson_arrivals(qps, n, seed), batch_size, sim.step, sim.clock, sim.sleep, qps)
+    return {
+        "target_qps": qps,
+        "seed": seed,
+        "issued_qps": t.issued_qps,
+        "achieved_qps": t.achieved_qps,
+        "duration_s": t.duration_s,
+        "latency_ms": t.latency_ms,
+        "queue_ms": t.queue_ms,
+        "service_ms": t.service_ms,
+        "batch_queries": t.batch_queries,
+        "host_load": {"load1_start": 0.5},
+    }
+
+
+def failed(checks: list[dict]) -> set[str]:
+    return {c["check"] for c in checks if not c["ok"]}
+
+
+def test_single_stream_throughput_times_median_latency_is_the_batch():
+    times = [10.0, 10.5, 9.5, 10.2, 9.8] * 20
+    lat = percentiles.with_intervals({"p50": 10.0, "throughput_eps": 8 * len(times) / (sum(times) / 1000)}, times)
+    assert failed(serving.single_stream_checks(lat, 8)) == set()
+    skewed = {"p50": 10.0, "throughput_eps": 8 / 0.030}  # a mean 3x the median: examples/s at the median misleads
+    assert failed(serving.single_stream_checks(skewed, 8)) == {"throughput_x_latency"}
+    assert failed(serving.single_stream_checks(lat, 4)) == {"throughput_x_latency"}  # the wrong batch size
+
+
+def test_offline_intervals_cover_the_run_and_offline_is_not_slower_than_single_stream():
+    intervals = [5.0] * 100
+    assert failed(serving.offline_checks({"wall_s": 0.505, "examples": 800}, intervals)) == set()
+    assert failed(serving.offline_checks({"wall_s": 1.0, "examples": 800}, intervals)) == {"intervals_cover_run"}
+    assert serving.offline_vs_single_stream(1580.0, 1600.0)["ok"]
+    assert not serving.offline_vs_single_stream(1200.0, 1600.0)["ok"]
+
+
+def test_a_server_under_capacity_achieves_its_target_and_every_latency_covers_its_service():
+    point = server_point(200.0)  # capacity 2 / 4 ms = 500 q/s
+    checks = serving.server_checks(point, 2)
+    names = {c["check"] for c in checks}
+    assert names == {"queries_served", "issued_rate", "achieved_rate", "latency_at_least_service"}
+    assert failed(checks) == set()
+
+
+def test_a_server_record_that_disagrees_with_itself_fails_its_checks():
+    point = server_point(200.0)
+    assert failed(serving.server_checks({**point, "target_qps": 400.0}, 2)) >= {"issued_rate", "achieved_rate"}
+    short = {**point, "latency_ms": [x - 3.0 for x in point["latency_ms"]]}  # less than the 4 ms service
+    assert failed(serving.server_checks(short, 2)) == {"latency_at_least_service"}
+    lost = {**point, "batch_queries": point["batch_queries"][:-1], "service_ms": point["service_ms"][:-1]}
+    assert "queries_served" in failed(serving.server_checks(lost, 2))
+
+
+def test_over_capacity_the_achieved_rate_is_not_held_to_the_target():
+    point = server_point(900.0)  # capacity 500 q/s: the queue grows
+    assert point["achieved_qps"] < 600
+    checks = serving.server_checks(point, 2)
+    assert "achieved_rate" not in {c["check"] for c in checks} and failed(checks) == set()
+
+
+def test_a_mixed_precision_case_must_have_computed_in_its_type():
+    assert failed(serving.precision_checks("mixed_float16", ["float16", "float32"])) == set()
+    assert failed(serving.precision_checks("mixed_bfloat16", ["float32"])) == {"compute_dtype"}
+    assert serving.precision_checks("fp32", ["float32"]) == [] == serving.precision_checks("mixed_float16", None)
+
+
+def test_a_point_needs_the_queries_of_its_percentile_and_its_rank_is_the_intervals():
+    assert serving.queries_per_point(100, 99) == percentiles.min_samples(99) == 299
+    assert serving.queries_per_point(1000, 99) == 1000
+    assert serving.upper_rank(320, 99) == percentiles.percentile_ci(list(range(320)), 99).high_rank
+    assert serving.upper_rank(100, 99) is None  # too short to bound p99
+    assert serving.capacity_qps(4, 8.0) == 500.0
+
+
+def test_a_search_reports_every_point_and_the_highest_rate_that_met():
+    points = [server_point(q, seed=i) for i, q in enumerate((100.0, 200.0, 450.0, 950.0))]
+    record = {"scenario": "server", "wall_s": 9.0, "examples": 0, "points": points, "search": True}
+    s = serving.summarize(record, {}, [], batch_size=2, percentile=99, bound_ms=15.0)
+    assert [p["target_qps"] for p in s["points"]] == [100.0, 200.0, 450.0, 950.0]
+    met = [p["target_qps"] for p in s["points"] if p["met"]]
+    assert met and s["max_qps"] == max(met) == s["target_qps"] and 950.0 not in met
+    for p in s["points"]:  # met is the interval's upper bound against the bound
+        high = percentiles.percentile_ci(points[s["points"].index(p)]["latency_ms"], 99).high
+        assert p["upper_ms"] == high and p["met"] == (high <= 15.0)
+    assert any("max QPS" in line for line in serving.serving_text(s))

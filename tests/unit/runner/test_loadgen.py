@@ -1,0 +1,129 @@
+"""The load generator as pure functions (``tasks.runner.loadgen``): the seeded Poisson schedule, the server's
+batching rule and loop on a simulated clock (against queueing theory), and the QPS bisection."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from scipy import stats
+
+from tasks.runner import loadgen
+
+
+class SimClock:
+    """A simulated monotonic clock: ``sleep`` and each step advance it; nothing really waits."""
+
+    def __init__(self, service_s: float) -> None:
+        self.t, self.service_s = 100.0, service_s  # any origin: serve() times from its own start
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += max(0.0, s)
+
+    def step(self) -> float:
+        self.t += self.service_s
+        return self.service_s * 1000.0
+
+
+def test_arrivals_are_a_seeded_poisson_process():
+    a = loadgen.poisson_arrivals(200.0, 20_000, seed=7)
+    assert a == loadgen.poisson_arrivals(200.0, 20_000, seed=7) != loadgen.poisson_arrivals(200.0, 20_000, seed=8)
+    gaps = [y - x for x, y in zip([0.0, *a], a, strict=False)]
+    assert all(g > 0 for g in gaps)
+    # exponential gaps of mean 1/qps: the rate within 3 standard errors, and the shape by Kolmogorov-Smirnov
+    assert len(a) / a[-1] == pytest.approx(200.0, rel=3 / len(a) ** 0.5)
+    assert stats.kstest(gaps, "expon", args=(0, 1 / 200.0)).pvalue > 0.001
+    with pytest.raises(ValueError, match="target_qps"):
+        loadgen.poisson_arrivals(0, 10, seed=0)
+    with pytest.raises(ValueError, match="queries"):
+        loadgen.poisson_arrivals(5, 0, seed=0)
+
+
+def test_a_batch_takes_the_waiting_queries_oldest_first_up_to_batch_size():
+    arrivals = [0.0, 0.001, 0.002, 0.003, 0.5]
+    assert loadgen.batch_end(arrivals, 0, 0.0, 4) == 1  # only the first has arrived
+    assert loadgen.batch_end(arrivals, 0, 0.0025, 4) == 3
+    assert loadgen.batch_end(arrivals, 0, 0.1, 2) == 2  # never more than batch_size
+    assert loadgen.batch_end(arrivals, 4, 0.4, 8) == 5  # at least the one waited for
+    with pytest.raises(ValueError, match="out of range"):
+        loadgen.batch_end(arrivals, 5, 1.0, 1)
+
+
+def test_serve_times_each_query_from_arrival_to_its_batch_result():
+    sim = SimClock(0.010)
+    trace = loadgen.serve([0.0, 0.001, 0.002, 0.1], 1, sim.step, sim.clock, sim.sleep, target_qps=40)
+    assert trace.latency_ms == pytest.approx([10, 19, 28, 10])  # queueing behind the earlier queries counts
+    assert trace.queue_ms == pytest.approx([0, 9, 18, 0])
+    assert trace.batch_queries == [1, 1, 1, 1] and trace.duration_s == pytest.approx(0.11)
+    sim = SimClock(0.010)
+    trace = loadgen.serve([0.0, 0.001, 0.002, 0.1], 2, sim.step, sim.clock, sim.sleep, target_qps=40)
+    assert trace.batch_queries == [1, 2, 1]  # the second batch takes both queries that waited
+    assert trace.latency_ms == pytest.approx([10, 19, 18, 10])
+    assert trace.achieved_qps == pytest.approx(4 / 0.11)
+    with pytest.raises(ValueError, match="increasing"):
+        loadgen.serve([0.2, 0.1], 1, sim.step, sim.clock, sim.sleep, target_qps=1)
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.7])
+def test_one_at_a_time_the_server_is_an_md1_queue(rho):
+    """Poisson arrivals, a fixed 10 ms service, batch 1: the mean wait is Pollaczek-Khinchine's
+    rho / (2 mu (1 - rho)) for M/D/1 (5 ms at rho 0.5), which a wrong clock or order would miss."""
+    mu = 100.0
+    sim = SimClock(1 / mu)
+    arrivals = loadgen.poisson_arrivals(rho * mu, 40_000, seed=3)
+    trace = loadgen.serve(arrivals, 1, sim.step, sim.clock, sim.sleep, target_qps=rho * mu)
+    expected_ms = 1000 * rho / (2 * mu * (1 - rho))
+    assert statistics.fmean(trace.queue_ms) == pytest.approx(expected_ms, rel=0.1)
+    assert min(trace.latency_ms) == pytest.approx(10.0)
+
+
+def test_batching_serves_a_rate_one_query_a_batch_could_not():
+    """At 1.5x the capacity of batch 1 the queue grows without bound; with batch 4 it stays short."""
+    arrivals = loadgen.poisson_arrivals(150.0, 3_000, seed=1)
+    one, four = SimClock(0.010), SimClock(0.010)
+    t1 = loadgen.serve(arrivals, 1, one.step, one.clock, one.sleep, target_qps=150)
+    t4 = loadgen.serve(arrivals, 4, four.step, four.clock, four.sleep, target_qps=150)
+    assert max(t1.latency_ms) > 5_000 and max(t4.latency_ms) < 100
+    assert t4.achieved_qps == pytest.approx(150, rel=0.1) and t1.achieved_qps == pytest.approx(100, rel=0.01)
+
+
+def test_a_fast_rate_issues_enough_queries_to_last_its_minimum_duration():
+    ranks = {300: 300, 600: 597, 1200: 1192}
+    assert loadgen.point_queries(50.0, 300, 1.0, ranks) == (300, 300)  # 300 queries at 50/s last 6 s
+    assert loadgen.point_queries(500.0, 300, 1.0, ranks) == (600, 597)  # 500 queries are needed: the next count
+    assert loadgen.point_queries(5000.0, 300, 1.0, ranks) == (1200, 1192)  # as many as there are ranks for
+    assert loadgen.point_queries(5000.0, 300, 1.0, None) == (300, None)
+
+
+def test_upper_bound_met_reads_the_rank():
+    lat = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert loadgen.upper_bound_met(lat, 4, 4.0) is True
+    assert loadgen.upper_bound_met(lat, 5, 4.0) is False
+    assert loadgen.upper_bound_met(lat, None, 4.0) is False  # too short to bound: not shown to be met
+    assert loadgen.upper_bound_met(lat, 4, None) is None
+
+
+@pytest.mark.parametrize("start", [10.0, 73.0, 500.0])
+def test_the_search_brackets_then_bisects_to_the_highest_rate_that_meets(start):
+    true_max = 73.4
+    search = loadgen.QpsSearch(start, max_points=10, rel_tol=0.05)
+    while (q := search.next_qps()) is not None:
+        search.record(q, q <= true_max)
+    assert len(search.points) <= 10
+    assert search.best is not None and search.lowest_failed is not None
+    assert true_max * 0.95 <= search.best <= true_max < search.lowest_failed
+    assert (search.lowest_failed - search.best) / search.lowest_failed <= 0.05
+
+
+def test_a_search_where_no_rate_meets_halves_until_its_points_are_spent():
+    search = loadgen.QpsSearch(64.0, max_points=4)
+    while (q := search.next_qps()) is not None:
+        search.record(q, False)
+    assert [q for q, _ in search.points] == [64.0, 32.0, 16.0, 8.0] and search.best is None
+    with pytest.raises(ValueError, match="start_qps"):
+        loadgen.QpsSearch(0.0)
+    with pytest.raises(ValueError, match="growth"):
+        loadgen.QpsSearch(1.0, growth=1.0)
