@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 import psutil
+from fsspec.implementations.local import LocalFileSystem
 
 from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
@@ -266,6 +266,7 @@ def archive_run(
         nonlocal moved
         if moved == final:
             return
+        assert final is not None  # name_for ran before this (store_run names the run, then commits)
         if moved is None:
             fs.rm(f"{staging}/{OWNER_FILE}")
         if fs.exists(final):  # an orphan copy that died before its commit with the same run id

@@ -47,9 +47,8 @@ def _free_port() -> int:
 def moto_s3(bucket: str | None = None) -> Iterator[S3]:
     """Start moto's S3 server on 127.0.0.1 and create ``bucket`` (default ``perfwatch-<8 hex digits>``: moto keeps
     its buckets in this process, so each server gets a new one); stopped when the block ends."""
-    import secrets
-
     import logging
+    import secrets
 
     from moto.server import ThreadedMotoServer
 
