@@ -106,3 +106,21 @@ def test_db_check_lists_and_removes_scratch_leftovers_in_s3(db_url, tmp_path, s3
     assert "no stored run" in found[0].detail and all(f.repairable for f in found)
     assert remove_leftover(found[0]) is True
     assert s3.keys("scratch") == ["scratch/d__running__m__train-bs16/run/result.json"]
+
+
+def test_publish_to_an_s3_model_store_and_pull_from_it(tmp_path, s3):
+    """``perfwatch publish``'s copy into an ``s3://`` model store: versions 1 and 2 in the TF-Serving layout,
+    a taken version refused, and the pull stage resolves ``latest`` there and hashes the same bytes."""
+    from tasks.services.publish import VersionExistsError, publish_version
+    from tasks.stages.pull import pull_model_version
+
+    model = fake_runner.write_model(tmp_path / "src" / "model.keras")
+    store = s3.uri("models")
+    one = publish_version(store, "tiny", model)
+    two = publish_version(store, "tiny", model)
+    assert (one.version, two.version) == ("1", "2") and one.digest == two.digest
+    assert s3.keys("models") == ["models/tiny/1/model.keras", "models/tiny/2/model.keras"]
+    with pytest.raises(VersionExistsError, match="version 2 of model 'tiny' already exists"):
+        publish_version(store, "tiny", model, version=2)
+    pulled = pull_model_version(store, "tiny", "latest", tmp_path / "work")
+    assert (pulled.version, pulled.digest) == ("2", two.digest)

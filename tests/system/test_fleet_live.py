@@ -4,12 +4,13 @@
 space and archive are ``s3://`` URIs) and the databases (Airflow's metadata and the perfwatch store on
 PostgreSQL). The runner is the fake one (``tests.helpers.fake_runner``: no TensorFlow, a real committed XSpace).
 
-One nightly-style DAG run of three cases: each case's ``measure`` task (fingerprint, warm-up, profiled run) runs on
-a measuring worker (``airflow-worker-gpu``'s command: Celery concurrency 1 on the measuring queue), parse, compare
-and archive on the default worker. Checked: every case archived with its verdict and its xplane in the S3 archive;
-the measurements of one host never overlap in time, those of the two hosts do; each worker downloaded only what
-its stage reads (a parse task's log names the samples and the profile, never the model); no worker kept a file of
-a run. Needs PostgreSQL and Redis (skips, saying which, without them), as ``test_airflow_live``.
+The nightly DAG run that unpausing starts, over a config of three cases: each case's ``measure`` task
+(fingerprint, warm-up, profiled run) runs on a measuring worker (``airflow-worker-gpu``'s command: Celery
+concurrency 1 on the measuring queue), parse, compare and archive on the default worker. Checked: every case
+archived with its verdict and its xplane in the S3 archive; the measurements of one host never overlap in time,
+those of the two hosts do; each worker downloaded only what its stage reads (a parse task's log names the samples
+and the profile, never the model); no worker kept a file of a run. Needs PostgreSQL and Redis (skips, saying
+which, without them), as ``test_airflow_live``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from tests.system.test_airflow_live import (
     compose,
     free_port,
     task_log,
-    trigger,
     wait_for,
     wait_run,
 )
@@ -156,11 +156,19 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
                 300,
                 1,
             )
-            trigger(api, "fleet", {})  # no model: every case of the config, as the nightly run
+            # unpausing starts the latest nightly run (no catchup): every case of the config
             status, _ = api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
             assert status == 200
-            run = wait_run(api, procs, "fleet", timeout=600)
-            status, body = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/fleet/taskInstances?limit=100")
+            run_id = wait_for(
+                "the nightly run",
+                lambda: [r["dag_run_id"] for r in api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")[1]["dag_runs"]],
+                procs,
+                120,
+                1,
+            )[0]
+            assert run_id.startswith("scheduled__"), run_id
+            run = wait_run(api, procs, run_id, timeout=600)
+            status, body = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
             assert status == 200, body
             tis = body["task_instances"]
             archived: list = []
@@ -180,19 +188,19 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
                 if t["task_id"] == "archive":
                     status, xcom = api.call(
                         "GET",
-                        f"/api/v2/dags/{DAG_ID}/dagRuns/fleet/taskInstances/archive/xcomEntries/return_value"
+                        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/archive/xcomEntries/return_value"
                         f"?map_index={t['map_index']}&deserialize=true",
                     )
                     assert status == 200, xcom
                     archived.append(xcom["value"])
-            parse_log = task_log(api, "fleet", next(t for t in tis if t["task_id"] == "parse"))
+            parse_log = task_log(api, run_id, next(t for t in tis if t["task_id"] == "parse"))
             fetched = re.search(r"scratch: downloaded \d+ file\(s\) from s3://\S+: (.*)", parse_log)
             assert fetched and "run/result.json" in fetched[1] and ".xplane.pb" in fetched[1], parse_log[-2000:]
             assert "model" not in fetched[1]
         finally:
             procs.stop()
         with session_scope(local.databases["perfwatch"]) as s:
-            runs = s.scalars(select(Run).where(Run.dag_run_id == "fleet")).all()
+            runs = s.scalars(select(Run).where(Run.dag_run_id == run_id)).all()
             assert sorted((r.case_name, r.status) for r in runs) == [(f"train-bs{n}", "success") for n in CASES]
             verdicts = {r.case_name: r.verdict for r in runs}
             stored = sorted((r.archive_uri, r.verdict) for r in runs)
