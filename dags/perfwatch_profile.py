@@ -2,6 +2,10 @@
 
 pull-model-version → env-fingerprint → warm-up → profiled run → parse → baseline-compare → archive
 
+The three measuring stages are one task, ``measure``, on the measuring queue: a task runs on one worker, so the
+fingerprint describes the host that warmed up and measured, and a measuring worker with Celery concurrency 1
+measures one case at a time (README "Deployment": N hosts, N cases at once).
+
 Nightly (cron, no catchup) it profiles every model in the YAML config (``PERFWATCH_CONFIG``);
 a manual trigger profiles one model version given as Params (a release gate when
 ``trigger`` is ``release``), or a case of its config matrix (Param ``case``, or ``all``). The
@@ -36,14 +40,18 @@ from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
 from tasks.services.publish import release_asset_uris
 from tasks.stages.params import case_param_schema
 
-PROFILE_POOL = "perfwatch_profile"  # one profiled run at a time: timings need a quiet host
+# Measurements need a quiet host. Per host: the measuring worker that serves PROFILE_QUEUE runs with Celery
+# concurrency 1 (docker-compose.yml, README "Deployment"), so N measuring hosts measure N cases at once and
+# never two on one host. Per deployment: this pool's slots cap how many measure at once (1 by default, the
+# number of measuring hosts in a fleet; on one host with the LocalExecutor it is what keeps them apart).
+PROFILE_POOL = "perfwatch_profile"
 # A measurement on a busy host (tasks.stages.pipeline.HostBusy) is taken again later, this often and
 # this long after (settings, read at DAG parse time); the last try archives the verdict as
 # inconclusive ("host busy: ...") and the run goes red.
 HOST_BUSY_RETRIES = int(os.environ.get("PERFWATCH_HOST_BUSY_RETRIES", "2"))
 HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATCH_HOST_BUSY_RETRY_DELAY_S", "600")))
-# The stages that must see the measured hardware (fingerprint, warm-up, profiled run) go to this
-# Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
+# The measure task (fingerprint, warm-up, profiled run: the stages that must see the measured hardware) goes
+# to this Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
@@ -120,21 +128,6 @@ def perfwatch_profile():
 
         return run_stage(state, "pull-model-version").to_xcom()
 
-    @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def env_fingerprint(state: dict) -> dict:
-        """TF build (CUDA/cuDNN), NVML driver and GPUs, CPU, OS, packages: the comparability key."""
-        from tasks.stages.pipeline import run_stage
-
-        return run_stage(state, "env-fingerprint").to_xcom()
-
-    @task(map_index_template=CASE_LABEL, queue=PROFILE_QUEUE)
-    def warm_up(state: dict) -> dict:
-        """Fresh process: train until step time is steady; cold first step recorded. An unchanged model
-        (same bytes, same environment) reuses its newest warm-up within the case's warmup_reuse_days."""
-        from tasks.stages.pipeline import run_stage
-
-        return run_stage(state, "warm-up").to_xcom()
-
     @task(
         map_index_template=CASE_LABEL,
         pool=PROFILE_POOL,
@@ -142,14 +135,16 @@ def perfwatch_profile():
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
     )
-    def profiled_run(state: dict) -> dict:
-        """Fresh process: measured steps with the profiler off, then a profiled window (and the paired
-        gate). Retried later only when the host was busy; any other failure is final."""
-        from tasks.stages.pipeline import HostBusy, profile_unless_busy
+    def measure(state: dict) -> dict:
+        """env-fingerprint → warm-up → profiled run, one task so one host: the fingerprint (TF build, NVML, CPU,
+        packages) describes the host that warmed up (fresh process, steps until steady) and measured (fresh
+        process, measured steps with the profiler off, then the profiled window, and the paired gate). Retried
+        later, all three again, only when the host was busy; any other failure is final."""
+        from tasks.stages.pipeline import HostBusy, measure_case
 
         ti = get_current_context()["ti"]
         try:
-            return profile_unless_busy(
+            return measure_case(
                 state,
                 retry_left=ti.try_number <= ti.max_tries,
                 retry_in_s=HOST_BUSY_RETRY_DELAY.total_seconds(),
@@ -208,9 +203,8 @@ def perfwatch_profile():
     def each_case(state: dict):
         """The stages of one case, mapped over the cases: a task instance waits only for the same case's
         upstream, so one failing case fails only itself."""
-        env = env_fingerprint(state=pull_model_version(state=state))
-        run = profiled_run(state=warm_up(state=env))
-        return archive(state=baseline_compare(state=parse(state=run)))
+        measured = measure(state=pull_model_version(state=state))  # env-fingerprint → warm-up → profiled run
+        return archive(state=baseline_compare(state=parse(state=measured)))
 
     cases, done = each_case.expand(state=plan()), outcome()
     cases >> watch_trend() >> done

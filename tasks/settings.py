@@ -76,6 +76,11 @@ class Settings:
             opens it (``PERFWATCH_ARCHIVE``, default ``<home>/archive``).
         work_root: local directory of the runs' work dirs, one per run of a case
             (``tasks.stages.pipeline.work_dir``; ``PERFWATCH_WORK``, default ``<home>/work``).
+        scratch: URI of the scratch space the stages of one case hand their files on through when they run
+            on hosts that share no disk (``PERFWATCH_SCRATCH``, e.g. ``s3://bucket/perfwatch/scratch``; any
+            fsspec URI). None (unset): the work dirs under ``work_root`` are the scratch space, shared by every
+            stage (one host, or a volume every worker mounts). Set: each task works in its own local work dir,
+            fetches the files it reads from there and uploads the ones it writes (``tasks.stages.scratch``).
         runner_python: interpreter that runs ``python -m tasks.runner`` — the only place
             TensorFlow is imported (``PERFWATCH_RUNNER_PYTHON``, default this interpreter).
         runner_command: the command that starts the runner, ``SPEC.json`` appended (``PERFWATCH_RUNNER_COMMAND``,
@@ -101,6 +106,7 @@ class Settings:
     runner_command: tuple[str, ...]
     timeout_env: dict[str, str] = field(default_factory=dict)
     samples_retention: str | None = None
+    scratch: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -121,6 +127,7 @@ class Settings:
             config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
             timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
             samples_retention=env.get(RETENTION_VAR) or None,
+            scratch=(env.get("PERFWATCH_SCRATCH") or "").strip() or None,
         )
 
     def samples_retention_days(self) -> float | None:

@@ -12,7 +12,8 @@ verdict and everything else (``tasks.store.retention.thin_samples``); active bas
 * ``orphan-archive``: an archive run directory no stored run points to;
 * ``missing-archive``: a successful run whose archive directory is gone (its samples and summaries stay:
   ``--repair`` never deletes history);
-* ``scratch``: a run's work dir under ``PERFWATCH_WORK`` that no run needs any more.
+* ``scratch``: a run's work dir under ``PERFWATCH_WORK`` (or its prefix under ``PERFWATCH_SCRATCH``) that no run
+  needs any more.
 
 With ``--repair`` it removes the first, second and fourth kinds. Exit code: 0 when nothing is left
 (after repair), 1 otherwise.
@@ -146,7 +147,8 @@ def register(app: typer.Typer) -> None:
         left = len(found) - sum(removed)
         if fmt is Format.table:
             typer.echo(
-                f"store {redact(settings.database_url)}, archive {settings.archive_root}, scratch {settings.work_root}"
+                f"store {redact(settings.database_url)}, archive {settings.archive_root}, "
+                f"scratch {settings.scratch or settings.work_root}"
             )
             if df.empty:
                 typer.echo(

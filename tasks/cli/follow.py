@@ -37,7 +37,7 @@ def _at(m: re.Match[str]) -> dt.datetime:
 
 
 def _who_waits(tasks: str) -> str:
-    """``profiled_run up for retry; 4 tasks after it`` from the unrunnable-tasks set of Airflow's warning
+    """``measure up for retry; 4 tasks after it`` from the unrunnable-tasks set of Airflow's warning
     (task instance reprs ``<TaskInstance: dag.task run [state] ...>``; state None: waits on the others)."""
     found = [(t["task"], t["state"].lower()) for t in _TASK.finditer(tasks)]
     blocking = sorted({f"{task} {state.replace('_', ' ')}" for task, state in found if state not in _AFTER})

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import fsspec
 import psutil
+from fsspec.implementations.local import LocalFileSystem
 
 from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
@@ -158,6 +159,20 @@ def _remove(fs, path: str) -> None:
         log.warning("could not remove %s: %s", path, e)
 
 
+def _move_tree(fs, src: str, dest: str) -> None:
+    """Move the directory ``src`` to ``dest`` on ``fs``: a rename on a file system; on an object store (no
+    directories, no rename: fsspec's recursive ``mv`` also tries to copy the directory names themselves and fails
+    with NoSuchKey on S3) every object is copied to its new key, then the old keys are removed."""
+    if isinstance(fs, LocalFileSystem):
+        fs.mv(src, dest, recursive=True)
+        return
+    fs.invalidate_cache()
+    for f in fs.find(src):
+        fs.copy(f, f"{dest}/{f[len(src) :].lstrip('/')}")
+    fs.rm(src, recursive=True)
+    fs.invalidate_cache()
+
+
 def sweep_partials(archive_root: str, *, grace_s: float = STALE_PARTIAL_S) -> list[str]:
     """Remove the stale partial copies (``<archive>/<model>/<run dir>.partial``, see ``partial_state``)
     of every model; returns the paths removed. Errors are logged, never raised."""
@@ -251,11 +266,12 @@ def archive_run(
         nonlocal moved
         if moved == final:
             return
+        assert final is not None  # name_for ran before this (store_run names the run, then commits)
         if moved is None:
             fs.rm(f"{staging}/{OWNER_FILE}")
         if fs.exists(final):  # an orphan copy that died before its commit with the same run id
             fs.rm(final, recursive=True)
-        fs.mv(moved or staging, final, recursive=True)  # a retried transaction may bring a new run id
+        _move_tree(fs, moved or staging, final)  # a retried transaction may bring a new run id
         moved = final
         for other in fs.ls(model_dir, detail=False):  # copies of earlier attempts of this run, never committed
             if other.rstrip("/").endswith(f"_{key}") and other.rstrip("/") != final:

@@ -55,6 +55,7 @@ from tasks.records import (
     run_slug,
 )
 from tasks.settings import Settings
+from tasks.stages import scratch
 from tasks.stages.registry import STAGE_IDS, STAGES, StageId, StateField, producer, stage
 from tasks.store import migrate
 from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
@@ -226,6 +227,7 @@ def _recorded(state: RunState, stage_id: StageId, settings: Settings) -> Iterato
         # the cause first (tasks.analysis.failures: the op XLA refused, the missing class), the full message kept
         msg = failures.with_cause(f"{type(e).__name__}: {e}")
         wd = work_dir(settings, ctx, create=False)
+        kept_at = scratch.uri(settings, ctx) if scratch.remote(settings) else wd
         try:
             from tasks.modelstore import CorruptModelError
 
@@ -245,17 +247,17 @@ def _recorded(state: RunState, stage_id: StageId, settings: Settings) -> Iterato
                 f"run {kept.run_id} of this DAG run is already stored as a success and is "
                 "kept; this failure was not recorded over it",
             )
-            shutil.rmtree(wd, ignore_errors=True)  # the work dir of a finished run
+            scratch.discard(settings, ctx)  # the work dir of a finished run
             e.add_note(note.detail or "")
         except Exception as store_error:  # noqa: BLE001 - the original error matters more
             note = FailureNote(None, f"{type(store_error).__name__}: {store_error}")
             e.add_note(
                 f"the failure could NOT be recorded in the store ({note.detail}); the run's work dir "
-                f"{wd} is kept for a retry"
+                f"{kept_at} is kept for a retry"
             )
         else:
             note = FailureNote(run_id)
-            shutil.rmtree(wd, ignore_errors=True)
+            scratch.discard(settings, ctx)
             e.add_note(f"recorded in the store as failed run {run_id} (stage {stage_id}); work dir removed")
         setattr(e, _NOTE_ATTR, note)
         raise
@@ -291,7 +293,7 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
     settings = settings or Settings.from_env()
     state = as_state(state)
     ctx = state.ctx
-    with _recorded(state, stage_id, settings):
+    with scratch.task_dir(settings, ctx), _recorded(state, stage_id, settings):
         done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
         if done is not None and done.status == "success":
             log.warning(
@@ -302,9 +304,11 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
                 ctx.dag_run_id,
                 ctx.case.name,
             )
-            shutil.rmtree(work_dir(settings, ctx, create=False), ignore_errors=True)
+            scratch.discard(settings, ctx)
             archived = ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
             return state.model_copy(update={"archived": archived})
+        if scratch.remote(settings):  # no shared disk: this host's work dir, the stage's inputs downloaded into it
+            state = _fetch_inputs(state, stage_id, settings)
         _need(state, stage_id)
         t0 = time.monotonic()
         log.info(
@@ -318,8 +322,27 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
             ctx.case.name,
         )
         record = _WORK[stage_id](state, ctx, settings)
+        if scratch.remote(settings):  # what it wrote, for the stages that run on other hosts
+            scratch.push(settings, ctx)
         log.info("%s: done in %.1f s", stage_id, time.monotonic() - t0)
     return state.model_copy(update={stage(stage_id).field: record})
+
+
+def _fetch_inputs(state: RunState, stage_id: StageId, settings: Settings) -> RunState:
+    """With ``PERFWATCH_SCRATCH``: ``state``'s paths moved into this host's work dir (``scratch.relocate``) and
+    the files and directories the stage reads (``Stage.reads``, ``Stage.reads_dirs``) downloaded there."""
+    local = work_dir(settings, state.ctx)
+    state = scratch.relocate(state, local)
+    s = stage(stage_id)
+    rels = [
+        rel
+        for field, attr in s.reads
+        if (record := getattr(state, field)) is not None
+        and (path := getattr(record, attr))
+        and (rel := scratch.relative(path, local))
+    ]
+    scratch.fetch(settings, state.ctx, [*rels, *s.reads_dirs])
+    return state
 
 
 _R = TypeVar("_R", bound=Record)
@@ -478,7 +501,7 @@ def _archive(s: RunState, ctx: RunContext, st: Settings) -> ArchiveRecord:
         auto_accept=ctx.case.auto_accept,
         extra_dirs={"gx": str(gx)} if gx.is_dir() else None,
     )
-    shutil.rmtree(wd, ignore_errors=True)
+    scratch.discard(st, ctx)
     return rec
 
 
@@ -589,6 +612,36 @@ def profile_unless_busy(
     return out
 
 
+#: The stages that measure, in their order: one task runs them all on one host (:func:`measure_case`).
+MEASURING_STAGES: tuple[StageId, ...] = ("env-fingerprint", "warm-up", "profiled-run")
+
+
+def measure_case(
+    state: RunState | Mapping[str, Any],
+    settings: Settings | None = None,
+    *,
+    retry_left: bool,
+    retry_in_s: float | None = None,
+    attempt: tuple[int, int] | None = None,
+) -> RunState:
+    """env-fingerprint → warm-up → profiled run of one case, in this process and so on this host: the fingerprint
+    describes the host that warmed up and measured. The DAG's ``measure`` task runs it on a measuring worker
+    (Celery concurrency 1 on the device kind's queue), so no other perfwatch measurement runs on the host
+    meanwhile. The profiled run is :func:`profile_unless_busy` (a busy host raises :class:`HostBusy` while
+    ``retry_left``); a retry of the task measures all three again, on whichever host takes it. With
+    ``PERFWATCH_SCRATCH`` the model is downloaded once and the local work dir is removed when it ends.
+
+    Raises:
+        HostBusy: the measurement was too noisy and ``retry_left``; anything a stage raises (recorded first).
+    """
+    settings = settings or Settings.from_env()
+    state = as_state(state)
+    with scratch.task_dir(settings, state.ctx):
+        for stage_id in MEASURING_STAGES[:-1]:
+            state = run_stage(state, stage_id, settings)
+        return profile_unless_busy(state, settings, retry_left=retry_left, retry_in_s=retry_in_s, attempt=attempt)
+
+
 WORK_DIR_STALE_S = 24 * 3600.0
 """A work dir of a run that is not stored as a success counts as left over after this many seconds
 without a write (a long profiled run writes nothing there for a while)."""
@@ -608,27 +661,30 @@ def _tree_age_s(path: Path) -> float:
 def check_work_dirs(
     settings: Settings, runs: list[RunLocation], *, grace_s: float = WORK_DIR_STALE_S
 ) -> list[Leftover]:
-    """Work dirs under ``PERFWATCH_WORK`` that no run needs any more (``Leftover`` kind ``scratch``): the work
+    """Work dirs under ``PERFWATCH_WORK``, and the runs' prefixes under ``PERFWATCH_SCRATCH`` when it is set
+    (``tasks.stages.scratch.entries``), that no run needs any more (``Leftover`` kind ``scratch``): the work
     dir of a run stored as a success (archive removes it), and any other untouched for ``grace_s`` seconds (a
     failed run's that could not be cleaned, a killed run's). Younger ones may belong to a run in progress: not
     reported."""
     from tasks.stages.archive import Leftover
 
     root = settings.work_root
-    if not root.is_dir():
-        return []
+    found: list[tuple[str, str, float | None]] = (
+        [(d.name, str(d), None) for d in sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
+    )
+    found += scratch.entries(settings)  # PERFWATCH_SCRATCH: the runs' prefixes in the object store
     by_slug = {run_slug(r.dag_id, r.dag_run_id, r.model, r.case_name): r for r in runs}
     out = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        r = by_slug.get(d.name)
+    for slug, where, listed_age in found:
+        r = by_slug.get(slug)
         if r is not None and r.status == "success":
-            out.append(Leftover("scratch", str(d), f"scratch of run {r.run_id}, which is archived", True, r.run_id))
+            out.append(Leftover("scratch", where, f"scratch of run {r.run_id}, which is archived", True, r.run_id))
             continue
-        age = _tree_age_s(d)
-        if age > grace_s:
+        age = listed_age if "://" in where else _tree_age_s(Path(where))
+        if age is not None and age > grace_s:
             whose = f"run {r.run_id} failed" if r is not None else "no stored run: a killed or abandoned run"
             out.append(
-                Leftover("scratch", str(d), f"untouched for {age / 3600:.1f} h; {whose}", True, r.run_id if r else None)
+                Leftover("scratch", where, f"untouched for {age / 3600:.1f} h; {whose}", True, r.run_id if r else None)
             )
     return out
 

@@ -34,13 +34,18 @@ class Stage:
 
     Attributes:
         id: ``pull-model-version``...: the store's ``runs.failed_stage``, log lines, error messages.
-        task_id: its task in the DAG ``perfwatch_profile`` (``pull_model_version``...).
+        task_id: its task in the DAG ``perfwatch_profile`` (``pull_model_version``...): the three measuring
+            stages are one task, ``measure`` (one host measures the case: ``pipeline.measure_case``).
         field: the ``RunState`` field its record fills (``pulled``...).
         record: that record's type.
         doing: what it does, as its start line in the log says (a DAG task log, or ``perfwatch run`` on stderr).
         time_limit: the ``tasks.settings.TIMEOUT_DEFAULTS`` entry of the runner process it starts (None: none);
             the profiled run's paired gate has its own (``paired-run``).
-        reads: the files of earlier stages it needs: ``(field, attribute)`` of a path in the ``RunState``.
+        reads: the files of earlier stages it needs: ``(field, attribute)`` of a path in the ``RunState`` (an
+            attribute that is None, e.g. ``paired_path`` of a run without a paired gate, is not needed).
+        reads_dirs: directories of the run's work dir it also reads when an earlier stage wrote them (archive:
+            the Data Docs ``gx``); with ``PERFWATCH_SCRATCH`` they are downloaded with ``reads``
+            (``tasks.stages.scratch``).
     """
 
     id: StageId
@@ -50,6 +55,7 @@ class Stage:
     doing: str
     time_limit: RunnerStage | None = None
     reads: tuple[tuple[StateField, str], ...] = ()
+    reads_dirs: tuple[str, ...] = ()
 
 
 STAGES: tuple[Stage, ...] = (
@@ -62,7 +68,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "env-fingerprint",
-        "env_fingerprint",
+        "measure",
         "env",
         EnvRecord,
         "reading TF build, NVML, CPU, OS and packages in the runner interpreter",
@@ -70,7 +76,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "warm-up",
-        "warm_up",
+        "measure",
         "warmup",
         WarmupRecord,
         "fresh runner process: steps until step time is steady",
@@ -79,7 +85,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "profiled-run",
-        "profiled_run",
+        "measure",
         "run",
         ProfiledRun,
         "fresh runner process: warm-up, measured steps (profiler off), then the profiled window",
@@ -92,7 +98,7 @@ STAGES: tuple[Stage, ...] = (
         "parsed",
         ParseRecord,
         "xprof converts the XSpace: step-time breakdown, op self-times, memory",
-        reads=(("run", "profile_dir"),),
+        reads=(("run", "samples_path"), ("run", "profile_dir")),
     ),
     Stage(
         "baseline-compare",
@@ -100,7 +106,7 @@ STAGES: tuple[Stage, ...] = (
         "verdict",
         CompareRecord,
         "finding the comparable baseline; statistics and the Great Expectations suites",
-        reads=(("run", "samples_path"), ("parsed", "parsed_path")),
+        reads=(("run", "samples_path"), ("run", "paired_path"), ("parsed", "parsed_path")),
     ),
     Stage(
         "archive",
@@ -108,7 +114,14 @@ STAGES: tuple[Stage, ...] = (
         "archived",
         ArchiveRecord,
         "writing run, samples and verdict in one transaction; moving the profile to the archive",
-        reads=(("run", "samples_path"), ("parsed", "parsed_path"), ("run", "profile_dir")),
+        reads=(
+            ("run", "samples_path"),
+            ("run", "paired_path"),
+            ("parsed", "parsed_path"),
+            ("run", "profile_dir"),
+            ("verdict", "gx_results_path"),
+        ),
+        reads_dirs=("gx",),
     ),
 )
 """The stages in the order they run (the design card's)."""

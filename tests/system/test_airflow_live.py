@@ -13,7 +13,7 @@ test cannot drift apart.
 
 It then triggers ``perfwatch_profile`` through the stable REST API (JWT from ``POST /auth/token`` with
 the simple auth manager's generated password), unpauses the DAG, and checks the task instances, where
-they ran (``hostname``/``queue``: fingerprint, warm-up and profiled run on the ``gpu`` worker), the
+they ran (``hostname``/``queue``: the measure task, fingerprint, warm-up and profiled run, on the ``gpu`` worker), the
 stored run and its archived profile; a release gate of a heavier version must end ``failed`` with the
 regression in the archive task's log, read through the REST API. ``perfwatch doctor`` runs first, with the
 scheduler's environment: every check passes, its trivial task runs on both queues.
@@ -54,7 +54,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DAG_ID = "perfwatch_profile"
 PG_URL = os.environ.get("PERFWATCH_TEST_DATABASE_URL")
 REDIS_URL = os.environ.get("PERFWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-GPU_STAGES = {"env_fingerprint", "warm_up", "profiled_run"}
+GPU_STAGES = {"measure"}  # fingerprint, warm-up and profiled run: one task, one host
 # Case fields of the trigger's conf: a tiny, short run. The Airflow services share this host with the
 # runner (on a real GPU worker they do not), so their CPU time must not turn the verdict inconclusive, nor keep
 # v1 from becoming the baseline (a busy or unsteady run is not accepted by itself: issue 26).
@@ -479,7 +479,7 @@ def test_dag_runs_on_a_live_celery_airflow(live, home):
     run2 = wait_run(api, services, "live_v2")
     tis = task_instances(api, "live_v2")
     assert run2["state"] == "failed", {t: ti["state"] for t, ti in tis.items()}
-    assert tis["archive"]["state"] == "failed" and tis["profiled_run"]["state"] == "success"
+    assert tis["archive"]["state"] == "failed" and tis["measure"]["state"] == "success"
     log = task_log(api, "live_v2", tis["archive"])
     assert re.search(r"RegressionDetected: tiny v2 \(train-bs4\) regressed \(paired-abba\)", log), log[-3000:]
     with session_scope(local.databases["perfwatch"]) as s:

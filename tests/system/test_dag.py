@@ -15,16 +15,14 @@ from tests.helpers.airflow import DAG_PYTHONPATH
 
 STAGE_TASKS = [
     "pull_model_version",
-    "env_fingerprint",
-    "warm_up",
-    "profiled_run",
+    "measure",
     "parse",
     "baseline_compare",
     "archive",
     "watch_trend",
     "outcome",
 ]
-CASE_TASKS = STAGE_TASKS[:7]  #: the mapped task group of one case
+CASE_TASKS = STAGE_TASKS[:5]  #: the mapped task group of one case
 
 _PROBE = """
 import json, sys
@@ -49,8 +47,8 @@ print(json.dumps({
                           "description": dag.params.get_param(k).description} for k in dag.params.keys()},
     "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline")
               if m in sys.modules],
-    "busy_retries": dag.get_task("profiled_run").retries,
-    "busy_retry_delay_s": dag.get_task("profiled_run").retry_delay.total_seconds(),
+    "busy_retries": dag.get_task("measure").retries,
+    "busy_retry_delay_s": dag.get_task("measure").retry_delay.total_seconds(),
 }))
 """
 
@@ -121,7 +119,7 @@ def test_measured_steps_param_default_is_the_case_default():
 
 
 def test_host_busy_retries_are_settings(monkeypatch):
-    """``profiled_run`` measures again on a busy host: 2 retries 600 s apart unless the settings say otherwise."""
+    """``measure`` measures again on a busy host: 2 retries 600 s apart unless the settings say otherwise."""
     monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRIES", raising=False)
     monkeypatch.delenv("PERFWATCH_HOST_BUSY_RETRY_DELAY_S", raising=False)
     got = _probe()

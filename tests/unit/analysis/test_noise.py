@@ -214,11 +214,12 @@ def test_an_archived_busy_verdict_turns_the_run_red():
 
 @pytest.mark.slow  # a fresh interpreter loads the DAGs with Airflow's DagBag
 def test_dag_retries_the_profiled_run_later_for_a_busy_host():
-    """The DAG's profiled_run task has retries with a delay (HostBusy is the only failure it retries)."""
+    """The DAG's measure task (fingerprint, warm-up, profiled run) has retries with a delay (HostBusy is the only
+    failure it retries)."""
     root = ROOT_DIR
     probe = (
         "import sys, json\nfrom airflow.dag_processing.dagbag import DagBag\n"
-        "t = DagBag(dag_folder=sys.argv[1]).get_dag('perfwatch_profile').get_task('profiled_run')\n"
+        "t = DagBag(dag_folder=sys.argv[1]).get_dag('perfwatch_profile').get_task('measure')\n"
         "print(json.dumps({'retries': t.retries, 'delay_s': t.retry_delay.total_seconds()}))"
     )
     env = {

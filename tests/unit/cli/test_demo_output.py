@@ -18,7 +18,7 @@ from tests.helpers.builders import make_records
 
 T = dt.datetime(2026, 12, 1, 19, 32, 9, tzinfo=dt.UTC)
 UNRUNNABLE = (
-    "{<TaskInstance: perfwatch_profile.profiled_run manual__2026-12-01T19:20:00+00:00 map_index=0 [up_for_retry] "
+    "{<TaskInstance: perfwatch_profile.measure manual__2026-12-01T19:20:00+00:00 map_index=0 [up_for_retry] "
     "ti_id=019a>, <TaskInstance: perfwatch_profile.parse manual__2026-12-01T19:20:00+00:00 map_index=0 [None] "
     "ti_id=019b>, <TaskInstance: perfwatch_profile.archive manual__2026-12-01T19:20:00+00:00 map_index=0 [None] "
     "ti_id=019c>}"
@@ -38,24 +38,24 @@ def test_a_retry_wait_says_until_when_and_folds_the_schedulers_warnings():
     busy = f"waiting for a quieter host: m (train-bs16): host busy: other processes took 62%; measuring again {retry}"
     log = [
         _line(T, "warning", busy, "tasks.stages.pipeline"),
-        _line(T, "info", "[DAG TEST] end task task_id=profiled_run map_index=0", "airflow.sdk.definitions.dag"),
+        _line(T, "info", "[DAG TEST] end task task_id=measure map_index=0", "airflow.sdk.definitions.dag"),
     ]
     log += [
         _line(T + dt.timedelta(seconds=1 + i), "warning", f"No tasks to run. unrunnable tasks: {UNRUNNABLE}", "airflow")
         for i in range(600)
     ]
-    log.append(_line(T + dt.timedelta(seconds=601), "info", "[DAG TEST] starting task_id=profiled_run", "airflow"))
+    log.append(_line(T + dt.timedelta(seconds=601), "info", "[DAG TEST] starting task_id=measure", "airflow"))
     shown = list(follow(log))
     assert shown[:3] == [
         f"   19:32:09     {busy}",
-        "   19:32:09 task profiled_run: ended",
-        "   19:32:10 waiting: profiled_run up for retry; 2 tasks after it until 19:42:09 UTC",
+        "   19:32:09 task measure: ended",
+        "   19:32:10 waiting: measure up for retry; 2 tasks after it until 19:42:09 UTC",
     ]
     assert shown[3] == "   19:33:10 still waiting (60 s) until 19:42:09 UTC"
     assert len(shown) == 3 + 9 + 2  # a line a minute, not 600 lines
     assert shown[-2:] == [
         "   19:42:09 waited 599 s (600 'No tasks to run' lines in the log)",
-        "   19:42:10 task profiled_run: started",
+        "   19:42:10 task measure: started",
     ]
     # any other shown line repeated right after itself is shown once; three or more say how often
     same = [_line(T + dt.timedelta(seconds=i), "info", "warm-up: step 42", "tasks.runner.progress") for i in range(3)]

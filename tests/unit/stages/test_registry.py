@@ -24,10 +24,11 @@ from tests.unit.store.test_store import make_records
 DAG_FILE = ROOT / "dags" / "perfwatch_profile.py"
 
 
-def _dag_stage_tasks() -> dict[str, str]:
-    """Task function name -> the stage id it hands to ``run_stage``/``profile_unless_busy``, read from the DAG file."""
+def _dag_stage_tasks() -> dict[str, list[str]]:
+    """Task function name -> the stage ids it runs (``run_stage``'s, or ``measure_case``'s measuring stages), read
+    from the DAG file."""
     tree = ast.parse(DAG_FILE.read_text())
-    out = {}
+    out: dict[str, list[str]] = {}
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef) or not any(
             "task" in (getattr(d, "id", None), getattr(getattr(d, "func", None), "id", None)) for d in fn.decorator_list
@@ -35,9 +36,9 @@ def _dag_stage_tasks() -> dict[str, str]:
             continue
         for call in ast.walk(fn):
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "run_stage":
-                out[fn.name] = call.args[1].value
-            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "profile_unless_busy":
-                out[fn.name] = "profiled-run"
+                out.setdefault(fn.name, []).append(call.args[1].value)
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "measure_case":
+                out.setdefault(fn.name, []).extend(pipeline.MEASURING_STAGES)
     return out
 
 
@@ -57,7 +58,13 @@ def test_the_registry_names_each_stage_once():
 
 
 def test_the_dag_tasks_are_the_registry_stages():
-    assert _dag_stage_tasks() == {s.task_id: s.id for s in registry.STAGES}
+    """Each stage runs in the task the registry names; the three measuring stages in one task, ``measure``, in
+    the registry's order (one host fingerprints, warms up and measures)."""
+    by_task: dict[str, list[str]] = {}
+    for s in registry.STAGES:
+        by_task.setdefault(s.task_id, []).append(s.id)
+    assert _dag_stage_tasks() == by_task
+    assert by_task["measure"] == ["env-fingerprint", "warm-up", "profiled-run"]
 
 
 def test_each_stage_reads_files_of_earlier_stages():

@@ -1,0 +1,237 @@
+"""The scratch space between the stages of one case, when the tasks that run them share no disk.
+
+Without ``PERFWATCH_SCRATCH`` (``Settings.scratch`` None) the run's work dir ``<PERFWATCH_WORK>/<slug>`` is the
+scratch space: every stage reads and writes it in place, so every worker must see the same directory (one host,
+or a volume they all mount). With ``PERFWATCH_SCRATCH`` set to a URI (``s3://bucket/perfwatch/scratch``, any
+fsspec URI, a local path too) the stages hand each other files through ``<scratch>/<slug>/`` instead:
+
+* before a stage runs, the paths of the run state that lie in another host's work dir (a path with the run's
+  slug as a directory) are rewritten into this host's local work dir (:func:`relocate`), and the files the stage
+  reads (``Stage.reads``, ``Stage.reads_dirs`` in ``tasks.stages.registry``) are downloaded there from the
+  scratch URI unless they are there already (:func:`fetch`);
+* after it, every file it wrote in the local work dir is uploaded to the same place under the scratch URI
+  (:func:`push`): what was downloaded, or uploaded earlier in this task, and has not changed, is not sent again;
+* when the task ends, its local work dir is removed (:func:`task_dir`), so a worker keeps nothing of a run;
+  a failed run's and an archived run's scratch prefix is removed with it (:func:`discard`).
+
+A measuring task (fingerprint, warm-up, profiled run in one task) downloads the model once and uploads the step
+times, the profile (xplane) and the runner's result JSON; parse, baseline-compare and archive each download only
+what they read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fsspec
+
+from tasks.records import RunContext, RunState
+from tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_S = TypeVar("_S", bound=RunState)
+
+#: local work dir -> {relative path: (size in bytes, mtime in ns)} of the files that are the same in the scratch
+#: space (downloaded from it, or uploaded to it, in this task)
+_synced: dict[Path, dict[str, tuple[int, int]]] = {}
+#: local work dir -> how many :func:`task_dir` blocks of this process are inside it
+_depth: dict[Path, int] = {}
+
+
+def remote(settings: Settings) -> bool:
+    """Whether the stages hand files on through ``PERFWATCH_SCRATCH`` (True) or share the work dirs (False)."""
+    return settings.scratch is not None
+
+
+def uri(settings: Settings, ctx: RunContext) -> str:
+    """The run's scratch prefix, ``<PERFWATCH_SCRATCH>/<slug>``.
+
+    Raises:
+        ValueError: ``PERFWATCH_SCRATCH`` is not set.
+    """
+    if settings.scratch is None:
+        raise ValueError("PERFWATCH_SCRATCH is not set: the work dirs are the scratch space")
+    return f"{settings.scratch.rstrip('/')}/{ctx.slug}"
+
+
+def local_dir(settings: Settings, ctx: RunContext) -> Path:
+    """The run's work dir on this host, ``<PERFWATCH_WORK>/<slug>`` (not created)."""
+    return settings.work_root / ctx.slug
+
+
+def relocate(state: _S, local: Path) -> _S:
+    """``state`` with every absolute path that lies in a work dir of this run (a path with the run's slug, the
+    last part of ``local``, as a directory: ``/other/host/work/<slug>/run/result.json``) moved into ``local``
+    (``<local>/run/result.json``). Other strings (URIs, names) are left as they are."""
+    slug = local.name
+
+    def move(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if isinstance(value, str) and value.startswith("/") and f"/{slug}" in value:
+            parts = Path(value).parts
+            if slug in parts:
+                i = len(parts) - 1 - parts[::-1].index(slug)
+                return str(local.joinpath(*parts[i + 1 :]))
+        return value
+
+    return type(state).model_validate(move(state.model_dump(mode="json")))
+
+
+def relative(path: str, local: Path) -> str | None:
+    """``path`` relative to the work dir ``local`` (POSIX), or None when it lies outside it."""
+    try:
+        return Path(path).relative_to(local).as_posix()
+    except ValueError:
+        return None
+
+
+def _stamp(p: Path) -> tuple[int, int]:
+    st = p.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
+    """Download ``<scratch>/<slug>/<rel>`` (a file, or a directory with everything under it) into the local work
+    dir for each ``rel`` not there already; one that the scratch space does not hold is skipped (the stage's own
+    input check then names it). Returns the relative paths of the files downloaded.
+
+    Raises:
+        OSError: the object store could not be read (e.g. credentials refused, bucket missing).
+    """
+    local = local_dir(settings, ctx)
+    fs, base = fsspec.core.url_to_fs(uri(settings, ctx))
+    synced = _synced.setdefault(local, {})
+    got: list[str] = []
+    for rel in rels:
+        src = f"{base}/{rel}"
+        if not fs.exists(src):
+            continue
+        files = [src] if fs.isfile(src) else fs.find(src)
+        for f in files:
+            name = f"{rel}/{f[len(src) :].lstrip('/')}".rstrip("/") if f != src else rel
+            dest = local / name
+            if dest.is_file() and synced.get(name) == _stamp(dest):
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(f, str(dest))
+            synced[name] = _stamp(dest)
+            got.append(name)
+    if got:
+        log.info("scratch: downloaded %d file(s) from %s: %s", len(got), uri(settings, ctx), ", ".join(got[:8]))
+    return got
+
+
+def push(settings: Settings, ctx: RunContext) -> list[str]:
+    """Upload every file of the local work dir that is new or changed since it was downloaded or uploaded in this
+    task to the same relative path under ``<scratch>/<slug>/``. Returns their relative paths (none when the work
+    dir is gone, e.g. after archive).
+
+    Raises:
+        OSError: the object store could not be written.
+    """
+    local = local_dir(settings, ctx)
+    if not local.is_dir():
+        return []
+    fs, base = fsspec.core.url_to_fs(uri(settings, ctx))
+    synced = _synced.setdefault(local, {})
+    sent: list[str] = []
+    for p in sorted(q for q in local.rglob("*") if q.is_file()):
+        rel = p.relative_to(local).as_posix()
+        stamp = _stamp(p)
+        if synced.get(rel) == stamp:
+            continue
+        dest = f"{base}/{rel}"
+        fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
+        fs.put_file(str(p), dest)
+        synced[rel] = stamp
+        sent.append(rel)
+    if sent:
+        log.info("scratch: uploaded %d file(s) to %s", len(sent), uri(settings, ctx))
+    return sent
+
+
+@contextlib.contextmanager
+def task_dir(settings: Settings, ctx: RunContext) -> Iterator[None]:
+    """The block of one task's stages on this host: with ``PERFWATCH_SCRATCH`` set, the local work dir is removed
+    when the outermost block of the process ends (however it ends), so nothing of the run stays on the worker;
+    a no-op without it. Blocks nest (the measuring task wraps its three stages, each stage its own block)."""
+    if not remote(settings):
+        yield
+        return
+    local = local_dir(settings, ctx)
+    _depth[local] = _depth.get(local, 0) + 1
+    try:
+        yield
+    finally:
+        _depth[local] -= 1
+        if _depth[local] == 0:
+            del _depth[local]
+            _synced.pop(local, None)
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def discard(settings: Settings, ctx: RunContext) -> None:
+    """Remove the run's local work dir and, with ``PERFWATCH_SCRATCH`` set, its scratch prefix (a failed run
+    recorded in the store, or an archived one: nothing will read them again). An object store that cannot be
+    reached is logged, not raised (``perfwatch db check`` finds what was left)."""
+    local = local_dir(settings, ctx)
+    shutil.rmtree(local, ignore_errors=True)
+    _synced.pop(local, None)
+    if not remote(settings):
+        return
+    try:
+        fs, base = fsspec.core.url_to_fs(uri(settings, ctx))
+        if fs.exists(base):
+            fs.rm(base, recursive=True)
+    except Exception as e:  # noqa: BLE001 - the stage's own outcome matters more
+        log.warning("scratch: could not remove %s (%s: %s)", uri(settings, ctx), type(e).__name__, e)
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """Epoch seconds of an fsspec ``info`` record: ``mtime`` (local), ``LastModified`` (s3), ``updated`` (gcs)."""
+    for key in ("mtime", "LastModified", "updated", "last_modified", "created"):
+        value = info.get(key)
+        if isinstance(value, dt.datetime):
+            return value.timestamp()
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def entries(settings: Settings) -> list[tuple[str, str, float | None]]:
+    """The runs' prefixes in the scratch space: ``(slug, URI, seconds since its newest file was written)``
+    (age None when the store says no time). Empty without ``PERFWATCH_SCRATCH`` or when nothing is there.
+
+    Raises:
+        OSError: the object store could not be listed.
+    """
+    if settings.scratch is None:
+        return []
+    fs, root = fsspec.core.url_to_fs(settings.scratch)
+    root = root.rstrip("/")
+    if not fs.exists(root):
+        return []
+    fs.invalidate_cache()
+    newest: dict[str, float | None] = {}
+    for path, info in fs.find(root, detail=True).items():
+        slug = path[len(root) :].lstrip("/").split("/", 1)[0]
+        t = _modified(info)
+        old = newest.get(slug)
+        newest[slug] = t if old is None else (old if t is None else max(old, t))
+    now = time.time()
+    prefix = settings.scratch.rstrip("/")
+    return [(slug, f"{prefix}/{slug}", None if t is None else now - t) for slug, t in sorted(newest.items())]

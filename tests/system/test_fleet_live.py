@@ -1,0 +1,219 @@
+"""A fleet with no shared disk: docker-compose.yml's Airflow services as processes on this host (as
+``test_airflow_live`` starts them), two measuring workers and one default worker, each with its own
+``PERFWATCH_HOME`` and ``TMPDIR``, sharing nothing but an S3 API (moto's server on loopback: model store, scratch
+space and archive are ``s3://`` URIs) and the databases (Airflow's metadata and the perfwatch store on
+PostgreSQL). The runner is the fake one (``tests.helpers.fake_runner``: no TensorFlow, a real committed XSpace).
+
+The nightly DAG run that unpausing starts, over a config of three cases: each case's ``measure`` task
+(fingerprint, warm-up, profiled run) runs on a measuring worker (``airflow-worker-gpu``'s command: Celery
+concurrency 1 on the measuring queue), parse, compare and archive on the default worker. Checked: every case
+archived with its verdict and its xplane in the S3 archive; the measurements of one host never overlap in time,
+those of the two hosts do; each worker downloaded only what its stage reads (a parse task's log names the samples
+and the profile, never the model); no worker kept a file of a run. Needs PostgreSQL and Redis (skips, saying
+which, without them), as ``test_airflow_live``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import fake_runner
+from tests.helpers.s3 import moto_s3
+from tests.system.test_airflow_live import (
+    DAG_ID,
+    PG_URL,
+    REDIS_URL,
+    Api,
+    Local,
+    Services,
+    _airflow_db_url,
+    _reachable,
+    compose,
+    free_port,
+    task_log,
+    wait_for,
+    wait_run,
+)
+
+MEASURING = ("measure-host-1", "measure-host-2")
+CASES = (2, 4, 8)  # batch sizes: three cases of the tiny model
+CONFIG = {
+    "defaults": {
+        "version": "1",
+        "measured_steps": 20,
+        "profiled_steps": 3,
+        "warmup_max_steps": 20,
+        "max_other_cpu_share": 1.0,
+        "warmup_cv_max": 1.0,
+    },
+    "models": [{"model": "tiny", "matrix": {"batch_size": list(CASES)}}],
+}
+
+
+def _interval(ti: dict) -> tuple[dt.datetime, dt.datetime]:
+    return dt.datetime.fromisoformat(ti["start_date"]), dt.datetime.fromisoformat(ti["end_date"])
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    (s1, e1), (s2, e2) = _interval(a), _interval(b)
+    return s1 < e2 and s2 < e1
+
+
+def _run_files(root: Path) -> list[str]:
+    """Files of a run anywhere under ``root``: models, runner results, profiles, parsed tables, Data Docs."""
+    pats = ("*.keras", "*.xplane.pb", "result.json", "parsed.json", "*.html")
+    return sorted(str(p.relative_to(root)) for pat in pats for p in root.rglob(pat))
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.airflow_live
+@pytest.mark.timeout(900)
+def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
+    if not PG_URL:
+        pytest.skip("the live fleet test needs PostgreSQL: set PERFWATCH_TEST_DATABASE_URL (.ci/run does)")
+    for url, port, name in ((PG_URL, 5432, "PostgreSQL"), (REDIS_URL, 6379, "Redis")):
+        if why := _reachable(url, port):
+            pytest.skip(f"the live fleet test needs {name}, not reachable: {why}")
+    import redis
+    import yaml
+    from sqlalchemy import select
+
+    from tasks.store import Run, session_scope
+    from tests.conftest import _fresh_pg_url
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    with moto_s3() as s3:
+        model = fake_runner.write_model(tmp_path / "src" / "model.keras")
+        s3.fs().put_file(str(model), f"{s3.bucket}/models/tiny/1/model.keras")
+        local = Local(
+            tmp=tmp_path,
+            home=tmp_path / "unused-shared-home",  # compose's shared volume: no service gets it
+            redis_url=REDIS_URL,
+            api_port=free_port(),
+            databases={"airflow": _airflow_db_url(), "perfwatch": _fresh_pg_url()},
+        )
+        specs = compose()["services"]
+        measuring, default = specs["airflow-worker-gpu"], specs["airflow-worker"]
+        services = {
+            "airflow-init": specs["airflow-init"],
+            "airflow-apiserver": specs["airflow-apiserver"],
+            "airflow-scheduler": specs["airflow-scheduler"],
+            "airflow-dag-processor": specs["airflow-dag-processor"],
+            "airflow-worker": default,
+            **dict.fromkeys(MEASURING, measuring),
+        }
+
+        def own(service: str) -> Path:
+            return tmp_path / "hosts" / service
+
+        def env(service: str, spec: dict) -> dict[str, str]:  # this service's host: its own dirs, S3 for the rest
+            e = Local.env(local, service, spec)
+            for d in ("home", "tmp"):
+                (own(service) / d).mkdir(parents=True, exist_ok=True)
+            e.update(s3.env)
+            e.update(
+                {
+                    "PERFWATCH_HOME": str(own(service) / "home"),
+                    "TMPDIR": str(own(service) / "tmp"),
+                    "PERFWATCH_MODEL_STORE": s3.uri("models"),
+                    "PERFWATCH_SCRATCH": s3.uri("scratch"),
+                    "PERFWATCH_ARCHIVE": s3.uri("archive"),
+                    "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
+                    "PERFWATCH_CONFIG": str(cfg),
+                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1" if service in MEASURING else "2",
+                }
+            )
+            e.pop("PERFWATCH_RUNNER_PYTHON", None)
+            return e
+
+        local.env = env  # type: ignore[method-assign]
+        procs = Services(local)
+        try:
+            procs.run("airflow-init", services.pop("airflow-init"), timeout=600)
+            for service, spec in services.items():
+                worker = procs.command(spec)[1:3] == ["celery", "worker"]
+                procs.start(service, spec, ("--celery-hostname", f"{service}@%h") if worker else ())
+            api = Api(f"http://127.0.0.1:{local.api_port}")
+            wait_for("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, procs, 300, 1)
+            pw_file = tmp_path / "airflow" / "airflow-apiserver" / "simple_auth_manager_passwords.json.generated"
+            api.login("airflow", json.loads(pw_file.read_text())["airflow"])
+            # two measuring hosts: the deployment-wide cap is their number (README "Deployment")
+            pool = {"pool": "perfwatch_profile", "slots": len(MEASURING), "include_deferred": False}
+            status, body = api.call("PATCH", "/api/v2/pools/perfwatch_profile?update_mask=slots", pool)
+            assert status == 200, body
+            wait_for(
+                f"the dag-processor to parse {DAG_ID}",
+                lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}")[0] == 200,
+                procs,
+                300,
+                1,
+            )
+            # unpausing starts the latest nightly run (no catchup): every case of the config
+            status, _ = api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+            assert status == 200
+            run_id = wait_for(
+                "the nightly run",
+                lambda: [r["dag_run_id"] for r in api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")[1]["dag_runs"]],
+                procs,
+                120,
+                1,
+            )[0]
+            assert run_id.startswith("scheduled__"), run_id
+            run = wait_run(api, procs, run_id, timeout=600)
+            status, body = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
+            assert status == 200, body
+            tis = body["task_instances"]
+            archived: list = []
+            states = sorted((t["task_id"], t["map_index"], t["state"]) for t in tis)
+            assert run["state"] == "success", f"{states}\n{procs.report()}"
+            measures = [t for t in tis if t["task_id"] == "measure"]
+            assert len(measures) == len(CASES) and {t["queue"] for t in measures} == {"gpu"}
+            by_host = {h: [t for t in measures if t["hostname"] == h] for h in MEASURING}
+            assert all(by_host.values()), {h: len(v) for h, v in by_host.items()}  # both hosts measured
+            for host, mine in by_host.items():  # one host: one measurement at a time
+                assert not any(_overlap(a, b) for i, a in enumerate(mine) for b in mine[i + 1 :]), (host, mine)
+            a, b = by_host.values()  # two hosts: at once
+            assert any(_overlap(x, y) for x in a for y in b), [(t["hostname"], _interval(t)) for t in measures]
+            for t in tis:  # nothing but the measurement on a measuring host
+                assert (t["hostname"] in MEASURING) == (t["task_id"] == "measure"), (t["task_id"], t["hostname"])
+            for t in tis:  # each archive task returned the verdict the store holds
+                if t["task_id"] == "archive":
+                    status, xcom = api.call(
+                        "GET",
+                        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/archive/xcomEntries/return_value"
+                        f"?map_index={t['map_index']}&deserialize=true",
+                    )
+                    assert status == 200, xcom
+                    archived.append(xcom["value"])
+            parse_log = task_log(api, run_id, next(t for t in tis if t["task_id"] == "parse"))
+            fetched = re.search(r"scratch: downloaded \d+ file\(s\) from s3://\S+: (.*)", parse_log)
+            assert fetched and "run/result.json" in fetched[1] and ".xplane.pb" in fetched[1], parse_log[-2000:]
+            assert "model" not in fetched[1]
+        finally:
+            procs.stop()
+        with session_scope(local.databases["perfwatch"]) as s:
+            runs = s.scalars(select(Run).where(Run.dag_run_id == run_id)).all()
+            assert sorted((r.case_name, r.status) for r in runs) == [(f"train-bs{n}", "success") for n in CASES]
+            verdicts = {r.case_name: r.verdict for r in runs}
+            stored = sorted((r.archive_uri, r.verdict) for r in runs)
+            uris = [r.archive_uri for r in runs]
+        assert all(u.startswith(s3.uri("archive")) for u in uris), uris
+        returned = [v if isinstance(v, dict) else json.loads(v) for v in archived]
+        assert sorted((v["archive_uri"], v["verdict"]) for v in returned) == stored
+        assert set(verdicts.values()) <= {"no-baseline", "inconclusive"}, verdicts  # a first run of each case
+        archived = s3.keys("archive")
+        for u in uris:
+            prefix = u.removeprefix(f"s3://{s3.bucket}/")
+            assert any(k.startswith(prefix) and k.endswith(".xplane.pb") for k in archived), (u, archived)
+        assert s3.keys("scratch") == []  # every run's scratch went with its archive
+    for service in ("airflow-worker", *MEASURING):  # no worker kept a model, a result, a profile or Data Docs
+        assert _run_files(own(service)) == [], service
+    assert not local.home.exists()
