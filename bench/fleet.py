@@ -3,7 +3,9 @@ wall time on K measuring workers.
 
 Run: ``.venv/bin/python bench/fleet.py`` (options: ``--models N`` (default 100), ``--workers 1,2,4,...``,
 ``--cases-json FILE`` the per-case times, ``--night N`` which night of that file, ``--night-hours H`` (default 8),
-``--repeats R`` parse and planning repeats (default 5)).
+``--repeats R`` parse and planning repeats (default 5), ``--night-total-s S`` scale the recorded cases' times so
+that one model's cases sum to S seconds, keeping their shares: e.g. times recorded on a busy host, scaled to a
+quiet host's night).
 
 1. Writes a config of ``--models`` models (``fleet_m000``...), each with the demo's benchmark matrix
    (``config/perfwatch.yaml``'s demo_mobilenet entry: 8 cases), to a temporary file; ``PERFWATCH_CONFIG`` points
@@ -270,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--night", type=int, default=None, help="the night of that file (default: its last)")
     ap.add_argument("--night-hours", type=float, default=8.0, help="the window a night must fit in")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--night-total-s",
+        type=float,
+        default=None,
+        help="scale the recorded cases' times so one model's cases sum to this (e.g. a quiet host's bench/matrix.py "
+        "night), keeping their shares",
+    )
     args = ap.parse_args(argv)
     ks = sorted({int(k) for k in args.workers.split(",")})
     print(f"host: {os.cpu_count()} CPUs, 1-min load at start {_load():.2f}", flush=True)
@@ -302,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     one, about = read_cases(args.cases_json, args.night)
+    if args.night_total_s is not None:
+        factor = args.night_total_s / sum(c.total for c in one)
+        one = [CaseTime(c.name, c.before * factor, c.measure * factor, c.after * factor) for c in one]
+        print(f"cases' times scaled by {factor:.3f} so that one model's {len(one)} cases sum to {args.night_total_s} s")
     cases = [
         CaseTime(f"fleet_m{m:03d} {c.name}", c.before, c.measure, c.after) for m in range(args.models) for c in one
     ]
