@@ -37,6 +37,11 @@ quiet host's night).
 Each figure has the host's 1-min load beside it. Last line, JSON: ``{"bench": "fleet", "models": ..., "cases": ...,
 "parse_s": ..., "parse_serialize_s": ..., "parse_cpu_s": ..., "plan_s": ..., "plan_cpu_s": ..., "sum_case_s": ...,
 "walls_s": {"K": ...}, "min_workers_for_night": ..., "load": ...}``.
+
+Last run (2026-12-01, 2-core dev machine, ``--night-total-s 930``: the shipped config's unchanged night on a quiet
+host): parse 0.78 s DagBag, 1.16 s with serialization, 0.68 s CPU (load 2.9-3.0; shipped config 0.44 / 0.77 /
+0.63 s); planning 800 cases 0.18 s (0.10 s CPU); the cases sum to 25 h 50 m; wall 24 h 57 m on 1 worker, 6 h 16 m
+on 4 (the first K that fits 8 h), 3 h 10 m on 8, 28 min on 64.
 """
 
 from __future__ import annotations
