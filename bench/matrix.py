@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python bench/matrix.py`` (the 8 cases of ``config/perfwatch.yaml``'s demo_mobilenet entry with
 the config's own step counts, 100 measured + 5 profiled, on two "nights"). Options: ``--config`` another config,
 ``--cases N`` only the first N cases (at most 8 are run), ``--measured-steps``/``--profiled-steps`` other step counts,
-``--version`` (default 1, the lighter MobileNetV2), ``--nights N`` (default 2).
+``--version`` (default 1, the lighter MobileNetV2), ``--nights N`` (default 2), ``--cases-json FILE`` each case's
+wall and stage times as JSON lines (what ``bench/fleet.py`` schedules).
 
 What it does, in a fresh store under a temporary ``PERFWATCH_HOME`` (SQLite):
 
@@ -242,14 +243,22 @@ def _print_case(r: dict[str, Any]) -> None:
     )
 
 
-def night(n: int, cases: list[Any], settings: Any) -> tuple[int, int, float, float]:
+def night(n: int, cases: list[Any], settings: Any, cases_json: Path | None = None) -> tuple[int, int, float, float]:
     """Run every case once (night ``n``), print per case and the breakdown; returns (cases, ok, wall s,
-    overhead %)."""
+    overhead %). With ``cases_json``, appends one JSON line per case as it ends: ``night``, ``case``, ``mode``,
+    ``wall_s``, ``stages`` (s per stage id), ``steps_s``, ``warmup_reused``, ``error`` and ``load`` (1-min load
+    at its end), the per-case durations ``bench/fleet.py`` schedules."""
     print(f"night {n}: host load at start {_loadavg()}", flush=True)
     results = []
     for case in cases:
         results.append(run_one(case, settings, n))
         _print_case(results[-1])
+        if cases_json is not None:
+            r = results[-1]
+            keep = ("case", "mode", "wall_s", "stages", "steps_s", "warmup_reused", "error")
+            line = {"night": n, **{k: r[k] for k in keep}, "load": float(_loadavg().split()[0])}
+            with cases_json.open("a") as fh:
+                fh.write(json.dumps(line) + "\n")
     wall = sum(r["wall_s"] for r in results)
     steps = sum(r["steps_s"] for r in results)
     overhead = 100 * (1 - steps / wall) if wall > 0 else float("nan")
@@ -280,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="run the matrix this many times in one store (default 2: a first night, then a night "
         "on which nothing changed)",
+    )
+    ap.add_argument(
+        "--cases-json",
+        type=Path,
+        default=None,
+        help="append each case's wall and stage times to this file as it ends (JSON lines; bench/fleet.py reads it)",
     )
     args = ap.parse_args(argv)
 
@@ -321,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
     )
     print(f"model store built in {time.perf_counter() - t0:.1f} s (not counted below)", flush=True)
-    nights = [night(n, cases, settings) for n in range(1, args.nights + 1)]
+    nights = [night(n, cases, settings, args.cases_json) for n in range(1, args.nights + 1)]
     n_cases, ok, wall, overhead = nights[-1]
     first = f" first_night_overhead={nights[0][3]:.1f}%" if len(nights) > 1 else ""
     print(f"matrix: cases={n_cases} ok={ok} wall={wall:.0f} s overhead={overhead:.1f}%{first}")

@@ -307,6 +307,19 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
             invalid (the message names the entry index, model and field), or two cases of a model
             share a name.
     """
+    return config_cases(read_yaml(path), where=str(path), overrides=overrides)
+
+
+#: PyYAML's libyaml-backed safe loader where PyYAML was built with it (its wheels are), else the pure-Python one:
+#: the same documents, ~10x faster (a 100-model config: the DAG file reads it at every parse)
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document at ``path`` (safe loading: plain data only), read with libyaml where PyYAML has it.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``. yaml.YAMLError: not YAML (the message names the file and line).
+    """
     with open(path, encoding="utf-8") as f:  # a file object: YAML's errors then name the file, not "<unicode string>"
-        data = yaml.safe_load(f)
-    return config_cases(data, where=str(path), overrides=overrides)
+        return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader (SafeLoader or its libyaml twin)

@@ -202,17 +202,17 @@ def publish_version(store_uri: str, model: str, src: str | Path, version: int | 
 
 def release_asset_uris(config_path: str | Path | None = None) -> list[tuple[str, str]]:
     """The Assets ``(uri, name)`` the DAG listens to: one per model of the nightly config (``config_path``,
-    default ``PERFWATCH_CONFIG``), sorted. For DAG parsing, so light on purpose (PyYAML only: no
-    validation, no store). A config that is missing or unreadable gives no Assets (logged as a warning) and
-    the DAG keeps its cron schedule; the nightly run's plan task reports the config's errors.
+    default ``PERFWATCH_CONFIG``), sorted. For DAG parsing, so light on purpose (PyYAML's libyaml loader
+    only, ``tasks.matrix.read_yaml``: no validation, no store). A config that is missing or unreadable gives no
+    Assets (logged as a warning) and the DAG keeps its cron schedule; the nightly run's plan task reports the
+    config's errors.
     """
-    import yaml
-
+    from tasks.matrix import read_yaml
     from tasks.settings import Settings
 
     path = Path(config_path) if config_path is not None else Settings.from_env().config_path
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path)
         names = {str(e["model"]) for e in data["models"] if isinstance(e, dict) and e.get("model")}
         return sorted(model_asset(n) for n in names)
     except Exception as e:  # noqa: BLE001 - parse time: the DAG must stay loadable

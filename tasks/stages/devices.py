@@ -65,10 +65,9 @@ def config_queues(path: str | Path) -> dict[str, str]:
     Raises:
         FileNotFoundError: no config at ``path``. QueueError: a bad section.
     """
-    import yaml
+    from tasks.matrix import read_yaml
 
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+    data = read_yaml(path)
     return parse_queues(data.get("queues") if isinstance(data, dict) else None, where=str(path))
 
 
