@@ -157,9 +157,11 @@ def test_every_axis_is_part_of_the_case_name():
         "deterministic": True,
         "device": "cpu",
         "hardware": "gpu-h100",
+        "scenario": "offline",
     }
-    for axis in AXES:  # quantization applies to tflite only, precision/xla/strategy to train and infer only
-        fields = {"model": "m", "mode": "tflite" if axis == "quantization" else "train", "batch_size": 1}
+    modes = {"quantization": "tflite", "scenario": "infer"}  # tflite only; infer's scenarios
+    for axis in AXES:  # precision/xla/strategy apply to train and infer only
+        fields = {"model": "m", "mode": modes.get(axis, "train"), "batch_size": 1}
         base = expand_entry(fields)[0].name
         v = "int8" if axis == "quantization" else values[axis]
         entry = {**{k: f for k, f in fields.items() if k != axis}, "matrix": {axis: [v]}}

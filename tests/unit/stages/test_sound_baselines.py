@@ -95,7 +95,7 @@ def test_perfwatch_run_shows_the_refusal_and_the_measurements_warnings(home, cli
     monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
     res = cli("run", "m", "--version", "1")
     assert res.exit_code == 0, res.output
-    assert "  not made the case's baseline automatically: recompiled_timed_steps: 10 of 10" in res.output
+    assert "  why: not made the case's baseline automatically: recompiled_timed_steps: 10 of 10" in res.output
     assert "finding warmup_not_steady: The warm-up did not reach steady state in 60 steps" in res.output
     assert "finding partial_batches: 2 of 10 measured steps were fed 6" in res.output
     assert "finding recompiled_timed_steps" not in res.output  # said once, in the reason
