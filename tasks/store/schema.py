@@ -46,6 +46,10 @@ class Model(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # 0008: kept by the archive (tasks.store.writes.store_run) for last_success.sql: the newest successful
+    # run's finished_at and the number of successful runs (runs are never deleted once successful)
+    last_success_at: Mapped[dt.datetime | None]
+    successful_runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ModelVersion(Base):
@@ -104,6 +108,15 @@ class Run(Base):
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_verdict_time", "verdict", "started_at"),  # 0002: regressions.sql
         Index("ix_runs_status_time", "status", "started_at"),  # 0002: failures.sql
+        # 0008: env_changes.sql reads only the runs whose environment differs from the previous run's
+        Index(
+            "ix_runs_env_change_time",
+            "started_at",
+            postgresql_where=text("prev_environment_id <> environment_id"),
+            sqlite_where=text("prev_environment_id <> environment_id"),
+        ),
+        # 0008: a baseline run's median read by id (history, regressions, gate) without the wide row
+        Index("ix_runs_id_median", "id", "median_step_ms"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     dag_id: Mapped[str] = mapped_column(String(250))
@@ -135,6 +148,10 @@ class Run(Base):
     verdict: Mapped[str | None] = mapped_column(String(16), index=True)
     archive_uri: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(16), default=run_source, server_default="perfwatch")  # 0003
+    # 0008: the previous run of the same model and case that has an environment (ordered by started_at, id)
+    # and that run's environment, kept by the archive (tasks.store.writes.store_run); NULL for the first
+    prev_run_id: Mapped[int | None] = mapped_column(Integer)
+    prev_environment_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class StepSample(Base):
@@ -242,7 +259,13 @@ class RunComparison(Base):
     """The baseline-compare result of a run: verdict, ratio with its interval, GX validation."""
 
     __tablename__ = "comparisons"
-    __table_args__ = (Index("ix_comparisons_baseline_run", "baseline_run_id"),)  # 0002
+    __table_args__ = (
+        Index("ix_comparisons_baseline_run", "baseline_run_id"),  # 0002
+        # 0008: covers the columns the named queries read, so their per-run lookups skip the wide rows
+        Index(
+            "ix_comparisons_run_cover", "run_id", "baseline_run_id", "ratio", "ci_low", "ci_high", "method", "metric"
+        ),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
     baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
