@@ -7,9 +7,11 @@
 -- psql:
 --   psql "$DB" -v model=NULL -f sql/queries/last_success.sql
 -- Python: tasks.store.queries.run_query("last_success", url, model=None)
--- Both figures are kept on the models row by the archive (migration 0008), not counted here.
+-- The count is kept on the models row by the archive (migration 0008), not counted here; the newest
+-- success is one probe of the partial index ix_runs_success_finished per model.
 SELECT m.name AS model,
-       m.last_success_at,
+       (SELECT MAX(r.finished_at) FROM runs r
+        WHERE r.model_id = m.id AND r.status = 'success') AS last_success_at,
        m.successful_runs
 FROM models m
 WHERE m.successful_runs > 0

@@ -46,9 +46,8 @@ class Model(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-    # 0008: kept by the archive (tasks.store.writes.store_run) for last_success.sql: the newest successful
-    # run's finished_at and the number of successful runs (runs are never deleted once successful)
-    last_success_at: Mapped[dt.datetime | None]
+    # 0008: kept by the archive (tasks.store.writes.store_run) for last_success.sql: the number of successful
+    # runs (a successful run is never deleted or replaced)
     successful_runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
@@ -114,6 +113,14 @@ class Run(Base):
             "started_at",
             postgresql_where=text("prev_environment_id <> environment_id"),
             sqlite_where=text("prev_environment_id <> environment_id"),
+        ),
+        # 0008: last_success.sql's newest success per model, one index probe each
+        Index(
+            "ix_runs_success_finished",
+            "model_id",
+            "finished_at",
+            postgresql_where=text("status = 'success'"),
+            sqlite_where=text("status = 'success'"),
         ),
         # 0008: a baseline run's median read by id (history, regressions, gate) without the wide row
         Index("ix_runs_id_median", "id", "median_step_ms"),

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, case, delete, or_, select, text, update
+from sqlalchemy import and_, delete, or_, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
@@ -130,8 +130,8 @@ def _keep_run_facts(s: Session, r: Run) -> None:
     """Keep the 0008 facts of the new successful run ``r`` (flushed, with its environment): its previous run
     of the same model and case that has an environment (``started_at, id`` order) and that run's environment,
     the next such run's pointer to ``r`` (a run stored out of order, e.g. ``perfwatch ingest`` of an older job,
-    slots in between), and the model's success count and newest success (``models.successful_runs``,
-    ``last_success_at``). Runs under the model's lock (``lock_model``), so concurrent archives see each other."""
+    slots in between), and the model's success count (``models.successful_runs``). Runs under the model's lock
+    (``lock_model``), so concurrent archives see each other."""
     same_case = and_(
         Run.model_id == r.model_id, Run.case_name == r.case_name, Run.environment_id.is_not(None), Run.id != r.id
     )
@@ -147,14 +147,10 @@ def _keep_run_facts(s: Session, r: Run) -> None:
     nxt = s.scalar(select(Run.id).where(same_case, after).order_by(Run.started_at, Run.id).limit(1))
     if nxt is not None:
         s.execute(update(Run).where(Run.id == nxt).values(prev_run_id=r.id, prev_environment_id=r.environment_id))
-    newest = case(
-        (or_(Model.last_success_at.is_(None), Model.last_success_at < r.finished_at), r.finished_at),
-        else_=Model.last_success_at,
-    )
     s.execute(
         update(Model)
         .where(Model.id == r.model_id)
-        .values(successful_runs=Model.successful_runs + 1, last_success_at=newest)
+        .values(successful_runs=Model.successful_runs + 1)
         .execution_options(synchronize_session=False)
     )
 
@@ -170,14 +166,12 @@ _BACKFILL_RUN_FACTS = (
     ) s
     WHERE runs.id = s.id AND s.prev_run_id IS NOT NULL""",
     """UPDATE models SET
-        successful_runs = (SELECT COUNT(*) FROM runs r WHERE r.model_id = models.id AND r.status = 'success'),
-        last_success_at = (SELECT MAX(r.finished_at) FROM runs r
-                           WHERE r.model_id = models.id AND r.status = 'success')""",
+        successful_runs = (SELECT COUNT(*) FROM runs r WHERE r.model_id = models.id AND r.status = 'success')""",
 )
 
 
 def backfill_run_facts(conn: Connection) -> None:
-    """Recompute every run's previous-environment facts and every model's success count and newest success
+    """Recompute every run's previous-environment facts and every model's success count
     (the 0008 columns ``_keep_run_facts`` keeps per archive) from the stored runs, in the caller's transaction:
     for a store filled by bulk ``COPY`` rather than ``store_run``. Two statements; on 318,882 runs (PostgreSQL)
     it takes about as long as migration 0008's upgrade (README)."""

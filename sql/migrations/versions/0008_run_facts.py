@@ -1,4 +1,4 @@
-"""run facts kept at write time: each run's previous environment, each model's newest success
+"""run facts kept at write time: each run's previous environment, each model's success count
 
 Revision ID: 0008
 Revises: 0007
@@ -11,8 +11,8 @@ those facts as it writes a run (``tasks.store.writes.store_run``):
 - ``runs.prev_run_id`` / ``runs.prev_environment_id``: the previous run of the same model and case that has an
   environment (ordered by ``started_at, id``) and its environment; a partial index on ``started_at`` holds only
   the runs whose environment differs from it (``ix_runs_env_change_time``);
-- ``models.last_success_at`` / ``models.successful_runs``: the newest successful run's ``finished_at`` and the
-  number of successful runs;
+- ``models.successful_runs``: the number of successful runs (the newest one's ``finished_at`` is one probe of
+  the partial index ``ix_runs_success_finished``);
 - ``ix_comparisons_run_cover`` and ``ix_runs_id_median``: the comparison columns and the baseline run's median
   the named queries read per run, so those lookups read an index and not the wide rows (gx_result, evidence,
   error, params).
@@ -44,8 +44,7 @@ WHERE runs.id = s.id AND s.prev_run_id IS NOT NULL
 
 LAST_SUCCESS = """
 UPDATE models SET
-    successful_runs = (SELECT COUNT(*) FROM runs r WHERE r.model_id = models.id AND r.status = 'success'),
-    last_success_at = (SELECT MAX(r.finished_at) FROM runs r WHERE r.model_id = models.id AND r.status = 'success')
+    successful_runs = (SELECT COUNT(*) FROM runs r WHERE r.model_id = models.id AND r.status = 'success')
 """
 
 WHERE = "prev_environment_id <> environment_id"
@@ -56,7 +55,6 @@ def upgrade() -> None:
     # reference (SQLite >= 3.35 drops a column in place too)
     op.add_column("runs", sa.Column("prev_run_id", sa.Integer(), nullable=True))
     op.add_column("runs", sa.Column("prev_environment_id", sa.Integer(), nullable=True))
-    op.add_column("models", sa.Column("last_success_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("models", sa.Column("successful_runs", sa.Integer(), nullable=False, server_default="0"))
     op.execute(PREV_ENV)
     op.execute(LAST_SUCCESS)
@@ -73,15 +71,22 @@ def upgrade() -> None:
         ["run_id", "baseline_run_id", "ratio", "ci_low", "ci_high", "method", "metric"],
     )
     op.create_index("ix_runs_id_median", "runs", ["id", "median_step_ms"])
+    op.create_index(
+        "ix_runs_success_finished",
+        "runs",
+        ["model_id", "finished_at"],
+        postgresql_where=sa.text("status = 'success'"),
+        sqlite_where=sa.text("status = 'success'"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_runs_success_finished", table_name="runs")
     op.drop_index("ix_runs_id_median", table_name="runs")
     op.drop_index("ix_comparisons_run_cover", table_name="comparisons")
     op.drop_index("ix_runs_env_change_time", table_name="runs")
     for table, column in (
         ("models", "successful_runs"),
-        ("models", "last_success_at"),
         ("runs", "prev_environment_id"),
         ("runs", "prev_run_id"),
     ):

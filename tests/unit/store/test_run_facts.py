@@ -93,7 +93,7 @@ def test_env_changes_and_last_success_keep_their_definition_with_runs_archived_o
 def _facts(db_url: str) -> tuple[list, list]:
     with session_scope(db_url) as s:
         runs = s.execute(select(Run.id, Run.prev_run_id, Run.prev_environment_id).order_by(Run.id)).all()
-        models = s.execute(select(Model.name, Model.successful_runs, Model.last_success_at).order_by(Model.id)).all()
+        models = s.execute(select(Model.name, Model.successful_runs).order_by(Model.id)).all()
     return [tuple(r) for r in runs], [tuple(m) for m in models]
 
 
