@@ -92,6 +92,17 @@ def run_source(context: Any) -> str:
     return "external" if context.get_current_parameters().get("dag_id") == INGEST_DAG_ID else "perfwatch"
 
 
+# 0008: the runs columns env_changes.sql and regressions.sql read, held by their partial indexes
+ENV_CHANGE_COLUMNS = (
+    "started_at", "id", "model_id", "environment_id", "prev_environment_id", "prev_run_id", "model_version_id",
+    "case_name", "version_requested",
+)  # fmt: skip
+REGRESSION_COLUMNS = (
+    "started_at", "id", "model_id", "model_version_id", "version_requested", "case_name", "trigger",
+    "median_step_ms", "environment_id", "dag_id", "dag_run_id",
+)  # fmt: skip
+
+
 class Run(Base):
     """One DAG run of one case: its identity, outcome and summary figures.
 
@@ -107,12 +118,20 @@ class Run(Base):
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_verdict_time", "verdict", "started_at"),  # 0002: regressions.sql
         Index("ix_runs_status_time", "status", "started_at"),  # 0002: failures.sql
-        # 0008: env_changes.sql reads only the runs whose environment differs from the previous run's
+        # 0008: env_changes.sql reads only the runs whose environment differs from the previous run's, and only
+        # this index (it holds every column the query reads from runs)
         Index(
             "ix_runs_env_change_time",
-            "started_at",
+            *ENV_CHANGE_COLUMNS,
             postgresql_where=text("prev_environment_id <> environment_id"),
             sqlite_where=text("prev_environment_id <> environment_id"),
+        ),
+        # 0008: regressions.sql reads the window's regressions from this index alone
+        Index(
+            "ix_runs_regression_cover",
+            *REGRESSION_COLUMNS,
+            postgresql_where=text("verdict = 'regression'"),
+            sqlite_where=text("verdict = 'regression'"),
         ),
         # 0008: last_success.sql's newest success per model, one index probe each
         Index(

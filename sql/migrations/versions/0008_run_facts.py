@@ -9,10 +9,11 @@ and last_success.sql counted all successful runs (185-408 ms) on every call (iss
 those facts as it writes a run (``tasks.store.writes.store_run``):
 
 - ``runs.prev_run_id`` / ``runs.prev_environment_id``: the previous run of the same model and case that has an
-  environment (ordered by ``started_at, id``) and its environment; a partial index on ``started_at`` holds only
-  the runs whose environment differs from it (``ix_runs_env_change_time``);
+  environment (ordered by ``started_at, id``) and its environment; a partial index holds only the runs whose
+  environment differs from it, with every column env_changes.sql reads (``ix_runs_env_change_time``);
 - ``models.successful_runs``: the number of successful runs (the newest one's ``finished_at`` is one probe of
   the partial index ``ix_runs_success_finished``);
+- ``ix_runs_regression_cover``: the regressions with every column regressions.sql reads from runs;
 - ``ix_comparisons_run_cover`` and ``ix_runs_id_median``: the comparison columns and the baseline run's median
   the named queries read per run, so those lookups read an index and not the wide rows (gx_result, evidence,
   error, params).
@@ -48,6 +49,15 @@ UPDATE models SET
 """
 
 WHERE = "prev_environment_id <> environment_id"
+# the columns of the partial indexes, as tasks.store.schema.ENV_CHANGE_COLUMNS / REGRESSION_COLUMNS at 0008
+ENV_CHANGE_COLUMNS = [
+    "started_at", "id", "model_id", "environment_id", "prev_environment_id", "prev_run_id", "model_version_id",
+    "case_name", "version_requested",
+]  # fmt: skip
+REGRESSION_COLUMNS = [
+    "started_at", "id", "model_id", "model_version_id", "version_requested", "case_name", "trigger",
+    "median_step_ms", "environment_id", "dag_id", "dag_run_id",
+]  # fmt: skip
 
 
 def upgrade() -> None:
@@ -61,9 +71,16 @@ def upgrade() -> None:
     op.create_index(
         "ix_runs_env_change_time",
         "runs",
-        ["started_at"],
+        ENV_CHANGE_COLUMNS,
         postgresql_where=sa.text(WHERE),
         sqlite_where=sa.text(WHERE),
+    )
+    op.create_index(
+        "ix_runs_regression_cover",
+        "runs",
+        REGRESSION_COLUMNS,
+        postgresql_where=sa.text("verdict = 'regression'"),
+        sqlite_where=sa.text("verdict = 'regression'"),
     )
     op.create_index(
         "ix_comparisons_run_cover",
@@ -84,6 +101,7 @@ def downgrade() -> None:
     op.drop_index("ix_runs_success_finished", table_name="runs")
     op.drop_index("ix_runs_id_median", table_name="runs")
     op.drop_index("ix_comparisons_run_cover", table_name="comparisons")
+    op.drop_index("ix_runs_regression_cover", table_name="runs")
     op.drop_index("ix_runs_env_change_time", table_name="runs")
     for table, column in (
         ("models", "successful_runs"),
