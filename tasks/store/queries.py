@@ -201,8 +201,10 @@ def _frame(columns: list[str], rows: Sequence[Sequence[Any]]) -> pd.DataFrame:
     numbers as float (PostgreSQL's NUMERIC too), whole-number columns as int64, or as Python
     ints and None when some are missing (never NaN for an id)."""
     data = {}
-    for i, col in enumerate(columns):
-        values = pd.Series([r[i] for r in rows], dtype=object)
+    # one transpose of the rows, not one pass over them per column (thousands of rows at scale, issue 24)
+    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    for col, column in zip(columns, by_column, strict=True):
+        values = pd.Series(column, dtype=object)
         kind = pd.api.types.infer_dtype(values, skipna=True)
         if col.endswith("_at"):
             values = pd.to_datetime(values, utc=True, format="ISO8601")

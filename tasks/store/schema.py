@@ -46,6 +46,9 @@ class Model(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # 0008: kept by the archive (tasks.store.writes.store_run) for last_success.sql: the number of successful
+    # runs (a successful run is never deleted or replaced)
+    successful_runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ModelVersion(Base):
@@ -89,6 +92,17 @@ def run_source(context: Any) -> str:
     return "external" if context.get_current_parameters().get("dag_id") == INGEST_DAG_ID else "perfwatch"
 
 
+# 0008: the runs columns env_changes.sql and regressions.sql read, held by their partial indexes
+ENV_CHANGE_COLUMNS = (
+    "started_at", "id", "model_id", "environment_id", "prev_environment_id", "prev_run_id", "model_version_id",
+    "case_name", "version_requested",
+)  # fmt: skip
+REGRESSION_COLUMNS = (
+    "started_at", "id", "model_id", "model_version_id", "version_requested", "case_name", "trigger",
+    "median_step_ms", "environment_id", "dag_id", "dag_run_id",
+)  # fmt: skip
+
+
 class Run(Base):
     """One DAG run of one case: its identity, outcome and summary figures.
 
@@ -104,6 +118,31 @@ class Run(Base):
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_verdict_time", "verdict", "started_at"),  # 0002: regressions.sql
         Index("ix_runs_status_time", "status", "started_at"),  # 0002: failures.sql
+        # 0008: env_changes.sql reads only the runs whose environment differs from the previous run's, and only
+        # this index (it holds every column the query reads from runs)
+        Index(
+            "ix_runs_env_change_time",
+            *ENV_CHANGE_COLUMNS,
+            postgresql_where=text("prev_environment_id <> environment_id"),
+            sqlite_where=text("prev_environment_id <> environment_id"),
+        ),
+        # 0008: regressions.sql reads the window's regressions from this index alone
+        Index(
+            "ix_runs_regression_cover",
+            *REGRESSION_COLUMNS,
+            postgresql_where=text("verdict = 'regression'"),
+            sqlite_where=text("verdict = 'regression'"),
+        ),
+        # 0008: last_success.sql's newest success per model, one index probe each
+        Index(
+            "ix_runs_success_finished",
+            "model_id",
+            "finished_at",
+            postgresql_where=text("status = 'success'"),
+            sqlite_where=text("status = 'success'"),
+        ),
+        # 0008: a baseline run's median read by id (history, regressions, gate) without the wide row
+        Index("ix_runs_id_median", "id", "median_step_ms"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     dag_id: Mapped[str] = mapped_column(String(250))
@@ -135,6 +174,10 @@ class Run(Base):
     verdict: Mapped[str | None] = mapped_column(String(16), index=True)
     archive_uri: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(16), default=run_source, server_default="perfwatch")  # 0003
+    # 0008: the previous run of the same model and case that has an environment (ordered by started_at, id)
+    # and that run's environment, kept by the archive (tasks.store.writes.store_run); NULL for the first
+    prev_run_id: Mapped[int | None] = mapped_column(Integer)
+    prev_environment_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class StepSample(Base):
@@ -242,7 +285,13 @@ class RunComparison(Base):
     """The baseline-compare result of a run: verdict, ratio with its interval, GX validation."""
 
     __tablename__ = "comparisons"
-    __table_args__ = (Index("ix_comparisons_baseline_run", "baseline_run_id"),)  # 0002
+    __table_args__ = (
+        Index("ix_comparisons_baseline_run", "baseline_run_id"),  # 0002
+        # 0008: covers the columns the named queries read, so their per-run lookups skip the wide rows
+        Index(
+            "ix_comparisons_run_cover", "run_id", "baseline_run_id", "ratio", "ci_low", "ci_high", "method", "metric"
+        ),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
     baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
