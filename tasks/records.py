@@ -967,6 +967,9 @@ class ProfiledRun(Record):
     paired_path: str | None = None
     baseline_model: PulledModel | None = None
     paired_wall_s: float | None = None
+    #: tflite mode: the converted ``.tflite`` model on the measuring host (the result's ``tflite_path``, which is
+    #: relative to the runner's out dir, resolved against it); None in other modes
+    tflite_path: str | None = None
     #: the measurement's noise against the bounds (``tasks.analysis.calibration.Noise`` as a dict): of the
     #: paired gate when there is one, else of the measured steps; None when not assessed
     noise: dict[str, Any] | None = None

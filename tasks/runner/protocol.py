@@ -324,7 +324,11 @@ class _Measured(_Result):
         None, description="train/infer: what was built (``tasks.runner.execution.Execution.describe``)"
     )
     tflite: dict[str, Any] | None = Field(
-        None, description="tflite: sizes before/after conversion (bytes), agreement with TF (``tasks.runner.tflite``)"
+        None,
+        description=(
+            "tflite: sizes before/after conversion (bytes), agreement with TF, ``tflite_path`` of the converted "
+            "model relative to the spec's ``out_dir`` (``tasks.runner.tflite``)"
+        ),
     )
     threads: dict[str, Any] | None = Field(
         None,

@@ -19,8 +19,9 @@ interpreter (runner side; TensorFlow runs here only).
   cgroup cpuset narrows it). TFLite applies its XNNPACK delegate by default on CPU; whether it did is read
   back from the interpreter's nodes after allocation (a ``DELEGATE`` node replaces the ops it took).
 * **Record** (:attr:`TfliteStep.record`): model size in bytes before (the ``.keras`` file or the
-  SavedModel directory) and after (the ``.tflite`` flatbuffer, also written next to the runner's result;
-  the archive stage keeps it with the run), the conversion time (s), the interpreter's inputs and outputs
+  SavedModel directory) and after (the ``.tflite`` flatbuffer, also written next to the runner's result; its
+  ``tflite_path`` is relative to that directory, so the stages on other hosts find it; the archive stage keeps it
+  with the run), the conversion time (s), the interpreter's inputs and outputs
   as converted (dtype, shape, quantization scale and zero point) and the dtypes of all its tensors, a
   ``label`` saying what the model is (an ``int8`` conversion keeps float32 inputs and outputs: "int8
   weights and activations, float32 I/O"), ``num_threads`` and ``xnnpack``, and the agreement with the TF
@@ -374,7 +375,7 @@ def build(
         "quantization": quantization,
         "size_bytes_before": size_bytes(model_path),
         "size_bytes_after": len(flat),
-        "tflite_path": str(out),
+        "tflite_path": out.name,  # relative to the runner's out_dir (where its result.json lies): hosts move it
         "conversion_s": conversion_s,
         "agreement": agree,
         "interpreter_inputs": {n: list(v.shape) for n, v in batches[0].items()},

@@ -246,7 +246,12 @@ def archive_run(
     if paired_result is not None:  # every block pair's step times, CPU times and waits (the work dir goes)
         artifacts.append(("paired-result", PAIRED_RESULT, paired_result.stat().st_size, _sha256(paired_result)))
     lite = samples.get("tflite") or {}
-    lite_file = Path(lite["tflite_path"]) if lite.get("tflite_path") else None
+    lite_file = (  # the measuring host's path, relocated to this host (ProfiledRun.tflite_path); else the record's,
+        # relative to the runner's out dir (the result's directory) or absolute (an older runner)
+        Path(run.tflite_path)
+        if run.tflite_path
+        else (Path(run.samples_path).parent / lite["tflite_path"] if lite.get("tflite_path") else None)
+    )
     if lite_file is not None:  # the converted model the tflite run timed (the work dir goes)
         if not lite_file.is_file():
             raise FileNotFoundError(f"the tflite run's model {lite_file} (its record's tflite_path) is not there")

@@ -247,6 +247,14 @@ def paired_run(
     return str(path), r.wall_s
 
 
+def _tflite_file(out: Path, lite: dict[str, Any] | None) -> str | None:
+    """The absolute path of a tflite run's converted model: its record's ``tflite_path`` (relative to the runner's
+    out dir ``out``; an absolute one, from an older runner, is kept) resolved against ``out``; None without one."""
+    if not lite or not lite.get("tflite_path"):
+        return None
+    return str(out / str(lite["tflite_path"]))
+
+
 def read_paired(path: str | Path) -> PairedBlocks:
     """The A (baseline) and B (candidate) per-step ms of each block pair from a paired runner result, its
     layout (``blocks``, ``block_steps``, ``timed_steps``, ``wall_s``, ``pairs_wall_s``, ``orders``,
@@ -389,6 +397,7 @@ def profiled_run(
         paired_path=paired_path,
         baseline_model=baseline,
         paired_wall_s=paired_wall,
+        tflite_path=_tflite_file(out, r.tflite),
         noise=noise.model_dump(mode="json"),
         latency_ms=latency_record(case, r, measured),
         findings=[f.model_dump(mode="json") for f in findings],

@@ -120,6 +120,7 @@ STAGES: tuple[Stage, ...] = (
             ("parsed", "parsed_path"),
             ("run", "profile_dir"),
             ("verdict", "gx_results_path"),
+            ("run", "tflite_path"),
         ),
         reads_dirs=("gx",),
     ),

@@ -11,6 +11,8 @@ fsspec URI, a local path too) the stages hand each other files through ``<scratc
   scratch URI unless they are there already (:func:`fetch`);
 * after it, every file it wrote in the local work dir is uploaded to the same place under the scratch URI
   (:func:`push`): what was downloaded, or uploaded earlier in this task, and has not changed, is not sent again;
+  an empty directory (a tflite run's profile logdir) is sent as an empty ``DIR_MARKER`` object in it and made
+  again, empty, where it is downloaded;
 * when the task ends, its local work dir is removed (:func:`task_dir`), so a worker keeps nothing of a run;
   a failed run's and an archived run's scratch prefix is removed with it (:func:`discard`).
 
@@ -44,6 +46,9 @@ _S = TypeVar("_S", bound=RunState)
 _synced: dict[Path, dict[str, tuple[int, int]]] = {}
 #: local work dir -> how many :func:`task_dir` blocks of this process are inside it
 _depth: dict[Path, int] = {}
+#: the empty object that stands for an empty directory in the scratch space (an object store has no directories:
+#: a tflite run's profile logdir is empty, and the stages check that it is there)
+DIR_MARKER = ".perfwatch-empty-dir"
 
 
 def remote(settings: Settings) -> bool:
@@ -121,6 +126,10 @@ def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
         for f in files:
             name = f"{rel}/{f[len(src) :].lstrip('/')}".rstrip("/") if f != src else rel
             dest = local / name
+            if dest.name == DIR_MARKER:  # an empty directory of the host that wrote it
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                synced[name] = (0, 0)
+                continue
             if dest.is_file() and synced.get(name) == _stamp(dest):
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -156,6 +165,12 @@ def push(settings: Settings, ctx: RunContext) -> list[str]:
         fs.put_file(str(p), dest)
         synced[rel] = stamp
         sent.append(rel)
+    for d in sorted(q for q in local.rglob("*") if q.is_dir() and not any(q.iterdir())):
+        rel = f"{d.relative_to(local).as_posix()}/{DIR_MARKER}"
+        if rel not in synced:  # an empty directory: a marker object, so the other hosts create it
+            fs.pipe_file(f"{base}/{rel}", b"")
+            synced[rel] = (0, 0)
+            sent.append(rel)
     if sent:
         log.info("scratch: uploaded %d file(s) to %s", len(sent), uri(settings, ctx))
     return sent

@@ -22,6 +22,8 @@ Configuration:
 * ``step_factor`` per model version: the ``fake_runner.json`` member (``{"step_factor": 1.5}``) of the model's
   ``.keras`` zip, written by :func:`write_model` (1.0 without one), so a store of fake models carries its
   versions' speeds and a paired gate sees a regression;
+* a ``tflite`` case's profile mode writes a fake ``model.tflite`` beside its result, a ``tflite`` record naming it
+  relative to the out dir (as the real runner does) and no profiler window;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -30,6 +32,7 @@ Configuration:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -60,6 +63,7 @@ from tasks.runner.protocol import (
 )
 from tasks.runner.spec import RunnerSpec
 from tasks.runner.steady import SteadyDetector
+from tasks.runner.tflite import PROFILE_ABSENT_REASON as tflite_absent_reason
 
 XPLANE = Path(__file__).resolve().parents[1] / "data" / "tiny_train_3steps.xplane.pb"
 #: the host load the fake reports (tasks.runner.measure.HostLoad's keys): a quiet host
@@ -200,11 +204,19 @@ def profile(spec: RunnerSpec) -> ProfileResult:
     measured = step.run(spec.measured_steps)
     measured_cpu, measured_wait = step.take()
     _emit_progress("measure", len(measured), spec.measured_steps, measured)
-    profiled = step.run(spec.profiled_steps)
     logdir = Path(spec.out_dir) / "profile"
-    run_dir = logdir / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"{socket.gethostname()}.xplane.pb").write_bytes(XPLANE.read_bytes())
+    logdir.mkdir(parents=True, exist_ok=True)  # as the real runner: there even when no window is profiled
+    if spec.case_mode == "tflite":  # the real runner's shape: a converted model beside the result, no profiler window
+        lite = Path(spec.out_dir) / "model.tflite"
+        lite.write_bytes(b"TFL3" + hashlib.sha256(spec.model_path.encode()).digest())
+        tflite: dict | None = {"quantization": spec.quantization, "tflite_path": lite.name, "size_bytes_after": 36}
+        profiled: list[float] = []
+        absent: str | None = tflite_absent_reason
+    else:
+        profiled, tflite, absent = step.run(spec.profiled_steps), None, None
+        run_dir = logdir / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / f"{socket.gethostname()}.xplane.pb").write_bytes(XPLANE.read_bytes())
     return ProfileResult(
         **_case(spec, 20 * step.ms),
         phases_s={"import_tf": 0.0, "load_model": 0.0, "cold_step": 0.0, "warmup_steps": 0.0},
@@ -217,6 +229,8 @@ def profile(spec: RunnerSpec) -> ProfileResult:
         profiled_step_times_ms=profiled,
         profile_dir=str(logdir),
         profiled_window_s=0.0,
+        tflite=tflite,
+        profile_absent_reason=absent,
         telemetry={},
         host_load=host_load(),
         wall_s=time.perf_counter() - t0,

@@ -124,3 +124,54 @@ def test_publish_to_an_s3_model_store_and_pull_from_it(tmp_path, s3):
         publish_version(store, "tiny", model, version=2)
     pulled = pull_model_version(store, "tiny", "latest", tmp_path / "work")
     assert (pulled.version, pulled.digest) == ("2", two.digest)
+
+
+def test_a_tflite_case_measured_on_one_host_is_archived_with_its_model_on_another(db_url, tmp_path, s3):
+    """A tflite case measured on A and parsed, compared and archived on B: the runner names its ``.tflite`` file
+    relative to its out dir, the measuring stage resolves it into the run state (``ProfiledRun.tflite_path``),
+    B's archive downloads it from the scratch space and keeps it in the S3 archive as ``tflite/model.tflite``."""
+    model = fake_runner.write_model(tmp_path / "src" / "model.keras")
+    s3.fs().put_file(str(model), f"{s3.bucket}/models/tiny/1/model.keras")
+    a, b = _host(tmp_path, "measuring-host", db_url, s3), _host(tmp_path, "default-host", db_url, s3)
+    case = Case(model="tiny", version="1", mode="tflite", quantization="dynamic", **SMALL)
+    ctx = RunContext(dag_id="d", dag_run_id="lite", trigger="manual", case=case)
+    state = pipeline.measure_case(pipeline.run_stage(RunState(ctx=ctx), "pull-model-version", b), a, retry_left=False)
+    assert state.run is not None and state.run.tflite_path is not None
+    assert json.loads(s3.fs().cat_file(f"{s3.bucket}/scratch/{ctx.slug}/run/result.json"))["tflite"]["tflite_path"] == (
+        "model.tflite"
+    )
+    lite = s3.fs().cat_file(f"{s3.bucket}/scratch/{ctx.slug}/run/model.tflite")
+    assert _local_files(a) == []  # A kept nothing: B can only get the model from the scratch space
+    for stage in ("parse", "baseline-compare", "archive"):
+        state = pipeline.run_stage(RunState.model_validate(json.loads(json.dumps(state.to_xcom()))), stage, b)
+    assert state.archived is not None and state.archived.archive_uri.startswith(s3.uri("archive"))
+    kept = state.archived.archive_uri.removeprefix("s3://") + "/tflite/model.tflite"
+    assert s3.fs().cat_file(kept) == lite and lite.startswith(b"TFL3")
+    assert [(r.run_id, r.status) for r in run_locations(db_url)] == [(state.archived.run_id, "success")]
+    assert s3.keys("scratch") == [] and _local_files(b) == []
+
+
+def test_ingest_into_an_s3_archive(db_url, tmp_path, s3, monkeypatch):
+    """``perfwatch ingest`` with ``PERFWATCH_ARCHIVE`` on ``s3://``: the job's xplane lands in the S3 archive under
+    the run's directory (TensorBoard's layout) and the stored run, an external one, names that directory. The
+    committed XSpace has 3 timed steps, below ingest's floor of 5, so its steps are counted twice here (no
+    TensorFlow; the floor itself is tested in tests/integration/test_ingest.py)."""
+    from tasks.services import ingest
+
+    real = ingest.step_times
+    monkeypatch.setattr(
+        ingest, "step_times", lambda p, where: real({**p, "step_breakdown": p["step_breakdown"] * 2}, where)
+    )
+
+    logdir = tmp_path / "job"
+    xplane = logdir / "plugins" / "profile" / "2026_01_01_00_00_00" / "worker.xplane.pb"
+    xplane.parent.mkdir(parents=True)
+    xplane.write_bytes(fake_runner.XPLANE.read_bytes())  # a real XSpace of 3 training steps
+    st = _host(tmp_path, "laptop", db_url, s3)
+    rec, _ = ingest.ingest_profile(logdir, "tiny", "7", batch_size=4, settings=st)
+    assert rec.archive_uri.startswith(s3.uri("archive", "tiny") + "/")
+    kept = rec.archive_uri.removeprefix("s3://") + "/plugins/profile/2026_01_01_00_00_00/worker.xplane.pb"
+    assert s3.fs().cat_file(kept) == xplane.read_bytes()
+    assert not [k for k in s3.keys("archive") if k.endswith(".partial") or "/.partial" in k]  # no staging left
+    (loc,) = run_locations(db_url)
+    assert (loc.run_id, loc.status, loc.archive_uri) == (rec.run_id, "success", rec.archive_uri)
