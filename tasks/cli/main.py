@@ -381,9 +381,10 @@ def run_cmd(
     story = run_story(state, settings.database_url)
     from tasks.analysis.percentiles import percentile_ci
     from tasks.cli.figures import figure_texts
-    from tasks.runner.protocol import StepSamples, read_view
+    from tasks.store.reads import load_samples
 
-    measured = read_view(run.samples_path, StepSamples).measured_step_times_ms
+    # the archived measured steps (the run's work dir is gone once it is archived)
+    measured = load_samples(settings.database_url, [archived.run_id]).get(archived.run_id) or []
     figures = figure_texts(  # in the order of the case's metrics: line (Case.metrics)
         case.metrics,
         median_ms=run.median_step_ms,
