@@ -2,9 +2,11 @@
 
 pull-model-version → env-fingerprint → warm-up → profiled run → parse → baseline-compare → archive
 
-The three measuring stages are one task, ``measure``, on the measuring queue: a task runs on one worker, so the
+The three measuring stages are one task, ``measure``, on a measuring queue: a task runs on one worker, so the
 fingerprint describes the host that warmed up and measured, and a measuring worker with Celery concurrency 1
-measures one case at a time (README "Deployment": N hosts, N cases at once).
+measures one case at a time (README "Deployment": N hosts, N cases at once). A case that names a device kind
+goes to that kind's queue (the config's ``queues:``): one mapped task group per measuring queue, the default
+queue's with the plain task ids, each other's named ``on_<queue>``.
 
 Nightly (cron, no catchup) it profiles every model in the YAML config (``PERFWATCH_CONFIG``);
 a manual trigger profiles one model version given as Params (a release gate when
@@ -38,6 +40,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
 
 from tasks.services.publish import release_asset_uris
+from tasks.settings import Settings
+from tasks.stages.devices import dag_measuring_queues, group_id, id_part
 from tasks.stages.params import case_param_schema
 
 # Measurements need a quiet host. Per host: the measuring worker that serves PROFILE_QUEUE runs with Celery
@@ -53,6 +57,9 @@ HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATC
 # The measure task (fingerprint, warm-up, profiled run: the stages that must see the measured hardware) goes
 # to this Celery queue; docker-compose.yml serves "gpu" with a GPU worker. Default: Airflow's own default.
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
+# Every measuring queue: PROFILE_QUEUE (cases of device auto), then each queue of the config's `queues:` (a
+# device kind's or hardware label's), read when the DAG is parsed; one mapped task group per queue.
+MEASURING_QUEUES = dag_measuring_queues(Settings.from_env().config_path, PROFILE_QUEUE)
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
 
@@ -117,9 +124,16 @@ def perfwatch_profile():
         dag_run = ctx["dag_run"]
         events = [(a.uri, dict(e.extra or {})) for a, evs in ctx["triggering_asset_events"].items() for e in evs]
         if events:
-            return release_cases(dag_run.dag_id, dag_run.run_id, events)
+            return release_cases(dag_run.dag_id, dag_run.run_id, events, measuring_queues=MEASURING_QUEUES)
         trigger = trigger_kind(dag_run.run_type, ctx["params"].get("trigger"))
-        return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]))
+        return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]), None, MEASURING_QUEUES)
+
+    @task
+    def route(states: list[dict], queue: str) -> list[dict]:
+        """The planned cases that the measuring workers of ``queue`` measure (plan chose each case's queue)."""
+        from tasks.stages.devices import states_on
+
+        return states_on(states, queue)
 
     @task(map_index_template=CASE_LABEL)
     def pull_model_version(state: dict) -> dict:
@@ -131,7 +145,6 @@ def perfwatch_profile():
     @task(
         map_index_template=CASE_LABEL,
         pool=PROFILE_POOL,
-        queue=PROFILE_QUEUE,
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
     )
@@ -194,21 +207,31 @@ def perfwatch_profile():
         except TrendAlert as e:
             raise AirflowFailException(str(e)) from e
 
-    @task
+    @task(trigger_rule="none_failed")
     def outcome() -> None:
-        """Runs only when every case and the trend watch succeeded; otherwise it is upstream_failed, which
-        makes the DAG run red (watch_trend, which runs whatever the cases did, would leave it green)."""
+        """Runs only when every case and the trend watch succeeded (a measuring queue with no case in this run is
+        skipped); otherwise it is upstream_failed, which makes the DAG run red (watch_trend, which runs whatever
+        the cases did, would leave it green)."""
 
-    @task_group(prefix_group_id=False)
-    def each_case(state: dict):
-        """The stages of one case, mapped over the cases: a task instance waits only for the same case's
-        upstream, so one failing case fails only itself."""
-        measured = measure(state=pull_model_version(state=state))  # env-fingerprint → warm-up → profiled run
-        return archive(state=baseline_compare(state=parse(state=measured)))
+    def each_case(queue: str):
+        """The stages of one case whose measuring queue is ``queue``, as a task group to map over its cases: a task
+        instance waits only for the same case's upstream, so one failing case fails only itself."""
+        group = group_id(queue, PROFILE_QUEUE)
 
-    cases, done = each_case.expand(state=plan()), outcome()
-    cases >> watch_trend() >> done
-    cases >> done
+        @task_group(group_id=group or "each_case", prefix_group_id=group is not None)
+        def stages(state: dict):
+            measured = measure.override(queue=queue)(state=pull_model_version(state=state))  # fingerprint, warm-up, run
+            return archive(state=baseline_compare(state=parse(state=measured)))
+
+        return stages
+
+    planned, trend, done = plan(), watch_trend(), outcome()
+    for queue in MEASURING_QUEUES:
+        routed = route.override(task_id=f"route_{id_part(queue)}")
+        states = planned if len(MEASURING_QUEUES) == 1 else routed(planned, queue)
+        cases = each_case(queue).expand(state=states)
+        cases >> trend >> done
+        cases >> done
 
 
 perfwatch_profile()

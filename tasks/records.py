@@ -375,6 +375,15 @@ class Case(Record):
         "measurement; the verdict is then inconclusive ('host busy: ...').",
         json_schema_extra=CONFIG_ONLY,
     )
+    max_steal_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="The host is busy when the hypervisor stole more than this share of its CPU time during the "
+        "measurement (a shared virtual machine); neither wall nor CPU time then decides: the verdict is "
+        "inconclusive ('host busy: ...').",
+        json_schema_extra=CONFIG_ONLY,
+    )
     auto_accept: bool = Field(
         True,
         description="A run whose verdict is pass, no-baseline, improvement or env-changed becomes the active "
@@ -1238,6 +1247,9 @@ class RunState(Record):
     #: ``<model> <case name>`` (with its readable label: ``case_title``): the case's mapped task instances in the
     #: Airflow grid
     label: str | None = None
+    #: the Celery queue whose measuring workers measure the case (plan: ``tasks.stages.devices.queue_for``); the
+    #: profile DAG's mapped task group of that queue runs its stages
+    queue: str | None = None
     pulled: PulledModel | None = None
     env: EnvRecord | None = None
     warmup: WarmupRecord | None = None

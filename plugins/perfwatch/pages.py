@@ -193,13 +193,16 @@ def _ratio_text(ratio: Any, low: Any, high: Any) -> str:
 
 def airflow_links(request: Request, run: dict[str, Any]) -> dict[str, str]:
     """Airflow UI links of a stored run (``run_pages`` row): ``dag_run`` (its DAG run page) and ``task_log``
-    (the task of the failed stage, else ``archive``, whose log holds the verdict; the stage tasks are
-    mapped over the cases, so the link opens the list of the task's mapped instances, one per case).
-    Empty for runs made outside Airflow (``LOCAL_DAG_IDS``)."""
+    (the task of the failed stage, else ``archive``, whose log holds the verdict: ``measure`` for the three
+    measuring stages, in the task group of the case's measuring queue, ``tasks.stages.devices.airflow_task_id``;
+    the stage tasks are mapped over the cases, so the link opens the list of the task's mapped instances, one per
+    case). Empty for runs made outside Airflow (``LOCAL_DAG_IDS``)."""
+    from tasks.stages.devices import airflow_task_id
+
     if run["dag_id"] in LOCAL_DAG_IDS:
         return {}
     dag_run = f"{airflow_root(request)}/dags/{quote_segment(run['dag_id'])}/runs/{quote_segment(run['dag_run_id'])}"
-    task = (run["failed_stage"] or "archive").replace("-", "_")
+    task = airflow_task_id(run["failed_stage"] or "archive", run.get("device") or "auto", run.get("hardware"))
     return {"dag_run": dag_run, "task_log": f"{dag_run}/tasks/{quote_segment(task)}/mapped"}
 
 

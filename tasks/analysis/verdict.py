@@ -163,6 +163,7 @@ def look_decides(
     *,
     host_load: Mapping[str, Any] | None,
     max_other_cpu_share: float,
+    max_steal_share: float = calibration.MAX_STEAL_SHARE,
     gpu: bool | None,
 ) -> tuple[bool, Literal["wall", "cpu"]]:
     """Whether a sequential paired gate may stop at its newest look (``looks[-1]`` pairs), and on which
@@ -179,7 +180,11 @@ def look_decides(
     Raises:
         ValueError: as ``sequential.look`` (look points that do not fit the ratios).
     """
-    busy = calibration.assess_noise(dict(host_load) if host_load else None, max_other_cpu_share=max_other_cpu_share)
+    busy = calibration.assess_noise(
+        dict(host_load) if host_load else None,
+        max_other_cpu_share=max_other_cpu_share,
+        max_steal_share=max_steal_share,
+    )
     if busy.busy and d_cpu is not None and gpu is False:
         f = sequential.look(d_cpu, looks, design)
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
@@ -452,7 +457,9 @@ def judge_noise(
         ValueError: as :func:`paired_comparison` and ``calibration.assess_noise``.
     """
     if paired is None:
-        noise = calibration.assess_noise(host_load, max_other_cpu_share=case.max_other_cpu_share)
+        noise = calibration.assess_noise(
+            host_load, max_other_cpu_share=case.max_other_cpu_share, max_steal_share=case.max_steal_share
+        )
         if noise.busy:
             return noise.model_copy(
                 update={"metric_reason": "no metric fit to decide: only a paired gate can decide on CPU time"}
@@ -465,6 +472,7 @@ def judge_noise(
         gate_pairs=comparison.n_candidate,
         calibration=calibrated,
         max_other_cpu_share=case.max_other_cpu_share,
+        max_steal_share=case.max_steal_share,
     )
     d_cpu = _cpu_log_ratios(paired, comparison.n_candidate)
     noise = calibration.choose_metric(
@@ -558,7 +566,10 @@ def decide(
             paired is None
             and noise.get("busy")
             and history_on == "cpu"
-            and calibration.steal_exceeded(noise.get("host_load"))[1] is None
+            and calibration.steal_exceeded(
+                noise.get("host_load"), (noise.get("bounds") or {}).get("steal_share", calibration.MAX_STEAL_SHARE)
+            )[1]
+            is None
         ):
             _decide_history_busy(d, case, noise)
         elif noise.get("busy") and d.verdict in DECIDED:

@@ -243,13 +243,20 @@ def release_requests(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str
     return out
 
 
-def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str, Any]]], settings=None) -> list[dict]:
+def release_cases(
+    dag_id: str,
+    dag_run_id: str,
+    events: list[tuple[str, dict[str, Any]]],
+    settings=None,
+    measuring_queues: list[str] | None = None,
+) -> list[dict]:
     """The run states (``tasks.records.RunState`` XCom dicts) of a DAG run triggered by release Asset events:
     for every published (model, version) (:func:`release_requests`), every case of that model in the nightly
     config (its whole matrix) with ``version`` pinned and trigger ``release`` (a paired gate against the
     baseline's version), so the gate measures exactly what the nightly runs measure and finds their baseline;
     a model outside the config gets one case of the DAG's defaults. Built by ``pipeline.plan_cases`` (as for
-    the Params ``model``, ``version``, ``case='all'``), which also migrates the store.
+    the Params ``model``, ``version``, ``case='all'``), which also migrates the store and gives each case its
+    measuring queue (``measuring_queues``: the DAG's, as ``plan_cases`` takes them).
 
     Raises:
         ValueError: an event's extra is malformed, or the config is invalid (``tasks.matrix.load_config``).
@@ -264,7 +271,7 @@ def release_cases(dag_id: str, dag_run_id: str, events: list[tuple[str, dict[str
     states: list[dict] = []
     for model, version in wanted:
         params = {"model": model, "version": version, **({"case": "all"} if model in configured else {})}
-        states += plan_cases(dag_id, dag_run_id, "release", params, settings)
+        states += plan_cases(dag_id, dag_run_id, "release", params, settings, measuring_queues)
     return states
 
 

@@ -3,22 +3,26 @@
 The YAML config may carry a ``queues:`` section mapping a device kind (``Case.device``: cpu, gpu, tpu) or a
 hardware label (``Case.hardware``, e.g. ``gpu-h100``) to the Celery queue of the workers that have it::
 
-    queues: {cpu: default, gpu: gpu, gpu-h100: h100}
+    queues: {cpu: cpu, gpu: gpu, gpu-h100: h100}
 
 A case's queue (:func:`queue_for`) is its hardware label's, else its kind's; a case of kind ``auto`` goes
-to the measuring queue of the DAG (``PERFWATCH_PROFILE_QUEUE``), as every case did before cases named a
-device. :func:`check_queues` runs when the DAG run is planned and refuses, by name, a case whose kind has
-no queue (it would wait forever) and one whose queue is not the one the DAG's measuring tasks go to (the
-profile DAG's measuring tasks have one queue: Airflow cannot give each mapped task instance its own), so a
-case never waits for a worker that no task of the DAG is sent to, and never runs on a worker of another
-kind. Which queues have live workers is not known from here (Airflow's API does not list Celery workers;
-``celery inspect active_queues`` needs the broker): a served-queue set, where a caller has one, is checked
-too (``served``).
+to the DAG's default measuring queue (``PERFWATCH_PROFILE_QUEUE``), as every case did before cases named a
+device. Airflow 3 cannot give each mapped task instance its own queue (``expand`` does not map ``queue``), so
+the profile DAG has one mapped task group per measuring queue (:func:`measuring_queues`, read from the config
+when the DAG is parsed; :func:`group_id` names the group): plan gives each case its queue
+(``RunState.queue``), a ``route`` task per queue hands a group its cases (:func:`states_on`), and the group's
+``measure`` task goes to that queue. :func:`check_queues` runs when the DAG run is planned and refuses, by
+name, a case whose kind has no queue (it would wait forever) and one whose queue is not among the DAG's
+measuring queues (the config changed since the DAG was parsed), so a case never waits for a worker that no
+task of the DAG is sent to, and never runs on a worker of another kind. Which queues have live workers is not
+known from here (Airflow's API does not list Celery workers; ``celery inspect active_queues`` needs the
+broker): a served-queue set, where a caller has one, is checked too (``served``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,10 @@ from tasks.runner.devices import KINDS
 
 if TYPE_CHECKING:
     from tasks.analysis.environment import Fingerprint
+
+
+PROFILE_QUEUE_ENV = "PERFWATCH_PROFILE_QUEUE"
+"""The DAG's default measuring queue (kind ``auto``'s; Airflow's ``default`` when unset)."""
 
 
 class QueueError(ValueError):
@@ -74,43 +82,126 @@ def config_queues(path: str | Path) -> dict[str, str]:
 def queue_for(case: Case, queues: Mapping[str, str], default_queue: str) -> str | None:
     """The Celery queue that measures ``case``: its hardware label's in ``queues``, else its device kind's;
     ``default_queue`` (the DAG's measuring queue) for kind ``auto``; None when its kind has no queue."""
-    if case.device == "auto":
+    return _queue_of(case.device, case.hardware, queues, default_queue)
+
+
+def _queue_of(device: str, hardware: str | None, queues: Mapping[str, str], default_queue: str) -> str | None:
+    if device == "auto":
         return default_queue
-    if case.hardware is not None and case.hardware in queues:
-        return queues[case.hardware]
-    return queues.get(case.device)
+    if hardware is not None and hardware in queues:
+        return queues[hardware]
+    return queues.get(device)
+
+
+def airflow_task_id(
+    stage_id: str, device: str = "auto", hardware: str | None = None, *, config_path: str | Path | None = None
+) -> str:
+    """The profile DAG's task id that ran stage ``stage_id`` (``tasks.stages.registry``: the three measuring stages
+    are ``measure``) of a case of ``device`` and ``hardware`` (a stored run's ``Case`` fields): the task in the
+    group of the case's measuring queue (:func:`group_id`, ``on_gpu.measure``), as the config at
+    ``config_path`` (default ``PERFWATCH_CONFIG``) and ``PERFWATCH_PROFILE_QUEUE`` route it now; the plain id
+    when the config cannot be read or has no queue for the kind.
+
+    Raises:
+        ValueError: ``stage_id`` is not a stage.
+    """
+    import os
+
+    from tasks.settings import Settings
+    from tasks.stages.registry import stage
+
+    task = stage(stage_id).task_id
+    default = os.environ.get(PROFILE_QUEUE_ENV, "default")
+    try:
+        queues = config_queues(config_path or Settings.from_env().config_path)
+    except Exception:  # noqa: BLE001 - a link, not a plan: a config that cannot be read routes nothing
+        queues = {}
+    queue = _queue_of(device, hardware, queues, default)
+    group = group_id(queue, default) if queue else None
+    return f"{group}.{task}" if group else task
+
+
+def measuring_queues(queues: Mapping[str, str], default_queue: str) -> list[str]:
+    """The DAG's measuring queues: ``default_queue`` (``PERFWATCH_PROFILE_QUEUE``: kind ``auto``'s) first, then
+    every other queue that the config's ``queues:`` (:func:`parse_queues`) names, sorted, each once: one mapped
+    task group of the profile DAG per queue."""
+    return [default_queue, *sorted(set(queues.values()) - {default_queue})]
+
+
+def dag_measuring_queues(config_path: str | Path, default_queue: str) -> list[str]:
+    """:func:`measuring_queues` of the config at ``config_path``, for DAG parsing: a missing config or a bad
+    ``queues:`` section gives ``[default_queue]`` alone (the DAG stays loadable; planning then refuses, by name,
+    the cases that no measuring queue of the DAG serves, or reports the config's error)."""
+    try:
+        return measuring_queues(config_queues(config_path), default_queue)
+    except Exception:  # noqa: BLE001 - parse time: the DAG must stay loadable (YAML errors are no ValueError)
+        return [default_queue]
+
+
+def group_id(queue: str, default_queue: str) -> str | None:
+    """The task group of the cases measured on ``queue``: None for ``default_queue`` (its tasks keep the ids
+    ``pull_model_version``, ``measure``, ``parse``, ``baseline_compare``, ``archive``), else ``on_<queue>``
+    (tasks ``on_<queue>.measure``...) with each character that Airflow's ids refuse as ``_``."""
+    if queue == default_queue:
+        return None
+    return "on_" + id_part(queue)
+
+
+def id_part(queue: str) -> str:
+    """``queue`` as a part of an Airflow task or group id: each character other than letters, digits, ``_`` and
+    ``-`` as ``_`` (the profile DAG's ``route_<queue>`` tasks, :func:`group_id`)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", queue)
+
+
+def states_on(states: Sequence[Mapping[str, Any]], queue: str) -> list[dict[str, Any]]:
+    """The planned run states (``RunState.to_xcom()`` dicts) whose measuring queue (``RunState.queue``) is
+    ``queue``, in plan order.
+
+    Raises:
+        QueueError: a state without a queue (planned by a perfwatch before cases were routed): it names the case.
+    """
+    out = []
+    for s in states:
+        if not s.get("queue"):
+            raise QueueError(f"run state {s.get('label')!r} has no measuring queue: plan it again")
+        if s["queue"] == queue:
+            out.append(dict(s))
+    return out
 
 
 def check_queues(
-    cases: list[Case], queues: Mapping[str, str], measuring_queue: str, served: set[str] | None = None
+    cases: list[Case], queues: Mapping[str, str], measuring: str | Collection[str], served: set[str] | None = None
 ) -> dict[str, str]:
     """``{"<model> <case name>": queue}`` of every planned case, or the refusal of those no worker would take.
 
     Args:
         cases: the planned cases.
         queues: the config's ``queues:`` (:func:`parse_queues`).
-        measuring_queue: the queue the DAG's measuring tasks go to (``PERFWATCH_PROFILE_QUEUE``).
+        measuring: the DAG's measuring queues (:func:`measuring_queues`), the default first (kind ``auto``'s,
+            ``PERFWATCH_PROFILE_QUEUE``); a single name is that queue alone.
         served: queues known to have a worker, where the caller knows (None: not checked).
 
     Raises:
         QueueError: naming each case whose device kind (or label) has no queue in ``queues``, whose queue is
-            not ``measuring_queue``, or not in ``served``; and what to change.
+            not one of ``measuring``, or not in ``served``; and what to change.
     """
+    dag_queues = [measuring] if isinstance(measuring, str) else list(measuring)
     out: dict[str, str] = {}
     faults: list[str] = []
     for c in cases:
         label = f"{c.model} {c.name}"
         want = c.hardware or c.device
-        q = queue_for(c, queues, measuring_queue)
+        q = queue_for(c, queues, dag_queues[0])
         if q is None:
             faults.append(
                 f"case {label} asks for device {want}, which no queue serves (the config's queues: maps "
                 f"{', '.join(f'{k}: {v}' for k, v in queues.items()) or 'nothing'})"
             )
-        elif q != measuring_queue:
+        elif q not in dag_queues:
             faults.append(
-                f"case {label} asks for device {want}, whose queue is {q!r}, but this DAG's measuring tasks go to "
-                f"queue {measuring_queue!r} (PERFWATCH_PROFILE_QUEUE): no task of it would reach a {want} worker"
+                f"case {label} asks for device {want}, whose queue is {q!r}, but this DAG measures on "
+                f"{', '.join(repr(x) for x in dag_queues)} only (PERFWATCH_PROFILE_QUEUE and the config's queues: "
+                f"when the DAG was parsed): no task of it would reach a {want} worker"
             )
         elif served is not None and q not in served:
             faults.append(
@@ -122,7 +213,8 @@ def check_queues(
         raise QueueError(
             "refused before any case waits for a worker that never comes: "
             + "; ".join(faults)
-            + ". Map the kind in the config's queues: section, or set PERFWATCH_PROFILE_QUEUE to its queue."
+            + ". Map the kind in the config's queues: section (the DAG then measures on that queue once it is "
+            "parsed again), or set PERFWATCH_PROFILE_QUEUE to its queue."
         )
     return out
 

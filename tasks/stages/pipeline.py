@@ -27,7 +27,7 @@ import os
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,23 +92,38 @@ def as_state(state: RunState | Mapping[str, Any]) -> RunState:
 
 
 def plan_cases(
-    dag_id: str, dag_run_id: str, trigger: Trigger, params: dict[str, Any], settings: Settings | None = None
+    dag_id: str,
+    dag_run_id: str,
+    trigger: Trigger,
+    params: dict[str, Any],
+    settings: Settings | None = None,
+    measuring_queues: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One run state per case, as its XCom dict: the Param-given model when set (the other Params fill its
     Case), else every case of the YAML config exactly as configured there (the nightly run). With Params
     ``model`` and ``case``, the cases come from the model's config entries: the one named ``case`` (e.g.
     ``train-bs32-mixed_bfloat16-xla``) or all of them (``case`` = ``all``), with the Params'
     ``version`` and ``measured_steps``. Each state's ``label`` (``<model> <case name>``, with the case's readable
-    label beside it: ``tasks.records.case_title``) names its mapped task instances in the Airflow grid. A case
-    the planning host's hardware cannot run as it says (mixed precision without the type, mirrored with one
-    replica) is logged as a warning (:func:`warn_hardware`).
+    label beside it: ``tasks.records.case_title``) names its mapped task instances in the Airflow grid, and its
+    ``queue`` is the Celery queue that measures it (``tasks.stages.devices.queue_for``: the config's ``queues:``
+    for a case that names a device, else the default measuring queue). A case the planning host's hardware cannot
+    run as it says (mixed precision without the type, mirrored with one replica) is logged as a warning
+    (:func:`warn_hardware`) when the planning host is the measuring one (the case's queue is ``default``).
+
+    Args:
+        measuring_queues: the DAG's measuring queues, the default first (the DAG passes the ones it was parsed
+            with, ``tasks.stages.devices.dag_measuring_queues``); None: ``PERFWATCH_PROFILE_QUEUE`` and the
+            config's ``queues:`` as they are now.
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
     Raises:
         pydantic.ValidationError: a Param is out of range; ValueError/FileNotFoundError: bad config,
-            ``case`` without ``model``, or a ``case`` the model's config entries do not have.
+            ``case`` without ``model``, or a ``case`` the model's config entries do not have;
+            ``tasks.stages.devices.QueueError``: a case that names a device no measuring queue serves.
     """
+    from tasks.stages import devices
+
     settings = settings or Settings.from_env()
     migrate(settings.database_url)
     if params.get("case"):
@@ -128,22 +143,24 @@ def plan_cases(
         cases = [Case.model_validate(case_fields)]
     else:
         cases = load_config(settings.config_path)
-    if os.environ.get("PERFWATCH_PROFILE_QUEUE", "default") == "default":  # measured where planned (the DAG's queue)
-        warn_hardware(cases)
-    if any(c.device != "auto" for c in cases):  # a device no queue serves is refused now, by name
-        from tasks.stages import devices
-
-        path, measuring = Path(settings.config_path), os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
-        planned = devices.check_queues(cases, devices.config_queues(path) if path.is_file() else {}, measuring)
-        if broker := os.environ.get(devices.BROKER_ENV):  # which queues have a live worker, where Celery can say
-            for warning in devices.unserved_warnings(planned, devices.served_queues(broker)):
-                log.warning("%s", warning)
+    path = Path(settings.config_path)
+    queues = devices.config_queues(path) if path.is_file() else {}
+    default_queue = os.environ.get(devices.PROFILE_QUEUE_ENV, "default")
+    dag_queues = list(measuring_queues or devices.measuring_queues(queues, default_queue))
+    # a device no measuring queue serves is refused now, by name (auto cases go to the default queue)
+    planned = devices.check_queues(cases, queues, dag_queues)
+    if any(c.device != "auto" for c in cases) and (broker := os.environ.get(devices.BROKER_ENV)):
+        for warning in devices.unserved_warnings(planned, devices.served_queues(broker)):  # where Celery can say
+            log.warning("%s", warning)
+    routed = [(c, devices.queue_for(c, queues, dag_queues[0]) or dag_queues[0]) for c in cases]
+    warn_hardware([c for c, q in routed if q == "default"])  # measured where planned (the default queue)
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c),
             label=f"{c.model} {case_title(c.name, case_label(c))}",
+            queue=q,
         ).to_xcom()
-        for c in cases
+        for c, q in routed
     ]
 
 

@@ -226,6 +226,7 @@ def paired_run(
                 design,
                 host_load=info.host_load,
                 max_other_cpu_share=case.max_other_cpu_share,
+                max_steal_share=case.max_steal_share,
                 gpu=gpu,
             )
             stopping.append(metric)

@@ -467,7 +467,8 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
     """What the history pages show and link for each of ``run_ids`` (absent ids are left out) in the store
     at ``db_url`` (default: the settings', ``PERFWATCH_DATABASE_URL``): run_id,
     dag_id, dag_run_id, model, version (as pulled, else as requested), case, case_label (the run's readable case
-    label, ``tasks.records.case_label``; None for a case without one), status, verdict,
+    label, ``tasks.records.case_label``; None for a case without one), device and hardware (the case's
+    ``Case.device``, ``auto`` for runs stored before cases named one, and ``Case.hardware``), status, verdict,
     failed_stage, error (failed runs, full text), started_at and finished_at (UTC), median_step_ms (ms,
     our timer), median_cpu_ms and median_wait_ms (the measured steps' median process CPU time and run-queue
     wait, ms; None where not recorded: ``tasks.store.series.step_counter_medians``), throughput_eps
@@ -519,8 +520,17 @@ def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[s
         row = dict(r)
         ev = row.pop("evidence") or {}
         reason = ev.get("reason") or (ev.get("noise") or {}).get("reason") if ev else None
-        label = case_label(row.pop("params"))
-        out[r["run_id"]] = {**row, "case_label": label, "median_cpu_ms": cpu, "median_wait_ms": wait, "reason": reason}
+        params = row.pop("params") or {}
+        label = case_label(params)
+        device = {"device": params.get("device") or "auto", "hardware": params.get("hardware")}
+        out[r["run_id"]] = {
+            **row,
+            **device,
+            "case_label": label,
+            "median_cpu_ms": cpu,
+            "median_wait_ms": wait,
+            "reason": reason,
+        }
     return out
 
 

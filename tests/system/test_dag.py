@@ -142,26 +142,42 @@ dag = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_profile")
 dr = dag.test(run_conf={})
 with create_session() as s:
     tis = s.query(TaskInstance).filter(TaskInstance.run_id == dr.run_id).all()
-    print(json.dumps({"state": str(dr.state), "tis": [[t.task_id, t.map_index, str(t.state), t.rendered_map_index]
-                                                       for t in tis]}))
+    print(json.dumps({"state": str(dr.state),
+                      "tis": [[t.task_id, t.map_index, str(t.state), t.rendered_map_index, t.queue] for t in tis]}))
+"""
+
+
+_ROUTES = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_profile")
+print(json.dumps({"tasks": {t.task_id: {"queue": t.queue, "up": sorted(t.upstream_task_ids)} for t in dag.tasks}}))
 """
 
 
 @pytest.mark.slow
-def test_a_failing_case_fails_only_itself(home, model_store, tmp_path):
-    """A mapped DAG run (``dag.test()``) of 2 config cases where one cannot be pulled: the other case's
-    stages all succeed and it is archived; each case is named in the grid (``map_index_template``)."""
+def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home, tmp_path):
+    """The config's ``queues:`` gives the DAG one mapped task group per measuring queue (issue 24: hardware kinds as
+    queues; Airflow's ``expand`` cannot map ``queue``): the default queue's with the plain task ids, each other's
+    ``on_<queue>.*`` with its ``measure`` on that queue, each fed by its ``route_<queue>`` task. A DAG run
+    (``dag.test()``, the fake runner) of two auto cases and a cpu case measures each in its own queue's group, each
+    named in the grid (``map_index_template``); the case that cannot be pulled fails only itself (the other cases'
+    stages all succeed and are archived), the gpu queue's group, with no case in this run, is skipped, and the
+    DAG run is red because of the failed case."""
     from sqlalchemy import select
 
     from tasks.settings import Settings
     from tasks.store import Run, session_scope
+    from tests.helpers import fake_runner
 
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text(
-        "defaults: {measured_steps: 5, profiled_steps: 2, warmup_max_steps: 10}\nmodels:\n"
-        "  - {model: tiny, version: '1', batch_size: 2}\n"
-        "  - {model: tiny, version: '9', batch_size: 3}\n"
+        "queues: {cpu: cpu-hosts, gpu: gpu}\n"
+        "defaults: {version: '1', measured_steps: 10, profiled_steps: 2, warmup_max_steps: 10}\n"
+        "models:\n  - {model: tiny, batch_size: 2}\n  - {model: tiny, batch_size: 3, device: cpu}\n"
+        "  - {model: tiny, version: '9', batch_size: 4}\n"
     )  # no version 9: its pull fails
+    fake_runner.write_model(home / "models" / "tiny" / "1" / "model.keras")
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
@@ -170,34 +186,56 @@ def test_a_failing_case_fails_only_itself(home, model_store, tmp_path):
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "PYTHONPATH": DAG_PYTHONPATH,
         "PERFWATCH_CONFIG": str(cfg),
+        "PERFWATCH_PROFILE_QUEUE": "measure",
+        "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
         "GX_ANALYTICS_ENABLED": "false",
     }
-    subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-        env=env,
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-    )
+    env.pop("PERFWATCH_RUNNER_PYTHON", None)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+    shape = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _ROUTES, str(ROOT / "dags")], env=env, capture_output=True, text=True, check=True
+        ).stdout.splitlines()[-1]
+    )["tasks"]
+    assert {t: v["queue"] for t, v in shape.items() if t.split(".")[-1] == "measure"} == {
+        "measure": "measure",
+        "on_cpu-hosts.measure": "cpu-hosts",
+        "on_gpu.measure": "gpu",
+    }
+    for group, queue in (("", "measure"), ("on_cpu-hosts.", "cpu-hosts"), ("on_gpu.", "gpu")):
+        assert shape[f"{group}pull_model_version"]["up"] == [f"route_{queue}"]
+        assert shape[f"route_{queue}"]["up"] == ["plan"]
+        assert f"{group}archive" in shape["outcome"]["up"] and f"{group}archive" in shape["watch_trend"]["up"]
     proc = subprocess.run(
         [sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")],
         env=env,
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=1500,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    by_case = {i: {t: state for t, idx, state, _ in got["tis"] if idx == i} for i in (0, 1)}
-    assert by_case[0] == dict.fromkeys(CASE_TASKS, "success")
-    assert by_case[1] == {"pull_model_version": "failed", **dict.fromkeys(CASE_TASKS[1:], "upstream_failed")}
-    names = {(t, idx): label for t, idx, _, label in got["tis"]}
-    assert names[("pull_model_version", 0)] == names[("archive", 0)] == "tiny train-bs2"
-    assert names[("pull_model_version", 1)] == "tiny train-bs3"
-    states = {t: state for t, idx, state, _ in got["tis"] if idx == -1}
-    assert states == {"plan": "success", "watch_trend": "success", "outcome": "upstream_failed"}
-    assert got["state"] == "failed"  # the DAG run is red: one of its cases failed
-    with session_scope(Settings.from_env().database_url) as s:
-        runs = {r.case_name: (r.status, r.failed_stage) for r in s.scalars(select(Run))}
-    assert runs == {"train-bs2": ("success", None), "train-bs3": ("failed", "pull-model-version")}
+    states = {(t, label): state for t, _, state, label, _ in got["tis"]}
+    queues = {t: queue for t, _, _, _, queue in got["tis"]}
+    assert {t: states[(t, "tiny train-bs2")] for t in CASE_TASKS} == dict.fromkeys(CASE_TASKS, "success")
+    routed = {t: states[(f"on_cpu-hosts.{t}", "tiny train-bs3-cpu")] for t in CASE_TASKS}
+    assert routed == dict.fromkeys(CASE_TASKS, "success")
+    assert (queues["measure"], queues["on_cpu-hosts.measure"]) == ("measure", "cpu-hosts")
+    # a task that never ran has no rendered name: the failed case's instances by its map index
+    (idx,) = [i for t, i, _, label, _ in got["tis"] if (t, label) == ("pull_model_version", "tiny train-bs4")]
+    failed = {t: state for t, i, state, _, _ in got["tis"] if i == idx and t in CASE_TASKS}
+    assert failed == {"pull_model_version": "failed", **dict.fromkeys(CASE_TASKS[1:], "upstream_failed")}
+    assert {s for (t, _), s in states.items() if t.startswith("on_gpu.")} == {"skipped"}
+    assert {t: states[(t, None)] for t in ("plan", "route_measure", "route_cpu-hosts", "route_gpu", "watch_trend")} == (
+        dict.fromkeys(("plan", "route_measure", "route_cpu-hosts", "route_gpu", "watch_trend"), "success")
+    )
+    assert states[("outcome", None)] == "upstream_failed" and got["state"] == "failed"  # red: a case failed
+    with session_scope(Settings.from_env({"PERFWATCH_HOME": str(home)}).database_url) as s:
+        runs = sorted((r.case_name, r.status, r.failed_stage) for r in s.scalars(select(Run)))
+    assert runs == [
+        ("train-bs2", "success", None),
+        ("train-bs3-cpu", "success", None),
+        ("train-bs4", "failed", "pull-model-version"),
+    ]

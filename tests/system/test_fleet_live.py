@@ -4,13 +4,15 @@
 space and archive are ``s3://`` URIs) and the databases (Airflow's metadata and the perfwatch store on
 PostgreSQL). The runner is the fake one (``tests.helpers.fake_runner``: no TensorFlow, a real committed XSpace).
 
-The nightly DAG run that unpausing starts, over a config of three cases: each case's ``measure`` task
-(fingerprint, warm-up, profiled run) runs on a measuring worker (``airflow-worker-gpu``'s command: Celery
-concurrency 1 on the measuring queue), parse, compare and archive on the default worker. Checked: every case
-archived with its verdict and its xplane in the S3 archive; the measurements of one host never overlap in time,
-those of the two hosts do; each worker downloaded only what its stage reads (a parse task's log names the samples
-and the profile, never the model); no worker kept a file of a run. Needs PostgreSQL and Redis (skips, saying
-which, without them), as ``test_airflow_live``.
+The nightly DAG run that unpausing starts, over a config of three cases, two of device ``auto`` and one of
+device ``cpu`` with ``queues: {cpu: cpu}``: each case's ``measure`` task (fingerprint, warm-up, profiled run) runs
+on the measuring worker of its kind's queue (``airflow-worker-gpu``'s command on host 1: Celery concurrency 1 on
+the ``gpu`` queue, ``PERFWATCH_PROFILE_QUEUE``; ``airflow-worker-cpu``'s on host 2: the ``cpu`` queue, the DAG's
+``on_cpu`` task group), parse, compare and archive on the default worker. Checked: every case measured by the
+worker of its queue and archived with its verdict and its xplane in the S3 archive; the measurements of one host
+never overlap in time, those of the two hosts do; each worker downloaded only what its stage reads (a parse
+task's log names the samples and the profile, never the model); no worker kept a file of a run. Needs
+PostgreSQL and Redis (skips, saying which, without them), as ``test_airflow_live``.
 """
 
 from __future__ import annotations
@@ -40,18 +42,24 @@ from tests.system.test_airflow_live import (
     wait_run,
 )
 
-MEASURING = ("measure-host-1", "measure-host-2")
-CASES = (2, 4, 8)  # batch sizes: three cases of the tiny model
+MEASURING = ("measure-host-1", "measure-host-2")  # host 1 serves the gpu queue, host 2 the cpu queue
+CASES = ("train-bs2", "train-bs4", "train-bs8-cpu")  # three cases of the tiny model: two of device auto, one cpu
+QUEUE_OF = {"train-bs2": "gpu", "train-bs4": "gpu", "train-bs8-cpu": "cpu"}
 CONFIG = {
+    "queues": {"cpu": "cpu"},
     "defaults": {
         "version": "1",
         "measured_steps": 20,
         "profiled_steps": 3,
         "warmup_max_steps": 20,
         "max_other_cpu_share": 1.0,
+        "max_steal_share": 1.0,
         "warmup_cv_max": 1.0,
     },
-    "models": [{"model": "tiny", "matrix": {"batch_size": list(CASES)}}],
+    "models": [
+        {"model": "tiny", "matrix": {"batch_size": [2, 4]}},
+        {"model": "tiny", "batch_size": 8, "device": "cpu"},
+    ],
 }
 
 
@@ -101,14 +109,14 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             databases={"airflow": _airflow_db_url(), "perfwatch": _fresh_pg_url()},
         )
         specs = compose()["services"]
-        measuring, default = specs["airflow-worker-gpu"], specs["airflow-worker"]
         services = {
             "airflow-init": specs["airflow-init"],
             "airflow-apiserver": specs["airflow-apiserver"],
             "airflow-scheduler": specs["airflow-scheduler"],
             "airflow-dag-processor": specs["airflow-dag-processor"],
-            "airflow-worker": default,
-            **dict.fromkeys(MEASURING, measuring),
+            "airflow-worker": specs["airflow-worker"],
+            MEASURING[0]: specs["airflow-worker-gpu"],
+            MEASURING[1]: specs["airflow-worker-cpu"],
         }
 
         def own(service: str) -> Path:
@@ -174,22 +182,28 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             archived: list = []
             states = sorted((t["task_id"], t["map_index"], t["state"]) for t in tis)
             assert run["state"] == "success", f"{states}\n{procs.report()}"
-            measures = [t for t in tis if t["task_id"] == "measure"]
-            assert len(measures) == len(CASES) and {t["queue"] for t in measures} == {"gpu"}
+            measures = [t for t in tis if t["task_id"].split(".")[-1] == "measure"]
+            assert sorted(t["rendered_map_index"] for t in measures) == [f"tiny {c}" for c in CASES], measures
+            for t in measures:  # each case measured on its kind's queue, by the worker that serves it
+                queue = QUEUE_OF[t["rendered_map_index"].removeprefix("tiny ")]
+                assert (t["task_id"], t["queue"]) == ({"gpu": "measure", "cpu": "on_cpu.measure"}[queue], queue), t
+                assert t["hostname"] == MEASURING[queue == "cpu"], t
             by_host = {h: [t for t in measures if t["hostname"] == h] for h in MEASURING}
-            assert all(by_host.values()), {h: len(v) for h, v in by_host.items()}  # both hosts measured
             for host, mine in by_host.items():  # one host: one measurement at a time
                 assert not any(_overlap(a, b) for i, a in enumerate(mine) for b in mine[i + 1 :]), (host, mine)
             a, b = by_host.values()  # two hosts: at once
             assert any(_overlap(x, y) for x in a for y in b), [(t["hostname"], _interval(t)) for t in measures]
             for t in tis:  # nothing but the measurement on a measuring host
-                assert (t["hostname"] in MEASURING) == (t["task_id"] == "measure"), (t["task_id"], t["hostname"])
+                assert (t["hostname"] in MEASURING) == (t["task_id"].split(".")[-1] == "measure"), (
+                    t["task_id"],
+                    t["hostname"],
+                )
             for t in tis:  # each archive task returned the verdict the store holds
-                if t["task_id"] == "archive":
+                if t["task_id"].split(".")[-1] == "archive":
                     status, xcom = api.call(
                         "GET",
-                        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/archive/xcomEntries/return_value"
-                        f"?map_index={t['map_index']}&deserialize=true",
+                        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{t['task_id']}/xcomEntries/"
+                        f"return_value?map_index={t['map_index']}&deserialize=true",
                     )
                     assert status == 200, xcom
                     archived.append(xcom["value"])
@@ -201,7 +215,7 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             procs.stop()
         with session_scope(local.databases["perfwatch"]) as s:
             runs = s.scalars(select(Run).where(Run.dag_run_id == run_id)).all()
-            assert sorted((r.case_name, r.status) for r in runs) == [(f"train-bs{n}", "success") for n in CASES]
+            assert sorted((r.case_name, r.status) for r in runs) == [(c, "success") for c in CASES]
             verdicts = {r.case_name: r.verdict for r in runs}
             stored = sorted((r.archive_uri, r.verdict) for r in runs)
             uris = [r.archive_uri for r in runs]

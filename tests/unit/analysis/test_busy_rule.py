@@ -133,6 +133,15 @@ def test_a_busy_host_with_noisy_cpu_time_or_steal_stays_undecided():
         assess_noise({**LOADED, "steal_share": 0.2}), cpu_sd=0.03, cpu_pairs=64, calibration=NO_CAL, gpu=False
     )
     assert stolen.metric is None and "stole 20%" in stolen.metric_reason
+    # the case's steal bound (Case.max_steal_share) is the one CPU time is held to as well
+    allowed = choose_metric(
+        assess_noise({**LOADED, "steal_share": 0.2}, max_steal_share=0.3),
+        cpu_sd=0.03,
+        cpu_pairs=64,
+        calibration=NO_CAL,
+        gpu=False,
+    )
+    assert allowed.metric == "cpu" and "steal 20%" in allowed.metric_reason
     absent = choose_metric(assess_noise(LOADED), cpu_sd=None, cpu_pairs=None, calibration=NO_CAL, gpu=False)
     assert absent.metric is None and "no per-step CPU time" in absent.metric_reason
     paired = _pairs(64, 1.7, 1.7, cpu_sd=0.4)

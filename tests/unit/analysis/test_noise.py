@@ -81,6 +81,12 @@ def test_the_bound_is_a_case_setting_and_bad_values_are_named():
     assert not assess_noise({**QUIET, "other_cpu_share": 0.48}, max_other_cpu_share=0.6).busy
     with pytest.raises(ValueError, match="max_other_cpu_share"):
         assess_noise(QUIET, max_other_cpu_share=0)
+    stolen = {**QUIET, "steal_share": 0.12}
+    assert "stole 12% of the CPU time (bound 5%)" in str(assess_noise(stolen).reason)
+    lenient = assess_noise(stolen, max_steal_share=0.2)  # a VM with steady moderate steal, as its case allows
+    assert not lenient.busy and lenient.bounds["steal_share"] == 0.2
+    with pytest.raises(ValueError, match="max_steal_share"):
+        assess_noise(QUIET, max_steal_share=1.5)
     with pytest.raises(ValueError, match="gate_sd"):
         assess_noise(QUIET, gate_sd=float("nan"), gate_pairs=32)
     with pytest.raises(ValueError, match="gate_pairs"):

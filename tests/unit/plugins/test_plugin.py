@@ -177,7 +177,7 @@ def test_newest_first_missing_values_and_links(airflow):
     assert "<a class='airflow' href='/dags/d/runs/r2/tasks/archive/mapped'>task log</a>" in page
     assert (
         "<a class='airflow' href='/dags/perfwatch_profile/runs/manual__2026-11-30T15%3A00%3A00%2B00%3A00"
-        "/tasks/warm_up/mapped'>task log</a>"
+        "/tasks/measure/mapped'>task log</a>"  # warm-up is one of the three stages of the measure task
     ) in page
     assert "<a href='/perfwatch/runs/2/archive/gx/index.html'>Data Docs</a>" in page
     assert "<a href='/perfwatch/runs/2#profile'>profile</a>" in page

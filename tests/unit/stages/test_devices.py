@@ -12,7 +12,19 @@ from tasks.matrix import MatrixError, config_cases, expand_entry
 from tasks.records import Case, RunContext, check_case_name
 from tasks.runner.devices import device_section, hidden_gpus_env, nvml_seen, refusal
 from tasks.settings import Settings
-from tasks.stages.devices import DeviceMissing, QueueError, check_queues, parse_queues, queue_for, with_device
+from tasks.stages.devices import (
+    DeviceMissing,
+    QueueError,
+    airflow_task_id,
+    check_queues,
+    dag_measuring_queues,
+    group_id,
+    measuring_queues,
+    parse_queues,
+    queue_for,
+    states_on,
+    with_device,
+)
 from tasks.stages.params import case_param_schema
 from tasks.stages.pipeline import plan_cases
 from tests.helpers.builders import BASELINE_FINGERPRINT, with_changes
@@ -81,13 +93,47 @@ def test_a_case_no_queue_serves_is_refused_by_name():
         check_queues(cases, {"cpu": "default", "gpu": "gpu"}, "default")
     msg = str(e.value)
     assert "case m train-bs16-tpu asks for device tpu, which no queue serves" in msg
-    assert (
-        "case m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG's measuring tasks go to "
-        "queue 'default'" in msg
-    )
+    assert "m train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG measures on 'default' only" in msg
     assert "m train-bs16-cpu" not in msg
+    # the DAG's measuring queues, read from the config when it was parsed: every kind's queue is one of them
+    both = check_queues(cases[:2], {"cpu": "default", "gpu": "gpu"}, ["default", "gpu"])
+    assert both == {"m train-bs16-cpu": "default", "m train-bs16-gpu": "gpu"}
     with pytest.raises(QueueError, match="queue 'gpu' has no worker"):
         check_queues(cases[1:2], {"gpu": "gpu"}, "gpu", served={"default"})
+
+
+def test_one_group_per_measuring_queue_and_each_group_gets_its_cases(tmp_path):
+    queues = parse_queues({"cpu": "cpu hosts", "gpu": "gpu", "gpu-h100": "gpu", "tpu": "measure"})
+    assert measuring_queues(queues, "measure") == ["measure", "cpu hosts", "gpu"]  # the default first, each once
+    assert measuring_queues({}, "default") == ["default"]
+    assert group_id("measure", "measure") is None  # the default queue's tasks keep their plain ids
+    assert group_id("cpu hosts", "measure") == "on_cpu_hosts" and group_id("gpu", "measure") == "on_gpu"
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("queues: {gpu: gpu}\nmodels: []\n")
+    assert dag_measuring_queues(cfg, "default") == ["default", "gpu"]
+    for broken in ("queues: {npu: x}\n", "queues: [\n"):  # a bad section, bad YAML: the DAG still loads
+        cfg.write_text(broken)
+        assert dag_measuring_queues(cfg, "default") == ["default"]
+    assert dag_measuring_queues(tmp_path / "missing.yaml", "default") == ["default"]
+    states = [{"label": "m a", "queue": "gpu"}, {"label": "m b", "queue": "default"}, {"label": "m c", "queue": "gpu"}]
+    assert [s["label"] for s in states_on(states, "gpu")] == ["m a", "m c"] and states_on(states, "tpu") == []
+    with pytest.raises(QueueError, match="run state 'm d' has no measuring queue"):
+        states_on([{"label": "m d"}], "gpu")
+
+
+def test_a_stored_runs_task_is_found_in_its_queues_group(tmp_path, monkeypatch):
+    """The run page's task-log link: the stage's task (``measure`` for the three measuring stages) in the group of
+    the case's measuring queue as the config routes it."""
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text("queues: {gpu: gpu, gpu-h100: h100}\nmodels: []\n")
+    monkeypatch.delenv("PERFWATCH_PROFILE_QUEUE", raising=False)
+    assert airflow_task_id("warm-up", config_path=cfg) == "measure"
+    assert airflow_task_id("archive", "gpu", config_path=cfg) == "on_gpu.archive"
+    assert airflow_task_id("env-fingerprint", "gpu", "gpu-h100", config_path=cfg) == "on_h100.measure"
+    assert airflow_task_id("parse", "cpu", config_path=cfg) == "parse"  # no queue for cpu: the plain id
+    assert airflow_task_id("archive", "gpu", config_path=tmp_path / "missing.yaml") == "archive"
+    with pytest.raises(ValueError, match="no stage 'warmup'"):
+        airflow_task_id("warmup")
 
 
 CONFIG = """
@@ -105,12 +151,24 @@ def test_plan_refuses_the_gpu_case_before_it_waits(home, tmp_path, monkeypatch):
     settings = Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
     monkeypatch.delenv("PERFWATCH_PROFILE_QUEUE", raising=False)
     params = {"model": None, "trigger": "manual"}
+    # the DAG was parsed before the config named the gpu queue: it has no group that measures there
     with pytest.raises(QueueError, match="case resnet train-bs16-gpu asks for device gpu, whose queue is 'gpu'"):
-        plan_cases("dag", "scheduled__1", "scheduled", params, settings)
+        plan_cases("dag", "scheduled__1", "scheduled", params, settings, measuring_queues=["default"])
+    states = plan_cases("dag", "scheduled__1", "scheduled", params, settings)  # the DAG's queues as parsed now
+    assert [(RunContext.model_validate(s["ctx"]).case.name, s["queue"]) for s in states] == [
+        ("train-bs16-cpu", "default"),
+        ("train-bs16-gpu", "gpu"),
+    ]
     cfg.write_text(CONFIG.replace("{cpu: default, gpu: gpu}", "{cpu: gpu, gpu: gpu}"))
     monkeypatch.setenv("PERFWATCH_PROFILE_QUEUE", "gpu")  # the GPU worker measures both (cpu with GPUs hidden)
     states = plan_cases("dag", "scheduled__1", "scheduled", params, settings)
-    assert [RunContext.model_validate(s["ctx"]).case.name for s in states] == ["train-bs16-cpu", "train-bs16-gpu"]
+    assert [(RunContext.model_validate(s["ctx"]).case.name, s["queue"]) for s in states] == [
+        ("train-bs16-cpu", "gpu"),
+        ("train-bs16-gpu", "gpu"),
+    ]
+    cfg.write_text(CONFIG.replace("{cpu: default, gpu: gpu}", "{tpu: tpu}"))
+    with pytest.raises(QueueError, match="case resnet train-bs16-cpu asks for device cpu, which no queue serves"):
+        plan_cases("dag", "scheduled__1", "scheduled", params, settings)
 
 
 # --------------------------------------------------------------- the device check on the measuring host
