@@ -40,7 +40,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
 
 from tasks.services.publish import release_asset_uris
-from tasks.settings import Settings
 from tasks.stages.devices import dag_measuring_queues, group_id, id_part
 from tasks.stages.params import case_param_schema
 
@@ -59,7 +58,7 @@ HOST_BUSY_RETRY_DELAY = pendulum.duration(seconds=float(os.environ.get("PERFWATC
 PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 # Every measuring queue: PROFILE_QUEUE (cases of device auto), then each queue of the config's `queues:` (a
 # device kind's or hardware label's), read when the DAG is parsed; one mapped task group per queue.
-MEASURING_QUEUES = dag_measuring_queues(Settings.from_env().config_path, PROFILE_QUEUE)
+MEASURING_QUEUES = dag_measuring_queues(PROFILE_QUEUE)
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
 

@@ -194,10 +194,10 @@ def _ratio_text(ratio: Any, low: Any, high: Any) -> str:
 def airflow_links(request: Request, run: dict[str, Any]) -> dict[str, str]:
     """Airflow UI links of a stored run (``run_pages`` row): ``dag_run`` (its DAG run page) and ``task_log``
     (the task of the failed stage, else ``archive``, whose log holds the verdict: ``measure`` for the three
-    measuring stages, in the task group of the case's measuring queue, ``tasks.stages.devices.airflow_task_id``;
+    measuring stages, in the task group of the case's measuring queue, ``tasks.services.airflow_api.airflow_task_id``;
     the stage tasks are mapped over the cases, so the link opens the list of the task's mapped instances, one per
     case). Empty for runs made outside Airflow (``LOCAL_DAG_IDS``)."""
-    from tasks.stages.devices import airflow_task_id
+    from tasks.services.airflow_api import airflow_task_id
 
     if run["dag_id"] in LOCAL_DAG_IDS:
         return {}

@@ -4,13 +4,15 @@ Authentication as Airflow 3 requires it: a bearer JWT, either given (``PERFWATCH
 obtained from ``POST /auth/token`` with a user name and password (the simple auth manager's users;
 FAB and other auth managers serve the same endpoint). Used by ``perfwatch publish`` (Asset events) and
 ``perfwatch doctor`` (:class:`AirflowClient`, the seam its tests fake); the Airflow UI plugin's Alertmanager
-webhook uses :func:`airflow_token` too.
+webhook uses :func:`airflow_token` too. :func:`airflow_task_id` names the profile DAG's task that ran a stage of
+a stored run (the pages' task-log links).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the profiling runs and release gates
@@ -182,3 +184,30 @@ def emit_asset_event(api: AirflowApi, uri: str, extra: dict[str, Any]) -> dict[s
             raise AirflowApiError(f"POST {api.base_url}/api/v2/assets/events: HTTP {status}: {str(event)[:300]}")
         dag = dag_state(client)
         return {**event, "dag_paused": None if dag is None else bool(dag.get("is_paused"))}
+
+
+def airflow_task_id(
+    stage_id: str, device: str = "auto", hardware: str | None = None, *, config_path: str | Path | None = None
+) -> str:
+    """The profile DAG's task id that ran stage ``stage_id`` (``tasks.stages.registry``: the three measuring stages
+    are ``measure``) of a case of ``device`` and ``hardware`` (a stored run's ``Case`` fields): the task in the
+    group of the case's measuring queue (``tasks.stages.devices.group_id``, ``on_gpu.measure``), as the config at
+    ``config_path`` (default ``PERFWATCH_CONFIG``) and ``PERFWATCH_PROFILE_QUEUE`` route it now; the plain id
+    when the config cannot be read or has no queue for the kind.
+
+    Raises:
+        ValueError: ``stage_id`` is not a stage.
+    """
+    from tasks.settings import Settings
+    from tasks.stages.devices import PROFILE_QUEUE_ENV, config_queues, group_id, queue_of
+    from tasks.stages.registry import stage
+
+    task = stage(stage_id).task_id
+    default = os.environ.get(PROFILE_QUEUE_ENV, "default")
+    try:
+        queues = config_queues(config_path or Settings.from_env().config_path)
+    except Exception:  # noqa: BLE001 - a link, not a plan: a config that cannot be read routes nothing
+        queues = {}
+    queue = queue_of(device, hardware, queues, default)
+    group = group_id(queue, default) if queue else None
+    return f"{group}.{task}" if group else task

@@ -82,43 +82,16 @@ def config_queues(path: str | Path) -> dict[str, str]:
 def queue_for(case: Case, queues: Mapping[str, str], default_queue: str) -> str | None:
     """The Celery queue that measures ``case``: its hardware label's in ``queues``, else its device kind's;
     ``default_queue`` (the DAG's measuring queue) for kind ``auto``; None when its kind has no queue."""
-    return _queue_of(case.device, case.hardware, queues, default_queue)
+    return queue_of(case.device, case.hardware, queues, default_queue)
 
 
-def _queue_of(device: str, hardware: str | None, queues: Mapping[str, str], default_queue: str) -> str | None:
+def queue_of(device: str, hardware: str | None, queues: Mapping[str, str], default_queue: str) -> str | None:
+    """:func:`queue_for` of a case's ``Case.device`` and ``Case.hardware`` (a stored run's params)."""
     if device == "auto":
         return default_queue
     if hardware is not None and hardware in queues:
         return queues[hardware]
     return queues.get(device)
-
-
-def airflow_task_id(
-    stage_id: str, device: str = "auto", hardware: str | None = None, *, config_path: str | Path | None = None
-) -> str:
-    """The profile DAG's task id that ran stage ``stage_id`` (``tasks.stages.registry``: the three measuring stages
-    are ``measure``) of a case of ``device`` and ``hardware`` (a stored run's ``Case`` fields): the task in the
-    group of the case's measuring queue (:func:`group_id`, ``on_gpu.measure``), as the config at
-    ``config_path`` (default ``PERFWATCH_CONFIG``) and ``PERFWATCH_PROFILE_QUEUE`` route it now; the plain id
-    when the config cannot be read or has no queue for the kind.
-
-    Raises:
-        ValueError: ``stage_id`` is not a stage.
-    """
-    import os
-
-    from tasks.settings import Settings
-    from tasks.stages.registry import stage
-
-    task = stage(stage_id).task_id
-    default = os.environ.get(PROFILE_QUEUE_ENV, "default")
-    try:
-        queues = config_queues(config_path or Settings.from_env().config_path)
-    except Exception:  # noqa: BLE001 - a link, not a plan: a config that cannot be read routes nothing
-        queues = {}
-    queue = _queue_of(device, hardware, queues, default)
-    group = group_id(queue, default) if queue else None
-    return f"{group}.{task}" if group else task
 
 
 def measuring_queues(queues: Mapping[str, str], default_queue: str) -> list[str]:
@@ -128,12 +101,15 @@ def measuring_queues(queues: Mapping[str, str], default_queue: str) -> list[str]
     return [default_queue, *sorted(set(queues.values()) - {default_queue})]
 
 
-def dag_measuring_queues(config_path: str | Path, default_queue: str) -> list[str]:
-    """:func:`measuring_queues` of the config at ``config_path``, for DAG parsing: a missing config or a bad
-    ``queues:`` section gives ``[default_queue]`` alone (the DAG stays loadable; planning then refuses, by name,
-    the cases that no measuring queue of the DAG serves, or reports the config's error)."""
+def dag_measuring_queues(default_queue: str, config_path: str | Path | None = None) -> list[str]:
+    """:func:`measuring_queues` of the config at ``config_path`` (default ``PERFWATCH_CONFIG``), for DAG parsing:
+    a missing config or a bad ``queues:`` section gives ``[default_queue]`` alone (the DAG stays loadable;
+    planning then refuses, by name, the cases that no measuring queue of the DAG serves, or reports the config's
+    error)."""
+    from tasks.settings import Settings
+
     try:
-        return measuring_queues(config_queues(config_path), default_queue)
+        return measuring_queues(config_queues(config_path or Settings.from_env().config_path), default_queue)
     except Exception:  # noqa: BLE001 - parse time: the DAG must stay loadable (YAML errors are no ValueError)
         return [default_queue]
 

@@ -257,15 +257,19 @@ def step_quantiles(
     n = len(ordered)
     row: dict[str, Any] = {"n": n, "mean_ms": statistics.fmean(ordered), "min_ms": ordered[0], "max_ms": ordered[-1]}
     for q in QUANTILE_RANKS:
-        row[f"p{q}_ms"] = ordered[(n * q + 99) // 100 - 1]
+        row[f"p{q}_ms"] = nearest_rank(ordered, q)
     for name, values in (("cpu", cpu), ("wait", wait)):
         recorded = [v for v in values or [] if v is not None]
         row[f"{name}_median_ms"] = statistics.median(recorded) if recorded else None
     return row
 
 
-def _percentile(xs: list[float], q: float) -> float:
-    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
+def nearest_rank(ordered: list[float], q: int) -> float:
+    """The nearest-rank ``q``-th percentile of ``ordered`` (ascending, not empty): ``x(ceil(n q / 100))``, the
+    rank ``(n * q + 99) // 100``; the one rule of every stored percentile (``runs.p90_step_ms``,
+    ``step_quantiles``, migration 0007's backfill), which the order-statistic intervals of
+    ``tasks.analysis.percentiles`` bracket."""
+    return ordered[(len(ordered) * q + 99) // 100 - 1]
 
 
 def store_run(
@@ -357,7 +361,7 @@ def store_run(
                 finished_at=utcnow(),
                 median_step_ms=run.median_step_ms,
                 mean_step_ms=statistics.fmean(measured),
-                p90_step_ms=_percentile(measured, 90),
+                p90_step_ms=nearest_rank(sorted(measured), 90),
                 throughput_eps=run.throughput_eps,
                 cold_step_ms=cold_step_ms,
                 warmup_steps=warmup.warmup_steps,

@@ -11,11 +11,11 @@ from tasks.analysis.environment import Fingerprint, diff_fingerprints
 from tasks.matrix import MatrixError, config_cases, expand_entry
 from tasks.records import Case, RunContext, check_case_name
 from tasks.runner.devices import device_section, hidden_gpus_env, nvml_seen, refusal
+from tasks.services.airflow_api import airflow_task_id
 from tasks.settings import Settings
 from tasks.stages.devices import (
     DeviceMissing,
     QueueError,
-    airflow_task_id,
     check_queues,
     dag_measuring_queues,
     group_id,
@@ -110,11 +110,11 @@ def test_one_group_per_measuring_queue_and_each_group_gets_its_cases(tmp_path):
     assert group_id("cpu hosts", "measure") == "on_cpu_hosts" and group_id("gpu", "measure") == "on_gpu"
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text("queues: {gpu: gpu}\nmodels: []\n")
-    assert dag_measuring_queues(cfg, "default") == ["default", "gpu"]
+    assert dag_measuring_queues("default", cfg) == ["default", "gpu"]
     for broken in ("queues: {npu: x}\n", "queues: [\n"):  # a bad section, bad YAML: the DAG still loads
         cfg.write_text(broken)
-        assert dag_measuring_queues(cfg, "default") == ["default"]
-    assert dag_measuring_queues(tmp_path / "missing.yaml", "default") == ["default"]
+        assert dag_measuring_queues("default", cfg) == ["default"]
+    assert dag_measuring_queues("default", tmp_path / "missing.yaml") == ["default"]
     states = [{"label": "m a", "queue": "gpu"}, {"label": "m b", "queue": "default"}, {"label": "m c", "queue": "gpu"}]
     assert [s["label"] for s in states_on(states, "gpu")] == ["m a", "m c"] and states_on(states, "tpu") == []
     with pytest.raises(QueueError, match="run state 'm d' has no measuring queue"):

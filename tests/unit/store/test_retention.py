@@ -65,6 +65,26 @@ def test_migration_0007_backfills_the_same_quantiles_the_archive_writes(db_url, 
     assert _quantiles(db_url) == written
 
 
+def test_a_runs_p90_is_one_figure_wherever_it_is_read(db_url, tmp_path):
+    """``runs.p90_step_ms`` (``/metrics``' quantile 0.9, ``perfwatch runs``) is the nearest-rank p90 that
+    ``step_quantiles``, ``perfwatch history`` and the order-statistic intervals use; migration 0010 copies it into
+    runs stored before (interpolated: 10.081 of make_records' 10.00, 10.01, ... 10.09, where the rank says 10.08)."""
+    rid = archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="a")).run_id
+
+    def p90s() -> tuple[float, float, float]:
+        with session_scope(db_url) as s:
+            stored = s.scalar(select(Run.p90_step_ms).where(Run.id == rid))
+            summary = s.scalar(select(StepQuantiles.p90_ms).where(StepQuantiles.run_id == rid))
+        return stored, summary, float(queries.history("m", db_url=db_url).iloc[0]["p90_step_ms"])
+
+    assert p90s() == (pytest.approx(10.08), pytest.approx(10.08), pytest.approx(10.08))
+    command.downgrade(_config(db_url), "0009")
+    with session_scope(db_url) as s:  # as the archive wrote it before 0010
+        s.execute(update(Run).where(Run.id == rid).values(p90_step_ms=10.081))
+    migrate(db_url)
+    assert p90s() == (pytest.approx(10.08), pytest.approx(10.08), pytest.approx(10.08))
+
+
 def _reads(db_url: str, runs: list[int]) -> dict[str, object]:
     """What the named queries and the stages read about the runs."""
     return {
