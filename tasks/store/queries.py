@@ -236,32 +236,23 @@ _PG_TIMESTAMPTZ = 1184
 _PG_EPOCH_US = 946_684_800_000_000
 """PostgreSQL's binary timestamps count microseconds from 2000-01-01 00:00 UTC; this is that instant in
 microseconds from 1970-01-01 (the numpy/pandas epoch)."""
-_PG_INFINITY = (2**63 - 1, -(2**63))
-"""The binary ``timestamptz`` values of ``infinity`` and ``-infinity``."""
+_PG_INFINITY = {2**63 - 1: "timestamp too large (after year 10K)", -(2**63): "timestamp too small (before year 1)"}
+"""The binary ``timestamptz`` values of ``infinity`` and ``-infinity``, with the message psycopg refuses them with."""
 
 
 @cache
 def _binary_results_hook() -> Any:
-    """The engine hook (``before_cursor_execute``) that makes a statement executed with the execution option
-    ``perfwatch_binary_results`` return binary results, with ``timestamptz`` loaded as integer microseconds
-    since 2000-01-01 UTC (PostgreSQL's own representation; ``infinity`` refused as psycopg's own loader refuses
-    it), on that statement's cursor only. psycopg is imported here, when a PostgreSQL store is queried."""
-    from psycopg import errors, pq
-    from psycopg.adapt import Loader
-
-    class MicrosLoader(Loader):
-        format = pq.Format.BINARY
-
-        def load(self, data: Any) -> int:
-            us = int.from_bytes(data, "big", signed=True)
-            if us in _PG_INFINITY:
-                raise errors.DataError("timestamp too large (after year 10K)" if us > 0 else "timestamp too small")
-            return us
+    """The engine hook (``before_cursor_execute``) that gives a statement executed with the execution option
+    ``perfwatch_binary_results`` binary results, ``timestamptz`` as integer microseconds since 2000-01-01 UTC
+    (PostgreSQL's own representation, read by psycopg's int8 loader), on that statement's cursor only.
+    psycopg is imported here, when a PostgreSQL store is queried."""
+    from psycopg import pq
+    from psycopg.types.numeric import Int8BinaryLoader
 
     def hook(conn: Any, cursor: Any, statement: Any, parameters: Any, context: Any, executemany: bool) -> None:
         if context is not None and context.execution_options.get("perfwatch_binary_results"):
             cursor.format = pq.Format.BINARY
-            cursor.adapters.register_loader("timestamptz", MicrosLoader)
+            cursor.adapters.register_loader("timestamptz", Int8BinaryLoader)
 
     return hook
 
@@ -273,7 +264,9 @@ def _fetch_postgresql(engine: Engine, stmt: Executable, values: dict[str, Any]) 
     A few thousand rows (``history``/``regressions`` at 100M samples, issue 24) decode in a third of the time
     in binary, and ``timestamptz`` arrives as integers that become a ``*_at`` column in one numpy step instead
     of one zone-aware ``datetime`` each (figures: README "The store at scale"). The statement still goes
-    through SQLAlchemy (bound parameters, errors, the pool); only its cursor's result format differs.
+    through SQLAlchemy (bound parameters, errors, the pool); only its cursor's result format differs, and the
+    rows are the driver's tuples, not a SQLAlchemy ``Row`` each: those stay tracked by the garbage collector
+    and reached its oldest generation, so every few calls paid a full collection (120-190 ms at load ~3).
     """
     hook = _binary_results_hook()
     if not event.contains(engine, "before_cursor_execute", hook):
@@ -284,13 +277,18 @@ def _fetch_postgresql(engine: Engine, stmt: Executable, values: dict[str, Any]) 
         cursor: Any = result.cursor  # psycopg's
         types = [d.type_code for d in cursor.description]
         zone = cursor.connection.info.timezone  # the session's TimeZone, as psycopg's own loader uses it
-        try:  # the driver's tuples: no SQLAlchemy Row per row (they reach the old generation, and a full GC)
+        dbapi_error = conn.dialect.loaded_dbapi.Error
+        try:
             rows = cursor.fetchall()
-        except conn.dialect.loaded_dbapi.Error as e:  # a value the driver cannot load, as SQLAlchemy reports it
-            raise DBAPIError.instance(None, None, e, conn.dialect.loaded_dbapi.Error) from e
+            by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+            for oid, column in zip(types, by_column, strict=True):
+                for us, message in _PG_INFINITY.items():
+                    if oid == _PG_TIMESTAMPTZ and us in column:  # refused as psycopg's own loader refuses it
+                        raise conn.dialect.loaded_dbapi.DataError(message)
+        except dbapi_error as e:  # a value the driver cannot load, reported as SQLAlchemy reports it
+            raise DBAPIError.instance(None, None, e, dbapi_error) from e
         finally:
             result.close()
-    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
     data = {
         col: _typed_column(col, oid, column, zone) for col, oid, column in zip(columns, types, by_column, strict=True)
     }

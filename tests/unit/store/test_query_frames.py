@@ -149,9 +149,10 @@ def test_postgresql_columns_by_declared_type_match_the_inferred_ones(pg_url, zon
         engine.dispose()
 
 
-def test_postgresql_infinite_timestamp_is_refused_as_before(pg_url):
-    sql = text("SELECT TIMESTAMPTZ 'infinity' AS started_at")
-    with pytest.raises(DataError, match="too large"), get_engine(pg_url).connect() as conn:
+@pytest.mark.parametrize(("value", "message"), [("infinity", "too large"), ("-infinity", "too small")])
+def test_postgresql_infinite_timestamp_is_refused_as_before(pg_url, value, message):
+    sql = text(f"SELECT 1 AS id, TIMESTAMPTZ '{value}' AS started_at")
+    with pytest.raises(DataError, match=message), get_engine(pg_url).connect() as conn:
         conn.execute(sql).fetchall()
-    with pytest.raises(DataError, match="too large"):
+    with pytest.raises(DataError, match=message):
         queries._fetch_postgresql(get_engine(pg_url), sql, {})
