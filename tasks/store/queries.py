@@ -295,10 +295,11 @@ def _fetch_postgresql(engine: Engine, stmt: Executable, values: dict[str, Any]) 
     return pd.DataFrame(data, columns=columns)
 
 
-def _typed_column(col: str, oid: int, column: Sequence[Any], zone: dt.tzinfo) -> pd.Series:
+def _typed_column(col: str, oid: int, column: Sequence[Any], zone: dt.tzinfo) -> Any:
     """One column of :func:`_fetch_postgresql` from its PostgreSQL type (``oid``), with the dtype
-    :func:`_inferred_column` gives the same values; a column of NULLs only, or of a type not listed above,
-    goes through it. ``timestamptz`` values are integer microseconds (:func:`_binary_results_hook`);
+    :func:`_inferred_column` gives the same values: a numpy array, or a Series for objects (an object array would
+    become pandas' ``str`` dtype). A column of NULLs only, or of a type not listed above, goes through
+    :func:`_inferred_column`. ``timestamptz`` values are integer microseconds (:func:`_binary_results_hook`);
     outside ``*_at`` columns they become what psycopg would give, datetimes in the session's ``zone``."""
     if all(v is None for v in column):
         return _inferred_column(col, column)
@@ -307,16 +308,19 @@ def _typed_column(col: str, oid: int, column: Sequence[Any], zone: dt.tzinfo) ->
             epoch = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
             column = [None if v is None else (epoch + dt.timedelta(microseconds=v)).astimezone(zone) for v in column]
             return _inferred_column(col, column)
-        nat = np.iinfo(np.int64).min  # numpy's NaT
-        us = np.array([nat if v is None else v + _PG_EPOCH_US for v in column], dtype=np.int64)
-        return pd.Series(pd.DatetimeIndex(us.view("datetime64[us]")).tz_localize("UTC"))
+        if None in column:
+            nat = np.iinfo(np.int64).min  # numpy's NaT
+            us = np.array([nat if v is None else v + _PG_EPOCH_US for v in column], dtype=np.int64)
+        else:
+            us = np.array(column, dtype=np.int64) + _PG_EPOCH_US
+        return pd.DatetimeIndex(us.view("datetime64[us]")).tz_localize("UTC").array
     if col.endswith("_at"):
         return _inferred_column(col, column)
     if oid in _PG_INTEGER:
-        return pd.Series(column, dtype=object) if None in column else pd.Series(np.array(column, dtype=np.int64))
+        return pd.Series(column, dtype=object) if None in column else np.array(column, dtype=np.int64)
     if oid == _PG_FLOAT8:
         floats = np.array(column, dtype=np.float64)  # None -> NaN
-        return _inferred_column(col, column) if np.isnan(floats).all() else pd.Series(floats)
+        return _inferred_column(col, column) if np.isnan(floats).all() else floats
     if oid in _PG_AS_OBJECTS:
         return pd.Series(column, dtype=object)
     return _inferred_column(col, column)
