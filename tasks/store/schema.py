@@ -147,7 +147,7 @@ class Run(Base):
             postgresql_where=text("status = 'success'"),
             sqlite_where=text("status = 'success'"),
         ),
-        # 0008: a baseline run's median read by id (history, regressions, gate) without the wide row
+        # 0008: a baseline run's median read by id (gate; history and regressions before 0009) without the wide row
         Index("ix_runs_id_median", "id", "median_step_ms"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
