@@ -282,9 +282,9 @@ def _fetch_postgresql(engine: Engine, stmt: Executable, values: dict[str, Any]) 
             rows = cursor.fetchall()
             by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
             for oid, column in zip(types, by_column, strict=True):
-                for us, message in _PG_INFINITY.items():
-                    if oid == _PG_TIMESTAMPTZ and us in column:  # refused as psycopg's own loader refuses it
-                        raise conn.dialect.loaded_dbapi.DataError(message)
+                infinite = [m for us, m in _PG_INFINITY.items() if us in column] if oid == _PG_TIMESTAMPTZ else []
+                if infinite:  # refused as psycopg's own loader refuses it
+                    raise conn.dialect.loaded_dbapi.DataError(infinite[0])
         except dbapi_error as e:  # a value the driver cannot load, reported as SQLAlchemy reports it
             raise DBAPIError.instance(None, None, e, dbapi_error) from e
         finally:
