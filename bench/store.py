@@ -16,7 +16,7 @@ the load is reniced to 19 too where this process may).
    109 nights. Streamed in chunks of 2,000 runs: PostgreSQL gets ``COPY ... FROM STDIN (FORMAT BINARY)``
    through psycopg's ``cursor.copy`` with one commit per chunk, ``step_samples``' primary and foreign keys
    dropped during the load and rebuilt after; SQLite gets SQLAlchemy Core ``insert()`` executemany. Then
-   the run facts the archive keeps (``tasks.store.writes.backfill_run_facts``, migration 0008), then
+   the run facts the archive keeps (``tasks.store.writes.backfill_run_facts``, migrations 0008 and 0009), then
    ``VACUUM ANALYZE`` / ``ANALYZE``, as autovacuum would. Prints the load's progress and its time.
 3. Times every named query of ``sql/queries`` through ``tasks.store.queries.run_query`` (bound parameters,
    DataFrame out — what the CLI does) ``--repeats`` times with varying models/runs; prints p50 and p90 (ms).
@@ -339,7 +339,7 @@ def load_sqlite(url: str, shape: Shape, data: dict[str, list[dict]], batch: int 
             for table, cols, rows in zip(STREAMED, STREAMED.values(), (samples, quants, ops), strict=True):
                 conn.execute(insert(Base.metadata.tables[table]), [dict(zip(cols, r, strict=True)) for r in rows])
             loaded += len(samples)
-        backfill_run_facts(conn)  # what store_run keeps per run (0008), for rows loaded without it
+        backfill_run_facts(conn)  # what store_run keeps per run (0008, 0009), for rows loaded without it
         conn.exec_driver_sql("ANALYZE")
     return loaded
 
@@ -420,8 +420,8 @@ def load_postgres(url: str, shape: Shape, data: dict[str, list[dict]]) -> int:
         raw.close()
     t = time.perf_counter()
     with engine.begin() as conn:
-        backfill_run_facts(conn)  # what store_run keeps per run (0008), for rows loaded by COPY
-    print(f"[postgresql] load: run facts (0008) backfilled in {time.perf_counter() - t:.0f} s", flush=True)
+        backfill_run_facts(conn)  # what store_run keeps per run (0008, 0009), for rows loaded by COPY
+    print(f"[postgresql] load: run facts (0008, 0009) backfilled in {time.perf_counter() - t:.0f} s", flush=True)
     t = time.perf_counter()
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")

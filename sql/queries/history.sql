@@ -3,7 +3,8 @@
 -- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
 -- median step time (ms; xprof's for external runs) with the p10 and p90 of the
 -- run's measured samples (nearest rank, from step_quantiles: kept when raw samples are thinned), throughput (examples/s), the verdict with the
--- baseline-compare ratio and its interval (of the metric that decided: wall | cpu), the baseline run's median, and flags where the
+-- baseline-compare ratio and its interval (of the metric that decided: wall | cpu), the baseline run's median (the
+-- comparison as kept on the run, compare_*: migration 0009), and flags where the
 -- version or the environment fingerprint changed from the previous run of the same case that
 -- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
 -- Failed runs are listed with their failed stage and no step time.
@@ -17,12 +18,12 @@ WITH picked AS (
            CASE WHEN r.model_version_id IS NULL THEN 0 ELSE 1 END AS pulled,
            CASE WHEN r.environment_id IS NULL THEN 0 ELSE 1 END AS fingerprinted,
            r.median_step_ms, r.mean_step_ms, r.throughput_eps,
-           c.method, c.metric, c.ratio, c.ci_low, c.ci_high, c.baseline_run_id
+           r.compare_method AS method, r.compare_metric AS metric, r.compare_ratio AS ratio,
+           r.compare_ci_low AS ci_low, r.compare_ci_high AS ci_high, r.compare_baseline_run_id AS baseline_run_id,
+           r.compare_baseline_median_ms AS baseline_median_ms
     FROM runs r
     JOIN models m ON m.id = r.model_id
     LEFT JOIN model_versions mv ON mv.id = r.model_version_id
-    -- joined here, on the picked model's runs only (a join outside the LIMIT reads the whole table)
-    LEFT JOIN comparisons c ON c.run_id = r.id
     WHERE m.name = :model
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
     ORDER BY r.started_at DESC, r.id DESC
@@ -64,13 +65,12 @@ SELECT q.id AS run_id,
        q.ci_low,
        q.ci_high,
        q.baseline_run_id,
-       br.median_step_ms AS baseline_median_ms,
+       q.baseline_median_ms,
        e.comparability_key AS env_key,
        e.fingerprint_id,
        CASE WHEN q.pulled = 1 AND q.prev_version <> q.version THEN 1 ELSE 0 END AS version_changed,
        CASE WHEN q.fingerprinted = 1 AND q.prev_environment_id <> q.environment_id THEN 1 ELSE 0 END AS env_changed
 FROM sequenced q
 LEFT JOIN spread sp ON sp.run_id = q.id
-LEFT JOIN runs br ON br.id = q.baseline_run_id
 LEFT JOIN environments e ON e.id = q.environment_id
 ORDER BY q.started_at, q.id;

@@ -92,14 +92,20 @@ def run_source(context: Any) -> str:
     return "external" if context.get_current_parameters().get("dag_id") == INGEST_DAG_ID else "perfwatch"
 
 
-# 0008: the runs columns env_changes.sql and regressions.sql read, held by their partial indexes
+# 0008: the runs columns env_changes.sql and regressions.sql read, held by their partial indexes (0009: with the
+# comparison's columns kept on the run)
 ENV_CHANGE_COLUMNS = (
     "started_at", "id", "model_id", "environment_id", "prev_environment_id", "prev_run_id", "model_version_id",
     "case_name", "version_requested",
 )  # fmt: skip
+COMPARE_COLUMNS = (
+    "compare_baseline_run_id", "compare_baseline_median_ms", "compare_ratio", "compare_ci_low", "compare_ci_high",
+    "compare_method", "compare_metric",
+)  # fmt: skip
+"""0009: the run's comparison as history.sql and regressions.sql read it, kept on the run (``Run.compare_*``)."""
 REGRESSION_COLUMNS = (
     "started_at", "id", "model_id", "model_version_id", "version_requested", "case_name", "trigger",
-    "median_step_ms", "environment_id", "dag_id", "dag_run_id",
+    "median_step_ms", "environment_id", "dag_id", "dag_run_id", *COMPARE_COLUMNS,
 )  # fmt: skip
 
 
@@ -126,7 +132,7 @@ class Run(Base):
             postgresql_where=text("prev_environment_id <> environment_id"),
             sqlite_where=text("prev_environment_id <> environment_id"),
         ),
-        # 0008: regressions.sql reads the window's regressions from this index alone
+        # 0008: regressions.sql reads the window's regressions from this index alone (0009: their comparisons too)
         Index(
             "ix_runs_regression_cover",
             *REGRESSION_COLUMNS,
@@ -141,7 +147,7 @@ class Run(Base):
             postgresql_where=text("status = 'success'"),
             sqlite_where=text("status = 'success'"),
         ),
-        # 0008: a baseline run's median read by id (history, regressions, gate) without the wide row
+        # 0008: a baseline run's median read by id (gate; history and regressions before 0009) without the wide row
         Index("ix_runs_id_median", "id", "median_step_ms"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -178,6 +184,16 @@ class Run(Base):
     # and that run's environment, kept by the archive (tasks.store.writes.store_run); NULL for the first
     prev_run_id: Mapped[int | None] = mapped_column(Integer)
     prev_environment_id: Mapped[int | None] = mapped_column(Integer)
+    # 0009: the run's comparison (``comparisons``: its baseline run, ratio with interval, method, metric) and the
+    # compared baseline run's median (ms), kept on the run by the archive as it stores the comparison, so
+    # history.sql and regressions.sql read thousands of runs without a lookup per run; NULL without a comparison
+    compare_baseline_run_id: Mapped[int | None] = mapped_column(Integer)
+    compare_baseline_median_ms: Mapped[float | None] = mapped_column(Float)
+    compare_ratio: Mapped[float | None] = mapped_column(Float)
+    compare_ci_low: Mapped[float | None] = mapped_column(Float)
+    compare_ci_high: Mapped[float | None] = mapped_column(Float)
+    compare_method: Mapped[str | None] = mapped_column(String(32))
+    compare_metric: Mapped[str | None] = mapped_column(String(8))
 
 
 class StepSample(Base):

@@ -120,6 +120,14 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
         Baseline,
     ):
         s.execute(delete(table).where(table.run_id == old.id))
+    # runs compared against the replaced row lose that baseline, in comparisons and in their 0009 facts
+    compared = select(RunComparison.run_id).where(RunComparison.baseline_run_id == old.id)
+    s.execute(
+        update(Run)
+        .where(Run.id.in_(compared))
+        .values(compare_baseline_run_id=None, compare_baseline_median_ms=None)
+        .execution_options(synchronize_session=False)
+    )
     s.execute(update(RunComparison).where(RunComparison.baseline_run_id == old.id).values(baseline_run_id=None))
     s.execute(delete(Run).where(Run.id == old.id))
     s.flush()
@@ -155,7 +163,24 @@ def _keep_run_facts(s: Session, r: Run) -> None:
     )
 
 
-# migration 0008's backfill, for stores filled without the archive (bench/store.py's bulk load)
+def _compare_facts(s: Session, verdict: CompareRecord) -> dict[str, Any]:
+    """The 0009 columns of a run compared as ``verdict`` says (``Run.compare_*``, the row of ``comparisons`` the
+    archive writes with it), with the compared baseline run's median (ms) read from the store."""
+    baseline = verdict.baseline_run_ids[0] if verdict.baseline_run_ids else None
+    return {
+        "compare_baseline_run_id": baseline,
+        "compare_baseline_median_ms": None
+        if baseline is None
+        else s.scalar(select(Run.median_step_ms).where(Run.id == baseline)),
+        "compare_ratio": verdict.ratio,
+        "compare_ci_low": verdict.ci_low,
+        "compare_ci_high": verdict.ci_high,
+        "compare_method": verdict.method,
+        "compare_metric": verdict.metric,
+    }
+
+
+# migrations 0008's and 0009's backfills, for stores filled without the archive (bench/store.py's bulk load)
 _BACKFILL_RUN_FACTS = (
     """UPDATE runs SET prev_run_id = s.prev_run_id, prev_environment_id = s.prev_environment_id
     FROM (
@@ -167,14 +192,25 @@ _BACKFILL_RUN_FACTS = (
     WHERE runs.id = s.id AND s.prev_run_id IS NOT NULL""",
     """UPDATE models SET
         successful_runs = (SELECT COUNT(*) FROM runs r WHERE r.model_id = models.id AND r.status = 'success')""",
+    """UPDATE runs SET
+        compare_baseline_run_id = c.baseline_run_id,
+        compare_baseline_median_ms = br.median_step_ms,
+        compare_ratio = c.ratio,
+        compare_ci_low = c.ci_low,
+        compare_ci_high = c.ci_high,
+        compare_method = c.method,
+        compare_metric = c.metric
+    FROM comparisons c
+    LEFT JOIN runs br ON br.id = c.baseline_run_id
+    WHERE c.run_id = runs.id""",
 )
 
 
 def backfill_run_facts(conn: Connection) -> None:
-    """Recompute every run's previous-environment facts and every model's success count
-    (the 0008 columns ``_keep_run_facts`` keeps per archive) from the stored runs, in the caller's transaction:
-    for a store filled by bulk ``COPY`` rather than ``store_run``. Two statements; on 318,882 runs (PostgreSQL)
-    it takes about as long as migration 0008's upgrade (README)."""
+    """Recompute every run's previous-environment facts and every model's success count (the 0008 columns
+    ``_keep_run_facts`` keeps per archive) and every run's comparison facts (0009, ``_compare_facts``) from the
+    stored rows, in the caller's transaction: for a store filled by bulk ``COPY`` rather than ``store_run``.
+    Three statements; on 318,882 runs (PostgreSQL) they take about as long as migrations 0008 and 0009 (README)."""
     for sql in _BACKFILL_RUN_FACTS:
         conn.execute(text(sql))
 
@@ -372,6 +408,7 @@ def store_run(
                 profiler_avg_step_ms=parsed.avg_step_time_ms,
                 input_bound_pct=parsed.input_bound_pct,
                 verdict=verdict.verdict,
+                **_compare_facts(s, verdict),
             )
             s.add(r)
             s.flush()
@@ -416,7 +453,7 @@ def store_run(
             s.add(
                 RunComparison(
                     run_id=r.id,
-                    baseline_run_id=verdict.baseline_run_ids[0] if verdict.baseline_run_ids else None,
+                    baseline_run_id=r.compare_baseline_run_id,
                     method=verdict.method,
                     verdict=verdict.verdict,
                     ratio=verdict.ratio,
