@@ -1250,6 +1250,9 @@ class RunState(Record):
     #: the Celery queue whose measuring workers measure the case (plan: ``tasks.stages.devices.queue_for``); the
     #: profile DAG's mapped task group of that queue runs its stages
     queue: str | None = None
+    #: why no measuring queue of the DAG can take the case (plan: ``tasks.stages.devices.refusals``), None when
+    #: one can; a refused case fails at pull-model-version with this reason, recorded, and the others run
+    refused: str | None = None
     pulled: PulledModel | None = None
     env: EnvRecord | None = None
     warmup: WarmupRecord | None = None

@@ -11,12 +11,13 @@ device. Airflow 3 cannot give each mapped task instance its own queue (``expand`
 the profile DAG has one mapped task group per measuring queue (:func:`measuring_queues`, read from the config
 when the DAG is parsed; :func:`group_id` names the group): plan gives each case its queue
 (``RunState.queue``), a ``route`` task per queue hands a group its cases (:func:`states_on`), and the group's
-``measure`` task goes to that queue. :func:`check_queues` runs when the DAG run is planned and refuses, by
-name, a case whose kind has no queue (it would wait forever) and one whose queue is not among the DAG's
-measuring queues (the config changed since the DAG was parsed), so a case never waits for a worker that no
-task of the DAG is sent to, and never runs on a worker of another kind. Which queues have live workers is not
-known from here (Airflow's API does not list Celery workers; ``celery inspect active_queues`` needs the
-broker): a served-queue set, where a caller has one, is checked too (``served``).
+``measure`` task goes to that queue. When the DAG run is planned, :func:`refusals` names each case whose kind
+has no queue (it would wait forever) and each whose queue is not among the DAG's measuring queues (the config
+changed since the DAG was parsed): such a case fails alone at its first task with that reason, recorded in the
+store, and the other cases run, so a case never waits for a worker that no task of the DAG is sent to, and
+never runs on a worker of another kind (:func:`check_queues` raises on the same refusals). Which queues have
+live workers is not known from here (Airflow's API does not list Celery workers; ``celery inspect
+active_queues`` needs the broker): a served-queue set, where a caller has one, is checked too (``served``).
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ def states_on(states: Sequence[Mapping[str, Any]], queue: str) -> list[dict[str,
     return out
 
 
-def check_queues(
+def refusals(
     cases: list[Case], queues: Mapping[str, str], measuring: str | Collection[str], served: set[str] | None = None
 ) -> dict[str, str]:
-    """``{"<model> <case name>": queue}`` of every planned case, or the refusal of those no worker would take.
+    """``{"<model> <case name>": why}`` of each planned case that no worker would take (empty: every case has a
+    measuring queue of the DAG).
 
     Args:
         cases: the planned cases.
@@ -157,42 +159,53 @@ def check_queues(
             ``PERFWATCH_PROFILE_QUEUE``); a single name is that queue alone.
         served: queues known to have a worker, where the caller knows (None: not checked).
 
-    Raises:
-        QueueError: naming each case whose device kind (or label) has no queue in ``queues``, whose queue is
-            not one of ``measuring``, or not in ``served``; and what to change.
+    A case is refused when its device kind (or label) has no queue in ``queues``, when its queue is not one of
+    ``measuring`` (the config changed since the DAG was parsed), or when it is not in ``served``; each reason
+    names the case and what to change.
     """
     dag_queues = [measuring] if isinstance(measuring, str) else list(measuring)
     out: dict[str, str] = {}
-    faults: list[str] = []
+    fix = (
+        "map the kind in the config's queues: section (the DAG then measures on that queue once it is parsed "
+        "again), or set PERFWATCH_PROFILE_QUEUE to its queue"
+    )
     for c in cases:
         label = f"{c.model} {c.name}"
         want = c.hardware or c.device
         q = queue_for(c, queues, dag_queues[0])
         if q is None:
-            faults.append(
-                f"case {label} asks for device {want}, which no queue serves (the config's queues: maps "
-                f"{', '.join(f'{k}: {v}' for k, v in queues.items()) or 'nothing'})"
+            mapped = ", ".join(f"{k}: {v}" for k, v in queues.items()) or "nothing"
+            out[label] = (
+                f"case {label} asks for device {want}, which no queue serves (the config's queues: maps {mapped}); "
+                + fix
             )
         elif q not in dag_queues:
-            faults.append(
+            out[label] = (
                 f"case {label} asks for device {want}, whose queue is {q!r}, but this DAG measures on "
                 f"{', '.join(repr(x) for x in dag_queues)} only (PERFWATCH_PROFILE_QUEUE and the config's queues: "
-                f"when the DAG was parsed): no task of it would reach a {want} worker"
+                f"when the DAG was parsed): no task of it would reach a {want} worker; " + fix
             )
         elif served is not None and q not in served:
-            faults.append(
+            out[label] = (
                 f"case {label} asks for device {want}, whose queue {q!r} has no worker (served: {sorted(served)})"
             )
-        else:
-            out[label] = q
-    if faults:
-        raise QueueError(
-            "refused before any case waits for a worker that never comes: "
-            + "; ".join(faults)
-            + ". Map the kind in the config's queues: section (the DAG then measures on that queue once it is "
-            "parsed again), or set PERFWATCH_PROFILE_QUEUE to its queue."
-        )
     return out
+
+
+def check_queues(
+    cases: list[Case], queues: Mapping[str, str], measuring: str | Collection[str], served: set[str] | None = None
+) -> dict[str, str]:
+    """``{"<model> <case name>": queue}`` of every planned case, or the refusal of those no worker would take
+    (:func:`refusals`, same arguments).
+
+    Raises:
+        QueueError: naming each refused case, why, and what to change.
+    """
+    refused = refusals(cases, queues, measuring, served)
+    if refused:
+        raise QueueError("refused before any case waits for a worker that never comes: " + "; ".join(refused.values()))
+    default = measuring if isinstance(measuring, str) else list(measuring)[0]
+    return {f"{c.model} {c.name}": queue_for(c, queues, default) or default for c in cases}
 
 
 class DeviceMissing(RuntimeError):

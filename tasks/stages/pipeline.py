@@ -117,10 +117,14 @@ def plan_cases(
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
+    A case that names a device no measuring queue of the DAG serves (``tasks.stages.devices.refusals``) is
+    planned all the same, on the default queue, with ``refused`` set: its pull-model-version fails with the
+    reason (a recorded failed run, the DAG run red, the alert naming it), and the other cases run.
+
     Raises:
         pydantic.ValidationError: a Param is out of range; ValueError/FileNotFoundError: bad config,
             ``case`` without ``model``, or a ``case`` the model's config entries do not have;
-            ``tasks.stages.devices.QueueError``: a case that names a device no measuring queue serves.
+            ``tasks.stages.devices.QueueError``: a ``queues:`` section that is not a map of kinds to queues.
     """
     from tasks.stages import devices
 
@@ -147,20 +151,29 @@ def plan_cases(
     queues = devices.config_queues(path) if path.is_file() else {}
     default_queue = os.environ.get(devices.PROFILE_QUEUE_ENV, "default")
     dag_queues = list(measuring_queues or devices.measuring_queues(queues, default_queue))
-    # a device no measuring queue serves is refused now, by name (auto cases go to the default queue)
-    planned = devices.check_queues(cases, queues, dag_queues)
+    # a device no measuring queue serves is refused now, by name: the case goes to the default queue's group and
+    # fails at its first task with the reason (recorded), the other cases run (auto cases: the default queue)
+    refused = devices.refusals(cases, queues, dag_queues)
+    for reason in refused.values():
+        log.warning("plan: refused: %s", reason)
+    routed: list[tuple[Case, str | None, str]] = []
+    for c in cases:
+        why = refused.get(f"{c.model} {c.name}")
+        queue = None if why else devices.queue_for(c, queues, dag_queues[0])
+        routed.append((c, why, queue or dag_queues[0]))
     if any(c.device != "auto" for c in cases) and (broker := os.environ.get(devices.BROKER_ENV)):
+        planned = {f"{c.model} {c.name}": q for c, why, q in routed if not why}
         for warning in devices.unserved_warnings(planned, devices.served_queues(broker)):  # where Celery can say
             log.warning("%s", warning)
-    routed = [(c, devices.queue_for(c, queues, dag_queues[0]) or dag_queues[0]) for c in cases]
-    warn_hardware([c for c, q in routed if q == "default"])  # measured where planned (the default queue)
+    warn_hardware([c for c, why, q in routed if q == "default" and not why])  # measured where planned
     return [
         RunState(
             ctx=RunContext(dag_id=dag_id, dag_run_id=dag_run_id, trigger=trigger, case=c),
             label=f"{c.model} {case_title(c.name, case_label(c))}",
             queue=q,
+            refused=why,
         ).to_xcom()
-        for c, q in routed
+        for c, why, q in routed
     ]
 
 
@@ -379,6 +392,10 @@ def _have(record: _R | None, field: StateField) -> _R:
 def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
     from tasks.stages.pull import build_application, pull_model_version
 
+    if s.refused:  # no measuring queue of the DAG takes this case (plan_cases): it fails here, by name
+        from tasks.stages.devices import QueueError
+
+        raise QueueError(s.refused)
     if ctx.case.backbone:
         from tasks.runner import RunnerProcess
 

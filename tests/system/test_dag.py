@@ -161,9 +161,9 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
     queues; Airflow's ``expand`` cannot map ``queue``): the default queue's with the plain task ids, each other's
     ``on_<queue>.*`` with its ``measure`` on that queue, each fed by its ``route_<queue>`` task. A DAG run
     (``dag.test()``, the fake runner) of two auto cases and a cpu case measures each in its own queue's group, each
-    named in the grid (``map_index_template``); the case that cannot be pulled fails only itself (the other cases'
-    stages all succeed and are archived), the gpu queue's group, with no case in this run, is skipped, and the
-    DAG run is red because of the failed case."""
+    named in the grid (``map_index_template``); the tpu case, which no queue serves, is refused by name at its
+    first task and fails only itself (the other cases' stages all succeed and are archived), the gpu queue's
+    group, with no case in this run, is skipped, and the DAG run is red because of the failed case."""
     from sqlalchemy import select
 
     from tasks.settings import Settings
@@ -175,8 +175,8 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
         "queues: {cpu: cpu-hosts, gpu: gpu}\n"
         "defaults: {version: '1', measured_steps: 10, profiled_steps: 2, warmup_max_steps: 10}\n"
         "models:\n  - {model: tiny, batch_size: 2}\n  - {model: tiny, batch_size: 3, device: cpu}\n"
-        "  - {model: tiny, version: '9', batch_size: 4}\n"
-    )  # no version 9: its pull fails
+        "  - {model: tiny, batch_size: 4, device: tpu}\n"
+    )  # no queue for tpu: refused
     fake_runner.write_model(home / "models" / "tiny" / "1" / "model.keras")
     env = {
         **os.environ,
@@ -224,7 +224,7 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
     assert routed == dict.fromkeys(CASE_TASKS, "success")
     assert (queues["measure"], queues["on_cpu-hosts.measure"]) == ("measure", "cpu-hosts")
     # a task that never ran has no rendered name: the failed case's instances by its map index
-    (idx,) = [i for t, i, _, label, _ in got["tis"] if (t, label) == ("pull_model_version", "tiny train-bs4")]
+    (idx,) = [i for t, i, _, label, _ in got["tis"] if (t, label) == ("pull_model_version", "tiny train-bs4-tpu")]
     failed = {t: state for t, i, state, _, _ in got["tis"] if i == idx and t in CASE_TASKS}
     assert failed == {"pull_model_version": "failed", **dict.fromkeys(CASE_TASKS[1:], "upstream_failed")}
     assert {s for (t, _), s in states.items() if t.startswith("on_gpu.")} == {"skipped"}
@@ -233,9 +233,10 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
     )
     assert states[("outcome", None)] == "upstream_failed" and got["state"] == "failed"  # red: a case failed
     with session_scope(Settings.from_env({"PERFWATCH_HOME": str(home)}).database_url) as s:
-        runs = sorted((r.case_name, r.status, r.failed_stage) for r in s.scalars(select(Run)))
-    assert runs == [
-        ("train-bs2", "success", None),
-        ("train-bs3-cpu", "success", None),
-        ("train-bs4", "failed", "pull-model-version"),
-    ]
+        runs = {r.case_name: (r.status, r.failed_stage, r.error) for r in s.scalars(select(Run))}
+    assert {k: v[:2] for k, v in runs.items()} == {
+        "train-bs2": ("success", None),
+        "train-bs3-cpu": ("success", None),
+        "train-bs4-tpu": ("failed", "pull-model-version"),
+    }
+    assert "case tiny train-bs4-tpu asks for device tpu, which no queue serves" in runs["train-bs4-tpu"][2]

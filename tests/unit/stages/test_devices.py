@@ -145,15 +145,30 @@ models:
 """
 
 
-def test_plan_refuses_the_gpu_case_before_it_waits(home, tmp_path, monkeypatch):
+def test_plan_refuses_the_gpu_case_before_it_waits_and_the_others_run(home, tmp_path, monkeypatch):
+    """A case no measuring queue of the DAG takes is planned refused, by name: its first task (pull) fails with the
+    reason, recorded as a failed run; the other cases are planned to their queues as usual."""
+    from sqlalchemy import select
+
+    from tasks.stages.pipeline import run_stage
+    from tasks.store import Run, session_scope
+
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text(CONFIG)
     settings = Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
     monkeypatch.delenv("PERFWATCH_PROFILE_QUEUE", raising=False)
     params = {"model": None, "trigger": "manual"}
     # the DAG was parsed before the config named the gpu queue: it has no group that measures there
-    with pytest.raises(QueueError, match="case resnet train-bs16-gpu asks for device gpu, whose queue is 'gpu'"):
-        plan_cases("dag", "scheduled__1", "scheduled", params, settings, measuring_queues=["default"])
+    cpu, gpu = plan_cases("dag", "scheduled__1", "scheduled", params, settings, measuring_queues=["default"])
+    assert (cpu["queue"], cpu.get("refused")) == ("default", None)
+    assert gpu["queue"] == "default"  # refused: its first task fails, in the default queue's group
+    assert "case resnet train-bs16-gpu asks for device gpu, whose queue is 'gpu', but this DAG" in gpu["refused"]
+    with pytest.raises(QueueError, match="case resnet train-bs16-gpu asks for device gpu"):
+        run_stage(gpu, "pull-model-version", settings)
+    with session_scope(settings.database_url) as s:
+        (run,) = s.scalars(select(Run)).all()
+    assert (run.case_name, run.status, run.failed_stage) == ("train-bs16-gpu", "failed", "pull-model-version")
+    assert "whose queue is 'gpu'" in run.error
     states = plan_cases("dag", "scheduled__1", "scheduled", params, settings)  # the DAG's queues as parsed now
     assert [(RunContext.model_validate(s["ctx"]).case.name, s["queue"]) for s in states] == [
         ("train-bs16-cpu", "default"),
@@ -167,8 +182,8 @@ def test_plan_refuses_the_gpu_case_before_it_waits(home, tmp_path, monkeypatch):
         ("train-bs16-gpu", "gpu"),
     ]
     cfg.write_text(CONFIG.replace("{cpu: default, gpu: gpu}", "{tpu: tpu}"))
-    with pytest.raises(QueueError, match="case resnet train-bs16-cpu asks for device cpu, which no queue serves"):
-        plan_cases("dag", "scheduled__1", "scheduled", params, settings)
+    cpu, gpu = plan_cases("dag", "scheduled__1", "scheduled", params, settings)
+    assert "case resnet train-bs16-cpu asks for device cpu, which no queue serves" in cpu["refused"]
 
 
 # --------------------------------------------------------------- the device check on the measuring host
