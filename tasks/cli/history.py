@@ -253,11 +253,16 @@ def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd
     return out
 
 
-def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
+def with_env_changes(df: pd.DataFrame, db_url: str | None = None) -> pd.DataFrame:
     """A history frame (``tasks.store.queries.history``, oldest first) whose ``env_changed`` is 1 where the
     run's comparability key (``env_key``) differs from the previous fingerprinted run of its case: a new
     baseline history starts there. The query's own flag, 1 where any fingerprint field changed (e.g.
-    only ``TF_CPP_MIN_LOG_LEVEL``, recorded for information only), is kept as ``fingerprint_changed``."""
+    only ``TF_CPP_MIN_LOG_LEVEL``, recorded for information only), is kept as ``fingerprint_changed``.
+
+    A history cut by a limit may start a case with a run whose fingerprint changed from a run before the window
+    (history.sql flags it against its previous run, migration 0011); with ``db_url`` that previous run's key is
+    read from the store (``tasks.store.reads.previous_env_keys``), so the run is marked as in the whole history.
+    Without it such a run is not marked."""
     import pandas as pd
 
     out = df.rename(columns={"env_changed": "fingerprint_changed"})
@@ -265,6 +270,12 @@ def with_env_changes(df: pd.DataFrame) -> pd.DataFrame:
     if not out.empty:
         keyed = out[out["env_key"].notna()]
         prev = keyed.groupby("case_name")["env_key"].shift()
+        cut = keyed.index[(prev.isna() & (keyed["fingerprint_changed"] == 1)).to_numpy()]
+        if db_url is not None and len(cut):
+            from tasks.store.reads import previous_env_keys
+
+            before = previous_env_keys(db_url, [int(i) for i in keyed.loc[cut, "run_id"]])
+            prev.loc[cut] = [before.get(int(i)) for i in keyed.loc[cut, "run_id"]]
         changed.loc[keyed.index[(prev.notna() & (prev != keyed["env_key"])).to_numpy()]] = 1
     return out.assign(env_changed=changed)
 
@@ -537,7 +548,7 @@ def register(app: typer.Typer) -> None:
                 + (f" case {case!r}" if case else "")
                 + f" in the store; its cases: {', '.join(cases) or 'none'}"
             )
-        df = with_env_changes(df)
+        df = with_env_changes(df, url)
         from tasks.services.story import story_dict, story_line
         from tasks.store.reads import verdict_stories
 

@@ -335,8 +335,8 @@ def history(
     rank over the run's measured samples), ``throughput_eps`` (examples/s), ``verdict``, the
     comparison ``ratio``/``ci_low``/``ci_high``, ``baseline_median_ms`` (the compared baseline run's
     median), ``version_changed`` and ``env_changed`` (1 where it differs from the previous run of
-    that case), ``case_label`` (the case's readable label, :func:`with_case_labels`). ``limit`` keeps only the
-    newest N runs. See ``sql/queries/history.sql``.
+    that case; a run keeps its flags in a limited history), ``case_label`` (the case's readable label,
+    :func:`with_case_labels`). ``limit`` keeps only the newest N runs. See ``sql/queries/history.sql``.
     """
     return with_case_labels(run_query("history", db_url, model=model, case_name=case, limit=limit), db_url, model=model)
 

@@ -617,6 +617,21 @@ def run_version(db_url: str, run_id: int | None) -> str | None:
         )
 
 
+def previous_env_keys(db_url: str, run_ids: list[int]) -> dict[int, str]:
+    """The comparability key of each run's previous environment (its previous run of the same model and case that
+    has an environment, ``runs.prev_environment_id``: migration 0008), by run id; runs without one are left out.
+    For a history cut by a limit, whose oldest run of a case has its previous run before the window."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url) as s:
+        rows = s.execute(
+            select(Run.id, Environment.comparability_key)
+            .join(Environment, Environment.id == Run.prev_environment_id)
+            .where(Run.id.in_(run_ids))
+        ).all()
+    return {int(rid): key for rid, key in rows}
+
+
 # ------------------------------------------------------------------------------- runs as the stages see them
 
 

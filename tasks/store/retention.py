@@ -5,7 +5,8 @@ keeps its per-phase summary in ``step_quantiles`` (written by the archive, backf
 the named queries read spread and counts from there, so deleting an old run's raw samples changes none of
 what ``history``, ``sweep``, ``top_op_regressions`` or ``version_compare`` return for it. Thinning never
 deletes a run, a comparison (the verdict), a baseline, op stats or telemetry: only ``step_samples`` rows, and
-only of runs whose every phase with samples has its ``step_quantiles`` row (written here first when missing).
+only of runs whose every phase with samples has its ``step_quantiles`` row (written here first when missing, with
+the run's copy of its measured summary: ``runs.n_measured``, ``p10_step_ms``, ``p90_step_ms``, 0011).
 
 Kept raw whatever their age: the runs that are an active baseline (``baselines.superseded_at IS NULL``), which
 baseline-compare bootstraps against. An older lookback baseline that was thinned is skipped by the verdict
@@ -105,9 +106,15 @@ def thin_samples(
                         acc[0].append(t)
                         acc[1].append(cpu)
                         acc[2].append(wait)
-            s.add_all(
-                StepQuantiles(run_id=rid, phase=phase, **step_quantiles(*acc)) for (rid, phase), acc in missing.items()
-            )
+            summaries = {key: step_quantiles(*acc) for key, acc in missing.items()}
+            s.add_all(StepQuantiles(run_id=rid, phase=phase, **row) for (rid, phase), row in summaries.items())
+            for (rid, phase), row in summaries.items():
+                if phase == "measured":  # the run's own copy of its measured summary (0010, 0011)
+                    s.execute(
+                        update(Run)
+                        .where(Run.id == rid)
+                        .values(n_measured=row["n"], p10_step_ms=row["p10_ms"], p90_step_ms=row["p90_ms"])
+                    )
             s.flush()
             s.execute(update(StepQuantiles).where(StepQuantiles.run_id.in_(ids)).values(thinned_at=now))
             result = s.execute(delete(StepSample).where(StepSample.run_id.in_(ids)))

@@ -194,6 +194,13 @@ class Run(Base):
     compare_ci_high: Mapped[float | None] = mapped_column(Float)
     compare_method: Mapped[str | None] = mapped_column(String(32))
     compare_metric: Mapped[str | None] = mapped_column(String(8))
+    # 0011: what history.sql reads per run without a window or a lookup, kept by the archive: the model version of
+    # the previous run of the same model and case that was pulled (ordered by started_at, id; NULL for the first),
+    # and the measured phase's sample count and nearest-rank p10 from its step_quantiles row (p90_step_ms is that
+    # row's p90, 0010); NULL without a measured summary (a failure)
+    prev_model_version_id: Mapped[int | None] = mapped_column(Integer)
+    n_measured: Mapped[int | None] = mapped_column(Integer)
+    p10_step_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class StepSample(Base):

@@ -135,26 +135,31 @@ def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
 
 
 def _keep_run_facts(s: Session, r: Run) -> None:
-    """Keep the 0008 facts of the new successful run ``r`` (flushed, with its environment): its previous run
-    of the same model and case that has an environment (``started_at, id`` order) and that run's environment,
-    the next such run's pointer to ``r`` (a run stored out of order, e.g. ``perfwatch ingest`` of an older job,
-    slots in between), and the model's success count (``models.successful_runs``). Runs under the model's lock
+    """Keep the 0008 and 0011 facts of the new successful run ``r`` (flushed, with its environment and model
+    version): its previous run of the same model and case that has an environment (``started_at, id`` order) and
+    that run's environment, the model version of its previous run of the same model and case that was pulled, the
+    next such runs' pointers to ``r`` (a run stored out of order, e.g. ``perfwatch ingest`` of an older job, slots
+    in between), and the model's success count (``models.successful_runs``). Runs under the model's lock
     (``lock_model``), so concurrent archives see each other."""
-    same_case = and_(
-        Run.model_id == r.model_id, Run.case_name == r.case_name, Run.environment_id.is_not(None), Run.id != r.id
-    )
+    same_case = and_(Run.model_id == r.model_id, Run.case_name == r.case_name, Run.id != r.id)
     before = or_(Run.started_at < r.started_at, and_(Run.started_at == r.started_at, Run.id < r.id))
+    after = or_(Run.started_at > r.started_at, and_(Run.started_at == r.started_at, Run.id > r.id))
+    newest_first = (Run.started_at.desc(), Run.id.desc())
+    with_env = and_(same_case, Run.environment_id.is_not(None))
     prev = s.execute(
-        select(Run.id, Run.environment_id)
-        .where(same_case, before)
-        .order_by(Run.started_at.desc(), Run.id.desc())
-        .limit(1)
+        select(Run.id, Run.environment_id).where(with_env, before).order_by(*newest_first).limit(1)
     ).first()
     r.prev_run_id, r.prev_environment_id = (prev.id, prev.environment_id) if prev else (None, None)
-    after = or_(Run.started_at > r.started_at, and_(Run.started_at == r.started_at, Run.id > r.id))
-    nxt = s.scalar(select(Run.id).where(same_case, after).order_by(Run.started_at, Run.id).limit(1))
+    nxt = s.scalar(select(Run.id).where(with_env, after).order_by(Run.started_at, Run.id).limit(1))
     if nxt is not None:
         s.execute(update(Run).where(Run.id == nxt).values(prev_run_id=r.id, prev_environment_id=r.environment_id))
+    pulled = and_(same_case, Run.model_version_id.is_not(None))
+    r.prev_model_version_id = s.scalar(
+        select(Run.model_version_id).where(pulled, before).order_by(*newest_first).limit(1)
+    )
+    nxt = s.scalar(select(Run.id).where(pulled, after).order_by(Run.started_at, Run.id).limit(1))
+    if nxt is not None:
+        s.execute(update(Run).where(Run.id == nxt).values(prev_model_version_id=r.model_version_id))
     s.execute(
         update(Model)
         .where(Model.id == r.model_id)
@@ -180,7 +185,7 @@ def _compare_facts(s: Session, verdict: CompareRecord) -> dict[str, Any]:
     }
 
 
-# migrations 0008's and 0009's backfills, for stores filled without the archive (bench/store.py's bulk load)
+# migrations 0008's, 0009's and 0011's backfills, for stores filled without the archive (bench/store.py's bulk load)
 _BACKFILL_RUN_FACTS = (
     """UPDATE runs SET prev_run_id = s.prev_run_id, prev_environment_id = s.prev_environment_id
     FROM (
@@ -203,14 +208,29 @@ _BACKFILL_RUN_FACTS = (
     FROM comparisons c
     LEFT JOIN runs br ON br.id = c.baseline_run_id
     WHERE c.run_id = runs.id""",
+    """UPDATE runs SET
+        prev_model_version_id = s.prev_model_version_id,
+        n_measured = q.n,
+        p10_step_ms = q.p10_ms,
+        p90_step_ms = CASE WHEN q.run_id IS NULL THEN runs.p90_step_ms ELSE q.p90_ms END
+    FROM (
+        SELECT id,
+               CASE WHEN model_version_id IS NULL THEN NULL
+                    ELSE LAG(model_version_id) OVER (PARTITION BY model_id, case_name, model_version_id IS NULL
+                                                     ORDER BY started_at, id) END AS prev_model_version_id
+        FROM runs
+    ) s
+    LEFT JOIN step_quantiles q ON q.run_id = s.id AND q.phase = 'measured'
+    WHERE runs.id = s.id AND (s.prev_model_version_id IS NOT NULL OR q.run_id IS NOT NULL)""",
 )
 
 
 def backfill_run_facts(conn: Connection) -> None:
     """Recompute every run's previous-environment facts and every model's success count (the 0008 columns
-    ``_keep_run_facts`` keeps per archive) and every run's comparison facts (0009, ``_compare_facts``) from the
-    stored rows, in the caller's transaction: for a store filled by bulk ``COPY`` rather than ``store_run``.
-    Three statements; on 318,882 runs (PostgreSQL) they take about as long as migrations 0008 and 0009 (README)."""
+    ``_keep_run_facts`` keeps per archive), every run's comparison facts (0009, ``_compare_facts``) and its history
+    facts (0011: its previous pulled run's model version, its measured summary's n, p10 and p90) from the stored
+    rows, in the caller's transaction: for a store filled by bulk ``COPY`` rather than ``store_run``. Four
+    statements; on 318,882 runs (PostgreSQL) they take about as long as migrations 0008, 0009 and 0011 (README)."""
     for sql in _BACKFILL_RUN_FACTS:
         conn.execute(text(sql))
 
@@ -349,6 +369,7 @@ def store_run(
         sqlalchemy.exc.SQLAlchemyError: the transaction failed after its retries (nothing is written).
     """
     measured = samples["measured_step_times_ms"]
+    ordered = sorted(measured)
     # the run's cold start: the warm-up process's first step, or with a reused warm-up (no warm-up process
     # ran) the profiled-run process's own first step, never the reused run's
     cold_step_ms = warmup.cold_step_ms if warmup.reused_from_run_id is None else samples.get("cold_step_ms")
@@ -397,7 +418,10 @@ def store_run(
                 finished_at=utcnow(),
                 median_step_ms=run.median_step_ms,
                 mean_step_ms=statistics.fmean(measured),
-                p90_step_ms=nearest_rank(sorted(measured), 90),
+                # the measured summary's n, p10 and p90, as its step_quantiles row below (0010, 0011)
+                n_measured=len(measured),
+                p10_step_ms=nearest_rank(ordered, 10),
+                p90_step_ms=nearest_rank(ordered, 90),
                 throughput_eps=run.throughput_eps,
                 cold_step_ms=cold_step_ms,
                 warmup_steps=warmup.warmup_steps,

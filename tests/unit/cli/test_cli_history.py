@@ -98,6 +98,22 @@ def test_history_lists_runs_and_draws_the_plot(cli, releases, tmp_path):
     assert matplotlib.image.imread(png).shape[1] > 500
 
 
+def test_history_with_last_marks_its_oldest_run_as_the_whole_history_does(cli, releases):
+    """v5 is the first run in a new environment (and comparability key); the newest two runs start with it, so its
+    previous run lies before the window: it is still marked (history.sql flags it against that run, migration 0011,
+    and the key it changed from is read from the store), as in the whole history."""
+    res = cli("history", "m", "--last", "2", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [r["version"] for r in rows] == ["5", "6"]
+    assert [(r["env_changed"], r["fingerprint_changed"], r["version_changed"]) for r in rows] == [(1, 1, 1), (0, 0, 1)]
+    whole = {r["run_id"]: r for r in json.loads(cli("history", "m", "--format", "json").stdout)}
+    for r in rows:
+        assert {k: r[k] for k in ("env_changed", "fingerprint_changed", "version_changed")} == {
+            k: whole[r["run_id"]][k] for k in ("env_changed", "fingerprint_changed", "version_changed")
+        }
+
+
 def test_history_of_an_unknown_model_says_which_exist(cli, releases):
     res = cli("history", "nobody")
     assert res.exit_code == 1 and "unknown model 'nobody'; models: m" in res.output
