@@ -556,21 +556,30 @@ def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
     ``run_tables`` row ``inputs`` (``fed``; ``latency_ms``, ``tasks.analysis.percentiles.with_intervals``):
     ``latency_n`` (measured batches), then per percentile ``latency_p50_ms`` (nearest rank, ms, our timer)
     with ``latency_p50_low_ms`` and ``latency_p50_high_ms`` (its distribution-free interval at
-    ``latency_confidence``; None where the sample is too short for that bound), likewise p90 and p99, and
-    ``latency_confidence``. All None for a train run, a failed one or one stored without latency; the
-    bounds and n None for one stored before intervals were kept."""
+    ``latency_confidence``) and ``latency_p50_estimable`` (the sample supports that two-sided interval),
+    likewise p90 and p99, and ``latency_confidence``.
+
+    A percentile the run is too short for (``estimable`` false: p99 under 299 batches at 95%) has no point,
+    as the text output prints none (issue 27: the bound the sample supports, not a point it cannot): its
+    ``_ms`` is None and its ``_low_ms`` / ``_high_ms`` are the one-sided bounds the sample has (at
+    ``1 - (1 - confidence) / 2``; a p99 of 100 batches: the lower bound only). All None for a train run, a
+    failed one or one stored without latency; the bounds, n and ``estimable`` None for one stored before
+    intervals were kept (its point stays: nothing says what it rests on)."""
     cols: dict[str, list[Any]] = {"latency_n": []}
     for key in LATENCY_KEYS:
-        cols |= {f"latency_{key}_ms": [], f"latency_{key}_low_ms": [], f"latency_{key}_high_ms": []}
+        cols |= {f"latency_{key}{col}": [] for col in ("_ms", "_low_ms", "_high_ms", "_estimable")}
     cols["latency_confidence"] = []
     for f in fed:
         lat = (_json_object(f) or {}).get("latency_ms") or {}
         ci = lat.get("ci") or {}
         cols["latency_n"].append(lat.get("n"))
         for key in LATENCY_KEYS:
-            cols[f"latency_{key}_ms"].append(lat.get(key))
-            cols[f"latency_{key}_low_ms"].append((ci.get(key) or {}).get("low"))
-            cols[f"latency_{key}_high_ms"].append((ci.get(key) or {}).get("high"))
+            one = ci.get(key) or {}
+            estimable = one.get("estimable")
+            cols[f"latency_{key}_ms"].append(None if estimable is False else lat.get(key))
+            cols[f"latency_{key}_low_ms"].append(one.get("low"))
+            cols[f"latency_{key}_high_ms"].append(one.get("high"))
+            cols[f"latency_{key}_estimable"].append(None if estimable is None else bool(estimable))
         cols["latency_confidence"].append(lat.get("confidence"))
     return cols
 
@@ -578,7 +587,8 @@ def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
 def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
     run_id, started_at, case_name, version, the case's axes (``AXIS_COLUMNS``), median_step_ms and
-    p99_step_ms (ms, our timer; nearest-rank p99 of the measured steps) and throughput_eps (examples/s).
+    p99_step_ms (ms, our timer; nearest-rank p99 of the measured steps), n_measured (the measured steps) and
+    throughput_eps (examples/s).
     The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
     return with_case_axes(run_query("sweep", db_url, model=model, version=version), after="case_name")
 

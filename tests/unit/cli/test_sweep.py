@@ -67,7 +67,8 @@ def matrix_runs(db_url, tmp_path):
 
 
 def _point(case, value, median, p99, high="same", n=1000, **axes):
-    """A sweep point; its p99's interval is [p99, high] (high: the p99 itself unless given; None: unbounded)."""
+    """A sweep point; its p99's interval is [p99, high] (high: the p99 itself unless given; None: unbounded),
+    from ``n`` steps (estimable from 299)."""
     return {
         "case": case,
         "run_id": 1,
@@ -77,6 +78,7 @@ def _point(case, value, median, p99, high="same", n=1000, **axes):
         "p99_low_ms": p99,
         "p99_high_ms": p99 if high == "same" else high,
         "p99_n": n,
+        "p99_estimable": None if n is None else n >= 299,
         "throughput_eps": value / median * 1000,
         **dict.fromkeys(AXES, None),
         "batch_size": value,
@@ -112,6 +114,53 @@ def test_knee_is_judged_on_the_p99s_upper_bound():
         (16.0, None, 100),
     ]
     assert [p.knee for p in sweep(pts, "batch_size", AXES)] == [False, False, True]  # no budget: throughput only
+
+
+def test_a_p99_that_is_not_estimable_has_no_point_and_never_decides():
+    # b16 is the fastest and its p99 "point" (9.5 ms) is well within the budget, but it rests on 30 steps:
+    # not estimable (issue 27), so it is no point at all and never the knee under a budget
+    pts = [_point("b8", 8, 10.0, 12.0, high=13.0), _point("b16", 16, 9.0, 9.5, high=None, n=30)]
+    got = sweep(pts, "batch_size", AXES, latency_budget_ms=20.0)
+    assert [(p.case, p.p99_step_ms, p.p99_low_ms, p.p99_estimable, p.within_budget, p.knee) for p in got] == [
+        ("b8", 12.0, 12.0, True, True, True),
+        ("b16", None, 9.5, False, None, False),  # the lower bound it supports stays, in its own column
+    ]
+    unknown = sweep([_point("b8", 8, 10.0, 12.0, high=None, n=None)], "batch_size", AXES)
+    assert unknown[0].p99_step_ms == 12.0 and unknown[0].p99_estimable is None  # a thinned run without its count
+
+
+def test_sweep_command_says_not_estimable_instead_of_a_p99_point(cli, db_url, tmp_path):
+    from tasks.analysis.percentiles import percentile_ci
+
+    cases = expand_entry({"model": "demo", "measured_steps": 30, "matrix": {"batch_size": [8, 16]}})
+    _store(db_url, tmp_path, cases[0], 10.0, 1, "b8")  # 400 steps
+    _store(db_url, tmp_path, cases[1], 12.0, 1, "b16", steps=30)  # the user's report: p99 from 30 steps
+    res = cli("sweep", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    b8, b16 = json.loads(res.stdout)
+    assert (b8["p99_step_ms"], b8["p99_estimable"], b8["p99_n"]) == (pytest.approx(10.09), True, 400)
+    short = percentile_ci([12.0 + (i % 10) * 0.01 for i in range(30)], 99)
+    assert (b16["p99_step_ms"], b16["p99_high_ms"], b16["p99_estimable"], b16["p99_n"]) == (None, None, False, 30)
+    assert b16["p99_low_ms"] == pytest.approx(short.low)
+    assert b16["knee"]  # no budget: the highest throughput, which no p99 decides
+    assert (
+        f"all: knee train-bs16 (batch_size=16): 1333.3 examples/s, median 12.00 ms, p99 not estimable from 30 "
+        f"steps at 95% (needs 299): p99 >= {short.low:.2f} ms"
+    ) in res.stderr
+    budget = cli("sweep", "demo", "--latency-budget-ms", "50", "--format", "csv")
+    assert budget.exit_code == 0, budget.output
+    assert "all: knee train-bs8 (batch_size=8)" in budget.stderr  # the short case is never shown within it
+    from sqlalchemy import delete
+
+    from tasks.store import StepSample, session_scope
+
+    with session_scope(db_url) as s:  # samples thinned (perfwatch db thin): step_quantiles' p99 and n remain
+        s.execute(delete(StepSample))
+    thinned = cli("sweep", "demo", "--format", "json")
+    assert thinned.exit_code == 0, thinned.output
+    b8, b16 = json.loads(thinned.stdout)
+    assert (b16["p99_step_ms"], b16["p99_estimable"], b16["p99_n"]) == (None, False, 30)
+    assert (b8["p99_step_ms"], b8["p99_estimable"], b8["p99_n"]) == (pytest.approx(10.09), True, 400)
 
 
 def test_series_are_the_other_axes_that_vary():
