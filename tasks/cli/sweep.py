@@ -69,7 +69,7 @@ def sweep_frame(
         }
 
     points = [{**r, "case": r["case_name"], **p99(r)} for r in df.to_dict(orient="records")]
-    rows = [asdict(p) for p in sweep(points, axis, queries.AXIS_COLUMNS, latency_budget_ms)]
+    rows = [asdict(p) for p in sweep(points, axis, queries.SERIES_COLUMNS, latency_budget_ms)]
     return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
 
 
@@ -236,7 +236,11 @@ def register(app: typer.Typer) -> None:
     def sweep_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
         axis: Annotated[
-            str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, strategy or quantization.")
+            str,
+            typer.Option(
+                help="The swept axis: batch_size, mode, precision, xla, strategy, quantization, scenario, "
+                "tflite_threads, deterministic, device or inputs; a series is the cases that agree on every other."
+            ),
         ] = "batch_size",
         latency_budget_ms: Annotated[
             float | None,

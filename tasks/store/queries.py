@@ -447,6 +447,58 @@ def case_axes(params: Any) -> dict[str, Any]:
     return {k: params.get(k, Case.model_fields[k].default) for k in AXIS_COLUMNS}
 
 
+SERIES_COLUMNS: tuple[str, ...] = (*AXIS_COLUMNS, "scenario", "tflite_threads", "deterministic", "device", "inputs")
+"""Every axis that names a case, one column each (:func:`case_identity`): two runs of a model are of one case
+exactly when they agree on all of them, and the cases of one sweep series agree on all but the swept axis."""
+
+
+def case_identity(params: Any, case_name: str) -> dict[str, Any]:
+    """The :data:`SERIES_COLUMNS` of one run: every part of its case name (``Case.name``) as an axis, from its
+    stored ``params`` (as :func:`case_axes`; an axis they lack is the Case default) and ``case_name``:
+
+    * the ``AXIS_COLUMNS``;
+    * ``scenario`` as the name spells it, the server's rate or search included (``single-stream``,
+      ``offline``, ``server-q100``, ``server-search-b10ms``: ``Case.name`` writes it, never a copy of its rule);
+    * ``tflite_threads`` (``auto`` unset: the CPUs the runner may use), ``deterministic``;
+    * ``device``: the hardware label, else the device kind (``gpu-h100``, ``cpu``, ``auto``);
+    * ``inputs``: the name's ``in<8 hex>`` part, the hash of the input options (``default``: the model's own
+      signature and synthetic batches).
+
+    Raises:
+        QueryError: as :func:`case_axes`, or scenario fields no Case accepts.
+    """
+    import json
+
+    from pydantic import ValidationError
+
+    from tasks.records import Case
+
+    if isinstance(params, str):
+        params = json.loads(params)
+    axes = case_axes(params)
+
+    def got(k: str) -> Any:
+        return params.get(k, Case.model_fields[k].default)
+
+    search = got("scenario") == "server" and bool(got("search_qps"))
+    fields = {"mode", "scenario", "target_qps", "search_qps"} | (
+        {"latency_percentile", "latency_bound_ms"} if search else set()
+    )
+    try:
+        scenario = Case(model="m", **{k: got(k) for k in fields}).name.split("-", 2)[2:]
+    except ValidationError as e:
+        raise QueryError(f"run of case {case_name!r}: its params name no scenario a Case accepts: {e}") from e
+    last = case_name.rsplit("-", 1)[-1]
+    return {
+        **axes,
+        "scenario": scenario[0] if scenario else "single-stream",
+        "tflite_threads": "auto" if got("tflite_threads") is None else got("tflite_threads"),
+        "deterministic": bool(got("deterministic")),
+        "device": got("hardware") or got("device"),
+        "inputs": last if re.fullmatch(r"in[0-9a-f]{8}", last) else "default",
+    }
+
+
 def with_case_axes(df: pd.DataFrame, after: str) -> pd.DataFrame:
     """``df`` with its ``params`` column (runs' Case JSON) replaced by the ``AXIS_COLUMNS``, placed after
     column ``after``."""
@@ -586,11 +638,19 @@ def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
 
 def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
-    run_id, started_at, case_name, version, the case's axes (``AXIS_COLUMNS``), median_step_ms and
-    p99_step_ms (ms, our timer; nearest-rank p99 of the measured steps), n_measured (the measured steps) and
-    throughput_eps (examples/s).
+    run_id, started_at, case_name, version, every axis that names the case (:data:`SERIES_COLUMNS`:
+    :func:`case_identity`), median_step_ms and p99_step_ms (ms, our timer; nearest-rank p99 of the measured
+    steps), n_measured (the measured steps) and throughput_eps (examples/s).
     The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
-    return with_case_axes(run_query("sweep", db_url, model=model, version=version), after="case_name")
+    df = run_query("sweep", db_url, model=model, version=version)
+    axes = pd.DataFrame(
+        [case_identity(p, n) for p, n in zip(df["params"], df["case_name"], strict=True)],
+        columns=list(SERIES_COLUMNS),
+        index=df.index,
+    )
+    df = df.drop(columns=["params"])
+    at = df.columns.get_loc("case_name") + 1
+    return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
 
 
 def list_queries() -> pd.DataFrame:

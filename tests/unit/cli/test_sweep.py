@@ -10,6 +10,7 @@ import pytest
 
 from tasks.analysis.sweep import sweep
 from tasks.matrix import expand_entry
+from tasks.records import Case
 from tasks.stages.archive import archive_run
 from tasks.store import queries
 from tasks.store.writes import record_failure
@@ -182,6 +183,85 @@ def test_series_are_the_other_axes_that_vary():
         ("batch_size=8", "fp32"),
         ("batch_size=8", "mixed_bfloat16"),
     ]
+
+
+def _case(**kw):
+    return Case(model="zoo_cnn", measured_steps=10, **kw)
+
+
+#: cases of one model that differ in every axis that names a case, batch size 4 and 8 of each
+IDENTITY_CASES = [
+    _case(batch_size=bs, **kw)
+    for bs in (4, 8)
+    for kw in (
+        {},
+        {"mode": "infer"},
+        {"mode": "infer", "device": "cpu"},
+        {"mode": "infer", "hardware": "gpu-h100"},
+        {"mode": "infer", "scenario": "offline"},
+        {"mode": "infer", "scenario": "server", "target_qps": 100},
+        {"mode": "infer", "scenario": "server", "target_qps": 50},
+        {"mode": "infer", "scenario": "server", "search_qps": True, "latency_bound_ms": 10},
+        {"mode": "infer", "scenario": "server", "search_qps": True, "latency_bound_ms": 10, "latency_percentile": 95},
+        {"mode": "infer", "latency_bound_ms": 10},  # a single-stream bound judges the run, it names no case
+        {"precision": "mixed_bfloat16"},
+        {"xla": True},
+        {"strategy": "mirrored"},
+        {"deterministic": True},
+        {"mode": "tflite", "quantization": "int8"},
+        {"mode": "tflite", "tflite_threads": 2},
+        {"inputs": {"x": {"shape": [8]}}},
+        {"inputs": {"x": {"shape": [16]}}},
+        {"signature": "predict", "mode": "infer"},
+    )
+]
+
+
+def test_a_case_identity_is_every_part_of_its_name():
+    # two runs are of one case exactly when their identities agree, and of one series (along batch size)
+    # exactly when their names agree but for the batch size: the series key leaves no axis of Case.name out
+    ids = [queries.case_identity(c.to_xcom(), c.name) for c in IDENTITY_CASES]
+    for c, i in zip(IDENTITY_CASES, ids, strict=True):
+        assert set(i) == set(queries.SERIES_COLUMNS) and i["batch_size"] == c.batch_size
+    for a, ia in zip(IDENTITY_CASES, ids, strict=True):
+        for b, ib in zip(IDENTITY_CASES, ids, strict=True):
+            assert (ia == ib) == (a.name == b.name), (a.name, b.name)
+            rest = [{k: v for k, v in i.items() if k != "batch_size"} for i in (ia, ib)]
+            assert (rest[0] == rest[1]) == (
+                a.name.replace(f"bs{a.batch_size}", "bs") == b.name.replace(f"bs{b.batch_size}", "bs")
+            ), (a.name, b.name)
+    scenarios = {c.name: i["scenario"] for c, i in zip(IDENTITY_CASES, ids, strict=True)}
+    assert scenarios["infer-bs4-server-q100"] == "server-q100" and scenarios["infer-bs4"] == "single-stream"
+    assert scenarios["infer-bs4-server-search-p95b10ms"] == "server-search-p95b10ms"
+
+
+def test_a_series_varies_the_swept_axis_only(cli, db_url, tmp_path):
+    # the user's report: infer-bs4-cpu, infer-bs4-offline and infer-bs4-server-q100 were one series "all" with
+    # a knee picked among them; each is its own curve along batch size
+    kinds = ({"device": "cpu"}, {"scenario": "offline"}, {"scenario": "server", "target_qps": 100})
+    medians = {4: 2.0, 8: 3.0}
+    for i, (kw, bs) in enumerate((kw, bs) for kw in kinds for bs in (4, 8)):
+        case = Case(model="demo", mode="infer", batch_size=bs, measured_steps=10, **kw)
+        _store(db_url, tmp_path, case, medians[bs] + i * 0.1, 1, f"r{i}")
+    res = cli("sweep", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    series = {}
+    for r in rows:
+        series.setdefault(r["series"], []).append((r["case"], r["batch_size"], r["knee"]))
+    assert series == {
+        "scenario=offline device=auto": [("infer-bs4-offline", 4, False), ("infer-bs8-offline", 8, True)],
+        "scenario=server-q100 device=auto": [("infer-bs4-server-q100", 4, False), ("infer-bs8-server-q100", 8, True)],
+        "scenario=single-stream device=cpu": [("infer-bs4-cpu", 4, False), ("infer-bs8-cpu", 8, True)],
+    }
+    assert "note: too little data" not in res.stderr and res.stderr.count(": knee ") == 3
+    along = json.loads(cli("sweep", "demo", "--axis", "scenario", "--format", "json").stdout)
+    assert {r["series"] for r in along} == {
+        "batch_size=4 device=auto",
+        "batch_size=8 device=auto",
+        "batch_size=4 device=cpu",
+        "batch_size=8 device=cpu",
+    }
 
 
 @pytest.mark.parametrize(
