@@ -1,10 +1,11 @@
 -- name: hardware
 -- The environments a model (one case, or all) was measured on, side by side: one row per successful
 -- run, newest environment facts first per key: the case, the environment (comparability key, the
--- fingerprint and its environments row), the run's median step time (ms, our timer), throughput
--- (examples/s), peak memory (bytes: the device's where measured, and the runner process's RSS) and
--- when it started. tasks.analysis.gains groups the rows by case and environment, adds J/example from
--- the telemetry summary (run_tables 'telemetry') and the ratio against a reference environment.
+-- fingerprint and its environments row), the model version, the run's median step time (ms, our timer),
+-- throughput (examples/s), peak memory (bytes: the device's where measured, and the runner process's RSS)
+-- and when it started. tasks.analysis.gains groups the rows by case, version and environment (one version
+-- per case: never an average over versions), adds J/example from the telemetry summary (run_tables
+-- 'telemetry') and the ratio against a reference environment.
 -- params: model text, case_name text optional
 -- psql:
 --   psql "$DB" -v model="'tiny'" -v case_name=NULL -f sql/queries/hardware.sql

@@ -2,7 +2,8 @@
 -- The newest successful run of each case of one model (optionally of one version): the points of
 -- `perfwatch sweep`. Per case: run id, start, version, the run's Case as JSON (params: its axes),
 -- median step time (ms, our timer), the p99 of its measured steps (nearest rank, step_quantiles; one batch's
--- latency in infer/tflite mode) and throughput (examples/s at the median).
+-- latency in infer/tflite mode) with the measured steps it rests on (n_measured: whether the run supports
+-- an interval of its p99 at all) and throughput (examples/s at the median).
 -- params: model text, version text optional
 -- psql (text values quoted, NULL for "any"):
 --   psql "$DB" -v model="'demo_mobilenet'" -v version=NULL -f sql/queries/sweep.sql
@@ -24,7 +25,7 @@ picked AS (
 ),
 spread AS (
     -- the run's measured samples summarised at archive (step_quantiles, 0007): still there once thinned
-    SELECT q.run_id, q.p99_ms AS p99_step_ms
+    SELECT q.run_id, q.p99_ms AS p99_step_ms, q.n AS n_measured
     FROM picked p
     -- CROSS JOIN keeps this join order on SQLite, so only the picked runs' rows are read
     CROSS JOIN step_quantiles q
@@ -37,6 +38,7 @@ SELECT p.id AS run_id,
        p.params,
        p.median_step_ms,
        sp.p99_step_ms,
+       sp.n_measured,
        p.throughput_eps
 FROM picked p
 LEFT JOIN spread sp ON sp.run_id = p.id

@@ -1,6 +1,7 @@
 """What would new hardware gain? The environments one case was measured on, side by side.
 
-Pure functions over the store's rows (``tasks.store.queries.hardware_inputs``): per case and environment
+Pure functions over the store's rows (``tasks.store.queries.hardware_inputs``): per case, one model version
+(never an average over versions: a new version's step time is no hardware's doing), and per environment
 (comparability key) the runs, the median step time (ms, our timer: the median of the runs' medians),
 throughput (examples/s, the runs' median), peak memory (bytes, the largest: the device's where measured,
 else the runner's RSS), J/example (the median of the telemetry summaries' ``energy_per_example_j``, where
@@ -9,6 +10,10 @@ the ratio of medians of the two environments' pooled measured step times with a 
 (:func:`tasks.analysis.stats.median_ratio_ci`; it counts step-to-step noise only, not the drift between
 processes, so with one run per environment the interval is too narrow by that drift: ``runs`` says how
 many went in). Below 1: faster than the reference.
+
+Which version: the one given, else per case the newest measured on every environment the case was measured on
+(:func:`compared_version`; where none was, the newest measured on the most of them); an environment without a
+run of it is left out, with a note that says so.
 
 An environment that differs from the reference in more than the hardware (TF version, CUDA/cuDNN build,
 driver, packages, performance variables: a comparability field of ``tasks.analysis.environment`` outside
@@ -20,6 +25,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.analysis.environment import diff_fingerprints
@@ -74,53 +80,135 @@ def non_hardware_changes(reference: Mapping[str, Any], other: Mapping[str, Any])
     ]
 
 
+def version_order(version: str) -> tuple[int, int, str]:
+    """Sort key of model versions, oldest first: integer versions (a model store's ``1``, ``2``, ``10``) by number,
+    after any other (a ``keras.applications`` version ``keras3.x-<hash>``), which sort by text."""
+    return (1, int(version), "") if version.isdigit() else (0, 0, version)
+
+
+def compared_version(
+    envs_of: Mapping[str, set[str]], *, version: str | None = None, within: str | None = None
+) -> str | None:
+    """The model version a case's environments are compared at.
+
+    Args:
+        envs_of: per version, the environments (comparability keys) with a run of it.
+        version: the version asked for (``--version``); returned when measured, else None.
+        within: an environment the version must have been measured on (the reference given), or None.
+
+    Returns:
+        ``version`` if given (None where not measured, or not on ``within``); else, among the versions
+        measured (on ``within``, when given), the one measured on the most environments, the newest
+        (:func:`version_order`) among those: the newest measured on every environment where one is. None
+        when there is none.
+    """
+    if version is not None:
+        ok = version in envs_of and (within is None or within in envs_of[version])
+        return version if ok else None
+    candidates = [v for v, keys in envs_of.items() if within is None or within in keys]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda v: (len(envs_of[v]), version_order(v)))
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """:func:`side_by_side`'s answer.
+
+    Attributes:
+        rows: one dict per case and environment, at the case's compared version (see :func:`side_by_side`).
+        notes: one line each: which version a case with several is compared at and which others were measured,
+            and every environment left out for having no run of that version.
+    """
+
+    rows: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
 def side_by_side(
     rows: Sequence[Mapping[str, Any]],
     envs: Mapping[int, Mapping[str, Any]],
     steps: Mapping[int, Sequence[float]],
     *,
     reference: str | None = None,
+    version: str | None = None,
     confidence: float = 0.95,
-) -> list[dict[str, Any]]:
-    """One row per case (``base_case_name``) and environment, each against the case's reference environment.
+) -> SideBySide:
+    """One row per case (``base_case_name``) and environment at one model version, each against the case's
+    reference environment at that version. Runs of other versions never enter a row: a median of the
+    medians of v1 and v2 is a figure no run measured.
 
     Args:
         rows: the hardware query's rows (``run_id``, ``case_name``, ``env_key``, ``environment_id``,
-            ``median_step_ms``, ``throughput_eps``, ``peak_device_bytes``, ``peak_rss_bytes``,
+            ``version``, ``median_step_ms``, ``throughput_eps``, ``peak_device_bytes``, ``peak_rss_bytes``,
             ``energy_per_example_j``), oldest first within a case and key.
         envs: fingerprint record of each ``environment_id``.
         steps: measured step times (ms) of each ``run_id``.
         reference: the reference environment: a comparability-key prefix, or text in its hardware label
-            (``H100``); None: the environment the case was first measured on.
+            (``H100``); None: the environment first measured at the compared version.
+        version: the model version to compare; None: per case, :func:`compared_version` (the newest measured
+            on every environment; with ``reference``, among those measured there).
         confidence: level of the ratio's interval.
 
     Returns:
-        Dicts with ``case``, ``env_key``, ``hardware`` (label), ``runs``, ``median_step_ms``,
-        ``throughput_eps``, ``peak_memory_bytes``, ``energy_per_example_j``, ``reference`` (bool),
-        ``ratio``, ``ratio_low``, ``ratio_high`` (step time / the reference's; None where either side has
-        fewer than 5 steps), ``method`` and ``differs_beyond_hardware`` (list of changes, empty if none).
+        :class:`SideBySide`: ``rows``, dicts with ``case``, ``version``, ``env_key``, ``hardware`` (label),
+        ``runs``, ``median_step_ms``, ``throughput_eps``, ``peak_memory_bytes``, ``energy_per_example_j``,
+        ``reference`` (bool), ``ratio``, ``ratio_low``, ``ratio_high`` (step time / the reference's; None where
+        either side has fewer than 5 steps), ``method`` and ``differs_beyond_hardware`` (list of changes, empty
+        if none); ``notes`` (the version compared where a case has several, environments left out).
 
     Raises:
-        ValueError: ``reference`` matches no environment of a case, or more than one (names them).
+        ValueError: ``reference`` matches no environment of a case, or more than one (names them); ``version``
+            was measured in no case (or not on the reference), naming the versions there are.
     """
     groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     for r in rows:
         groups.setdefault(base_case_name(str(r["case_name"])), {}).setdefault(str(r["env_key"]), []).append(r)
     out: list[dict[str, Any]] = []
-    for case, by_env in groups.items():
-        data = {k: envs.get(int(rs[-1]["environment_id"]), {}) for k, rs in by_env.items()}
+    notes: list[str] = []
+    missing: list[str] = []
+    for case, all_envs in groups.items():
+        data = {k: envs.get(int(rs[-1]["environment_id"]), {}) for k, rs in all_envs.items()}
         labels = {k: hardware_label(d) for k, d in data.items()}
-        first = min(by_env, key=lambda k: min(int(r["run_id"]) for r in by_env[k]))
-        ref = first
+        given = None
         if reference is not None:
-            hits = [k for k in by_env if k.startswith(reference) or reference.lower() in labels[k].lower()]
+            hits = [k for k in all_envs if k.startswith(reference) or reference.lower() in labels[k].lower()]
             if len(hits) != 1:
-                shown = "; ".join(f"{k} ({labels[k]})" for k in by_env)
+                shown = "; ".join(f"{k} ({labels[k]})" for k in all_envs)
                 raise ValueError(
                     f"--reference {reference!r} matches {len(hits)} environments of case {case}; "
                     f"expected one of: {shown}"
                 )
-            ref = hits[0]
+            given = hits[0]
+        envs_of: dict[str, set[str]] = {}
+        for k, rs in all_envs.items():
+            for r in rs:
+                envs_of.setdefault(str(r["version"]), set()).add(k)
+        versions = sorted(envs_of, key=version_order)
+        chosen = compared_version(envs_of, version=version, within=given)
+        if chosen is None:  # only where a version is asked for
+            have = [v for v in versions if given is None or given in envs_of[v]]
+            on = f" on the reference {labels[given]}" if given is not None else ""
+            missing.append(f"{case}: no run of version {version}{on} (measured: {', '.join(have)})")
+            continue
+        by_env = {k: [r for r in rs if str(r["version"]) == chosen] for k, rs in all_envs.items()}
+        by_env = {k: rs for k, rs in by_env.items() if rs}
+        if version is None and len(versions) > 1:
+            every = len(envs_of[chosen]) == len(all_envs)
+            most = f"the most environments ({len(by_env)} of {len(all_envs)})"
+            notes.append(
+                f"{case}: compared at version {chosen}, the newest measured on "
+                + ("every environment" if every else most + (", the reference among them" if given else ""))
+                + f"; also measured: {', '.join(v for v in versions if v != chosen)} (--version V compares another)"
+            )
+        for k in all_envs:
+            if k not in by_env:
+                theirs = sorted({str(r["version"]) for r in all_envs[k]}, key=version_order)
+                notes.append(
+                    f"{case}: {labels[k]} ({k[:12]}) has no run of version {chosen} (it measured "
+                    f"{', '.join(theirs)}): left out"
+                )
+        ref = given if given is not None else min(by_env, key=lambda k: min(int(r["run_id"]) for r in by_env[k]))
         ref_steps = [ms for r in by_env[ref] for ms in steps.get(int(r["run_id"]), [])]
         for key, rs in by_env.items():
             mine = [ms for r in rs for ms in steps.get(int(r["run_id"]), [])]
@@ -136,6 +224,7 @@ def side_by_side(
             out.append(
                 {
                     "case": case,
+                    "version": chosen,
                     "env_key": key,
                     "hardware": labels[key],
                     "runs": len(rs),
@@ -151,4 +240,6 @@ def side_by_side(
                     "differs_beyond_hardware": [] if key == ref else non_hardware_changes(data[ref], data[key]),
                 }
             )
-    return out
+    if missing and not out:
+        raise ValueError(f"nothing to compare at version {version}: " + "; ".join(missing))
+    return SideBySide(rows=out, notes=notes + [f"{m}: left out" for m in missing])

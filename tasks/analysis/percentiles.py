@@ -89,7 +89,9 @@ class PercentileCI:
     def text(self, unit: str = "ms", name: str | None = None) -> str:
         """One line, e.g. ``p99 12.31 ms [11.9, 13.0] (95%, n=1000)``, or for a short sample
         ``p99 not estimable from 100 samples at 95% (needs 299): p99 >= 11.90 ms; the max bounds it
-        with 63% confidence; 100 samples bound up to p97.0``."""
+        with 63.3% confidence; 100 samples bound up to p97.0``. The confidence and the percentile the sample
+        reaches are rounded down (:func:`floored`): 291 samples say 94.6% and p98.9, never 95% and p99.0,
+        which would claim what they do not support."""
         label = name or f"p{self.percentile:g}"
         level = level_text(self.confidence)
 
@@ -103,14 +105,27 @@ class PercentileCI:
             parts.append(f"{label} >= {v(self.low)}")
         if self.high is None:
             reach = (
-                f"; {self.n} samples bound up to p{self.supported_percentile:.1f}"
-                if self.supported_percentile is not None
-                else ""
+                f"; {self.n} samples bound up to {self.reach_text()}" if self.supported_percentile is not None else ""
             )
-            parts.append(f"the max bounds it with {self.max_bound_confidence:.0%} confidence{reach}")
+            parts.append(f"the max bounds it with {floored(100 * self.max_bound_confidence)}% confidence{reach}")
         else:
             parts.append(f"{label} <= {v(self.high)}")
         return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if parts[2:] else "")
+
+    def reach_text(self) -> str:
+        """The highest percentile this sample bounds two-sidedly at its level, rounded down
+        (:func:`floored`): ``p97.0`` for 100 samples at 95% (97.05), ``p98.9`` for 291 (98.976); ``none``
+        where not even the median's."""
+        return "none" if self.supported_percentile is None else f"p{floored(self.supported_percentile)}"
+
+
+def floored(x: float, digits: int = 1) -> str:
+    """``x`` rounded *down* to ``digits`` decimals, as text (94.63 -> ``94.6``, 98.976 -> ``98.9``): what a
+    short sample supports (a confidence in %, the highest percentile it bounds) is never printed above what it
+    is; rounding to nearest made 291 samples' 94.6% and p98.98 read "95%" and "p99.0", the very level and
+    percentile they fall short of. The 1e-9 absorbs float error (97.0 stays ``97.0``)."""
+    scale = 10**digits
+    return f"{math.floor(x * scale + 1e-9) / scale:.{digits}f}"
 
 
 def level_text(confidence: float) -> str:

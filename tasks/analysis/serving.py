@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.analysis import percentiles
@@ -305,6 +305,27 @@ def summarize(
     out["checks"] = checks
     out["consistent"] = all(c["ok"] for c in checks)
     return out
+
+
+def server_throughput_text(s: Mapping[str, Any], service_eps: float | None = None, service_note: str = "") -> str:
+    """A server run's headline throughput, from its ``serving`` summary (:func:`summarize`): the rate it
+    achieved at its reported point (queries served over the time to the last result), in queries/s and
+    examples/s (one query is one example, LoadGen's sample; padding is no example), with the rate offered; and
+    ``service_eps``, where given, labelled as what it is: the batches' service rate at the median batch
+    (``batch_size`` / median service time, what the run's step times give), not what the server delivered.
+    ``service_note`` follows it.
+
+    E.g. ``86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered; service rate 1946.6 examples/s at
+    the median batch``; a search adds which point (``at 120 q/s offered, the highest rate that met the bound``).
+    """
+    achieved = float(s["achieved_qps"])
+    which = ""
+    if s.get("search"):
+        which = ", the highest rate that met the bound" if s.get("max_qps") is not None else ", the last rate tried"
+    text = f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at {s['target_qps']:.4g} q/s offered{which}"
+    if service_eps is not None:
+        text += f"; service rate {service_eps:.1f} examples/s at the median batch{service_note}"
+    return text
 
 
 def serving_text(s: dict[str, Any]) -> list[str]:

@@ -1,16 +1,22 @@
 """Sweep curves of a benchmark matrix: throughput and latency along one axis, and the best operating point.
 
 Input: the latest successful run of each case of a model (``sql/queries/sweep.sql``), one plain dict
-per case with its axes (``mode``, ``batch_size``, ``precision``, ``xla``, ``strategy``,
-``quantization``), ``median_step_ms`` and ``p99_step_ms`` (ms, our timer, profiler off: a training
-step, or one batch's latency in ``infer``/``tflite`` mode) and ``throughput_eps`` (examples/s at the
-median step time), with the p99's distribution-free 95% interval and the samples it rests on
-(``p99_low_ms``, ``p99_high_ms``, ``p99_n``: ``tasks.analysis.percentiles.percentile_ci``). The cases that
-agree on every other axis form a *series*, a curve along the swept axis; the **knee** of a series is its
-case of highest throughput whose p99 step time is within the latency budget *at 95% confidence*: the
-upper bound of its p99's interval is within the budget (without a budget: its highest throughput). A
-case too short to bound its p99 (fewer than 299 measured steps at 95%) cannot be shown within the
-budget and is never the knee under one.
+per case with every axis that names it (``tasks.store.queries.SERIES_COLUMNS``: ``mode``, ``batch_size``,
+``precision``, ``xla``, ``strategy``, ``quantization``, ``scenario`` with the server's rate or search,
+``tflite_threads``, ``deterministic``, ``device`` or hardware label, ``inputs`` hash), ``median_step_ms``
+and ``p99_step_ms`` (ms, our timer, profiler off: a training step, or one batch's latency in
+``infer``/``tflite`` mode) and ``throughput_eps`` (examples/s at the median step time), with the p99's
+distribution-free 95% interval, the samples it rests on and whether they support that interval
+(``p99_low_ms``, ``p99_high_ms``, ``p99_n``, ``p99_estimable``: ``tasks.analysis.percentiles.percentile_ci``).
+
+The cases that agree on every other axis form a *series*, a curve along the swept axis and along it only
+(``infer-bs4``, ``infer-bs4-offline`` and ``infer-bs4-server-q100`` are three series: another scenario is
+another curve); the **knee** of a series is its case of highest throughput whose p99 step time is within the
+latency budget *at 95% confidence*: the upper bound of its p99's interval is within the budget (without a
+budget: its highest throughput). A case too short to bound its p99 (fewer than 299 measured steps at 95%)
+cannot be shown within the budget and is never the knee under one; its p99 is *not estimable* and has no
+point here (issue 27: the bound the sample supports, its one-sided ``p99_low_ms``, never a point it cannot
+support), so nothing ranks or chooses by one.
 """
 
 from __future__ import annotations
@@ -26,14 +32,17 @@ class SweepPoint:
 
     Attributes:
         series: the other axes' values that vary between the model's cases, e.g. ``mode=train
-            precision=fp32``; ``all`` when only the swept axis varies.
+            precision=fp32`` or ``scenario=server-q100 device=auto``; ``all`` when only the swept axis varies.
         value: the case's value of the swept axis (e.g. batch size 16).
         case, run_id, version: the case name and the run it is read from.
         median_step_ms, p99_step_ms: step time (ms, our timer): median and p99 (nearest rank) of the
-            run's measured steps; p99 None when the run kept no samples.
-        p99_low_ms, p99_high_ms: the p99's two-sided 95% interval (ms, order statistics); None where the
-            run's samples are too few for that bound (or absent).
-        p99_n: the measured steps the p99 rests on (None: no samples).
+            run's measured steps; p99 None when the run kept no samples, and when it is not estimable.
+        p99_low_ms, p99_high_ms: the p99's two-sided 95% interval (ms, order statistics); where not
+            estimable, the one-sided bounds (at 97.5%) the sample has, None for the one it is too short for
+            (a p99's upper bound under 299 steps); None where the samples are absent.
+        p99_n: the measured steps the p99 rests on (None: unknown).
+        p99_estimable: the measured steps support a two-sided 95% interval of the p99 (299 or more); None
+            where unknown.
         throughput_eps: examples/s at the median step time.
         within_budget: the p99's upper bound <= the latency budget; None without a budget, or when the
             p99 has no upper bound (too few samples: not shown within the budget).
@@ -50,6 +59,7 @@ class SweepPoint:
     p99_low_ms: float | None
     p99_high_ms: float | None
     p99_n: int | None
+    p99_estimable: bool | None
     throughput_eps: float
     within_budget: bool | None
     knee: bool
@@ -68,10 +78,12 @@ def sweep(
 
     Args:
         points: one mapping per case (the newest successful run of each): ``case``, ``run_id``,
-            ``version``, ``median_step_ms``, ``p99_step_ms``, ``p99_low_ms``, ``p99_high_ms``, ``p99_n``
-            (each may be None), ``throughput_eps`` and every name in ``axes``.
+            ``version``, ``median_step_ms``, ``p99_step_ms``, ``p99_low_ms``, ``p99_high_ms``, ``p99_n``,
+            ``p99_estimable`` (each may be None; a p99 with ``p99_estimable`` False loses its point),
+            ``throughput_eps`` and every name in ``axes``.
         axis: the swept axis, one of ``axes`` (e.g. ``batch_size``).
-        axes: every axis a case has (the others define the series).
+        axes: every axis that names a case (``tasks.store.queries.SERIES_COLUMNS``): the cases that agree on
+            all but ``axis`` form a series, so a series varies ``axis`` alone.
         latency_budget_ms: highest upper bound of the p99 step time (ms) a knee may have; None: no budget.
 
     Returns:
@@ -96,6 +108,7 @@ def sweep(
         "p99_low_ms",
         "p99_high_ms",
         "p99_n",
+        "p99_estimable",
         "throughput_eps",
         *axes,
     )
@@ -133,10 +146,13 @@ def sweep(
                 run_id=int(p["run_id"]),
                 version=str(p["version"]),
                 median_step_ms=float(p["median_step_ms"]),
-                p99_step_ms=None if p["p99_step_ms"] is None else float(p["p99_step_ms"]),
+                p99_step_ms=None
+                if p["p99_step_ms"] is None or p["p99_estimable"] is False
+                else float(p["p99_step_ms"]),
                 p99_low_ms=None if p["p99_low_ms"] is None else float(p["p99_low_ms"]),
                 p99_high_ms=None if p["p99_high_ms"] is None else float(p["p99_high_ms"]),
                 p99_n=None if p["p99_n"] is None else int(p["p99_n"]),
+                p99_estimable=None if p["p99_estimable"] is None else bool(p["p99_estimable"]),
                 throughput_eps=float(p["throughput_eps"]),
                 within_budget=within(p),
                 knee=p is best,

@@ -160,7 +160,7 @@ def compare_tail(
         n = min(a.n, b.n)
         short = a if a.n <= b.n else b
         reach = (
-            f" at {level_text(level)} per version {n} samples bound up to p{short.supported_percentile:.1f};"
+            f" at {level_text(level)} per version {n} samples bound up to {short.reach_text()};"
             if short.supported_percentile
             else ""
         )

@@ -76,11 +76,23 @@ def figure_texts(
     figure the run did not record is left out (a train run's latency). ``throughput_note`` follows the
     throughput figure (``perfwatch run`` says where else it is given). ``median_ci``: the median's
     ``PercentileCI`` from the measured steps, shown with the step time (``median 10.00 ms [9.95, 10.05] (95%,
-    n=320 steps)``, or what a short run supports)."""
+    n=320 steps)``, or what a short run supports).
+
+    A server-scenario run (``latency["serving"]``) leads its throughput with the rate it achieved, queries/s and
+    examples/s, and labels ``throughput_eps`` (the batches' service rate at the median) as such
+    (``tasks.analysis.serving.server_throughput_text``): "1946.6 examples/s at the median" was no rate the
+    server delivered at 100 q/s offered."""
     med, eps = _num(median_ms), _num(throughput_eps)
+    served = latency.get("serving") if isinstance(latency, Mapping) else None
+    if isinstance(served, Mapping) and served.get("scenario") == "server":
+        from tasks.analysis.serving import server_throughput_text
+
+        throughput: str | None = server_throughput_text(served, eps, throughput_note)
+    else:
+        throughput = None if eps is None else f"{eps:.1f} examples/s at the median{throughput_note}"
     texts = {
         "step_time": None if med is None else f"median {med:.2f} ms" + _median_interval(median_ci),
-        "throughput": None if eps is None else f"{eps:.1f} examples/s at the median{throughput_note}",
+        "throughput": throughput,
         "memory_usage": memory_text(peak_rss_bytes, peak_device_bytes),
         "latency": latency if isinstance(latency, str) or latency is None else latency_lead(latency),
     }

@@ -1,6 +1,7 @@
 """``perfwatch hardware MODEL``: what would new hardware gain? The environments a model's cases were measured
 on side by side (median step time, throughput, peak memory, J/example where power was measured) and each
-one's step-time ratio against a reference environment with its interval. Rows from
+one's step-time ratio against a reference environment with its interval, at one model version per case (the
+newest measured on every environment, or ``--version``): never a figure pooled over versions. Rows from
 ``tasks.store.queries.hardware_inputs`` (``sql/queries/hardware.sql``); the comparison is
 ``tasks.analysis.gains.side_by_side``.
 """
@@ -19,15 +20,21 @@ if TYPE_CHECKING:
 
 
 def hardware_frame(
-    model: str, case: str | None = None, reference: str | None = None, db_url: str | None = None
-) -> pd.DataFrame:
-    """The side-by-side table of ``model`` (``tasks.analysis.gains.side_by_side``'s rows): ``case`` is a case
-    name with or without its device part (``train-bs16`` matches ``train-bs16-gpu`` and ``train-bs16-cpu``);
-    ``differs_beyond_hardware`` joined by ``; ``.
+    model: str,
+    case: str | None = None,
+    reference: str | None = None,
+    db_url: str | None = None,
+    version: str | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """The side-by-side table of ``model`` (``tasks.analysis.gains.side_by_side``'s rows) and its notes (the
+    version each case is compared at where it has several, environments left out for lacking a run of it):
+    ``case`` is a case name with or without its device part (``train-bs16`` matches ``train-bs16-gpu`` and
+    ``train-bs16-cpu``); ``version`` the model version compared (default: per case the newest measured on
+    every environment); ``differs_beyond_hardware`` joined by ``; ``.
 
     Raises:
-        ValueError: no successful run of the model (or case), or a ``reference`` that matches no environment
-            or several. tasks.store.queries.QueryError: the store refused the query.
+        ValueError: no successful run of the model (or case), a ``reference`` that matches no environment or
+            several, or a ``version`` with no run. tasks.store.queries.QueryError: the store refused the query.
     """
     import pandas as pd
 
@@ -41,10 +48,10 @@ def hardware_frame(
         raise ValueError(
             f"no successful run of model {model!r}" + (f" case {case!r}" if case else "") + " in the store"
         )
-    rows = side_by_side(df.to_dict(orient="records"), envs, steps, reference=reference)
-    out = pd.DataFrame(rows)
+    got = side_by_side(df.to_dict(orient="records"), envs, steps, reference=reference, version=version)
+    out = pd.DataFrame(got.rows)
     out["differs_beyond_hardware"] = ["; ".join(d) if d else None for d in out["differs_beyond_hardware"]]
-    return out
+    return out, got.notes
 
 
 def register(app: typer.Typer) -> None:
@@ -63,12 +70,20 @@ def register(app: typer.Typer) -> None:
                 "default: the environment each case was first measured on."
             ),
         ] = None,
+        version: Annotated[
+            str | None,
+            typer.Option(
+                help="The model version to compare; default: per case the newest measured on every environment "
+                "(never an average over versions)."
+            ),
+        ] = None,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """The environments MODEL was measured on, side by side: median step time (ms), throughput
-        (examples/s), peak memory (bytes), J/example where power was measured, and each one's step-time
-        ratio to the reference with its 95% interval (percentile bootstrap of the ratio of medians of the
-        pooled measured steps: step-to-step noise only). An environment that differs from the reference in
+        """The environments MODEL was measured on, side by side, at one model version per case (--version, else
+        the newest measured on every environment; the others are named under the table): median step time
+        (ms), throughput (examples/s), peak memory (bytes), J/example where power was measured, and each one's
+        step-time ratio to the reference with its 95% interval (percentile bootstrap of the ratio of medians of
+        the pooled measured steps: step-to-step noise only). An environment that differs from the reference in
         more than the hardware (TF, CUDA, driver, packages) is flagged with what differs."""
         from tasks.store import queries
 
@@ -76,10 +91,12 @@ def register(app: typer.Typer) -> None:
             url = _db_url()
             if msg := unknown_model_message(url, model):
                 raise _fail(msg)
-            df = hardware_frame(model, case, reference, url)
+            df, notes = hardware_frame(model, case, reference, url, version)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
         render(df, fmt, title=f"{model}: hardware side by side")
+        for note in notes:  # on stderr: csv and json stay one table
+            typer.echo(f"note: {note}", err=True)
         if fmt == Format.table:
             for r in df.itertuples():
                 if isinstance(r.differs_beyond_hardware, str):

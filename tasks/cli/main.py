@@ -107,7 +107,8 @@ def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -
 def p99_cell(row: dict) -> str | None:
     """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
     ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
-    it; the point alone with ``(no interval)`` for runs stored before intervals were kept; None otherwise."""
+    it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
+    were kept; None otherwise."""
     import pandas as pd
 
     def num(k: str) -> float | None:
@@ -115,11 +116,9 @@ def p99_cell(row: dict) -> str | None:
         return None if v is None or pd.isna(v) else float(v)
 
     p99, low, high, n = num("latency_p99_ms"), num("latency_p99_low_ms"), num("latency_p99_high_ms"), num("latency_n")
-    if p99 is None:
-        return None
     if n is None:
-        return f"{p99:.2f} (no interval)"
-    if high is None:
+        return None if p99 is None else f"{p99:.2f} (no interval)"
+    if high is None or p99 is None:
         return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound)"
     return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}"
 
@@ -164,7 +163,7 @@ def runs(
 
         lat = [c for c in df.columns if c.startswith("latency_")]
         p99 = [p99_cell(r) for r in df[lat].to_dict(orient="records")]
-        if df["latency_p99_ms"].notna().any():  # infer/tflite runs: their p99 with its interval and n
+        if any(c is not None for c in p99):  # infer/tflite runs: their p99 with its interval and n
             at = df.columns.get_loc("throughput_eps") + 1
             df.insert(at, "p99_latency_ms", p99)
         df = df.drop(columns=lat)

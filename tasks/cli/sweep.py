@@ -24,9 +24,10 @@ def sweep_frame(
     """The sweep of ``model`` along ``axis`` as a table: series, the axis value (column named after the
     axis), case, run_id, version, median_step_ms, p99_step_ms (ms), p99_low_ms and p99_high_ms (the p99's
     distribution-free 95% interval from the run's measured steps, ``tasks.analysis.percentiles``; None
-    where too few steps for that bound), p99_n (measured steps), throughput_eps (examples/s),
-    within_budget (the p99's upper bound within the budget), knee. One row per case (its newest
-    successful run, of ``version`` when given).
+    where too few steps for that bound), p99_n (measured steps), p99_estimable (whether they support a
+    two-sided 95% interval of the p99: 299 steps; where not, p99_step_ms is empty and p99_low_ms is the
+    lower bound the steps do support), throughput_eps (examples/s), within_budget (the p99's upper bound
+    within the budget), knee. One row per case (its newest successful run, of ``version`` when given).
 
     Raises:
         ValueError: no successful run of the model (of that version), an unknown axis, a bad budget
@@ -37,7 +38,7 @@ def sweep_frame(
 
     import pandas as pd
 
-    from tasks.analysis.percentiles import percentile_ci
+    from tasks.analysis.percentiles import min_samples, percentile_ci
     from tasks.analysis.sweep import sweep
     from tasks.settings import Settings
     from tasks.store import queries, reads
@@ -53,32 +54,44 @@ def sweep_frame(
     samples = reads.load_samples(url, [int(i) for i in df["run_id"]])
 
     def p99(r: dict) -> dict:
-        if not (xs := samples.get(int(r["run_id"]))):  # the run kept no samples
+        if not (xs := samples.get(int(r["run_id"]))):  # thinned (perfwatch db thin): step_quantiles' p99 and n
             point = None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]
-            return {"p99_step_ms": point, "p99_low_ms": None, "p99_high_ms": None, "p99_n": None}
+            n = None if pd.isna(r["n_measured"]) else int(r["n_measured"])
+            ok = None if n is None else n >= min_samples(99)
+            return {"p99_step_ms": point, "p99_low_ms": None, "p99_high_ms": None, "p99_n": n, "p99_estimable": ok}
         ci = percentile_ci(xs, 99)
-        return {"p99_step_ms": ci.point, "p99_low_ms": ci.low, "p99_high_ms": ci.high, "p99_n": ci.n}
+        return {
+            "p99_step_ms": ci.point,
+            "p99_low_ms": ci.low,
+            "p99_high_ms": ci.high,
+            "p99_n": ci.n,
+            "p99_estimable": ci.estimable,
+        }
 
     points = [{**r, "case": r["case_name"], **p99(r)} for r in df.to_dict(orient="records")]
-    rows = [asdict(p) for p in sweep(points, axis, queries.AXIS_COLUMNS, latency_budget_ms)]
+    rows = [asdict(p) for p in sweep(points, axis, queries.SERIES_COLUMNS, latency_budget_ms)]
     return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
 
 
 def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> list[str]:
     """One line per series of a ``sweep_frame``: its knee (case, axis value, throughput, p99 with its 95%
-    interval and n), or that no case is within the budget at 95% (with the lowest p99 upper bound there is,
+    interval and n, or for a run too short for one what its steps support: "not estimable", the lower bound,
+    never a point), or that no case is within the budget at 95% (with the lowest p99 upper bound there is,
     and how many cases were too short to bound their p99)."""
     import pandas as pd
 
     from tasks.analysis.percentiles import min_samples
 
     def p99_text(k: pd.Series) -> str:
+        if not (pd.isna(k.p99_estimable) or k.p99_estimable):  # as PercentileCI.text: the bound, never a point
+            low = "" if pd.isna(k.p99_low_ms) else f": p99 >= {k.p99_low_ms:.2f} ms"
+            return f"not estimable from {k.p99_n:.0f} steps at 95% (needs {min_samples(99)}){low}"
         if pd.isna(k.p99_step_ms):
             return "—"
         if pd.isna(k.p99_n):
             return f"{k.p99_step_ms:.2f} ms (no samples: no interval)"
         if pd.isna(k.p99_high_ms):
-            return f"{k.p99_step_ms:.2f} ms (n={k.p99_n:.0f}: too few to bound it at 95%, needs {min_samples(99)})"
+            return f"{k.p99_step_ms:.2f} ms (n={k.p99_n:.0f}: no interval kept, the run's steps were thinned)"
         low = "—" if pd.isna(k.p99_low_ms) else f"{k.p99_low_ms:.2f}"
         return f"{k.p99_step_ms:.2f} ms [{low}, {k.p99_high_ms:.2f}] (95%, n={k.p99_n:.0f})"
 
@@ -223,7 +236,11 @@ def register(app: typer.Typer) -> None:
     def sweep_cmd(
         model: Annotated[str, typer.Argument(help="Model name in the store.")],
         axis: Annotated[
-            str, typer.Option(help="The swept axis: mode, batch_size, precision, xla, strategy or quantization.")
+            str,
+            typer.Option(
+                help="The swept axis: batch_size, mode, precision, xla, strategy, quantization, scenario, "
+                "tflite_threads, deterministic, device or inputs; a series is the cases that agree on every other."
+            ),
         ] = "batch_size",
         latency_budget_ms: Annotated[
             float | None,

@@ -447,6 +447,58 @@ def case_axes(params: Any) -> dict[str, Any]:
     return {k: params.get(k, Case.model_fields[k].default) for k in AXIS_COLUMNS}
 
 
+SERIES_COLUMNS: tuple[str, ...] = (*AXIS_COLUMNS, "scenario", "tflite_threads", "deterministic", "device", "inputs")
+"""Every axis that names a case, one column each (:func:`case_identity`): two runs of a model are of one case
+exactly when they agree on all of them, and the cases of one sweep series agree on all but the swept axis."""
+
+
+def case_identity(params: Any, case_name: str) -> dict[str, Any]:
+    """The :data:`SERIES_COLUMNS` of one run: every part of its case name (``Case.name``) as an axis, from its
+    stored ``params`` (as :func:`case_axes`; an axis they lack is the Case default) and ``case_name``:
+
+    * the ``AXIS_COLUMNS``;
+    * ``scenario`` as the name spells it, the server's rate or search included (``single-stream``,
+      ``offline``, ``server-q100``, ``server-search-b10ms``: ``Case.name`` writes it, never a copy of its rule);
+    * ``tflite_threads`` (``auto`` unset: the CPUs the runner may use), ``deterministic``;
+    * ``device``: the hardware label, else the device kind (``gpu-h100``, ``cpu``, ``auto``);
+    * ``inputs``: the name's ``in<8 hex>`` part, the hash of the input options (``default``: the model's own
+      signature and synthetic batches).
+
+    Raises:
+        QueryError: as :func:`case_axes`, or scenario fields no Case accepts.
+    """
+    import json
+
+    from pydantic import ValidationError
+
+    from tasks.records import Case
+
+    if isinstance(params, str):
+        params = json.loads(params)
+    axes = case_axes(params)
+
+    def got(k: str) -> Any:
+        return params.get(k, Case.model_fields[k].default)
+
+    search = got("scenario") == "server" and bool(got("search_qps"))
+    fields = {"mode", "scenario", "target_qps", "search_qps"} | (
+        {"latency_percentile", "latency_bound_ms"} if search else set()
+    )
+    try:
+        scenario = Case(model="m", **{k: got(k) for k in fields}).name.split("-", 2)[2:]
+    except ValidationError as e:
+        raise QueryError(f"run of case {case_name!r}: its params name no scenario a Case accepts: {e}") from e
+    last = case_name.rsplit("-", 1)[-1]
+    return {
+        **axes,
+        "scenario": scenario[0] if scenario else "single-stream",
+        "tflite_threads": "auto" if got("tflite_threads") is None else got("tflite_threads"),
+        "deterministic": bool(got("deterministic")),
+        "device": got("hardware") or got("device"),
+        "inputs": last if re.fullmatch(r"in[0-9a-f]{8}", last) else "default",
+    }
+
+
 def with_case_axes(df: pd.DataFrame, after: str) -> pd.DataFrame:
     """``df`` with its ``params`` column (runs' Case JSON) replaced by the ``AXIS_COLUMNS``, placed after
     column ``after``."""
@@ -556,31 +608,49 @@ def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
     ``run_tables`` row ``inputs`` (``fed``; ``latency_ms``, ``tasks.analysis.percentiles.with_intervals``):
     ``latency_n`` (measured batches), then per percentile ``latency_p50_ms`` (nearest rank, ms, our timer)
     with ``latency_p50_low_ms`` and ``latency_p50_high_ms`` (its distribution-free interval at
-    ``latency_confidence``; None where the sample is too short for that bound), likewise p90 and p99, and
-    ``latency_confidence``. All None for a train run, a failed one or one stored without latency; the
-    bounds and n None for one stored before intervals were kept."""
+    ``latency_confidence``) and ``latency_p50_estimable`` (the sample supports that two-sided interval),
+    likewise p90 and p99, and ``latency_confidence``.
+
+    A percentile the run is too short for (``estimable`` false: p99 under 299 batches at 95%) has no point,
+    as the text output prints none (issue 27: the bound the sample supports, not a point it cannot): its
+    ``_ms`` is None and its ``_low_ms`` / ``_high_ms`` are the one-sided bounds the sample has (at
+    ``1 - (1 - confidence) / 2``; a p99 of 100 batches: the lower bound only). All None for a train run, a
+    failed one or one stored without latency; the bounds, n and ``estimable`` None for one stored before
+    intervals were kept (its point stays: nothing says what it rests on)."""
     cols: dict[str, list[Any]] = {"latency_n": []}
     for key in LATENCY_KEYS:
-        cols |= {f"latency_{key}_ms": [], f"latency_{key}_low_ms": [], f"latency_{key}_high_ms": []}
+        cols |= {f"latency_{key}{col}": [] for col in ("_ms", "_low_ms", "_high_ms", "_estimable")}
     cols["latency_confidence"] = []
     for f in fed:
         lat = (_json_object(f) or {}).get("latency_ms") or {}
         ci = lat.get("ci") or {}
         cols["latency_n"].append(lat.get("n"))
         for key in LATENCY_KEYS:
-            cols[f"latency_{key}_ms"].append(lat.get(key))
-            cols[f"latency_{key}_low_ms"].append((ci.get(key) or {}).get("low"))
-            cols[f"latency_{key}_high_ms"].append((ci.get(key) or {}).get("high"))
+            one = ci.get(key) or {}
+            estimable = one.get("estimable")
+            cols[f"latency_{key}_ms"].append(None if estimable is False else lat.get(key))
+            cols[f"latency_{key}_low_ms"].append(one.get("low"))
+            cols[f"latency_{key}_high_ms"].append(one.get("high"))
+            cols[f"latency_{key}_estimable"].append(None if estimable is None else bool(estimable))
         cols["latency_confidence"].append(lat.get("confidence"))
     return cols
 
 
 def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
-    run_id, started_at, case_name, version, the case's axes (``AXIS_COLUMNS``), median_step_ms and
-    p99_step_ms (ms, our timer; nearest-rank p99 of the measured steps) and throughput_eps (examples/s).
+    run_id, started_at, case_name, version, every axis that names the case (:data:`SERIES_COLUMNS`:
+    :func:`case_identity`), median_step_ms and p99_step_ms (ms, our timer; nearest-rank p99 of the measured
+    steps), n_measured (the measured steps) and throughput_eps (examples/s).
     The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
-    return with_case_axes(run_query("sweep", db_url, model=model, version=version), after="case_name")
+    df = run_query("sweep", db_url, model=model, version=version)
+    axes = pd.DataFrame(
+        [case_identity(p, n) for p, n in zip(df["params"], df["case_name"], strict=True)],
+        columns=list(SERIES_COLUMNS),
+        index=df.index,
+    )
+    df = df.drop(columns=["params"])
+    at = df.columns.get_loc("case_name") + 1
+    return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
 
 
 def list_queries() -> pd.DataFrame:

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.analysis.percentiles import latency_cis, latency_text, min_samples, percentile_ci, with_intervals
+from tasks.analysis.percentiles import (
+    floored,
+    latency_cis,
+    latency_text,
+    min_samples,
+    percentile_ci,
+    with_intervals,
+)
 
 
 def test_median_of_ten_has_the_textbook_ranks():
@@ -60,6 +67,34 @@ def test_too_short_for_p99_says_what_it_supports():
     assert "not estimable from 100 samples" in text and "needs 299" in text and "p97.0" in text
     assert percentile_ci(np.arange(1.0, 300.0), 99).estimable  # 299 samples: x(289)..x(299)
     assert not percentile_ci(np.arange(1.0, 299.0), 99).estimable
+
+
+@pytest.mark.parametrize(
+    ("n", "confidence", "reach"),
+    [(100, "63.3%", "p97.0"), (291, "94.6%", "p98.9"), (298, "94.9%", "p98.9"), (30, "26.0%", "p90.4")],
+)
+def test_what_a_short_sample_supports_is_rounded_down_never_up(n, confidence, reach):
+    # 291 samples: the max bounds p99 with 1 - 0.99**291 = 94.63% confidence and they reach p98.976; rounded to
+    # nearest these read "95%" and "p99.0", the very level and percentile the sample falls short of
+    r = percentile_ci(np.arange(1.0, n + 1.0), 99)
+    assert not r.estimable
+    text = r.text()
+    assert f"the max bounds it with {confidence} confidence; {n} samples bound up to {reach}" in text, text
+    assert float(confidence[:-1]) <= 100 * r.max_bound_confidence < float(confidence[:-1]) + 0.1
+    assert float(reach[1:]) <= r.supported_percentile < float(reach[1:]) + 0.1
+    assert r.reach_text() == reach
+
+
+def test_floored_rounds_down_and_keeps_exact_values():
+    assert [floored(x) for x in (94.6316, 98.9758, 97.0, 96.99999999999999, 0.1 + 0.2, 63.39)] == [
+        "94.6",
+        "98.9",
+        "97.0",
+        "97.0",
+        "0.3",
+        "63.3",
+    ]
+    assert floored(99.9049, 2) == "99.90"
 
 
 def test_min_samples():

@@ -110,3 +110,39 @@ def test_a_search_reports_every_point_and_the_highest_rate_that_met():
         high = percentiles.percentile_ci(points[s["points"].index(p)]["latency_ms"], 99).high
         assert p["upper_ms"] == high and p["met"] == (high <= 15.0)
     assert any("max QPS" in line for line in serving.serving_text(s))
+
+
+def test_a_server_runs_headline_throughput_is_the_rate_it_achieved():
+    # the user's report: --scenario server --target-qps 100 printed "1946.6 examples/s at the median" (the batches'
+    # service rate, batch_size / median service time) while the server achieved 86.1 q/s
+    s = serving.summarize(
+        {"scenario": "server", "wall_s": 4.0, "examples": 0, "points": [server_point(100.0, batch_size=4)]},
+        {},
+        [],
+        batch_size=4,
+        percentile=99,
+        bound_ms=None,
+    )
+    text = serving.server_throughput_text(s, 1946.6)
+    achieved = s["achieved_qps"]
+    assert s["throughput_eps"] == achieved == s["points"][0]["achieved_qps"] and 70 < achieved < 130
+    assert text == (
+        f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at 100 q/s offered; "
+        "service rate 1946.6 examples/s at the median batch"
+    )
+    assert (
+        serving.server_throughput_text(s)
+        == f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at 100 q/s offered"
+    )
+    points = [server_point(q, seed=i) for i, q in enumerate((100.0, 200.0, 950.0))]
+    search = serving.summarize(
+        {"scenario": "server", "wall_s": 9.0, "examples": 0, "points": points, "search": True},
+        {},
+        [],
+        batch_size=2,
+        percentile=99,
+        bound_ms=15.0,
+    )
+    assert f"at {search['max_qps']:.4g} q/s offered, the highest rate that met the bound" in (
+        serving.server_throughput_text(search)
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tasks.analysis.environment import Fingerprint
+from tasks.analysis.gains import compared_version, side_by_side
 from tasks.cli.hardware import hardware_frame
 from tasks.runner.devices import device_section
 from tasks.stages.archive import archive_run
@@ -21,11 +22,13 @@ _newer_tf = with_changes(_h100, {"tensorflow.version": "2.13.0", "gpu.driver_ver
 H100_NEWER_TF = {**_newer_tf, "device": device_section("gpu", _newer_tf)}
 
 
-def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=None):
-    """One successful run of 'demo' on the environment ``data``: 40 steps around ``median`` ms."""
+def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=None, version="1"):
+    """One successful run of 'demo' ``version`` on the environment ``data``: 40 steps around ``median`` ms."""
     from tasks.records import check_case_name
 
     ctx, pulled, _, warm, run, parse, comp = make_records(tmp, dag_run_id=name, model="demo", median=median)
+    if version != "1":
+        pulled = pulled.model_copy(update={"version": version, "digest": version[0] * 64})
     samples = json.loads(Path(run.samples_path).read_text())
     samples["measured_step_times_ms"] = [median * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(40)]
     if energy is not None:  # power measured: a telemetry record whose summary gives this J/example
@@ -64,7 +67,8 @@ def test_hardware_query_one_row_per_run_on_both_databases(two_envs):
 
 
 def test_hardware_side_by_side_ratio_interval_and_flags(two_envs):
-    df = hardware_frame("demo", "train-bs16", db_url=two_envs)  # the case without its device part matches
+    df, notes = hardware_frame("demo", "train-bs16", db_url=two_envs)  # the case without its device part matches
+    assert notes == [] and set(df["version"]) == {"1"}  # one version measured: nothing to say
     by = {r.hardware: r for r in df.itertuples()}
     a100 = by["gpu: NVIDIA A100-SXM4-40GB"]
     assert a100.reference and a100.ratio == 1.0 and a100.runs == 2  # first measured: the default reference
@@ -79,7 +83,7 @@ def test_hardware_side_by_side_ratio_interval_and_flags(two_envs):
     assert "gpu.driver_version" in flagged.differs_beyond_hardware
     assert "gpu.devices.0.name" not in flagged.differs_beyond_hardware  # the hardware itself is not a flag
     key = Fingerprint.from_data(H100).comparability_key
-    again = hardware_frame("demo", "train-bs16-gpu", reference=key[:8], db_url=two_envs)
+    again, _ = hardware_frame("demo", "train-bs16-gpu", reference=key[:8], db_url=two_envs)
     ref = again[again["reference"]].iloc[0]
     assert ref.env_key == key
     assert again[again["env_key"] == a100.env_key].iloc[0].ratio == pytest.approx(2.0, rel=0.03)
@@ -96,3 +100,88 @@ def test_hardware_cli_prints_the_table_and_the_flag(two_envs, cli):
     bad = cli("hardware", "demo", "--reference", "nvidia")  # matches all three
     assert bad.exit_code == 1 and "matches 3 environments" in bad.output
     assert cli("hardware", "demo", "--case", "infer-bs8").exit_code == 1
+
+
+def _rows(*runs):
+    """hardware query rows: (run_id, env_key, version, median ms)."""
+    return [
+        {
+            "run_id": i,
+            "case_name": "infer-bs1",
+            "env_key": key,
+            "environment_id": {"a": 1, "b": 2}[key],
+            "version": version,
+            "median_step_ms": median,
+            "throughput_eps": 1000.0 / median,
+            "peak_device_bytes": None,
+            "peak_rss_bytes": 100 * i,
+            "energy_per_example_j": None,
+        }
+        for i, key, version, median in runs
+    ]
+
+
+def _steps(rows):
+    return {r["run_id"]: [r["median_step_ms"] * (1 + 0.001 * (k % 3 - 1)) for k in range(20)] for r in rows}
+
+
+def test_versions_are_never_pooled():
+    # the user's report: run 1 (v1, 114.859 ms) and run 2 (v2, 245.754 ms) in one environment read as one row
+    # "runs 2, median_step_ms 180.307", a figure no run measured
+    rows = _rows((1, "a", "1", 114.859), (2, "a", "2", 245.754))
+    envs = {1: A100}
+    got = side_by_side(rows, envs, _steps(rows))
+    ((row),) = got.rows
+    assert (row["version"], row["runs"], row["median_step_ms"]) == ("2", 1, 245.754)
+    assert got.notes == [
+        "infer-bs1: compared at version 2, the newest measured on every environment; also measured: 1 "
+        "(--version V compares another)"
+    ]
+    ((v1),) = side_by_side(rows, envs, _steps(rows), version="1").rows
+    assert (v1["version"], v1["runs"], v1["median_step_ms"], v1["peak_memory_bytes"]) == ("1", 1, 114.859, 100)
+    with pytest.raises(
+        ValueError, match=r"nothing to compare at version 3: infer-bs1: no run of version 3 \(measured: 1, 2\)"
+    ):
+        side_by_side(rows, envs, _steps(rows), version="3")
+
+
+def test_the_version_compared_is_the_newest_measured_on_every_environment():
+    # A100 measured v1, v2 and v10; H100 v1 and v2: compared at v2 (numbers, not text: 10 > 2 > 1), never 10
+    rows = _rows(
+        (1, "a", "1", 10.0), (2, "b", "1", 5.0), (3, "a", "2", 20.0), (4, "b", "2", 10.0), (5, "a", "10", 30.0)
+    )
+    envs = {1: A100, 2: H100}
+    got = side_by_side(rows, envs, _steps(rows))
+    assert [(r["hardware"], r["version"], r["median_step_ms"]) for r in got.rows] == [
+        ("gpu: NVIDIA A100-SXM4-40GB", "2", 20.0),
+        ("gpu: NVIDIA H100 80GB HBM3", "2", 10.0),
+    ]
+    assert got.rows[1]["ratio"] == pytest.approx(0.5, rel=0.01)  # within v2: the hardware's ratio
+    assert "compared at version 2, the newest measured on every environment; also measured: 1, 10" in got.notes[0]
+    v10 = side_by_side(rows, envs, _steps(rows), version="10")  # only the A100 measured it: the H100 is left out
+    assert [(r["env_key"], r["reference"]) for r in v10.rows] == [("a", True)]
+    assert v10.notes == [
+        "infer-bs1: gpu: NVIDIA H100 80GB HBM3 (b) has no run of version 10 (it measured 1, 2): left out"
+    ]
+    # the reference's versions decide when it is given: the H100 has no 10, so 2 again
+    assert {r["version"] for r in side_by_side(rows, envs, _steps(rows), reference="H100").rows} == {"2"}
+    assert compared_version({"1": {"a", "b"}, "3": {"a"}}) == "1"  # measured on both beats newer on one
+    assert compared_version({"1": {"a"}, "3": {"b"}}) == "3"  # none on both: the newest on the most
+    assert compared_version({"1": {"a"}, "3": {"b"}}, within="a") == "1"
+    assert compared_version({"1": {"a"}}, version="2") is None
+
+
+def test_hardware_cli_compares_one_version(db_url, tmp_path, cli):
+    _run(db_url, tmp_path, "r1", A100, 114.859)
+    _run(db_url, tmp_path, "r2", A100, 245.754, version="2")
+    res = cli("hardware", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    ((row),) = json.loads(res.stdout)
+    assert (row["version"], row["runs"], row["median_step_ms"]) == ("2", 1, pytest.approx(245.754))
+    assert "note: train-bs16: compared at version 2" in res.stderr and "also measured: 1" in res.stderr
+    res = cli("hardware", "demo", "--version", "1", "--format", "json")
+    assert res.exit_code == 0, res.output
+    ((row),) = json.loads(res.stdout)
+    assert (row["version"], row["runs"], row["median_step_ms"]) == ("1", 1, pytest.approx(114.859))
+    bad = cli("hardware", "demo", "--version", "7")
+    assert bad.exit_code == 1 and "nothing to compare at version 7" in bad.output

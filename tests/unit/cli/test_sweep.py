@@ -10,6 +10,7 @@ import pytest
 
 from tasks.analysis.sweep import sweep
 from tasks.matrix import expand_entry
+from tasks.records import Case
 from tasks.stages.archive import archive_run
 from tasks.store import queries
 from tasks.store.writes import record_failure
@@ -67,7 +68,8 @@ def matrix_runs(db_url, tmp_path):
 
 
 def _point(case, value, median, p99, high="same", n=1000, **axes):
-    """A sweep point; its p99's interval is [p99, high] (high: the p99 itself unless given; None: unbounded)."""
+    """A sweep point; its p99's interval is [p99, high] (high: the p99 itself unless given; None: unbounded),
+    from ``n`` steps (estimable from 299)."""
     return {
         "case": case,
         "run_id": 1,
@@ -77,6 +79,7 @@ def _point(case, value, median, p99, high="same", n=1000, **axes):
         "p99_low_ms": p99,
         "p99_high_ms": p99 if high == "same" else high,
         "p99_n": n,
+        "p99_estimable": None if n is None else n >= 299,
         "throughput_eps": value / median * 1000,
         **dict.fromkeys(AXES, None),
         "batch_size": value,
@@ -114,6 +117,53 @@ def test_knee_is_judged_on_the_p99s_upper_bound():
     assert [p.knee for p in sweep(pts, "batch_size", AXES)] == [False, False, True]  # no budget: throughput only
 
 
+def test_a_p99_that_is_not_estimable_has_no_point_and_never_decides():
+    # b16 is the fastest and its p99 "point" (9.5 ms) is well within the budget, but it rests on 30 steps:
+    # not estimable (issue 27), so it is no point at all and never the knee under a budget
+    pts = [_point("b8", 8, 10.0, 12.0, high=13.0), _point("b16", 16, 9.0, 9.5, high=None, n=30)]
+    got = sweep(pts, "batch_size", AXES, latency_budget_ms=20.0)
+    assert [(p.case, p.p99_step_ms, p.p99_low_ms, p.p99_estimable, p.within_budget, p.knee) for p in got] == [
+        ("b8", 12.0, 12.0, True, True, True),
+        ("b16", None, 9.5, False, None, False),  # the lower bound it supports stays, in its own column
+    ]
+    unknown = sweep([_point("b8", 8, 10.0, 12.0, high=None, n=None)], "batch_size", AXES)
+    assert unknown[0].p99_step_ms == 12.0 and unknown[0].p99_estimable is None  # a thinned run without its count
+
+
+def test_sweep_command_says_not_estimable_instead_of_a_p99_point(cli, db_url, tmp_path):
+    from tasks.analysis.percentiles import percentile_ci
+
+    cases = expand_entry({"model": "demo", "measured_steps": 30, "matrix": {"batch_size": [8, 16]}})
+    _store(db_url, tmp_path, cases[0], 10.0, 1, "b8")  # 400 steps
+    _store(db_url, tmp_path, cases[1], 12.0, 1, "b16", steps=30)  # the user's report: p99 from 30 steps
+    res = cli("sweep", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    b8, b16 = json.loads(res.stdout)
+    assert (b8["p99_step_ms"], b8["p99_estimable"], b8["p99_n"]) == (pytest.approx(10.09), True, 400)
+    short = percentile_ci([12.0 + (i % 10) * 0.01 for i in range(30)], 99)
+    assert (b16["p99_step_ms"], b16["p99_high_ms"], b16["p99_estimable"], b16["p99_n"]) == (None, None, False, 30)
+    assert b16["p99_low_ms"] == pytest.approx(short.low)
+    assert b16["knee"]  # no budget: the highest throughput, which no p99 decides
+    assert (
+        f"all: knee train-bs16 (batch_size=16): 1333.3 examples/s, median 12.00 ms, p99 not estimable from 30 "
+        f"steps at 95% (needs 299): p99 >= {short.low:.2f} ms"
+    ) in res.stderr
+    budget = cli("sweep", "demo", "--latency-budget-ms", "50", "--format", "csv")
+    assert budget.exit_code == 0, budget.output
+    assert "all: knee train-bs8 (batch_size=8)" in budget.stderr  # the short case is never shown within it
+    from sqlalchemy import delete
+
+    from tasks.store import StepSample, session_scope
+
+    with session_scope(db_url) as s:  # samples thinned (perfwatch db thin): step_quantiles' p99 and n remain
+        s.execute(delete(StepSample))
+    thinned = cli("sweep", "demo", "--format", "json")
+    assert thinned.exit_code == 0, thinned.output
+    b8, b16 = json.loads(thinned.stdout)
+    assert (b16["p99_step_ms"], b16["p99_estimable"], b16["p99_n"]) == (None, False, 30)
+    assert (b8["p99_step_ms"], b8["p99_estimable"], b8["p99_n"]) == (pytest.approx(10.09), True, 400)
+
+
 def test_series_are_the_other_axes_that_vary():
     pts = [
         _point("a", 8, 10.0, 11.0, precision="fp32", mode="train"),
@@ -133,6 +183,85 @@ def test_series_are_the_other_axes_that_vary():
         ("batch_size=8", "fp32"),
         ("batch_size=8", "mixed_bfloat16"),
     ]
+
+
+def _case(**kw):
+    return Case(model="zoo_cnn", measured_steps=10, **kw)
+
+
+#: cases of one model that differ in every axis that names a case, batch size 4 and 8 of each
+IDENTITY_CASES = [
+    _case(batch_size=bs, **kw)
+    for bs in (4, 8)
+    for kw in (
+        {},
+        {"mode": "infer"},
+        {"mode": "infer", "device": "cpu"},
+        {"mode": "infer", "hardware": "gpu-h100"},
+        {"mode": "infer", "scenario": "offline"},
+        {"mode": "infer", "scenario": "server", "target_qps": 100},
+        {"mode": "infer", "scenario": "server", "target_qps": 50},
+        {"mode": "infer", "scenario": "server", "search_qps": True, "latency_bound_ms": 10},
+        {"mode": "infer", "scenario": "server", "search_qps": True, "latency_bound_ms": 10, "latency_percentile": 95},
+        {"mode": "infer", "latency_bound_ms": 10},  # a single-stream bound judges the run, it names no case
+        {"precision": "mixed_bfloat16"},
+        {"xla": True},
+        {"strategy": "mirrored"},
+        {"deterministic": True},
+        {"mode": "tflite", "quantization": "int8"},
+        {"mode": "tflite", "tflite_threads": 2},
+        {"inputs": {"x": {"shape": [8]}}},
+        {"inputs": {"x": {"shape": [16]}}},
+        {"signature": "predict", "mode": "infer"},
+    )
+]
+
+
+def test_a_case_identity_is_every_part_of_its_name():
+    # two runs are of one case exactly when their identities agree, and of one series (along batch size)
+    # exactly when their names agree but for the batch size: the series key leaves no axis of Case.name out
+    ids = [queries.case_identity(c.to_xcom(), c.name) for c in IDENTITY_CASES]
+    for c, i in zip(IDENTITY_CASES, ids, strict=True):
+        assert set(i) == set(queries.SERIES_COLUMNS) and i["batch_size"] == c.batch_size
+    for a, ia in zip(IDENTITY_CASES, ids, strict=True):
+        for b, ib in zip(IDENTITY_CASES, ids, strict=True):
+            assert (ia == ib) == (a.name == b.name), (a.name, b.name)
+            rest = [{k: v for k, v in i.items() if k != "batch_size"} for i in (ia, ib)]
+            assert (rest[0] == rest[1]) == (
+                a.name.replace(f"bs{a.batch_size}", "bs") == b.name.replace(f"bs{b.batch_size}", "bs")
+            ), (a.name, b.name)
+    scenarios = {c.name: i["scenario"] for c, i in zip(IDENTITY_CASES, ids, strict=True)}
+    assert scenarios["infer-bs4-server-q100"] == "server-q100" and scenarios["infer-bs4"] == "single-stream"
+    assert scenarios["infer-bs4-server-search-p95b10ms"] == "server-search-p95b10ms"
+
+
+def test_a_series_varies_the_swept_axis_only(cli, db_url, tmp_path):
+    # the user's report: infer-bs4-cpu, infer-bs4-offline and infer-bs4-server-q100 were one series "all" with
+    # a knee picked among them; each is its own curve along batch size
+    kinds = ({"device": "cpu"}, {"scenario": "offline"}, {"scenario": "server", "target_qps": 100})
+    medians = {4: 2.0, 8: 3.0}
+    for i, (kw, bs) in enumerate((kw, bs) for kw in kinds for bs in (4, 8)):
+        case = Case(model="demo", mode="infer", batch_size=bs, measured_steps=10, **kw)
+        _store(db_url, tmp_path, case, medians[bs] + i * 0.1, 1, f"r{i}")
+    res = cli("sweep", "demo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    series = {}
+    for r in rows:
+        series.setdefault(r["series"], []).append((r["case"], r["batch_size"], r["knee"]))
+    assert series == {
+        "scenario=offline device=auto": [("infer-bs4-offline", 4, False), ("infer-bs8-offline", 8, True)],
+        "scenario=server-q100 device=auto": [("infer-bs4-server-q100", 4, False), ("infer-bs8-server-q100", 8, True)],
+        "scenario=single-stream device=cpu": [("infer-bs4-cpu", 4, False), ("infer-bs8-cpu", 8, True)],
+    }
+    assert "note: too little data" not in res.stderr and res.stderr.count(": knee ") == 3
+    along = json.loads(cli("sweep", "demo", "--axis", "scenario", "--format", "json").stdout)
+    assert {r["series"] for r in along} == {
+        "batch_size=4 device=auto",
+        "batch_size=8 device=auto",
+        "batch_size=4 device=cpu",
+        "batch_size=8 device=cpu",
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -43,8 +44,15 @@ def test_runs_json_has_the_latency_percentiles_with_intervals_and_n(cli, db_url,
         pytest.approx(want.high),
     )
     assert got["latency_p50_low_ms"] <= got["latency_p50_ms"] <= got["latency_p50_high_ms"]
+    assert [got[f"latency_p{q}_estimable"] for q in (50, 90, 99)] == [True, True, True]
     brief = rows[ids[1]]  # 100 batches cannot bound a p99 at 95%: no upper bound, never a made-up one
     assert brief["latency_n"] == 100 and brief["latency_p99_high_ms"] is None and brief["latency_p99_low_ms"] > 0
+    # ... and no point either (issue 27): the text says "p99 not estimable", so do the columns
+    assert brief["latency_p99_estimable"] is False and brief["latency_p99_ms"] is None
+    assert brief["latency_p99_low_ms"] == pytest.approx(percentile_ci(short, 99).low)  # the bound it supports
+    assert brief["latency_p90_estimable"] is True and brief["latency_p90_ms"] == pytest.approx(
+        percentile_ci(short, 90).point
+    )
     assert p99_cell(got) == f"{want.point:.2f} [{want.low:.2f}, {want.high:.2f}] n=1000"  # the table's cell
     assert p99_cell(brief) == f">= {brief['latency_p99_low_ms']:.2f} (n=100, no upper bound)"
     table = cli("runs")
@@ -57,6 +65,22 @@ def test_runs_json_has_the_latency_percentiles_with_intervals_and_n(cli, db_url,
         line = f"  run {run_id} latency per batch: {latency_text(stored[run_id])}"
         assert line in table.output.splitlines(), table.output
     assert "n=1000 batches" in table.output and "p50 " in table.output and "p90 " in table.output
+    csv = cli("runs", "--format", "csv")
+    assert csv.exit_code == 0, csv.output
+    assert "latency_p99_estimable" in csv.stdout.splitlines()[0].split(",")
+
+
+def test_runs_csv_has_no_point_for_a_p99_that_is_not_estimable(cli, db_url, tmp_path):
+    import pandas as pd
+
+    times = list(np.random.default_rng(9).lognormal(1.0, 0.3, 291))  # the user's report: n=291 < 299
+    run_id = _infer_run(db_url, tmp_path, "short", times)
+    res = cli("runs", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    row = pd.read_csv(io.StringIO(res.stdout)).set_index("run_id").loc[run_id]
+    assert pd.isna(row["latency_p99_ms"]) and pd.isna(row["latency_p99_high_ms"])
+    assert not row["latency_p99_estimable"] and row["latency_p99_low_ms"] == pytest.approx(percentile_ci(times, 99).low)
+    assert row["latency_p50_estimable"] and row["latency_p50_ms"] == pytest.approx(percentile_ci(times, 50).point)
 
 
 def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, tmp_path):

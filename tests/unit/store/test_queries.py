@@ -162,7 +162,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "median_wait_ms",
         "throughput_eps",
         "latency_n",
-        *(f"latency_{q}{b}_ms" for q in ("p50", "p90", "p99") for b in ("", "_low", "_high")),
+        *(f"latency_{q}{c}" for q in ("p50", "p90", "p99") for c in ("_ms", "_low_ms", "_high_ms", "_estimable")),
         "latency_confidence",
         "peak_rss_bytes",
         "peak_device_bytes",
