@@ -126,6 +126,9 @@ SWEEP_COLUMNS = [
 SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms"}  #: cells of a figure with its interval and n (spread_cells)
 TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
 WIDE_COLUMNS = {"reason"}
+#: text columns with a least width of their own in the style sheet (``td.c-model``...): a table laid out for 1280 px
+#: wraps its long names and reasons instead of scrolling sideways, and these keep enough width to stay readable
+SIZED_COLUMNS = {"model", "version", "verdict", "status"}
 
 
 def _page(request: Request, title: str, body: str, *, charts: bool = False, status_code: int = 200) -> HTMLResponse:
@@ -179,7 +182,8 @@ def _verdict(v: Any) -> str:
     if _missing(v):
         return MISSING
     kind = str(v).split("@")[0]
-    return f"<span class='verdict v-{html.escape(kind)}'>{html.escape(str(v))}</span>"
+    text = "@<wbr>".join(html.escape(part) for part in str(v).split("@"))  # may break after the @ in a table
+    return f"<span class='verdict v-{html.escape(kind)}'>{text}</span>"
 
 
 def _ratio_text(ratio: Any, low: Any, high: Any) -> str:
@@ -222,11 +226,14 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
     base, v = plugin_root(request), rec[col]
     css = ("text " if col in TEXT_COLUMNS else "") + ("wide" if col in WIDE_COLUMNS else "")
     css += " spread" if col in SPREAD_COLUMNS else ""  # a figure with its interval and n: wraps at its spaces
+    css += f" c-{col}" if col in SIZED_COLUMNS else ""  # a least width of its own (perfwatch.css)
     attr = f" class='{css.strip()}'" if css.strip() else ""
     if _missing(v):
         return f"<td{attr}>{MISSING}</td>"
     if col == "run_id":
         return f"<td>{_a(f'{base}/runs/{int(v)}', str(int(v)))}</td>"
+    if col in ("started_at", "finished_at"):  # date and time on two lines where the table is tight
+        return f"<td class='time'>{html.escape(_text(v))}</td>"
     if col == "model":
         return f"<td{attr}>{_a(f'{base}/models/{quote_segment(v)}', str(v))}</td>"
     if col in ("case", "case_name"):
@@ -259,7 +266,8 @@ def _table(
         return f"<p class='empty'>{html.escape(empty)}</p>"
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
     head = "".join(
-        f"<th class='{'text' if c in TEXT_COLUMNS else ''}'>{html.escape(_HEADERS.get(c, c.replace('_', ' ')))}</th>"
+        f"<th class='{('text' if c in TEXT_COLUMNS else '') + (' wide' if c in WIDE_COLUMNS else '')}'>"
+        f"{html.escape(_HEADERS.get(c, c.replace('_', ' ')))}</th>"
         for c in cols
     ) + ("<th class='text'>links</th>" if links is not None else "")
     rows = []
