@@ -29,8 +29,9 @@ import datetime as dt
 import html
 import io
 import mimetypes
+import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -297,6 +298,83 @@ def _db() -> str:
     return store_url()
 
 
+#: the advice a verdict's reason carries when a run that looked sound was not made the baseline by itself
+#: (``tasks.stages.compare``); stale once someone accepted the run, so the pages show the acceptance instead
+ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
+
+
+def acceptances(run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Run id -> its first acceptance as a baseline (the store's ``baselines`` row: accepted_by, accepted_at,
+    reason, superseded_at; by ``perfwatch`` itself, ``perfwatch baseline accept`` or ``make demo``); runs never
+    accepted are left out."""
+    from sqlalchemy import select
+
+    from tasks.store import Baseline, session_scope
+
+    if not run_ids:
+        return {}
+    with session_scope(_db()) as s:
+        rows = (
+            s.execute(
+                select(
+                    Baseline.run_id,
+                    Baseline.accepted_by,
+                    Baseline.accepted_at,
+                    Baseline.reason,
+                    Baseline.superseded_at,
+                )
+                .where(Baseline.run_id.in_([int(i) for i in run_ids]))
+                .order_by(Baseline.accepted_at, Baseline.id)
+            )
+            .mappings()
+            .all()
+        )
+    out: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault(int(r["run_id"]), dict(r))
+    return out
+
+
+def acceptance_text(acc: Mapping[str, Any]) -> str:
+    """``accepted as the baseline by make demo on 2026-12-02 03:31 UTC`` (``, superseded on ... UTC`` when a
+    later baseline replaced it) for an :func:`acceptances` row."""
+    out = f"accepted as the baseline by {acc['accepted_by']} on {_text(acc['accepted_at'])} UTC"
+    return out + (f", superseded on {_text(acc['superseded_at'])} UTC" if not _missing(acc["superseded_at"]) else "")
+
+
+def shown_reason(run: Mapping[str, Any], acceptance: Mapping[str, Any] | None = None) -> str | None:
+    """The reason the pages show for a run (a ``run_pages`` row: status, error, reason): for a failed run its
+    error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case ...``); else
+    the verdict's reason, its advice to accept the run as the baseline (:data:`ACCEPT_ADVICE`) replaced by the
+    acceptance when the run is or was one (``acceptance``: its :func:`acceptances` row), else naming the run's
+    id instead of ``RUN_ID``. None without either."""
+    if run.get("status") == "failed":
+        error = run.get("error")
+        return error.strip().splitlines()[0] if isinstance(error, str) and error.strip() else None
+    reason = run.get("reason")
+    if not isinstance(reason, str) or not reason:
+        return None
+    if acceptance is not None and ACCEPT_ADVICE.search(reason):
+        return ACCEPT_ADVICE.sub(lambda _: f" ({acceptance_text(acceptance)})", reason)
+    if run.get("run_id") is not None:  # the advice for this run: its own id in the command
+        reason = ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", str(int(run["run_id"]))), reason)
+    return reason
+
+
+def shown_reasons(runs: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
+    """Run id -> :func:`shown_reason` of each of ``runs`` (``run_pages`` rows by run id); runs without one are
+    left out."""
+    accepted = acceptances(list(runs))
+    out = {i: shown_reason(r, accepted.get(i)) for i, r in runs.items()}
+    return {i: r for i, r in out.items() if r}
+
+
+def _page_story(story: Any, reason: str | None) -> Any:
+    """``story`` (a ``tasks.records.VerdictStory``) with the reason the pages show (:func:`shown_reason`): a failed
+    run's error's first line, an accepted run's acceptance instead of the advice to accept it."""
+    return story.model_copy(update={"reason": reason})
+
+
 # --------------------------------------------------------------------------------------------------- index
 
 
@@ -352,8 +430,11 @@ def index(request: Request) -> HTMLResponse:
         "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
-    shown = latest.head(50)
-    body += "<h2>Latest runs</h2>" + _table(request, shown, LATEST_COLUMNS, links=_run_rows(shown))
+    shown = latest.head(50).copy()
+    rows = _run_rows(shown)
+    reasons = shown_reasons(rows)  # a failed run's error; an accepted run's acceptance, not the advice
+    shown["reason"] = [reasons.get(int(i)) for i in shown["run_id"]]
+    body += "<h2>Latest runs</h2>" + _table(request, shown, LATEST_COLUMNS, links=rows)
     return _page(request, "perfwatch", body)
 
 
@@ -366,14 +447,15 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     comparisons, its runs (newest first) and its sweep along batch size."""
     from tasks.cli.history import history_frame, spread_cells, with_env_changes
     from tasks.records import case_title
-    from tasks.store.reads import verdict_reasons, verdict_stories
+    from tasks.store.reads import verdict_stories
 
     df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     df = with_env_changes(df)
     base = plugin_root(request)
-    reasons = verdict_reasons([int(i) for i in df["run_id"]])
+    rows = _run_rows(df)
+    reasons = shown_reasons(rows)
     try:
         chart = charts.trend_chart(df, run_href=f"{base}/runs/", reasons=reasons)
     except ValueError as e:
@@ -382,7 +464,7 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     stories = verdict_stories([int(i) for i in newest["run_id"]])
     verdicts = "".join(
         verdict_section(
-            stories.get(int(r.run_id)) or _no_story(int(r.run_id)),
+            _page_story(stories.get(int(r.run_id)) or _no_story(int(r.run_id)), reasons.get(int(r.run_id))),
             heading=f"{case_title(r.case_name, getattr(r, 'case_label', None))}: run {int(r.run_id)}",
             level=3,
         )
@@ -397,9 +479,20 @@ def model_history(request: Request, model: str) -> HTMLResponse:
         f"<div class='chart'>{chart}</div>"
         + _versions_section(request, model, df)
         + "<h2>Runs</h2>"
-        + _table(request, _newest_first(spread_cells(df)), HISTORY_COLUMNS, links=_run_rows(df))
+        + _table(request, _newest_first(_failed_verdicts(spread_cells(df))), HISTORY_COLUMNS, links=rows)
     )
     return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model), charts=True)
+
+
+def _failed_verdicts(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a history frame) with each failed run's verdict ``failed@<stage>``, as the index shows it."""
+    failed = df["status"] == "failed"
+    if not failed.any():
+        return df
+    out = df.copy()
+    out["verdict"] = out["verdict"].astype(object)
+    out.loc[failed, "verdict"] = "failed@" + out.loc[failed, "failed_stage"].fillna("unknown stage").astype(str)
+    return out
 
 
 def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
@@ -493,7 +586,7 @@ def _story_section(request: Request, run: dict[str, Any]) -> str:
     from tasks.store.reads import run_comparison
 
     base = plugin_root(request)
-    story = _story(int(run["run_id"]))
+    story = _page_story(_story(int(run["run_id"])), shown_reasons({int(run["run_id"]): run}).get(int(run["run_id"])))
     kind = (run["verdict"] or ("failed" if run["status"] == "failed" else "none")).split("@")[0]
     out = f"<section class='story s-{html.escape(kind)}'>" + verdict_section(story)
     comp = run_comparison(_db(), run["run_id"]) if run["metric"] or run["verdict"] else None
@@ -750,6 +843,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
             else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
         )
     )
+    if (acc := acceptances([run_id]).get(run_id)) is not None:  # who made it a baseline, when, why
+        facts.append(("baseline", html.escape(acceptance_text(acc) + (f": {acc['reason']}" if acc["reason"] else ""))))
     body += "<h2>The run</h2>" + _facts(facts)
     if run["error"]:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
@@ -883,6 +978,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
 
     base = plugin_root(request)
     pages = run_pages([ia, ib])
+    reasons = shown_reasons(pages)
     samples = load_samples(_db(), [ia, ib])
     h = vc.headline.set_index("side")
     sides = [("a (before)", h.loc["from"], ia), ("b (after)", h.loc["to"], ib)]
@@ -911,7 +1007,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
         ("steps measured", [str(len(samples.get(i, []))) for _, _, i in sides]),
         ("throughput (examples/s)", [html.escape(_text(r["throughput_eps"])) for _, r, _ in sides]),
         ("verdict", [_verdict(r["verdict"]) for _, r, _ in sides]),
-        ("reason", [html.escape(pages.get(i, {}).get("reason") or MISSING) for _, _, i in sides]),
+        ("reason", [html.escape(reasons.get(i) or MISSING) for _, _, i in sides]),
     ]
     table = (
         "<table><thead><tr><th class='text'></th>"

@@ -5,7 +5,8 @@ model with a regression and an inconclusive run (host busy), two cases of differ
 failed run, and what a fresh user's store holds after ``make demo`` (``fill_demo_like``: runs minutes apart, a
 40-character model name, a labelled case with axes, reasons of 300 characters, an op name without a space, failed
 runs with long errors). Each page is screenshotted (PNG under the test's tmp dir and, when
-``PERFWATCH_SCREENSHOTS_DIR`` is set, there) and checked: its verdicts, reasons and ratios are shown, its charts
+``PERFWATCH_SCREENSHOTS_DIR`` is set, there) and checked: its verdicts, reasons and ratios are shown (a failed
+run's reason: its error's first line; an accepted run's: its acceptance, not the advice to accept it), its charts
 were drawn by plotly.js (served by the plugin: no request failed, none left loopback), and the main columns fit
 1280 px without a horizontal scroll bar (the index also at the width of Airflow's frame, ``FRAME_PX``).
 
@@ -459,9 +460,20 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert "Regressions, last 7 days" in text and "Latest runs" in text
         assert BUSY in text and "inconclusive" in text and "×1.400 [1.360, 1.440]" in text
         assert "failed@warm-up" in text
-        # a fresh user's store: long names, labels and reasons, failed runs
+        # a fresh user's store: long names, labels and reasons, failed runs with their errors as their reasons,
+        # an accepted run's reason saying so instead of advising to accept it
         assert LONG_LABEL in text and APP_VERSION in text and LONG_MODEL in text.replace("\n", "")
         assert LONG_OP in text.replace("\n", "")
+        latest = _rows(browser, "Latest runs")
+        assert latest[ids["failed"]]["reason"] == "RunnerError: out of memory"
+        assert latest[ids["failed_env-fingerprint"]]["reason"] == DEVICE_MISSING
+        assert latest[ids["failed_pull-model-version"]]["reason"] == UNKNOWN_MODEL
+        accepted = latest[ids["demo_v1"]]["reason"]
+        assert accepted.startswith(NOT_MADE + " (accepted as the baseline by make demo on ")
+        assert "if it is sound after all" not in accepted
+        assert latest[ids["long"]]["reason"].endswith(
+            f"perfwatch baseline accept {ids['long']} --by NAME --reason WHY)"
+        )
         _check_layout(browser, "index", frame=True)
         _shoot(browser, dirs, "index")
 
@@ -496,6 +508,12 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert "task log" in text and "open the Data Docs" not in text and "tensorboard --logdir" in text
         _check_layout(browser, "regression run page")
         _shoot(browser, dirs, "run-regression")
+
+        text = _open(browser, f"{base}/perfwatch/runs/{ids['failed_env-fingerprint']}")
+        assert f"why\n{DEVICE_MISSING}" in text  # the verdict's story gives the error's first line as the reason
+        text = _open(browser, f"{base}/perfwatch/runs/{ids['demo_v1']}")
+        assert "accepted as the baseline by make demo on " in text and "if it is sound after all" not in text
+        _check_layout(browser, "accepted run page")
 
         text = _open(browser, f"{base}/perfwatch/runs/{ids['v2_inconclusive']}")
         assert "inconclusive" in text and BUSY in text
