@@ -861,6 +861,15 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
     return _page(request, f"perfwatch: run {run_id}", body, charts=with_charts)
 
 
+#: how the run page says to get ``tensorboard --logdir`` with its Profile tab: perfwatch's environment has both
+#: (pyproject: tensorboard, since TensorFlow 2.21 no longer pulls it in; xprof, whose ``profile`` plugin is the
+#: Profile tab); elsewhere the same two packages (xprof replaces tensorboard-plugin-profile: not both)
+TENSORBOARD_HOW = (
+    "perfwatch's environment installs tensorboard and xprof, which provides the Profile tab (<code>eval "
+    '"$(make -s env)"</code> puts them on the PATH; on another machine <code>pip install tensorboard xprof</code>)'
+)
+
+
 def _open_section(request: Request, run: dict[str, Any]) -> str:
     """How to open the run's evidence: its GX Data Docs and its archived profile (TensorBoard, xplane files)."""
     base, run_id = plugin_root(request), run["run_id"]
@@ -883,8 +892,8 @@ def _open_section(request: Request, run: dict[str, Any]) -> str:
     parent, name = run["archive_uri"].rstrip("/").rsplit("/", 1)
     return body + (
         "<h2 id='profile'>Profile (TensorBoard)</h2>"
-        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
-        f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
+        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile tab: "
+        f"{TENSORBOARD_HOW}, then</p>"
         f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
         f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
         "newest run id last).</p>"

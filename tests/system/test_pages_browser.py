@@ -506,6 +506,7 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert "input_bound" in text and "utilization mean (%)" in text
         assert browser.find_elements("css selector", "#ecdf.js-plotly-plot")
         assert "task log" in text and "open the Data Docs" not in text and "tensorboard --logdir" in text
+        assert "pip install tensorboard xprof" in text and "tensorboard-plugin-profile" not in text
         _check_layout(browser, "regression run page")
         _shoot(browser, dirs, "run-regression")
 

@@ -2,7 +2,8 @@
 ``standalone_app`` and a real Airflow JWT): a failed run's reason is its error's first line on the index, the run
 page and the model page, as the run page's Error section says it; a run accepted as the baseline after its
 verdict advised accepting it says who accepted it instead of the stale advice, and a run not accepted names its own
-id in the advice. The store is the browser test's demo-like one (``tests.system.test_pages_browser.fill_demo_like``)."""
+id in the advice; the run page's TensorBoard line is the one that works with what perfwatch installs. The store is
+the browser test's demo-like one (``tests.system.test_pages_browser.fill_demo_like``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from plugins.perfwatch.pages import ACCEPT_ADVICE, shown_reason
+from plugins.perfwatch.pages import ACCEPT_ADVICE, TENSORBOARD_HOW, shown_reason
 from tasks.store import migrate
 from tests.system.test_pages_browser import ADVICE, DEVICE_MISSING, NOT_MADE, UNKNOWN_MODEL, fill_demo_like
 
@@ -85,6 +86,21 @@ def test_an_accepted_run_says_so_instead_of_the_advice_to_accept_it(pages):
     assert "(accepted as the baseline by make demo on " in compare and "if it is sound after all" not in compare
     model = client.get("/perfwatch/models/demo_mobilenet").text
     assert "if it is sound after all" not in model  # the chart's hover text and the newest verdicts
+
+
+def test_the_run_pages_tensorboard_line_works_with_what_perfwatch_installs(pages):
+    """``tensorboard --logdir`` needs tensorboard (TensorFlow 2.21 no longer pulls it in; perfwatch declares it)
+    and xprof gives it the Profile tab (its ``profile`` plugin): both are in perfwatch's environment, so the page
+    says no ``pip install ... tensorboard-plugin-profile`` (xprof's predecessor, which would clash with it)."""
+    from importlib.metadata import distribution, entry_points
+
+    client, ids = pages
+    page = client.get(f"/perfwatch/runs/{ids['demo_v1']}").text
+    assert TENSORBOARD_HOW in page and "tensorboard --logdir " in page
+    assert "tensorboard-plugin-profile" not in page and "pip install tensorboard xprof" in _text(page)
+    assert distribution("tensorboard").version.startswith("2.") and distribution("xprof")
+    plugins = {e.name: e.value for e in entry_points(group="tensorboard_plugins")}
+    assert plugins["profile"].startswith("xprof.")  # the Profile tab comes from xprof
 
 
 def test_shown_reason():
