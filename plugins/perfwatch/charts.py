@@ -1,10 +1,10 @@
 """The pages' interactive charts, drawn by plotly (``plotly.graph_objects``) as HTML fragments without plotly.js:
 the page loads plotly.js from the plugin itself (``assets``), so the charts work offline.
 
-* :func:`trend_chart`: a model's step time per run, one panel per case (each on its own scale), one line per
-  model version (``tasks.cli.history.version_segments``: no line joins two versions), p10–p90 band, the compared
-  baseline's median, baseline runs, regressions, version and environment changes marked; hover names the run,
-  version and verdict; a click opens the run's page.
+* :func:`trend_chart` (:func:`trend_figure`): a model's step time per run, one panel per case (each on its own
+  scale), one line per model version (``tasks.cli.history.version_segments``: no line joins two versions),
+  p10–p90 band, the compared baseline's median, baseline runs, regressions, version and environment changes
+  marked; a time axis from the runs' span; hover names the run, version and verdict; a click opens the run's page.
 * :func:`ecdf_chart`: the distribution of measured step times (ECDF) of two or more runs, e.g. baseline and
   candidate.
 """
@@ -50,22 +50,43 @@ def _none(v: Any) -> Any:
 
 def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] | None = None) -> str:
     """The step-time trend of a history frame (``tasks.store.queries.history`` with
-    ``tasks.cli.history.with_env_changes``, oldest first) as an HTML fragment (a ``div`` and its script).
+    ``tasks.cli.history.with_env_changes``, oldest first) as an HTML fragment (a ``div`` and its script):
+    :func:`trend_figure`; a click on a run opens ``run_href + <run id>``.
 
-    One panel per case, each with its own y axis (ms, from 0), over the same time axis
-    (``tasks.cli.history.time_window``); the median step time (ms, our timer) per run with its p10–p90 band, one
-    line per run of consecutive runs of one version; the compared baseline's median as a dashed step line;
-    runs that served as a baseline (``baseline_run_id`` of a comparison) as open diamonds; regressions as red
-    crosses; version changes as dotted lines labelled with the new version, environment-key changes as red
-    dashed lines. Hover: run id, version, verdict (with its reason from ``reasons``, run id -> text), median,
-    p10–p90, start time. A click on a run opens ``run_href + <run id>``.
+    Raises:
+        ValueError: no run with a step time.
+    """
+    click = (
+        "var gd=document.getElementById('{plot_id}');gd.on('plotly_click',function(e){var p=e.points[0];"
+        "var id=Array.isArray(p.customdata)?p.customdata[0]:p.customdata;if(id!==undefined)"
+        f"window.location.href={json.dumps(run_href)}+id;}});"
+    )
+    return _html(trend_figure(df, reasons=reasons), "trend", click)
+
+
+LABEL_PX = 11  #: the font size of the version labels (px)
+PLOT_PX = 900  #: the plotting area's width the version labels are kept apart on (px; about 1070 at 1280 px)
+
+
+def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) -> Any:
+    """The step-time trend of a history frame as a plotly figure.
+
+    One panel per case, each with its own y axis (ms, from 0), over the same time axis chosen from the runs'
+    span (``tasks.cli.history.time_window``: runs minutes apart on an axis of minutes); the median step time
+    (ms, our timer) per run with its p10–p90 band, one line per run of consecutive runs of one version; the
+    compared baseline's median as a dashed step line; runs that served as a baseline (``baseline_run_id`` of a
+    comparison) as open diamonds; regressions as red crosses; version changes as dotted lines labelled with the
+    new version (labels too close to sit side by side on a ``PLOT_PX`` wide plot go a row lower:
+    ``tasks.cli.history.label_rows``), environment-key changes as red dashed lines. Hover: run id, version,
+    verdict (with its reason from ``reasons``, run id -> text), median, p10–p90, start time.
 
     Raises:
         ValueError: no run with a step time.
     """
     from plotly.subplots import make_subplots
 
-    from tasks.cli.history import time_window, version_segments
+    from tasks.cli.history import label_rows, label_width, time_window, version_segments
+    from tasks.records import version_label
 
     ok = df[df["median_step_ms"].notna()]
     if ok.empty:
@@ -83,6 +104,7 @@ def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] |
     fig = make_subplots(
         rows=len(cases), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.32 / len(cases)
     )
+    left, right = time_window(df["started_at"])
     baselines = {int(b) for b in df["baseline_run_id"].dropna()} if "baseline_run_id" in df else set()
     reasons = reasons or {}
     shown: set[str] = set()
@@ -186,17 +208,24 @@ def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] |
                 row=row,
                 col=1,
             )
-        for r in g[g["version_changed"] == 1].itertuples():
+        changes = list(g[g["version_changed"] == 1].itertuples())
+        texts = [version_label(str(r.version)) for r in changes]
+        at = [(r.started_at - left) / (right - left) * PLOT_PX for r in changes]
+        for r, text, level in zip(
+            changes, texts, label_rows(at, [label_width(t, LABEL_PX) for t in texts]), strict=True
+        ):
             fig.add_vline(x=r.started_at, line={"dash": "dot", "color": "#777", "width": 1}, row=row, col=1)
             fig.add_annotation(
                 x=r.started_at,
                 y=1,
                 yref="y domain" if row == 1 else f"y{row} domain",
-                text=f"v{r.version}",
+                yshift=-(LABEL_PX + 4) * level,
+                text=html.escape(text),
                 showarrow=False,
                 xanchor="left",
                 yanchor="top",
-                font={"size": 11, "color": "#555"},
+                bgcolor="rgba(255,255,255,0.8)",
+                font={"size": LABEL_PX, "color": "#555"},
                 row=row,
                 col=1,
             )
@@ -205,7 +234,6 @@ def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] |
         top = good[["median_step_ms", "p90_step_ms", "baseline_median_ms"]].astype(float).max().max()
         if not good.empty:
             fig.update_yaxes(range=[0, float(top) * 1.15], title_text="step time (ms)", row=row, col=1)
-    left, right = time_window(df["started_at"])
     fig.update_xaxes(range=[left, right], showgrid=True)
     fig.update_xaxes(title_text="run started (UTC)", row=len(cases), col=1)
     height, top_px, bottom_px = PANEL_PX * len(cases) + 150, 40, 110
@@ -218,12 +246,7 @@ def trend_chart(df: pd.DataFrame, *, run_href: str, reasons: Mapping[int, str] |
         template="plotly_white",
         font={"size": 12},
     )
-    click = (
-        "var gd=document.getElementById('{plot_id}');gd.on('plotly_click',function(e){var p=e.points[0];"
-        "var id=Array.isArray(p.customdata)?p.customdata[0]:p.customdata;if(id!==undefined)"
-        f"window.location.href={json.dumps(run_href)}+id;}});"
-    )
-    return _html(fig, "trend", click)
+    return fig
 
 
 def ecdf_chart(series: Sequence[tuple[str, Sequence[float]]], *, div_id: str = "ecdf") -> str:

@@ -29,8 +29,9 @@ import datetime as dt
 import html
 import io
 import mimetypes
+import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -126,6 +127,9 @@ SWEEP_COLUMNS = [
 SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms"}  #: cells of a figure with its interval and n (spread_cells)
 TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
 WIDE_COLUMNS = {"reason"}
+#: text columns with a least width of their own in the style sheet (``td.c-model``...): a table laid out for 1280 px
+#: wraps its long names and reasons instead of scrolling sideways, and these keep enough width to stay readable
+SIZED_COLUMNS = {"model", "version", "verdict", "status"}
 
 
 def _page(request: Request, title: str, body: str, *, charts: bool = False, status_code: int = 200) -> HTMLResponse:
@@ -179,7 +183,8 @@ def _verdict(v: Any) -> str:
     if _missing(v):
         return MISSING
     kind = str(v).split("@")[0]
-    return f"<span class='verdict v-{html.escape(kind)}'>{html.escape(str(v))}</span>"
+    text = "@<wbr>".join(html.escape(part) for part in str(v).split("@"))  # may break after the @ in a table
+    return f"<span class='verdict v-{html.escape(kind)}'>{text}</span>"
 
 
 def _ratio_text(ratio: Any, low: Any, high: Any) -> str:
@@ -222,11 +227,14 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
     base, v = plugin_root(request), rec[col]
     css = ("text " if col in TEXT_COLUMNS else "") + ("wide" if col in WIDE_COLUMNS else "")
     css += " spread" if col in SPREAD_COLUMNS else ""  # a figure with its interval and n: wraps at its spaces
+    css += f" c-{col}" if col in SIZED_COLUMNS else ""  # a least width of its own (perfwatch.css)
     attr = f" class='{css.strip()}'" if css.strip() else ""
     if _missing(v):
         return f"<td{attr}>{MISSING}</td>"
     if col == "run_id":
         return f"<td>{_a(f'{base}/runs/{int(v)}', str(int(v)))}</td>"
+    if col in ("started_at", "finished_at"):  # date and time on two lines where the table is tight
+        return f"<td class='time'>{html.escape(_text(v))}</td>"
     if col == "model":
         return f"<td{attr}>{_a(f'{base}/models/{quote_segment(v)}', str(v))}</td>"
     if col in ("case", "case_name"):
@@ -259,7 +267,8 @@ def _table(
         return f"<p class='empty'>{html.escape(empty)}</p>"
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
     head = "".join(
-        f"<th class='{'text' if c in TEXT_COLUMNS else ''}'>{html.escape(_HEADERS.get(c, c.replace('_', ' ')))}</th>"
+        f"<th class='{('text' if c in TEXT_COLUMNS else '') + (' wide' if c in WIDE_COLUMNS else '')}'>"
+        f"{html.escape(_HEADERS.get(c, c.replace('_', ' ')))}</th>"
         for c in cols
     ) + ("<th class='text'>links</th>" if links is not None else "")
     rows = []
@@ -287,6 +296,83 @@ def _db() -> str:
     from tasks.store.reads import store_url
 
     return store_url()
+
+
+#: the advice a verdict's reason carries when a run that looked sound was not made the baseline by itself
+#: (``tasks.stages.compare``); stale once someone accepted the run, so the pages show the acceptance instead
+ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
+
+
+def acceptances(run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Run id -> its first acceptance as a baseline (the store's ``baselines`` row: accepted_by, accepted_at,
+    reason, superseded_at; by ``perfwatch`` itself, ``perfwatch baseline accept`` or ``make demo``); runs never
+    accepted are left out."""
+    from sqlalchemy import select
+
+    from tasks.store import Baseline, session_scope
+
+    if not run_ids:
+        return {}
+    with session_scope(_db()) as s:
+        rows = (
+            s.execute(
+                select(
+                    Baseline.run_id,
+                    Baseline.accepted_by,
+                    Baseline.accepted_at,
+                    Baseline.reason,
+                    Baseline.superseded_at,
+                )
+                .where(Baseline.run_id.in_([int(i) for i in run_ids]))
+                .order_by(Baseline.accepted_at, Baseline.id)
+            )
+            .mappings()
+            .all()
+        )
+    out: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault(int(r["run_id"]), dict(r))
+    return out
+
+
+def acceptance_text(acc: Mapping[str, Any]) -> str:
+    """``accepted as the baseline by make demo on 2026-12-02 03:31 UTC`` (``, superseded on ... UTC`` when a
+    later baseline replaced it) for an :func:`acceptances` row."""
+    out = f"accepted as the baseline by {acc['accepted_by']} on {_text(acc['accepted_at'])} UTC"
+    return out + (f", superseded on {_text(acc['superseded_at'])} UTC" if not _missing(acc["superseded_at"]) else "")
+
+
+def shown_reason(run: Mapping[str, Any], acceptance: Mapping[str, Any] | None = None) -> str | None:
+    """The reason the pages show for a run (a ``run_pages`` row: status, error, reason): for a failed run its
+    error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case ...``); else
+    the verdict's reason, its advice to accept the run as the baseline (:data:`ACCEPT_ADVICE`) replaced by the
+    acceptance when the run is or was one (``acceptance``: its :func:`acceptances` row), else naming the run's
+    id instead of ``RUN_ID``. None without either."""
+    if run.get("status") == "failed":
+        error = run.get("error")
+        return error.strip().splitlines()[0] if isinstance(error, str) and error.strip() else None
+    reason = run.get("reason")
+    if not isinstance(reason, str) or not reason:
+        return None
+    if acceptance is not None and ACCEPT_ADVICE.search(reason):
+        return ACCEPT_ADVICE.sub(lambda _: f" ({acceptance_text(acceptance)})", reason)
+    if run.get("run_id") is not None:  # the advice for this run: its own id in the command
+        reason = ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", str(int(run["run_id"]))), reason)
+    return reason
+
+
+def shown_reasons(runs: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
+    """Run id -> :func:`shown_reason` of each of ``runs`` (``run_pages`` rows by run id); runs without one are
+    left out."""
+    accepted = acceptances(list(runs))
+    out = {i: shown_reason(r, accepted.get(i)) for i, r in runs.items()}
+    return {i: r for i, r in out.items() if r}
+
+
+def _page_story(story: Any, reason: str | None) -> Any:
+    """``story`` (a ``tasks.records.VerdictStory``) with the reason the pages show (:func:`shown_reason`): a failed
+    run's error's first line, an accepted run's acceptance instead of the advice to accept it."""
+    return story.model_copy(update={"reason": reason})
 
 
 # --------------------------------------------------------------------------------------------------- index
@@ -344,8 +430,11 @@ def index(request: Request) -> HTMLResponse:
         "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
-    shown = latest.head(50)
-    body += "<h2>Latest runs</h2>" + _table(request, shown, LATEST_COLUMNS, links=_run_rows(shown))
+    shown = latest.head(50).copy()
+    rows = _run_rows(shown)
+    reasons = shown_reasons(rows)  # a failed run's error; an accepted run's acceptance, not the advice
+    shown["reason"] = [reasons.get(int(i)) for i in shown["run_id"]]
+    body += "<h2>Latest runs</h2>" + _table(request, shown, LATEST_COLUMNS, links=rows)
     return _page(request, "perfwatch", body)
 
 
@@ -358,14 +447,15 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     comparisons, its runs (newest first) and its sweep along batch size."""
     from tasks.cli.history import history_frame, spread_cells, with_env_changes
     from tasks.records import case_title
-    from tasks.store.reads import verdict_reasons, verdict_stories
+    from tasks.store.reads import verdict_stories
 
     df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     df = with_env_changes(df)
     base = plugin_root(request)
-    reasons = verdict_reasons([int(i) for i in df["run_id"]])
+    rows = _run_rows(df)
+    reasons = shown_reasons(rows)
     try:
         chart = charts.trend_chart(df, run_href=f"{base}/runs/", reasons=reasons)
     except ValueError as e:
@@ -374,7 +464,7 @@ def model_history(request: Request, model: str) -> HTMLResponse:
     stories = verdict_stories([int(i) for i in newest["run_id"]])
     verdicts = "".join(
         verdict_section(
-            stories.get(int(r.run_id)) or _no_story(int(r.run_id)),
+            _page_story(stories.get(int(r.run_id)) or _no_story(int(r.run_id)), reasons.get(int(r.run_id))),
             heading=f"{case_title(r.case_name, getattr(r, 'case_label', None))}: run {int(r.run_id)}",
             level=3,
         )
@@ -389,9 +479,20 @@ def model_history(request: Request, model: str) -> HTMLResponse:
         f"<div class='chart'>{chart}</div>"
         + _versions_section(request, model, df)
         + "<h2>Runs</h2>"
-        + _table(request, _newest_first(spread_cells(df)), HISTORY_COLUMNS, links=_run_rows(df))
+        + _table(request, _newest_first(_failed_verdicts(spread_cells(df))), HISTORY_COLUMNS, links=rows)
     )
     return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model), charts=True)
+
+
+def _failed_verdicts(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a history frame) with each failed run's verdict ``failed@<stage>``, as the index shows it."""
+    failed = df["status"] == "failed"
+    if not failed.any():
+        return df
+    out = df.copy()
+    out["verdict"] = out["verdict"].astype(object)
+    out.loc[failed, "verdict"] = "failed@" + out.loc[failed, "failed_stage"].fillna("unknown stage").astype(str)
+    return out
 
 
 def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
@@ -485,7 +586,7 @@ def _story_section(request: Request, run: dict[str, Any]) -> str:
     from tasks.store.reads import run_comparison
 
     base = plugin_root(request)
-    story = _story(int(run["run_id"]))
+    story = _page_story(_story(int(run["run_id"])), shown_reasons({int(run["run_id"]): run}).get(int(run["run_id"])))
     kind = (run["verdict"] or ("failed" if run["status"] == "failed" else "none")).split("@")[0]
     out = f"<section class='story s-{html.escape(kind)}'>" + verdict_section(story)
     comp = run_comparison(_db(), run["run_id"]) if run["metric"] or run["verdict"] else None
@@ -742,6 +843,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
             else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
         )
     )
+    if (acc := acceptances([run_id]).get(run_id)) is not None:  # who made it a baseline, when, why
+        facts.append(("baseline", html.escape(acceptance_text(acc) + (f": {acc['reason']}" if acc["reason"] else ""))))
     body += "<h2>The run</h2>" + _facts(facts)
     if run["error"]:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"
@@ -756,6 +859,15 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         body += _telemetry_section(run_tool_tables(db, run_id).get("telemetry"))
     body += _open_section(request, run)
     return _page(request, f"perfwatch: run {run_id}", body, charts=with_charts)
+
+
+#: how the run page says to get ``tensorboard --logdir`` with its Profile tab: perfwatch's environment has both
+#: (pyproject: tensorboard, since TensorFlow 2.21 no longer pulls it in; xprof, whose ``profile`` plugin is the
+#: Profile tab); elsewhere the same two packages (xprof replaces tensorboard-plugin-profile: not both)
+TENSORBOARD_HOW = (
+    "perfwatch's environment installs tensorboard and xprof, which provides the Profile tab (<code>eval "
+    '"$(make -s env)"</code> puts them on the PATH; on another machine <code>pip install tensorboard xprof</code>)'
+)
 
 
 def _open_section(request: Request, run: dict[str, Any]) -> str:
@@ -780,8 +892,8 @@ def _open_section(request: Request, run: dict[str, Any]) -> str:
     parent, name = run["archive_uri"].rstrip("/").rsplit("/", 1)
     return body + (
         "<h2 id='profile'>Profile (TensorBoard)</h2>"
-        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile "
-        f"tab (<code>pip install tensorboard tensorboard-plugin-profile</code>):</p>"
+        f"<p>Archived at <code>{html.escape(run['archive_uri'])}</code>. Open it in TensorBoard's Profile tab: "
+        f"{TENSORBOARD_HOW}, then</p>"
         f"<pre>tensorboard --logdir {html.escape(shlex.quote(parent))}</pre>"
         f"<p>and pick the run <code>{html.escape(name)}</code> (every run of the model is listed there, "
         "newest run id last).</p>"
@@ -875,6 +987,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
 
     base = plugin_root(request)
     pages = run_pages([ia, ib])
+    reasons = shown_reasons(pages)
     samples = load_samples(_db(), [ia, ib])
     h = vc.headline.set_index("side")
     sides = [("a (before)", h.loc["from"], ia), ("b (after)", h.loc["to"], ib)]
@@ -903,7 +1016,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
         ("steps measured", [str(len(samples.get(i, []))) for _, _, i in sides]),
         ("throughput (examples/s)", [html.escape(_text(r["throughput_eps"])) for _, r, _ in sides]),
         ("verdict", [_verdict(r["verdict"]) for _, r, _ in sides]),
-        ("reason", [html.escape(pages.get(i, {}).get("reason") or MISSING) for _, _, i in sides]),
+        ("reason", [html.escape(reasons.get(i) or MISSING) for _, _, i in sides]),
     ]
     table = (
         "<table><thead><tr><th class='text'></th>"

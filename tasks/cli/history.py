@@ -371,15 +371,47 @@ def version_segments(runs: pd.DataFrame) -> list[pd.DataFrame]:
     return [g for _, g in runs.groupby(part, sort=True)]
 
 
+LABEL_PT = 8  #: the font size of the plot's version labels (points)
+TIME_PAD = 0.05  #: the time axis' padding on each side, as a fraction of the runs' span
+SINGLE_RUN_PAD_S = 1800.0  #: the padding on each side when all runs started at one time (s): an hour's axis
+
+
 def time_window(times: pd.Series) -> tuple[Any, Any]:
-    """(left, right) of a time axis for ``times`` (UTC datetimes): their span padded by 5% on each side, and by
-    at least 6 hours, so a single run or a burst of runs within minutes gets a day-scale axis (not the years a
-    plotting library's default picks for one point)."""
+    """(left, right) of a time axis for ``times`` (UTC datetimes), chosen from the runs' span: the span padded by
+    ``TIME_PAD`` (5%) on each side, so runs minutes apart get an axis of minutes and
+    runs months apart one of months; runs that all started at one time get an hour (``SINGLE_RUN_PAD_S`` each
+    side), not the years a plotting library's default picks for one point. Never a fixed pad of hours that
+    squeezes runs minutes apart into one spot."""
     import pandas as pd
 
     lo, hi = times.min(), times.max()
-    pad = max((hi - lo) * 0.05, pd.Timedelta(hours=6))
+    span = hi - lo
+    pad = span * TIME_PAD if span > pd.Timedelta(0) else pd.Timedelta(seconds=SINGLE_RUN_PAD_S)
     return lo - pad, hi + pad
+
+
+def label_rows(xs: list[float], widths: list[float], gap: float = 0.0) -> list[int]:
+    """The row of each label on a line of labels, so that no two overlap: label ``i`` starts at ``xs[i]`` and is
+    ``widths[i]`` wide (any one unit, e.g. points), rows count down from the top (0, 1, ...). Labels go in order
+    of their start; each takes the first row whose labels all end ``gap`` before it starts. The version labels
+    of ``history --plot`` and the model page's chart (runs minutes apart put ``v1`` and ``v2`` next to each
+    other: the second goes a row lower instead of on top of the first)."""
+    ends: list[float] = []  # the right end of the last label in each row
+    rows = [0] * len(xs)
+    for i in sorted(range(len(xs)), key=lambda k: xs[k]):
+        row = next((r for r, end in enumerate(ends) if end + gap <= xs[i]), len(ends))
+        if row == len(ends):
+            ends.append(xs[i] + widths[i])
+        else:
+            ends[row] = xs[i] + widths[i]
+        rows[i] = row
+    return rows
+
+
+def label_width(text: str, font_size: float) -> float:
+    """The width of ``text`` in a sans-serif font of ``font_size`` (same unit), generously estimated (0.65 of
+    the size per character, plus one size of margin): what :func:`label_rows` keeps apart."""
+    return font_size * (0.65 * len(text) + 1.0)
 
 
 def plot_history(df: pd.DataFrame, path: str | Path, *, title: str) -> Path:
@@ -396,11 +428,13 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
     """A history frame (``tasks.store.queries.history``) as a matplotlib figure (Agg).
 
     One panel per case, each with its own step-time scale (a 1.4 ms and a 300 ms case never share an axis),
-    over one shared time axis (:func:`time_window`: a single run spans a day, not years). In each panel: the
+    over one shared time axis chosen from the runs' span (:func:`time_window`: runs minutes apart on an axis of
+    minutes, a single run on an hour's, never years). In each panel: the
     median step time (ms, our timer) with its p10–p90 band over the run's measured samples, one line per
     model version (:func:`version_segments`: a line never joins two versions) in that version's colour, the
     compared baseline's median (dashed steps), regressions as red crosses, failed runs as black ticks on the
-    time axis, and vertical lines where the version (dotted, labelled) or the environment's comparability key
+    time axis, and vertical lines where the version (dotted, labelled; labels too close to sit side by side go a
+    row lower: :func:`label_rows`) or the environment's comparability key
     (dashed, red: a new baseline history; ``with_env_changes``) changed. A fingerprint change outside the key
     (e.g. ``TF_CPP_MIN_LOG_LEVEL``) draws no line.
 
@@ -408,6 +442,8 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
         ValueError: ``df`` has no run with a step time to draw.
     """
     import matplotlib.dates as mdates
+
+    from tasks.records import version_label
 
     plt = pyplot()
 
@@ -423,6 +459,11 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
         len(cases), 1, sharex=True, squeeze=False, figsize=(11, 1.2 + 2.6 * len(cases)), layout="constrained"
     )
     labelled: set[str] = set()
+    window = time_window(df["started_at"])
+    x0, x1 = (float(mdates.date2num(t)) for t in window)
+    # the panels' width (points) before the layout widens them: version labels closer than their width on it
+    # go a row lower (label_rows), so v1 and v2 of runs minutes apart never overlap
+    width_pt = axes[0, 0].get_position().width * fig.get_figwidth() * 72
 
     def once(label: str) -> str | None:
         if label in labelled:
@@ -485,17 +526,21 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
             )
         first = good.iloc[0] if not good.empty else g.iloc[0]
         marks = [first, *[r for _, r in g[g["version_changed"] == 1].iterrows()]]
-        for r in marks:
+        texts = [version_label(str(r["version"])) for r in marks]
+        at = [(mdates.date2num(r["started_at"]) - x0) / (x1 - x0) * width_pt for r in marks]
+        rows = label_rows(at, [label_width(t, LABEL_PT) + 2 for t in texts])  # + 2: the label's offset
+        for r, text, row in zip(marks, texts, rows, strict=True):
             if r is not first:
                 ax.axvline(r["started_at"], ls=":", color="grey")
             ax.annotate(
-                f"v{r['version']}",
+                text,
                 (r["started_at"], 1.0),
                 xycoords=("data", "axes fraction"),
-                xytext=(2, -12),
+                xytext=(2, -12 - (LABEL_PT + 2) * row),
                 textcoords="offset points",
-                fontsize=8,
+                fontsize=LABEL_PT,
                 color="grey",
+                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             )
         for _, r in g[g["env_changed"] == 1].iterrows():
             ax.axvline(r["started_at"], ls="--", color="red", alpha=0.6, label=once("environment change"))
@@ -506,7 +551,7 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
             ax.set_ylim(bottom=0, top=float(top) * 1.15)
         ax.set_ylabel("step time (ms)")
     bottom = axes[-1, 0]
-    bottom.set_xlim(*time_window(df["started_at"]))
+    bottom.set_xlim(*window)
     locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))

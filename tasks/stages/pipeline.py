@@ -53,6 +53,7 @@ from tasks.records import (
     case_title,
     ratio_name,
     run_slug,
+    version_label,
 )
 from tasks.settings import Settings
 from tasks.stages import scratch
@@ -311,6 +312,16 @@ def _need(state: RunState, stage_id: StageId) -> None:
             )
 
 
+def version_words(state: RunState) -> str:
+    """The run's version as a stage's start line names it: the version the pull stage resolved once it has
+    (``v3``, a keras.applications case's ``keras3.15.1-1a2b3c4d``), else the one asked for (``version latest``,
+    ``v3``)."""
+    if state.pulled is not None:
+        return version_label(state.pulled.version)
+    asked = str(state.ctx.case.version)
+    return "version latest" if asked == "latest" else version_label(asked)
+
+
 def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: Settings | None = None) -> RunState:
     """Run stage ``stage_id`` (``tasks.stages.registry``) of the run ``state`` (a ``RunState``, or its XCom
     dict) and return the state with the stage's record in its field (``Stage.field``). A no-op for a run
@@ -342,13 +353,13 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
         _need(state, stage_id)
         t0 = time.monotonic()
         log.info(
-            "%s (stage %d of %d): %s (%s v%s, %s)",
+            "%s (stage %d of %d): %s (%s %s, %s)",
             stage_id,
             STAGE_IDS.index(stage_id) + 1,
             len(STAGE_IDS),
-            stage(stage_id).doing,
+            stage(stage_id).says(ctx.case),
             ctx.case.model,
-            ctx.case.version,
+            version_words(state),
             ctx.case.name,
         )
         record = _WORK[stage_id](state, ctx, settings)

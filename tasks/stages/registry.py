@@ -11,6 +11,7 @@ from typing import Literal, get_args
 
 from tasks.records import (
     ArchiveRecord,
+    Case,
     CompareRecord,
     EnvRecord,
     ParseRecord,
@@ -38,7 +39,9 @@ class Stage:
             stages are one task, ``measure`` (one host measures the case: ``pipeline.measure_case``).
         field: the ``RunState`` field its record fills (``pulled``...).
         record: that record's type.
-        doing: what it does, as its start line in the log says (a DAG task log, or ``perfwatch run`` on stderr).
+        doing: what it does, as its start line in the log says (a DAG task log, or ``perfwatch run`` on stderr);
+            ``doing_application``: what it does instead for a keras.applications case (``Case.backbone``), where that
+            differs (:meth:`says`).
         time_limit: the ``tasks.settings.TIMEOUT_DEFAULTS`` entry of the runner process it starts (None: none);
             the profiled run's paired gate has its own (``paired-run``).
         reads: the files of earlier stages it needs: ``(field, attribute)`` of a path in the ``RunState`` (an
@@ -56,6 +59,15 @@ class Stage:
     time_limit: RunnerStage | None = None
     reads: tuple[tuple[StateField, str], ...] = ()
     reads_dirs: tuple[str, ...] = ()
+    doing_application: str | None = None
+
+    def says(self, case: Case) -> str:
+        """What the stage's start line says it does for ``case``: ``doing_application`` for a keras.applications
+        case (the pull stage builds the model in the runner), else ``doing`` (a model store's ``.keras`` file or
+        SavedModel is copied and hashed)."""
+        if case.backbone == "keras.applications" and self.doing_application:
+            return self.doing_application
+        return self.doing
 
 
 STAGES: tuple[Stage, ...] = (
@@ -64,7 +76,8 @@ STAGES: tuple[Stage, ...] = (
         "pull_model_version",
         "pulled",
         PulledModel,
-        "copying and hashing the model version (a keras.applications model: building it in the runner)",
+        "copying and hashing the model version",
+        doing_application="building the keras.applications model in the runner and hashing its config",
     ),
     Stage(
         "env-fingerprint",

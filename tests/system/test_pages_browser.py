@@ -2,10 +2,13 @@
 (``tests.helpers.browser``) opens the plugin's routes served by uvicorn on a loopback port (``standalone_app``,
 with a real Airflow JWT as the UI's ``_token`` cookie) over a store filled with builders: two versions of a
 model with a regression and an inconclusive run (host busy), two cases of different scale, a second model and a
-failed run. Each page is screenshotted (PNG under the test's tmp dir and, when ``PERFWATCH_SCREENSHOTS_DIR`` is
-set, there) and checked: its verdicts, reasons and ratios are shown, its charts were drawn by plotly.js (served
-by the plugin: no request failed, none left loopback), and the main columns fit 1280 px without a horizontal
-scroll bar.
+failed run, and what a fresh user's store holds after ``make demo`` (``fill_demo_like``: runs minutes apart, a
+40-character model name, a labelled case with axes, reasons of 300 characters, an op name without a space, failed
+runs with long errors). Each page is screenshotted (PNG under the test's tmp dir and, when
+``PERFWATCH_SCREENSHOTS_DIR`` is set, there) and checked: its verdicts, reasons and ratios are shown (a failed
+run's reason: its error's first line; an accepted run's: its acceptance, not the advice to accept it), its charts
+were drawn by plotly.js (served by the plugin: no request failed, none left loopback), and the main columns fit
+1280 px without a horizontal scroll bar (the index also at the width of Airflow's frame, ``FRAME_PX``).
 
 Also: the plugin registers its external view (Airflow's nav bar entry that frames the pages) with Airflow's
 plugins manager, and Airflow's UI lists it as a nav view.
@@ -37,6 +40,24 @@ pytestmark = pytest.mark.slow
 
 BUSY = "host busy (other processes took 71% of the host's CPU time): the interval is too wide to decide"
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+#: what ``make demo``'s store holds (a fresh user's report): a long model name, a case with axes and a long label,
+#: a keras.applications version, a reason of 300+ characters with the advice to accept the run as the baseline
+#: (then accepted by ``make demo``), an op name with no space in it, failed runs with their errors
+LONG_MODEL = "efficientnet_v2_large_imagenet21k_finetuned_cifar100"
+LONG_LABEL = "slow image pipeline: TFRecord shards decoded and augmented on the fly, no prefetch"
+APP_VERSION = "keras3.15.1-1a2b3c4d"
+REFUSED = "host busy: other processes took 47% of the host's CPU time (bound 25%; 1-min load 3.0 -> 3.1 on 2 CPUs)"
+NOT_MADE = f"not made the case's baseline automatically, although no-baseline would make it one: {REFUSED}"
+ADVICE = " (if it is sound after all: perfwatch baseline accept RUN_ID --by NAME --reason WHY)"
+LONG_OP = "gradient_tape/mobilenetv2_0.75_96_1/block_1_expand_BN_1/batchnorm/mul_1/Mul"
+DEVICE_MISSING = (
+    "DeviceMissing: case demo_mobilenet train-bs16-gpu asks for device gpu; this host has none visible "
+    "(CUDA_VISIBLE_DEVICES=<unset>, NVML sees [CPU])"
+)
+UNKNOWN_MODEL = (
+    "UnknownModelError: unknown model 'nope': no directory /home/someone/projects/perfwatch/.perfwatch/models/nope; "
+    "models there: demo_mobilenet, zoo_cnn, zoo_rnn, zoo_text, zoo_infer, zoo_dict, zoo_savedmodel"
+)
 
 
 def _run(
@@ -219,6 +240,78 @@ def fill_store(url: str, tmp: Path) -> dict[str, int]:
         update={"started_at": NOW - dt.timedelta(hours=2), "case": ctx.case.model_copy(update={"model": "bert"})}
     )
     ids["failed"] = record_failure(url, ctx, "warm-up", "RunnerError: out of memory")
+    ids.update(fill_demo_like(url, tmp))
+    return ids
+
+
+def fill_demo_like(url: str, tmp: Path) -> dict[str, int]:
+    """What a fresh user's store looks like after ``make demo`` and a few tries (module constants): demo_mobilenet
+    v1 (not made the baseline on a busy host, its reason advising to accept it; then accepted by ``make demo``)
+    and v2 four minutes later (a regression whose reason names an op); a run of a model with a long name, a
+    keras.applications version and a labelled case with axes; failed runs at env-fingerprint (DeviceMissing) and
+    at pull-model-version (an unknown model, a long path), with their tracebacks as stored."""
+    from tasks.cli.baseline import accept_run
+
+    ids: dict[str, int] = {}
+    t0 = 0.2  # days ago: the demo's runs are minutes apart (v1, v2 4 minutes later, the failed runs 3 after that)
+    ids["demo_v1"] = _run(
+        url,
+        tmp,
+        "d1",
+        model="demo_mobilenet",
+        version="1",
+        case_bs=16,
+        median=105.6,
+        days_ago=t0,
+        verdict="no-baseline",
+        comp={"baseline_refused": [REFUSED], "evidence": {"reason": NOT_MADE + ADVICE}},
+        seed=11,
+    )
+    accept_run(url, ids["demo_v1"], "make demo", "the demo's version 1, accepted explicitly: " + NOT_MADE)
+    ids["demo_v2"] = _run(
+        url,
+        tmp,
+        "d2",
+        model="demo_mobilenet",
+        version="2",
+        case_bs=16,
+        median=274.0,
+        days_ago=t0 - 4 / 1440,
+        verdict="regression",
+        seed=12,
+        comp={
+            "method": "paired-abba",
+            "metric": "cpu",
+            "ratio": 1.874,
+            "ci_low": 1.704,
+            "ci_high": 2.06,
+            "baseline_run_ids": [ids["demo_v1"]],
+            "evidence": {
+                "reason": "decided on CPU time: host busy (other processes took 69% of the host's CPU time); "
+                f"top op: {LONG_OP} (+6669.6 µs/step, +431%)",
+                "paired": {"spent": {"pairs": 32, "max_pairs": 40}},
+            },
+        },
+    )
+    ctx, pulled, env, warm, run, parse, comp = records(tmp, "l1", version=APP_VERSION, median=61.0)
+    case = ctx.case.model_copy(
+        update={"model": LONG_MODEL, "precision": "mixed_bfloat16", "xla": True, "label": LONG_LABEL}
+    )
+    ctx = ctx.model_copy(update={"case": case, "started_at": NOW - dt.timedelta(hours=5)})
+    comp = comp.model_copy(
+        update={"verdict": "no-baseline", "baseline_refused": [REFUSED], "evidence": {"reason": NOT_MADE + ADVICE}}
+    )
+    pulled = pulled.model_copy(update={"model": LONG_MODEL})
+    ids["long"] = archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+    for name, stage, error, model in (
+        ("f1", "env-fingerprint", DEVICE_MISSING, "demo_mobilenet"),
+        ("f2", "pull-model-version", UNKNOWN_MODEL, "nope"),
+    ):
+        ctx = records(tmp, name)[0]
+        case = ctx.case.model_copy(update={"model": model, "device": "gpu" if model != "nope" else "auto"})
+        ctx = ctx.model_copy(update={"case": case, "started_at": NOW - dt.timedelta(days=t0 - 7 / 1440)})
+        trace = f'{error}\nTraceback (most recent call last):\n  File "/x/pipeline.py", line 242, in _recorded\n'
+        ids[f"failed_{stage}"] = record_failure(url, ctx, stage, trace)
     return ids
 
 
@@ -296,14 +389,64 @@ def _open(browser, url: str) -> str:
     return browser.find_element("tag name", "body").text
 
 
-def _check_layout(browser, url: str) -> None:
+#: the width of Airflow 3.3's plugin frame in a 1280 px window (its navigation bar takes 72 px): what the pages
+#: get inside Airflow's UI (``tests/unit/plugins/test_plugin.py::test_the_pages_inside_airflows_ui``)
+FRAME_PX = 1208
+
+
+def _rows(browser, heading: str) -> dict[int, dict[str, str]]:
+    """The rows of the table after the ``<h2>`` ``heading``, by run id: {column header: cell text}."""
+    table = browser.find_element("xpath", f"//h2[normalize-space()='{heading}']/following-sibling::table[1]")
+    heads = [h.text.replace("\n", " ") for h in table.find_elements("css selector", "thead th")]
+    out = {}
+    for tr in table.find_elements("css selector", "tbody tr"):
+        cells = [" ".join(td.text.split()) for td in tr.find_elements("tag name", "td")]
+        out[int(cells[0])] = dict(zip(heads, cells, strict=True))
+    return out
+
+
+def _check_layout(browser, url: str, *, frame: bool = False) -> None:
+    """No failed request, nothing off loopback, no sideways scroll at 1280 px; ``frame``: nor at the width of
+    Airflow's frame (the window narrowed to ``FRAME_PX``, then back)."""
     assert failed_requests(browser) == [], url
     outside = browser.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name)"
         ".filter(n => !n.startsWith('http://127.0.0.1'))"
     )
     assert outside == [], f"{url} asked for resources off the plugin: {outside}"
-    assert no_horizontal_scroll(browser), f"{url} scrolls sideways at 1280 px"
+    assert no_horizontal_scroll(browser), f"{url} scrolls sideways at 1280 px: {_widest(browser)}"
+    if frame:
+        size = browser.get_window_size()
+        inner = browser.execute_script("return window.innerWidth")
+        browser.set_window_size(size["width"] - (inner - FRAME_PX), size["height"])
+        try:
+            assert browser.execute_script("return window.innerWidth") == FRAME_PX
+            assert no_horizontal_scroll(browser), f"{url} scrolls sideways in Airflow's frame: {_widest(browser)}"
+        finally:
+            browser.set_window_size(size["width"], size["height"])
+
+
+def _widest(browser) -> list:
+    """The page's scroll width and its widest tables (for a failure's message)."""
+    return browser.execute_script(
+        "return [document.documentElement.scrollWidth].concat(Array.from(document.querySelectorAll('table'))"
+        ".map(t => t.offsetWidth + ': ' + Array.from(t.querySelectorAll('thead th')).map(h => h.textContent"
+        " + ' ' + h.offsetWidth).join(', ')))"
+    )
+
+
+def _overlapping_labels(browser, chart: str) -> list:
+    """The version labels of a plotly chart (annotations reading ``v<n>``) whose boxes overlap on the page."""
+    return browser.execute_script(
+        "var a = Array.from(document.querySelectorAll('#' + arguments[0] + ' g.annotation'))"
+        ".filter(g => /^v\\d+$/.test(g.textContent.trim()))"
+        ".map(g => [g.textContent.trim(), g.getBoundingClientRect()]);"
+        "var out = []; for (var i = 0; i < a.length; i++) for (var j = i + 1; j < a.length; j++) {"
+        "var p = a[i][1], q = a[j][1];"
+        "if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom)"
+        " out.push([a[i][0], a[j][0]]); } return [a.length, out];",
+        chart,
+    )
 
 
 @needs_browser
@@ -317,8 +460,33 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert "Regressions, last 7 days" in text and "Latest runs" in text
         assert BUSY in text and "inconclusive" in text and "×1.400 [1.360, 1.440]" in text
         assert "failed@warm-up" in text
-        _check_layout(browser, "index")
+        # a fresh user's store: long names, labels and reasons, failed runs with their errors as their reasons,
+        # an accepted run's reason saying so instead of advising to accept it
+        assert LONG_LABEL in text and APP_VERSION in text and LONG_MODEL in text.replace("\n", "")
+        assert LONG_OP in text.replace("\n", "")
+        latest = _rows(browser, "Latest runs")
+        assert latest[ids["failed"]]["reason"] == "RunnerError: out of memory"
+        assert latest[ids["failed_env-fingerprint"]]["reason"] == DEVICE_MISSING
+        assert latest[ids["failed_pull-model-version"]]["reason"] == UNKNOWN_MODEL
+        accepted = latest[ids["demo_v1"]]["reason"]
+        assert accepted.startswith(NOT_MADE + " (accepted as the baseline by make demo on ")
+        assert "if it is sound after all" not in accepted
+        assert latest[ids["long"]]["reason"].endswith(
+            f"perfwatch baseline accept {ids['long']} --by NAME --reason WHY)"
+        )
+        _check_layout(browser, "index", frame=True)
         _shoot(browser, dirs, "index")
+
+        # make demo's two versions, four minutes apart: an axis of minutes, "v2" and its line apart from v1
+        _open(browser, f"{base}/perfwatch/models/demo_mobilenet")
+        n, overlaps = _overlapping_labels(browser, "trend")
+        assert n >= 1 and overlaps == []
+        span = browser.execute_script(
+            "var r = document.getElementById('trend').layout.xaxis.range;return (new Date(r[1]) - new Date(r[0])) / 6e4"
+        )
+        assert span < 60, f"a {span:.0f}-minute axis for runs minutes apart"
+        _check_layout(browser, "demo model page")
+        _shoot(browser, dirs, "model-demo")
 
         text = _open(browser, f"{base}/perfwatch/models/resnet")
         charts = browser.find_elements("css selector", "#trend.js-plotly-plot")
@@ -338,8 +506,15 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert "input_bound" in text and "utilization mean (%)" in text
         assert browser.find_elements("css selector", "#ecdf.js-plotly-plot")
         assert "task log" in text and "open the Data Docs" not in text and "tensorboard --logdir" in text
+        assert "pip install tensorboard xprof" in text and "tensorboard-plugin-profile" not in text
         _check_layout(browser, "regression run page")
         _shoot(browser, dirs, "run-regression")
+
+        text = _open(browser, f"{base}/perfwatch/runs/{ids['failed_env-fingerprint']}")
+        assert f"why\n{DEVICE_MISSING}" in text  # the verdict's story gives the error's first line as the reason
+        text = _open(browser, f"{base}/perfwatch/runs/{ids['demo_v1']}")
+        assert "accepted as the baseline by make demo on " in text and "if it is sound after all" not in text
+        _check_layout(browser, "accepted run page")
 
         text = _open(browser, f"{base}/perfwatch/runs/{ids['v2_inconclusive']}")
         assert "inconclusive" in text and BUSY in text

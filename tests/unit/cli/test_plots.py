@@ -1,5 +1,6 @@
 """CLI plots that tell the truth (issue 25): ``history --plot`` has one panel per case on its own scale, never
-joins two versions with one line and gives a single run a day-scale axis; ``sweep --plot`` ticks batch sizes at
+joins two versions with one line, takes its time axis from the runs' span (runs minutes apart: minutes; a single
+run: an hour, not years) and keeps version labels apart; ``sweep --plot`` ticks batch sizes at
 the measured values and says when there is too little data for a sweep instead of drawing one point."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import matplotlib.dates as mdates
 import pandas as pd
 import pytest
 
-from tasks.cli.history import history_figure, time_window, version_segments
+from tasks.cli.history import history_figure, label_rows, time_window, version_segments
 from tasks.cli.sweep import sweep_figure, too_little_to_sweep
 from tests.helpers.builders import add_run
 
@@ -61,12 +62,86 @@ def test_history_plot_has_a_panel_per_case_and_never_joins_two_versions():
             assert len({version_at[x] for x in xs}) == 1, "a line joins two versions"
 
 
-def test_a_one_run_history_plot_spans_a_day_not_years():
+def test_a_one_run_history_plot_spans_an_hour_not_years():
     fig = history_figure(history([("fast", "1", 1.4)]), title="one run")
     left, right = fig.axes[0].get_xlim()
-    assert 0.4 <= right - left <= 1.0  # days (matplotlib's date unit): the 6-hour padding each side
+    assert right - left == pytest.approx(1 / 24)  # days (matplotlib's date unit): half an hour each side
     lo, hi = time_window(pd.Series([T0, T0 + pd.Timedelta(days=100)]))
     assert (lo, hi) == (T0 - pd.Timedelta(days=5), T0 + pd.Timedelta(days=105))
+
+
+def minutes_apart(versions: list[tuple[str, float]]) -> pd.DataFrame:
+    """A history frame of one case whose runs started ``minutes`` after the first, as ``make demo`` makes them:
+    (version, minutes) per run, oldest first."""
+    df = history([("train-bs16", v, 60.0 if v == "1" else 100.0) for v, _ in versions])
+    df["started_at"] = [T0 + pd.Timedelta(minutes=m) for _, m in versions]
+    return df
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [("1", 0), ("2", 4)],  # make demo: v1, then v2 four minutes later
+        [("1", 0), ("2", 0.5), ("3", 1), ("3", 3 * 24 * 60)],  # three versions within a minute, then days later
+    ],
+)
+def test_runs_minutes_apart_get_an_axis_of_their_span_and_version_labels_that_do_not_overlap(runs):
+    """``make demo``'s runs are minutes apart: the time axis is their span padded by 5% a side (not 12 hours of
+    padding that squeezed them into one spot), and the version labels ("v1", "v2") never sit on each other."""
+    df = minutes_apart(runs)
+    span_days = (df["started_at"].max() - df["started_at"].min()) / pd.Timedelta(days=1)
+    fig = history_figure(df, title="t")
+    ax = fig.axes[0]
+    left, right = ax.get_xlim()
+    assert right - left == pytest.approx(span_days * 1.1, rel=0.01)  # proportional to the runs' span
+    fig.canvas.draw()
+    labels = [t for t in ax.texts if t.get_text().startswith("v")]
+    assert sorted(t.get_text() for t in labels) == sorted({f"v{v}" for v, _ in runs})
+    boxes = [t.get_window_extent() for t in labels]
+    clashes = [
+        (labels[i].get_text(), labels[j].get_text())
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if _overlap(boxes[i], boxes[j])
+    ]
+    assert clashes == []
+    axes_box = ax.get_window_extent()
+    assert all(axes_box.y0 <= b.y0 and b.y1 <= axes_box.y1 for b in boxes)  # inside the panel
+
+
+def test_the_model_pages_chart_has_the_same_axis_and_labels_that_do_not_overlap():
+    """The model page's plotly chart (``plugins.perfwatch.charts.trend_figure``): the same time axis, and version
+    labels close in time shifted a row lower (boxes on a ``PLOT_PX`` wide plot)."""
+    from plugins.perfwatch.charts import LABEL_PX, PLOT_PX, trend_figure
+    from tasks.cli.history import label_width
+
+    df = minutes_apart([("1", 0), ("2", 0.5), ("3", 1), ("3", 3 * 24 * 60)])
+    df["baseline_run_id"] = None
+    df["fingerprint_changed"] = 0
+    fig = trend_figure(df)
+    lo, hi = (pd.Timestamp(x) for x in fig.layout.xaxis.range)
+    span = df["started_at"].max() - df["started_at"].min()
+    assert (hi - lo) / span == pytest.approx(1.1)
+    notes = [a for a in fig.layout.annotations if a.text in ("v2", "v3")]
+    assert len(notes) == 2
+    boxes = []
+    for a in notes:
+        x = (pd.Timestamp(a.x) - lo) / (hi - lo) * PLOT_PX
+        y = -(a.yshift or 0)
+        boxes.append((x, x + label_width(a.text, LABEL_PX), y, y + LABEL_PX))
+    (ax0, ax1, ay0, ay1), (bx0, bx1, by0, by1) = boxes
+    assert not (ax0 < bx1 and bx0 < ax1 and ay0 < by1 and by0 < ay1)
+
+
+def test_label_rows_puts_a_label_a_row_lower_only_when_it_would_overlap():
+    assert label_rows([0, 100, 200], [50, 50, 50]) == [0, 0, 0]
+    assert label_rows([0, 10, 20, 100], [50, 50, 50, 50]) == [0, 1, 2, 0]
+    assert label_rows([20, 0, 10], [50, 50, 50]) == [2, 0, 1]  # in order of position, whatever the input order
+    assert label_rows([], []) == []
 
 
 def test_version_segments_split_where_the_version_changes():

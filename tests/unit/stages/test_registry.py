@@ -143,3 +143,46 @@ def test_busy_reason_decides_for_both_checks(tmp_path):
     archived = ArchiveRecord(run_id=3, archive_uri="/a", verdict="inconclusive")
     assert pipeline.busy_reason(measured.model_copy(update={"archived": archived})) is None  # retried, verdict gone
     assert pipeline.busy_reason(RunState(ctx=RunContext(dag_id="d", dag_run_id="r", case=ctx.case))) is None
+
+
+def test_a_stages_start_line_names_what_it_does_for_the_case_and_its_version(tmp_path, monkeypatch, caplog):
+    """The pull stage's start line says it builds a model in the runner only for a keras.applications case (a
+    model store's ``.keras`` file is copied and hashed); the version is ``version latest`` as asked for, then the
+    resolved version (``v3``) once the pull stage resolved it; never ``vlatest``."""
+    import logging
+
+    from tasks.records import Case
+    from tasks.settings import Settings
+    from tasks.store import migrate
+
+    settings = Settings.from_env({"PERFWATCH_HOME": str(tmp_path)})
+    migrate(settings.database_url)
+    ctx, pulled, *_ = make_records(tmp_path)
+    latest = ctx.model_copy(update={"case": Case(model="zoo_cnn", version="latest", measured_steps=10)})
+    app = ctx.model_copy(update={"case": Case(model="resnet50", backbone="keras.applications", measured_steps=10)})
+    resolved = pulled.model_copy(update={"model": "zoo_cnn", "version": "3"})
+    built = pulled.model_copy(update={"model": "resnet50", "version": "keras3.15.1-1a2b3c4d"})
+    monkeypatch.setitem(pipeline._WORK, "pull-model-version", lambda state, ctx, st: resolved)
+    monkeypatch.setitem(pipeline._WORK, "env-fingerprint", lambda state, ctx, st: state.env)
+
+    def start_line(state: RunState, stage_id: str) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="tasks.stages.pipeline"):
+            pipeline.run_stage(state, stage_id, settings)
+        return next(r.getMessage() for r in caplog.records if "(stage " in r.getMessage())
+
+    line = start_line(RunState(ctx=latest), "pull-model-version")
+    assert line == (
+        "pull-model-version (stage 1 of 7): copying and hashing the model version (zoo_cnn version latest, train-bs16)"
+    )
+    assert "keras.applications" not in line and "vlatest" not in line
+    line = start_line(RunState(ctx=latest, pulled=resolved), "env-fingerprint")
+    assert line.endswith("(zoo_cnn v3, train-bs16)")
+    monkeypatch.setitem(pipeline._WORK, "pull-model-version", lambda state, ctx, st: built)
+    line = start_line(RunState(ctx=app), "pull-model-version")
+    assert "building the keras.applications model in the runner" in line and line.endswith(
+        f"(resnet50 version latest, {app.case.name})"
+    )
+    line = start_line(RunState(ctx=app, pulled=built), "env-fingerprint")
+    assert line.endswith(f"(resnet50 keras3.15.1-1a2b3c4d, {app.case.name})")
+    assert registry.stage("env-fingerprint").says(app.case) == registry.stage("env-fingerprint").doing
