@@ -35,7 +35,9 @@ class StoreCollector:
     starts new series under the new ``case_label`` value (queries that select by ``case`` are unaffected):
 
     * ``perfwatch_step_time_seconds{quantile="0.5"|"0.9", source}``: median and p90 step time of the newest
-      successful run (perfwatch's timer, profiler off; xprof's step time for ``source="external"`` runs);
+      successful run (perfwatch's timer, profiler off; xprof's step time for ``source="external"`` runs); a
+      quantile the run's measured steps are too few for (no two-sided 95% interval: the p90 of fewer than 29
+      steps) is absent, its supported bound in ``perfwatch_step_time_bound_seconds``;
     * ``perfwatch_step_cpu_seconds{source}``, ``perfwatch_step_wait_seconds{source}``: the newest successful
       run's median process CPU time and run-queue wait per measured step (``tasks.runner.counters``; only
       where the run recorded them);
@@ -55,7 +57,8 @@ class StoreCollector:
       line). A store that does not exist or was never migrated is not created (``tasks.store.check_readable``).
 
     * ``perfwatch_latency_seconds{quantile="0.5"|"0.9"|"0.99", source}``: an infer/tflite case's per-batch
-      latency percentiles (nearest rank, our timer) of its newest successful run, with
+      latency percentiles (nearest rank, our timer) of its newest successful run, absent where not estimable
+      (issue 27: the bound the sample supports, never a point it cannot), with
       ``perfwatch_latency_bound_seconds{quantile, bound="low"|"high", source}``, their distribution-free 95%
       interval (``tasks.analysis.percentiles``; a bound the run was too short for is absent, e.g. the p99's
       "high" under 299 batches), ``perfwatch_latency_estimable{quantile}`` (1: both bounds exist) and
@@ -183,8 +186,10 @@ class StoreCollector:
         intervals = step_intervals(self.db_url, [r.run_id for r in snap.latest if r.source != "external"])
         for r in snap.latest:
             key = ident(r.model, r.case_name)
+            estimable: dict[float, bool] = {}  # step-time percentile -> a two-sided interval exists (runs with steps)
             if r.run_id in intervals:
                 n, cis = intervals[r.run_id]
+                estimable = {pct: c.estimable for pct, c in cis.items()}
                 step_n.add_metric([*key, r.source], float(n))
                 for pct, c in cis.items():
                     for bound, v in (("low", c.low), ("high", c.high)):
@@ -193,17 +198,18 @@ class StoreCollector:
             if r.latency_ms:
                 ci = r.latency_ms.get("ci") or {}
                 for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
-                    if r.latency_ms.get(name) is not None:
+                    c = ci.get(name)
+                    if r.latency_ms.get(name) is not None and (c is None or c.get("estimable")):
                         lat.add_metric([*key, q, r.source], r.latency_ms[name] / 1000.0)
-                    if c := ci.get(name):
+                    if c:
                         lat_ok.add_metric([*key, q, r.source], 1.0 if c.get("estimable") else 0.0)
                         for bound in ("low", "high"):
                             if c.get(bound) is not None:
                                 lat_bound.add_metric([*key, q, bound, r.source], c[bound] / 1000.0)
                 if r.latency_ms.get("n") is not None:
                     lat_n.add_metric([*key, r.source], float(r.latency_ms["n"]))
-            for q, ms in (("0.5", r.median_step_ms), ("0.9", r.p90_step_ms)):
-                if ms is not None:
+            for pct, q, ms in ((50, "0.5", r.median_step_ms), (90, "0.9", r.p90_step_ms)):
+                if ms is not None and estimable.get(pct, True):
                     step.add_metric([*key, q, r.source], ms / 1000.0)
             for family, ms in ((cpu, r.median_cpu_ms), (wait, r.median_wait_ms)):
                 if ms is not None:

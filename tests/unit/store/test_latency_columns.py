@@ -91,7 +91,10 @@ def test_metrics_export_the_latency_percentiles_with_their_bounds_and_n(db_url, 
     _infer_run(db_url, tmp_path, "short", times)
     families = {f.name: f for f in StoreCollector(db_url).collect()}
     points = {s.labels["quantile"]: s.value for s in families["perfwatch_latency_seconds"].samples}
-    assert points["0.99"] == pytest.approx(percentile_ci(times, 99).point / 1000)
+    assert "0.99" not in points  # 100 batches support no p99: its point is not exported, its bound is
+    assert points["0.9"] == pytest.approx(percentile_ci(times, 90).point / 1000)
+    step = {s.labels["quantile"] for s in families["perfwatch_step_time_seconds"].samples}
+    assert step == {"0.5"}  # the run's 10 measured steps: a median with its interval, no p90 (needs 29)
     bounds = {
         (s.labels["quantile"], s.labels["bound"]): s.value for s in families["perfwatch_latency_bound_seconds"].samples
     }
