@@ -14,8 +14,9 @@ that version and exits with
 1     regression: at least one case's verdict is ``regression``
 2     inconclusive or no data: a case is ``inconclusive``, its run failed, or it ran in a changed
       environment (``env-changed``: no like-for-like baseline, so the release cannot be judged —
-      accept a baseline in the new environment first); or there is no run of that version; or
-      the store cannot be read. Usage errors (bad option) also exit 2, as in every click program.
+      accept a baseline in the new environment first); or there is no run of that version.
+      Usage errors (bad option) also exit 2, as in every click program.
+3     the store cannot be used (unreachable, newer schema): one line, as every command
 ====  ==========================================================================================
 
 ``--strict`` also turns ``no-baseline`` into 2, for pipelines that must never ship unmeasured.
@@ -71,16 +72,11 @@ EXIT_CODES_HELP = (
 
 
 def _db_url() -> str:
-    """The store URL from settings, migrated to the latest schema; errors name it with the password masked."""
-    from tasks.store import migrate, queries, redact
+    """The store URL from settings, migrated to the latest schema (``tasks.cli.context.settings``: a store that
+    cannot be used raises ``StoreError``, which every command reports in one line with exit code 3)."""
+    from tasks.cli.context import settings
 
-    url = Settings.from_env().database_url
-    try:
-        migrate(url)
-    except Exception as e:  # noqa: BLE001 - any driver error: report it without the password
-        detail = str(getattr(e, "orig", None) or e).splitlines()[0] if str(e) else ""
-        raise queries.QueryError(f"cannot open the store at {redact(url)}: {type(e).__name__}: {detail}") from None
-    return url
+    return settings().database_url
 
 
 def _fail(e: Exception | str, code: int = 1) -> typer.Exit:

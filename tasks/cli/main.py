@@ -22,6 +22,7 @@ import typer
 from typer.core import TyperGroup
 
 from tasks.cli import DEFAULT_MEASURED_STEPS
+from tasks.cli.context import STORE_ERROR_EXIT
 from tasks.cli.context import settings as _settings
 from tasks.cli.history import EXIT_CODES_HELP
 from tasks.cli.render import Format, render
@@ -30,13 +31,11 @@ from tasks.settings import Settings
 if TYPE_CHECKING:
     import pandas as pd
 
-STORE_ERROR_EXIT = 3
-"""Exit code of any command when the store cannot be used (unreachable, or migrated by a newer perfwatch)."""
-
 
 class _StoreErrorsInOneLine(TyperGroup):
-    """Every command: a ``StoreError`` (store unreachable, schema newer than this perfwatch) is printed as
-    one line on stderr, exit code ``STORE_ERROR_EXIT``, instead of a traceback."""
+    """The one place that maps store errors, for every command and group: a ``StoreError`` (store unreachable,
+    schema newer than this perfwatch, URL unreadable) is printed as one line on stderr naming the store
+    (password masked), exit code ``STORE_ERROR_EXIT``, instead of a traceback or a command's own code."""
 
     def invoke(self, ctx):
         try:
