@@ -5,8 +5,9 @@ Each runs a named query from ``sql/queries`` through ``tasks.store.queries`` aga
 ``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``). Every listing
 takes ``--format table|csv|json|markdown``; times are UTC.
 
-``perfwatch gate MODEL VERSION`` is the release gate. It reads the newest run of each case of
-that version and exits with
+``perfwatch gate MODEL VERSION`` is the release gate. Each case of that version is answered by its newest
+paired ABBA verdict when it has one, else by its newest run (``sql/queries/gate.sql``: a later, weaker
+run never overrides a release gate's verdict; a newer paired gate does), and it exits with
 
 ====  ==========================================================================================
 0     pass: every case passed, improved, or is the model's first run (``no-baseline``: nothing
@@ -293,14 +294,17 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
 def gate_decision(
     rows: pd.DataFrame, *, strict: bool = False, stories: dict[int, Any] | None = None
 ) -> tuple[int, list[str]]:
-    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``; with a
-    ``case_label`` column, ``tasks.store.queries.with_case_labels``, each reason line names the case with it).
-    ``stories``: run id -> ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``); a row's line
-    is its story on one line (``tasks.services.story.story_line``: verdict, ratio and interval, method, baseline,
-    reason), else the row's own figures.
+    """The release-gate exit code from the run that answers for each case (rows of ``sql/queries/gate.sql``:
+    the newest paired ABBA verdict of the version, else the newest run; with a ``case_label`` column,
+    ``tasks.store.queries.with_case_labels``, each reason line names the case with it). ``stories``: run id ->
+    ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``) of the answering runs and of the
+    case's newest runs; a row's line is its story on one line (``tasks.services.story.story_line``: verdict,
+    ratio and interval, method, baseline, reason), else the row's own figures, followed by a line saying which
+    run answered and why (:func:`answered_by`).
 
     Returns:
-        (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
+        (exit code 0/1/2 as in the module docstring, per case a reason line and its ``answered by`` line, or one
+        line for no data).
     """
     import pandas as pd
 
@@ -330,9 +334,30 @@ def gate_decision(
                 why += " (--strict: a run without a baseline is not a pass)"
         codes.append(code)
         reasons.append(f"{case_title(r.case_name, getattr(r, 'case_label', None))}: {why} -> {code}")
+        reasons.append(f"  answered by run {r.run_id}: {answered_by(r, stories or {})}")
     if GATE_REGRESSION in codes:
         return GATE_REGRESSION, reasons
     return max(codes), reasons
+
+
+def answered_by(row: Any, stories: dict[int, Any]) -> str:
+    """Why a gate row's run answers for its case (``sql/queries/gate.sql``'s rule), e.g. ``the newest paired
+    ABBA gate of the version; the newer run 9 (inconclusive, history-lookback) is not a paired gate and does not
+    override it``. ``row``: a gate row (``decided_by``, ``run_id``, ``newest_run_id``); ``stories``: run id ->
+    ``VerdictStory``, for the newer run's verdict and method."""
+    from tasks.services.story import verdict_text
+
+    if row.decided_by != "paired":
+        return "the newest run (the version has no paired ABBA gate of this case)"
+    newest = int(row.newest_run_id)
+    if newest == int(row.run_id):
+        return "the newest paired ABBA gate of the version, and its newest run"
+    st = stories.get(newest)
+    what = f" ({verdict_text(st)}, {st.method or 'no comparison'})" if st is not None else ""
+    return (
+        f"the newest paired ABBA gate of the version; the newer run {newest}{what} is not a paired gate "
+        "and does not override it"
+    )
 
 
 def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False) -> int:
@@ -625,10 +650,17 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
-        run of each case of MODEL VERSION in the store."""
+        """Release gate of MODEL VERSION: exit 0 pass, 1 regression, 2 inconclusive, failed or no data.
+
+        Each case is answered by its newest paired ABBA verdict of VERSION (both versions timed in one
+        process, as a release gate measures) when it has one, else by its newest run: a later unpaired run
+        never overrides a release gate's verdict. The output names the run that answered (decided_by: paired
+        or newest; newest_run_id) and its verdict's story (json: decision).
+        """
         from tasks.records import stored_version, version_label
+        from tasks.services.story import story_dict, story_line
         from tasks.store import queries
+        from tasks.store.reads import verdict_stories
 
         try:
             version = stored_version(version)
@@ -637,12 +669,16 @@ def register(app: typer.Typer) -> None:
             rows = queries.with_case_labels(rows, url, model=model)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
-        from tasks.store.reads import verdict_stories
-
-        stories = verdict_stories([int(i) for i in rows["run_id"]], url) if not rows.empty else {}
+        ids = [int(i) for i in rows["run_id"]]
+        stories = verdict_stories(sorted({*ids, *(int(i) for i in rows["newest_run_id"])}), url) if ids else {}
         code, reasons = gate_decision(rows, strict=strict, stories=stories)
         if not rows.empty:
-            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} {version_label(version)}")
+            shown = rows.drop(columns=["error"])
+            if fmt is Format.json:  # each answering run's verdict with its story (tasks.services.story)
+                shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+            elif fmt is not Format.table:
+                shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
+            render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
