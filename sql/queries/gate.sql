@@ -6,8 +6,9 @@
 -- timed in one process, the release gate's own measurement) when the case has one, else the newest run
 -- (decided_by 'newest'), so that a later, weaker run (an unpaired ad-hoc run compared with two processes'
 -- medians) never overrides a release gate's verdict. newest_run_id is the case's newest run of the version
--- (the run itself when it answers). (perfwatch gate turns these rows into an exit code; see
--- tasks/cli/history.py.)
+-- (the run itself when it answers). A/A gates (trigger calibrate: the version timed against itself) are no
+-- evidence about the version against its baseline and are left out. (perfwatch gate turns these rows into an
+-- exit code; see tasks/cli/history.py.)
 -- params: model text, version text, case_name text optional
 -- psql:
 --   psql "$DB" -v model="'tiny'" -v version="'2'" -v case_name=NULL -f sql/queries/gate.sql
@@ -28,6 +29,7 @@ WITH ranked AS (
     LEFT JOIN model_versions mv ON mv.id = r.model_version_id
     LEFT JOIN comparisons c ON c.run_id = r.id
     WHERE m.name = :model
+      AND r.trigger <> 'calibrate'
       AND COALESCE(mv.version, r.version_requested) = :version
       AND (CAST(:case_name AS VARCHAR(64)) IS NULL OR r.case_name = :case_name)
 )

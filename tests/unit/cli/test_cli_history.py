@@ -85,7 +85,8 @@ def test_gate_reads_the_newest_run_of_the_version(cli, db_url, tmp_path):
 
 def test_gate_answers_with_the_newest_paired_verdict_not_a_later_unpaired_run(cli, db_url, tmp_path):
     """A release gate's paired ABBA verdict answers for its version: one later ad-hoc unpaired run (two processes'
-    medians, inconclusive) does not turn a regression into inconclusive; a newer paired gate does replace it."""
+    medians, inconclusive) does not turn a regression into inconclusive, nor does an A/A calibration gate; a newer
+    paired gate does replace it."""
     base = add_run(db_url, tmp_path, "v1", version="1", verdict="no-baseline", day=0)
     paired = add_run(
         db_url, tmp_path, "gate", version="2", verdict="regression", day=1, baseline=base, ratio=2.0,
@@ -95,6 +96,9 @@ def test_gate_answers_with_the_newest_paired_verdict_not_a_later_unpaired_run(cl
         db_url, tmp_path, "adhoc", version="2", verdict="inconclusive", day=2, baseline=base, ratio=1.9,
         method="history-lookback", reason="the interval straddles the regression line",
     )  # fmt: skip
+    add_run(  # an A/A gate of version 2 against itself (perfwatch calibrate) says nothing about it against v1
+        db_url, tmp_path, "aa", version="2", verdict="pass", day=2, ratio=1.0, method="paired-abba", trigger="calibrate"
+    )
     res = cli("gate", "m", "2")
     assert res.exit_code == 1, res.output
     assert f"run {paired} regression: step-time ratio 2.000" in res.output
