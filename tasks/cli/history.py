@@ -541,7 +541,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90); each
-        verdict's story under the table (json: ``decision``)."""
+        verdict's story under the table (json: decision)."""
         from tasks.store import queries
 
         try:
@@ -650,7 +650,7 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """Release gate of MODEL VERSION: exit 0 pass, 1 regression, 2 inconclusive, failed or no data.
+        """Release gate of MODEL VERSION: whether it may ship, said by its exit status (below).
 
         Each case is answered by its newest paired ABBA verdict of VERSION (both versions timed in one
         process, as a release gate measures) when it has one, else by its newest run: a later unpaired run

@@ -132,11 +132,13 @@ def runs(
     """List runs from the store: run id, model, version, case and its readable label, inputs fed, median step
     time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
     it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
-    strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
+    strategy, quantization), which the case name spells out (train-bs16-mixed_bfloat16-xla), and the label
     column when no case has a label; each verdict's story follows the table, one line per run with a ratio or a
-    reason (``tasks.services.story.story_line``), and each infer/tflite run's latency percentiles with their
-    intervals and batch count. csv, json and markdown have every column, and ``decision``: the story (json: its
-    dict, ``story_dict``; csv/markdown: its line). An unknown --model exits 1 naming the models there are."""
+    reason, and each infer/tflite run's latency percentiles with their intervals and batch count. csv, json and
+    markdown have every column, and decision: the verdict's story (json: an object; csv and markdown: its line).
+    An unknown --model exits 1 naming the models there are."""
+    # typer prints this docstring as the command's help: developer notes go in comments. The story is
+    # tasks.services.story (story_line under the table, story_dict in json).
     from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url
@@ -251,8 +253,8 @@ def run_cmd(
     input_fn: Annotated[
         str | None,
         typer.Option(
-            help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
-            "(e.g. tasks.runner.input_fns:images_fast)."
+            help="'package.module:function' returning a tf.data.Dataset of model-ready batches (the built-in "
+            "ones: README, Models, inputs and modes)."
         ),
     ] = None,
     signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
@@ -314,18 +316,14 @@ def run_cmd(
     ] = None,
     classes: Annotated[int | None, typer.Option(help="--backbone only: output classes (default 1000).")] = None,
 ) -> None:
-    """Run the seven stages for one model version in this process, without Airflow. The options are the
-    Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix"): those
-    ``tasks.stages.params.case_param_schema("cli")`` lists, with the Case's defaults
-    (``tests/unit/cli/test_run_options.py`` checks).
-
-    Exit code, as ``perfwatch gate``'s (``tasks.cli.history.GATE_CODES``): 0 the verdict is ``pass``,
-    ``improvement`` or ``no-baseline``; 1 a ``regression``; 2 ``inconclusive`` or ``env-changed`` (undecided:
-    the reason is printed), a stage failed (the failed run and its error are recorded in the store, as a DAG
-    run's would be) or the input is wrong: an option out of range (named as given, e.g.
-    ``--measured-steps``), a model or version that is not in the model store (nothing is recorded then; the
-    message lists what there is).
+    """Run the seven stages for one model version in this process, without Airflow, and print the run's
+    figures and its verdict's story. Every option is the benchmark case's field of the same name, with its
+    default (README: "Models, inputs and modes", "The benchmark matrix"). A failed stage is recorded in the
+    store as a failed run; a bad option or a model or version that is not in the model store records nothing.
     """
+    # typer prints this docstring as the command's help (exit codes: the epilog, EXIT_CODES_HELP, once).
+    # The options are those tasks.stages.params.case_param_schema("cli") lists, with the Case's defaults and
+    # limits (tests/unit/cli/test_run_options.py checks); the exit code is tasks.cli.history.exit_code's.
     import datetime as dt
 
     from pydantic import ValidationError
@@ -501,10 +499,11 @@ def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing 
 @demo_app.command("build-zoo")
 def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing models and images.")] = False) -> None:
     """Write the model zoo (a dynamic-shape CNN, a BERT-like encoder, an SSD-like detector, an LSTM, an
-    export-only SavedModel, a Lambda-layer model: version 1 of ``zoo_*`` each) under PERFWATCH_MODEL_STORE,
-    the example TFRecord images the ``tasks.runner.input_fns`` input functions read (PERFWATCH_IMAGES, else
-    <PERFWATCH_HOME>/data/images), and ``<PERFWATCH_HOME>/zoo.yaml``: every zoo case, a config for the nightly
-    DAG (``PERFWATCH_CONFIG``)."""
+    export-only SavedModel, a Lambda-layer model: version 1 of zoo_* each) under PERFWATCH_MODEL_STORE,
+    the example TFRecord images the built-in input functions read (PERFWATCH_IMAGES, else
+    <PERFWATCH_HOME>/data/images), and <PERFWATCH_HOME>/zoo.yaml: every zoo case, a config for the nightly
+    DAG (PERFWATCH_CONFIG)."""
+    # the input functions: tasks.runner.input_fns; the zoo: tasks.runner.zoo
     import yaml
 
     from tasks.records import Case
@@ -533,10 +532,10 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
 def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Between the demo's two DAG runs: say whether the newest run of version 1 became its case's baseline.
     When the compare stage refused to make it one by itself (a busy host, an unsteady warm-up, timed steps
-    that compiled: ``evidence["baseline_refused"]``), print why and accept it explicitly, as a user would
-    with ``perfwatch baseline accept RUN --by NAME --reason WHY``, recorded as accepted by ``make demo``, so
-    that version 2's release gate has a baseline version to pair with. Exit 1 when version 1 has no
-    successful run."""
+    that compiled), print why and accept it explicitly, as a user would with 'perfwatch baseline accept RUN
+    --by NAME --reason WHY', recorded as accepted by 'make demo', so that version 2's release gate has a
+    baseline version to pair with. Exit 1 when version 1 has no successful run."""
+    # why it was refused: the comparison's evidence["baseline_refused"]
     from sqlalchemy import select
 
     from tasks.cli.baseline import accept_run, baseline_frame
@@ -566,9 +565,10 @@ def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> N
 
 @demo_app.command("follow")
 def demo_follow() -> None:
-    """Read an ``airflow dags test`` log on stdin and print what ``make demo`` shows of it, line by line as it
+    """Read an 'airflow dags test' log on stdin and print what 'make demo' shows of it, line by line as it
     comes: task starts and ends, failures, perfwatch's own lines with their UTC time, and a task's wait for its
-    retry folded into a few lines (``tasks.cli.follow``)."""
+    retry folded into a few lines."""
+    # the filter: tasks.cli.follow
     from tasks.cli.follow import follow
 
     for line in follow(iter(sys.stdin.readline, "")):
