@@ -208,6 +208,11 @@ def runs(
                 typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
 
 
+# Help panels of `perfwatch run --help`: its options are the Case's fields, grouped by what they set.
+_CASE, _MEASURE, _SERVING = "Case: what is measured", "Measurement", "Serving scenario (infer, tflite)"
+_VERDICT, _PAIRED = "Verdict and baseline", "Paired gate (--paired, release gates)"
+
+
 @app.command("run", epilog=EXIT_CODES_HELP)
 def run_cmd(
     typer_ctx: typer.Context,
@@ -218,103 +223,293 @@ def run_cmd(
             "(resnet50, efficientnetb0, mobilenet_v3_small, ...)."
         ),
     ],
-    version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
-    batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
-    measured_steps: Annotated[
-        int, typer.Option(help="Steps timed with the profiler off (a paired gate times as many of each version).")
-    ] = DEFAULT_MEASURED_STEPS,
-    profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
-    paired: Annotated[
-        bool, typer.Option(help="Re-measure the baseline version in the same process (A/B), as a release gate does.")
-    ] = False,
+    version: Annotated[str, typer.Option(help="Integer version, or 'latest'.", rich_help_panel=_CASE)] = "latest",
+    batch_size: Annotated[
+        int, typer.Option(help="Examples per step (a training step or an inference batch).", rich_help_panel=_CASE)
+    ] = 16,
     mode: Annotated[
         str,
         typer.Option(
             help="What a step is: train (forward, backward, update), infer "
             "(one batch's forward pass; prints latency p50/p90/p99 with their 95% intervals, n and "
-            "throughput) or tflite."
+            "throughput) or tflite.",
+            rich_help_panel=_CASE,
         ),
     ] = "train",
-    safe_mode: Annotated[
-        bool,
+    precision: Annotated[
+        str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.", rich_help_panel=_CASE)
+    ] = "fp32",
+    xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).", rich_help_panel=_CASE)] = False,
+    strategy: Annotated[
+        str, typer.Option(help="none, or mirrored (MirroredStrategy).", rich_help_panel=_CASE)
+    ] = "none",
+    quantization: Annotated[
+        str, typer.Option(help="tflite mode: none, dynamic or int8.", rich_help_panel=_CASE)
+    ] = "none",
+    tflite_threads: Annotated[
+        int | None,
         typer.Option(
-            help="Keras safe_mode when loading a .keras file; "
-            "--no-safe-mode only for a model whose code (Lambda "
-            "layers) you trust. Recorded with the run."
+            help="tflite mode: the interpreter's threads (names the case, -t4); default: the CPUs the runner may use.",
+            rich_help_panel=_CASE,
         ),
-    ] = True,
+    ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="auto, cpu (GPUs hidden, the CPU measured), gpu or tpu (refused where TensorFlow sees none); "
+            "a non-auto kind names the case (train-bs16-gpu).",
+            rich_help_panel=_CASE,
+        ),
+    ] = "auto",
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            help="A hardware label of the device kind, e.g. gpu-h100 (names the case).", rich_help_panel=_CASE
+        ),
+    ] = None,
     inputs: Annotated[
         str | None,
         typer.Option(
             help="How to feed the model, as JSON per input name: shape without the batch dimension, "
-            'dtype, integer range [min, max), e.g. \'{"image": {"shape": [32, 32, 3]}}\'.'
+            'dtype, integer range [min, max), e.g. \'{"image": {"shape": [32, 32, 3]}}\'.',
+            rich_help_panel=_CASE,
         ),
     ] = None,
     input_fn: Annotated[
         str | None,
         typer.Option(
             help="'package.module:function' returning a tf.data.Dataset of model-ready batches (the built-in "
-            "ones: README, Models, inputs and modes)."
+            "ones: README, Models, inputs and modes).",
+            rich_help_panel=_CASE,
         ),
     ] = None,
-    signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
-    precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
-    xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
-    strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
-    quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
-    scenario: Annotated[
-        str,
-        typer.Option(
-            help="infer/tflite: single-stream (one batch at a time), offline (batches back to back: throughput "
-            "over the run) or server (Poisson arrivals at --target-qps; per-query latency, queueing included)."
-        ),
-    ] = "single-stream",
-    target_qps: Annotated[
-        float | None,
-        typer.Option(help="server: the arrival rate, queries/s; with --search-qps the first rate tried."),
-    ] = None,
-    search_qps: Annotated[
+    signature: Annotated[
+        str, typer.Option(help="SavedModel signature called in infer mode.", rich_help_panel=_CASE)
+    ] = "serving_default",
+    safe_mode: Annotated[
         bool,
         typer.Option(
-            help="server: bisect on the rate for the highest QPS whose --latency-percentile's 95% upper bound "
-            "stays within --latency-bound-ms; every point is printed."
+            help="Keras safe_mode when loading a .keras file; "
+            "--no-safe-mode only for a model whose code (Lambda "
+            "layers) you trust. Recorded with the run.",
+            rich_help_panel=_CASE,
+        ),
+    ] = True,
+    backbone: Annotated[
+        str | None,
+        typer.Option(
+            help="keras.applications: MODEL names an architecture, built by the runner with random weights "
+            "(weights=None, nothing downloaded) and versioned keras<version>-<config hash>.",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(
+            help="--backbone only: one example's shape, e.g. 96,96,3 (default 224,224,3).", rich_help_panel=_CASE
+        ),
+    ] = None,
+    classes: Annotated[
+        int | None, typer.Option(help="--backbone only: output classes (default 1000).", rich_help_panel=_CASE)
+    ] = None,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            help="Run with TF op determinism (TF_DETERMINISTIC_OPS; names the case, -det).", rich_help_panel=_CASE
         ),
     ] = False,
-    latency_bound_ms: Annotated[
-        float | None, typer.Option(help="single-stream/server: the latency bound, ms (met or missed per run).")
-    ] = None,
-    latency_percentile: Annotated[
-        float, typer.Option(help="The percentile the latency bound bounds (99: p99).")
-    ] = 99.0,
-    device: Annotated[
-        str,
+    seed: Annotated[
+        int,
+        typer.Option(help="Seed of the synthetic inputs and weights (recorded with the run).", rich_help_panel=_CASE),
+    ] = 0,
+    label: Annotated[
+        str | None,
         typer.Option(
-            help="auto, cpu (GPUs hidden, the CPU measured), gpu or tpu (refused where TensorFlow sees none); "
-            "a non-auto kind names the case (train-bs16-gpu)."
+            help="A readable name shown beside the case's stable name, e.g. 'slow image pipeline'; not part of "
+            "the case's identity (a new label keeps its history and baseline).",
+            rich_help_panel=_CASE,
         ),
-    ] = "auto",
-    hardware: Annotated[
-        str | None, typer.Option(help="A hardware label of the device kind, e.g. gpu-h100 (names the case).")
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="The figures the verdict line leads with, in order, comma-separated: step_time, throughput, "
+            "memory_usage, latency (default: step time, then throughput).",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
+    measured_steps: Annotated[
+        int,
+        typer.Option(
+            help="Steps timed with the profiler off (a paired gate times as many of each version).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = DEFAULT_MEASURED_STEPS,
+    profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.", rich_help_panel=_MEASURE)] = 5,
     warmup_reuse_days: Annotated[
         float,
         typer.Option(
             help="Reuse the steady-state step count of this case's newest warm-up on the same model bytes "
             "and environment within this many days instead of a warm-up process; 0: always warm "
-            "up afresh."
+            "up afresh.",
+            rich_help_panel=_MEASURE,
         ),
     ] = 7.0,
-    backbone: Annotated[
-        str | None,
+    warmup_window: Annotated[
+        int,
         typer.Option(
-            help="keras.applications: MODEL names an architecture, built by the runner with random weights "
-            "(weights=None, nothing downloaded) and versioned keras<version>-<config hash>."
+            help="The warm-up is steady when the coefficient of variation of its last this many steps is below "
+            "--warmup-cv-max.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 5,
+    warmup_cv_max: Annotated[
+        float, typer.Option(help="The warm-up's steady coefficient of variation.", rich_help_panel=_MEASURE)
+    ] = 0.05,
+    warmup_max_steps: Annotated[int, typer.Option(help="Most steps of the warm-up.", rich_help_panel=_MEASURE)] = 60,
+    telemetry_interval_ms: Annotated[
+        int,
+        typer.Option(
+            help="How often device telemetry is sampled during the measured steps, ms (GPU: NVML; else host CPU "
+            "and RSS); 1000 for server cases on a busy CPU host.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 100,
+    allow_partial_batches: Annotated[
+        bool,
+        typer.Option(
+            help="Time steps fed fewer examples than --batch-size (an input function's last batch) as fed; "
+            "default: such a step fails the run.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = False,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="single-stream (one batch at a time), offline (batches back to back: throughput "
+            "over the run) or server (Poisson arrivals at --target-qps; per-query latency, queueing included).",
+            rich_help_panel=_SERVING,
+        ),
+    ] = "single-stream",
+    target_qps: Annotated[
+        float | None,
+        typer.Option(
+            help="server: the arrival rate, queries/s; with --search-qps the first rate tried.",
+            rich_help_panel=_SERVING,
         ),
     ] = None,
-    input_shape: Annotated[
-        str | None, typer.Option(help="--backbone only: one example's shape, e.g. 96,96,3 (default 224,224,3).")
+    search_qps: Annotated[
+        bool,
+        typer.Option(
+            help="server: bisect on the rate for the highest QPS whose --latency-percentile's 95% upper bound "
+            "stays within --latency-bound-ms; every point is printed.",
+            rich_help_panel=_SERVING,
+        ),
+    ] = False,
+    latency_bound_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="single-stream/server: the latency bound, ms (met or missed per run).", rich_help_panel=_SERVING
+        ),
     ] = None,
-    classes: Annotated[int | None, typer.Option(help="--backbone only: output classes (default 1000).")] = None,
+    latency_percentile: Annotated[
+        float, typer.Option(help="The percentile the latency bound bounds (99: p99).", rich_help_panel=_SERVING)
+    ] = 99.0,
+    server_min_duration_s: Annotated[
+        float,
+        typer.Option(
+            help="server: each rate's point lasts at least this long, s (more queries than --measured-steps "
+            "where the rate is high).",
+            rich_help_panel=_SERVING,
+        ),
+    ] = 1.0,
+    tolerance: Annotated[
+        float,
+        typer.Option(help="Relative step-time change that counts (0.05: 5%).", rich_help_panel=_VERDICT),
+    ] = 0.05,
+    confidence: Annotated[
+        float, typer.Option(help="Confidence level of the comparison's interval.", rich_help_panel=_VERDICT)
+    ] = 0.99,
+    lookback: Annotated[
+        int, typer.Option(help="Accepted runs that form the history baseline.", rich_help_panel=_VERDICT)
+    ] = 5,
+    prior_between_sd: Annotated[
+        float | None,
+        typer.Option(
+            help="History comparison: prior sd (log scale) of the drift of median step time between processes; "
+            "default: estimated from the store's accepted runs, else 0.05.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = None,
+    max_other_cpu_share: Annotated[
+        float,
+        typer.Option(
+            help="The host is busy (verdict inconclusive) when other processes took more than this share of its "
+            "CPU time during the measurement.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.25,
+    max_steal_share: Annotated[
+        float,
+        typer.Option(
+            help="The host is busy (verdict inconclusive) when the hypervisor stole more than this share of its "
+            "CPU time during the measurement.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.05,
+    auto_accept: Annotated[
+        bool,
+        typer.Option(
+            help="A sound run whose verdict is pass, no-baseline, improvement or env-changed becomes the case's "
+            "baseline; --no-auto-accept keeps an ad-hoc run out of the baseline.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = True,
+    paired: Annotated[
+        bool,
+        typer.Option(
+            help="Re-measure the baseline version in the same process (A/B), as a release gate does.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = False,
+    paired_blocks: Annotated[
+        int | None,
+        typer.Option(
+            help="Most ABBA block pairs of the paired gate (it stops at the first look that decides); default: "
+            "--measured-steps / --paired-block-steps.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
+    paired_block_steps: Annotated[
+        int,
+        typer.Option(
+            help="Steps per block of the paired gate (short blocks cancel more of the host's drift).",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = 1,
+    paired_round_pairs: Annotated[
+        int,
+        typer.Option(
+            help="Pairs between two looks of the sequential paired gate (the first look is at 32 pairs).",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = 16,
+    paired_offset_sd: Annotated[
+        float | None,
+        typer.Option(
+            help="Sd (log scale) of the speed difference of two copies of one model in one process, which widens "
+            "the paired interval; default: estimated from the store's A/A gates (perfwatch calibrate), else 0.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
+    gate_percentile: Annotated[
+        float | None,
+        typer.Option(
+            help="Also gate this percentile of the per-step times (99: p99 latency) from the same paired "
+            "measurement; p99 needs 528 steps per version at confidence 0.99.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow, and print the run's
     figures and its verdict's story. Every option is the benchmark case's field of the same name, with its

@@ -40,4 +40,4 @@ def test_help_has_no_markup_test_paths_or_module_paths(path):
 @pytest.mark.parametrize("command", ["run", "gate"])
 def test_the_exit_codes_are_printed_once(command):
     out = " ".join(_help([command]).split()).lower()
-    assert out.count("exit code") == 1 and out.count("no-baseline") == 1, out
+    assert out.count("exit code") == 1 and out.count("1 regression") == 1, out
