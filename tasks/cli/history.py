@@ -360,6 +360,51 @@ def answered_by(row: Any, stories: dict[int, Any]) -> str:
     )
 
 
+GATE_TABLE_COLUMNS = [
+    "run_id",
+    "case_name",
+    "case_label",
+    "verdict",
+    "median_step_ms",
+    "baseline_median_ms",
+    "method",
+    "ratio",
+    "ci_low",
+    "ci_high",
+]
+"""The columns of ``perfwatch gate``'s table (csv and json have every column of ``sql/queries/gate.sql``)."""
+
+
+def gate_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Gate rows (``sql/queries/gate.sql``, with ``case_label``) as its table shows them: :data:`GATE_TABLE_COLUMNS`,
+    the verdict ``failed@<stage>`` for a failed run and marked ``(CPU time)`` where CPU time decided (the
+    status, failed stage and metric columns then say nothing more; which run answered is said under the
+    table)."""
+    out = rows.copy()
+    failed = out["status"] != "success"
+    out["verdict"] = out["verdict"].astype(object)
+    out.loc[failed, "verdict"] = ["failed@" + str(s) for s in out.loc[failed, "failed_stage"]]
+    on_cpu = (out["metric"] == "cpu") & ~failed
+    out.loc[on_cpu, "verdict"] = out.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
+    return out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]]
+
+
+REGRESSIONS_TABLE_COLUMNS = [
+    "run_id",
+    "started_at",
+    "model",
+    "version",
+    "case_name",
+    "case_label",
+    "median_step_ms",
+    "ratio",
+    "ci_low",
+    "ci_high",
+]
+"""The columns of ``perfwatch regressions``' table; the story under it says the method, metric and baseline, and
+csv and json have every column of ``sql/queries/regressions.sql``."""
+
+
 def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False) -> int:
     """The exit code of a verdict in every command that exits by one (``perfwatch run``, ``gate``;
     ``EXIT_CODES_HELP``): ``GATE_CODES[verdict]``; 2 for a failed run, an unknown or missing verdict, and
@@ -585,14 +630,29 @@ def register(app: typer.Typer) -> None:
     def regressions_cmd(
         since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None, fmt: FormatOpt = Format.table
     ) -> None:
-        """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
+        """Runs flagged as a regression in a time window, newest first, with ratio and interval; each verdict's
+        story under the table (csv, json and markdown: decision)."""
+        from tasks.services.story import story_dict, story_line
         from tasks.store import queries
+        from tasks.store.reads import verdict_stories
 
         try:
-            df = queries.regressions(_since(since), until, model, _known(model))
+            url = _known(model)
+            df = queries.regressions(_since(since), until, model, url)
         except queries.QueryError as e:
             raise _fail(e) from None
-        render(titled_cases(df, fmt), fmt, title="regressions")
+        ids = [int(i) for i in df["run_id"]]
+        stories = verdict_stories(ids, url)
+        if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
+            df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+        elif fmt is not Format.table:
+            df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
+        shown = df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]] if fmt is Format.table else df
+        render(titled_cases(shown, fmt), fmt, title="regressions")
+        if fmt is Format.table:  # each verdict's story under the table, one line per run
+            for i in ids:
+                if (st := stories.get(i)) is not None:
+                    typer.echo(f"  run {i} {story_line(st)}")
 
     @app.command("failures")
     def failures_cmd(
@@ -673,7 +733,7 @@ def register(app: typer.Typer) -> None:
         stories = verdict_stories(sorted({*ids, *(int(i) for i in rows["newest_run_id"])}), url) if ids else {}
         code, reasons = gate_decision(rows, strict=strict, stories=stories)
         if not rows.empty:
-            shown = rows.drop(columns=["error"])
+            shown = gate_table(rows) if fmt is Format.table else rows.drop(columns=["error"])
             if fmt is Format.json:  # each answering run's verdict with its story (tasks.services.story)
                 shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
             elif fmt is not Format.table:
@@ -686,8 +746,8 @@ def register(app: typer.Typer) -> None:
         if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
             typer.echo(
                 "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "
-                "process); median_step_ms and baseline_median_ms are two processes' medians and may differ "
-                "(perfwatch compare says why)",
+                "process); the median step ms and baseline median ms columns are two processes' medians and may "
+                "differ (perfwatch compare says why)",
                 err=True,
             )
         raise typer.Exit(code)

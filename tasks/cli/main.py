@@ -131,12 +131,13 @@ def runs(
 ) -> None:
     """List runs from the store: run id, model, version, case and its readable label, inputs fed, median step
     time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
-    it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
-    strategy, quantization), which the case name spells out (train-bs16-mixed_bfloat16-xla), and the label
-    column when no case has a label; each verdict's story follows the table, one line per run with a ratio or a
-    reason, and each infer/tflite run's latency percentiles with their intervals and batch count. csv, json and
-    markdown have every column, and decision: the verdict's story (json: an object; csv and markdown: its line).
-    An unknown --model exits 1 naming the models there are."""
+    it), throughput, verdict and its reason. The table leaves out the case's axes (mode, batch size, precision,
+    xla, strategy, quantization), which the case name spells out (train-bs16-mixed_bfloat16-xla), the status
+    (the verdict says failed@<stage>) and trigger, columns no listed run has a value in, and the label column
+    when no case has a label; each verdict's story follows the table, one line per run with a ratio or a reason,
+    each failed run's error, and each infer/tflite run's latency percentiles with their intervals and batch
+    count. csv, json and markdown have every column, and decision: the verdict's story (json: an object; csv
+    and markdown: its line). An unknown --model exits 1 naming the models there are."""
     # typer prints this docstring as the command's help: developer notes go in comments. The story is
     # tasks.services.story (story_line under the table, story_dict in json).
     from tasks.cli.history import titled_cases, unknown_model_message
@@ -155,12 +156,18 @@ def runs(
         df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
     elif fmt != Format.table:
         df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
-    if fmt == Format.table:  # the case name spells these axes out; mode keeps its own column
+    if fmt == Format.table:  # the case name spells the axes out (it starts with the mode)
         from tasks.store.queries import AXIS_COLUMNS
 
-        df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
-        if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
-            df = df.drop(columns=["median_wait_ms"])
+        # status: the verdict says failed@<stage>; the error goes under the table, where it is read whole
+        # trigger: in csv and json (the story under the table says a paired gate)
+        df = df.drop(columns=[*AXIS_COLUMNS, "status", "trigger"], errors="ignore")
+        errors = df.pop("error")
+        for col in ("median_wait_ms", "median_cpu_ms", "inputs"):  # no run recorded it (older runs, no schedstat)
+            if df[col].isna().all():
+                df = df.drop(columns=[col])
+        if df["safe_mode"].astype(bool).all():  # the default: a column only when some run turned it off
+            df = df.drop(columns=["safe_mode"])
         from tasks.cli.figures import figure_texts, lead_columns, memory_text
 
         lat = [c for c in df.columns if c.startswith("latency_")]
@@ -197,13 +204,15 @@ def runs(
 
         latencies = run_latencies(ids, url)
         # each line leads with the figures of the case's metrics: line (Case.metrics), then the story
-        for run_id, reason, lead in zip(ids, reasons, leads, strict=True):
+        for run_id, reason, lead, error in zip(ids, reasons, leads, errors, strict=True):
             first = f"[{'; '.join(lead)}] " if lead else ""
             story = stories.get(run_id)
             if story is not None and (story.ratio is not None or story.reason):
                 typer.echo(f"  run {run_id} {first}{story_line(story)}")
             elif isinstance(reason, str) and reason:
                 typer.echo(f"  run {run_id}: {first}{reason}")
+            if isinstance(error, str) and error:  # a failed run: the first line of its error
+                typer.echo(f"  run {run_id} {story_line(story) if story else 'failed'}: {error}")
             if latency := latencies.get(run_id):
                 typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
 
