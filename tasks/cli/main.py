@@ -607,9 +607,12 @@ def run_cmd(
     if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer), with intervals
         from tasks.analysis.percentiles import latency_text
 
+        # the headline's median is the stored one (interpolated: the mean of the two middle steps of an even
+        # count); these percentiles are nearest-rank (an observed batch), so p50 and the median may differ
         typer.echo(
             f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
-            f"{lat['throughput_eps']:.1f} examples/s over all batches"
+            f"{lat['throughput_eps']:.1f} examples/s over all batches (percentiles by nearest rank: p50 is a "
+            "measured batch and may differ from the median above, the mean of the two middle ones)"
         )
         if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)
             from tasks.analysis.serving import serving_text
