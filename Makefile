@@ -18,7 +18,9 @@ export PYTHONPATH := $(ROOT)
 AIRFLOW := $(VENV)/bin/airflow
 PERFWATCH := $(VENV)/bin/perfwatch
 DEMO_MODEL := demo_mobilenet
-# The demo asks for 100 measured steps (default 320, sized for 5% on this noisy CPU): its v2 is x1.7 slower.
+# The demo asks for 100 measured steps (default 320, sized for 5% on this noisy CPU): its v2 is about x2 slower
+# (paired gates on the 2-core dev machine: x1.74-1.76 by wall time quiet and at 1-min load 1.5-3, up to x2.1 at
+# load 3; x1.90-2.07 by CPU time).
 DEMO_STEPS := 100
 # What a DAG run is doing, read from its log as it is written (the full log stays in the file): each task's
 # start and end, and perfwatch's own lines (each stage's start, warm-up / measured-step / profiling / paired-round

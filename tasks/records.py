@@ -193,10 +193,9 @@ class Record(BaseModel):
 DEFAULT_MEASURED_STEPS = 320
 
 
-#: ``json_schema_extra`` of a Case field set in the YAML config only: neither a DAG Param nor a ``perfwatch run``
-#: option. A field without a mark is all three (``tasks.stages.params.case_param_schema``).
-CONFIG_ONLY: dict[str, Any] = {"set_in": ["config"]}
-#: ``json_schema_extra`` of a Case field set in the YAML config and by ``perfwatch run``, but not a DAG Param.
+#: ``json_schema_extra`` of a Case field set in the YAML config and by ``perfwatch run``, but not a DAG Param (the
+#: trigger form keeps the few a manual trigger needs). A field without a mark is all three
+#: (``tasks.stages.params.case_param_schema``); every Case field is a ``perfwatch run`` option.
 NOT_A_PARAM: dict[str, Any] = {"set_in": ["config", "cli"]}
 
 Mode = Literal["train", "infer", "tflite"]
@@ -252,8 +251,9 @@ class InputSpec(Record):
 
 class Case(Record):
     """One benchmark case: which model, and how it is measured. Each field's description says what it does
-    (the DAG's trigger form shows it: ``tasks.stages.params``); a field set in the
-    YAML config only says so in its ``json_schema_extra`` (``CONFIG_ONLY``, ``NOT_A_PARAM``)."""
+    (the DAG's trigger form shows it: ``tasks.stages.params``); every field is set in the YAML config and by its
+    ``perfwatch run`` option, and a field that is no DAG Param says so in its ``json_schema_extra``
+    (``NOT_A_PARAM``)."""
 
     model: str = Field(
         description="Model name: a directory of the model store, in any script (no '..', path separators or "
@@ -286,10 +286,10 @@ class Case(Record):
     seed: int = Field(
         0,
         description="Seed of synthetic inputs and weights init (recorded with the run).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     deterministic: bool = Field(
-        False, description="Run with TF op determinism (TF_DETERMINISTIC_OPS).", json_schema_extra=CONFIG_ONLY
+        False, description="Run with TF op determinism (TF_DETERMINISTIC_OPS).", json_schema_extra=NOT_A_PARAM
     )
     warmup_window: int = Field(
         5,
@@ -297,26 +297,26 @@ class Case(Record):
         le=7,
         description="Warm-up is steady when the coefficient of variation of the last this many step times is below "
         "warmup_cv_max.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     warmup_cv_max: float = Field(
-        0.05, gt=0, description="The warm-up's steady-state coefficient of variation.", json_schema_extra=CONFIG_ONLY
+        0.05, gt=0, description="The warm-up's steady-state coefficient of variation.", json_schema_extra=NOT_A_PARAM
     )
     warmup_max_steps: int = Field(  # must leave room for min_steps (3) + a window
-        60, ge=10, description="Most steps of the warm-up.", json_schema_extra=CONFIG_ONLY
+        60, ge=10, description="Most steps of the warm-up.", json_schema_extra=NOT_A_PARAM
     )
     tolerance: float = Field(
         0.05,
         gt=0,
         lt=1,
         description="Relative step-time change that counts (0.05 = 5%).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     confidence: float = Field(
-        0.99, gt=0.5, lt=1, description="Confidence level of the comparison interval.", json_schema_extra=CONFIG_ONLY
+        0.99, gt=0.5, lt=1, description="Confidence level of the comparison interval.", json_schema_extra=NOT_A_PARAM
     )
     lookback: int = Field(
-        5, ge=1, le=100, description="Accepted runs that form the history baseline.", json_schema_extra=CONFIG_ONLY
+        5, ge=1, le=100, description="Accepted runs that form the history baseline.", json_schema_extra=NOT_A_PARAM
     )
     paired: bool = Field(
         False,
@@ -332,7 +332,7 @@ class Case(Record):
         description="Most block pairs of the paired gate, in ABBA order; unset: measured_steps // "
         "paired_block_steps. The gate is sequential (tasks.analysis.sequential): it stops at the first look whose "
         "interval decides, spending 2 x pairs x paired_block_steps timed steps (evidence['paired']['spent']).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     paired_block_steps: int = Field(
         1,
@@ -340,7 +340,7 @@ class Case(Record):
         le=10_000,
         description="Steps per block of the paired gate (short blocks cancel more of the host's slow drift); "
         "at most 100000 timed steps per version.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     prior_between_sd: float | None = Field(
         None,
@@ -349,7 +349,7 @@ class Case(Record):
         description="Prior sd (log scale) of the drift of median step time between processes, for the history "
         "comparison; unset: estimated from the store's accepted runs in the environment, else 0.05 "
         "(tasks.analysis.calibration).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     paired_offset_sd: float | None = Field(
         None,
@@ -357,7 +357,7 @@ class Case(Record):
         lt=1,
         description="Sd (log scale) of the speed difference of two identical model copies in one process, which "
         "widens the paired interval; unset: estimated from the store's A/A release gates, else 0.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     paired_round_pairs: int = Field(
         16,
@@ -365,7 +365,7 @@ class Case(Record):
         le=MAX_TIMED_STEPS,
         description="Pairs measured between two looks of the sequential gate (the first look is at 32 pairs; a "
         "budget under 32 pairs gets one look at the end).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     max_other_cpu_share: float = Field(
         0.25,
@@ -373,7 +373,7 @@ class Case(Record):
         le=1,
         description="The host is busy when other processes took more than this share of its CPU time during the "
         "measurement; the verdict is then inconclusive ('host busy: ...').",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     max_steal_share: float = Field(
         0.05,
@@ -382,7 +382,7 @@ class Case(Record):
         description="The host is busy when the hypervisor stole more than this share of its CPU time during the "
         "measurement (a shared virtual machine); neither wall nor CPU time then decides: the verdict is "
         "inconclusive ('host busy: ...').",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     auto_accept: bool = Field(
         True,
@@ -390,14 +390,14 @@ class Case(Record):
         "baseline (a regression never does), unless its measurement was unsound: a busy host, a warm-up that "
         "never got steady, or timed steps that compiled (CompareRecord.baseline_refused; accept it with "
         "perfwatch baseline accept).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     allow_partial_batches: bool = Field(
         False,
         description="Measure steps fed fewer examples than batch_size (an input_fn's last batch of an epoch) as "
         "fed, throughput counting the examples fed; unset: such a step fails the run. Not part of the case "
         "identity.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     mode: Mode = Field(
         "train",
@@ -450,7 +450,7 @@ class Case(Record):
         description="tflite mode only: the TFLite interpreter's num_threads; unset: the CPUs the runner process may "
         "use (its CPU affinity, os.sched_getaffinity). The count used is recorded with the run (run_tables tool "
         "tflite, num_threads).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     scenario: Scenario = Field(
         "single-stream",
@@ -488,7 +488,7 @@ class Case(Record):
         description="server scenario: each rate's point lasts at least this long (s): queries = the larger of "
         "measured_steps (at least what the percentile's interval needs) and rate x this, rounded up to measured_steps "
         "x a power of 2 (MLPerf's minimum duration, 600 s, scaled down). Not part of the case identity.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     latency_percentile: float = Field(
         99.0,
@@ -503,7 +503,7 @@ class Case(Record):
         description="How often the runner samples device telemetry during the measured steps (NVML per GPU, else "
         "host CPU and RSS), ms, at most 1000 (a GPU's utilization is the mean of NVML's samples since the "
         "previous reading; tasks.runner.telemetry). Not part of the case identity.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     label: str | None = Field(
         None,
@@ -513,7 +513,7 @@ class Case(Record):
         "(Case.name, e.g. train-bs16-in1be8b91f) in tables, pages, alerts and metrics (case_label). Not part of "
         "the case's identity: a new label keeps the case's history and baseline. Unset: derived from the input "
         "options (tasks.records.case_label).",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     warmup_reuse_days: float = Field(
         7.0,
@@ -535,7 +535,7 @@ class Case(Record):
         "(p99: 528 at confidence 0.99, 367 at 0.95; paired_blocks x paired_block_steps); with fewer its verdict "
         "is inconclusive (too few samples for p99). A gate with it measures its whole budget. Unset: the median "
         "only. Not part of the case identity.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
     metrics: list[str] | None = Field(
         None,
@@ -543,8 +543,15 @@ class Case(Record):
         "in this order, e.g. [throughput, memory_usage, step_time] (the benchmarking guide's metrics line); names: "
         "step_time, throughput, memory_usage, latency. Every run records all of them; unset: step time, then "
         "throughput. Not part of the case identity.",
-        json_schema_extra=CONFIG_ONLY,
+        json_schema_extra=NOT_A_PARAM,
     )
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics_words(cls, v: Any) -> Any:
+        if isinstance(v, str):  # the command line's --metrics throughput,step_time
+            return [m.strip() for m in v.split(",") if m.strip()]
+        return v
 
     @field_validator("metrics")
     @classmethod

@@ -96,11 +96,12 @@ def register(app: typer.Typer) -> None:
         import pandas as pd
         from pydantic import ValidationError
 
+        from tasks.cli.context import settings as store_settings
         from tasks.cli.history import check_in_model_store, validation_message
         from tasks.cli.main import progress_shown
         from tasks.records import Case, RunContext
         from tasks.stages.pipeline import run_case
-        from tasks.store import migrate
+        from tasks.store import StoreError
 
         try:
             case = Case(
@@ -114,9 +115,8 @@ def register(app: typer.Typer) -> None:
             )
         except ValidationError as e:
             raise typer.BadParameter(validation_message(e, {"model": "MODEL", "paired_blocks": "--pairs"})) from e
-        settings = Settings.from_env()
-        check_in_model_store(settings.model_store, model, case.version)
-        migrate(settings.database_url)
+        check_in_model_store(Settings.from_env().model_store, model, case.version)
+        settings = store_settings()  # the store migrated; one that cannot be used stops here (exit 3)
         rows, key = [], ""  # key: the environment's comparability key, from the gates (at least one)
         for i in range(gates):
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -130,6 +130,8 @@ def register(app: typer.Typer) -> None:
             try:
                 with progress_shown():
                     state = run_case(ctx, settings)
+            except StoreError:
+                raise  # one line, exit 3, as every command (tasks.cli.main)
             except Exception as e:  # noqa: BLE001 - every stage error is reported (and recorded by the stage)
                 typer.echo(f"error: gate {i + 1} of {gates}: {type(e).__name__}: {e}", err=True)
                 raise typer.Exit(2) from e

@@ -25,7 +25,6 @@ import typer
 
 from tasks.analysis import changes
 from tasks.cli.render import Format, render
-from tasks.settings import Settings
 
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
     import pandas as pd
@@ -58,11 +57,9 @@ CHANGE_COLUMNS = [
 
 
 def _url() -> str:
-    from tasks.store import migrate
+    from tasks.cli.context import settings
 
-    url = Settings.from_env().database_url
-    migrate(url)
-    return url
+    return settings().database_url
 
 
 def _parse_since(since: str | None) -> dt.datetime | None:

@@ -2,6 +2,11 @@
 
 Its own module so that command groups (``baseline``, ``compare``, ...) and ``main`` import it from below
 instead of from each other (``main`` is the app; the groups never import it).
+
+Every command opens the store through :func:`settings` and lets a ``tasks.store.engine.StoreError`` (the
+store unreachable, lost mid-use, migrated by a newer perfwatch, or its URL unreadable) propagate: the app's
+group (``tasks.cli.main``) prints it as one line and exits :data:`STORE_ERROR_EXIT`, the same for every
+command (``tests/unit/cli/test_store_errors.py`` runs each against an unreachable store).
 """
 
 from __future__ import annotations
@@ -13,17 +18,36 @@ import typer
 
 from tasks.settings import Settings
 
+STORE_ERROR_EXIT = 3
+"""Exit code of any command when the store cannot be used (unreachable, migrated by a newer perfwatch, or its URL
+unreadable); the README's "3 the store cannot be used"."""
 
-def settings() -> Settings:
-    """The settings from the environment, with the store migrated. When that creates a new SQLite store (no
-    file was at its path), says so on stderr with the path and ``PERFWATCH_HOME``: a mistyped home otherwise
-    looks like a store without runs."""
+
+def settings(*, migrated: bool = True) -> Settings:
+    """The settings from the environment, with the store migrated to the newest schema (``migrated=False``:
+    its URL checked only, for ``perfwatch db upgrade REVISION``, which migrates it itself). When migrating
+    creates a new SQLite store (no file was at its path), says so on stderr with the path and
+    ``PERFWATCH_HOME``: a mistyped home otherwise looks like a store without runs.
+
+    Raises:
+        tasks.store.engine.StoreError: the store cannot be used (unreachable, newer schema), or
+            ``PERFWATCH_DATABASE_URL`` is not a database URL.
+    """
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    from tasks.store import migrate
+    from tasks.store import StoreError, migrate
 
     s = Settings.from_env()
-    url = make_url(s.database_url)
+    try:
+        url = make_url(s.database_url)
+    except ArgumentError:  # the value itself is not shown: it may hold a password
+        raise StoreError(
+            "the store URL (PERFWATCH_DATABASE_URL) is not a database URL; expected e.g. "
+            "sqlite:////path/perfwatch.db or postgresql://user@host:5432/perfwatch"
+        ) from None
+    if not migrated:
+        return s
     db = url.database
     fresh = url.get_backend_name() == "sqlite" and db is not None and db != "" and not Path(db).exists()
     migrate(s.database_url)

@@ -62,9 +62,10 @@ def register(app: typer.Typer) -> None:
     def db_upgrade(revision: Annotated[str, typer.Argument(help="Alembic revision")] = "head") -> None:
         """Migrate the store (PERFWATCH_DATABASE_URL) to the latest schema; idempotent, and safe to run
         from several processes at once (migrations are serialised by a lock)."""
+        from tasks.cli.context import settings as store_settings
         from tasks.store import migrate, redact
 
-        url = Settings.from_env().database_url
+        url = store_settings(migrated=False).database_url
         migrate(url, revision)
         typer.echo(f"store at {redact(url)} is at revision {revision}")
 
@@ -80,7 +81,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Delete old runs' raw step samples, keeping their stored quantiles, verdicts and every run; the
         history, sweep and op queries read the same for them. Active baselines keep their samples."""
-        from tasks.store import migrate, redact
+        from tasks.cli.context import settings as store_settings
+        from tasks.store import redact
         from tasks.store.retention import thin_samples
 
         settings = Settings.from_env()
@@ -95,7 +97,7 @@ def register(app: typer.Typer) -> None:
             )
         if not days > 0:
             raise typer.BadParameter(f"{days!r}: expected a number of days > 0", param_hint="--older-than")
-        migrate(settings.database_url)
+        settings = store_settings()  # the store migrated; one that cannot be used stops here (exit 3)
         report = thin_samples(settings.database_url, days)
         typer.echo(
             f"store {redact(settings.database_url)}: thinned {report.runs} runs started before "
@@ -130,11 +132,11 @@ def register(app: typer.Typer) -> None:
         missing, and left-over work dirs; --repair removes all but the runs. Exit 1 when something is left."""
         import pandas as pd
 
+        from tasks.cli.context import settings as store_settings
         from tasks.stages.archive import remove_leftover
-        from tasks.store import migrate, redact
+        from tasks.store import redact
 
-        settings = Settings.from_env()
-        migrate(settings.database_url)
+        settings = store_settings()
         found = find_leftovers(settings, grace_hours=grace_hours)
         removed = [remove_leftover(f) if repair else False for f in found]
         df = pd.DataFrame(

@@ -2,7 +2,8 @@
 store, Airflow's API server, perfwatch's DAGs and pool, whether the api-server accepts this machine's task
 tokens, and a trivial task run through Airflow, each with the cause when it fails (e.g. a JWT secret that
 differs between Airflow's components). ``make airflow`` runs it once the components are up. Exit code 0 when
-every check passed (skipped ones aside), 1 otherwise.
+every check passed (skipped ones aside); 3 when the store cannot be used (as every command that reads it: the
+report is still printed whole); 1 when another check failed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tasks.cli.context import AirflowPasswordOpt, AirflowTokenOpt, AirflowUserOpt
+from tasks.cli.context import STORE_ERROR_EXIT, AirflowPasswordOpt, AirflowTokenOpt, AirflowUserOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -62,5 +63,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(c.line())
         failed = [c.name for c in checks if c.ok is False]
         typer.echo(f"perfwatch doctor: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
+        if "store" in failed:  # the store cannot be used: exit 3, as every command that reads it
+            raise typer.Exit(STORE_ERROR_EXIT)
         if failed:
             raise typer.Exit(1)

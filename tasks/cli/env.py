@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tasks.cli.render import Format, render
-from tasks.settings import Settings
 
 if TYPE_CHECKING:  # the store, pandas and pydantic are imported where used: `perfwatch --help` must stay quick
     import pandas as pd
@@ -146,11 +145,9 @@ def _load(db_url: str, run_id: int) -> Fingerprint:
 
 
 def _db_url() -> str:
-    from tasks.store import migrate
+    from tasks.cli.context import settings
 
-    url = Settings.from_env().database_url
-    migrate(url)
-    return url
+    return settings().database_url
 
 
 @env_app.command("show")

@@ -5,8 +5,9 @@ Each runs a named query from ``sql/queries`` through ``tasks.store.queries`` aga
 ``PERFWATCH_DATABASE_URL`` (default: the SQLite file under ``PERFWATCH_HOME``). Every listing
 takes ``--format table|csv|json|markdown``; times are UTC.
 
-``perfwatch gate MODEL VERSION`` is the release gate. It reads the newest run of each case of
-that version and exits with
+``perfwatch gate MODEL VERSION`` is the release gate. Each case of that version is answered by its newest
+paired ABBA verdict when it has one, else by its newest run (``sql/queries/gate.sql``: a later, weaker
+run never overrides a release gate's verdict; a newer paired gate does), and it exits with
 
 ====  ==========================================================================================
 0     pass: every case passed, improved, or is the model's first run (``no-baseline``: nothing
@@ -14,8 +15,9 @@ that version and exits with
 1     regression: at least one case's verdict is ``regression``
 2     inconclusive or no data: a case is ``inconclusive``, its run failed, or it ran in a changed
       environment (``env-changed``: no like-for-like baseline, so the release cannot be judged —
-      accept a baseline in the new environment first); or there is no run of that version; or
-      the store cannot be read. Usage errors (bad option) also exit 2, as in every click program.
+      accept a baseline in the new environment first); or there is no run of that version.
+      Usage errors (bad option) also exit 2, as in every click program.
+3     the store cannot be used (unreachable, newer schema): one line, as every command
 ====  ==========================================================================================
 
 ``--strict`` also turns ``no-baseline`` into 2, for pipelines that must never ship unmeasured.
@@ -71,16 +73,11 @@ EXIT_CODES_HELP = (
 
 
 def _db_url() -> str:
-    """The store URL from settings, migrated to the latest schema; errors name it with the password masked."""
-    from tasks.store import migrate, queries, redact
+    """The store URL from settings, migrated to the latest schema (``tasks.cli.context.settings``: a store that
+    cannot be used raises ``StoreError``, which every command reports in one line with exit code 3)."""
+    from tasks.cli.context import settings
 
-    url = Settings.from_env().database_url
-    try:
-        migrate(url)
-    except Exception as e:  # noqa: BLE001 - any driver error: report it without the password
-        detail = str(getattr(e, "orig", None) or e).splitlines()[0] if str(e) else ""
-        raise queries.QueryError(f"cannot open the store at {redact(url)}: {type(e).__name__}: {detail}") from None
-    return url
+    return settings().database_url
 
 
 def _fail(e: Exception | str, code: int = 1) -> typer.Exit:
@@ -308,14 +305,17 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
 def gate_decision(
     rows: pd.DataFrame, *, strict: bool = False, stories: dict[int, Any] | None = None
 ) -> tuple[int, list[str]]:
-    """The release-gate exit code for the newest run of each case (rows of ``sql/queries/gate.sql``; with a
-    ``case_label`` column, ``tasks.store.queries.with_case_labels``, each reason line names the case with it).
-    ``stories``: run id -> ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``); a row's line
-    is its story on one line (``tasks.services.story.story_line``: verdict, ratio and interval, method, baseline,
-    reason), else the row's own figures.
+    """The release-gate exit code from the run that answers for each case (rows of ``sql/queries/gate.sql``:
+    the newest paired ABBA verdict of the version, else the newest run; with a ``case_label`` column,
+    ``tasks.store.queries.with_case_labels``, each reason line names the case with it). ``stories``: run id ->
+    ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``) of the answering runs and of the
+    case's newest runs; a row's line is its story on one line (``tasks.services.story.story_line``: verdict,
+    ratio and interval, method, baseline, reason), else the row's own figures, followed by a line saying which
+    run answered and why (:func:`answered_by`).
 
     Returns:
-        (exit code 0/1/2 as in the module docstring, one reason line per case or for no data).
+        (exit code 0/1/2 as in the module docstring, per case a reason line and its ``answered by`` line, or one
+        line for no data).
     """
     import pandas as pd
 
@@ -345,9 +345,75 @@ def gate_decision(
                 why += " (--strict: a run without a baseline is not a pass)"
         codes.append(code)
         reasons.append(f"{case_title(r.case_name, getattr(r, 'case_label', None))}: {why} -> {code}")
+        reasons.append(f"  answered by run {r.run_id}: {answered_by(r, stories or {})}")
     if GATE_REGRESSION in codes:
         return GATE_REGRESSION, reasons
     return max(codes), reasons
+
+
+def answered_by(row: Any, stories: dict[int, Any]) -> str:
+    """Why a gate row's run answers for its case (``sql/queries/gate.sql``'s rule), e.g. ``the newest paired
+    ABBA gate of the version; the newer run 9 (inconclusive, history-lookback) is not a paired gate and does not
+    override it``. ``row``: a gate row (``decided_by``, ``run_id``, ``newest_run_id``); ``stories``: run id ->
+    ``VerdictStory``, for the newer run's verdict and method."""
+    from tasks.services.story import verdict_text
+
+    if row.decided_by != "paired":
+        return "the newest run (the version has no paired ABBA gate of this case)"
+    newest = int(row.newest_run_id)
+    if newest == int(row.run_id):
+        return "the newest paired ABBA gate of the version, and its newest run"
+    st = stories.get(newest)
+    what = f" ({verdict_text(st)}, {st.method or 'no comparison'})" if st is not None else ""
+    return (
+        f"the newest paired ABBA gate of the version; the newer run {newest}{what} is not a paired gate "
+        "and does not override it"
+    )
+
+
+GATE_TABLE_COLUMNS = [
+    "run_id",
+    "case_name",
+    "case_label",
+    "verdict",
+    "median_step_ms",
+    "baseline_median_ms",
+    "method",
+    "ratio",
+    "ci_low",
+    "ci_high",
+]
+"""The columns of ``perfwatch gate``'s table (csv and json have every column of ``sql/queries/gate.sql``)."""
+
+
+def gate_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Gate rows (``sql/queries/gate.sql``, with ``case_label``) as its table shows them: :data:`GATE_TABLE_COLUMNS`,
+    the verdict ``failed@<stage>`` for a failed run and marked ``(CPU time)`` where CPU time decided (the
+    status, failed stage and metric columns then say nothing more; which run answered is said under the
+    table)."""
+    out = rows.copy()
+    failed = out["status"] != "success"
+    out["verdict"] = out["verdict"].astype(object)
+    out.loc[failed, "verdict"] = ["failed@" + str(s) for s in out.loc[failed, "failed_stage"]]
+    on_cpu = (out["metric"] == "cpu") & ~failed
+    out.loc[on_cpu, "verdict"] = out.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
+    return out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]]
+
+
+REGRESSIONS_TABLE_COLUMNS = [
+    "run_id",
+    "started_at",
+    "model",
+    "version",
+    "case_name",
+    "case_label",
+    "median_step_ms",
+    "ratio",
+    "ci_low",
+    "ci_high",
+]
+"""The columns of ``perfwatch regressions``' table; the story under it says the method, metric and baseline, and
+csv and json have every column of ``sql/queries/regressions.sql``."""
 
 
 def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False) -> int:
@@ -576,7 +642,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Step-time trend of MODEL over time, versions and environments (median ms with p10–p90); each
-        verdict's story under the table (json: ``decision``)."""
+        verdict's story under the table (json: decision)."""
         from tasks.store import queries
 
         try:
@@ -620,14 +686,29 @@ def register(app: typer.Typer) -> None:
     def regressions_cmd(
         since: SinceOpt = None, until: UntilOpt = None, model: ModelOpt = None, fmt: FormatOpt = Format.table
     ) -> None:
-        """Runs flagged as a regression in a time window, newest first, with ratio and interval."""
+        """Runs flagged as a regression in a time window, newest first, with ratio and interval; each verdict's
+        story under the table (csv, json and markdown: decision)."""
+        from tasks.services.story import story_dict, story_line
         from tasks.store import queries
+        from tasks.store.reads import verdict_stories
 
         try:
-            df = queries.regressions(_since(since), until, model, _known(model))
+            url = _known(model)
+            df = queries.regressions(_since(since), until, model, url)
         except queries.QueryError as e:
             raise _fail(e) from None
-        render(titled_cases(df, fmt), fmt, title="regressions")
+        ids = [int(i) for i in df["run_id"]]
+        stories = verdict_stories(ids, url)
+        if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
+            df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+        elif fmt is not Format.table:
+            df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
+        shown = df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]] if fmt is Format.table else df
+        render(titled_cases(shown, fmt), fmt, title="regressions")
+        if fmt is Format.table:  # each verdict's story under the table, one line per run
+            for i in ids:
+                if (st := stories.get(i)) is not None:
+                    typer.echo(f"  run {i} {story_line(st)}")
 
     @app.command("failures")
     def failures_cmd(
@@ -685,10 +766,17 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """Release gate: exit 0 pass, 1 regression, 2 inconclusive / failed / no data, from the newest
-        run of each case of MODEL VERSION in the store."""
+        """Release gate of MODEL VERSION: whether it may ship, said by its exit status (below).
+
+        Each case is answered by its newest paired ABBA verdict of VERSION (both versions timed in one
+        process, as a release gate measures) when it has one, else by its newest run: a later unpaired run
+        never overrides a release gate's verdict. The output names the run that answered (decided_by: paired
+        or newest; newest_run_id) and its verdict's story (json: decision).
+        """
         from tasks.records import stored_version, version_label
+        from tasks.services.story import story_dict, story_line
         from tasks.store import queries
+        from tasks.store.reads import verdict_stories
 
         try:
             version = stored_version(version)
@@ -697,12 +785,16 @@ def register(app: typer.Typer) -> None:
             rows = queries.with_case_labels(rows, url, model=model)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e, GATE_INCONCLUSIVE) from None
-        from tasks.store.reads import verdict_stories
-
-        stories = verdict_stories([int(i) for i in rows["run_id"]], url) if not rows.empty else {}
+        ids = [int(i) for i in rows["run_id"]]
+        stories = verdict_stories(sorted({*ids, *(int(i) for i in rows["newest_run_id"])}), url) if ids else {}
         code, reasons = gate_decision(rows, strict=strict, stories=stories)
         if not rows.empty:
-            render(titled_cases(rows.drop(columns=["error"]), fmt), fmt, title=f"gate {model} {version_label(version)}")
+            shown = gate_table(rows) if fmt is Format.table else rows.drop(columns=["error"])
+            if fmt is Format.json:  # each answering run's verdict with its story (tasks.services.story)
+                shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
+            elif fmt is not Format.table:
+                shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
+            render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
         word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
@@ -710,8 +802,8 @@ def register(app: typer.Typer) -> None:
         if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
             typer.echo(
                 "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "
-                "process); median_step_ms and baseline_median_ms are two processes' medians and may differ "
-                "(perfwatch compare says why)",
+                "process); the median step ms and baseline median ms columns are two processes' medians and may "
+                "differ (perfwatch compare says why)",
                 err=True,
             )
         raise typer.Exit(code)

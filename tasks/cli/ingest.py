@@ -35,12 +35,16 @@ def register(app: typer.Typer) -> None:
         """Store a profile of your own job (Keras callback or StepProfiler layout) as an external run."""
         from pydantic import ValidationError
 
+        from tasks.cli.context import settings as store_settings
         from tasks.records import Verdict
         from tasks.services.ingest import NoStepTimes, ingest_profile
         from tasks.stages.parse import ProfileParseError
 
+        settings = store_settings()  # the store migrated; one that cannot be used stops here (exit 3)
         try:
-            rec, verdict = ingest_profile(logdir, model, version, case_name=case, batch_size=batch_size)
+            rec, verdict = ingest_profile(
+                logdir, model, version, case_name=case, batch_size=batch_size, settings=settings
+            )
         except ValidationError as e:
             msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'input'}: {x['msg']}" for x in e.errors())
             typer.echo(f"error: {msg}", err=True)

@@ -22,6 +22,7 @@ import typer
 from typer.core import TyperGroup
 
 from tasks.cli import DEFAULT_MEASURED_STEPS
+from tasks.cli.context import STORE_ERROR_EXIT
 from tasks.cli.context import settings as _settings
 from tasks.cli.history import EXIT_CODES_HELP
 from tasks.cli.render import Format, render
@@ -30,13 +31,11 @@ from tasks.settings import Settings
 if TYPE_CHECKING:
     import pandas as pd
 
-STORE_ERROR_EXIT = 3
-"""Exit code of any command when the store cannot be used (unreachable, or migrated by a newer perfwatch)."""
-
 
 class _StoreErrorsInOneLine(TyperGroup):
-    """Every command: a ``StoreError`` (store unreachable, schema newer than this perfwatch) is printed as
-    one line on stderr, exit code ``STORE_ERROR_EXIT``, instead of a traceback."""
+    """The one place that maps store errors, for every command and group: a ``StoreError`` (store unreachable,
+    schema newer than this perfwatch, URL unreadable) is printed as one line on stderr naming the store
+    (password masked), exit code ``STORE_ERROR_EXIT``, instead of a traceback or a command's own code."""
 
     def invoke(self, ctx):
         try:
@@ -131,12 +130,15 @@ def runs(
 ) -> None:
     """List runs from the store: run id, model, version, case and its readable label, inputs fed, median step
     time (ms), median CPU time and run-queue wait per measured step (ms; the wait only where some run recorded
-    it), throughput, verdict and its reason. The table leaves out the case's axes (batch size, precision, xla,
-    strategy, quantization), which the case name spells out (``train-bs16-mixed_bfloat16-xla``), and the label
-    column when no case has a label; each verdict's story follows the table, one line per run with a ratio or a
-    reason (``tasks.services.story.story_line``), and each infer/tflite run's latency percentiles with their
-    intervals and batch count. csv, json and markdown have every column, and ``decision``: the story (json: its
-    dict, ``story_dict``; csv/markdown: its line). An unknown --model exits 1 naming the models there are."""
+    it), throughput, verdict and its reason. The table leaves out the case's axes (mode, batch size, precision,
+    xla, strategy, quantization), which the case name spells out (train-bs16-mixed_bfloat16-xla), the status
+    (the verdict says failed@<stage>) and trigger, columns no listed run has a value in, and the label column
+    when no case has a label; each verdict's story follows the table, one line per run with a ratio or a reason,
+    each failed run's error, and each infer/tflite run's latency percentiles with their intervals and batch
+    count. csv, json and markdown have every column, and decision: the verdict's story (json: an object; csv
+    and markdown: its line). An unknown --model exits 1 naming the models there are."""
+    # typer prints this docstring as the command's help: developer notes go in comments. The story is
+    # tasks.services.story (story_line under the table, story_dict in json).
     from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url
@@ -153,12 +155,18 @@ def runs(
         df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
     elif fmt != Format.table:
         df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
-    if fmt == Format.table:  # the case name spells these axes out; mode keeps its own column
+    if fmt == Format.table:  # the case name spells the axes out (it starts with the mode)
         from tasks.store.queries import AXIS_COLUMNS
 
-        df = df.drop(columns=[c for c in AXIS_COLUMNS if c != "mode"], errors="ignore")
-        if df["median_wait_ms"].isna().all():  # no run recorded its wait (no schedstat, or older runs)
-            df = df.drop(columns=["median_wait_ms"])
+        # status: the verdict says failed@<stage>; the error goes under the table, where it is read whole
+        # trigger: in csv and json (the story under the table says a paired gate)
+        df = df.drop(columns=[*AXIS_COLUMNS, "status", "trigger"], errors="ignore")
+        errors = df.pop("error")
+        for col in ("median_wait_ms", "median_cpu_ms", "inputs"):  # no run recorded it (older runs, no schedstat)
+            if df[col].isna().all():
+                df = df.drop(columns=[col])
+        if df["safe_mode"].astype(bool).all():  # the default: a column only when some run turned it off
+            df = df.drop(columns=["safe_mode"])
         from tasks.cli.figures import figure_texts, lead_columns, memory_text
 
         lat = [c for c in df.columns if c.startswith("latency_")]
@@ -195,15 +203,22 @@ def runs(
 
         latencies = run_latencies(ids, url)
         # each line leads with the figures of the case's metrics: line (Case.metrics), then the story
-        for run_id, reason, lead in zip(ids, reasons, leads, strict=True):
+        for run_id, reason, lead, error in zip(ids, reasons, leads, errors, strict=True):
             first = f"[{'; '.join(lead)}] " if lead else ""
             story = stories.get(run_id)
             if story is not None and (story.ratio is not None or story.reason):
                 typer.echo(f"  run {run_id} {first}{story_line(story)}")
             elif isinstance(reason, str) and reason:
                 typer.echo(f"  run {run_id}: {first}{reason}")
+            if isinstance(error, str) and error:  # a failed run: the first line of its error
+                typer.echo(f"  run {run_id} {story_line(story) if story else 'failed'}: {error}")
             if latency := latencies.get(run_id):
                 typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
+
+
+# Help panels of `perfwatch run --help`: its options are the Case's fields, grouped by what they set.
+_CASE, _MEASURE, _SERVING = "Case: what is measured", "Measurement", "Serving scenario (infer, tflite)"
+_VERDICT, _PAIRED = "Verdict and baseline", "Paired gate (--paired, release gates)"
 
 
 @app.command("run", epilog=EXIT_CODES_HELP)
@@ -216,116 +231,302 @@ def run_cmd(
             "(resnet50, efficientnetb0, mobilenet_v3_small, ...)."
         ),
     ],
-    version: Annotated[str, typer.Option(help="Integer version, or 'latest'.")] = "latest",
-    batch_size: Annotated[int, typer.Option(help="Examples per step (a training step or an inference batch).")] = 16,
-    measured_steps: Annotated[
-        int, typer.Option(help="Steps timed with the profiler off (a paired gate times as many of each version).")
-    ] = DEFAULT_MEASURED_STEPS,
-    profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.")] = 5,
-    paired: Annotated[
-        bool, typer.Option(help="Re-measure the baseline version in the same process (A/B), as a release gate does.")
-    ] = False,
+    version: Annotated[str, typer.Option(help="Integer version, or 'latest'.", rich_help_panel=_CASE)] = "latest",
+    batch_size: Annotated[
+        int, typer.Option(help="Examples per step (a training step or an inference batch).", rich_help_panel=_CASE)
+    ] = 16,
     mode: Annotated[
         str,
         typer.Option(
             help="What a step is: train (forward, backward, update), infer "
             "(one batch's forward pass; prints latency p50/p90/p99 with their 95% intervals, n and "
-            "throughput) or tflite."
+            "throughput) or tflite.",
+            rich_help_panel=_CASE,
         ),
     ] = "train",
-    safe_mode: Annotated[
-        bool,
+    precision: Annotated[
+        str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.", rich_help_panel=_CASE)
+    ] = "fp32",
+    xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).", rich_help_panel=_CASE)] = False,
+    strategy: Annotated[
+        str, typer.Option(help="none, or mirrored (MirroredStrategy).", rich_help_panel=_CASE)
+    ] = "none",
+    quantization: Annotated[
+        str, typer.Option(help="tflite mode: none, dynamic or int8.", rich_help_panel=_CASE)
+    ] = "none",
+    tflite_threads: Annotated[
+        int | None,
         typer.Option(
-            help="Keras safe_mode when loading a .keras file; "
-            "--no-safe-mode only for a model whose code (Lambda "
-            "layers) you trust. Recorded with the run."
+            help="tflite mode: the interpreter's threads (names the case, -t4); default: the CPUs the runner may use.",
+            rich_help_panel=_CASE,
         ),
-    ] = True,
+    ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="auto, cpu (GPUs hidden, the CPU measured), gpu or tpu (refused where TensorFlow sees none); "
+            "a non-auto kind names the case (train-bs16-gpu).",
+            rich_help_panel=_CASE,
+        ),
+    ] = "auto",
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            help="A hardware label of the device kind, e.g. gpu-h100 (names the case).", rich_help_panel=_CASE
+        ),
+    ] = None,
     inputs: Annotated[
         str | None,
         typer.Option(
             help="How to feed the model, as JSON per input name: shape without the batch dimension, "
-            'dtype, integer range [min, max), e.g. \'{"image": {"shape": [32, 32, 3]}}\'.'
+            'dtype, integer range [min, max), e.g. \'{"image": {"shape": [32, 32, 3]}}\'.',
+            rich_help_panel=_CASE,
         ),
     ] = None,
     input_fn: Annotated[
         str | None,
         typer.Option(
-            help="'package.module:function' returning a tf.data.Dataset of model-ready batches "
-            "(e.g. tasks.runner.input_fns:images_fast)."
+            help="'package.module:function' returning a tf.data.Dataset of model-ready batches (the built-in "
+            "ones: README, Models, inputs and modes).",
+            rich_help_panel=_CASE,
         ),
     ] = None,
-    signature: Annotated[str, typer.Option(help="SavedModel signature called in infer mode.")] = "serving_default",
-    precision: Annotated[str, typer.Option(help="fp32, mixed_float16 or mixed_bfloat16.")] = "fp32",
-    xla: Annotated[bool, typer.Option(help="Compile the step with XLA (jit_compile).")] = False,
-    strategy: Annotated[str, typer.Option(help="none, or mirrored (MirroredStrategy).")] = "none",
-    quantization: Annotated[str, typer.Option(help="tflite mode: none, dynamic or int8.")] = "none",
-    scenario: Annotated[
-        str,
-        typer.Option(
-            help="infer/tflite: single-stream (one batch at a time), offline (batches back to back: throughput "
-            "over the run) or server (Poisson arrivals at --target-qps; per-query latency, queueing included)."
-        ),
-    ] = "single-stream",
-    target_qps: Annotated[
-        float | None,
-        typer.Option(help="server: the arrival rate, queries/s; with --search-qps the first rate tried."),
-    ] = None,
-    search_qps: Annotated[
+    signature: Annotated[
+        str, typer.Option(help="SavedModel signature called in infer mode.", rich_help_panel=_CASE)
+    ] = "serving_default",
+    safe_mode: Annotated[
         bool,
         typer.Option(
-            help="server: bisect on the rate for the highest QPS whose --latency-percentile's 95% upper bound "
-            "stays within --latency-bound-ms; every point is printed."
+            help="Keras safe_mode when loading a .keras file; "
+            "--no-safe-mode only for a model whose code (Lambda "
+            "layers) you trust. Recorded with the run.",
+            rich_help_panel=_CASE,
+        ),
+    ] = True,
+    backbone: Annotated[
+        str | None,
+        typer.Option(
+            help="keras.applications: MODEL names an architecture, built by the runner with random weights "
+            "(weights=None, nothing downloaded) and versioned keras<version>-<config hash>.",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(
+            help="--backbone only: one example's shape, e.g. 96,96,3 (default 224,224,3).", rich_help_panel=_CASE
+        ),
+    ] = None,
+    classes: Annotated[
+        int | None, typer.Option(help="--backbone only: output classes (default 1000).", rich_help_panel=_CASE)
+    ] = None,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            help="Run with TF op determinism (TF_DETERMINISTIC_OPS; names the case, -det).", rich_help_panel=_CASE
         ),
     ] = False,
-    latency_bound_ms: Annotated[
-        float | None, typer.Option(help="single-stream/server: the latency bound, ms (met or missed per run).")
-    ] = None,
-    latency_percentile: Annotated[
-        float, typer.Option(help="The percentile the latency bound bounds (99: p99).")
-    ] = 99.0,
-    device: Annotated[
-        str,
+    seed: Annotated[
+        int,
+        typer.Option(help="Seed of the synthetic inputs and weights (recorded with the run).", rich_help_panel=_CASE),
+    ] = 0,
+    label: Annotated[
+        str | None,
         typer.Option(
-            help="auto, cpu (GPUs hidden, the CPU measured), gpu or tpu (refused where TensorFlow sees none); "
-            "a non-auto kind names the case (train-bs16-gpu)."
+            help="A readable name shown beside the case's stable name, e.g. 'slow image pipeline'; not part of "
+            "the case's identity (a new label keeps its history and baseline).",
+            rich_help_panel=_CASE,
         ),
-    ] = "auto",
-    hardware: Annotated[
-        str | None, typer.Option(help="A hardware label of the device kind, e.g. gpu-h100 (names the case).")
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="The figures the verdict line leads with, in order, comma-separated: step_time, throughput, "
+            "memory_usage, latency (default: step time, then throughput).",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
+    measured_steps: Annotated[
+        int,
+        typer.Option(
+            help="Steps timed with the profiler off (a paired gate times as many of each version).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = DEFAULT_MEASURED_STEPS,
+    profiled_steps: Annotated[int, typer.Option(help="Steps run under the TF profiler.", rich_help_panel=_MEASURE)] = 5,
     warmup_reuse_days: Annotated[
         float,
         typer.Option(
             help="Reuse the steady-state step count of this case's newest warm-up on the same model bytes "
             "and environment within this many days instead of a warm-up process; 0: always warm "
-            "up afresh."
+            "up afresh.",
+            rich_help_panel=_MEASURE,
         ),
     ] = 7.0,
-    backbone: Annotated[
-        str | None,
+    warmup_window: Annotated[
+        int,
         typer.Option(
-            help="keras.applications: MODEL names an architecture, built by the runner with random weights "
-            "(weights=None, nothing downloaded) and versioned keras<version>-<config hash>."
+            help="The warm-up is steady when the coefficient of variation of its last this many steps is below "
+            "--warmup-cv-max.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 5,
+    warmup_cv_max: Annotated[
+        float, typer.Option(help="The warm-up's steady coefficient of variation.", rich_help_panel=_MEASURE)
+    ] = 0.05,
+    warmup_max_steps: Annotated[int, typer.Option(help="Most steps of the warm-up.", rich_help_panel=_MEASURE)] = 60,
+    telemetry_interval_ms: Annotated[
+        int,
+        typer.Option(
+            help="How often device telemetry is sampled during the measured steps, ms (GPU: NVML; else host CPU "
+            "and RSS); 1000 for server cases on a busy CPU host.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = 100,
+    allow_partial_batches: Annotated[
+        bool,
+        typer.Option(
+            help="Time steps fed fewer examples than --batch-size (an input function's last batch) as fed; "
+            "default: such a step fails the run.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = False,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="single-stream (one batch at a time), offline (batches back to back: throughput "
+            "over the run) or server (Poisson arrivals at --target-qps; per-query latency, queueing included).",
+            rich_help_panel=_SERVING,
+        ),
+    ] = "single-stream",
+    target_qps: Annotated[
+        float | None,
+        typer.Option(
+            help="server: the arrival rate, queries/s; with --search-qps the first rate tried.",
+            rich_help_panel=_SERVING,
         ),
     ] = None,
-    input_shape: Annotated[
-        str | None, typer.Option(help="--backbone only: one example's shape, e.g. 96,96,3 (default 224,224,3).")
+    search_qps: Annotated[
+        bool,
+        typer.Option(
+            help="server: bisect on the rate for the highest QPS whose --latency-percentile's 95% upper bound "
+            "stays within --latency-bound-ms; every point is printed.",
+            rich_help_panel=_SERVING,
+        ),
+    ] = False,
+    latency_bound_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="single-stream/server: the latency bound, ms (met or missed per run).", rich_help_panel=_SERVING
+        ),
     ] = None,
-    classes: Annotated[int | None, typer.Option(help="--backbone only: output classes (default 1000).")] = None,
+    latency_percentile: Annotated[
+        float, typer.Option(help="The percentile the latency bound bounds (99: p99).", rich_help_panel=_SERVING)
+    ] = 99.0,
+    server_min_duration_s: Annotated[
+        float,
+        typer.Option(
+            help="server: each rate's point lasts at least this long, s (more queries than --measured-steps "
+            "where the rate is high).",
+            rich_help_panel=_SERVING,
+        ),
+    ] = 1.0,
+    tolerance: Annotated[
+        float,
+        typer.Option(help="Relative step-time change that counts (0.05: 5%).", rich_help_panel=_VERDICT),
+    ] = 0.05,
+    confidence: Annotated[
+        float, typer.Option(help="Confidence level of the comparison's interval.", rich_help_panel=_VERDICT)
+    ] = 0.99,
+    lookback: Annotated[
+        int, typer.Option(help="Accepted runs that form the history baseline.", rich_help_panel=_VERDICT)
+    ] = 5,
+    prior_between_sd: Annotated[
+        float | None,
+        typer.Option(
+            help="History comparison: prior sd (log scale) of the drift of median step time between processes; "
+            "default: estimated from the store's accepted runs, else 0.05.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = None,
+    max_other_cpu_share: Annotated[
+        float,
+        typer.Option(
+            help="The host is busy (verdict inconclusive) when other processes took more than this share of its "
+            "CPU time during the measurement.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.25,
+    max_steal_share: Annotated[
+        float,
+        typer.Option(
+            help="The host is busy (verdict inconclusive) when the hypervisor stole more than this share of its "
+            "CPU time during the measurement.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = 0.05,
+    auto_accept: Annotated[
+        bool,
+        typer.Option(
+            help="A sound run whose verdict is pass, no-baseline, improvement or env-changed becomes the case's "
+            "baseline; --no-auto-accept keeps an ad-hoc run out of the baseline.",
+            rich_help_panel=_VERDICT,
+        ),
+    ] = True,
+    paired: Annotated[
+        bool,
+        typer.Option(
+            help="Re-measure the baseline version in the same process (A/B), as a release gate does.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = False,
+    paired_blocks: Annotated[
+        int | None,
+        typer.Option(
+            help="Most ABBA block pairs of the paired gate (it stops at the first look that decides); default: "
+            "--measured-steps / --paired-block-steps.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
+    paired_block_steps: Annotated[
+        int,
+        typer.Option(
+            help="Steps per block of the paired gate (short blocks cancel more of the host's drift).",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = 1,
+    paired_round_pairs: Annotated[
+        int,
+        typer.Option(
+            help="Pairs between two looks of the sequential paired gate (the first look is at 32 pairs).",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = 16,
+    paired_offset_sd: Annotated[
+        float | None,
+        typer.Option(
+            help="Sd (log scale) of the speed difference of two copies of one model in one process, which widens "
+            "the paired interval; default: estimated from the store's A/A gates (perfwatch calibrate), else 0.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
+    gate_percentile: Annotated[
+        float | None,
+        typer.Option(
+            help="Also gate this percentile of the per-step times (99: p99 latency) from the same paired "
+            "measurement; p99 needs 528 steps per version at confidence 0.99.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
 ) -> None:
-    """Run the seven stages for one model version in this process, without Airflow. The options are the
-    Case fields of the same names (README "Models, inputs and modes", "The benchmark matrix"): those
-    ``tasks.stages.params.case_param_schema("cli")`` lists, with the Case's defaults
-    (``tests/unit/cli/test_run_options.py`` checks).
-
-    Exit code, as ``perfwatch gate``'s (``tasks.cli.history.GATE_CODES``): 0 the verdict is ``pass``,
-    ``improvement`` or ``no-baseline``; 1 a ``regression``; 2 ``inconclusive`` or ``env-changed`` (undecided:
-    the reason is printed), a stage failed (the failed run and its error are recorded in the store, as a DAG
-    run's would be) or the input is wrong: an option out of range (named as given, e.g.
-    ``--measured-steps``), a model or version that is not in the model store (nothing is recorded then; the
-    message lists what there is).
+    """Run the seven stages for one model version in this process, without Airflow, and print the run's
+    figures and its verdict's story. Every option is the benchmark case's field of the same name, with its
+    default (README: "Models, inputs and modes", "The benchmark matrix"). A failed stage is recorded in the
+    store as a failed run; a bad option or a model or version that is not in the model store records nothing.
     """
+    # typer prints this docstring as the command's help (exit codes: the epilog, EXIT_CODES_HELP, once).
+    # The options are those tasks.stages.params.case_param_schema("cli") lists, with the Case's defaults and
+    # limits (tests/unit/cli/test_run_options.py checks); the exit code is tasks.cli.history.exit_code's.
     import datetime as dt
 
     from pydantic import ValidationError
@@ -405,9 +606,12 @@ def run_cmd(
     if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer), with intervals
         from tasks.analysis.percentiles import latency_text
 
+        # the headline's median is the stored one (interpolated: the mean of the two middle steps of an even
+        # count); these percentiles are nearest-rank (an observed batch), so p50 and the median may differ
         typer.echo(
             f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
-            f"{lat['throughput_eps']:.1f} examples/s over all batches"
+            f"{lat['throughput_eps']:.1f} examples/s over all batches (percentiles by nearest rank: p50 is a "
+            "measured batch and may differ from the median above, the mean of the two middle ones)"
         )
         if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)
             from tasks.analysis.serving import serving_text
@@ -501,10 +705,11 @@ def demo_build_store(force: Annotated[bool, typer.Option(help="Rebuild existing 
 @demo_app.command("build-zoo")
 def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing models and images.")] = False) -> None:
     """Write the model zoo (a dynamic-shape CNN, a BERT-like encoder, an SSD-like detector, an LSTM, an
-    export-only SavedModel, a Lambda-layer model: version 1 of ``zoo_*`` each) under PERFWATCH_MODEL_STORE,
-    the example TFRecord images the ``tasks.runner.input_fns`` input functions read (PERFWATCH_IMAGES, else
-    <PERFWATCH_HOME>/data/images), and ``<PERFWATCH_HOME>/zoo.yaml``: every zoo case, a config for the nightly
-    DAG (``PERFWATCH_CONFIG``)."""
+    export-only SavedModel, a Lambda-layer model: version 1 of zoo_* each) under PERFWATCH_MODEL_STORE,
+    the example TFRecord images the built-in input functions read (PERFWATCH_IMAGES, else
+    <PERFWATCH_HOME>/data/images), and <PERFWATCH_HOME>/zoo.yaml: every zoo case, a config for the nightly
+    DAG (PERFWATCH_CONFIG)."""
+    # the input functions: tasks.runner.input_fns; the zoo: tasks.runner.zoo
     import yaml
 
     from tasks.records import Case
@@ -533,10 +738,10 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
 def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Between the demo's two DAG runs: say whether the newest run of version 1 became its case's baseline.
     When the compare stage refused to make it one by itself (a busy host, an unsteady warm-up, timed steps
-    that compiled: ``evidence["baseline_refused"]``), print why and accept it explicitly, as a user would
-    with ``perfwatch baseline accept RUN --by NAME --reason WHY``, recorded as accepted by ``make demo``, so
-    that version 2's release gate has a baseline version to pair with. Exit 1 when version 1 has no
-    successful run."""
+    that compiled), print why and accept it explicitly, as a user would with 'perfwatch baseline accept RUN
+    --by NAME --reason WHY', recorded as accepted by 'make demo', so that version 2's release gate has a
+    baseline version to pair with. Exit 1 when version 1 has no successful run."""
+    # why it was refused: the comparison's evidence["baseline_refused"]
     from sqlalchemy import select
 
     from tasks.cli.baseline import accept_run, baseline_frame
@@ -566,9 +771,10 @@ def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> N
 
 @demo_app.command("follow")
 def demo_follow() -> None:
-    """Read an ``airflow dags test`` log on stdin and print what ``make demo`` shows of it, line by line as it
+    """Read an 'airflow dags test' log on stdin and print what 'make demo' shows of it, line by line as it
     comes: task starts and ends, failures, perfwatch's own lines with their UTC time, and a task's wait for its
-    retry folded into a few lines (``tasks.cli.follow``)."""
+    retry folded into a few lines."""
+    # the filter: tasks.cli.follow
     from tasks.cli.follow import follow
 
     for line in follow(iter(sys.stdin.readline, "")):

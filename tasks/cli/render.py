@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -43,7 +44,6 @@ def render(
     carry full precision, None for missing values (never 0). json is strict JSON: NaN and infinities are
     written as null (``json.dumps(allow_nan=False)`` checks it).
     """
-    import pandas as pd
 
     fmt = Format(fmt)
     # a terminal's own width (or COLUMNS); piped into a file or a log, 200 columns rather than rich's 80
@@ -56,15 +56,94 @@ def render(
     elif fmt is Format.markdown:
         text = df.to_markdown(index=False, floatfmt=".3f")
     else:
-        table = Table(title=title)
-        for col in df.columns:
-            table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
-        for r in df.itertuples(index=False):
-            table.add_row(*[_cell(v) for v in r])
+        table, needed = _table(df, title, console.width)
+        if needed > console.width:  # too narrow for every figure whole: wider lines, never a cut figure
+            console = Console(width=needed, file=console.file, force_terminal=console.is_terminal)
         console.print(table)
         return None
     print(text, end="" if text.endswith("\n") else "\n")
     return text
+
+
+#: the narrowest a text column is folded to (characters) before the table is made wider than the console
+TEXT_MIN_WIDTH = 8
+_NUMBER = re.compile(r"^[\[(]?[-+]?\d[\d,]*(\.\d+)?%?[\]),;]*$")  # a figure inside a text cell: 1.873, [1.773,
+
+
+def _table(df: pd.DataFrame, title: str | None, width: int) -> tuple[Table, int]:
+    """``df`` as a rich table that fits ``width`` characters where it can and never cuts a figure, and the
+    table's width (more than ``width`` when even that does not fit: wider lines rather than a cut figure).
+
+    Every column has a fixed width: as wide as its header (``median_step_ms`` is shown ``median step ms``) and
+    its widest cell where there is room; else the widest columns are narrowed first, down to their longest word
+    (a header or a cell then wraps at its spaces); and where even that does not fit, a text column down to
+    :data:`TEXT_MIN_WIDTH`, folding a longer word (a long case name goes on over two lines, never
+    ``demo_mobile…``). A figure is never narrowed: a numeric column (right-aligned) is at least as wide as its
+    widest figure and never wraps, a text column at least as wide as a figure in its cells
+    (``12.30 [11.90, 13.00]``)."""
+    from rich.text import Text
+
+    cells = {col: [_cell(v) for v in df[col]] for col in df.columns}
+    headers = [Text(str(col).replace("_", " "), no_wrap=False, overflow="fold") for col in df.columns]
+    numeric = [_is_number_column(df[col]) for col in df.columns]
+    natural, words, floor = [], [], []  # per column: its width on one line, its longest word, its narrowest
+    for col, header, is_number in zip(df.columns, headers, numeric, strict=True):
+        word = max([len(w) for c in [header.plain, *cells[col]] for w in c.split()], default=1)
+        longest = max([len(header.plain), *(len(c) for c in cells[col])])
+        figures = [len(t) for c in cells[col] for t in c.split() if _NUMBER.match(t)]
+        natural.append(longest)
+        words.append(word)
+        floor.append(word if is_number else max([min(TEXT_MIN_WIDTH, word), *figures]))
+    fixed = 3 * len(natural) + 1  # each column's padding (1 + 1) and border, and the left border
+    available = width - fixed
+    # first wrap at spaces only (every word whole: a figure's header over two lines), then fold long words
+    least = words if sum(words) <= available else floor
+    widths = _share(natural, least, available)
+    table = Table(title=title)
+    for header, is_number, w in zip(headers, numeric, widths, strict=True):
+        if is_number:
+            table.add_column(header, justify="right", no_wrap=True, width=w)
+        else:
+            table.add_column(header, overflow="fold", width=w)
+    for r in zip(*cells.values(), strict=True):
+        table.add_row(*r)
+    return table, fixed + sum(widths)
+
+
+def _is_number_column(values: pd.Series) -> bool:
+    """Whether a column holds figures (ints or floats; missing values aside), also where missing ones gave it
+    the object dtype; booleans are text."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(values):
+        return False
+    if pd.api.types.is_numeric_dtype(values):
+        return True
+    kind = pd.api.types.infer_dtype(values, skipna=True)
+    return kind in ("integer", "floating", "mixed-integer-float", "decimal") and values.notna().any()
+
+
+def _share(natural: list[int], floor: list[int], available: int) -> list[int]:
+    """Widths of the text columns within ``available`` characters: each column its ``natural`` width when they
+    all fit, else the widest narrowed first to one level, never below its ``floor`` (the floors when even they
+    do not fit)."""
+    if sum(natural) <= available:
+        return list(natural)
+
+    def at(level: int) -> list[int]:
+        return [min(max(level, f), n) for f, n in zip(floor, natural, strict=True)]
+
+    lo, hi = 0, max(natural, default=0)
+    while lo < hi:  # the highest level whose widths fit
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sum(at(mid)) <= available else (lo, mid - 1)
+    widths = at(lo)
+    spare = available - sum(widths)
+    for i in sorted(range(len(widths)), key=lambda k: -natural[k]):  # what is left: one more to the widest
+        if spare > 0 and widths[i] < natural[i]:
+            widths[i] += 1
+            spare -= 1
+    return widths
 
 
 def _cell(v: Any) -> str:

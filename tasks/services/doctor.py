@@ -84,6 +84,8 @@ class Check:
 
 def check_store(settings: Settings) -> Check:
     """The SQL store (``PERFWATCH_DATABASE_URL``) exists, is reachable and migrated (read only)."""
+    from sqlalchemy.exc import ArgumentError
+
     from tasks.store import StoreError, StoreMissing, StoreNotMigrated, check_readable, redact
 
     try:
@@ -92,6 +94,8 @@ def check_store(settings: Settings) -> Check:
         return Check("store", None, f"not yet: {e}")
     except StoreError as e:
         return Check("store", False, str(e))
+    except ArgumentError:  # the value itself is not shown: it may hold a password
+        return Check("store", False, "the store URL (PERFWATCH_DATABASE_URL) is not a database URL")
     return Check("store", True, f"{redact(settings.database_url)} at schema revision {revision}")
 
 

@@ -1,7 +1,9 @@
 """The Case fields a user sets for one run, as JSON schemas: the DAG's Params (its trigger form) and the
-options of ``perfwatch run`` are these, so a new Case field appears in both by itself (unless its
-``json_schema_extra`` marks it ``tasks.records.CONFIG_ONLY`` or ``NOT_A_PARAM``). Here, not in
-``tasks.records``, because the DAG file may import ``tasks.stages`` but not the records."""
+options of ``perfwatch run`` are these: a new Case field is a DAG Param unless its ``json_schema_extra`` marks it
+``tasks.records.NOT_A_PARAM``, and every field is a ``perfwatch run`` option, which
+``tests/unit/cli/test_run_options.py`` asks for (a field marked ``{"set_in": ["config"]}`` would be set in the YAML
+config only; none is). Here, not in ``tasks.records``, because the DAG file may import ``tasks.stages`` but not the
+records."""
 
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def case_param_schema(where: Literal["dag", "cli"] = "dag") -> dict[str, dict[st
     may be None; ``enum``, ``pattern``, ``minimum``/``maximum``, ``minLength``/``maxLength`` from the field;
     ``default``; ``description``), from ``Case.model_json_schema()``: ``where="dag"`` the DAG's Params,
     ``"cli"`` the options of ``perfwatch run``. ``model`` is neither (the DAG's own Param may be empty, the
-    command's an argument); a field marked ``CONFIG_ONLY`` is set in the YAML config only, one marked
-    ``NOT_A_PARAM`` is an option but not a Param. E.g. ``case_param_schema()["batch_size"]`` is
+    command's an argument); a field marked ``NOT_A_PARAM`` is an option but not a Param (one whose ``set_in``
+    lacks ``cli`` would be neither). E.g. ``case_param_schema()["batch_size"]`` is
     ``{"default": 16, "description": ..., "maximum": 65536, "minimum": 1, "type": "integer"}``."""
     full = Case.model_json_schema()
     defs = full.get("$defs", {})

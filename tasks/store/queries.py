@@ -36,7 +36,7 @@ from sqlalchemy.types import TypeEngine
 
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
-from tasks.store.engine import normalize_url
+from tasks.store.engine import StoreError, normalize_url
 from tasks.store.reads import verdict_reasons
 from tasks.store.series import case_labels, step_counter_medians
 
@@ -169,6 +169,8 @@ def run_query(name: str, db_url: str | None = None, **params: Any) -> pd.DataFra
     Raises:
         QueryError: unknown query name, unknown or missing parameter, a value of the wrong type,
             or a database error (its message carries the query name and the redacted URL).
+        tasks.store.engine.StoreError: the store cannot be used at all (unreachable, lost, or migrated by a
+            newer perfwatch): raised as it is, never as a QueryError of this one query.
     """
     queries = named_queries()
     if name not in queries:
@@ -195,6 +197,8 @@ def run_query(name: str, db_url: str | None = None, **params: Any) -> pd.DataFra
         with engine.connect() as conn:
             result = conn.execute(stmt, values)
             return _frame(list(result.keys()), result.fetchall())
+    except StoreError:
+        raise  # the store cannot be used at all: every command says so in one line, exit 3 (tasks.cli.main)
     except SQLAlchemyError as e:
         detail = str(getattr(e, "orig", None) or e).splitlines()[0]
         raise QueryError(f"query {name!r} on {redact(url)} failed: {type(e).__name__}: {detail}") from None

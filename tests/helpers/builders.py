@@ -156,14 +156,20 @@ def add_run(
     baseline=None,
     ratio=None,
     ops=None,
+    method="none",
+    reason=None,
+    trigger="test",
 ) -> int:
-    """Archive one run (make_records) with the given version, environment, day, verdict and comparison."""
+    """Archive one run (make_records) with the given version, environment, day, verdict and comparison
+    (``method``: the stored ``comparisons.method``, e.g. ``paired-abba``; ``reason``: the verdict's reason;
+    ``trigger``: the run's, e.g. ``calibrate`` for an A/A gate)."""
     ctx, pulled, env, warm, run, parse, comp = make_records(
         tmp, dag_run_id=name, verdict=verdict, model=model, median=median, key=f"key-{fp}"
     )
     ctx = ctx.model_copy(
         update={
             "started_at": T0 + dt.timedelta(days=day),
+            "trigger": trigger,
             "case": ctx.case.model_copy(update={"batch_size": batch_size}),
         }
     )
@@ -175,6 +181,9 @@ def add_run(
             "ratio": ratio,
             "ci_low": ratio and ratio - 0.1,
             "ci_high": ratio and ratio + 0.1,
+            "method": method,
+            "reason": reason,
+            "evidence": {**comp.evidence, **({"reason": reason} if reason else {})},
         }
     )
     if ops is not None:

@@ -83,6 +83,49 @@ def test_gate_reads_the_newest_run_of_the_version(cli, db_url, tmp_path):
     assert cli("gate", "m", "2").exit_code == 0
 
 
+def test_gate_answers_with_the_newest_paired_verdict_not_a_later_unpaired_run(cli, db_url, tmp_path):
+    """A release gate's paired ABBA verdict answers for its version: one later ad-hoc unpaired run (two processes'
+    medians, inconclusive) does not turn a regression into inconclusive, nor does an A/A calibration gate; a newer
+    paired gate does replace it."""
+    base = add_run(db_url, tmp_path, "v1", version="1", verdict="no-baseline", day=0)
+    paired = add_run(
+        db_url, tmp_path, "gate", version="2", verdict="regression", day=1, baseline=base, ratio=2.0,
+        method="paired-abba", reason="the interval lies above the regression line",
+    )  # fmt: skip
+    adhoc = add_run(
+        db_url, tmp_path, "adhoc", version="2", verdict="inconclusive", day=2, baseline=base, ratio=1.9,
+        method="history-lookback", reason="the interval straddles the regression line",
+    )  # fmt: skip
+    add_run(  # an A/A gate of version 2 against itself (perfwatch calibrate) says nothing about it against v1
+        db_url, tmp_path, "aa", version="2", verdict="pass", day=2, ratio=1.0, method="paired-abba", trigger="calibrate"
+    )
+    res = cli("gate", "m", "2")
+    assert res.exit_code == 1, res.output
+    assert f"run {paired} regression: step-time ratio 2.000" in res.output
+    assert f"answered by run {paired}: the newest paired ABBA gate of the version; the newer run {adhoc} " in (
+        res.output
+    )
+    (row,) = json.loads(cli("gate", "m", "2", "--format", "json").stdout)
+    assert (row["run_id"], row["decided_by"], row["newest_run_id"]) == (paired, "paired", adhoc)
+    assert row["decision"]["reason"] == "the interval lies above the regression line"
+    assert row["decision"]["text"].startswith("regression: step-time ratio 2.000")
+    later = add_run(
+        db_url, tmp_path, "gate2", version="2", verdict="pass", day=3, baseline=base, ratio=1.0, method="paired-abba"
+    )
+    res = cli("gate", "m", "2")
+    assert res.exit_code == 0 and f"answered by run {later}: the newest paired ABBA gate of the version, and " in (
+        res.output
+    )
+
+
+def test_gate_without_a_paired_verdict_answers_with_the_newest_run(cli, db_url, tmp_path):
+    add_run(db_url, tmp_path, "a", version="2", verdict="regression", day=0, ratio=1.5, method="history-lookback")
+    newest = add_run(db_url, tmp_path, "b", version="2", verdict="inconclusive", day=1, method="history-lookback")
+    res = cli("gate", "m", "2", "--format", "csv")
+    assert res.exit_code == 2 and f"answered by run {newest}: the newest run (the version has no paired" in res.output
+    assert "decided_by" in res.stdout.splitlines()[0] and "decision" in res.stdout.splitlines()[0]
+
+
 def test_history_lists_runs_and_draws_the_plot(cli, releases, tmp_path):
     res = cli("history", "m", "--format", "json")
     assert res.exit_code == 0, res.output
@@ -155,10 +198,10 @@ def test_query_runs_any_named_query(cli, releases):
 def test_cli_errors_never_show_the_password(monkeypatch):
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", "postgresql+psycopg://perf:s3cret@127.0.0.1:1/perfwatch")
     res = CliRunner().invoke(app, ["gate", "m", "1"])
-    assert res.exit_code == 2
+    assert res.exit_code == 3  # the store cannot be used (tests/unit/cli/test_store_errors.py)
     assert "s3cret" not in res.output and "perf:***@127.0.0.1:1" in res.output
     res = CliRunner().invoke(app, ["history", "m"])
-    assert res.exit_code == 1 and "s3cret" not in res.output
+    assert res.exit_code == 3 and "s3cret" not in res.output
 
 
 def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path, monkeypatch):

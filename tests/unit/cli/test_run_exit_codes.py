@@ -74,3 +74,27 @@ def test_run_and_gate_help_say_the_same_exit_codes(command):
     assert EXIT_CODES_HELP in out
     for code, words in ((0, "0 pass, improvement"), (1, "1 regression"), (2, "2 undecided or failed")):
         assert words in out, code
+
+
+def test_run_says_why_its_median_and_p50_differ(home, cli, monkeypatch, tmp_path):
+    """An infer run prints the stored median (interpolated) in its headline and nearest-rank percentiles in its
+    latency line; with an even count of batches the two differ, and the line says why."""
+    from tasks.analysis.percentiles import with_intervals
+
+    (home / "models" / "m" / "1").mkdir(parents=True)
+    (home / "models" / "m" / "1" / "model.keras").write_bytes(b"not read: run_case is replaced")
+    ctx, pulled, env, warm, run, parsed, comp = make_records(tmp_path)
+    batches = [1.0 + 0.01 * i for i in range(100)]  # median 1.495 (interpolated), p50 1.49 (nearest rank)
+    summary = {"p50": 1.49, "p90": 1.89, "p99": 1.98, "max": 1.99, "throughput_eps": 10_000.0}
+    run = run.model_copy(update={"median_step_ms": 1.495, "latency_ms": with_intervals(summary, batches)})
+    state = RunState(
+        ctx=ctx, pulled=pulled, env=env, warmup=warm, run=run, parsed=parsed, verdict=comp,
+        archived=ArchiveRecord(run_id=7, archive_uri=str(tmp_path / "archive"), verdict="no-baseline"),
+    )  # fmt: skip
+    monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
+    res = cli("run", "m", "--version", "1", "--mode", "infer")
+    assert res.exit_code == 0, res.output
+    assert "run 7: median 1.50 ms" in res.output and "latency per batch of 16: p50 1.49 ms" in res.output
+    assert "(percentiles by nearest rank: p50 is a measured batch and may differ from the median above" in (
+        " ".join(res.output.split())
+    )

@@ -30,7 +30,53 @@ def test_every_param_field_is_a_run_option_with_the_case_default():
     for name, schema in cli.items():
         assert options[name] == schema["default"] == Case.model_fields[name].default, name
         assert schema["description"], name
-    assert set(Case.model_fields) - set(cli) - {"model"}, "the config-only fields are neither"
+    assert set(Case.model_fields) - set(cli) == {"model"} | CONFIG_ONLY
+
+
+#: Case fields set in the YAML config only (no ``perfwatch run`` option); the README names each with its reason
+CONFIG_ONLY: set[str] = set()
+
+
+def test_the_readme_claim_every_case_field_has_its_option_holds():
+    """README "Models, inputs and modes": "every Case field has its option (perfwatch run --help)"."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    assert "every Case field has its option (perfwatch run --help)" in " ".join(readme.read_text().split())
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    missing = [f for f in Case.model_fields if f != "model" and f"--{f.replace('_', '-')}" not in shown]
+    assert sorted(missing) == sorted(CONFIG_ONLY), missing
+
+
+def test_the_new_options_reach_the_case(home, cli, monkeypatch):
+    """Options that were config-only before reach the Case the stages run (telemetry, seed, verdict, label)."""
+    from tasks.stages import pipeline
+
+    version = home / "models" / "m" / "1"
+    version.mkdir(parents=True)
+    (version / "model.keras").write_bytes(b"not read: run_case is replaced")
+    seen = {}
+
+    def capture(ctx, settings=None):
+        seen["case"] = ctx.case
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(pipeline, "run_case", capture)
+    res = cli(
+        "run", "m", "--version", "1", "--mode", "infer", "--scenario", "server", "--target-qps", "50",
+        "--telemetry-interval-ms", "1000", "--seed", "7", "--deterministic", "--tolerance", "0.1",
+        "--confidence", "0.95", "--label", "slow pipeline", "--server-min-duration-s", "5", "--paired-blocks", "40",
+        "--no-auto-accept", "--metrics", "latency,throughput",
+    )  # fmt: skip
+    assert res.exit_code == 2 and "captured" in res.output, res.output
+    c = seen["case"]
+    assert (c.telemetry_interval_ms, c.seed, c.deterministic, c.tolerance, c.confidence) == (1000, 7, True, 0.1, 0.95)
+    assert (c.label, c.server_min_duration_s, c.paired_blocks, c.auto_accept) == ("slow pipeline", 5.0, 40, False)
+    assert c.metrics == ["latency", "throughput"]
+    res = cli("run", "m", "--version", "1", "--mode", "tflite", "--tflite-threads", "0")
+    assert res.exit_code == 2 and "--tflite-threads" in res.output.replace("│", " "), res.output
 
 
 @pytest.mark.parametrize("name", sorted(case_param_schema("dag")))

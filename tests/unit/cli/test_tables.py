@@ -1,0 +1,86 @@
+"""Tables never cut a figure: on a 100-column terminal ``gate``, ``runs`` and ``regressions`` show every number
+and name whole and fit the width; a table that cannot fit is printed wider, never cut. ``regressions`` and
+``gate`` carry each verdict's story like ``runs`` and ``history``."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tasks.cli.render import render
+from tests.helpers.builders import add_failure, add_run
+
+REASON = "the interval lies above the regression line"
+
+
+@pytest.fixture
+def demo(db_url, tmp_path, monkeypatch) -> dict[str, int]:
+    """The demo's story with its figures: v1 128.456 ms; v2's paired gate a regression (ratio 1.8734, median
+    245.678 ms); a later unpaired run of v2; a failed run."""
+    monkeypatch.setenv("COLUMNS", "100")
+    v1 = add_run(db_url, tmp_path, "v1", model="demo_mobilenet", verdict="no-baseline", median=128.456, day=0)
+    gate = add_run(
+        db_url, tmp_path, "v2", model="demo_mobilenet", version="2", verdict="regression", median=245.678, day=1,
+        baseline=v1, ratio=1.8734, method="paired-abba", reason=REASON,
+    )  # fmt: skip
+    adhoc = add_run(
+        db_url, tmp_path, "adhoc", model="demo_mobilenet", version="2", verdict="inconclusive", median=243.125,
+        day=2, baseline=v1, ratio=1.9, method="history-lookback",
+    )  # fmt: skip
+    failed = add_failure(db_url, tmp_path, "boom", model="demo_mobilenet", day=3)
+    return {"v1": v1, "gate": gate, "adhoc": adhoc, "failed": failed}
+
+
+def _fits(output: str, width: int = 100) -> None:
+    assert "…" not in output, output
+    wide = [ln for ln in output.splitlines() if len(ln) > width and ln.lstrip()[:1] in "┏┃┡│└"]
+    assert not wide, wide
+
+
+def test_gate_at_100_columns_shows_every_figure_whole(cli, demo):
+    res = cli("gate", "demo_mobilenet", "2")
+    assert res.exit_code == 1, res.output
+    _fits(res.stdout)
+    for figure in ("245.678", "128.456", "1.873", "1.773", "1.973", "regression", "paired-abba", "train-bs16"):
+        assert figure in res.stdout, figure
+
+
+def test_runs_at_100_columns_shows_every_figure_and_name_whole(cli, demo):
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    _fits(res.stdout)
+    table = res.stdout.split("└")[0]
+    for figure in ("128.456", "245.678", "243.125", "1,600.0", "demo_mobilenet", "failed@warm-up", "no-baseline"):
+        assert figure in table, figure
+    assert "median" in table and "step ms" in table  # the header wraps at its words, never median_step…
+    assert f"  run {demo['failed']} failed@warm-up: RunnerError: training step failed" in res.stdout
+
+
+def test_regressions_tells_each_verdicts_story(cli, demo):
+    res = cli("regressions", "--since", "2026-01-01")
+    assert res.exit_code == 0, res.output
+    _fits(res.stdout)
+    assert "1.873" in res.stdout and "245.678" in res.stdout
+    assert f"  run {demo['gate']} regression: step-time ratio 1.873 [1.773, 1.973]; paired ABBA gate" in res.stdout
+    assert res.stdout.rstrip().endswith(f"why: {REASON}")
+    (row,) = json.loads(cli("regressions", "--since", "2026-01-01", "--format", "json").stdout)
+    assert row["decision"]["reason"] == REASON and row["decision"]["verdict"] == "regression"
+    assert row["decision"]["text"].startswith("regression: step-time ratio 1.873")
+    csv_head = cli("regressions", "--since", "2026-01-01", "--format", "csv").stdout.splitlines()[0]
+    assert csv_head.endswith(",decision") and "env_key" in csv_head  # csv keeps every column
+
+
+def test_a_table_too_wide_for_the_terminal_is_printed_wider_never_cut(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    df = pd.DataFrame(
+        {f"figure_{i}": [123456.789 + i, 0.5] for i in range(6)} | {"name": ["a_long_case_name_here", "b"]}
+    )
+    render(df, "table", title="wide")
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for i in range(6):
+        assert f"{123456.789 + i:,.1f}" in out
+    names = [ln.split("│")[-2].strip() for ln in out.splitlines() if ln.startswith("│")]
+    assert "".join(names) == "a_long_case_name_hereb"  # folded over lines, never cut
