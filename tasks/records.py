@@ -1088,6 +1088,17 @@ def judged_profiles(xplane_paths: list[str] | None) -> list[str]:
     return out
 
 
+class Acceptance(Record):
+    """A run's acceptance as its case's baseline (the store's ``baselines`` row): who (``perfwatch`` itself,
+    ``perfwatch baseline accept --by NAME``, ``make demo``), when (UTC), why, and when a later baseline superseded
+    it (None while it is the active one)."""
+
+    by: str
+    at: dt.datetime
+    reason: str | None = None
+    superseded_at: dt.datetime | None = None
+
+
 class VerdictStory(Record):
     """One run's verdict with its story: the ONE record of a decision that every command and page renders
     (``tasks.services.story``: text lines for the CLI, a dict for JSON, an HTML fragment for the pages, the
@@ -1112,6 +1123,8 @@ class VerdictStory(Record):
         baseline_run_id: the baseline run compared with (the newest); baseline_version: its model version
             (a paired gate: the version it re-measured as A).
         profile: the xplane files the parse stage judged (:func:`judged_profiles`: paths in the archive).
+        accepted: the run's first acceptance as the baseline (:class:`Acceptance`; None when never accepted):
+            the renderer shows it instead of a stored reason's advice to accept the run.
     """
 
     run_id: int | None = None
@@ -1133,6 +1146,7 @@ class VerdictStory(Record):
     baseline_run_id: int | None = None
     baseline_version: str | None = None
     profile: list[str] = Field(default_factory=list)
+    accepted: Acceptance | None = None
 
     @property
     def threshold(self) -> float | None:

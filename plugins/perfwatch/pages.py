@@ -29,7 +29,6 @@ import datetime as dt
 import html
 import io
 import mimetypes
-import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,8 @@ from .urls import UI_ROUTE, airflow_root, plugin_root, quote_segment
 if TYPE_CHECKING:
     import pandas as pd
     from fsspec import AbstractFileSystem
+
+    from tasks.records import Acceptance
 
 router = APIRouter()  #: the history pages and the archive files
 
@@ -298,73 +299,31 @@ def _db() -> str:
     return store_url()
 
 
-#: the advice a verdict's reason carries when a run that looked sound was not made the baseline by itself
-#: (``tasks.stages.compare``); stale once someone accepted the run, so the pages show the acceptance instead
-ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
+def shown_reason(run: Mapping[str, Any], acceptance: Acceptance | None = None) -> str | None:
+    """The reason the pages show for a run (a ``run_pages`` row: run_id, status, error, reason): for a failed run
+    its error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case ...``); else
+    the verdict's reason as every form shows it (``tasks.services.story.reason_text``: the advice to accept the run
+    replaced by its ``acceptance``, ``tasks.store.reads.acceptances``, when it is or was the baseline, else naming
+    the run's id). None without either."""
+    from tasks.records import VerdictStory
+    from tasks.services.story import reason_text
 
-
-def acceptances(run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """Run id -> its first acceptance as a baseline (the store's ``baselines`` row: accepted_by, accepted_at,
-    reason, superseded_at; by ``perfwatch`` itself, ``perfwatch baseline accept`` or ``make demo``); runs never
-    accepted are left out."""
-    from sqlalchemy import select
-
-    from tasks.store import Baseline, session_scope
-
-    if not run_ids:
-        return {}
-    with session_scope(_db()) as s:
-        rows = (
-            s.execute(
-                select(
-                    Baseline.run_id,
-                    Baseline.accepted_by,
-                    Baseline.accepted_at,
-                    Baseline.reason,
-                    Baseline.superseded_at,
-                )
-                .where(Baseline.run_id.in_([int(i) for i in run_ids]))
-                .order_by(Baseline.accepted_at, Baseline.id)
-            )
-            .mappings()
-            .all()
-        )
-    out: dict[int, dict[str, Any]] = {}
-    for r in rows:
-        out.setdefault(int(r["run_id"]), dict(r))
-    return out
-
-
-def acceptance_text(acc: Mapping[str, Any]) -> str:
-    """``accepted as the baseline by make demo on 2026-12-02 03:31 UTC`` (``, superseded on ... UTC`` when a
-    later baseline replaced it) for an :func:`acceptances` row."""
-    out = f"accepted as the baseline by {acc['accepted_by']} on {_text(acc['accepted_at'])} UTC"
-    return out + (f", superseded on {_text(acc['superseded_at'])} UTC" if not _missing(acc["superseded_at"]) else "")
-
-
-def shown_reason(run: Mapping[str, Any], acceptance: Mapping[str, Any] | None = None) -> str | None:
-    """The reason the pages show for a run (a ``run_pages`` row: status, error, reason): for a failed run its
-    error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case ...``); else
-    the verdict's reason, its advice to accept the run as the baseline (:data:`ACCEPT_ADVICE`) replaced by the
-    acceptance when the run is or was one (``acceptance``: its :func:`acceptances` row), else naming the run's
-    id instead of ``RUN_ID``. None without either."""
     if run.get("status") == "failed":
         error = run.get("error")
         return error.strip().splitlines()[0] if isinstance(error, str) and error.strip() else None
     reason = run.get("reason")
     if not isinstance(reason, str) or not reason:
         return None
-    if acceptance is not None and ACCEPT_ADVICE.search(reason):
-        return ACCEPT_ADVICE.sub(lambda _: f" ({acceptance_text(acceptance)})", reason)
-    if run.get("run_id") is not None:  # the advice for this run: its own id in the command
-        reason = ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", str(int(run["run_id"]))), reason)
-    return reason
+    rid = run.get("run_id")
+    return reason_text(VerdictStory(run_id=None if rid is None else int(rid), reason=reason, accepted=acceptance))
 
 
 def shown_reasons(runs: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
     """Run id -> :func:`shown_reason` of each of ``runs`` (``run_pages`` rows by run id); runs without one are
     left out."""
-    accepted = acceptances(list(runs))
+    from tasks.store.reads import acceptances
+
+    accepted = acceptances(list(runs), _db())
     out = {i: shown_reason(r, accepted.get(i)) for i, r in runs.items()}
     return {i: r for i, r in out.items() if r}
 
@@ -843,8 +802,11 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
             else f"{MISSING} (run outside Airflow, by {html.escape(run['dag_id'])})",
         )
     )
-    if (acc := acceptances([run_id]).get(run_id)) is not None:  # who made it a baseline, when, why
-        facts.append(("baseline", html.escape(acceptance_text(acc) + (f": {acc['reason']}" if acc["reason"] else ""))))
+    from tasks.services.story import acceptance_text
+    from tasks.store.reads import acceptances
+
+    if (acc := acceptances([run_id], _db()).get(run_id)) is not None:  # who made it a baseline, when, why
+        facts.append(("baseline", html.escape(acceptance_text(acc) + (f": {acc.reason}" if acc.reason else ""))))
     body += "<h2>The run</h2>" + _facts(facts)
     if run["error"]:
         body += f"<h2>Error</h2><pre>{html.escape(run['error'])}</pre>"

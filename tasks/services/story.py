@@ -12,12 +12,45 @@ e.g. ``step-time ratio 2.523 [2.410, 2.640] at 99%``.
 
 from __future__ import annotations
 
+import datetime as dt
 import html
+import re
 from typing import Any
 
-from tasks.records import VerdictStory, ratio_name
+from tasks.records import Acceptance, VerdictStory, ratio_name
 
 MISSING = "—"  #: a missing figure, as the pages show it
+
+#: the advice a verdict's reason carries when a run that looked sound was not made the baseline by itself
+#: (``tasks.stages.compare``, written before the run has an id): stale once someone accepted the run
+ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
+
+
+def _utc_minutes(t: dt.datetime) -> str:
+    return (t if t.tzinfo is None else t.astimezone(dt.UTC)).strftime("%Y-%m-%d %H:%M")
+
+
+def acceptance_text(a: Acceptance) -> str:
+    """``accepted as the baseline by make demo on 2026-12-02 03:31 UTC`` (``, superseded on ... UTC`` when a
+    later baseline replaced it)."""
+    out = f"accepted as the baseline by {a.by} on {_utc_minutes(a.at)} UTC"
+    return out + (f", superseded on {_utc_minutes(a.superseded_at)} UTC" if a.superseded_at is not None else "")
+
+
+def reason_text(s: VerdictStory) -> str | None:
+    """The verdict's reason as every form shows it: the stored reason, with its advice to accept the run as the
+    baseline (:data:`ACCEPT_ADVICE`) replaced by the acceptance when the run is or was one (``s.accepted``), else
+    naming the run's id instead of ``RUN_ID``; None without a reason."""
+    reason = s.reason
+    if not reason:
+        return None
+    if s.accepted is not None and ACCEPT_ADVICE.search(reason):
+        accepted = f" ({acceptance_text(s.accepted)})"
+        return ACCEPT_ADVICE.sub(lambda _: accepted, reason)
+    if s.run_id is not None:
+        run_id = str(s.run_id)
+        return ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", run_id), reason)
+    return reason
 
 
 def verdict_text(s: VerdictStory) -> str:
@@ -73,8 +106,8 @@ def story_line(s: VerdictStory) -> str:
     figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
     parts = [f"{head}: {figures}" if figures else head]
     parts += [x for x in (s.method_text, baseline_text(s)) if x]
-    if s.reason:
-        parts.append(f"why: {s.reason}")
+    if reason := reason_text(s):
+        parts.append(f"why: {reason}")
     return "; ".join(parts)
 
 
@@ -87,8 +120,8 @@ def story_lines(s: VerdictStory) -> list[str]:
     how = "; ".join(x for x in (s.method_text, baseline_text(s)) if x)
     if how:
         out.append(f"  how: {how}")
-    if s.reason:
-        out.append(f"  why: {s.reason}")
+    if reason := reason_text(s):
+        out.append(f"  why: {reason}")
     if s.profile:
         out.append(f"  profile judged: {', '.join(s.profile)}")
     return out
@@ -99,6 +132,7 @@ def story_dict(s: VerdictStory) -> dict[str, Any]:
     ``threshold`` (``1 + tolerance``), ``method_text`` and ``text`` (:func:`story_line`)."""
     return {
         **s.model_dump(mode="json"),
+        "reason": reason_text(s),
         "verdict_text": verdict_text(s),
         "figure": figure_text(s),
         "threshold": s.threshold,
@@ -116,7 +150,7 @@ def story_labels(s: VerdictStory) -> dict[str, str]:
         "method": s.method or "",
         "ratio": ratio_text(s) or "",
         "interval": interval_text(s) or "",
-        "reason": (s.reason or "")[:200],
+        "reason": (reason_text(s) or "")[:200],
     }
 
 
@@ -139,7 +173,7 @@ def story_html(s: VerdictStory, *, heading: str | None = "Verdict", level: int =
             ("threshold", threshold_text(s)),
             ("method", s.method_text),
             ("baseline", baseline_text(s)),
-            ("why", s.reason),
+            ("why", reason_text(s)),
         )
         if v
     ]

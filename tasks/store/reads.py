@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, aliased
 
 from tasks.records import (
     OP_STATS_COLUMNS,
+    Acceptance,
     CompareInputs,
     RunOps,
     VerdictStory,
@@ -586,6 +587,7 @@ def verdict_stories(run_ids: list[int], db_url: str | None = None) -> dict[int, 
             .outerjoin(parse, (parse.run_id == Run.id) & (parse.tool == "parse"))
             .where(Run.id.in_(run_ids))
         ).all()
+    accepted = acceptances([int(r[0]) for r in rows], db_url)
     return {
         int(rid): VerdictStory.from_evidence(
             run_id=int(rid),
@@ -601,9 +603,27 @@ def verdict_stories(run_ids: list[int], db_url: str | None = None) -> dict[int, 
             baseline_run_id=base,
             baseline_version=bv,
             profile=judged_profiles((data or {}).get("xplane_paths")),
-        )
+        ).model_copy(update={"accepted": accepted.get(int(rid))})
         for rid, status, verdict, stage, method, metric, ratio, low, high, ev, base, bv, data in rows
     }
+
+
+def acceptances(run_ids: list[int], db_url: str | None = None) -> dict[int, Acceptance]:
+    """Run id -> its first acceptance as its case's baseline (the ``baselines`` row: by ``perfwatch`` itself,
+    ``perfwatch baseline accept`` or ``make demo``; when; why; when a later baseline superseded it); runs never
+    accepted are left out. ``db_url`` defaults to ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        rows = s.execute(
+            select(Baseline.run_id, Baseline.accepted_by, Baseline.accepted_at, Baseline.reason, Baseline.superseded_at)
+            .where(Baseline.run_id.in_([int(i) for i in run_ids]))
+            .order_by(Baseline.accepted_at, Baseline.id)
+        ).all()
+    out: dict[int, Acceptance] = {}
+    for rid, by, at, why, superseded in rows:
+        out.setdefault(int(rid), Acceptance(by=by, at=at, reason=why, superseded_at=superseded))
+    return out
 
 
 def run_version(db_url: str, run_id: int | None) -> str | None:

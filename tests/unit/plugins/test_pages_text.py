@@ -14,7 +14,9 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from plugins.perfwatch.pages import ACCEPT_ADVICE, TENSORBOARD_HOW, shown_reason
+from plugins.perfwatch.pages import TENSORBOARD_HOW, shown_reason
+from tasks.records import Acceptance
+from tasks.services.story import ACCEPT_ADVICE
 from tasks.store import migrate
 from tests.system.test_pages_browser import ADVICE, DEVICE_MISSING, NOT_MADE, UNKNOWN_MODEL, fill_demo_like
 
@@ -105,10 +107,10 @@ def test_the_run_pages_tensorboard_line_works_with_what_perfwatch_installs(pages
 
 def test_shown_reason():
     at = dt.datetime(2026, 12, 2, 3, 31, tzinfo=dt.UTC)
-    acc = {"accepted_by": "make demo", "accepted_at": at, "reason": "ok", "superseded_at": None}
+    acc = Acceptance(by="make demo", at=at, reason="ok")
     ok = {"run_id": 3, "status": "success", "error": None, "reason": NOT_MADE + ADVICE}
     assert shown_reason(ok, acc) == NOT_MADE + " (accepted as the baseline by make demo on 2026-12-02 03:31 UTC)"
-    later = acc | {"superseded_at": at + dt.timedelta(days=1)}
+    later = acc.model_copy(update={"superseded_at": at + dt.timedelta(days=1)})
     assert shown_reason(ok, later).endswith("by make demo on 2026-12-02 03:31 UTC, superseded on 2026-12-03 03:31 UTC)")
     assert shown_reason(ok).endswith("(if it is sound after all: perfwatch baseline accept 3 --by NAME --reason WHY)")
     failed = {"run_id": 9, "status": "failed", "error": f"{DEVICE_MISSING}\nTraceback (most recent call last):\n"}

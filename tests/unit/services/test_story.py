@@ -198,3 +198,23 @@ def test_compare_says_when_its_figures_agree(db_url, tmp_path, cli):
         )
     lines = cli("compare", "m", "--from", "1", "--to", "2").stdout.splitlines()
     assert lines[2] == "the verdict's ratio and the medians' x3.787 agree"
+
+
+def test_a_run_accepted_after_its_advice_tells_who_accepted_it_everywhere(db_url, tmp_path):
+    """A run whose verdict advised accepting it as the baseline (not made one by itself: a busy host) names its own
+    id in that advice until someone accepts it; then every form of its story says who accepted it and when, not the
+    stale advice (the pages and the CLI alike: ``tasks.services.story.reason_text``)."""
+    from tasks.cli.baseline import accept_run
+
+    advice = " (if it is sound after all: perfwatch baseline accept RUN_ID --by NAME --reason WHY)"
+    why = "not made the case's baseline automatically, although no-baseline would make it one: host busy" + advice
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp_path, dag_run_id="v1")
+    comp = comp.model_copy(update={"evidence": {**comp.evidence, "reason": why}, "baseline_refused": ["host busy"]})
+    rid = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+    (story,) = verdict_stories([rid], db_url).values()
+    assert f"perfwatch baseline accept {rid} --by NAME" in story_line(story) and "RUN_ID" not in story_line(story)
+    accept_run(db_url, rid, "make demo", "the demo's baseline")
+    (story,) = verdict_stories([rid], db_url).values()
+    for told in (story_line(story), "\n".join(story_lines(story)), story_dict(story)["reason"], story_html(story)):
+        assert "accepted as the baseline by make demo on " in told and "if it is sound after all" not in told, told
+    assert story.reason == why  # what was stored stays as it was: only what is shown changes
