@@ -121,9 +121,11 @@ def lead_columns(columns: Sequence[str], metrics: Sequence[str] | None, after: s
 
 
 def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None) -> str | None:
-    """A table cell of a percentile with its interval and the samples it rests on: ``9.80 [9.71, 9.90] n=320``;
-    ``9.80 (n=5, no interval: needs 29)`` for a sample too short for a two-sided interval (``min_n``, the
-    fewest samples that give one; ``>= 9.71`` where the lower bound alone exists); None without a point."""
+    """A table cell of a percentile with its interval and the samples it rests on: ``9.80 [9.71, 9.90] n=320``.
+    A sample too short for a two-sided 95% interval (``min_n``, the fewest samples that give one) gets no point,
+    only the bound it supports (issue 27): ``>= 9.71 (n=10, too few for an interval: needs 29)``, or
+    ``not estimable (n=5: needs 29)`` without a bound. ``9.80 (no interval)`` where the run kept no steps
+    (``n`` unknown: an ingested job's xprof figure). None without a point."""
     p, lo, hi, k = _num(point), _num(low), _num(high), _num(n)
     if p is None:
         return None
@@ -132,8 +134,10 @@ def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None) -
     if lo is not None and hi is not None:
         return f"{p:.2f} [{lo:.2f}, {hi:.2f}] n={k:.0f}"
     need = f": needs {min_n}" if min_n else ""
-    bound = f", >= {lo:.2f}" if lo is not None else (f", <= {hi:.2f}" if hi is not None else "")
-    return f"{p:.2f} (n={k:.0f}, no interval{need}{bound})"
+    if lo is None and hi is None:
+        return f"not estimable (n={k:.0f}{need})"
+    bound = f">= {lo:.2f}" if lo is not None else f"<= {hi:.2f}"
+    return f"{bound} (n={k:.0f}, too few for an interval{need})"
 
 
 def step_intervals(

@@ -190,15 +190,18 @@ def history_frame(
     intervals from its measured steps (``tasks.analysis.percentiles.percentile_ci``, the samples of
     ``tasks.store.reads.load_samples``): columns ``p10_low_ms``, ``p10_high_ms``, ``p90_low_ms``,
     ``p90_high_ms`` after ``p90_step_ms`` (ms; None where the run is too short for that bound: a two-sided 95%
-    interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on. What ``perfwatch
-    history`` and the plugin's model page show. ``db_url``: default the settings' store.
+    interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on, and ``p10_estimable``,
+    ``p90_estimable`` (the run's ``n_measured`` supports a two-sided interval; None where unknown). The points stay:
+    they are the run's own spread, drawn as its band; what a reader is given as a figure of a run too short for
+    an interval is its bound (:func:`spread_cells`). What ``perfwatch history`` and the plugin's model page
+    show. ``db_url``: default the settings' store.
 
     Raises:
         tasks.store.queries.QueryError: the store refused the query.
     """
     import pandas as pd
 
-    from tasks.analysis.percentiles import percentile_ci
+    from tasks.analysis.percentiles import min_samples, percentile_ci
     from tasks.store import queries, reads
 
     db_url = db_url or Settings.from_env().database_url
@@ -212,6 +215,8 @@ def history_frame(
             ci = percentile_ci(xs, q) if xs else None
             cols[f"p{q}_low_ms"].append(ci.low if ci else None)
             cols[f"p{q}_high_ms"].append(ci.high if ci else None)
+    for q in SPREAD:
+        cols[f"p{q}_estimable"] = [None if pd.isna(n) else bool(n >= min_samples(q)) for n in df["n_measured"]]
     at = df.columns.get_loc("p90_step_ms") + 1
     for k, (name, values) in enumerate(cols.items()):
         df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
@@ -232,7 +237,7 @@ def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
                 df[f"p{q}_step_ms"], df[f"p{q}_low_ms"], df[f"p{q}_high_ms"], df["n_measured"], strict=True
             )
         ]
-    return out.drop(columns=[f"p{q}_{b}_ms" for q in SPREAD for b in ("low", "high")])
+    return out.drop(columns=[f"p{q}_{k}" for q in SPREAD for k in ("low_ms", "high_ms", "estimable")])
 
 
 def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:

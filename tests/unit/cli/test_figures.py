@@ -72,7 +72,8 @@ def test_history_cells_give_the_interval_and_n_or_say_the_run_is_too_short():
     from tasks.cli.figures import ci_cell
 
     assert ci_cell(9.8, 9.71, 9.9, 320, 29) == "9.80 [9.71, 9.90] n=320"
-    assert ci_cell(9.8, None, None, 5, 29) == "9.80 (n=5, no interval: needs 29)"
+    assert ci_cell(9.8, None, None, 5, 29) == "not estimable (n=5: needs 29)"  # no point the sample cannot support
+    assert ci_cell(9.8, 9.71, None, 10, 29) == ">= 9.71 (n=10, too few for an interval: needs 29)"
     assert ci_cell(9.8, None, None, None) == "9.80 (no interval)" and ci_cell(None, 1, 2, 3) is None
 
 
@@ -93,7 +94,8 @@ def test_history_and_metrics_give_the_step_percentiles_intervals_and_n(db_url, t
     assert row.n_measured == 10 and row.p90_low_ms == pytest.approx(WALL[6]) and row.p90_high_ms is None
     assert row.p10_low_ms is None and row.p10_high_ms == pytest.approx(WALL[3])
     cells = spread_cells(df).iloc[0]
-    assert cells.p90_step_ms == f"{row.p90_step_ms:.2f} (n=10, no interval: needs 29, >= {WALL[6]:.2f})"
+    assert cells.p90_step_ms == f">= {WALL[6]:.2f} (n=10, too few for an interval: needs 29)"
+    assert (row.p10_estimable, row.p90_estimable) == (False, False)
     families = {f.name: f for f in StoreCollector(db_url).collect()}
     bounds = {
         (s.labels["quantile"], s.labels["bound"]): s.value
