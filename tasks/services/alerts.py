@@ -142,7 +142,8 @@ def _first_line(text: str | None) -> str:
 
 def note_text(n: RunNote, base_url: str | None) -> str:
     """One mrkdwn paragraph for a run: what happened, the figures, and the link to its page."""
-    head = f"*{n.model}* v{n.version} `{n.case_name}`" + (f" ({n.case_label})" if n.case_label else "")
+    version = f"v{n.version}" if n.version and n.version[0].isdigit() else f"version {n.version}"  # latest, keras...
+    head = f"*{n.model}* {version} `{n.case_name}`" + (f" ({n.case_label})" if n.case_label else "")
     head += f" (run {n.run_id})"
     if n.status == "failed":
         body = f"failed at stage *{n.failed_stage}*: {_first_line(n.error)[:500]}"
@@ -210,7 +211,9 @@ def dag_run_alert(
     if error or (failed and not notes):
         what = f"task *{task}* failed" if task else "the DAG run failed"
         log_link = f"\n<{log_url}|task log>" if log_url else ""
-        paragraphs.append(f"{what}: {_first_line(error or reason)[:1500]}{log_link}")
+        # Airflow's DAG callbacks give a reason code ("task_failure"), not the task's exception: say where it is
+        why = error or (f"{reason.replace('_', ' ')}; the task's log says why" if reason else None)
+        paragraphs.append(f"{what}: {_first_line(why)[:1500]}{log_link}")
     return slack_payload(title, paragraphs, context=f"DAG run `{dag_run_id}`")
 
 

@@ -156,7 +156,7 @@ def test_a_dag_test_callback_context_with_a_serialized_dag(db_url, sink, notifie
     serialized = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(DAG("d", schedule=None)))
     assert not hasattr(serialized, "get_template_env")
     notifier_module.PerfwatchNotifier()({"dag": serialized, "run_id": "r", "reason": "task_failure"})
-    assert sink.posts[0]["body"]["blocks"][1]["text"]["text"] == "the DAG run failed: task_failure"
+    assert sink.posts[0]["body"]["blocks"][1]["text"]["text"] == "the DAG run failed: task failure; the task's log says why"
 
 
 def test_delivery_errors_and_a_missing_connection(db_url, sink, notifier_module, monkeypatch, caplog):
@@ -286,3 +286,26 @@ def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
     (post,) = sink.posts
     assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: missing data"
     assert "no successful perfwatch run in the last 36 h for: demo_mobilenet (never succeeded)" in post["body"]["text"]
+
+
+def test_a_run_that_failed_before_its_version_resolved_says_version_latest():
+    from tasks.services.alerts import RunNote, note_text
+
+    note = RunNote(
+        run_id=9,
+        model="zoo_cnn",
+        version="latest",
+        case_name="infer-bs4-gpu",
+        status="failed",
+        verdict=None,
+        method=None,
+        ratio=None,
+        ci_low=None,
+        ci_high=None,
+        failed_stage="env-fingerprint",
+        error="DeviceMissing: case zoo_cnn infer-bs4-gpu asks for device gpu; this host has none visible",
+        evidence={},
+    )
+    text = note_text(note, None)
+    assert text.startswith("*zoo_cnn* version latest `infer-bs4-gpu` (run 9): failed at stage *env-fingerprint*")
+    assert note_text(RunNote(**{**note.__dict__, "version": "3"}), None).startswith("*zoo_cnn* v3 ")
