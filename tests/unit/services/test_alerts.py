@@ -156,7 +156,8 @@ def test_a_dag_test_callback_context_with_a_serialized_dag(db_url, sink, notifie
     serialized = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(DAG("d", schedule=None)))
     assert not hasattr(serialized, "get_template_env")
     notifier_module.PerfwatchNotifier()({"dag": serialized, "run_id": "r", "reason": "task_failure"})
-    assert sink.posts[0]["body"]["blocks"][1]["text"]["text"] == "the DAG run failed: task failure; the task's log says why"
+    said = sink.posts[0]["body"]["blocks"][1]["text"]["text"]
+    assert said == "the DAG run failed: task failure; the task's log says why"
 
 
 def test_delivery_errors_and_a_missing_connection(db_url, sink, notifier_module, monkeypatch, caplog):
