@@ -205,7 +205,7 @@ def _busy_rule_text(verdict: Verdict, tolerance: float) -> str:
         "the tolerance whatever load did)",
     )
     return (
-        f"tolerance {tolerance:.0%} on CPU time, less the CPU bias bound {calibration.CPU_BIAS_BOUND:.0%} that "
+        f"tolerance {tolerance:.0%} on CPU time, less the CPU bias bound {calibration.CPU_BIAS_BOUND:.1%} that "
         f"load may add or take: change beyond x{change:.3f}, pass below x{band:.3f}; {tail}"
     )
 

@@ -97,7 +97,7 @@ def test_a_busy_host_with_steady_cpu_time_decides_on_it():
     d = _decide(paired, noise)
     assert d.verdict == "regression" and d.evidence["metric"] == "cpu"
     assert d.reason.startswith("decided on CPU time: host busy (other processes took 62%")
-    assert f"tolerance 5% on CPU time, less the CPU bias bound {B:.0%}" in d.reason  # the tolerance, in its metric
+    assert f"tolerance 5% on CPU time, less the CPU bias bound {B:.1%}" in d.reason  # the tolerance, in its metric
     assert d.ratio == pytest.approx(1.7, rel=0.03) and d.ci_low > 1 + B
     assert d.evidence["verdict_statistics"]["metric"] == "wall"
     assert d.evidence["randomisation"]["rejected"] and d.evidence["cpu"]["randomisation"]["p"] < 0.005
