@@ -479,9 +479,11 @@ def summarize(
 
 
 def offered_text(s: Mapping[str, Any]) -> str:
-    """The rate a server point or summary offered: ``50 q/s offered (issued 50.0)``, the nominal rate and what
-    the schedule issued (they differ in a run whose arrivals were not scaled to the target)."""
-    return f"{s['target_qps']:.4g} q/s offered (issued {s['issued_qps']:.4g})"
+    """The rate a server point or summary offered: ``50 q/s offered (issued 50)``, the nominal rate and what the
+    schedule issued (they differ in a run whose arrivals were not scaled to the target); the nominal alone for a
+    summary without the issued rate."""
+    issued = s.get("issued_qps")
+    return f"{s['target_qps']:.4g} q/s offered" + ("" if issued is None else f" (issued {issued:.4g})")
 
 
 def server_throughput_text(s: Mapping[str, Any], service_eps: float | None = None, service_note: str = "") -> str:
@@ -533,12 +535,12 @@ def max_qps_text(s: Mapping[str, Any]) -> str | None:
         text = f"max QPS with {key}'s 95% upper bound{bound}: none of the {len(points)} rates tried"
         if lowest is not None:
             r = percentiles.PercentileCI(**lowest["latency"][key])
-            text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, {key} per query {r.text()})"
+            text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, {r.text(name=key + ' per query')})"
     else:
         r = percentiles.PercentileCI(**s["latency"][key])
         text = (
             f"max QPS {s['max_qps']:.4g} q/s issued (nominal {s['max_qps_target']:.4g}) with {key}'s 95% upper "
-            f"bound{bound}: {key} per query {r.text()}, achieved {s['achieved_qps']:.4g} q/s"
+            f"bound{bound}: {r.text(name=key + ' per query')}, achieved {s['achieved_qps']:.4g} q/s"
         )
     codes = [f["code"] for f in s.get("findings") or []]
     return text + (f"; unstable search: {', '.join(codes)}" if codes else "")
@@ -579,20 +581,22 @@ def serving_text(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary_line(s: Mapping[str, Any], batch_size: int) -> str:
+def summary_line(s: Mapping[str, Any], batch_size: int | None = None) -> str:
     """The scenario's figures in one plain line, for the measure task's log (what a DAG user reads besides the
-    XCom dict): a server search ``server search: max QPS 473 q/s issued ...`` (:func:`max_qps_text`), a server
-    rate ``server at 50 q/s offered (issued 50): achieved 49.8 q/s; p99 per query 12.3 ms [...] (95%,
-    n=320)``, single-stream and offline their throughput (and the bound's outcome)."""
+    XCom dict) and under ``perfwatch runs``: a server search ``server search (batch 4): max QPS 473 q/s issued
+    ...`` (:func:`max_qps_text`), a server rate ``server (batch 4) at 50 q/s offered (issued 50): achieved 49.8
+    q/s; p99 per query 12.3 ms [...] (95%, n=320)``, single-stream and offline their throughput (and the bound's
+    outcome). ``batch_size``: said when given."""
     key = f"p{s['percentile']:g}"
+    batch = f" (batch {batch_size})" if batch_size is not None else ""
     if s["scenario"] == "server":
         if (answer := max_qps_text(s)) is not None:
-            return f"server search (batch {batch_size}): {answer}"
+            return f"server search{batch}: {answer}"
         r = percentiles.PercentileCI(**s["latency"][key])
         met = bound_text(s, "queries")
         return (
-            f"server (batch {batch_size}) at {offered_text(s)}: achieved {s['achieved_qps']:.4g} q/s; {key} per "
-            f"query {r.text()}" + (f"; {met}" if met else "")
+            f"server{batch} at {offered_text(s)}: achieved {s['achieved_qps']:.4g} q/s; "
+            f"{r.text(name=key + ' per query')}" + (f"; {met}" if met else "")
         )
     met = bound_text(s, "batches")
-    return f"{s['scenario']} (batch {batch_size}): {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else "")
+    return f"{s['scenario']}{batch}: {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else "")

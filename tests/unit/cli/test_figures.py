@@ -122,3 +122,15 @@ def test_a_server_run_leads_with_the_rate_it_achieved():
     ]
     offline = {**run, "latency": {"serving": {**s, "scenario": "offline"}}}  # other scenarios keep their figure
     assert figure_texts(None, **offline)[1] == "1946.6 examples/s at the median"
+
+
+def test_a_server_runs_latency_lead_is_the_per_query_p99():
+    """The audit: `metrics: [latency]` led a server case with the per-batch p99 (its batches' service time)."""
+    per_query = {**LATENCY["ci"]["p99"], "n": 299, "point": 268.0, "low": 164.0, "high": 282.0}
+    s = {"scenario": "server", "target_qps": 50.0, "achieved_qps": 49.0, "latency": {"p99": per_query}}
+    run = {"median_ms": 9.1, "throughput_eps": 440.0, "latency": {**LATENCY, "serving": s}}
+    (lead, *_) = figure_texts(["latency"], **run)
+    assert lead == "latency p99 per query 268.00 ms [164.00, 282.00] (95%, n=299)"
+    assert figure_texts(["latency"], median_ms=9.1, throughput_eps=440.0, latency=LATENCY)[0] == (
+        "latency p99 12.30 ms [11.90, 13.00] (95%, n=1000)"  # single-stream: per batch, as before
+    )
