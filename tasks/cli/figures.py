@@ -210,3 +210,41 @@ def counted_cell(value: Any, n: Any) -> str | None:
     if v is None:
         return None
     return f"{v:.2f}" + (f" n={k:.0f}" if k is not None else "")
+
+
+def serving_texts(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A run's scenario summary (``latency_ms["serving"]``, ``tasks.analysis.serving.summarize``) in words, for
+    the rooms that may not import the analysis (the plugin's run page): ``summary`` (one line:
+    ``serving.summary_line``), ``lines`` (``serving.serving_text``: per rate tried, the search's answer, its
+    findings, the checks), ``points`` (a server run's rates, one dict of texts each: ``offered``, ``issued``,
+    ``achieved`` in q/s, ``queries``, ``p99`` per query with its interval and n, ``outcome``, ``load``) and
+    ``findings`` (the search's, as stored). None without a summary."""
+    if not summary:
+        return None
+    from tasks.analysis.percentiles import PercentileCI
+    from tasks.analysis.serving import serving_text, summary_line
+
+    key = f"p{summary.get('percentile', 99):g}"
+    points = []
+    for p in summary.get("points") or []:
+        ci = (p.get("latency") or {}).get(key)
+        load = p.get("host_load") or {}
+        share = load.get("other_cpu_share")
+        points.append(
+            {
+                "offered": f"{p['target_qps']:.4g}",
+                "issued": "—" if p.get("issued_qps") is None else f"{p['issued_qps']:.4g}",
+                "achieved": f"{p['achieved_qps']:.4g}",
+                "queries": str(p.get("queries")),
+                key: PercentileCI(**ci).text("ms", name=f"{key} per query") if ci else "—",
+                "outcome": p.get("outcome") or ("—" if p.get("met") is None else ("met" if p["met"] else "missed")),
+                "load": f"{load.get('load1_start') or 0:.1f}"
+                + ("" if share is None else f", others {100 * share:.0f}% of the CPU"),
+            }
+        )
+    return {
+        "summary": summary_line(summary),
+        "lines": serving_text(dict(summary)),
+        "points": points,
+        "findings": list(summary.get("findings") or []),
+    }

@@ -726,17 +726,22 @@ def sweep_points(model: str, version: str | None = None, db_url: str | None = No
     """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
     run_id, started_at, case_name, version, every axis that names the case (:data:`SERIES_COLUMNS`:
     :func:`case_identity`), median_step_ms and p99_step_ms (ms, our timer; nearest-rank p99 of the measured
-    steps), n_measured (the measured steps) and throughput_eps (examples/s).
-    The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
+    steps), n_measured (the measured steps) and throughput_eps (examples/s), then the scenario's own figures
+    (:func:`scenario_columns` but ``scenario``, which is an axis here: its throughput, a server run's per-query
+    percentiles and rates). The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
     df = run_query("sweep", db_url, model=model, version=version)
     axes = pd.DataFrame(
         [case_identity(p, n) for p, n in zip(df["params"], df["case_name"], strict=True)],
         columns=list(SERIES_COLUMNS),
         index=df.index,
     )
+    scenario = {k: v for k, v in scenario_columns(list(df.pop("fed"))).items() if k != "scenario"}  # an axis too
     df = df.drop(columns=["params"])
     at = df.columns.get_loc("case_name") + 1
-    return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
+    df = pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
+    for name, values in scenario.items():
+        df[name] = pd.Series(values, index=df.index, dtype=object)
+    return df
 
 
 def list_queries() -> pd.DataFrame:

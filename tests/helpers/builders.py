@@ -697,3 +697,55 @@ def _as_result(samples: dict[str, Any]) -> Any:
     return SimpleNamespace(
         latency_ms=LatencySummary(**samples["latency_ms"]), serving=Serving(**samples["serving"]), execution=None
     )
+
+
+def archive_scenario_run(
+    db_url: str,
+    tmp: Path,
+    dag_run_id: str,
+    scenario: str,
+    step_ms: list[float],
+    *,
+    wall_s: float | None = None,
+    batch_size: int = 4,
+    bound_ms: float | None = None,
+    model: str = "m",
+) -> int:
+    """Archive a single-stream or offline infer run whose measured steps are ``step_ms`` (offline: the intervals
+    between results, its measured phase ``wall_s``, default their sum), its ``latency_ms`` the stage's
+    (``latency_record``). Returns the run id."""
+    from tasks.stages.profiled_run import latency_record
+
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, model=model)
+    case = ctx.case.model_copy(
+        update={"mode": "infer", "batch_size": batch_size, "scenario": scenario, "latency_bound_ms": bound_ms}
+    )
+    samples = json.loads(Path(run.samples_path).read_text())
+    samples.update(
+        case_mode="infer",
+        inputs={"x": {"shape": [batch_size, 4], "dtype": "float32", "min": None, "max": None}},
+        measured_step_times_ms=step_ms,
+        latency_ms={
+            **{f"p{q}": float(np.percentile(step_ms, q, method="inverted_cdf")) for q in (50, 90, 99)},
+            "max": max(step_ms),
+            "throughput_eps": batch_size * len(step_ms) / (sum(step_ms) / 1000.0),
+        },
+        serving={
+            "scenario": scenario,
+            "wall_s": wall_s if wall_s is not None else sum(step_ms) / 1000.0,
+            "examples": batch_size * len(step_ms),
+        },
+    )
+    Path(run.samples_path).write_text(json.dumps(samples))
+    median = statistics.median(step_ms)
+    run = run.model_copy(
+        update={
+            "measured_steps": len(step_ms),
+            "median_step_ms": median,
+            "throughput_eps": batch_size / (median / 1000.0),
+            "latency_ms": latency_record(case, _as_result(samples), step_ms),
+        }
+    )
+    return archive_run(
+        db_url, str(tmp / "archive"), ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
+    ).run_id
