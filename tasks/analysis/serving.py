@@ -298,13 +298,13 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
     }
 
 
-def consistent_max(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def consistent_max(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The point a QPS search reports as its max (``point_summary`` records): the highest rate (``target_qps``)
     at which, and below which, every measurement met the bound: a rate measured twice must have met twice, and
     a rate that missed below one that met caps the max under it (the search is not monotonic there, and the
     higher rate's meeting is no evidence that the ones between would). Of a rate measured twice, its measurement
     with the higher upper bound (the less favourable). None when no rate qualifies."""
-    best: Mapping[str, Any] | None = None
+    best: dict[str, Any] | None = None
     for q in sorted({p["target_qps"] for p in points}):
         at = [p for p in points if p["target_qps"] == q]
         if not all(p["met"] for p in at):
@@ -423,8 +423,9 @@ def summarize(
         two-sided interval of the percentile needs), ``checks`` (module docstring); server adds ``points`` (every
         rate tried, :func:`point_summary`), the reported point's fields (``target_qps``, ``issued_qps``,
         ``achieved_qps``, ``queries``, ``latency``: in a search its max, :func:`consistent_max`, else the only or
-        last point) and, in a search, ``max_qps`` (the max's issued rate, q/s; None: no rate met it),
-        ``max_qps_target`` (its nominal rate) and ``findings`` (:func:`search_findings`, as dicts).
+        last point; ``point_index``: its index in ``points``) and, in a search, ``max_qps`` (the max's issued
+        rate, q/s; None: no rate met it), ``max_qps_target`` (its nominal rate) and ``findings``
+        (:func:`search_findings`, as dicts).
 
     Raises:
         ValueError: a server record without points.
@@ -448,6 +449,7 @@ def summarize(
         shown = best if best is not None else points[-1]
         out |= {
             "points": points,
+            "point_index": points.index(shown),  # which of the points is reported (its raw latencies: the store's)
             "search": search,
             "max_qps": best["issued_qps"] if best is not None else None,
             "max_qps_target": best["target_qps"] if best is not None else None,

@@ -669,14 +669,26 @@ def run_cmd(
     for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
         if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
             typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
+    if case.scenario == "server" and case.gate_percentile is not None:  # which tail each gate measured
+        label = f"p{case.gate_percentile:g}"
+        if "tail" in v.evidence:
+            typer.echo(
+                f"  the paired {label} gate timed batches back to back: it gates the service time per batch, not "
+                "the latency a query waits (no arrivals, no queueing)"
+            )
+        per_query = v.evidence.get("per_query_tail") or {}
+        typer.echo(f"  {label} per query: " + str(per_query.get("reason") or per_query.get("skipped") or "not tested"))
     if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer), with intervals
         from tasks.analysis.percentiles import latency_text
 
         # the headline's median is the stored one (interpolated: the mean of the two middle steps of an even
         # count); these percentiles are nearest-rank (an observed batch), so p50 and the median may differ
+        server = (lat.get("serving") or {}).get("scenario") == "server"
+        what = "service time per batch" if server else "latency per batch"
+        real = " (queries served over the batches' busy time, padding not counted)" if server else ""
         typer.echo(
-            f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
-            f"{lat['throughput_eps']:.1f} examples/s over all batches (percentiles by nearest rank: p50 is a "
+            f"{what} of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
+            f"{lat['throughput_eps']:.1f} examples/s over all batches{real} (percentiles by nearest rank: p50 is a "
             "measured batch and may differ from the median above, the mean of the two middle ones)"
         )
         if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)

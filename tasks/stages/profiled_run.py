@@ -121,7 +121,22 @@ def tail_plan(case: Case) -> dict[str, Any] | None:
         f"{label} ratio; this gate's budget times {have}"
         + ("" if have >= need else f": its {label} verdict will be inconclusive (too few samples for {label})")
     )
-    return {"percentile": p, "per_version": have, "min_samples": need, "enough": have >= need, "text": text}
+    measures = "per-step time, back to back"
+    if case.scenario == "server":  # ABBA blocks time batches back to back: no arrivals, no queueing
+        measures = "per-batch service time, back to back (no arrivals, no queueing): not the per-query latency"
+        text += (
+            f"; on a server case the paired gate's {label} is the batches' service time, not what a query waits: "
+            f"the compare stage also tests the {label} per query (arrival to result) against the baseline run's "
+            "at the same rate (two runs, independent samples)"
+        )
+    return {
+        "percentile": p,
+        "per_version": have,
+        "min_samples": need,
+        "enough": have >= need,
+        "measures": measures,
+        "text": text,
+    }
 
 
 def _check_blocks(blocks: list[BlockPair], case: Case, first: int = 0) -> None:
@@ -195,7 +210,7 @@ def paired_run(
     )
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     tail = tail_plan(case)
-    if tail is not None and not tail["enough"]:
+    if tail is not None and (not tail["enough"] or case.scenario == "server"):
         log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
     looks: list[int] = []
     stopping: list[str] = []

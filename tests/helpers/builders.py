@@ -625,8 +625,13 @@ def server_points(rates: list[tuple[float, float]], *, batch_size: int = 4, n: i
     return out
 
 
-def archive_server_run(
-    db_url: str,
+def archive_server_run(db_url: str, tmp: Path, dag_run_id: str, points: list[dict[str, Any]], **kw) -> int:
+    """Archive the run of :func:`server_run_records`. Returns the run id."""
+    ctx, pulled, env, warm, run, parse, comp = server_run_records(tmp, dag_run_id, points, **kw)
+    return archive_run(db_url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+
+def server_run_records(
     tmp: Path,
     dag_run_id: str,
     points: list[dict[str, Any]],
@@ -636,14 +641,15 @@ def archive_server_run(
     batch_size: int = 4,
     model: str = "m",
     target_qps: float | None = None,
-    **records_kw,
-) -> int:
-    """Archive a server-scenario infer run whose runner result holds ``points`` (:func:`server_points`): its
-    step times the batches' service times, its ``latency_ms`` the stage's (``tasks.stages.profiled_run
-    .latency_record``: per-batch percentiles and the scenario's summary). Returns the run id."""
+    **case_kw,
+):
+    """The stage records of a server-scenario infer run whose runner result holds ``points``
+    (:func:`server_points`): its step times the batches' service times, its ``latency_ms`` the stage's
+    (``tasks.stages.profiled_run.latency_record``: per-batch percentiles and the scenario's summary); ``case_kw``
+    more Case fields (``gate_percentile``...)."""
     from tasks.stages.profiled_run import latency_record
 
-    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, model=model, **records_kw)
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, model=model)
     case = ctx.case.model_copy(
         update={
             "mode": "infer",
@@ -652,6 +658,7 @@ def archive_server_run(
             "target_qps": None if search else (target_qps or points[0]["target_qps"]),
             "search_qps": search,
             "latency_bound_ms": bound_ms,
+            **case_kw,
         }
     )
     service = [t for p in points for t in p["service_ms"]]
@@ -683,9 +690,7 @@ def archive_server_run(
             "latency_ms": latency_record(case, _as_result(samples), service),
         }
     )
-    return archive_run(
-        db_url, str(tmp / "archive"), ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
-    ).run_id
+    return ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
 
 
 def _as_result(samples: dict[str, Any]) -> Any:

@@ -79,3 +79,24 @@ def test_every_median_has_its_interval_and_n(cli, served, db_url):
     assert {"median_step_low_ms", "median_step_high_ms", "median_step_n", "median_cpu_n", "median_wait_n"} <= set(
         csv.columns
     )
+
+
+def test_the_reported_points_per_query_latencies_are_kept_for_the_next_runs_tail_gate(db_url, tmp_path, served):
+    """A server run keeps its reported point's per-query latencies (a search's max) in their own run_tables row,
+    and a later run with a tail gate compares its per-query p99 with them at the same rate (the compare stage)."""
+    from tasks.stages.compare import baseline_compare
+    from tasks.store.reads import server_point
+    from tests.helpers.builders import server_run_records
+
+    kept = server_point(db_url, served["search"])
+    at_max = [p for p in served["points"]["search"] if p["target_qps"] == 100.0]
+    assert kept is not None and kept["target_qps"] == 100.0 and kept["latency_ms"] == at_max[0]["latency_ms"]
+    slow = server_points([(300.0, 0.008)], n=640)  # the baseline: 640 queries at 300 q/s, 8-12 ms a batch
+    base = archive_server_run(db_url, tmp_path, "base", slow, model="g", gate_percentile=99)
+    worse = server_points([(300.0, 0.016)], n=640)  # twice the service time: queues grow, the tail with them
+    ctx, pulled, env, warm, run, parsed, _ = server_run_records(tmp_path, "cand", worse, model="g", gate_percentile=99)
+    verdict = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "cand" / "work")
+    tail = verdict.evidence["per_query_tail"]
+    assert verdict.baseline_run_ids == [base] and tail["rate_qps"] == pytest.approx(300.0)
+    assert tail["verdict"] == "regression" and (tail["n_a"], tail["n_b"]) == (640, 640)
+    assert verdict.verdict == "regression" and "p99 per query" in (verdict.reason or "")
