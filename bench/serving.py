@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/serving.py`` (options: ``--models``, ``--batch-size`` (4), ``--bound-ms`` (the
 latency bound, 50 ms), ``--start-qps`` (the search's first rate, 200 q/s), ``--telemetry-interval-ms`` (1000),
-``--measured-steps`` (320: batches of single-stream and offline, queries per server point)). About 6 minutes on
-the 2-core dev machine.
+``--measured-steps`` (320: batches of single-stream and offline, queries per server point)). 76 s on the 2-core
+dev machine at load 5-6.6 (2026-12-02).
 
 What it does, in a temporary ``PERFWATCH_HOME``: builds the zoo's ``zoo_lambda`` (161 parameters) and ``zoo_cnn``
 (898 parameters, fed 32x32x3 images), the two smallest of ``tasks.runner.zoo`` (in a subprocess: TensorFlow is
