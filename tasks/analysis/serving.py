@@ -519,7 +519,8 @@ def bound_text(s: Mapping[str, Any], unit: str = "samples") -> str:
     bound = f"within {s['latency_bound_ms']:g} ms"
     if s["outcome"] == "not estimable":
         have = f", have {s['n']}" if s.get("n") is not None else ""
-        return f"{key}'s 95% upper bound {bound}: not estimable (needs {s.get('upper_needs')} {unit}{have})"
+        needs = s.get("upper_needs") or percentiles.min_samples(s["percentile"])
+        return f"{key}'s 95% upper bound {bound}: not estimable (needs {needs} {unit}{have})"
     return f"{key}'s 95% upper bound {s['outcome']} {bound}"
 
 
@@ -541,7 +542,8 @@ def max_qps_text(s: Mapping[str, Any]) -> str | None:
     else:
         r = percentiles.PercentileCI(**s["latency"][key])
         text = (
-            f"max QPS {s['max_qps']:.4g} q/s issued (nominal {s['max_qps_target']:.4g}) with {key}'s 95% upper "
+            f"max QPS {s['max_qps']:.4g} q/s issued (nominal {s.get('max_qps_target', s['max_qps']):.4g}) with "
+            f"{key}'s 95% upper "
             f"bound{bound}: {r.text(name=key + ' per query')}, achieved {s['achieved_qps']:.4g} q/s"
         )
     codes = [f["code"] for f in s.get("findings") or []]

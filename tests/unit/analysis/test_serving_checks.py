@@ -261,3 +261,14 @@ def test_a_search_states_its_max_as_the_rate_issued_with_its_per_query_percentil
     line = serving.summary_line(s, 2)
     assert line.startswith(f"server search (batch 2): max QPS {s['max_qps']:.4g} q/s issued")
     assert "p99 per query" in line
+
+
+def test_a_summary_stored_before_these_fields_still_reads():
+    """A search stored before the max's nominal rate, the outcome and the upper bound's needs were kept."""
+    points = [server_point(q, seed=i) for i, q in enumerate((100.0, 200.0, 950.0))]
+    record = {"scenario": "server", "wall_s": 9.0, "examples": 0, "points": points, "search": True}
+    s = serving.summarize(record, {}, [], batch_size=2, percentile=99, bound_ms=15.0)
+    old = {k: v for k, v in s.items() if k not in ("max_qps_target", "upper_needs", "outcome", "point_index")}
+    old["points"] = [{k: v for k, v in p.items() if k != "outcome"} for p in s["points"]]
+    assert serving.summary_line(old).startswith(f"server search: max QPS {s['max_qps']:.4g} q/s issued")
+    assert any(line.startswith("server 100 q/s offered") for line in serving.serving_text(old))
