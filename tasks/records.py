@@ -533,8 +533,10 @@ class Case(Record):
         "the two p99s with a distribution-free interval, verdict regression when either the median's or this "
         "gate's interval lies above the band. It needs per version min_samples(p, 1 - (1 - confidence)/2) steps "
         "(p99: 528 at confidence 0.99, 367 at 0.95; paired_blocks x paired_block_steps); with fewer its verdict "
-        "is inconclusive (too few samples for p99). A gate with it measures its whole budget. Unset: the median "
-        "only. Not part of the case identity.",
+        "is inconclusive (too few samples for p99). A gate with it measures its whole budget. On a server case the "
+        "paired blocks time batches back to back, the service time: the compare stage also tests this percentile "
+        "per query (arrival to result) against the baseline run's at the same rate, and each point issues the "
+        "queries that test needs. Unset: the median only. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
     metrics: list[str] | None = Field(

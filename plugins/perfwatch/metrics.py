@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
@@ -63,6 +63,18 @@ class StoreCollector:
       interval (``tasks.analysis.percentiles``; a bound the run was too short for is absent, e.g. the p99's
       "high" under 299 batches), ``perfwatch_latency_estimable{quantile}`` (1: both bounds exist) and
       ``perfwatch_latency_samples`` (the measured batches they rest on).
+
+    * the server scenario's own figures of an infer/tflite case's newest successful run (``latency_ms["serving"]``,
+      ``tasks.analysis.serving.summarize``; :func:`server_families`), labelled ``scenario`` (``server``):
+      ``perfwatch_server_offered_qps``, ``perfwatch_server_issued_qps`` (what its schedule issued) and
+      ``perfwatch_server_achieved_qps`` (queries served per second) of its reported point (a search's max);
+      ``perfwatch_server_latency_seconds{quantile="0.5"|"0.9"|"0.99"}``: the per-query latency percentiles
+      (arrival to result, queueing included; absent where not estimable) with
+      ``perfwatch_server_latency_bound_seconds{quantile, bound}`` and ``perfwatch_server_latency_samples`` (the
+      queries); for a QPS search ``perfwatch_server_max_qps`` (the issued rate of the highest rate that met the
+      bound; absent when none met), ``perfwatch_server_latency_bound_target_seconds`` (the bound) and
+      ``perfwatch_server_search_unstable`` (1 when the search's points flag it: non-monotonic, a disagreeing
+      re-measure, a change of host load; 0 otherwise).
 
     * ``perfwatch_step_time_bound_seconds{quantile="0.5"|"0.9", bound="low"|"high", source}``: the
       distribution-free 95% interval of the step-time quantiles from the run's measured steps (absent where the
@@ -252,12 +264,71 @@ class StoreCollector:
             lat_ok,
             lat_n,
         )
+        yield from server_families(snap.latest, ident)
         if snap.newest_finished_at is not None:
             age = GaugeMetricFamily(
                 "perfwatch_newest_data_age_seconds", "Seconds since the newest run of any model finished"
             )
             age.add_metric([], (dt.datetime.now(dt.UTC) - snap.newest_finished_at).total_seconds())
             yield age
+
+
+def server_families(latest: Iterable[Any], ident: Callable[[str, str], list[str]]) -> list[Metric]:
+    """The server scenario's gauges (:class:`StoreCollector`'s docstring) of the newest successful runs ``latest``
+    (``tasks.store.series.LatestRun``: its ``latency_ms["serving"]``), each labelled ``ident(model, case)`` and
+    ``scenario``; runs of other scenarios add nothing. Times in seconds, rates in queries/s."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    labels = ["model", "case", "case_label", "scenario"]
+
+    def gauge(name: str, doc: str, extra: Sequence[str] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=[*labels, *extra])
+
+    offered = gauge("perfwatch_server_offered_qps", "Server scenario: the nominal arrival rate of the reported point")
+    issued = gauge("perfwatch_server_issued_qps", "Server scenario: the rate its arrival schedule issued, queries/s")
+    achieved = gauge("perfwatch_server_achieved_qps", "Server scenario: queries served per second at the point")
+    lat = gauge(
+        "perfwatch_server_latency_seconds",
+        "Server scenario: per-query latency percentile, arrival to result, queueing included (nearest rank)",
+        ["quantile"],
+    )
+    bound = gauge(
+        "perfwatch_server_latency_bound_seconds",
+        "Server scenario: bound of the per-query percentile's distribution-free 95% interval",
+        ["quantile", "bound"],
+    )
+    samples = gauge("perfwatch_server_latency_samples", "Server scenario: queries the per-query percentiles rest on")
+    best = gauge("perfwatch_server_max_qps", "QPS search: issued rate of the highest rate that met the latency bound")
+    target = gauge("perfwatch_server_latency_bound_target_seconds", "QPS search: the latency bound it searched for")
+    unstable = gauge("perfwatch_server_search_unstable", "QPS search: 1 when its points flag an unstable search")
+    for r in latest:
+        s = (r.latency_ms or {}).get("serving") if isinstance(r.latency_ms, dict) else None
+        if not isinstance(s, dict) or s.get("scenario") != "server":
+            continue
+        key = [*ident(r.model, r.case_name), "server"]
+        for family, v in (
+            (offered, s.get("target_qps")),
+            (issued, s.get("issued_qps")),
+            (achieved, s.get("achieved_qps")),
+        ):
+            if isinstance(v, int | float):
+                family.add_metric(key, float(v))
+        for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
+            c = (s.get("latency") or {}).get(name) or {}
+            if c.get("estimable") and c.get("point") is not None:
+                lat.add_metric([*key, q], c["point"] / 1000.0)
+            for side in ("low", "high"):
+                if c.get(side) is not None:
+                    bound.add_metric([*key, q, side], c[side] / 1000.0)
+        if s.get("queries") is not None:
+            samples.add_metric(key, float(s["queries"]))
+        if s.get("search"):
+            if s.get("max_qps") is not None:
+                best.add_metric(key, float(s["max_qps"]))
+            if s.get("latency_bound_ms") is not None:
+                target.add_metric(key, s["latency_bound_ms"] / 1000.0)
+            unstable.add_metric(key, 1.0 if s.get("findings") else 0.0)
+    return [offered, issued, achieved, lat, bound, samples, best, target, unstable]
 
 
 @router.get("/metrics", dependencies=[Depends(metrics_access)])

@@ -817,6 +817,9 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
         body += _op_deltas_section(comp)
         body += _distribution_section(run_id, comp["baseline_run_id"] if comp else None)
         with_charts = True
+        from .serving import serving_section  # the scenario's own figures: a self-contained block
+
+        body += serving_section(run_tool_tables(db, run_id).get("inputs"))
         body += "<h2 id='findings'>Findings</h2>" + _findings_table(run_findings(db, run_id))
         body += _telemetry_section(run_tool_tables(db, run_id).get("telemetry"))
     body += _open_section(request, run)

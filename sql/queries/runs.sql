@@ -1,10 +1,16 @@
 -- name: runs
 -- The newest runs (optionally of one model), newest first: status, version (as pulled; the
--- requested one when the run failed before the pull), median step time (ms, our timer),
+-- requested one when the run failed before the pull), median step time (ms, our timer) with the measured
+-- steps it rests on (n_measured),
 -- throughput (examples/s), peak host RSS and device memory (bytes), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
 -- params is the run's Case as JSON (its axes: mode, batch_size, precision, xla, strategy, quantization);
 -- fed is what the runner fed the model (run_tables tool 'inputs': per input shape, dtype, range; NULL
--- for failed runs and runs stored before it was kept).
+-- for failed runs and runs stored before it was kept), and for infer/tflite runs latency_ms: the per-batch
+-- latency percentiles with their intervals, and latency_ms.serving, the scenario's own figures
+-- (tasks.analysis.serving.summarize): the scenario (single-stream, offline, server), its throughput, the latency
+-- bound's outcome, and for server the rate offered (target_qps), issued (issued_qps) and achieved (achieved_qps,
+-- queries/s), the per-query latency percentiles with their intervals and n (latency), every rate tried (points)
+-- and a QPS search's max_qps (issued rate, q/s) with its findings. tasks.store.queries.scenario_columns reads them.
 -- params: model text optional, limit integer
 -- psql:
 --   psql "$DB" -v model=NULL -v limit=50 -f sql/queries/runs.sql
@@ -19,6 +25,7 @@ SELECT r.id AS run_id,
        r.status,
        r.trigger,
        r.median_step_ms,
+       r.n_measured,
        r.throughput_eps,
        r.peak_rss_bytes,
        r.peak_device_bytes,

@@ -3,7 +3,10 @@
 -- `perfwatch sweep`. Per case: run id, start, version, the run's Case as JSON (params: its axes),
 -- median step time (ms, our timer), the p99 of its measured steps (nearest rank, step_quantiles; one batch's
 -- latency in infer/tflite mode) with the measured steps it rests on (n_measured: whether the run supports
--- an interval of its p99 at all) and throughput (examples/s at the median).
+-- an interval of its p99 at all), throughput (examples/s at the median) and fed: the run's run_tables row
+-- 'inputs', whose latency_ms.serving holds the scenario's own figures (tasks.analysis.serving.summarize: its
+-- throughput, examples over the run for offline and queries served per second for server; a server run's
+-- per-query percentiles with their intervals, a search's max QPS), which the sweep judges a scenario case by.
 -- params: model text, version text optional
 -- psql (text values quoted, NULL for "any"):
 --   psql "$DB" -v model="'demo_mobilenet'" -v version=NULL -f sql/queries/sweep.sql
@@ -39,7 +42,10 @@ SELECT p.id AS run_id,
        p.median_step_ms,
        sp.p99_step_ms,
        sp.n_measured,
-       p.throughput_eps
+       p.throughput_eps,
+       it.data AS fed
 FROM picked p
 LEFT JOIN spread sp ON sp.run_id = p.id
+-- the picked runs' rows only (run_tables' primary key is run_id, tool)
+LEFT JOIN run_tables it ON it.run_id = p.id AND it.tool = 'inputs'
 ORDER BY p.case_name;

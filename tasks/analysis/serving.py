@@ -11,10 +11,16 @@ percentile intervals (``tasks.analysis.percentiles``), and checks that the numbe
 * **offline**: throughput is examples over the whole measured phase; the per-batch intervals between results
   must add up to that phase (within :data:`WALL_TOLERANCE`), and a model's offline throughput must not fall
   below its single-stream one by more than noise (:func:`offline_vs_single_stream`).
-* **server**: the schedule's rate is the target within Poisson tolerance (the n-th arrival of a Poisson
-  process is Gamma(n, qps): ``n / T_n`` has relative sd ``1/sqrt(n)``; :func:`poisson_tolerance`), achieved QPS
-  matches the target when the rate is under capacity, every query was served, and every query's latency
-  (queueing included) is at least its batch's service time.
+* **server**: the schedule issued its target rate (the runner scales the Poisson draw to it,
+  ``tasks.runner.loadgen.poisson_arrivals``; within :data:`SCHEDULE_TOLERANCE`), achieved QPS matches the
+  target when the rate is under capacity, every query was served, every query's latency (queueing included)
+  is at least its batch's service time, and Little's law holds (:func:`littles_law_check`: the time-average
+  number of queries in the system, from the arrival and completion timestamps, equals the achieved rate times
+  the mean latency).
+* **search**: a QPS search's points are checked for what would make its max QPS a guess
+  (:func:`search_findings`): a rate that missed below one that met (non-monotonic), a re-measure that
+  disagreed with the first measure of a rate, and a change of the host's load between points; its max QPS is
+  the highest rate below which every measurement met (:func:`consistent_max`), stated as the rate issued.
 * **precision**: a mixed-precision case really computed in its type (the compute dtypes the runner read from
   the model's layers' dtype policies).
 """
@@ -27,14 +33,32 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tasks.analysis import percentiles
+from tasks.analysis.calibration import DEFAULT_MAX_OTHER_CPU_SHARE
+from tasks.analysis.findings import WARNING, Finding
 
 #: a single-stream run's median per-batch latency may differ from its mean by this fraction before
 #: "examples/s at the median" (batch_size / median) is said to disagree with the throughput over all batches
 SKEW_TOLERANCE = 0.25
 #: an offline run's per-batch intervals must cover its measured phase's wall time within this fraction
 WALL_TOLERANCE = 0.05
-#: normal quantile of the Poisson-rate checks: two-sided 99.9% (an unchanged generator fails 1 run in 1,000)
-POISSON_Z = 3.29
+#: relative deviation of the schedule's issued rate from its target: the runner scales the arrivals to the
+#: target (``loadgen.poisson_arrivals``), so they differ by float rounding only (1e-15); a schedule drawn but
+#: not scaled misses by ``1/sqrt(n)`` (about 6% at 299 queries), far outside this
+SCHEDULE_TOLERANCE = 1e-6
+#: the achieved rate may fall below the target by the drain after the last arrival (the last latency over the
+#: point's duration) and this much more: the timer reads around the serving loop, microseconds of a >= 1 s point
+ACHIEVED_SLACK = 0.01
+#: Little's law: the time-average number in the system from the timestamps may differ from achieved rate x mean
+#: latency by this fraction. Both are computed over the same window [0, duration] that every query arrives and
+#: completes in, where L = lambda W holds exactly (the integral of N(t) is the sum of the sojourn times); they
+#: differ by float rounding (1e-12) unless a latency disagrees with its query's arrival and its batch's completion
+#: (another clock origin, a query counted in the wrong batch, a completion outside the window). 0.1% is 10 us of a
+#: 10 ms mean latency, below the 2 decimals of ms any figure is printed with.
+LITTLE_TOLERANCE = 1e-3
+#: a search's points saw a change of the host's load when the other processes' share of its CPU time differs by
+#: this much between two points: as much as the whole share a measurement may give others and still count as
+#: quiet (``calibration.DEFAULT_MAX_OTHER_CPU_SHARE``)
+HOST_LOAD_CHANGE = DEFAULT_MAX_OTHER_CPU_SHARE
 #: a server rate below this fraction of the capacity (batch_size / median service time) is "under capacity"
 UNDER_CAPACITY = 0.8
 #: an offline throughput may read this fraction below the single-stream one of the same model (host noise)
@@ -84,17 +108,6 @@ def capacity_qps(batch_size: int, step_ms: float) -> float:
     return batch_size / (step_ms / 1000.0)
 
 
-def poisson_tolerance(n: int, z: float = POISSON_Z) -> float:
-    """Relative tolerance of a rate measured over ``n`` Poisson arrivals: ``z / sqrt(n)`` (module docstring).
-
-    Raises:
-        ValueError: ``n`` < 1.
-    """
-    if n < 1:
-        raise ValueError(f"n {n} must be at least 1")
-    return z / math.sqrt(n)
-
-
 def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
     return {"check": name, "ok": bool(ok), "detail": detail}
 
@@ -142,11 +155,42 @@ def offline_vs_single_stream(
     )
 
 
+def littles_law_check(point: dict[str, Any]) -> dict[str, Any] | None:
+    """Little's law on one server point (``L = lambda W``; Little 1961): the time-average number of queries in
+    the system over the point, ``L = (1/T) * integral of N(t) dt`` on ``[0, T]`` (``T``: ``duration_s``), with
+    ``N(t)`` counted from the timestamps (each query in the system from its scheduled arrival, ``arrivals_s``,
+    to its batch's completion, ``done_s``), against the achieved rate times the mean latency (``achieved_qps x
+    mean(latency_ms)``), within :data:`LITTLE_TOLERANCE` (why so tight: there). None for a point stored without
+    its timestamps (a runner before they were kept)."""
+    arrivals, done = point.get("arrivals_s") or [], point.get("done_s") or []
+    lat, batches = point["latency_ms"], point["batch_queries"]
+    if not arrivals or len(done) != len(batches) or len(arrivals) != len(lat):
+        return None
+    departures = [d for d, count in zip(done, batches, strict=True) for _ in range(count)]
+    window = float(point["duration_s"])
+    events = sorted([(float(a), 1) for a in arrivals] + [(float(d), -1) for d in departures])
+    area, inside, last = 0.0, 0, 0.0
+    for t, change in events:  # the integral of N(t) over [0, window], N stepping at each arrival and completion
+        t = min(max(t, 0.0), window)
+        area += inside * (t - last)
+        inside, last = inside + change, t
+    area += inside * (window - last)
+    in_system = area / window if window > 0 else float("nan")
+    product = float(point["achieved_qps"]) * statistics.fmean(lat) / 1000.0
+    ratio = in_system / product if product > 0 else float("nan")
+    return _check(
+        "littles_law",
+        abs(ratio - 1.0) <= LITTLE_TOLERANCE,
+        f"time-average {in_system:.4f} queries in the system (from {len(arrivals)} arrivals and {len(done)} batch "
+        f"completions over {window:.3f} s) against achieved {point['achieved_qps']:.2f}/s x mean latency "
+        f"{statistics.fmean(lat):.3f} ms = {product:.4f} (ratio {ratio:.6f}; within {LITTLE_TOLERANCE:.1%} expected)",
+    )
+
+
 def server_checks(point: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
     """One server point (``tasks.runner.protocol.ServerPoint`` as a dict) checked (module docstring)."""
     n = len(point["latency_ms"])
     issued = sum(point["batch_queries"])
-    tol = poisson_tolerance(n)
     target = point["target_qps"]
     service = point["service_ms"]
     capacity = capacity_qps(batch_size, statistics.median(service))
@@ -156,20 +200,21 @@ def server_checks(point: dict[str, Any], batch_size: int) -> list[dict[str, Any]
         ),
         _check(
             "issued_rate",
-            abs(point["issued_qps"] / target - 1.0) <= tol,
-            f"the schedule's rate {point['issued_qps']:.2f}/s against target {target:.2f}/s "
-            f"(Poisson tolerance ±{tol:.1%} for {n} arrivals)",
+            abs(point["issued_qps"] / target - 1.0) <= SCHEDULE_TOLERANCE,
+            f"the schedule issued {point['issued_qps']:.2f}/s against target {target:.2f}/s (the arrivals are "
+            f"scaled to the target: within {SCHEDULE_TOLERANCE:g} expected)",
         ),
     ]
     if target <= UNDER_CAPACITY * capacity:  # the server keeps up: it ends a last latency after the last arrival
         last = max(point["latency_ms"]) / 1000.0
-        slack = tol + last / max(point["duration_s"], 1e-9)
+        slack = ACHIEVED_SLACK + last / max(point["duration_s"], 1e-9)
         checks.append(
             _check(
                 "achieved_rate",
                 abs(point["achieved_qps"] / target - 1.0) <= slack,
                 f"achieved {point['achieved_qps']:.2f}/s against target {target:.2f}/s under capacity "
-                f"{capacity:.1f}/s (tolerance ±{slack:.1%})",
+                f"{capacity:.1f}/s (tolerance ±{slack:.1%}: the drain after the last arrival and "
+                f"{ACHIEVED_SLACK:.0%})",
             )
         )
     short = []
@@ -188,6 +233,8 @@ def server_checks(point: dict[str, Any], batch_size: int) -> list[dict[str, Any]
             else f"{len(short)} queries read less latency than their batch's service, e.g. (query, ms, ms) {short[:3]}",
         )
     )
+    if (little := littles_law_check(point)) is not None:
+        checks.append(little)
     return checks
 
 
@@ -207,17 +254,31 @@ def precision_checks(precision: str, compute_dtypes: Sequence[str] | None) -> li
     ]
 
 
+def outcome(upper_ms: float | None, bound_ms: float | None) -> str | None:
+    """A latency bound's outcome from the percentile's upper bound (ms): ``met`` (within ``bound_ms``),
+    ``missed``, or ``not estimable`` (the sample is too short to bound the percentile from above: it can show
+    neither); None without a bound. As the runner's ``loadgen.bound_outcome``."""
+    if bound_ms is None:
+        return None
+    if upper_ms is None:
+        return "not estimable"
+    return "met" if upper_ms <= bound_ms else "missed"
+
+
 def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | None, batch_size: int) -> dict[str, Any]:
-    """One server point as reported: rate asked, issued and achieved (queries/s), queries, duration (s), the
+    """One server point as reported: rate asked (``target_qps``), issued (the schedule's rate, LoadGen's
+    "scheduled samples per second") and achieved (queries served per second), queries, duration (s), the
     per-query latency percentiles (p50/p90/p99 and ``percentile``, ms, with their 95% intervals and n:
-    ``percentiles.latency_cis``), queueing p50/p99 (ms), whether the percentile's upper bound is within
-    ``bound_ms`` (``met``; None without a bound), the host's load over the point, and the point's checks."""
+    ``percentiles.latency_cis``), queueing p50/p99 (ms), ``outcome`` (:func:`outcome` of the percentile's upper
+    bound ``upper_ms`` against ``bound_ms``) and ``met`` (the outcome is ``met``; None without a bound), the
+    host's load over the point, and the point's checks."""
     lat = point["latency_ms"]
     qs = sorted({50.0, 90.0, 99.0, float(percentile)})
     cis = percentiles.latency_cis(lat, qs)
     key = f"p{percentile:g}"
     upper = cis[key]["high"]
     load = point.get("host_load") or {}
+    result = outcome(upper, bound_ms)
     return {
         "target_qps": point["target_qps"],
         "issued_qps": point["issued_qps"],
@@ -230,10 +291,107 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
         "queue_p99_ms": percentiles.percentile_ci(point["queue_ms"], 99).point,
         "service_p50_ms": statistics.median(point["service_ms"]),
         "upper_ms": upper,
-        "met": None if bound_ms is None else (upper is not None and upper <= bound_ms),
+        "outcome": result,
+        "met": None if result is None else result == "met",
         "host_load": {k: load.get(k) for k in ("load1_start", "load1_end", "other_cpu_share", "steal_share")},
         "checks": server_checks(point, batch_size),
     }
+
+
+def consistent_max(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The point a QPS search reports as its max (``point_summary`` records): the highest rate (``target_qps``)
+    at which, and below which, every measurement met the bound: a rate measured twice must have met twice, and
+    a rate that missed below one that met caps the max under it (the search is not monotonic there, and the
+    higher rate's meeting is no evidence that the ones between would). Of a rate measured twice, its measurement
+    with the higher upper bound (the less favourable). None when no rate qualifies."""
+    best: dict[str, Any] | None = None
+    for q in sorted({p["target_qps"] for p in points}):
+        at = [p for p in points if p["target_qps"] == q]
+        if not all(p["met"] for p in at):
+            break
+        best = max(at, key=lambda p: p["upper_ms"] if p["upper_ms"] is not None else math.inf)
+    return best
+
+
+def _pct(share: Any) -> str:
+    return "?" if share is None else f"{100 * share:.0f}%"
+
+
+def search_findings(points: Sequence[Mapping[str, Any]], percentile: float) -> list[Finding]:
+    """What makes a QPS search's max a guess, from its points (``point_summary`` records, in the order measured),
+    each a warning (``tasks.analysis.findings.Finding``):
+
+    * ``search_non_monotonic``: a rate missed the bound below a rate that met it (latency did not grow with the
+      rate: the host changed between the points, or one point caught a stall); names each such pair.
+    * ``search_unconfirmed``: a rate measured twice (the search's confirmation, ``loadgen.QpsSearch.confirm``)
+      met once and missed once.
+    * ``search_host_load_changed``: the other processes' share of the host's CPU time differed between points by
+      :data:`HOST_LOAD_CHANGE` or more (the points were measured on different hosts, in effect).
+
+    Empty for a search of one point or without a bound."""
+    key = f"p{percentile:g}"
+    judged = [p for p in points if p.get("met") is not None]
+    out: list[Finding] = []
+
+    def upper(p: Mapping[str, Any]) -> str:
+        return "not estimable" if p["upper_ms"] is None else f"{p['upper_ms']:.2f} ms"
+
+    inversions = [
+        (lo, hi) for lo in judged if not lo["met"] for hi in judged if hi["met"] and hi["target_qps"] > lo["target_qps"]
+    ]
+    if inversions:
+        pairs = "; ".join(
+            f"{lo['issued_qps']:.4g} q/s missed ({key} upper bound {upper(lo)}) below {hi['issued_qps']:.4g} q/s "
+            f"that met ({upper(hi)})"
+            for lo, hi in inversions[:3]
+        )
+        out.append(
+            Finding(
+                code="search_non_monotonic",
+                severity=WARNING,
+                message=f"QPS search not monotonic: {pairs}{'; ...' if len(inversions) > 3 else ''}. Latency did not "
+                "grow with the rate, so the host changed between points or a stall fell into one; the max QPS is "
+                "the highest rate below which every rate met",
+                figure="rates that missed below a rate that met",
+                value=float(len({id(lo) for lo, _ in inversions})),
+            )
+        )
+    twice = {q for q in {p["target_qps"] for p in judged} if len([p for p in judged if p["target_qps"] == q]) > 1}
+    for q in sorted(twice):
+        at = [p for p in judged if p["target_qps"] == q]
+        if len({bool(p["met"]) for p in at}) > 1:
+            out.append(
+                Finding(
+                    code="search_unconfirmed",
+                    severity=WARNING,
+                    message=f"QPS search: {at[0]['issued_qps']:.4g} q/s re-measured disagreed with itself ("
+                    + ", then ".join(f"{'met' if p['met'] else 'missed'} at {key} upper bound {upper(p)}" for p in at)
+                    + "): the outcome at this rate is the host's, not the model's",
+                    figure="re-measured rate, q/s",
+                    value=float(q),
+                )
+            )
+    shares = [x for p in points if isinstance(x := (p.get("host_load") or {}).get("other_cpu_share"), int | float)]
+    if len(points) > 1 and shares and max(shares) - min(shares) >= HOST_LOAD_CHANGE:
+        loads = [x for p in points if isinstance(x := (p.get("host_load") or {}).get("load1_start"), int | float)]
+        load_text = f", 1-minute load {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+        out.append(
+            Finding(
+                code="search_host_load_changed",
+                severity=WARNING,
+                message=f"host load changed during the QPS search: other processes took {_pct(min(shares))}-"
+                f"{_pct(max(shares))} of the CPU time between points{load_text}; rates measured at different "
+                "loads are not comparable, so the max QPS may be the load's",
+                figure="spread of the other processes' CPU share between points",
+                value=max(shares) - min(shares),
+                threshold=HOST_LOAD_CHANGE,
+            )
+        )
+    return out
+
+
+#: the reported point's fields a server summary repeats at its top level
+SHOWN_KEYS = ("target_qps", "issued_qps", "achieved_qps", "queries", "latency", "outcome", "met", "upper_ms")
 
 
 def summarize(
@@ -259,20 +417,26 @@ def summarize(
     Returns:
         ``scenario``, ``percentile``, ``latency_bound_ms``, ``compute_dtypes``, ``throughput_eps``
         (single-stream: examples over the batches' time; offline: examples over the whole run; server:
-        queries served/s at the reported point), ``met`` (single-stream: the per-batch percentile's upper
-        bound within the bound; server: the reported point's; None without a bound), ``checks``
-        (module docstring); server adds ``points`` (every rate tried, :func:`point_summary`), the
-        reported point's fields (the highest rate that met the bound in a search, else the only or last
-        point) and, in a search, ``max_qps`` (None: no rate met it).
+        queries served/s at the reported point), ``outcome`` (:func:`outcome`: single-stream the per-batch
+        percentile's upper bound against the bound, server the reported point's; None without a bound), ``met``
+        (the outcome is ``met``), ``upper_ms`` and ``upper_needs`` (the upper bound, ms, and the samples a
+        two-sided interval of the percentile needs), ``checks`` (module docstring); server adds ``points`` (every
+        rate tried, :func:`point_summary`), the reported point's fields (``target_qps``, ``issued_qps``,
+        ``achieved_qps``, ``queries``, ``latency``: in a search its max, :func:`consistent_max`, else the only or
+        last point; ``point_index``: its index in ``points``) and, in a search, ``max_qps`` (the max's issued
+        rate, q/s; None: no rate met it), ``max_qps_target`` (its nominal rate) and ``findings``
+        (:func:`search_findings`, as dicts).
 
     Raises:
         ValueError: a server record without points.
     """
     scenario = serving["scenario"]
+    key = f"p{percentile:g}"
     out: dict[str, Any] = {
         "scenario": scenario,
         "percentile": percentile,
         "latency_bound_ms": bound_ms,
+        "upper_needs": percentiles.min_samples(percentile),
         "compute_dtypes": list(compute_dtypes) if compute_dtypes is not None else None,
     }
     checks = precision_checks(precision, compute_dtypes)
@@ -280,26 +444,35 @@ def summarize(
         points = [point_summary(p, percentile, bound_ms, batch_size) for p in serving.get("points") or []]
         if not points:
             raise ValueError("a server run's record holds no points (expected the runner's serve_points)")
-        met = [p for p in points if p["met"]]
-        shown = max(met, key=lambda p: p["target_qps"]) if serving.get("search") and met else points[-1]
+        search = bool(serving.get("search"))
+        best = consistent_max(points) if search else None
+        shown = best if best is not None else points[-1]
         out |= {
             "points": points,
-            "search": bool(serving.get("search")),
-            "max_qps": max(p["target_qps"] for p in met) if serving.get("search") and met else None,
-            **{k: shown[k] for k in ("target_qps", "issued_qps", "achieved_qps", "queries", "latency", "met")},
+            "point_index": points.index(shown),  # which of the points is reported (its raw latencies: the store's)
+            "search": search,
+            "max_qps": best["issued_qps"] if best is not None else None,
+            "max_qps_target": best["target_qps"] if best is not None else None,
+            "findings": [f.model_dump(mode="json") for f in search_findings(points, percentile)] if search else [],
+            **{k: shown[k] for k in SHOWN_KEYS},
             "throughput_eps": shown["achieved_qps"],
         }
         checks += shown["checks"]
     elif scenario == "offline":
-        out |= {"throughput_eps": serving["examples"] / serving["wall_s"], "met": None}
+        out |= {"throughput_eps": serving["examples"] / serving["wall_s"], "met": None, "outcome": None}
         checks += offline_checks(serving, measured_ms)
     else:
-        upper = (latency.get("ci") or {}).get(f"p{percentile:g}", {}).get("high")
-        if upper is None and bound_ms is not None:  # the percentile is not among the run's three: compute it
-            upper = percentiles.percentile_ci(measured_ms, percentile).high
+        ci = (latency.get("ci") or {}).get(key)
+        if ci is None and bound_ms is not None:  # the percentile is not among the run's three: compute it
+            ci = percentiles.percentile_ci(measured_ms, percentile).as_dict()
+        upper = (ci or {}).get("high")
+        result = outcome(upper, bound_ms)
         out |= {
             "throughput_eps": latency["throughput_eps"],
-            "met": None if bound_ms is None else (upper is not None and upper <= bound_ms),
+            "outcome": result,
+            "met": None if result is None else result == "met",
+            "upper_ms": upper,
+            "n": len(measured_ms),
         }
         checks += single_stream_checks(latency, batch_size)
     out["checks"] = checks
@@ -307,25 +480,74 @@ def summarize(
     return out
 
 
+def offered_text(s: Mapping[str, Any]) -> str:
+    """The rate a server point or summary offered: ``50 q/s offered (issued 50)``, the nominal rate and what the
+    schedule issued (they differ in a run whose arrivals were not scaled to the target); the nominal alone for a
+    summary without the issued rate."""
+    issued = s.get("issued_qps")
+    return f"{s['target_qps']:.4g} q/s offered" + ("" if issued is None else f" (issued {issued:.4g})")
+
+
 def server_throughput_text(s: Mapping[str, Any], service_eps: float | None = None, service_note: str = "") -> str:
     """A server run's headline throughput, from its ``serving`` summary (:func:`summarize`): the rate it
     achieved at its reported point (queries served over the time to the last result), in queries/s and
-    examples/s (one query is one example, LoadGen's sample; padding is no example), with the rate offered; and
-    ``service_eps``, where given, labelled as what it is: the batches' service rate at the median batch
-    (``batch_size`` / median service time, what the run's step times give), not what the server delivered.
+    examples/s (one query is one example, LoadGen's sample; padding is no example), with the rate offered and
+    issued; and ``service_eps``, where given, labelled as what it is: the batches' service rate at the median
+    batch (``batch_size`` / median service time, what the run's step times give), not what the server delivered.
     ``service_note`` follows it.
 
-    E.g. ``86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered; service rate 1946.6 examples/s at
-    the median batch``; a search adds which point (``at 120 q/s offered, the highest rate that met the bound``).
+    E.g. ``86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered (issued 100); service rate 1946.6
+    examples/s at the median batch``; a search adds which point (``..., the max QPS``).
     """
     achieved = float(s["achieved_qps"])
     which = ""
     if s.get("search"):
-        which = ", the highest rate that met the bound" if s.get("max_qps") is not None else ", the last rate tried"
-    text = f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at {s['target_qps']:.4g} q/s offered{which}"
+        which = ", the max QPS" if s.get("max_qps") is not None else ", the last rate tried (none met the bound)"
+    text = f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at {offered_text(s)}{which}"
     if service_eps is not None:
         text += f"; service rate {service_eps:.1f} examples/s at the median batch{service_note}"
     return text
+
+
+def bound_text(s: Mapping[str, Any], unit: str = "samples") -> str:
+    """A bound's outcome in words (:func:`outcome`): ``p99's 95% upper bound met within 50 ms``, ``... missed
+    within 50 ms``, or ``p99's 95% upper bound within 50 ms: not estimable (needs 299 batches)``; empty
+    without a bound."""
+    if s.get("latency_bound_ms") is None or s.get("outcome") is None:
+        return ""
+    key = f"p{s['percentile']:g}"
+    bound = f"within {s['latency_bound_ms']:g} ms"
+    if s["outcome"] == "not estimable":
+        have = f", have {s['n']}" if s.get("n") is not None else ""
+        needs = s.get("upper_needs") or percentiles.min_samples(s["percentile"])
+        return f"{key}'s 95% upper bound {bound}: not estimable (needs {needs} {unit}{have})"
+    return f"{key}'s 95% upper bound {s['outcome']} {bound}"
+
+
+def max_qps_text(s: Mapping[str, Any]) -> str | None:
+    """A search's answer in one sentence (:func:`summarize`'s server summary), None for a run that is no search:
+    ``max QPS 473 q/s (issued; nominal 473) with p99's 95% upper bound within 50 ms: p99 per query 40.07 ms
+    [38.1, 42.9] (95%, n=299)``, or ``none of the 8 rates tried (...)``, and the search's warnings in a word."""
+    if not s.get("search"):
+        return None
+    key = f"p{s['percentile']:g}"
+    bound = f" within {s['latency_bound_ms']:g} ms" if s.get("latency_bound_ms") is not None else ""
+    points = s.get("points") or []
+    if s.get("max_qps") is None:
+        lowest = min(points, key=lambda p: p["target_qps"]) if points else None
+        text = f"max QPS with {key}'s 95% upper bound{bound}: none of the {len(points)} rates tried"
+        if lowest is not None:
+            r = percentiles.PercentileCI(**lowest["latency"][key])
+            text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, {r.text(name=key + ' per query')})"
+    else:
+        r = percentiles.PercentileCI(**s["latency"][key])
+        text = (
+            f"max QPS {s['max_qps']:.4g} q/s issued (nominal {s.get('max_qps_target', s['max_qps']):.4g}) with "
+            f"{key}'s 95% upper "
+            f"bound{bound}: {r.text(name=key + ' per query')}, achieved {s['achieved_qps']:.4g} q/s"
+        )
+    codes = [f["code"] for f in s.get("findings") or []]
+    return text + (f"; unstable search: {', '.join(codes)}" if codes else "")
 
 
 def serving_text(s: dict[str, Any]) -> list[str]:
@@ -336,22 +558,22 @@ def serving_text(s: dict[str, Any]) -> list[str]:
     if s["scenario"] == "server":
         for p in s["points"]:
             r = percentiles.PercentileCI(**p["latency"][key])
-            verdict = "" if p["met"] is None else (" met" if p["met"] else " missed") + f" the bound{bound}"
+            verdict = {None: "", "met": " met", "missed": " missed", "not estimable": " could not judge"}[
+                p.get("outcome", None if p["met"] is None else ("met" if p["met"] else "missed"))
+            ]
+            verdict += f" the bound{bound}" if verdict else ""
             lines.append(
-                f"server {p['target_qps']:.4g} q/s (achieved {p['achieved_qps']:.4g}, {p['queries']} queries, "
-                f"{p['duration_s']:.1f} s, load {p['host_load'].get('load1_start') or 0:.1f}): per query "
-                f"{r.text()}{verdict}"
+                f"server {offered_text(p)}: achieved {p['achieved_qps']:.4g}, {p['queries']} queries, "
+                f"{p['duration_s']:.1f} s, load {p['host_load'].get('load1_start') or 0:.1f}, others "
+                f"{_pct(p['host_load'].get('other_cpu_share'))} of the CPU: per query {r.text()}{verdict}"
             )
-        if s.get("search"):
-            lines.append(
-                f"max QPS with {key}'s 95% upper bound{bound}: "
-                + (f"{s['max_qps']:.4g} q/s" if s["max_qps"] is not None else "none of the rates tried")
-            )
+        if (answer := max_qps_text(s)) is not None:
+            lines.append(answer)
+        for f in s.get("findings") or []:
+            lines.append(f"finding {f['code']}: {f['message']}")
     else:
-        met = (
-            "" if s.get("met") is None else (f"; {key}'s 95% upper bound" + (" met" if s["met"] else " missed") + bound)
-        )
-        lines.append(f"{s['scenario']}: {s['throughput_eps']:.1f} examples/s{met}")
+        met = bound_text(s, "batches")
+        lines.append(f"{s['scenario']}: {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else ""))
     bad = [c for c in s["checks"] if not c["ok"]]
     lines.append(
         "numbers agree: " + ", ".join(c["check"] for c in s["checks"])
@@ -361,3 +583,24 @@ def serving_text(s: dict[str, Any]) -> list[str]:
     if s.get("compute_dtypes"):
         lines.append(f"compute dtypes of the layers: {', '.join(s['compute_dtypes'])}")
     return lines
+
+
+def summary_line(s: Mapping[str, Any], batch_size: int | None = None) -> str:
+    """The scenario's figures in one plain line, for the measure task's log (what a DAG user reads besides the
+    XCom dict) and under ``perfwatch runs``: a server search ``server search (batch 4): max QPS 473 q/s issued
+    ...`` (:func:`max_qps_text`), a server rate ``server (batch 4) at 50 q/s offered (issued 50): achieved 49.8
+    q/s; p99 per query 12.3 ms [...] (95%, n=320)``, single-stream and offline their throughput (and the bound's
+    outcome). ``batch_size``: said when given."""
+    key = f"p{s['percentile']:g}"
+    batch = f" (batch {batch_size})" if batch_size is not None else ""
+    if s["scenario"] == "server":
+        if (answer := max_qps_text(s)) is not None:
+            return f"server search{batch}: {answer}"
+        r = percentiles.PercentileCI(**s["latency"][key])
+        met = bound_text(s, "queries")
+        return (
+            f"server{batch} at {offered_text(s)}: achieved {s['achieved_qps']:.4g} q/s; "
+            f"{r.text(name=key + ' per query')}" + (f"; {met}" if met else "")
+        )
+    met = bound_text(s, "batches")
+    return f"{s['scenario']}{batch}: {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else "")

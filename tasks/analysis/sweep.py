@@ -9,6 +9,14 @@ and ``p99_step_ms`` (ms, our timer, profiler off: a training step, or one batch'
 distribution-free 95% interval, the samples it rests on and whether they support that interval
 (``p99_low_ms``, ``p99_high_ms``, ``p99_n``, ``p99_estimable``: ``tasks.analysis.percentiles.percentile_ci``).
 
+A scenario case is judged by its scenario's own figures (issue 27, the serving team's audit): its throughput
+is the scenario's (``throughput_of`` says which: examples over all batches for single-stream, over the whole
+run for offline, the queries served per second at the reported point for server, a search's at its max QPS;
+``batch_size / median`` only for a train case, the one figure every run has), and a server case's p99 is its
+per-query p99 (``p99_of``: arrival to result, queueing included), never its batches' service time: at "513.3
+examples/s, p99 13.52 ms" the server search case the audit read had its max QPS at 473 and a per-query p99 of
+40.07 ms [38.1, 42.9].
+
 The cases that agree on every other axis form a *series*, a curve along the swept axis and along it only
 (``infer-bs4``, ``infer-bs4-offline`` and ``infer-bs4-server-q100`` are three series: another scenario is
 another curve); the **knee** of a series is its case of highest throughput whose p99 step time is within the
@@ -47,6 +55,13 @@ class SweepPoint:
         within_budget: the p99's upper bound <= the latency budget; None without a budget, or when the
             p99 has no upper bound (too few samples: not shown within the budget).
         knee: the series' best operating point (highest throughput within the budget).
+        throughput_of: what ``throughput_eps`` is (module docstring): ``examples/s at the median step``,
+            ``examples/s over all batches``, ``examples/s over the run``, ``queries/s achieved``.
+        p99_of: what the p99 is of: ``per step``, ``per batch`` or ``per query`` (a server case).
+        median_step_low_ms, median_step_high_ms, median_step_n: the median step time's 95% interval (ms) and
+            the steps it rests on (None where the samples are absent or too few).
+        max_qps: a server search case's max QPS (the issued rate of the highest rate that met its bound, q/s);
+            None for every other case.
     """
 
     series: str
@@ -63,6 +78,16 @@ class SweepPoint:
     throughput_eps: float
     within_budget: bool | None
     knee: bool
+    throughput_of: str = "examples/s at the median step"
+    p99_of: str = "per step"
+    median_step_low_ms: float | None = None
+    median_step_high_ms: float | None = None
+    median_step_n: int | None = None
+    max_qps: float | None = None
+
+
+def _float(v: Any) -> float | None:
+    return None if v is None else float(v)
 
 
 def _order(v: Any) -> tuple:
@@ -80,7 +105,9 @@ def sweep(
         points: one mapping per case (the newest successful run of each): ``case``, ``run_id``,
             ``version``, ``median_step_ms``, ``p99_step_ms``, ``p99_low_ms``, ``p99_high_ms``, ``p99_n``,
             ``p99_estimable`` (each may be None; a p99 with ``p99_estimable`` False loses its point),
-            ``throughput_eps`` and every name in ``axes``.
+            ``throughput_eps`` and every name in ``axes``; optionally ``throughput_of``, ``p99_of``,
+            ``median_step_low_ms``, ``median_step_high_ms``, ``median_step_n`` and ``max_qps``
+            (:class:`SweepPoint`).
         axis: the swept axis, one of ``axes`` (e.g. ``batch_size``).
         axes: every axis that names a case (``tasks.store.queries.SERIES_COLUMNS``): the cases that agree on
             all but ``axis`` form a series, so a series varies ``axis`` alone.
@@ -156,6 +183,12 @@ def sweep(
                 throughput_eps=float(p["throughput_eps"]),
                 within_budget=within(p),
                 knee=p is best,
+                throughput_of=str(p.get("throughput_of") or "examples/s at the median step"),
+                p99_of=str(p.get("p99_of") or "per step"),
+                median_step_low_ms=_float(p.get("median_step_low_ms")),
+                median_step_high_ms=_float(p.get("median_step_high_ms")),
+                median_step_n=None if p.get("median_step_n") is None else int(p["median_step_n"]),
+                max_qps=_float(p.get("max_qps")),
             )
             for p in curve
         ]

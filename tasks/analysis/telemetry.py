@@ -63,8 +63,22 @@ def memory_growth(
     }
 
 
-def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
-    """Per-device summary of a runner telemetry record (module docstring) for ``batch_size`` examples/step.
+def real_examples(result: dict[str, Any]) -> int | None:
+    """The examples a profile result's measured phase really served, for energy per example: a server run's
+    queries (one example each, LoadGen's sample: a batch of fewer queries than ``batch_size`` is padded, and the
+    padding is no example; the idle time between arrivals is part of serving at that rate, so its energy stays
+    in the numerator), else the examples fed to the measured steps (``fed["measured"]["examples"]``: partial
+    batches, where allowed, count as fed); None when the result records neither (then ``steps x batch_size``)."""
+    serving = result.get("serving") or {}
+    if serving.get("scenario") == "server":
+        return sum(len(p.get("latency_ms") or []) for p in serving.get("points") or [])
+    measured = (result.get("fed") or {}).get("measured") or {}
+    return int(measured["examples"]) if isinstance(measured.get("examples"), int) else None
+
+
+def summarize(telemetry: dict[str, Any], batch_size: int, examples: int | None = None) -> dict[str, Any]:
+    """Per-device summary of a runner telemetry record (module docstring) for ``batch_size`` examples/step;
+    ``examples``: the real examples of the window (:func:`real_examples`), default ``steps x batch_size``.
 
     Returns ``{"interval_ms", "window_s", "steps", "examples", "nvml", "devices": {device: {"samples",
     "utilization_mean_pct", "utilization_p95_pct", "memory_peak_bytes", "power_mean_w", "energy_j",
@@ -80,7 +94,7 @@ def summarize(telemetry: dict[str, Any], batch_size: int) -> dict[str, Any]:
         if key not in telemetry:
             raise ValueError(f"telemetry record has no {key!r} (expected the runner's Sampler.stop() record)")
     window, steps = float(telemetry["window_s"]), int(telemetry.get("steps") or 0)
-    examples = steps * batch_size
+    examples = steps * batch_size if examples is None else int(examples)
     gpus = {g["device"]: g for g in telemetry.get("gpus") or []}
     by_device: dict[str, list[dict[str, Any]]] = {}
     for row in telemetry["samples"]:

@@ -622,6 +622,83 @@ def _gate_tail(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str,
     d.reason = f"{head}: {reason} The median gate alone said {median}: {ev['verdict_median']['reason']}"
 
 
+#: two server points are at one rate when their issued rates differ by less than this fraction (the schedule is
+#: scaled to its target, ``tasks.runner.loadgen.poisson_arrivals``: one target, one rate, to rounding)
+SAME_RATE = 1e-6
+
+
+def gate_per_query(
+    d: Decision,
+    case: Any,
+    candidate: Mapping[str, Any] | None,
+    baseline: Mapping[str, Any] | None,
+    noise: Mapping[str, Any] | None,
+) -> None:
+    """A server case's tail gate on what its users wait (``Case.gate_percentile``; issue 27, the serving team's
+    audit): the per-query latency percentile of this run's reported point (``candidate``: its ``issued_qps`` and
+    ``latency_ms``, arrival to result, queueing included; ``tasks.store.writes.server_point_record``) against the
+    baseline run's at the same rate (``baseline``), by ``tasks.analysis.tail.compare_tail``: the Bonferroni
+    combination of each run's order-statistic interval holds for independent samples (two runs) as for dependent
+    ones, widened by the gate's process offset (``evidence["paired_offset"]``, as the paired tail gate is). The
+    paired gate's own tail (``_gate_tail``) times back-to-back batches, the service time; this one is what a
+    serving team reads.
+
+    What it assumes, stated in the reason: the two runs are two processes at two times, so a host whose load changed
+    between them moves the ratio; a busy candidate host (``noise["busy"]``) or a baseline point whose host was busy
+    (its other processes' CPU share above ``case.max_other_cpu_share``) leaves a decided verdict ``inconclusive``.
+    Recorded in ``evidence["per_query_tail"]``; the verdict becomes ``tail.combine`` of both, and where that
+    changed it the ratio and interval are the per-query test's (``evidence["gated_on"]`` = ``p99 per query``).
+    Nothing changes without a baseline point, or when the two points are at different rates (a search case whose
+    maxima differ: not like for like; said in the evidence)."""
+    from tasks.analysis import tail as tail_gate
+
+    ev = d.evidence
+    label = f"p{case.gate_percentile:g} per query"
+    if candidate is None or baseline is None:
+        ev["per_query_tail"] = {
+            "skipped": "the baseline run kept no per-query latencies (stored before they were kept, or no baseline)"
+        }
+        return
+    rate_c, rate_b = float(candidate["issued_qps"]), float(baseline["issued_qps"])
+    if abs(rate_c / rate_b - 1.0) > SAME_RATE:
+        ev["per_query_tail"] = {
+            "skipped": f"not like for like: this run's point issued {rate_c:.4g} q/s, the baseline's {rate_b:.4g} q/s "
+            "(a per-query percentile grows with the rate)"
+        }
+        return
+    offset_sd = float((ev.get("paired_offset") or {}).get("sd") or 0.0)
+    t = tail_gate.compare_tail(
+        baseline["latency_ms"],
+        candidate["latency_ms"],
+        case.gate_percentile,
+        confidence=case.confidence,
+        tolerance=case.tolerance,
+        offset_sd=offset_sd,
+    )
+    verdict, reason = t.verdict, f"per query at {rate_c:.4g} q/s against the baseline run's: {t.reason}"
+    base_share = (baseline.get("host_load") or {}).get("other_cpu_share")
+    busy_base = isinstance(base_share, int | float) and base_share > case.max_other_cpu_share
+    if verdict in DECIDED and ((noise is not None and noise.get("busy")) or busy_base):
+        where = "this run's host" if noise is not None and noise.get("busy") else "the baseline run's host"
+        verdict = Verdict.INCONCLUSIVE
+        reason = f"host busy: {label} gate left undecided ({where} was busy; two runs at two times); it said: {reason}"
+    reason += " (two runs, two processes: a change of the host between them moves the ratio)"
+    ev["per_query_tail"] = {**t.model_dump(mode="json"), "rate_qps": rate_c, "verdict_after_noise": verdict}
+    ev["per_query_tail"]["reason"] = reason
+    before = Verdict(d.verdict)
+    final = tail_gate.combine(before, verdict)
+    if final == before:
+        d.reason = f"{d.reason}; {reason}" if d.reason else reason
+        return
+    ev["verdict_before_per_query"] = {"verdict": before, "reason": d.reason, "ratio": d.ratio}
+    ev["gated_on"] = label
+    if verdict != Verdict.INCONCLUSIVE and t.ci_low is not None and t.ci_high is not None:
+        d.ratio, d.ci_low, d.ci_high = t.ratio, t.ci_low, t.ci_high
+        d.limit = float(t.a["point"]) * (1 + case.tolerance)
+    d.verdict = final
+    d.reason = f"{final} on the {label}: {reason} Before it the gate said {before}: {d.reason}"
+
+
 def _usable_cpu(cpu: Sequence[float] | None, n: int) -> bool:
     """CPU time recorded for each of ``n`` steps, every value finite and > 0."""
     return cpu is not None and len(cpu) == n and n > 0 and all(math.isfinite(x) and x > 0 for x in cpu)

@@ -38,16 +38,23 @@ def memory_text(peak_rss_bytes: Any, peak_device_bytes: Any) -> str | None:
 
 
 def latency_lead(latency: Mapping[str, Any] | None) -> str | None:
-    """An infer/tflite run's p99 latency per batch with its interval and n (``latency_ms`` of the run,
-    ``tasks.analysis.percentiles.with_intervals``): ``p99 12.31 ms [11.9, 13.0] (95%, n=1000)``, or what a short
-    sample supports (``PercentileCI.text``); None for a run without latency."""
+    """An infer/tflite run's p99 latency with its interval and n (``latency_ms`` of the run,
+    ``tasks.analysis.percentiles.with_intervals``): per batch, ``latency p99 12.31 ms [11.9, 13.0] (95%,
+    n=1000)``, or what a short sample supports (``PercentileCI.text``); a server run's per query, arrival to
+    result (``latency_ms["serving"]["latency"]``: what its users wait, not its batches' service time), ``latency
+    p99 per query 40.07 ms [38.1, 42.9] (95%, n=299)``. None for a run without latency."""
     if not latency:
         return None
+    from tasks.analysis.percentiles import PercentileCI
+
+    served = latency.get("serving")
+    if isinstance(served, Mapping) and served.get("scenario") == "server":
+        per_query = (served.get("latency") or {}).get("p99")
+        if per_query:
+            return "latency " + PercentileCI(**per_query).text("ms", name="p99 per query")
     ci = (latency.get("ci") or {}).get("p99")
     if not ci:
         return f"p99 {latency['p99']:.2f} ms (no interval recorded)" if "p99" in latency else None
-    from tasks.analysis.percentiles import PercentileCI
-
     return "latency " + PercentileCI(**ci).text("ms")
 
 
@@ -120,23 +127,27 @@ def lead_columns(columns: Sequence[str], metrics: Sequence[str] | None, after: s
     return rest[:at] + lead + rest[at:]
 
 
-def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None) -> str | None:
+def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None, digits: int = 2) -> str | None:
     """A table cell of a percentile with its interval and the samples it rests on: ``9.80 [9.71, 9.90] n=320``.
     A sample too short for a two-sided 95% interval (``min_n``, the fewest samples that give one) gets no point,
     only the bound it supports (issue 27): ``>= 9.71 (n=10, too few for an interval: needs 29)``, or
     ``not estimable (n=5: needs 29)`` without a bound. ``9.80 (no interval)`` where the run kept no steps
-    (``n`` unknown: an ingested job's xprof figure). None without a point."""
+    (``n`` unknown: an ingested job's xprof figure); ``9.80 (n=320, no interval: samples thinned)`` where it had
+    enough steps for one but their raw samples were thinned (``perfwatch db thin``). None without a point.
+    ``digits``: decimals of each figure (ms)."""
     p, lo, hi, k = _num(point), _num(low), _num(high), _num(n)
     if p is None:
         return None
     if k is None:
-        return f"{p:.2f} (no interval)"
+        return f"{p:.{digits}f} (no interval)"
     if lo is not None and hi is not None:
-        return f"{p:.2f} [{lo:.2f}, {hi:.2f}] n={k:.0f}"
+        return f"{p:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] n={k:.0f}"
     need = f": needs {min_n}" if min_n else ""
+    if lo is None and hi is None and min_n and k >= min_n:  # enough steps, but their samples are gone
+        return f"{p:.{digits}f} (n={k:.0f}, no interval: samples thinned)"
     if lo is None and hi is None:
         return f"not estimable (n={k:.0f}{need})"
-    bound = f">= {lo:.2f}" if lo is not None else f"<= {hi:.2f}"
+    bound = f">= {lo:.{digits}f}" if lo is not None else f"<= {hi:.{digits}f}"
     return f"{bound} (n={k:.0f}, too few for an interval{need})"
 
 
@@ -155,3 +166,85 @@ def step_intervals(
         return {}
     samples = load_samples(db_url or Settings.from_env().database_url, list(run_ids))
     return {rid: (len(xs), {q: percentile_ci(xs, q) for q in percentiles}) for rid, xs in samples.items() if xs}
+
+
+#: the columns :func:`median_columns` adds after ``median_step_ms``
+MEDIAN_COLUMNS = ("median_step_low_ms", "median_step_high_ms", "median_step_n", "median_step_estimable")
+
+
+def median_columns(
+    run_ids: Sequence[Any], n_measured: Sequence[Any], samples: Mapping[int, Sequence[float]]
+) -> dict[str, list[Any]]:
+    """The median step time's distribution-free 95% interval and n per run (:data:`MEDIAN_COLUMNS`), as
+    ``tasks.cli.history.history_frame`` gives p10 and p90 theirs: from each run's measured steps (``samples``, read
+    for the rows shown only: ``tasks.store.reads.load_samples``) by ``tasks.analysis.percentiles.percentile_ci``;
+    ``median_step_n`` the steps it rests on (the samples', else the run's ``n_measured``: a thinned run keeps its
+    count, not its samples, so its bounds are None) and ``median_step_estimable`` whether they support a two-sided
+    95% interval (6 steps; None where the count is unknown). The bounds are None where the run is too short for
+    one (``percentile_ci``'s one-sided bounds otherwise) or kept no samples."""
+    from tasks.analysis.percentiles import min_samples, percentile_ci
+
+    cols: dict[str, list[Any]] = {c: [] for c in MEDIAN_COLUMNS}
+    for rid, n in zip(run_ids, n_measured, strict=True):
+        xs = samples.get(int(rid))
+        ci = percentile_ci(xs, 50) if xs else None
+        count = ci.n if ci else (None if _num(n) is None else int(n))
+        cols["median_step_low_ms"].append(ci.low if ci else None)
+        cols["median_step_high_ms"].append(ci.high if ci else None)
+        cols["median_step_n"].append(count)
+        cols["median_step_estimable"].append(None if count is None else count >= min_samples(50))
+    return cols
+
+
+def median_cell(point: Any, low: Any, high: Any, n: Any) -> str | None:
+    """A table cell of a median step time with its interval and n (:func:`ci_cell` at the median's 6 steps), to
+    3 decimals as the median's own column had them: ``128.456 [127.900, 129.010] n=320``."""
+    from tasks.analysis.percentiles import min_samples
+
+    return ci_cell(point, low, high, n, min_samples(50), digits=3)
+
+
+def counted_cell(value: Any, n: Any) -> str | None:
+    """A median without an interval, with the steps it rests on: ``1.23 n=320``; None without a value."""
+    v, k = _num(value), _num(n)
+    if v is None:
+        return None
+    return f"{v:.2f}" + (f" n={k:.0f}" if k is not None else "")
+
+
+def serving_texts(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A run's scenario summary (``latency_ms["serving"]``, ``tasks.analysis.serving.summarize``) in words, for
+    the rooms that may not import the analysis (the plugin's run page): ``summary`` (one line:
+    ``serving.summary_line``), ``lines`` (``serving.serving_text``: per rate tried, the search's answer, its
+    findings, the checks), ``points`` (a server run's rates, one dict of texts each: ``offered``, ``issued``,
+    ``achieved`` in q/s, ``queries``, ``p99`` per query with its interval and n, ``outcome``, ``load``) and
+    ``findings`` (the search's, as stored). None without a summary."""
+    if not summary:
+        return None
+    from tasks.analysis.percentiles import PercentileCI
+    from tasks.analysis.serving import serving_text, summary_line
+
+    key = f"p{summary.get('percentile', 99):g}"
+    points = []
+    for p in summary.get("points") or []:
+        ci = (p.get("latency") or {}).get(key)
+        load = p.get("host_load") or {}
+        share = load.get("other_cpu_share")
+        points.append(
+            {
+                "offered": f"{p['target_qps']:.4g}",
+                "issued": "—" if p.get("issued_qps") is None else f"{p['issued_qps']:.4g}",
+                "achieved": f"{p['achieved_qps']:.4g}",
+                "queries": str(p.get("queries")),
+                key: PercentileCI(**ci).text("ms", name=f"{key} per query") if ci else "—",
+                "outcome": p.get("outcome") or ("—" if p.get("met") is None else ("met" if p["met"] else "missed")),
+                "load": f"{load.get('load1_start') or 0:.1f}"
+                + ("" if share is None else f", others {100 * share:.0f}% of the CPU"),
+            }
+        )
+    return {
+        "summary": summary_line(summary),
+        "lines": serving_text(dict(summary)),
+        "points": points,
+        "findings": list(summary.get("findings") or []),
+    }

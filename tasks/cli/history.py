@@ -191,7 +191,9 @@ def history_frame(
     ``tasks.store.reads.load_samples``): columns ``p10_low_ms``, ``p10_high_ms``, ``p90_low_ms``,
     ``p90_high_ms`` after ``p90_step_ms`` (ms; None where the run is too short for that bound: a two-sided 95%
     interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on, and ``p10_estimable``,
-    ``p90_estimable`` (the run's ``n_measured`` supports a two-sided interval; None where unknown). The points stay:
+    ``p90_estimable`` (the run's ``n_measured`` supports a two-sided interval; None where unknown); the median
+    likewise after ``median_step_ms`` (``median_step_low_ms``, ``median_step_high_ms``, ``median_step_estimable``:
+    ``tasks.cli.figures.median_columns``; 6 steps give its interval). The points stay:
     they are the run's own spread, drawn as its band; what a reader is given as a figure of a run too short for
     an interval is its bound (:func:`spread_cells`). What ``perfwatch history`` and the plugin's model page
     show. ``db_url``: default the settings' store.
@@ -220,7 +222,30 @@ def history_frame(
     at = df.columns.get_loc("p90_step_ms") + 1
     for k, (name, values) in enumerate(cols.items()):
         df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
+    from tasks.cli.figures import median_columns
+
+    median = median_columns(df["run_id"], df["n_measured"], samples)  # n: the run's n_measured, beside it
+    at = df.columns.get_loc("median_step_ms") + 1
+    for k, name in enumerate(("median_step_low_ms", "median_step_high_ms", "median_step_estimable")):
+        df.insert(at + k, name, pd.Series(median[name], index=df.index, dtype=object))
     return df
+
+
+def median_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """A ``history_frame`` (or a sweep frame) for the table: ``median_step_ms`` as a cell with its 95% interval
+    and n (``tasks.cli.figures.median_cell``: the steps it rests on, ``n_measured``), its bound columns dropped."""
+    from tasks.cli.figures import median_cell
+
+    out = df.copy()
+    n = df["n_measured"] if "n_measured" in df.columns else df["median_step_n"]
+    out["median_step_ms"] = [
+        median_cell(p, lo, hi, k)
+        for p, lo, hi, k in zip(
+            df["median_step_ms"], df["median_step_low_ms"], df["median_step_high_ms"], n, strict=True
+        )
+    ]
+    gone = [c for c in ("median_step_low_ms", "median_step_high_ms", "median_step_estimable") if c in out.columns]
+    return out.drop(columns=gone)
 
 
 def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
@@ -670,7 +695,7 @@ def register(app: typer.Typer) -> None:
 
         ids = [int(i) for i in df["run_id"]]
         stories = verdict_stories(ids, url)
-        shown = spread_cells(df)[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
+        shown = median_cells(spread_cells(df))[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
         if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
             shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:

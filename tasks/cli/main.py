@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -95,31 +95,70 @@ def progress_shown(stream=None) -> Iterator[None]:
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
     """Runs as a DataFrame, oldest first: run_id, started_at, model, version, case, status, trigger,
-    median_step_ms (our timer), median_cpu_ms, median_wait_ms (process CPU time, run-queue wait, ms),
-    throughput_eps (examples/s), verdict (``failed@<stage>`` for a failed run), error (first line). The named
-    query ``sql/queries/runs.sql`` via ``tasks.store.queries.runs``."""
+    median_step_ms (our timer) with its 95% interval and n (``tasks.cli.figures.median_columns``:
+    median_step_low_ms, median_step_high_ms, median_step_n, median_step_estimable; the samples read for the rows
+    listed only), median_cpu_ms, median_wait_ms (process CPU time, run-queue wait, ms) with their n,
+    throughput_eps (examples/s), the latency and scenario columns, verdict (``failed@<stage>`` for a failed run),
+    error (first line). The named query ``sql/queries/runs.sql`` via ``tasks.store.queries.runs``."""
+    import pandas as pd
+
+    from tasks.cli.figures import median_columns
     from tasks.store.queries import runs as runs_query
+    from tasks.store.reads import load_samples
 
-    return runs_query(model, last, db_url)
+    df = runs_query(model, last, db_url)
+    ids = [int(i) for i, n in zip(df["run_id"], df["n_measured"], strict=True) if pd.notna(n) and n]
+    samples = load_samples(db_url, ids) if ids else {}
+    at = df.columns.get_loc("median_wait_ms") + 1  # after the three medians, each before its interval and n
+    for k, (name, values) in enumerate(median_columns(df["run_id"], df.pop("n_measured"), samples).items()):
+        df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
+    return df
 
 
-def p99_cell(row: dict) -> str | None:
-    """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
-    ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
-    it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
-    were kept; None otherwise."""
+def qps_cell(row: Mapping[str, Any]) -> str | None:
+    """A ``runs`` table cell of a server run's rates (``tasks.store.queries.scenario_columns``): a search's
+    ``max 473 q/s (issued; 8 rates, unstable: search_non_monotonic)``, ``max none (8 rates)``, or a fixed rate's
+    ``49.8 achieved at 50 offered (issued 50)``; None for another scenario."""
     import pandas as pd
 
     def num(k: str) -> float | None:
         v = row.get(k)
         return None if v is None or pd.isna(v) else float(v)
 
-    p99, low, high, n = num("latency_p99_ms"), num("latency_p99_low_ms"), num("latency_p99_high_ms"), num("latency_n")
+    offered, issued, achieved = num("server_offered_qps"), num("server_issued_qps"), num("server_achieved_qps")
+    if offered is None:
+        return None
+    points = num("server_points")
+    if points is not None:
+        best = num("server_max_qps")
+        unstable = row.get("server_findings")
+        note = f"{points:.0f} rates" + (f", unstable: {unstable}" if isinstance(unstable, str) and unstable else "")
+        return f"max {best:.4g} q/s (issued; {note})" if best is not None else f"max none ({note})"
+    issued_text = "?" if issued is None else f"{issued:.4g}"
+    return f"{achieved or 0:.4g} achieved at {offered:.4g} offered (issued {issued_text})"
+
+
+def p99_cell(row: dict) -> str | None:
+    """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
+    ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
+    it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
+    were kept; None otherwise. A server run's is its per-query p99 (``server_p99_*``: arrival to result, what its
+    users wait), marked ``per query``, not its batches' service time."""
+    import pandas as pd
+
+    def num(k: str) -> float | None:
+        v = row.get(k)
+        return None if v is None or pd.isna(v) else float(v)
+
+    prefix, n_key, unit = "latency_p99", "latency_n", ""
+    if num("server_queries") is not None:
+        prefix, n_key, unit = "server_p99", "server_queries", " per query"
+    p99, low, high, n = num(f"{prefix}_ms"), num(f"{prefix}_low_ms"), num(f"{prefix}_high_ms"), num(n_key)
     if n is None:
         return None if p99 is None else f"{p99:.2f} (no interval)"
     if high is None or p99 is None:
-        return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound)"
-    return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}"
+        return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound){unit}"
+    return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}{unit}"
 
 
 @app.command()
@@ -162,6 +201,22 @@ def runs(
         # trigger: in csv and json (the story under the table says a paired gate)
         df = df.drop(columns=[*AXIS_COLUMNS, "status", "trigger"], errors="ignore")
         errors = df.pop("error")
+        from tasks.cli.figures import MEDIAN_COLUMNS, counted_cell, median_cell
+
+        # each median with its interval and n: the step time's from its samples, CPU time and wait their n
+        df["median_step_ms"] = [
+            median_cell(p, lo, hi, n)
+            for p, lo, hi, n in zip(
+                df["median_step_ms"],
+                df["median_step_low_ms"],
+                df["median_step_high_ms"],
+                df["median_step_n"],
+                strict=True,
+            )
+        ]
+        for col in ("median_cpu_ms", "median_wait_ms"):
+            df[col] = [counted_cell(v, n) for v, n in zip(df[col], df.pop(col.replace("_ms", "_n")), strict=True)]
+        df = df.drop(columns=list(MEDIAN_COLUMNS))
         for col in ("median_wait_ms", "median_cpu_ms", "inputs"):  # no run recorded it (older runs, no schedstat)
             if df[col].isna().all():
                 df = df.drop(columns=[col])
@@ -169,12 +224,17 @@ def runs(
             df = df.drop(columns=["safe_mode"])
         from tasks.cli.figures import figure_texts, lead_columns, memory_text
 
-        lat = [c for c in df.columns if c.startswith("latency_")]
-        p99 = [p99_cell(r) for r in df[lat].to_dict(orient="records")]
-        if any(c is not None for c in p99):  # infer/tflite runs: their p99 with its interval and n
-            at = df.columns.get_loc("throughput_eps") + 1
+        lat = [c for c in df.columns if c.startswith(("latency_", "server_"))]
+        scenario = [c for c in ("scenario", "scenario_throughput_eps", "bound_outcome") if c in df.columns]
+        records = df[lat].to_dict(orient="records")
+        p99 = [p99_cell(r) for r in records]
+        qps = [qps_cell(r) for r in records]
+        at = df.columns.get_loc("throughput_eps") + 1
+        if any(c is not None for c in qps):  # server runs: the rates offered, issued and achieved, a search's max
+            df.insert(at, "qps", qps)
+        if any(c is not None for c in p99):  # infer/tflite runs: their p99 with its interval and n (server: per query)
             df.insert(at, "p99_latency_ms", p99)
-        df = df.drop(columns=lat)
+        df = df.drop(columns=lat + scenario)
         # the case's metrics: line (Case.metrics) orders the figures each reason line leads with, and the
         # columns when every run listed shares one line
         lines = [m.split(",") if isinstance(m, str) else None for m in df.pop("metrics")]
@@ -213,7 +273,13 @@ def runs(
             if isinstance(error, str) and error:  # a failed run: the first line of its error
                 typer.echo(f"  run {run_id} {story_line(story) if story else 'failed'}: {error}")
             if latency := latencies.get(run_id):
-                typer.echo(f"  run {run_id} latency per batch: {latency_text(latency)}")
+                served = latency.get("serving") or {}
+                what = "service time per batch" if served.get("scenario") == "server" else "latency per batch"
+                typer.echo(f"  run {run_id} {what}: {latency_text(latency)}")
+                if served:  # the scenario's own figures: a server's rates and per-query latency, a search's max
+                    from tasks.analysis.serving import summary_line
+
+                    typer.echo(f"  run {run_id} {summary_line(served)}")
 
 
 # Help panels of `perfwatch run --help`: its options are the Case's fields, grouped by what they set.
@@ -603,14 +669,26 @@ def run_cmd(
     for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
         if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
             typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
+    if case.scenario == "server" and case.gate_percentile is not None:  # which tail each gate measured
+        label = f"p{case.gate_percentile:g}"
+        if "tail" in v.evidence:
+            typer.echo(
+                f"  the paired {label} gate timed batches back to back: it gates the service time per batch, not "
+                "the latency a query waits (no arrivals, no queueing)"
+            )
+        per_query = v.evidence.get("per_query_tail") or {}
+        typer.echo(f"  {label} per query: " + str(per_query.get("reason") or per_query.get("skipped") or "not tested"))
     if lat := run.latency_ms:  # infer mode: the measured batches' latency (our timer), with intervals
         from tasks.analysis.percentiles import latency_text
 
         # the headline's median is the stored one (interpolated: the mean of the two middle steps of an even
         # count); these percentiles are nearest-rank (an observed batch), so p50 and the median may differ
+        server = (lat.get("serving") or {}).get("scenario") == "server"
+        what = "service time per batch" if server else "latency per batch"
+        real = " (queries served over the batches' busy time, padding not counted)" if server else ""
         typer.echo(
-            f"latency per batch of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
-            f"{lat['throughput_eps']:.1f} examples/s over all batches (percentiles by nearest rank: p50 is a "
+            f"{what} of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
+            f"{lat['throughput_eps']:.1f} examples/s over all batches{real} (percentiles by nearest rank: p50 is a "
             "measured batch and may differ from the median above, the mean of the two middle ones)"
         )
         if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)

@@ -26,20 +26,26 @@ def sweep_frame(
     distribution-free 95% interval from the run's measured steps, ``tasks.analysis.percentiles``; None
     where too few steps for that bound), p99_n (measured steps), p99_estimable (whether they support a
     two-sided 95% interval of the p99: 299 steps; where not, p99_step_ms is empty and p99_low_ms is the
-    lower bound the steps do support), throughput_eps (examples/s), within_budget (the p99's upper bound
-    within the budget), knee. One row per case (its newest successful run, of ``version`` when given).
+    lower bound the steps do support), throughput_eps, within_budget (the p99's upper bound
+    within the budget), knee, then throughput_of and p99_of (what those are: a scenario case is judged by its
+    scenario's own throughput, a server case by its queries served per second and its per-query p99 from the
+    run's serving summary, ``tasks.analysis.sweep``), median_step_low_ms, median_step_high_ms, median_step_n (the
+    median's 95% interval and n, ``tasks.cli.figures.median_columns``) and max_qps (a server search's). One row per
+    case (its newest successful run, of ``version`` when given).
 
     Raises:
         ValueError: no successful run of the model (of that version), an unknown axis, a bad budget
             (``tasks.analysis.sweep.sweep``).
         tasks.store.queries.QueryError: the store refused the query.
     """
+    import math
     from dataclasses import asdict
 
     import pandas as pd
 
     from tasks.analysis.percentiles import min_samples, percentile_ci
     from tasks.analysis.sweep import sweep
+    from tasks.cli.figures import median_columns
     from tasks.settings import Settings
     from tasks.store import queries, reads
 
@@ -68,7 +74,36 @@ def sweep_frame(
             "p99_estimable": ci.estimable,
         }
 
-    points = [{**r, "case": r["case_name"], **p99(r)} for r in df.to_dict(orient="records")]
+    def known(v: Any) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    def figures(r: dict, i: int) -> dict:
+        """The figures the sweep judges the case by (``tasks.analysis.sweep``): the scenario's own throughput and,
+        for a server case, its per-query p99; the median with its interval and n."""
+        out = {**p99(r), **{k: med[k][i] for k in ("median_step_low_ms", "median_step_high_ms", "median_step_n")}}
+        out["p99_of"] = "per step" if r["mode"] == "train" else "per batch"
+        own = r.get("scenario_throughput_eps")
+        if r["mode"] == "train" or own is None or not known(own):  # a train run (or one stored before scenarios)
+            return out
+        if known(r.get("server_queries")):  # server: what its users got, per query, at its reported point
+            out |= {
+                "throughput_eps": float(own),
+                "throughput_of": "queries/s achieved",
+                "p99_step_ms": r.get("server_p99_ms") if known(r.get("server_p99_ms")) else None,
+                "p99_low_ms": r.get("server_p99_low_ms") if known(r.get("server_p99_low_ms")) else None,
+                "p99_high_ms": r.get("server_p99_high_ms") if known(r.get("server_p99_high_ms")) else None,
+                "p99_n": int(r["server_queries"]),
+                "p99_estimable": r.get("server_p99_estimable") if known(r.get("server_p99_estimable")) else None,
+                "p99_of": "per query",
+                "max_qps": r.get("server_max_qps") if known(r.get("server_max_qps")) else None,
+            }
+            return out
+        over = "examples/s over the run" if r["scenario"] == "offline" else "examples/s over all batches"
+        return out | {"throughput_eps": float(own), "throughput_of": over}
+
+    rows = df.to_dict(orient="records")
+    med = median_columns([r["run_id"] for r in rows], [r["n_measured"] for r in rows], samples)
+    points = [{**r, "case": r["case_name"], **figures(r, i)} for i, r in enumerate(rows)]
     rows = [asdict(p) for p in sweep(points, axis, queries.SERIES_COLUMNS, latency_budget_ms)]
     return pd.DataFrame(rows).rename(columns={"value": axis})  # SweepPoint's field order
 
@@ -95,14 +130,32 @@ def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> 
         low = "—" if pd.isna(k.p99_low_ms) else f"{k.p99_low_ms:.2f}"
         return f"{k.p99_step_ms:.2f} ms [{low}, {k.p99_high_ms:.2f}] (95%, n={k.p99_n:.0f})"
 
+    def median_text(k: pd.Series) -> str:
+        if "median_step_high_ms" not in k or pd.isna(k.median_step_high_ms) or pd.isna(k.median_step_low_ms):
+            n = "" if "median_step_n" not in k or pd.isna(k.median_step_n) else f" (n={k.median_step_n:.0f})"
+            return f"{k.median_step_ms:.2f} ms{n}"
+        low, high = k.median_step_low_ms, k.median_step_high_ms
+        return f"{k.median_step_ms:.2f} ms [{low:.2f}, {high:.2f}] (n={k.median_step_n:.0f})"
+
+    def throughput_text(k: pd.Series) -> str:
+        of = k.get("throughput_of") or "examples/s"
+        if of == "examples/s at the median step":  # a train case: the one figure every run has
+            return f"{k.throughput_eps:.1f} examples/s"
+        if of == "queries/s achieved":
+            best = k.get("max_qps")
+            at = "" if best is None or pd.isna(best) else f" at its max QPS {best:.4g} (issued)"
+            return f"{k.throughput_eps:.1f} queries/s achieved{at}"
+        return f"{k.throughput_eps:.1f} {of}"
+
     lines = []
     for series, g in df.groupby("series", sort=True):
         knee = g[g["knee"]]
         if not knee.empty:
             k = knee.iloc[0]
+            of = "" if (k.get("p99_of") or "per step") == "per step" else f"{k.p99_of} "
             lines.append(
-                f"{series}: knee {k.case} ({axis}={k[axis]}): {k.throughput_eps:.1f} examples/s, "
-                f"median {k.median_step_ms:.2f} ms, p99 {p99_text(k)}"
+                f"{series}: knee {k.case} ({axis}={k[axis]}): {throughput_text(k)}, "
+                f"median {median_text(k)}, p99 {of}{p99_text(k)}"
             )
         else:
             lowest = g["p99_high_ms"].min()
@@ -267,7 +320,10 @@ def register(app: typer.Typer) -> None:
             df = sweep_frame(model, axis, latency_budget_ms, version, url)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
-        render(df, fmt, title=f"{model}: sweep along {axis}")
+        from tasks.cli.history import median_cells
+
+        # the table: each median as a cell with its interval and n (csv/json keep the bounds as columns)
+        render(median_cells(df) if fmt is Format.table else df, fmt, title=f"{model}: sweep along {axis}")
         versions = sorted({str(v) for v in df["version"]}, key=lambda v: (len(v), v))
         if version is None and len(versions) > 1:
             typer.echo(

@@ -11,7 +11,10 @@ listing the close matches (:func:`resolve`).
 constructor with ``weights=None`` (random weights from ``keras.utils.set_random_seed(seed)``: nothing is
 downloaded, so the model's outputs mean nothing and any accuracy-like figure of it, such as the TFLite
 top-1 agreement, compares two random functions, not a trained classifier), and hashes the architecture's
-config (:func:`config_sha256`: ``model.get_config()`` as canonical JSON). The pull stage records that
+config (:func:`config_sha256`: ``model.get_config()`` as canonical JSON, built under a fresh
+``keras.backend.clear_session()``: Keras numbers unnamed layers per process, so without it a second build of one
+architecture in a process hashed to another version; with it every build hashes as a fresh process's first, the
+versions stored before it included). The pull stage records that
 digest as it records a stored model file's sha256, and the version :func:`version_string` makes of it with
 the Keras version (``keras3.15.1-1a2b3c4d``): a change of architecture or of Keras is a new version.
 
@@ -139,6 +142,10 @@ def build(name: str, input_shape: list[int] | None, classes: int | None, seed: i
         kwargs["input_shape"] = tuple(input_shape)
     if classes is not None:
         kwargs["classes"] = classes
+    # a fresh Keras state: layers without an explicit name are numbered per process (``re_lu_3`` after three
+    # others), and the numbers enter get_config(), so a second build in one process hashed to another version
+    # (5d4db9ee, then 644130b4); after clear_session() every build is named as the first one in a fresh process
+    keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     try:
         model = getattr(keras.applications, constructor)(**kwargs)

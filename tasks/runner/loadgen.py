@@ -24,7 +24,22 @@ highest such QPS). Where perfwatch differs, and why:
   of fewer queries still computes ``batch_size`` examples (padding), as a fixed-shape server does.
 * **Timer.** Latency is ours: ``time.perf_counter`` (monotonic) from the query's scheduled arrival to the
   moment its batch's outputs are on the host; a server that wakes late counts the lateness as queueing.
-* **Search.** LoadGen's users find the max QPS by hand or by script; :class:`QpsSearch` bisects on the rate.
+* **Schedule.** LoadGen draws exponential gaps at the target QPS from a seeded ``std::mt19937``
+  (``loadgen.cc``, ``ScheduleDistribution<TestScenario::Server>``) and leaves, as a TODO in ``GenerateQueries``,
+  "scale the query timeline at the end so the QPS as scheduled is equal to the QPS as requested"; it reports
+  the rate as scheduled ("scheduled samples per second", ``results.cc``). perfwatch does that scaling
+  (:func:`poisson_arrivals`): the drawn arrivals are stretched so that the ``n``-th falls at ``n / qps``, so the
+  rate issued is the rate asked to rounding. Unscaled, one seed's 299 arrivals at 50 q/s spanned 6.9 s
+  (43.3 q/s issued), and since every nightly run of a case reuses its seed, every run offered 43, never 50.
+  The scaled schedule is still a Poisson process, conditioned on its ``n``-th arrival at ``n / qps``: the
+  ratios ``S_k / S_n`` of a Poisson process's arrival times are independent of ``S_n`` (they are the order
+  statistics of ``n - 1`` uniforms), so scaling keeps the pattern of bursts and gaps and fixes the count in the
+  window. Unlike LoadGen the first query arrives after one gap (LoadGen's at 0): ``n`` gaps span the window,
+  so the issued rate is ``n / S_n`` (LoadGen's ``(n - 1) / S_{n-1}`` counts the same gaps).
+* **Search.** LoadGen's users find the max QPS by hand or by script; :class:`QpsSearch` bisects on the rate,
+  then re-measures the highest rate that met and the lowest that missed (``confirm``): a search on a busy host
+  is not monotonic (a rate can miss below one that meets), and the analysis (``tasks.analysis.serving``) says
+  so and reports as max QPS only a rate below which every measurement met.
 
 No TensorFlow here: the runner's measuring loop (:func:`serve`) takes the step, the clock and the sleep as
 arguments, so the tests drive the same code with a simulated clock.
@@ -36,6 +51,7 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 #: a query due within this many seconds counts as arrived (a clock's rounding must not spin the idle loop)
 CLOCK_RESOLUTION_S = 1e-9
@@ -45,9 +61,11 @@ SCENARIOS = ("single-stream", "offline", "server")
 
 
 def poisson_arrivals(qps: float, n: int, seed: int) -> list[float]:
-    """``n`` arrival times (s from the start, increasing) of a Poisson process at ``qps`` queries/s: the
-    cumulative sum of independent exponential gaps of mean ``1/qps``, drawn by numpy's ``default_rng(seed)``
-    (the same seed gives the same schedule). The first query arrives after one gap, as in LoadGen.
+    """``n`` arrival times (s from the start, increasing) of a Poisson process at ``qps`` queries/s, issued at
+    exactly ``qps``: the cumulative sum of independent exponential gaps of mean ``1/qps``, drawn by numpy's
+    ``default_rng(seed)`` (the same seed gives the same schedule), scaled so that the ``n``-th arrival is at
+    ``n / qps`` s (module docstring, "Schedule": LoadGen's TODO; the process conditioned on ``n`` arrivals in
+    that window). The first query arrives after one gap.
 
     Raises:
         ValueError: ``qps`` not a positive finite number, or ``n`` < 1.
@@ -58,8 +76,9 @@ def poisson_arrivals(qps: float, n: int, seed: int) -> list[float]:
         raise ValueError(f"target_qps {qps!r} must be a positive number of queries per second")
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"queries {n!r} must be a positive integer")
-    gaps = np.random.default_rng(seed).exponential(1.0 / qps, size=n)
-    return [float(t) for t in np.cumsum(gaps)]
+    times = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, size=n))
+    times *= (n / qps) / times[-1]
+    return [float(t) for t in times]
 
 
 def batch_end(arrivals: Sequence[float], first: int, now: float, batch_size: int) -> int:
@@ -89,6 +108,7 @@ class ServerTrace:
         queue_ms: per query, from its arrival to the start of its batch.
         service_ms: per batch, the step's own time (its timer: the batch pulled, run, outputs on the host).
         batch_queries: per batch, the queries it served (1..batch_size).
+        done_s: per batch, when its result was on the host, s from the start (each of its queries' completion).
         duration_s: from the start to the last result.
     """
 
@@ -98,6 +118,7 @@ class ServerTrace:
     queue_ms: list[float] = field(default_factory=list)
     service_ms: list[float] = field(default_factory=list)
     batch_queries: list[int] = field(default_factory=list)
+    done_s: list[float] = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
@@ -107,8 +128,8 @@ class ServerTrace:
 
     @property
     def issued_qps(self) -> float:
-        """The rate the schedule really had: queries / the last arrival (s); the draw's own deviation from
-        ``target_qps``, about ``1/sqrt(queries)`` relative."""
+        """The rate the schedule issued: queries / the last arrival (s), LoadGen's "scheduled samples per second";
+        ``target_qps`` to rounding for a :func:`poisson_arrivals` schedule (it is scaled to it)."""
         return len(self.arrivals_s) / self.arrivals_s[-1]
 
     @property
@@ -153,6 +174,7 @@ def serve(
         done = clock() - t0
         trace.service_ms.append(service)
         trace.batch_queries.append(j - i)
+        trace.done_s.append(done)
         for k in range(i, j):
             trace.latency_ms.append((done - arrivals[k]) * 1000.0)
             trace.queue_ms.append(max(0.0, now - arrivals[k]) * 1000.0)
@@ -178,15 +200,25 @@ def point_queries(
     return n, ranks[n]
 
 
-def upper_bound_met(latency_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None) -> bool | None:
+def bound_outcome(
+    latency_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None
+) -> Literal["met", "missed", "not estimable"] | None:
     """Whether the ``upper_rank``-th smallest latency (1-based: the upper bound of the percentile's interval,
-    ``tasks.analysis.percentiles``) is within ``bound_ms``; ``None`` when there is no bound, ``False`` when the
-    sample has no such rank (too short for the percentile: it cannot show the bound is met)."""
+    ``tasks.analysis.percentiles``) is within ``bound_ms``: ``met`` or ``missed``; ``not estimable`` when the
+    sample has no such rank (too short to bound the percentile: neither met nor missed, and a bound that every
+    latency is within is no exception); None when there is no bound."""
     if bound_ms is None:
         return None
     if upper_rank is None or not 1 <= upper_rank <= len(latency_ms):
-        return False
-    return sorted(latency_ms)[upper_rank - 1] <= bound_ms
+        return "not estimable"
+    return "met" if sorted(latency_ms)[upper_rank - 1] <= bound_ms else "missed"
+
+
+def upper_bound_met(latency_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None) -> bool | None:
+    """:func:`bound_outcome` as the search judges a rate: True when met; False when missed or not estimable (a
+    sample too short to bound its percentile cannot show that a rate meets the bound); None without a bound."""
+    outcome = bound_outcome(latency_ms, upper_rank, bound_ms)
+    return None if outcome is None else outcome == "met"
 
 
 @dataclass
@@ -196,9 +228,14 @@ class QpsSearch:
     Start at ``start_qps``; while no rate has failed, multiply the rate by ``growth`` after each met point;
     while none has met, divide it by ``growth`` (at most ``max_points`` points in all); once one rate met and a
     higher one failed, try their midpoint, until the failed rate is within ``rel_tol`` of the met one
-    (``(failed - met) / failed <= rel_tol``) or ``max_points`` points were tried. :meth:`next_qps` gives the
-    next rate (None: done), :meth:`record` takes its outcome; :attr:`best` is the highest rate that met
-    (None: none did). Assumes a rate that fails makes every higher one fail (latency grows with load).
+    (``(failed - met) / failed <= rel_tol``) or ``max_points`` points were tried. Then, with ``confirm``, the
+    rates the bisection ended on are measured once more: the highest that met, then the lowest that failed
+    (where there is one), so the answer rests on two measurements of each side of the bound, not on whether
+    one stall fell into one point (at most :data:`CONFIRM_POINTS` more points). :meth:`next_qps` gives the next
+    rate (None: done), :meth:`record` takes its outcome; :attr:`best` is the highest rate of the bisection that
+    met (None: none did). The bisection assumes a rate that fails makes every higher one fail (latency grows with
+    load); on a busy host it need not, which is why the confirmation exists and why the analysis
+    (``tasks.analysis.serving.search_findings``) checks the points for it.
 
     Raises (construction):
         ValueError: ``start_qps`` not positive, ``growth`` <= 1, ``rel_tol`` not in (0, 1), ``max_points`` < 1.
@@ -208,7 +245,11 @@ class QpsSearch:
     max_points: int = 8
     rel_tol: float = 0.05
     growth: float = 2.0
+    confirm: bool = True
     points: list[tuple[float, bool]] = field(default_factory=list)
+    #: the rates to re-measure once the bisection is done, and those still to measure (None: not started)
+    _planned: list[float] = field(default_factory=list, init=False, repr=False)
+    _confirming: list[float] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.start_qps) and self.start_qps > 0):
@@ -221,19 +262,30 @@ class QpsSearch:
             raise ValueError(f"max_points {self.max_points!r} must be at least 1")
 
     @property
+    def _bisection(self) -> list[tuple[float, bool]]:
+        """The points of the bisection, without the confirmations."""
+        return self.points[: len(self.points) - self.confirmed]
+
+    @property
+    def confirmed(self) -> int:
+        """Points measured as confirmations (re-measures of the bisection's final rates)."""
+        if self._confirming is None:
+            return 0
+        return len(self._planned) - len(self._confirming)
+
+    @property
     def best(self) -> float | None:
-        """The highest rate tried that met the bound (queries/s), None when none did."""
-        met = [q for q, ok in self.points if ok]
+        """The highest rate of the bisection that met the bound (queries/s), None when none did."""
+        met = [q for q, ok in self._bisection if ok]
         return max(met) if met else None
 
     @property
     def lowest_failed(self) -> float | None:
-        """The lowest rate tried that failed the bound (queries/s), None when none did."""
-        failed = [q for q, ok in self.points if not ok]
+        """The lowest rate of the bisection that failed the bound (queries/s), None when none did."""
+        failed = [q for q, ok in self._bisection if not ok]
         return min(failed) if failed else None
 
-    def next_qps(self) -> float | None:
-        """The next rate to try (queries/s), or None when the search is done (class docstring)."""
+    def _bisect_next(self) -> float | None:
         if not self.points:
             return self.start_qps
         if len(self.points) >= self.max_points:
@@ -248,6 +300,23 @@ class QpsSearch:
             return None
         return (lo + hi) / 2.0
 
+    def next_qps(self) -> float | None:
+        """The next rate to try (queries/s), or None when the search is done (class docstring)."""
+        if self._confirming is None:
+            if (q := self._bisect_next()) is not None:
+                return q
+            if not self.confirm or self.best is None:
+                return None
+            self._planned = [self.best] + ([self.lowest_failed] if self.lowest_failed is not None else [])
+            self._confirming = list(self._planned)
+        return self._confirming[0] if self._confirming else None
+
     def record(self, qps: float, met: bool) -> None:
         """The outcome of the point at ``qps`` (met: the percentile's upper bound was within the bound)."""
         self.points.append((float(qps), bool(met)))
+        if self._confirming:
+            self._confirming.pop(0)
+
+
+#: most points a confirmation adds to a search (:class:`QpsSearch`: the highest met rate and the lowest failed)
+CONFIRM_POINTS = 2

@@ -218,13 +218,21 @@ class ServerPoint(_Record):
 
     target_qps: float = Field(description="the Poisson arrival rate, queries/s")
     seed: int = Field(description="numpy default_rng seed of the arrival schedule")
-    issued_qps: float = Field(description="queries / the last arrival, queries/s (the draw's own rate)")
+    issued_qps: float = Field(
+        description="queries / the last arrival, queries/s: the rate the schedule issued (LoadGen's scheduled rate)"
+    )
     achieved_qps: float = Field(description="queries served / from the start to the last result, queries/s")
     duration_s: float = Field(description="from the start to the last result, s")
     latency_ms: list[float] = Field(description="per query, arrival to its batch's result, queueing included, ms")
     queue_ms: list[float] = Field(description="per query, arrival to the start of its batch, ms")
     service_ms: list[float] = Field(description="per batch, the step's own time, ms")
     batch_queries: list[int] = Field(description="per batch, the queries it served (1..batch_size)")
+    arrivals_s: list[float] = Field(
+        default_factory=list, description="per query, its scheduled arrival, s from the start (empty: not kept)"
+    )
+    done_s: list[float] = Field(
+        default_factory=list, description="per batch, when its result was on the host, s from the start"
+    )
     upper_ms: float | None = Field(None, description="the upper_rank-th smallest latency, ms (None: no rank)")
     met: bool | None = Field(None, description="upper_ms within latency_bound_ms (None: no bound)")
     host_load: dict[str, Any] = Field(description="host load over this point (``tasks.runner.measure.HostLoad``)")
@@ -235,7 +243,10 @@ class Serving(_Record):
 
     scenario: Literal["single-stream", "offline", "server"]
     wall_s: float = Field(description="the measured phase, s: offline's throughput is examples over it")
-    examples: int = Field(description="examples computed in the measured phase (server: batches x batch_size)")
+    examples: int = Field(
+        description="examples computed in the measured phase (server: batches x batch_size, padding included; "
+        "its real examples are the queries served)"
+    )
     points: list[ServerPoint] = Field(default_factory=list, description="server: each rate tried, in order")
     search: bool = Field(False, description="server: the rates were bisected (``loadgen.QpsSearch``)")
     latency_bound_ms: float | None = None

@@ -38,6 +38,7 @@ import fsspec
 import psutil
 from fsspec.implementations.local import LocalFileSystem
 
+from tasks.analysis.telemetry import real_examples
 from tasks.analysis.telemetry import summarize as summarize_telemetry
 from tasks.records import (
     ArchiveRecord,
@@ -309,7 +310,9 @@ def archive_run(
             parsed_tables=parsed_tables,
             gx_result=gx_result,
             telemetry_summary=(
-                summarize_telemetry(samples["telemetry"], ctx.case.batch_size) if samples.get("telemetry") else None
+                summarize_telemetry(samples["telemetry"], ctx.case.batch_size, real_examples(samples))
+                if samples.get("telemetry")
+                else None
             ),
             artifacts=artifacts,
             archive_uri=name_for,

@@ -63,7 +63,7 @@ import pandas as pd
 
 from tasks.analysis import calibration, sequential, soundness
 from tasks.analysis.attribution import attribute_against_run
-from tasks.analysis.verdict import Decision, decide
+from tasks.analysis.verdict import Decision, decide, gate_per_query
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
@@ -166,6 +166,19 @@ def baseline_compare(
         measured_cpu=samples.measured_cpu_ms or None,
         gpu=calibration.gpu_in_use(env.data, run.peak_device_bytes),
     )
+    if case.scenario == "server" and case.gate_percentile is not None and d.baseline_run_ids:
+        # the per-query tail against the baseline run's at the same rate: what the paired gate's back-to-back
+        # batches (service time) do not measure
+        from tasks.store.writes import server_point_record
+
+        raw = json.loads(Path(run.samples_path).read_text())
+        gate_per_query(
+            d,
+            case,
+            server_point_record(raw, run.latency_ms),
+            reads.server_point(db_url, d.baseline_run_ids[0]),
+            run.noise,
+        )
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
     outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx", docs_title)

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.analysis import calibration, percentiles, sequential, serving, soundness
+from tasks.analysis.findings import Finding
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
-from tasks.runner import RunnerError, RunnerProcess, RunnerSpec
+from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, loadgen
 from tasks.runner.driver import as_runner
 from tasks.runner.protocol import (
     BlockPair,
@@ -120,7 +121,22 @@ def tail_plan(case: Case) -> dict[str, Any] | None:
         f"{label} ratio; this gate's budget times {have}"
         + ("" if have >= need else f": its {label} verdict will be inconclusive (too few samples for {label})")
     )
-    return {"percentile": p, "per_version": have, "min_samples": need, "enough": have >= need, "text": text}
+    measures = "per-step time, back to back"
+    if case.scenario == "server":  # ABBA blocks time batches back to back: no arrivals, no queueing
+        measures = "per-batch service time, back to back (no arrivals, no queueing): not the per-query latency"
+        text += (
+            f"; on a server case the paired gate's {label} is the batches' service time, not what a query waits: "
+            f"the compare stage also tests the {label} per query (arrival to result) against the baseline run's "
+            "at the same rate (two runs, independent samples)"
+        )
+    return {
+        "percentile": p,
+        "per_version": have,
+        "min_samples": need,
+        "enough": have >= need,
+        "measures": measures,
+        "text": text,
+    }
 
 
 def _check_blocks(blocks: list[BlockPair], case: Case, first: int = 0) -> None:
@@ -194,7 +210,7 @@ def paired_run(
     )
     limit, how = limit_after_warmup("paired-run", warmup, 2 * warmup.warmup_steps + case.paired_timed_steps, timeout_s)
     tail = tail_plan(case)
-    if tail is not None and not tail["enough"]:
+    if tail is not None and (not tail["enough"] or case.scenario == "server"):
         log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
     looks: list[int] = []
     stopping: list[str] = []
@@ -328,6 +344,7 @@ def profiled_run(
     setup = setup or GateSetup()
     out = Path(work_dir) / "run"
     scenario, serve_s, serve_steps = scenario_options(case, warmup)
+    steps = measured_steps(case)
     spec = RunnerSpec(
         mode="profile",
         model_path=pulled.local_path,
@@ -335,7 +352,7 @@ def profiled_run(
         **case_options(case),
         **scenario,
         warmup_steps=warmup.warmup_steps,
-        measured_steps=case.measured_steps,
+        measured_steps=steps,
         profiled_steps=case.profiled_steps,
         xla_cache_dir=xla_cache_dir(case, work_dir),
     )
@@ -346,8 +363,8 @@ def profiled_run(
         limit, how = limit + serve_s, f"{how} + {serve_s:.0f} s of server arrivals at the lowest rate planned"
     r = as_runner(runner).run(spec, ProfileResult, limit, limit_note=how)
     measured = r.measured_step_times_ms
-    if case.scenario != "server" and len(measured) < case.measured_steps:  # server: batches as the queries came
-        raise RunnerError(f"runner returned {len(measured)} measured steps, {case.measured_steps} were asked")
+    if case.scenario != "server" and len(measured) < steps:  # server: batches as the queries came
+        raise RunnerError(f"runner returned {len(measured)} measured steps, {steps} were asked")
     if case.scenario == "server" and not measured:
         raise RunnerError("runner served no batch in the server scenario")
     bad = [(i, t) for i, t in enumerate(measured) if not t > 0]
@@ -383,6 +400,10 @@ def profiled_run(
         final_cv=warmup.final_cv,
         cv_max=case.warmup_cv_max,
     )
+    latency = latency_record(case, r, measured)
+    if served := (latency or {}).get("serving"):  # the scenario's figures in words, for the task's log
+        log.info("%s", serving.summary_line(served, case.batch_size))
+        findings += [Finding(**f) for f in served.get("findings") or []]  # an unstable QPS search
     return ProfiledRun(
         work_dir=str(work_dir),
         samples_path=str(out / "result.json"),
@@ -400,35 +421,58 @@ def profiled_run(
         paired_wall_s=paired_wall,
         tflite_path=_tflite_file(out, r.tflite),
         noise=noise.model_dump(mode="json"),
-        latency_ms=latency_record(case, r, measured),
+        latency_ms=latency,
         findings=[f.model_dump(mode="json") for f in findings],
     )
 
 
-#: most points of a QPS search (``tasks.runner.loadgen.QpsSearch``): from the first rate, doubling or halving to
-#: bracket the bound, then bisecting to 5%
+#: most points of a QPS search's bisection (``tasks.runner.loadgen.QpsSearch``): from the first rate, doubling or
+#: halving to bracket the bound, then bisecting to 5%; its confirmation adds ``loadgen.CONFIRM_POINTS`` more
 SEARCH_MAX_POINTS = 8
 #: a server point's queries are ``queries x 2**k`` for k up to this (``Case.server_min_duration_s`` at a high rate)
 POINT_QUERY_DOUBLINGS = 10
+
+
+def measured_steps(case: Case) -> int:
+    """The measured steps the runner is asked for: ``Case.measured_steps``, but for a single-stream infer/tflite
+    case with ``latency_bound_ms`` at least the batches a two-sided 95% interval of its ``latency_percentile``
+    needs (``serving.queries_per_point``: 299 for p99), as a server point issues them: with fewer the bound can be
+    neither met nor missed (not estimable). Offline and train cases, and a case without a bound, keep theirs."""
+    if case.mode != "train" and case.scenario == "single-stream" and case.latency_bound_ms is not None:
+        return serving.queries_per_point(case.measured_steps, case.latency_percentile)
+    return case.measured_steps
+
+
+def server_queries(case: Case) -> int:
+    """Queries a server point of ``case`` issues at least: ``serving.queries_per_point`` (``measured_steps``, at
+    least what the percentile's interval needs: 299 for p99) and, for a case with ``gate_percentile``, the
+    per-query samples the compare stage's per-query tail test needs per run (``tail.min_arm_samples`` at the
+    case's confidence: 528 for p99 at 99%), so that the test can decide."""
+    n = serving.queries_per_point(case.measured_steps, case.latency_percentile)
+    if case.gate_percentile is not None:
+        from tasks.analysis.tail import min_arm_samples
+
+        n = max(n, min_arm_samples(case.gate_percentile, case.confidence))
+    return n
 
 
 def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object], float, int]:
     """The ``RunnerSpec`` fields of an infer/tflite case's scenario (``Case.scenario``; ``tasks.runner.loadgen``),
     the seconds its server arrivals may take at most (0: not a server case) and its timed steps at most.
 
-    A server point issues ``serving.queries_per_point`` queries (``measured_steps``, at least what the
-    percentile's interval needs: 299 for p99); its met/missed rank is the upper bound's
+    A server point issues :func:`server_queries` queries; its met/missed rank is the upper bound's
     (``serving.upper_rank``); a search starts at ``target_qps``, else at half the capacity the warm-up's median
     step time gives (``serving.capacity_qps``), and tries at most :data:`SEARCH_MAX_POINTS` rates, the lowest
-    ``start / 2**(points - 1)``: the arrivals' worst case sizes the time limit. A point lasts at least
-    ``Case.server_min_duration_s``: at a fast rate it issues ``queries x 2**k`` queries (k at most
-    :data:`POINT_QUERY_DOUBLINGS`), with each count's upper-bound rank given to the runner (``upper_ranks``)."""
+    ``start / 2**(points - 1)``, and ``loadgen.CONFIRM_POINTS`` re-measures of them: the arrivals' worst case
+    sizes the time limit. A point lasts at least ``Case.server_min_duration_s``: at a fast rate it issues
+    ``queries x 2**k`` queries (k at most :data:`POINT_QUERY_DOUBLINGS`), with each count's upper-bound rank given
+    to the runner (``upper_ranks``)."""
     if case.mode == "train":
         return {}, 0.0, case.measured_steps
     opts: dict[str, object] = {"scenario": case.scenario, "latency_bound_ms": case.latency_bound_ms}
     if case.scenario != "server":
-        return opts, 0.0, case.measured_steps
-    n = serving.queries_per_point(case.measured_steps, case.latency_percentile)
+        return opts, 0.0, measured_steps(case)
+    n = server_queries(case)
     step_ms = statistics.median(warmup.step_times_ms) if warmup.step_times_ms else warmup.cold_step_ms
     start = case.target_qps or 0.5 * serving.capacity_qps(case.batch_size, step_ms)
     points = SEARCH_MAX_POINTS if case.search_qps else 1
@@ -442,9 +486,13 @@ def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object
         "min_point_s": case.server_min_duration_s,
         "upper_ranks": {m: serving.upper_rank(m, case.latency_percentile) for m in grid},
     }
-    # the slowest plan: every point below the last, each at least its minimum duration (twice it, rounded up)
+    # the slowest plan: every point below the last, each at least its minimum duration (twice it, rounded up),
+    # and the confirmation's re-measures at the lowest of them
+    lowest = start / 2 ** (points - 1)
+    confirm = loadgen.CONFIRM_POINTS if case.search_qps else 0
     worst_s = sum(max(n / (start / 2**i), 2 * case.server_min_duration_s) for i in range(points))
-    return opts, worst_s, grid[-1] * points
+    worst_s += confirm * max(n / lowest, 2 * case.server_min_duration_s)
+    return opts, worst_s, grid[-1] * (points + confirm)
 
 
 def latency_record(case: Case, r: ProfileResult, measured: list[float]) -> dict | None:

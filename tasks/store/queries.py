@@ -38,7 +38,7 @@ from tasks.settings import Settings
 from tasks.store import get_engine, redact
 from tasks.store.engine import StoreError, normalize_url
 from tasks.store.reads import verdict_reasons
-from tasks.store.series import case_labels, step_counter_medians
+from tasks.store.series import case_labels, step_counter_stats
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "sql" / "queries"
 NO_LIMIT = 2**31 - 1
@@ -570,20 +570,24 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     run_id, started_at, model, version, case, case_label (its readable label: :func:`with_case_labels`), the
     case's axes (``AXIS_COLUMNS``: mode, batch_size, precision, xla, strategy, quantization), inputs (what was
     fed: :func:`fed_summary`), safe_mode (Keras ``safe_mode`` of the case; False for a trusted model), status,
-    trigger, median_step_ms (ms, our timer),
+    trigger, median_step_ms (ms, our timer), n_measured (the measured steps it rests on),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
-    :func:`tasks.store.series.step_counter_medians`; None where not recorded), throughput_eps (examples/s), the
-    infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`),
+    :func:`tasks.store.series.step_counter_stats`; None where not recorded) each with its n (``median_cpu_n``,
+    ``median_wait_n``: the steps that recorded it), throughput_eps (examples/s), the
+    infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`), the
+    scenario's own figures (:func:`scenario_columns`: a server run's rates and per-query percentiles, a search's
+    max QPS),
     peak_rss_bytes and peak_device_bytes (the runner's peak host RSS and device memory, bytes; None where not
     recorded), metrics (the case's metrics: line, :func:`case_metrics`), verdict
     (``failed@<stage>`` for a failed run), metric (which per-step measure decided the verdict: wall | cpu;
     None without a comparison), reason (the verdict's reason in one sentence: ``tasks.store.reads.verdict_reasons``;
     None without one), error (first line). See ``sql/queries/runs.sql``."""
     raw = run_query("runs", db_url, model=model, limit=last)
-    medians = step_counter_medians([int(i) for i in raw["run_id"]], _default_url(db_url))
+    stats = step_counter_stats([int(i) for i in raw["run_id"]], _default_url(db_url))
     at = raw.columns.get_loc("median_step_ms") + 1
-    for k, name in enumerate(("median_cpu_ms", "median_wait_ms")):
-        raw.insert(at + k, name, [medians.get(int(i), (None, None))[k] for i in raw["run_id"]])
+    for k, name in enumerate(("median_cpu_ms", "median_wait_ms", "median_cpu_n", "median_wait_n")):
+        index = (0, 2, 1, 3)[k]  # counter_stats: (cpu, cpu n, wait, wait n); the medians first, beside the step's
+        raw.insert(at + k, name, [stats.get(int(i), (None, None, None, None))[index] for i in raw["run_id"]])
     safe = [case_safe_mode(p) for p in raw["params"]]
     raw.insert(raw.columns.get_loc("peak_device_bytes") + 1, "metrics", [case_metrics(p) for p in raw["params"]])
     df = with_case_labels(with_case_axes(raw, after="case_name"), db_url)
@@ -599,7 +603,7 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     df.insert(df.columns.get_loc("metric") + 1, "reason", [reasons.get(int(i)) for i in df["run_id"]])
     df = df.rename(columns={"case_name": "case"}).drop(columns=["failed_stage"])
     at = df.columns.get_loc("throughput_eps") + 1
-    for k, (name, values) in enumerate(latency_columns(fed).items()):
+    for k, (name, values) in enumerate({**latency_columns(fed), **scenario_columns(fed)}.items()):
         df.insert(at + k, name, values)
     return df.iloc[::-1].reset_index(drop=True)
 
@@ -640,21 +644,104 @@ def latency_columns(fed: list[Any]) -> dict[str, list[Any]]:
     return cols
 
 
+SERVER_KEYS = ("p50", "p90", "p99")
+
+
+def serving_summary(fed: Any) -> dict[str, Any] | None:
+    """A run's scenario summary (``latency_ms.serving`` of its ``run_tables`` row ``inputs``:
+    ``tasks.analysis.serving.summarize``), None for a run without one (train, failed, stored before scenarios)."""
+    lat = (_json_object(fed) or {}).get("latency_ms") or {}
+    s = lat.get("serving")
+    return s if isinstance(s, dict) else None
+
+
+def scenario_columns(fed: list[Any]) -> dict[str, list[Any]]:
+    """The scenario's own figures of each infer/tflite run as ``runs`` columns, from its ``run_tables`` row
+    ``inputs`` (``latency_ms.serving``: ``tasks.analysis.serving.summarize``; stored with every run since
+    scenarios, no migration):
+
+    * ``scenario`` (single-stream, offline, server) and ``scenario_throughput_eps``: the scenario's own
+      throughput (examples/s: single-stream over the batches' time, offline over the whole run, server the
+      queries served per second at its reported point), beside ``throughput_eps`` (batch size over the median
+      step, the same formula for every run);
+    * the bound: ``latency_bound_ms``, ``latency_percentile`` and ``bound_outcome`` (met, missed, not estimable);
+    * server only: ``server_offered_qps`` (the nominal rate of the reported point), ``server_issued_qps`` (what
+      its schedule issued), ``server_achieved_qps`` (queries served per second), ``server_queries``; the per-query
+      latency percentiles ``server_p50_ms`` (nearest rank, ms, queueing included) with ``server_p50_low_ms``,
+      ``server_p50_high_ms`` (95% interval) and ``server_p50_estimable``, likewise p90 and p99 (a percentile the
+      point is too short for has no point, as :func:`latency_columns`); and for a QPS search ``server_max_qps``
+      (the max's issued rate, q/s; None: no rate met), ``server_max_qps_target`` (its nominal rate),
+      ``server_points`` (rates measured) and ``server_findings`` (codes of its warnings, ``,``-joined: an
+      unstable search; None when there are none).
+
+    All None for a run without a scenario summary; the server ones None for other scenarios."""
+    names = ["scenario", "scenario_throughput_eps", "latency_bound_ms", "latency_percentile", "bound_outcome"]
+    names += ["server_offered_qps", "server_issued_qps", "server_achieved_qps", "server_queries"]
+    for key in SERVER_KEYS:
+        names += [f"server_{key}{col}" for col in ("_ms", "_low_ms", "_high_ms", "_estimable")]
+    names += ["server_max_qps", "server_max_qps_target", "server_points", "server_findings"]
+    cols: dict[str, list[Any]] = {n: [] for n in names}
+    for f in fed:
+        s = serving_summary(f) or {}
+        server = s.get("scenario") == "server"
+        row: dict[str, Any] = dict.fromkeys(names)
+        if s:
+            row |= {
+                "scenario": s.get("scenario"),
+                "scenario_throughput_eps": s.get("throughput_eps"),
+                "latency_bound_ms": s.get("latency_bound_ms"),
+                "latency_percentile": s.get("percentile"),
+                "bound_outcome": s.get("outcome", None if s.get("met") is None else ("met" if s["met"] else "missed")),
+            }
+        if server:
+            row |= {
+                "server_offered_qps": s.get("target_qps"),
+                "server_issued_qps": s.get("issued_qps"),
+                "server_achieved_qps": s.get("achieved_qps"),
+                "server_queries": s.get("queries"),
+            }
+            for key in SERVER_KEYS:
+                ci = (s.get("latency") or {}).get(key) or {}
+                estimable = ci.get("estimable")
+                row |= {
+                    f"server_{key}_ms": None if estimable is False else ci.get("point"),
+                    f"server_{key}_low_ms": ci.get("low"),
+                    f"server_{key}_high_ms": ci.get("high"),
+                    f"server_{key}_estimable": None if estimable is None else bool(estimable),
+                }
+            if s.get("search"):
+                codes = [x.get("code") for x in s.get("findings") or []]
+                row |= {
+                    "server_max_qps": s.get("max_qps"),
+                    "server_max_qps_target": s.get("max_qps_target", s.get("max_qps")),
+                    "server_points": len(s.get("points") or []),
+                    "server_findings": ",".join(codes) if codes else None,
+                }
+        for n in names:
+            cols[n].append(row[n])
+    return cols
+
+
 def sweep_points(model: str, version: str | None = None, db_url: str | None = None) -> pd.DataFrame:
     """The newest successful run of each case of ``model`` (of ``version`` when given), by case name:
     run_id, started_at, case_name, version, every axis that names the case (:data:`SERIES_COLUMNS`:
     :func:`case_identity`), median_step_ms and p99_step_ms (ms, our timer; nearest-rank p99 of the measured
-    steps), n_measured (the measured steps) and throughput_eps (examples/s).
-    The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
+    steps), n_measured (the measured steps) and throughput_eps (examples/s), then the scenario's own figures
+    (:func:`scenario_columns` but ``scenario``, which is an axis here: its throughput, a server run's per-query
+    percentiles and rates). The points of ``tasks.analysis.sweep.sweep``; see ``sql/queries/sweep.sql``."""
     df = run_query("sweep", db_url, model=model, version=version)
     axes = pd.DataFrame(
         [case_identity(p, n) for p, n in zip(df["params"], df["case_name"], strict=True)],
         columns=list(SERIES_COLUMNS),
         index=df.index,
     )
+    scenario = {k: v for k, v in scenario_columns(list(df.pop("fed"))).items() if k != "scenario"}  # an axis too
     df = df.drop(columns=["params"])
     at = df.columns.get_loc("case_name") + 1
-    return pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
+    df = pd.concat([df.iloc[:, :at], axes, df.iloc[:, at:]], axis=1)
+    for name, values in scenario.items():
+        df[name] = pd.Series(values, index=df.index, dtype=object)
+    return df
 
 
 def list_queries() -> pd.DataFrame:

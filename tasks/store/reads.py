@@ -376,6 +376,14 @@ def run_tool_tables(db_url: str, run_id: int) -> dict[str, dict[str, Any]]:
         return {t: d for t, d in s.execute(select(RunTable.tool, RunTable.data).where(RunTable.run_id == run_id))}
 
 
+def server_point(db_url: str, run_id: int) -> dict[str, Any] | None:
+    """A server run's reported point with its per-query latencies (``run_tables`` 'server_point':
+    ``tasks.store.writes.server_point_record``); None for a run without one."""
+    with session_scope(db_url) as s:
+        data = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "server_point"))
+    return dict(data) if isinstance(data, dict) else None
+
+
 def run_findings(db_url: str, run_id: int) -> list[dict[str, Any]]:
     """The run's diagnosis findings (``tasks.analysis.findings.Finding`` fields) from ``run_tables``
     'diagnosis'; empty when the run has none."""

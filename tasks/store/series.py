@@ -212,9 +212,19 @@ def _utc(t: dt.datetime | None) -> dt.datetime | None:
 
 
 def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | None, float | None]]:
-    """:func:`step_counter_medians` read in the session ``s``: from the runs' raw measured samples, and for a run
-    whose raw samples were thinned (``tasks.store.retention``) from its ``step_quantiles`` row (0007:
-    ``cpu_median_ms``, ``wait_median_ms``, the same ``statistics.median`` taken when the run was archived)."""
+    """:func:`step_counter_medians` read in the session ``s``: the medians of :func:`counter_stats`."""
+    return {rid: (cpu, wait) for rid, (cpu, _, wait, _) in counter_stats(s, run_ids).items()}
+
+
+def counter_stats(
+    s: Session, run_ids: list[int]
+) -> dict[int, tuple[float | None, int | None, float | None, int | None]]:
+    """Run id -> ``(median CPU time ms, steps it rests on, median run-queue wait ms, steps it rests on)`` of its
+    measured steps, in the session ``s``: from the runs' raw measured samples (the steps that recorded each), and
+    for a run whose raw samples were thinned (``tasks.store.retention``) from its ``step_quantiles`` row (0007:
+    ``cpu_median_ms``, ``wait_median_ms``, the same ``statistics.median`` taken when the run was archived, with
+    the phase's ``n``: the raw samples that said which steps recorded them are gone). A figure not recorded is
+    None with its n; a run that recorded neither is left out."""
     rows = s.execute(
         select(StepSample.run_id, StepSample.cpu_ms, StepSample.wait_ms).where(
             StepSample.run_id.in_(run_ids),
@@ -229,19 +239,27 @@ def counter_medians(s: Session, run_ids: list[int]) -> dict[int, tuple[float | N
             cpus.append(cpu)
         if wait is not None:
             waits.append(wait)
-    out: dict[int, tuple[float | None, float | None]] = {
-        rid: tuple(statistics.median(xs) if xs else None for xs in lists)  # type: ignore[misc]
-        for rid, lists in per_run.items()
+
+    def stat(xs: list[float]) -> tuple[float | None, int | None]:
+        return (statistics.median(xs), len(xs)) if xs else (None, None)
+
+    out: dict[int, tuple[float | None, int | None, float | None, int | None]] = {
+        rid: (*stat(cpus), *stat(waits)) for rid, (cpus, waits) in per_run.items()
     }
     thinned = s.execute(
-        select(StepQuantiles.run_id, StepQuantiles.cpu_median_ms, StepQuantiles.wait_median_ms).where(
+        select(StepQuantiles.run_id, StepQuantiles.cpu_median_ms, StepQuantiles.wait_median_ms, StepQuantiles.n).where(
             StepQuantiles.run_id.in_([i for i in run_ids if i not in out]),
             StepQuantiles.phase == "measured",
             StepQuantiles.thinned_at.is_not(None),
             StepQuantiles.cpu_median_ms.is_not(None) | StepQuantiles.wait_median_ms.is_not(None),
         )
     ).all()
-    out.update({int(rid): (cpu, wait) for rid, cpu, wait in thinned})
+    out.update(
+        {
+            int(rid): (cpu, None if cpu is None else int(n), wait, None if wait is None else int(n))
+            for rid, cpu, wait, n in thinned
+        }
+    )
     return out
 
 
@@ -266,6 +284,17 @@ def run_latencies(run_ids: list[int], db_url: str | None = None) -> dict[int, di
         return {}
     with session_scope(db_url or Settings.from_env().database_url) as s:
         return _latencies(s, run_ids)
+
+
+def step_counter_stats(
+    run_ids: list[int], db_url: str | None = None
+) -> dict[int, tuple[float | None, int | None, float | None, int | None]]:
+    """Run id -> ``(median CPU time, its n, median run-queue wait, its n)`` of its measured steps (ms and steps;
+    :func:`counter_stats`). ``db_url`` defaults to ``PERFWATCH_DATABASE_URL``."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        return counter_stats(s, run_ids)
 
 
 def step_counter_medians(run_ids: list[int], db_url: str | None = None) -> dict[int, tuple[float | None, float | None]]:

@@ -474,6 +474,8 @@ def store_run(
                 if run.latency_ms is not None:  # the stage's, with each percentile's interval and n
                     fed["latency_ms"] = run.latency_ms
                 s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
+            if (point := server_point_record(samples, run.latency_ms)) is not None:
+                s.add(RunTable(run_id=r.id, tool=SERVER_POINT_TOOL, data=point))
             s.add(
                 RunComparison(
                     run_id=r.id,
@@ -504,6 +506,27 @@ def store_run(
             return r.id
 
     return _with_retries(tx)
+
+
+#: the ``run_tables`` tool of a server run's reported point's per-query latencies (:func:`server_point_record`)
+SERVER_POINT_TOOL = "server_point"
+
+
+def server_point_record(samples: dict[str, Any], latency_ms: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The per-query latencies of a server run's reported point (its ``latency_ms["serving"]["point_index"]``,
+    ``tasks.analysis.serving.summarize``; a search's max, else its only or last rate), from the runner's result
+    (``samples["serving"]["points"]``): ``target_qps``, ``issued_qps``, ``seed``, ``latency_ms`` (per query,
+    arrival to result, ms) and ``host_load``, what a later run's per-query tail gate compares with
+    (``tasks.analysis.verdict.gate_per_query``). Kept in its own ``run_tables`` row (:data:`SERVER_POINT_TOOL`),
+    out of the ``inputs`` row that ``runs`` reads for every listed run. None for another scenario."""
+    served = (latency_ms or {}).get("serving") or {}
+    points = (samples.get("serving") or {}).get("points") or []
+    if served.get("scenario") != "server" or not points:
+        return None
+    p = points[min(int(served.get("point_index", len(points) - 1)), len(points) - 1)]
+    out = {k: p.get(k) for k in ("target_qps", "issued_qps", "seed", "host_load")}
+    # to 0.1 us: the timer's figures need no more, and a fast point's 10,000 queries stay ~100 KB of JSON
+    return out | {"latency_ms": [round(float(x), 4) for x in p.get("latency_ms") or []]}
 
 
 RUN_INPUT_KEYS = ("case_mode", "inputs", "input_source", "safe_mode", "signature", "latency_ms", "fed")

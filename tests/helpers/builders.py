@@ -573,3 +573,184 @@ def snapshot(st: Settings) -> dict:
         "archive": files(st.archive_root),
         "scratch": sorted(p.name for p in st.work_root.iterdir()) if st.work_root.exists() else [],
     }
+
+
+class SimClock:
+    """A simulated monotonic clock for ``tasks.runner.loadgen.serve``: each step advances it by its service time
+    (``service_s``, cycled), ``sleep`` by what was asked; nothing really waits."""
+
+    def __init__(self, service_s: float | list[float]) -> None:
+        self.t = 0.0
+        self.services = service_s if isinstance(service_s, list) else [service_s]
+        self.k = 0
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += max(0.0, s)
+
+    def step(self) -> float:
+        s = self.services[self.k % len(self.services)]
+        self.k += 1
+        self.t += s
+        return s * 1000.0
+
+
+def server_points(rates: list[tuple[float, float]], *, batch_size: int = 4, n: int = 320, host_load=None) -> list:
+    """Server points as the runner writes them (``tasks.runner.protocol.ServerPoint`` dicts), each ``(rate q/s,
+    service s per batch)`` served on a simulated clock (``tasks.runner.loadgen``), seeds 0, 1, ..."""
+    from tasks.runner import loadgen
+
+    out = []
+    for i, (qps, service_s) in enumerate(rates):
+        sim = SimClock([service_s, service_s * 1.5])
+        t = loadgen.serve(loadgen.poisson_arrivals(qps, n, i), batch_size, sim.step, sim.clock, sim.sleep, qps)
+        out.append(
+            {
+                "target_qps": qps,
+                "seed": i,
+                "issued_qps": t.issued_qps,
+                "achieved_qps": t.achieved_qps,
+                "duration_s": t.duration_s,
+                "latency_ms": t.latency_ms,
+                "queue_ms": t.queue_ms,
+                "service_ms": t.service_ms,
+                "batch_queries": t.batch_queries,
+                "arrivals_s": t.arrivals_s,
+                "done_s": t.done_s,
+                "host_load": {**QUIET_HOST_LOAD, **(host_load[i] if host_load else {})},
+            }
+        )
+    return out
+
+
+def archive_server_run(db_url: str, tmp: Path, dag_run_id: str, points: list[dict[str, Any]], **kw) -> int:
+    """Archive the run of :func:`server_run_records`. Returns the run id."""
+    ctx, pulled, env, warm, run, parse, comp = server_run_records(tmp, dag_run_id, points, **kw)
+    return archive_run(db_url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+
+def server_run_records(
+    tmp: Path,
+    dag_run_id: str,
+    points: list[dict[str, Any]],
+    *,
+    search: bool = False,
+    bound_ms: float | None = None,
+    batch_size: int = 4,
+    model: str = "m",
+    target_qps: float | None = None,
+    **case_kw,
+):
+    """The stage records of a server-scenario infer run whose runner result holds ``points``
+    (:func:`server_points`): its step times the batches' service times, its ``latency_ms`` the stage's
+    (``tasks.stages.profiled_run.latency_record``: per-batch percentiles and the scenario's summary); ``case_kw``
+    more Case fields (``gate_percentile``...)."""
+    from tasks.stages.profiled_run import latency_record
+
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, model=model)
+    case = ctx.case.model_copy(
+        update={
+            "mode": "infer",
+            "batch_size": batch_size,
+            "scenario": "server",
+            "target_qps": None if search else (target_qps or points[0]["target_qps"]),
+            "search_qps": search,
+            "latency_bound_ms": bound_ms,
+            **case_kw,
+        }
+    )
+    service = [t for p in points for t in p["service_ms"]]
+    samples = json.loads(Path(run.samples_path).read_text())
+    queries = sum(len(p["latency_ms"]) for p in points)
+    samples.update(
+        case_mode="infer",
+        inputs={"x": {"shape": [batch_size, 4], "dtype": "float32", "min": None, "max": None}},
+        measured_step_times_ms=service,
+        latency_ms={
+            **{f"p{q}": float(np.percentile(service, q, method="inverted_cdf")) for q in (50, 90, 99)},
+            "max": max(service),
+            "throughput_eps": queries / (sum(service) / 1000.0),
+        },
+        serving={
+            "scenario": "server",
+            "wall_s": sum(p["duration_s"] for p in points),
+            "examples": batch_size * len(service),
+            "points": points,
+            "search": search,
+            "latency_bound_ms": bound_ms,
+        },
+    )
+    Path(run.samples_path).write_text(json.dumps(samples))
+    run = run.model_copy(
+        update={
+            "measured_steps": len(service),
+            "median_step_ms": statistics.median(service),
+            "latency_ms": latency_record(case, _as_result(samples), service),
+        }
+    )
+    return ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
+
+
+def _as_result(samples: dict[str, Any]) -> Any:
+    """The parts of a runner result ``latency_record`` reads (``latency_ms``, ``serving``, ``execution``)."""
+    from types import SimpleNamespace
+
+    from tasks.runner.protocol import LatencySummary, Serving
+
+    return SimpleNamespace(
+        latency_ms=LatencySummary(**samples["latency_ms"]), serving=Serving(**samples["serving"]), execution=None
+    )
+
+
+def archive_scenario_run(
+    db_url: str,
+    tmp: Path,
+    dag_run_id: str,
+    scenario: str,
+    step_ms: list[float],
+    *,
+    wall_s: float | None = None,
+    batch_size: int = 4,
+    bound_ms: float | None = None,
+    model: str = "m",
+) -> int:
+    """Archive a single-stream or offline infer run whose measured steps are ``step_ms`` (offline: the intervals
+    between results, its measured phase ``wall_s``, default their sum), its ``latency_ms`` the stage's
+    (``latency_record``). Returns the run id."""
+    from tasks.stages.profiled_run import latency_record
+
+    ctx, pulled, env, warm, run, parse, comp = make_records(tmp, dag_run_id=dag_run_id, model=model)
+    case = ctx.case.model_copy(
+        update={"mode": "infer", "batch_size": batch_size, "scenario": scenario, "latency_bound_ms": bound_ms}
+    )
+    samples = json.loads(Path(run.samples_path).read_text())
+    samples.update(
+        case_mode="infer",
+        inputs={"x": {"shape": [batch_size, 4], "dtype": "float32", "min": None, "max": None}},
+        measured_step_times_ms=step_ms,
+        latency_ms={
+            **{f"p{q}": float(np.percentile(step_ms, q, method="inverted_cdf")) for q in (50, 90, 99)},
+            "max": max(step_ms),
+            "throughput_eps": batch_size * len(step_ms) / (sum(step_ms) / 1000.0),
+        },
+        serving={
+            "scenario": scenario,
+            "wall_s": wall_s if wall_s is not None else sum(step_ms) / 1000.0,
+            "examples": batch_size * len(step_ms),
+        },
+    )
+    Path(run.samples_path).write_text(json.dumps(samples))
+    median = statistics.median(step_ms)
+    run = run.model_copy(
+        update={
+            "measured_steps": len(step_ms),
+            "median_step_ms": median,
+            "throughput_eps": batch_size / (median / 1000.0),
+            "latency_ms": latency_record(case, _as_result(samples), step_ms),
+        }
+    )
+    return archive_run(
+        db_url, str(tmp / "archive"), ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
+    ).run_id

@@ -46,3 +46,30 @@ def test_the_smallest_application_is_built_versioned_by_its_config_and_steps(tmp
     assert (tmp_path / "0" / "model" / "model.keras").is_file()
     w = warm_up(a, small, tmp_path / "0", sys.executable, 300)  # the built model runs, as every stage loads it
     assert 1 <= w.warmup_steps <= 10 and w.cold_step_ms > 0 and all(t > 0 for t in w.step_times_ms)
+
+
+def test_a_build_hashes_alike_however_many_builds_its_process_made_before():
+    """The audit: built twice in one process, MobileNetV3Small 32x32x3 with 10 classes hashed to 5d4db9ee, then
+    644130b4 (Keras numbers unnamed layers per process). Built under a fresh Keras state, every build of an
+    architecture hashes as a fresh process's first; another input shape or class count is another version."""
+    import json
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import json
+        from tasks.runner import applications
+        out = []
+        for shape, classes in [((32, 32, 3), 10), ((32, 32, 3), 10), ((48, 48, 3), 10), ((32, 32, 3), 5)]:
+            model, _ = applications.build("mobilenet_v3_small", list(shape), classes, 0)
+            out.append(applications.config_sha256(model.get_config()))
+        print("DIGESTS " + json.dumps(out))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    first, again, wider, fewer = json.loads(done.stdout.split("DIGESTS ", 1)[1])
+    assert first == again  # the second build in the process: the same version
+    assert len({first, wider, fewer}) == 3  # another input shape, another class count: other versions
+    if importlib.metadata.version("keras") == "3.15.1":  # the locked Keras: as the versions stored before the fix
+        assert first[:8] == "5d4db9ee"  # (a fresh process's first build)

@@ -69,7 +69,10 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     fed_examples = started.fed["measured"]["examples"] if "measured" in started.fed else None
     latency = serving = None
     if spec.case_mode in ("infer", "tflite"):
-        latency = LatencySummary(**measure.latency_summary(measured, spec.batch_size, fed_examples))
+        # server: the real examples are the queries served (one example each, LoadGen's sample); a batch of
+        # fewer queries computes batch_size examples, the padding is no example served
+        real = sum(len(p.latency_ms) for p in points) if spec.scenario == "server" else fed_examples
+        latency = LatencySummary(**measure.latency_summary(measured, spec.batch_size, real))
         serving = Serving(
             scenario=spec.scenario,
             wall_s=phases["measured_steps"],
@@ -131,7 +134,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
     (seed ``spec.seed`` + the point's index) served by ``step`` in arrival order, batches of up to
     ``batch_size`` waiting queries, on our timer (``time.perf_counter``, ``time.sleep`` while none waits); each
     point's host load recorded around it. With ``spec.search``, the next rate comes from
-    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``) until it is done.
+    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``) until it is done, its
+    final rates re-measured (``confirm``: up to ``loadgen.CONFIRM_POINTS`` more points, each with its own seed).
 
     Raises:
         RunnerError: the step failed (as every measuring mode).
@@ -148,7 +152,7 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
         progress.emit(
             "measure",
             n=len(points),
-            of=spec.search_max_points if search else 1,
+            of=spec.search_max_points + loadgen.CONFIRM_POINTS if search else 1,
             text=f"server: {n} queries arriving at {qps:.4g}/s (about {arrivals[-1]:.1f} s)",
         )
         load = measure.HostLoad().start()
@@ -166,6 +170,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
                 queue_ms=trace.queue_ms,
                 service_ms=trace.service_ms,
                 batch_queries=trace.batch_queries,
+                arrivals_s=trace.arrivals_s,
+                done_s=trace.done_s,
                 upper_ms=upper,
                 met=met,
                 host_load=load.result(),

@@ -8,7 +8,7 @@ import pytest
 
 from tasks.analysis import sequential
 from tasks.analysis.tail import combine, compare_tail, min_arm_samples
-from tasks.analysis.verdict import PairedBlocks, decide
+from tasks.analysis.verdict import Decision, PairedBlocks, decide, gate_per_query
 from tasks.records import Case, CompareInputs, Verdict
 from tasks.stages.profiled_run import tail_plan
 
@@ -75,6 +75,7 @@ def test_too_few_samples_for_a_p99_is_inconclusive_and_says_what_it_needs():
         "per_version": 320,
         "min_samples": 528,
         "enough": False,
+        "measures": "per-step time, back to back",
         "text": "the p99 gate needs 528 steps per version for a two-sided 99% interval of the p99 ratio; this "
         "gate's budget times 320: its p99 verdict will be inconclusive (too few samples for p99)",
     }
@@ -107,3 +108,47 @@ def test_an_unchanged_candidate_is_rarely_flagged_and_its_ratio_covered():
         covered += t.ci_low <= 1.0 <= t.ci_high
         flagged += t.verdict == Verdict.REGRESSION
     assert covered >= 194 and flagged <= 6
+
+
+def test_a_paired_tail_gate_on_a_server_case_says_it_gates_service_time():
+    """The audit: `--paired --gate-percentile 99` on a server case ran back-to-back ABBA pairs, so it gated the
+    batches' service time while the user reads per-query latency; the gate record and its log say so."""
+    case = Case(model="m", mode="infer", scenario="server", target_qps=50, gate_percentile=99, paired=True)
+    plan = tail_plan(case)
+    assert plan["measures"].startswith("per-batch service time, back to back (no arrivals, no queueing)")
+    assert "not what a query waits: the compare stage also tests the p99 per query" in plan["text"]
+
+
+def _point(qps: float, lat: np.ndarray, other: float = 0.02) -> dict:
+    return {"issued_qps": qps, "latency_ms": list(lat), "host_load": {"other_cpu_share": other}}
+
+
+def _passed() -> Decision:
+    return Decision(verdict=Verdict.PASS, method="paired-abba", baseline_run_ids=[1], reason="median gate: pass")
+
+
+def test_the_per_query_tail_is_gated_against_the_baseline_runs_at_the_same_rate():
+    case = Case(model="m", mode="infer", scenario="server", target_qps=50, gate_percentile=99, paired=True)
+    base = _point(50.0, _latencies(600, 1))
+    slow = _point(50.0, _latencies(600, 2, slow_share=0.05))  # one query in 20 waits 1.6x: the median cannot see it
+    d = _passed()
+    gate_per_query(d, case, slow, base, QUIET)
+    tail = d.evidence["per_query_tail"]
+    assert tail["verdict"] == "regression" and tail["rate_qps"] == 50.0 and (tail["n_a"], tail["n_b"]) == (600, 600)
+    assert d.verdict == Verdict.REGRESSION and d.evidence["gated_on"] == "p99 per query"
+    assert d.reason.startswith("regression on the p99 per query: per query at 50 q/s against the baseline run's")
+    assert "two runs, two processes" in d.reason and (d.ratio, d.ci_low) == (tail["ratio"], tail["ci_low"])
+    same = _passed()  # unchanged, 2,000 queries a run: the interval of the p99 ratio within the tolerance
+    gate_per_query(same, case, _point(50.0, _latencies(2000, 3)), _point(50.0, _latencies(2000, 1)), QUIET)
+    assert same.verdict == Verdict.PASS and same.evidence["per_query_tail"]["verdict"] == "pass"
+    busy = _passed()
+    gate_per_query(busy, case, slow, _point(50.0, _latencies(600, 1), other=0.6), QUIET)  # the baseline's host busy
+    assert busy.verdict == Verdict.INCONCLUSIVE and "the baseline run's host was busy" in busy.reason
+    other_rate = _passed()
+    gate_per_query(other_rate, case, _point(60.0, _latencies(600, 2)), base, QUIET)
+    assert (
+        other_rate.verdict == Verdict.PASS and "not like for like" in other_rate.evidence["per_query_tail"]["skipped"]
+    )
+    none = _passed()
+    gate_per_query(none, case, slow, None, QUIET)
+    assert none.verdict == Verdict.PASS and "skipped" in none.evidence["per_query_tail"]

@@ -122,3 +122,40 @@ def test_a_server_run_leads_with_the_rate_it_achieved():
     ]
     offline = {**run, "latency": {"serving": {**s, "scenario": "offline"}}}  # other scenarios keep their figure
     assert figure_texts(None, **offline)[1] == "1946.6 examples/s at the median"
+
+
+def test_a_server_runs_latency_lead_is_the_per_query_p99():
+    """The audit: `metrics: [latency]` led a server case with the per-batch p99 (its batches' service time)."""
+    per_query = {**LATENCY["ci"]["p99"], "n": 299, "point": 268.0, "low": 164.0, "high": 282.0}
+    s = {"scenario": "server", "target_qps": 50.0, "achieved_qps": 49.0, "latency": {"p99": per_query}}
+    run = {"median_ms": 9.1, "throughput_eps": 440.0, "latency": {**LATENCY, "serving": s}}
+    (lead, *_) = figure_texts(["latency"], **run)
+    assert lead == "latency p99 per query 268.00 ms [164.00, 282.00] (95%, n=299)"
+    assert figure_texts(["latency"], median_ms=9.1, throughput_eps=440.0, latency=LATENCY)[0] == (
+        "latency p99 12.30 ms [11.90, 13.00] (95%, n=1000)"  # single-stream: per batch, as before
+    )
+
+
+def test_history_gives_the_median_its_interval_and_n_and_a_thinned_run_its_n(db_url, tmp_path, cli):
+    """The median step time's cell in `perfwatch history` (and the csv/json bounds), as p10 and p90 have them: the
+    ranks 2 and 9 of 10 steps; a run whose samples were thinned keeps its n and says it has no interval."""
+    import json
+
+    from tasks.cli.history import history_frame, median_cells
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import make_records
+
+    archive_run(db_url, str(tmp_path / "archive"), *make_records(tmp_path, dag_run_id="r1"))
+    row = history_frame("m", db_url=db_url).iloc[0]
+    assert (row.median_step_low_ms, row.median_step_high_ms) == (pytest.approx(WALL[1]), pytest.approx(WALL[8]))
+    assert row.median_step_estimable is True
+    cell = median_cells(history_frame("m", db_url=db_url)).iloc[0].median_step_ms
+    assert cell == f"10.000 [{WALL[1]:.3f}, {WALL[8]:.3f}] n=10"
+    (got,) = json.loads(cli("history", "m", "--format", "json").stdout)
+    assert got["median_step_low_ms"] == pytest.approx(WALL[1]) and got["median_step_high_ms"] == pytest.approx(WALL[8])
+    table = cli("history", "m")
+    assert table.exit_code == 0 and f"[{WALL[1]:.3f}," in table.stdout
+    from tasks.cli.figures import median_cell
+
+    assert median_cell(10.0, None, None, 320) == "10.000 (n=320, no interval: samples thinned)"
+    assert median_cell(10.0, None, None, 4) == "not estimable (n=4: needs 6)"

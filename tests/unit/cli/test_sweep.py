@@ -145,8 +145,8 @@ def test_sweep_command_says_not_estimable_instead_of_a_p99_point(cli, db_url, tm
     assert b16["p99_low_ms"] == pytest.approx(short.low)
     assert b16["knee"]  # no budget: the highest throughput, which no p99 decides
     assert (
-        f"all: knee train-bs16 (batch_size=16): 1333.3 examples/s, median 12.00 ms, p99 not estimable from 30 "
-        f"steps at 95% (needs 299): p99 >= {short.low:.2f} ms"
+        "all: knee train-bs16 (batch_size=16): 1333.3 examples/s, median 12.00 ms [12.03, 12.06] (n=30), p99 not "
+        f"estimable from 30 steps at 95% (needs 299): p99 >= {short.low:.2f} ms"
     ) in res.stderr
     budget = cli("sweep", "demo", "--latency-budget-ms", "50", "--format", "csv")
     assert budget.exit_code == 0, budget.output
@@ -393,3 +393,40 @@ def test_sweep_says_when_its_points_come_from_more_than_one_version(cli, matrix_
     assert res.exit_code == 0, res.output
     assert "note: the newest run of each case comes from more than one model version (1, 2)" in res.stderr
     assert "more than one model version" not in cli("sweep", "demo", "--version", "1").stderr
+
+
+def test_a_scenario_sweep_judges_each_case_by_its_scenarios_own_figures(cli, db_url, tmp_path):
+    """The audit: `sweep --axis scenario` made the server search its knee at "513.3 examples/s, p99 13.52 ms", its
+    batches' service rate and time, where it served 473 q/s at a per-query p99 of 40.07 ms; offline showed 513.6
+    examples/s (batch over median) instead of its own 487.0. Each case is judged by its own figures now."""
+    from tests.helpers.builders import archive_scenario_run, archive_server_run, server_points
+
+    single = [8.0 + 0.02 * (i % 50) for i in range(320)]  # mean 8.49 ms: 471 examples/s over all batches
+    offline = [7.8] * 320  # batch / median 513 examples/s, but its run lasted longer: 487 over the run
+    archive_scenario_run(db_url, tmp_path, "ss", "single-stream", single, model="svc")
+    archive_scenario_run(db_url, tmp_path, "off", "offline", offline, wall_s=4 * 320 / 487.0, model="svc")
+    search = server_points([(150.0, 0.004), (300.0, 0.004), (600.0, 0.004), (450.0, 0.030), (300.0, 0.004)])
+    archive_server_run(db_url, tmp_path, "srv", search, search=True, bound_ms=50.0, model="svc")
+    res = cli("sweep", "svc", "--axis", "scenario", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = {r["scenario"]: r for r in json.loads(res.stdout)}
+    assert rows["offline"]["throughput_eps"] == pytest.approx(487.0, rel=1e-3)
+    assert rows["offline"]["throughput_of"] == "examples/s over the run"
+    assert rows["single-stream"]["throughput_eps"] == pytest.approx(4 * 320 / (sum(single) / 1000))
+    server = rows["server-search-b50ms"]
+    assert server["throughput_of"] == "queries/s achieved" and server["p99_of"] == "per query"
+    assert server["max_qps"] == pytest.approx(300.0) and server["throughput_eps"] < 310  # not 4 / 4 ms = 1000
+    from tasks.analysis.percentiles import percentile_ci
+
+    at_max = [p for p in search if p["target_qps"] == 300.0]
+    worst = max((percentile_ci(p["latency_ms"], 99) for p in at_max), key=lambda c: c.high)
+    assert (server["p99_step_ms"], server["p99_high_ms"], server["p99_n"]) == (
+        pytest.approx(worst.point),
+        pytest.approx(worst.high),
+        320,
+    )
+    assert rows["offline"]["knee"] and not server["knee"]
+    assert "knee infer-bs4-offline (scenario=offline): 487.0 examples/s over the run" in res.stderr
+    assert all(r["median_step_low_ms"] is not None and r["median_step_n"] for r in rows.values())
+    table = cli("sweep", "svc", "--axis", "scenario")
+    assert table.exit_code == 0 and " n=320" in table.stdout  # the median's cell with its interval and n

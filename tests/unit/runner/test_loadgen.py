@@ -42,6 +42,23 @@ def test_arrivals_are_a_seeded_poisson_process():
         loadgen.poisson_arrivals(5, 0, seed=0)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_schedule_issues_the_rate_asked_not_the_draws(seed):
+    """The audit: seed 0's 299 arrivals at "50 q/s offered" spanned 6.9 s, 43.3 q/s issued, and every nightly run
+    of the case reused the seed. Scaled as LoadGen's TODO asks, the schedule issues 50 q/s for every seed and keeps
+    its pattern (the gaps' ratios)."""
+    import numpy as np
+
+    a = loadgen.poisson_arrivals(50.0, 299, seed=seed)
+    assert 299 / a[-1] == pytest.approx(50.0, rel=1e-12) and a[-1] == pytest.approx(299 / 50.0, rel=1e-12)
+    raw = np.cumsum(np.random.default_rng(seed).exponential(1 / 50.0, size=299))
+    assert [x / a[-1] for x in a] == pytest.approx(list(raw / raw[-1]), rel=1e-12)  # the same bursts and gaps
+    trace = loadgen.ServerTrace(target_qps=50.0, arrivals_s=a)
+    assert trace.issued_qps == pytest.approx(50.0, rel=1e-12)
+    if seed == 0:  # what the unscaled draw issued: 299 arrivals in 6.9 s
+        assert raw[-1] == pytest.approx(6.9, abs=0.05) and 299 / raw[-1] < 44
+
+
 def test_a_batch_takes_the_waiting_queries_oldest_first_up_to_batch_size():
     arrivals = [0.0, 0.001, 0.002, 0.003, 0.5]
     assert loadgen.batch_end(arrivals, 0, 0.0, 4) == 1  # only the first has arrived
@@ -58,6 +75,7 @@ def test_serve_times_each_query_from_arrival_to_its_batch_result():
     assert trace.latency_ms == pytest.approx([10, 19, 28, 10])  # queueing behind the earlier queries counts
     assert trace.queue_ms == pytest.approx([0, 9, 18, 0])
     assert trace.batch_queries == [1, 1, 1, 1] and trace.duration_s == pytest.approx(0.11)
+    assert trace.done_s == pytest.approx([0.01, 0.02, 0.03, 0.11])  # each batch's completion, s from the start
     sim = SimClock(0.010)
     trace = loadgen.serve([0.0, 0.001, 0.002, 0.1], 2, sim.step, sim.clock, sim.sleep, target_qps=40)
     assert trace.batch_queries == [1, 2, 1]  # the second batch takes both queries that waited
@@ -106,23 +124,52 @@ def test_upper_bound_met_reads_the_rank():
     assert loadgen.upper_bound_met(lat, 4, None) is None
 
 
+def test_a_sample_too_short_to_bound_its_percentile_neither_meets_nor_misses():
+    """The audit: 100 batches, every one <= 14.78 ms, read "p99's 95% upper bound missed within 50 ms"."""
+    lat = [14.78] * 100
+    assert loadgen.bound_outcome(lat, None, 50.0) == "not estimable"
+    assert loadgen.bound_outcome(lat, 200, 50.0) == "not estimable"  # a rank the sample does not have
+    assert loadgen.bound_outcome(lat, 99, 50.0) == "met" and loadgen.bound_outcome(lat, 99, 10.0) == "missed"
+    assert loadgen.bound_outcome(lat, None, None) is None
+
+
 @pytest.mark.parametrize("start", [10.0, 73.0, 500.0])
 def test_the_search_brackets_then_bisects_to_the_highest_rate_that_meets(start):
     true_max = 73.4
     search = loadgen.QpsSearch(start, max_points=10, rel_tol=0.05)
     while (q := search.next_qps()) is not None:
         search.record(q, q <= true_max)
-    assert len(search.points) <= 10
+    assert len(search.points) <= 10 + loadgen.CONFIRM_POINTS
     assert search.best is not None and search.lowest_failed is not None
     assert true_max * 0.95 <= search.best <= true_max < search.lowest_failed
     assert (search.lowest_failed - search.best) / search.lowest_failed <= 0.05
+    # then the two rates the bisection ended on are measured once more: the max and its failed neighbour
+    assert search.confirmed == 2 and [q for q, _ in search.points[-2:]] == [search.best, search.lowest_failed]
+
+
+def test_the_search_re_measures_its_answer_and_keeps_every_outcome():
+    """The audit's search on a busy host: the CLI found 299 q/s, the DAG a minute later 473. The bisection's final
+    rates are re-measured, and their second outcome is recorded beside the first, not in its place."""
+    search = loadgen.QpsSearch(100.0, max_points=6, rel_tol=0.05)
+    outcomes = iter([True, True, False, True, False, False, False, True])  # 100, 200, 400, 300, 350, 325; then 300, 325
+    while (q := search.next_qps()) is not None:
+        search.record(q, next(outcomes))
+    rates = [q for q, _ in search.points]
+    assert rates == [100.0, 200.0, 400.0, 300.0, 350.0, 325.0, 300.0, 325.0]
+    assert search.best == 300.0 and search.lowest_failed == 325.0  # the bisection's, unchanged by the re-measures
+    assert search.points[-2:] == [(300.0, False), (325.0, True)]
+    no_confirm = loadgen.QpsSearch(100.0, max_points=6, confirm=False)
+    outcomes = iter([True, True, False, True, False, False])
+    while (q := no_confirm.next_qps()) is not None:
+        no_confirm.record(q, next(outcomes))
+    assert len(no_confirm.points) == 6 and no_confirm.confirmed == 0
 
 
 def test_a_search_where_no_rate_meets_halves_until_its_points_are_spent():
     search = loadgen.QpsSearch(64.0, max_points=4)
     while (q := search.next_qps()) is not None:
         search.record(q, False)
-    assert [q for q, _ in search.points] == [64.0, 32.0, 16.0, 8.0] and search.best is None
+    assert [q for q, _ in search.points] == [64.0, 32.0, 16.0, 8.0] and search.best is None  # nothing to confirm
     with pytest.raises(ValueError, match="start_qps"):
         loadgen.QpsSearch(0.0)
     with pytest.raises(ValueError, match="growth"):

@@ -10,8 +10,9 @@ from pydantic import ValidationError
 from tasks.analysis import percentiles
 from tasks.matrix import expand_entry
 from tasks.records import Case, WarmupRecord, check_case_name
+from tasks.runner import loadgen
 from tasks.stages.params import case_param_schema
-from tasks.stages.profiled_run import SEARCH_MAX_POINTS, scenario_options
+from tasks.stages.profiled_run import SEARCH_MAX_POINTS, measured_steps, scenario_options, server_queries
 
 
 def infer(**kw) -> Case:
@@ -75,9 +76,33 @@ def test_a_server_point_issues_what_its_percentile_needs_and_a_search_starts_at_
         infer(scenario="server", search_qps=True, latency_bound_ms=30, measured_steps=400), warm
     )
     assert opts["target_qps"] == 0.5 * 4 / 0.008 and opts["search"] and opts["queries"] == 400
-    assert opts["search_max_points"] == SEARCH_MAX_POINTS and steps == 400 * 2**10 * SEARCH_MAX_POINTS
-    assert worst_s == pytest.approx(sum(max(400 / (250 / 2**i), 2.0) for i in range(SEARCH_MAX_POINTS)))
+    points = SEARCH_MAX_POINTS + loadgen.CONFIRM_POINTS  # the bisection and its confirmation's re-measures
+    assert opts["search_max_points"] == SEARCH_MAX_POINTS and steps == 400 * 2**10 * points
+    lowest = 250 / 2 ** (SEARCH_MAX_POINTS - 1)
+    assert worst_s == pytest.approx(
+        sum(max(400 / (250 / 2**i), 2.0) for i in range(SEARCH_MAX_POINTS)) + loadgen.CONFIRM_POINTS * 400 / lowest
+    )
     # a point lasts at least server_min_duration_s (1 s): its query counts and their upper-bound ranks
     assert opts["min_point_s"] == 1.0 and sorted(opts["upper_ranks"])[:3] == [400, 800, 1600]
     assert opts["upper_ranks"][800] == percentiles.percentile_ci(list(range(800)), 99).high_rank
     assert scenario_options(Case(model="m"), warm) == ({}, 0.0, 320)
+
+
+def test_a_bound_raises_the_steps_to_what_its_percentile_needs_as_a_server_point_does():
+    """The audit: a single-stream run of 100 batches with a 50 ms bound could only say "not estimable"; a bound
+    asks for the batches its percentile's interval needs (299 for p99), as a server point issues them."""
+    assert measured_steps(infer(measured_steps=100, latency_bound_ms=50)) == percentiles.min_samples(99) == 299
+    assert measured_steps(infer(measured_steps=100, latency_bound_ms=50, latency_percentile=90)) == 100  # p90: 29
+    assert measured_steps(infer(measured_steps=100)) == 100  # no bound, nothing to judge
+    assert measured_steps(infer(measured_steps=100, scenario="offline")) == 100
+    warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=9.0, step_times_ms=[8.0] * 5, wall_s=0)
+    assert scenario_options(infer(measured_steps=100, latency_bound_ms=50), warm)[2] == 299
+
+
+def test_a_server_tail_gate_issues_the_per_query_samples_its_test_needs():
+    from tasks.analysis.tail import min_arm_samples
+
+    plain = infer(scenario="server", target_qps=50, measured_steps=100)
+    gated = infer(scenario="server", target_qps=50, measured_steps=100, gate_percentile=99, paired=True)
+    assert server_queries(plain) == 299
+    assert server_queries(gated) == min_arm_samples(99, gated.confidence) == 528

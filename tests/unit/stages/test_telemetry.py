@@ -11,7 +11,7 @@ import pynvml
 import pytest
 from pydantic import ValidationError
 
-from tasks.analysis.telemetry import MEMORY_GROWTH_BOUND_BYTES_PER_STEP, memory_growth, summarize
+from tasks.analysis.telemetry import MEMORY_GROWTH_BOUND_BYTES_PER_STEP, memory_growth, real_examples, summarize
 from tasks.records import Case
 from tasks.runner.telemetry import FIELDS, MAX_INTERVAL_MS, Sampler, _Nvml, throttle_names
 from tests.helpers.fakes import FakePeriodicGpu
@@ -123,6 +123,25 @@ def test_nvml_telemetry_with_faked_pynvml(monkeypatch):
     assert d1["power_mean_w"] is None and d1["energy_per_example_j"] is None
     assert d0["memory_peak_bytes"] == max(r["memory_bytes"] for r in g0)
     assert "host" in s["devices"]  # host telemetry is sampled beside the GPUs
+
+
+def test_energy_per_example_counts_the_queries_served_not_the_padded_batches():
+    """The audit: a server run's J/example divided the energy by batches x batch size, padding counted. A server
+    window's real examples are its queries (one example each); elsewhere the examples fed."""
+    tel = {
+        "window_s": 2.0,
+        "steps": 100,
+        "samples": [{"device": "gpu0", "t_s": 0.0, "step": 0, "power_w": 100.0}],
+    }
+    padded = summarize(tel, batch_size=4)["devices"]["gpu0"]
+    assert padded["energy_per_example_j"] == pytest.approx(200.0 / 400)
+    server = {"serving": {"scenario": "server", "points": [{"latency_ms": [1.0] * 120}, {"latency_ms": [2.0] * 130}]}}
+    assert real_examples(server) == 250  # 100 batches of 4 computed 400 examples, 250 of them queries
+    real = summarize(tel, batch_size=4, examples=real_examples(server))["devices"]["gpu0"]
+    assert real["energy_per_example_j"] == pytest.approx(200.0 / 250)
+    assert real["examples_per_s_per_w"] == pytest.approx((250 / 2.0) / 100.0)
+    assert real_examples({"fed": {"measured": {"examples": 390}}}) == 390  # partial batches, as fed
+    assert real_examples({}) is None
 
 
 def test_throttle_names():
