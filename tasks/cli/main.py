@@ -558,7 +558,7 @@ def run_cmd(
         case=case,
     )
     try:
-        settings = _settings()
+        settings = _settings(create=True)  # a first run makes the store
         with progress_shown():
             state = run_case(ctx, settings)
     except StoreError:

@@ -204,8 +204,11 @@ def test_cli_errors_never_show_the_password(monkeypatch):
     assert res.exit_code == 3 and "s3cret" not in res.output
 
 
-def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path, monkeypatch):
-    """A mistyped PERFWATCH_HOME must not look like a store without runs."""
+def test_a_read_on_a_path_without_a_store_says_there_is_none_and_a_first_run_says_it_made_one(
+    tmp_path, monkeypatch, capsys
+):
+    """A mistyped PERFWATCH_HOME must not look like a store without runs: a read says there is no store there (exit
+    3) and makes none; a command that writes runs makes it and says so, once."""
     from typer.testing import CliRunner
 
     from tasks.cli.main import app
@@ -213,9 +216,16 @@ def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path
     for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "perfwach"))
+    read = CliRunner().invoke(app, ["runs"])
+    assert read.exit_code == 3, read.output
+    assert f"no store at SQLite file {tmp_path / 'perfwach' / 'perfwatch.db'}" in read.output
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in read.output
+    assert not (tmp_path / "perfwach").exists()
+    from tasks.cli.context import settings
+
+    settings(create=True)  # what `perfwatch run`, `ingest` and `calibrate` open the store with
+    made = capsys.readouterr().err
+    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in made, made
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in made
     first = CliRunner().invoke(app, ["runs"])
-    assert first.exit_code == 0, first.output
-    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in first.output
-    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in first.output
-    again = CliRunner().invoke(app, ["runs"])
-    assert again.exit_code == 0 and "no perfwatch store" not in again.output  # said once, when it was made
+    assert first.exit_code == 0 and "no store" not in first.output, first.output
