@@ -53,11 +53,15 @@ def releases(db_url, tmp_path) -> dict[str, int]:
 def test_gate_exit_code_per_verdict(cli, releases, version, code):
     res = cli("gate", "m", version)
     assert res.exit_code == code, res.output
-    word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code]
-    assert f"gate m v{version}: {word}" in res.output
+    word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code] if version != "99" else "no runs of version 99"
+    assert f"gate m v{version}: {word} (exit {code})" in res.output
 
 
-def test_gate_failed_run_is_inconclusive_and_strict_refuses_no_baseline(cli, releases, db_url, tmp_path):
+def test_gate_failed_run_says_failed_with_its_stage_and_error_and_strict_refuses_no_baseline(
+    cli, releases, db_url, tmp_path
+):
+    """A failed run exits 2 as an undecided one does, and the headline says FAILED with the stage and the error's
+    first line (it said INCONCLUSIVE)."""
     assert cli("gate", "m", "1", "--strict").exit_code == 2
     ctx_fail = add_failure(db_url, tmp_path, "v7fail", day=6)
     from sqlalchemy import update
@@ -68,6 +72,13 @@ def test_gate_failed_run_is_inconclusive_and_strict_refuses_no_baseline(cli, rel
         s.execute(update(Run).where(Run.id == ctx_fail).values(version_requested="7"))
     res = cli("gate", "m", "7")
     assert res.exit_code == 2 and "failed at warm-up" in res.output
+    assert "gate m v7: FAILED (warm-up: RunnerError: training step failed) (exit 2)" in res.output
+    assert "INCONCLUSIVE" not in res.output
+    add_run(db_url, tmp_path, "v7b", version="7", verdict="inconclusive", batch_size=32, day=6)  # a second case
+    res = cli("gate", "m", "7")
+    assert res.exit_code == 2 and ": FAILED (warm-up: RunnerError: training step failed) and INCONCLUSIVE (exit 2)" in (
+        res.output
+    )
 
 
 def test_gate_regression_in_any_case_wins(cli, db_url, tmp_path):
