@@ -175,6 +175,17 @@ def test_a_sweep_ticks_batch_sizes_at_the_measured_values():
     assert [t.get_text() for t in bottom.get_xticklabels()] == ["8", "16", "64"]
 
 
+def test_a_sweeps_axes_leave_room_above_the_highest_point():
+    """The step-time axis was capped at the data's maximum (all points 1.0 ms: drawn on the top edge, their stars
+    cut): each axis runs from 0 to above the highest thing drawn on it, p99 bounds and the budget included."""
+    flat = sweep([4, 8]).assign(median_step_ms=1.0, p99_step_ms=1.0, p99_low_ms=1.0, p99_high_ms=1.0)
+    top, bottom = sweep_figure(flat, "batch_size", title="t").axes[:2]
+    assert top.get_ylim()[0] == 0 and top.get_ylim()[1] >= 1.1 * flat["throughput_eps"].max()
+    assert bottom.get_ylim()[0] == 0 and bottom.get_ylim()[1] >= 1.1
+    budget = sweep_figure(flat, "batch_size", title="t", latency_budget_ms=5.0).axes[1]
+    assert budget.get_ylim()[1] >= 5.5
+
+
 def test_one_batch_size_is_too_little_data_for_a_sweep():
     one = sweep([16])
     why = too_little_to_sweep(one, "batch_size")
