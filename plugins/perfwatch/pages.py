@@ -212,14 +212,30 @@ def airflow_links(request: Request, run: dict[str, Any]) -> dict[str, str]:
     return {"dag_run": dag_run, "task_log": f"{dag_run}/tasks/{quote_segment(task)}/mapped"}
 
 
+def has_data_docs(run: Mapping[str, Any]) -> bool:
+    """Whether a stored run (a ``run_pages`` row) has a GX Data Docs site in its archive (``gx/index.html``, read
+    with fsspec wherever the archive is): a run archived without one (no GX results, a site that failed to
+    render) gets no link to it. False for a run without an archive or one that cannot be read."""
+    if not run.get("archive_uri"):
+        return False
+    try:
+        fs, root = _archive_fs(dict(run))
+        return bool(fs.exists(f"{root}/gx/index.html"))
+    except (OSError, ValueError, HTTPException):  # an archive that cannot be read: no link to promise
+        return False
+
+
 def _links_cell(request: Request, run: dict[str, Any] | None) -> str:
+    """A listing's links of one run: its Airflow task log, its Data Docs (only where the site exists:
+    :func:`has_data_docs`) and its archived profile."""
     if run is None:
         return MISSING
     base, out = plugin_root(request), []
     if log_url := airflow_links(request, run).get("task_log"):
         out.append(_a(log_url, "task log", airflow=True))
     if run["archive_uri"]:
-        out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
+        if has_data_docs(run):
+            out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
         out.append(_a(f"{base}/runs/{run['run_id']}#profile", "profile"))
     return " · ".join(out) or MISSING
 
@@ -477,8 +493,9 @@ def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
 
 def _sweep_section(request: Request, model: str) -> str:
     """The model's sweep along batch size when its newest successful runs span 2+ batch sizes (``perfwatch
-    sweep``, no latency budget): plot and table, knee marked; empty otherwise."""
-    from tasks.cli.sweep import sweep_frame, too_little_to_sweep
+    sweep``, no latency budget): plot and table, knee marked, and ``perfwatch sweep``'s warning when the points
+    come from more than one model version (``tasks.cli.sweep.mixed_versions_note``); empty otherwise."""
+    from tasks.cli.sweep import mixed_versions_note, sweep_frame, too_little_to_sweep
 
     try:
         df = sweep_frame(model, "batch_size")
@@ -487,9 +504,16 @@ def _sweep_section(request: Request, model: str) -> str:
     if too_little_to_sweep(df, "batch_size"):
         return ""
     base, e = plugin_root(request), quote_segment(model)
+    mixed = (mixed_versions_note(df) or "").removesuffix("; give --version to sweep one")
     return (
-        f"<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
-        f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
+        "<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
+        + (
+            f"<p class='note warn' id='sweep-versions'>warning: {html.escape(mixed)} "
+            f"(<code>perfwatch sweep {html.escape(shlex.quote(model))} --version V</code> sweeps one)</p>"
+            if mixed
+            else ""
+        )
+        + f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
         + _table(request, df, SWEEP_COLUMNS)
     )
 
@@ -842,7 +866,7 @@ def _open_section(request: Request, run: dict[str, Any]) -> str:
             f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
         )
     fs, root = _archive_fs(run)
-    docs = fs.exists(f"{root}/gx/index.html")
+    docs = has_data_docs(run)
     body += (
         f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
         f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>"
