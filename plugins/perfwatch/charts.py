@@ -253,6 +253,13 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
                 if last is not None and "failed_stage" in g
                 else ""
             )
+            fig.add_trace(  # plotly.js draws no axes (and no annotation) for a panel without a trace
+                go.Scatter(
+                    x=[left, right], y=[0, 1], mode="markers", marker={"opacity": 0}, hoverinfo="skip", showlegend=False
+                ),
+                row=row,
+                col=1,
+            )
             fig.add_annotation(
                 x=0.5,
                 y=0.5,

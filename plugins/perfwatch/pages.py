@@ -999,6 +999,12 @@ def compare_page(
     return _page(request, f"perfwatch: run {ia} vs run {ib}", _comparison_body(request, vc, ia, ib), charts=True)
 
 
+def _code_spans(text: str) -> str:
+    """``text`` escaped, with its `backticked` commands as ``<code>`` (as the CLI writes them)."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
     import statistics
 
@@ -1071,7 +1077,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
         "<span class='muted'>: the ratio of the two runs' median step times (two processes, profiler off)</span></p>"
         + verdict
         + (f"<p class='note' id='figures'>{html.escape(figure['note'])}.</p>" if figure["note"] else "")
-        + "".join(f"<p class='note selection'>{html.escape(line)}</p>" for line in vc.selection)
+        + "".join(f"<p class='note selection'>{_code_spans(line)}</p>" for line in vc.selection)
         + (
             "<p class='note'>Both runs measured byte-identical model files (same sha256): the difference is drift "
             "between the two processes, not a change of the model.</p>"

@@ -16,6 +16,8 @@ Configuration:
 * per-step CPU time (``cpu_ms`` lists, every mode): that step time x ``PERFWATCH_FAKE_CPU_RATIO`` (default
   1.0); run-queue wait (``wait_ms`` lists): the wall time x ``PERFWATCH_FAKE_WAIT_RATIO`` (default 0.0;
   ``none``: no schedstat, the lists stay empty);
+* ``PERFWATCH_FAKE_TAKE_TIME=1``: each step also takes its wall time (sleeps it), so that what samples the
+  host while steps run (the telemetry) sees them run; otherwise the steps are figures made in microseconds;
 * a busy host: ``PERFWATCH_FAKE_WALL_NOISE_CV`` (default 0.0) multiplies the wall time only by log-normal
   noise of that sd (the CPU time stays as steady as the step), and ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` is the
   ``other_cpu_share`` every host load reports (default 0.01, a quiet host);
@@ -136,6 +138,7 @@ class Steps:
         self.cpu_ratio = float(os.environ.get("PERFWATCH_FAKE_CPU_RATIO", "1.0"))
         wait = os.environ.get("PERFWATCH_FAKE_WAIT_RATIO", "0.0")
         self.wait_ratio = None if wait == "none" else float(wait)
+        self.take_time = os.environ.get("PERFWATCH_FAKE_TAKE_TIME") == "1"
         self.rng = random.Random(f"{spec.seed}:{model_path}")
         self.wall_rng = random.Random(f"{spec.seed}:{model_path}:wall")  # the work drawn is the same either way
         self.cpu_ms: list[float] = []
@@ -147,6 +150,8 @@ class Steps:
         self.cpu_ms.append(work * self.cpu_ratio)
         if self.wait_ratio is not None:
             self.wait_ms.append(wall * self.wait_ratio)
+        if self.take_time:
+            time.sleep(wall / 1000.0)
         return wall
 
     def run(self, n: int) -> list[float]:

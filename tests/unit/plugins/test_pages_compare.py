@@ -94,7 +94,7 @@ def test_the_comparison_page_of_two_versions_takes_the_run_gate_answers_with(pag
     text = _text(page.text)
     assert f"perfwatch: run {ids['v1']} vs run {ids['paired']}" in text  # not the newer unpaired run
     assert (
-        f"v2: run {ids['paired']}, as `perfwatch gate m 2` answers: the newest paired ABBA gate of the version; the "
+        f"v2: run {ids['paired']}, as perfwatch gate m 2 answers: the newest paired ABBA gate of the version; the "
         f"newer run {ids['adhoc']} (inconclusive, history-lookback) is not a paired gate and does not override it"
     ) in text
 
