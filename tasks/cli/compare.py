@@ -443,11 +443,11 @@ def register(app: typer.Typer) -> None:
             "findings": "diagnosis findings",
         }
         print(_headline_text(vc))
-        for line in vc.selection:  # which run stands for each version: gate's rule
-            print(line)
         for line in (figure["marked"], figure["note"]):  # which figure is the verdict's, and why another differs
             if line:
                 print(line)
+        for line in vc.selection:  # which run stands for each version: gate's rule
+            print(line)
         print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
             sections["ops"] = pd.DataFrame(
