@@ -175,7 +175,7 @@ def test_data_docs_of_real_validations_render_offline(tmp_path):
         padding = "return getComputedStyle(document.querySelector('.container-fluid')).paddingLeft"
         assert browser.execute_script(padding) == "48px"
         assert browser.execute_script("return document.querySelectorAll('.filter-control').length") >= 3
-        _shot(browser, tmp_path, "data-docs-index.png")
+        _shot(browser, tmp_path, "data-docs-offline-index.png")
 
         browser.get(f"{docs}/{verdict_page.as_posix()}")
         assert failed_requests(browser) == []
@@ -187,4 +187,4 @@ def test_data_docs_of_real_validations_render_offline(tmp_path):
         icon_font = "return getComputedStyle(document.querySelector('.fa-times'), '::before').fontFamily"
         assert "Font Awesome 6 Free" in browser.execute_script(icon_font)
         assert browser.execute_script("return document.fonts.check('900 16px \"Font Awesome 6 Free\"')")
-        _shot(browser, tmp_path, "data-docs-validation.png")
+        _shot(browser, tmp_path, "data-docs-offline-validation.png")
