@@ -101,16 +101,20 @@ env:
 	@export -p | grep -E '^declare -x (PERFWATCH_[A-Z_]+|AIRFLOW_HOME|AIRFLOW__[A-Z_]+|TF_CPP_MIN_LOG_LEVEL|GX_ANALYTICS_ENABLED|PYTHONPATH)='
 	@echo 'export PATH="$(VENV)/bin:$$PATH"'
 
-# Whatever happened (a DAG run failed, the check failed), the demo ends with the runs table and each verdict's
-# reason; it exits 1 when DAG run 1 failed (then DAG run 2 is not tried) or the check failed.
+# Whatever happened (building the model store failed, a DAG run failed, the check failed), the demo ends with the
+# runs table and each verdict's reason; it exits 1 when the model store could not be built (then no DAG run is
+# tried), DAG run 1 failed (then DAG run 2 is not tried) or the check failed.
 demo: airflow-init
-	$(PERFWATCH) demo build-store
 	@status=0; \
-	echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"; \
-	echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"; \
-	$(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
-	  | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) \
-	  || { status=1; tail -40 $(PERFWATCH_HOME)/demo-v1.log; echo "   (DAG run 1 ended failed: the last 40 lines of its log above)"; }; \
+	echo "== the demo's model store ($(PERFWATCH) demo build-store)"; \
+	$(PERFWATCH) demo build-store || { status=1; echo "   (building the demo's model store failed: no DAG run is tried)"; }; \
+	if [ $$status = 0 ]; then \
+	  echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"; \
+	  echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"; \
+	  $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	    | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) \
+	    || { status=1; tail -40 $(PERFWATCH_HOME)/demo-v1.log; echo "   (DAG run 1 ended failed: the last 40 lines of its log above)"; }; \
+	fi; \
 	if [ $$status = 0 ]; then \
 	  $(PERFWATCH) demo baseline --model $(DEMO_MODEL) || status=1; \
 	fi; \

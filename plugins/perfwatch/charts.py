@@ -3,8 +3,10 @@ the page loads plotly.js from the plugin itself (``assets``), so the charts work
 
 * :func:`trend_chart` (:func:`trend_figure`): a model's step time per run, one panel per case (each on its own
   scale), one line per model version (``tasks.cli.history.version_segments``: no line joins two versions),
-  p10–p90 band, the compared baseline's median, baseline runs, regressions, version and environment changes
-  marked; a time axis from the runs' span; hover names the run, version and verdict; a click opens the run's page.
+  p10–p90 band (an error bar for a single run), the compared baseline's median, baseline runs, regressions and
+  inconclusive runs, version and environment changes marked; a panel of a case without a successful run says
+  so; every panel's own time labels from the runs' span; hover names the run, version and verdict; a click opens
+  the run's page.
 * :func:`ecdf_chart`: the distribution of measured step times (ECDF) of two or more runs, e.g. baseline and
   candidate.
 """
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 PANEL_PX = 250  #: height of one case's panel (px)
+PANEL_GAP_PX = 80  #: between two panels: the upper one's time labels and the lower one's title (px)
+#: the markers of the verdicts a reader looks for on a trend, each with its legend entry
+VERDICT_MARKERS: dict[str, dict[str, Any]] = {
+    "regression": {"symbol": "x", "size": 13, "color": "#d62728"},
+    "inconclusive": {"symbol": "circle-open", "size": 15, "color": "#b26b00", "line": {"width": 2.5}},
+}
 
 
 def _html(fig: Any, div_id: str, post_script: str | None = None) -> str:
@@ -74,8 +82,12 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
     One panel per case, each with its own y axis (ms, from 0), over the same time axis chosen from the runs'
     span (``tasks.cli.history.time_window``: runs minutes apart on an axis of minutes); the median step time
     (ms, our timer) per run with its p10–p90 band, one line per run of consecutive runs of one version; the
-    compared baseline's median as a dashed step line; runs that served as a baseline (``baseline_run_id`` of a
-    comparison) as open diamonds; regressions as red crosses; version changes as dotted lines labelled with the
+    compared baseline's median as a dashed step line; a version's single run as its median with its p10–p90 as
+    an error bar, and its baseline's median as a dash-shaped marker (a band and a line need two points); runs that
+    served as a baseline (``baseline_run_id`` of a comparison) as open diamonds; regressions as red crosses and
+    inconclusive runs as open amber circles (:data:`VERDICT_MARKERS`, each in the legend); a case whose runs all
+    failed as a panel saying so (no successful run, the newest failure's stage); every panel with its time
+    labels (not only the last); version changes as dotted lines labelled with the
     new version (labels too close to sit side by side on a ``PLOT_PX`` wide plot go a row lower:
     ``tasks.cli.history.label_rows``), environment-key changes as red dashed lines. Hover: run id, version,
     verdict (with its reason from ``reasons``, run id -> text), median, p10–p90, start time.
@@ -101,8 +113,13 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
         labels = list(df.loc[df["case_name"] == case, "case_label"].dropna()) if "case_label" in df else []
         label = labels[0] if labels else None
         titles.append(html.escape(case + (f" ({label})" if label and label != case else "")))
+    # between panels: the upper one's time labels and the lower one's title (PANEL_GAP_PX of PANEL_PX each)
     fig = make_subplots(
-        rows=len(cases), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.32 / len(cases)
+        rows=len(cases),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=titles,
+        vertical_spacing=PANEL_GAP_PX / (PANEL_PX * len(cases)) if len(cases) > 1 else 0.0,
     )
     left, right = time_window(df["started_at"])
     baselines = {int(b) for b in df["baseline_run_id"].dropna()} if "baseline_run_id" in df else set()
@@ -125,7 +142,8 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
             v = str(part["version"].iloc[0])
             x = list(part["started_at"])
             lo, hi = part["p10_step_ms"].astype(float), part["p90_step_ms"].astype(float)
-            if lo.notna().any():
+            single = len(part) == 1  # a band and a line need two points: one run gets an error bar and a tick
+            if lo.notna().any() and not single:
                 fig.add_trace(
                     go.Scatter(
                         x=x + x[::-1],
@@ -150,13 +168,28 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
                 ]
                 for r in part.itertuples()
             ]
+            medians = list(part["median_step_ms"].astype(float))
+            bar = (
+                {  # the run's p10–p90 as an error bar around its median (no band for one point)
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [h - m for h, m in zip(hi, medians, strict=True)],
+                    "arrayminus": [m - lw for lw, m in zip(lo, medians, strict=True)],
+                    "color": colour[v],
+                    "thickness": 1.5,
+                    "width": 6,
+                }
+                if single and lo.notna().all() and hi.notna().all()
+                else None
+            )
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=list(part["median_step_ms"].astype(float)),
+                    y=medians,
                     mode="lines+markers",
                     line={"color": colour[v], "width": 2},
-                    marker={"size": 7},
+                    marker={"size": 7 if not single else 9, "color": colour[v]},
+                    error_y=bar,
                     customdata=custom,
                     hovertemplate=hover,
                     **legend(f"v{v} median"),
@@ -166,12 +199,14 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
             )
             base = part[part["baseline_median_ms"].notna()]
             if not base.empty:
+                one = len(base) == 1  # a dashed line of one point draws nothing: a dash-shaped marker
                 fig.add_trace(
                     go.Scatter(
                         x=list(base["started_at"]),
                         y=list(base["baseline_median_ms"].astype(float)),
-                        mode="lines",
+                        mode="markers" if one else "lines",
                         line={"color": colour[v], "dash": "dash", "shape": "hv", "width": 1.5},
+                        marker={"symbol": "line-ew-open", "size": 22, "color": colour[v], "line": {"width": 2}},
                         hovertemplate="baseline median %{y:.3f} ms<extra></extra>",
                         **legend("compared baseline's median"),
                     ),
@@ -193,21 +228,48 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
                 row=row,
                 col=1,
             )
-        reg = good[good["verdict"] == "regression"]
-        if not reg.empty:
+        for verdict, marker in VERDICT_MARKERS.items():  # regressions ✖, inconclusive runs ◯: each in the legend
+            these = good[good["verdict"] == verdict]
+            if these.empty:
+                continue
             fig.add_trace(
                 go.Scatter(
-                    x=list(reg["started_at"]),
-                    y=list(reg["median_step_ms"].astype(float)),
+                    x=list(these["started_at"]),
+                    y=list(these["median_step_ms"].astype(float)),
                     mode="markers",
-                    marker={"symbol": "x", "size": 13, "color": "#d62728"},
-                    customdata=[int(i) for i in reg["run_id"]],
-                    hovertemplate="run %{customdata}: regression<extra></extra>",
-                    **legend("regression"),
+                    marker=marker,
+                    customdata=[int(i) for i in these["run_id"]],
+                    hovertemplate=f"run %{{customdata}}: {verdict}<extra></extra>",
+                    **legend(verdict),
                 ),
                 row=row,
                 col=1,
             )
+        if good.empty:  # only failed runs: the panel says so instead of staying blank
+            failed = g[g["status"] == "failed"] if "status" in g else g
+            last = failed.sort_values("run_id").iloc[-1] if not failed.empty else None
+            what = (
+                f" (run {int(last['run_id'])} failed at {last['failed_stage'] or 'an unknown stage'})"
+                if last is not None and "failed_stage" in g
+                else ""
+            )
+            fig.add_trace(  # plotly.js draws no axes (and no annotation) for a panel without a trace
+                go.Scatter(
+                    x=[left, right], y=[0, 1], mode="markers", marker={"opacity": 0}, hoverinfo="skip", showlegend=False
+                ),
+                row=row,
+                col=1,
+            )
+            fig.add_annotation(
+                x=0.5,
+                y=0.5,
+                xref="x domain" if row == 1 else f"x{row} domain",
+                yref="y domain" if row == 1 else f"y{row} domain",
+                text=html.escape(f"no successful run of this case{what}: no step time to draw"),
+                showarrow=False,
+                font={"size": 13, "color": "#5f6b7a"},
+            )
+            fig.update_yaxes(range=[0, 1], showticklabels=False, showgrid=False, row=row, col=1)
         changes = list(g[g["version_changed"] == 1].itertuples())
         texts = [version_label(str(r.version)) for r in changes]
         at = [(r.started_at - left) / (right - left) * PLOT_PX for r in changes]
@@ -234,7 +296,8 @@ def trend_figure(df: pd.DataFrame, *, reasons: Mapping[int, str] | None = None) 
         top = good[["median_step_ms", "p90_step_ms", "baseline_median_ms"]].astype(float).max().max()
         if not good.empty:
             fig.update_yaxes(range=[0, float(top) * 1.15], title_text="step time (ms)", row=row, col=1)
-    fig.update_xaxes(range=[left, right], showgrid=True)
+    # every panel has its time labels (shared axes put them on the last panel only, maybe an empty one)
+    fig.update_xaxes(range=[left, right], showgrid=True, showticklabels=True)
     fig.update_xaxes(title_text="run started (UTC)", row=len(cases), col=1)
     height, top_px, bottom_px = PANEL_PX * len(cases) + 150, 40, 110
     fig.update_layout(

@@ -212,14 +212,30 @@ def airflow_links(request: Request, run: dict[str, Any]) -> dict[str, str]:
     return {"dag_run": dag_run, "task_log": f"{dag_run}/tasks/{quote_segment(task)}/mapped"}
 
 
+def has_data_docs(run: Mapping[str, Any]) -> bool:
+    """Whether a stored run (a ``run_pages`` row) has a GX Data Docs site in its archive (``gx/index.html``, read
+    with fsspec wherever the archive is): a run archived without one (no GX results, a site that failed to
+    render) gets no link to it. False for a run without an archive or one that cannot be read."""
+    if not run.get("archive_uri"):
+        return False
+    try:
+        fs, root = _archive_fs(dict(run))
+        return bool(fs.exists(f"{root}/gx/index.html"))
+    except (OSError, ValueError, HTTPException):  # an archive that cannot be read: no link to promise
+        return False
+
+
 def _links_cell(request: Request, run: dict[str, Any] | None) -> str:
+    """A listing's links of one run: its Airflow task log, its Data Docs (only where the site exists:
+    :func:`has_data_docs`) and its archived profile."""
     if run is None:
         return MISSING
     base, out = plugin_root(request), []
     if log_url := airflow_links(request, run).get("task_log"):
         out.append(_a(log_url, "task log", airflow=True))
     if run["archive_uri"]:
-        out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
+        if has_data_docs(run):
+            out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
         out.append(_a(f"{base}/runs/{run['run_id']}#profile", "profile"))
     return " · ".join(out) or MISSING
 
@@ -300,22 +316,29 @@ def _db() -> str:
 
 
 def shown_reason(run: Mapping[str, Any], acceptance: Acceptance | None = None) -> str | None:
-    """The reason the pages show for a run (a ``run_pages`` row: run_id, status, error, reason): for a failed run
-    its error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case ...``); else
-    the verdict's reason as every form shows it (``tasks.services.story.reason_text``: the advice to accept the run
-    replaced by its ``acceptance``, ``tasks.store.reads.acceptances``, when it is or was the baseline, else naming
-    the run's id). None without either."""
+    """The reason the pages show for a run (a ``run_pages`` row: run_id, status, verdict, error, reason): for a
+    failed run its error's first line (what the run page's Error section starts with, e.g. ``DeviceMissing: case
+    ...``); else the verdict's reason as every form shows it (``tasks.services.story.reason_text``: the advice to
+    accept the run replaced by its ``acceptance``, ``tasks.store.reads.acceptances``, when it is or was the
+    baseline, else naming the run's id; a no-baseline run without a stored reason: ``no baseline yet: ...``). None
+    without either."""
     from tasks.records import VerdictStory
     from tasks.services.story import reason_text
 
     if run.get("status") == "failed":
         error = run.get("error")
         return error.strip().splitlines()[0] if isinstance(error, str) and error.strip() else None
-    reason = run.get("reason")
+    reason, verdict = run.get("reason"), run.get("verdict")
     if not isinstance(reason, str) or not reason:
-        return None
+        reason = None
     rid = run.get("run_id")
-    return reason_text(VerdictStory(run_id=None if rid is None else int(rid), reason=reason, accepted=acceptance))
+    story = VerdictStory(
+        run_id=None if rid is None else int(rid),
+        verdict=verdict if isinstance(verdict, str) else None,
+        reason=reason,
+        accepted=acceptance,
+    )
+    return reason_text(story)  # a no-baseline run without a reason: "no baseline yet: ..." as every form says
 
 
 def shown_reasons(runs: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
@@ -477,8 +500,9 @@ def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
 
 def _sweep_section(request: Request, model: str) -> str:
     """The model's sweep along batch size when its newest successful runs span 2+ batch sizes (``perfwatch
-    sweep``, no latency budget): plot and table, knee marked; empty otherwise."""
-    from tasks.cli.sweep import sweep_frame, too_little_to_sweep
+    sweep``, no latency budget): plot and table, knee marked, and ``perfwatch sweep``'s warning when the points
+    come from more than one model version (``tasks.cli.sweep.mixed_versions_note``); empty otherwise."""
+    from tasks.cli.sweep import mixed_versions_note, sweep_frame, too_little_to_sweep
 
     try:
         df = sweep_frame(model, "batch_size")
@@ -487,9 +511,16 @@ def _sweep_section(request: Request, model: str) -> str:
     if too_little_to_sweep(df, "batch_size"):
         return ""
     base, e = plugin_root(request), quote_segment(model)
+    mixed = (mixed_versions_note(df) or "").removesuffix("; give --version to sweep one")
     return (
-        f"<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
-        f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
+        "<h2>Sweep along batch size (newest successful run per case; knee: highest throughput)</h2>"
+        + (
+            f"<p class='note warn' id='sweep-versions'>warning: {html.escape(mixed)} "
+            f"(<code>perfwatch sweep {html.escape(shlex.quote(model))} --version V</code> sweeps one)</p>"
+            if mixed
+            else ""
+        )
+        + f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
         + _table(request, df, SWEEP_COLUMNS)
     )
 
@@ -607,6 +638,7 @@ def _op_deltas_section(comp: dict[str, Any] | None) -> str:
         return head + f"<p class='empty'>No op attribution: {html.escape(str(att.get('reason', 'unavailable')))}.</p>"
     ops = list(att.get("top_ops") or [])
     change = float(att["step_time_change_us"])
+    undecided = undecided_change_note(comp, change)
     rows = [
         (
             o["op_name"],
@@ -621,11 +653,36 @@ def _op_deltas_section(comp: dict[str, Any] | None) -> str:
     ]
     return (
         head
+        + (f"<p class='note warn' id='undecided'>{html.escape(undecided)}</p>" if undecided else "")
         + _deltas_table(
             rows, change, att.get("n_ops"), str(att.get("change_basis") or att.get("step_time_change_source"))
         )
         + _categories_table(att.get("categories") or [], change)
         + "".join(f"<p class='note'>warning: {html.escape(w)}</p>" for w in att.get("warnings") or [])
+    )
+
+
+#: verdicts that decided nothing about the change: the op deltas split a change that is not established
+UNDECIDED_VERDICTS = ("inconclusive",)
+
+
+def undecided_change_note(comp: Mapping[str, Any] | None, change_us: float) -> str | None:
+    """What the op deltas of an undecided verdict (``UNDECIDED_VERDICTS``; ``comp`` a ``run_comparison`` row)
+    must say beside them: the change they add up to (``change_us``, µs per step) is not established, e.g. ``The
+    change of +201.0 µs/step is not established: the verdict is inconclusive (ratio 1.080 [0.970, 1.210] ...)``;
+    None for a decided verdict (pass, regression, improvement, no-baseline) or no comparison."""
+    if comp is None or comp.get("verdict") not in UNDECIDED_VERDICTS:
+        return None
+    ratio, low, high = comp.get("ratio"), comp.get("ci_low"), comp.get("ci_high")
+    interval = (
+        f" (ratio {ratio:.3f} [{low:.3f}, {high:.3f}]: the interval is too wide to tell a change from none)"
+        if isinstance(ratio, float) and isinstance(low, float) and isinstance(high, float)
+        else ""
+    )
+    return (
+        f"The change of {change_us:+,.1f} µs/step these op deltas add up to is not established: the verdict is "
+        f"{comp['verdict']}{interval}. They say where the time went between the two measurements, not that the "
+        "model got slower or faster."
     )
 
 
@@ -845,7 +902,7 @@ def _open_section(request: Request, run: dict[str, Any]) -> str:
             f"<p>{MISSING} ({html.escape(why)})</p><h2 id='profile'>Profile</h2><p>{MISSING} ({html.escape(why)})</p>"
         )
     fs, root = _archive_fs(run)
-    docs = fs.exists(f"{root}/gx/index.html")
+    docs = has_data_docs(run)
     body += (
         f"<p>{_a(f'{base}/runs/{run_id}/archive/gx/index.html', 'open the Data Docs')} "
         f"(<code>{html.escape(run['archive_uri'])}/gx/index.html</code>)</p>"
@@ -945,6 +1002,12 @@ def compare_page(
     return _page(request, f"perfwatch: run {ia} vs run {ib}", _comparison_body(request, vc, ia, ib), charts=True)
 
 
+def _code_spans(text: str) -> str:
+    """``text`` escaped, with its `backticked` commands as ``<code>`` (as the CLI writes them)."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
     import statistics
 
@@ -984,7 +1047,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
         ("reason", [html.escape(reasons.get(i) or MISSING) for _, _, i in sides]),
     ]
     table = (
-        "<table><thead><tr><th class='text'></th>"
+        "<table class='sides'><colgroup><col class='key'><col><col></colgroup><thead><tr><th class='text'></th>"
         + "".join(f"<th class='text'>{html.escape(n)}</th>" for n, _, _ in sides)
         + "</tr></thead><tbody>"
         + "".join(
@@ -995,12 +1058,29 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
     )
     ma, mb = h.loc["from"]["median_step_ms"], h.loc["to"]["median_step_ms"]
     ratio = mb / ma if ma else float("nan")
+    from tasks.cli.compare import verdict_figure
+    from tasks.records import ratio_name
+    from tasks.services.story import interval_text
+    from tasks.store.reads import verdict_stories
+
+    story = verdict_stories([ib], _db()).get(ib)
+    figure = verdict_figure(vc, story)  # which figure is the verdict's and why the medians' ratio differs
+    verdict = ""
+    if story is not None and story.ratio is not None:
+        level = f" at {story.confidence:.0%}" if story.confidence is not None else ""
+        shown = f"{ratio_name(story.metric)} ×{story.ratio:.3f} {interval_text(story) or ''}{level}".strip()
+        against = f" against baseline run {story.baseline_run_id}" if story.baseline_run_id is not None else ""
+        verdict = (
+            f"<p class='headline verdict-figure'>{html.escape(shown)} {_verdict(story.verdict)}"
+            f"<span class='muted'>: the verdict's figure, run {ib} (b){html.escape(against)}, "
+            f"{html.escape(story.method_text or '')}</span></p>"
+        )
     headline = (
-        f"<section class='story'><p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a</p>"
-        "<p class='note'>The ratio of the two runs' median step times (two processes, profiler off). "
-        "A run's own verdict may rest on another figure (a paired ratio measured in one process, or CPU time "
-        "on a busy host): its run "
-        "page names it.</p>"
+        f"<section class='story'><p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
+        "<span class='muted'>: the ratio of the two runs' median step times (two processes, profiler off)</span></p>"
+        + verdict
+        + (f"<p class='note' id='figures'>{html.escape(figure['note'])}.</p>" if figure["note"] else "")
+        + "".join(f"<p class='note selection'>{_code_spans(line)}</p>" for line in vc.selection)
         + (
             "<p class='note'>Both runs measured byte-identical model files (same sha256): the difference is drift "
             "between the two processes, not a change of the model.</p>"

@@ -114,7 +114,8 @@ def sweep(
         latency_budget_ms: highest upper bound of the p99 step time (ms) a knee may have; None: no budget.
 
     Returns:
-        The points; a series with no case within the budget has no knee (every ``knee`` False there).
+        The points; a series with no case within the budget, or with runs at one value of ``axis`` only (a
+        point, not a curve: nothing to trade off), has no knee (every ``knee`` False there).
 
     Raises:
         ValueError: ``axis`` is not one of ``axes``; ``points`` is empty; ``latency_budget_ms`` is not
@@ -164,6 +165,8 @@ def sweep(
     for series in sorted(by_series):
         curve = sorted(by_series[series], key=lambda p: (_order(p[axis]), p["case"]))
         eligible = [p for p in curve if (within(p) is True if latency_budget_ms is not None else True)]
+        if len({repr(p[axis]) for p in curve}) < 2:  # one point of the axis: nothing to trade off, no knee
+            eligible = []
         best = max(eligible, key=lambda p: p["throughput_eps"]) if eligible else None
         out += [
             SweepPoint(

@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         except ValidationError as e:
             raise typer.BadParameter(validation_message(e, {"model": "MODEL", "paired_blocks": "--pairs"})) from e
         check_in_model_store(Settings.from_env().model_store, model, case.version)
-        settings = store_settings()  # the store migrated; one that cannot be used stops here (exit 3)
+        settings = store_settings(create=True)  # migrated (made if new); one that cannot be used: exit 3
         rows, key = [], ""  # key: the environment's comparability key, from the gates (at least one)
         for i in range(gates):
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")

@@ -1,14 +1,16 @@
 """``perfwatch compare MODEL --from V --to V``: how step time moved between two versions, and which ops moved.
 
-Reads the store only (``compare_versions``): the latest successful run of each version,
-their op self-times per profiled step (µs, xprof framework_op_stats), op categories, and each run's
-diagnosis findings.
+Reads the store only (``compare_versions``): the run that answers for each version by ``perfwatch gate``'s rule
+(:func:`answering_run`: the newest paired ABBA verdict of the version, else its newest run; the newest successful
+run where that one failed), their op self-times per profiled step (µs, xprof framework_op_stats), op categories,
+and each run's diagnosis findings. The comparison page of the plugin compares versions the same way.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -63,7 +65,9 @@ class VersionComparison:
     ops: op deltas (µs per profiled step) ranked by growth (largest Δ first); categories: by |Δ|;
     findings: diagnosis findings of both runs (side, run_id, code, severity, message, figure, value,
     threshold); attribution: the full Attribution (summary text, top_share...); identical_bytes: both runs
-    measured the same model bytes (equal sha256 digests), so any difference is drift between processes.
+    measured the same model bytes (equal sha256 digests), so any difference is drift between processes;
+    selection: for a comparison of versions, one line per side saying which run stands for the version and why
+    (:func:`answering_run`; empty for two runs given by id).
     """
 
     headline: pd.DataFrame
@@ -72,6 +76,7 @@ class VersionComparison:
     findings: pd.DataFrame
     attribution: Attribution
     identical_bytes: bool = False
+    selection: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution summary."""
@@ -90,6 +95,7 @@ class VersionComparison:
             "step_time_change_us": self.attribution.step_time_change_us,
             "step_time_change_source": self.attribution.step_time_change_source,
             "top_share": self.attribution.top_share,
+            "selection": list(self.selection),
         }
 
 
@@ -109,10 +115,53 @@ HEADLINE_COLUMNS = [
 ]
 
 
+def answering_run(db_url: str, model: str, version: str, case: str) -> tuple[Mapping[str, Any], str]:
+    """The run that stands for ``version`` of ``model`` in ``case`` when two versions are compared: the run
+    ``perfwatch gate MODEL VERSION`` answers with (``sql/queries/gate.sql``, the one rule: the newest paired ABBA
+    verdict of the version, else its newest run; A/A calibration gates left out), or, where that run failed, the
+    version's newest successful run (a failed run has no numbers to compare).
+
+    Returns:
+        (the run, a ``tasks.store.reads.latest_runs`` row; one line saying which run it is and why, e.g. ``v2:
+        run 3, as perfwatch gate tiny 2 answers: the newest paired ABBA gate of the version; the newer run 4
+        (inconclusive, history-lookback) is not a paired gate and does not override it``).
+
+    Raises:
+        ComparisonUnavailable: no model of that name, or no successful run of the version in the case.
+    """
+    from tasks.cli.history import answered_by
+    from tasks.records import version_label
+    from tasks.store import queries, reads
+
+    successful = _latest(db_url, model, version, case)
+    if not successful:
+        raise ComparisonUnavailable(f"no successful run of {model} version {version} in case {case}")
+    rows = queries.run_query("gate", db_url, model=model, version=version, case_name=case)
+    label, gate = version_label(version), f"perfwatch gate {model} {version}"
+    if rows.empty:  # only A/A calibration gates of the version: its newest successful run
+        run = successful[0]
+        return run, f"{label}: run {run['run_id']}, its newest successful run (`{gate}` has no run to answer with)"
+    r = rows.iloc[0]
+    if r["status"] == "success":
+        rid = int(r["run_id"])
+        run = (
+            next((x for x in successful if int(x["run_id"]) == rid), None) or reads.successful_runs(db_url, [rid])[rid]
+        )
+        stories = reads.verdict_stories([rid, int(r["newest_run_id"])], db_url)
+        return run, f"{label}: run {rid}, as `{gate}` answers: {answered_by(r, stories)}"
+    run = successful[0]
+    return run, (
+        f"{label}: run {run['run_id']}, its newest successful run (`{gate}` answers with run {int(r['run_id'])}, "
+        f"which failed at {r['failed_stage']}: it has no numbers to compare)"
+    )
+
+
 def compare_versions(
     db_url: str, model: str, from_version: str, to_version: str, case: str | None = None, *, top_n: int = 10
 ) -> VersionComparison:
-    """Compare the latest successful run of ``from_version`` with that of ``to_version`` of ``model``.
+    """Compare the run that answers for ``from_version`` with the one that answers for ``to_version`` of
+    ``model`` (:func:`answering_run`: ``perfwatch gate``'s rule, so ``compare`` and ``gate`` name the same run;
+    the comparison's ``selection`` says which and why).
 
     ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the case of the newest successful
     run of ``to_version``, which ``from_version`` must also have. Op times are µs per step: each op's share of
@@ -139,7 +188,8 @@ def compare_versions(
             f"no successful run of {model} version {from_version} in case {case}"
             + (f" (it has runs in {other}; pass --case)" if other else "")
         )
-    return _compare_sides(db_url, {"from": from_runs[0], "to": to_runs[0]}, top_n=top_n)
+    (a, why_a), (b, why_b) = (answering_run(db_url, model, v, case) for v in (from_version, to_version))
+    return replace(_compare_sides(db_url, {"from": a, "to": b}, top_n=top_n), selection=(why_a, why_b))
 
 
 def compare_runs(db_url: str, run_a: int, run_b: int, *, top_n: int = 10) -> VersionComparison:
@@ -344,8 +394,10 @@ def register(app: typer.Typer) -> None:
         top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
     ) -> None:
-        """Compare the latest successful runs of two versions: step time (the medians' ratio, two processes),
-        throughput and verdicts, the verdict's own figure marked with why the two differ; the ops
+        """Compare two versions, each by the run perfwatch gate answers with (its newest paired ABBA verdict,
+        else its newest run; its newest successful run where that one failed), said for each: step time (the
+        medians' ratio, two processes), throughput and verdicts, the verdict's own figure marked with why the
+        two differ; the ops
         whose self-time per step grew most (µs and relative, appeared/vanished) with their share of the
         step-time change; the change by op category; the diagnosis findings of each run."""
         import pandas as pd
@@ -394,6 +446,8 @@ def register(app: typer.Typer) -> None:
         for line in (figure["marked"], figure["note"]):  # which figure is the verdict's, and why another differs
             if line:
                 print(line)
+        for line in vc.selection:  # which run stands for each version: gate's rule
+            print(line)
         print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
             sections["ops"] = pd.DataFrame(

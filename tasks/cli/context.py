@@ -23,20 +23,25 @@ STORE_ERROR_EXIT = 3
 unreadable); the README's "3 the store cannot be used"."""
 
 
-def settings(*, migrated: bool = True) -> Settings:
+def settings(*, migrated: bool = True, create: bool = False) -> Settings:
     """The settings from the environment, with the store migrated to the newest schema (``migrated=False``:
-    its URL checked only, for ``perfwatch db upgrade REVISION``, which migrates it itself). When migrating
-    creates a new SQLite store (no file was at its path), says so on stderr with the path and
-    ``PERFWATCH_HOME``: a mistyped home otherwise looks like a store without runs.
+    its URL checked only, for ``perfwatch db upgrade REVISION``, which migrates it itself).
+
+    Only a command that writes runs (``run``, ``ingest``, ``calibrate``; ``db upgrade`` migrates it itself)
+    passes ``create``: then a SQLite store that is not there yet is made, and said so on stderr with the path and
+    ``PERFWATCH_HOME`` (a mistyped home otherwise looks like a store without runs). Every other command only
+    reads an existing store: where there is none it stops (``StoreMissing``: "no store at SQLite file <path>",
+    exit 3) and creates no file and no directory.
 
     Raises:
-        tasks.store.engine.StoreError: the store cannot be used (unreachable, newer schema), or
-            ``PERFWATCH_DATABASE_URL`` is not a database URL.
+        tasks.store.engine.StoreError: the store cannot be used (unreachable, not a database, newer schema),
+            ``PERFWATCH_DATABASE_URL`` is not a database URL, or (without ``create``) there is no store at it
+            (``StoreMissing``).
     """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from tasks.store import StoreError, migrate
+    from tasks.store import StoreError, StoreMissing, migrate, require_existing
 
     s = Settings.from_env()
     try:
@@ -46,6 +51,11 @@ def settings(*, migrated: bool = True) -> Settings:
             "the store URL (PERFWATCH_DATABASE_URL) is not a database URL; expected e.g. "
             "sqlite:////path/perfwatch.db or postgresql://user@host:5432/perfwatch"
         ) from None
+    if not create:
+        try:
+            require_existing(s.database_url)
+        except StoreMissing as e:  # a mistyped home must not look like a store without runs
+            raise StoreMissing(f"{e}; PERFWATCH_HOME={s.home}") from None
     if not migrated:
         return s
     db = url.database

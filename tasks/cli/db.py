@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         from tasks.cli.context import settings as store_settings
         from tasks.store import migrate, redact
 
-        url = store_settings(migrated=False).database_url
+        url = store_settings(migrated=False, create=True).database_url
         migrate(url, revision)
         typer.echo(f"store at {redact(url)} is at revision {revision}")
 

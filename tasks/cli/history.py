@@ -381,6 +381,32 @@ def gate_decision(
     return max(codes), reasons
 
 
+def gate_word(rows: pd.DataFrame, code: int, version: str, *, strict: bool = False) -> str:
+    """What ``perfwatch gate``'s headline says of its exit ``code`` (:func:`gate_decision` over ``rows``, the
+    answering runs of ``sql/queries/gate.sql``, with the same ``strict``): ``PASS``, ``REGRESSION``; for exit 2
+    what made it undecided: ``no runs of version V`` (no row), ``FAILED (warm-up: RunnerError: out of memory)`` (an
+    answering run failed: its stage and its error's first line; ``+ N more failed`` for further cases),
+    ``INCONCLUSIVE``, or ``FAILED (...) and INCONCLUSIVE`` where other cases are undecided."""
+    from tasks.store import queries
+
+    if code == GATE_PASS:
+        return "PASS"
+    if code == GATE_REGRESSION:
+        return "REGRESSION"
+    if rows.empty:
+        return f"no runs of version {version}"
+    ok = rows["status"] == "success"
+    failed = rows[~ok]
+    if failed.empty:
+        return "INCONCLUSIVE"
+    first = failed.iloc[0]
+    word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {queries.first_line(first['error']) or 'no error'})"
+    if len(failed) > 1:
+        word += f" + {len(failed) - 1} more failed"
+    undecided = [v for v in rows.loc[ok, "verdict"] if exit_code(v, strict=strict) == GATE_INCONCLUSIVE]
+    return word + (" and INCONCLUSIVE" if undecided else "")
+
+
 def answered_by(row: Any, stories: dict[int, Any]) -> str:
     """Why a gate row's run answers for its case (``sql/queries/gate.sql``'s rule), e.g. ``the newest paired
     ABBA gate of the version; the newer run 9 (inconclusive, history-lookback) is not a paired gate and does not
@@ -690,7 +716,7 @@ def register(app: typer.Typer) -> None:
                 + f" in the store; its cases: {', '.join(cases) or 'none'}"
             )
         df = with_env_changes(df, url)
-        from tasks.services.story import story_dict, story_line
+        from tasks.services.story import reason_text, story_dict, story_line
         from tasks.store.reads import verdict_stories
 
         ids = [int(i) for i in df["run_id"]]
@@ -703,7 +729,7 @@ def register(app: typer.Typer) -> None:
         render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
         if fmt is Format.table:  # each verdict's story under the table, one line per run that has one
             for i in ids:
-                if (st := stories.get(i)) is not None and (st.ratio is not None or st.reason):
+                if (st := stories.get(i)) is not None and (st.ratio is not None or reason_text(st)):
                     typer.echo(f"  run {i} {story_line(st)}")
         if plot is not None:
             try:
@@ -825,7 +851,7 @@ def register(app: typer.Typer) -> None:
             elif fmt is not Format.table:
                 shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
             render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
-        word = {GATE_PASS: "PASS", GATE_REGRESSION: "REGRESSION", GATE_INCONCLUSIVE: "INCONCLUSIVE"}[code]
+        word = gate_word(rows, code, version, strict=strict)  # PASS, REGRESSION, FAILED (...), INCONCLUSIVE, no runs
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)

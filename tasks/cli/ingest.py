@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from tasks.services.ingest import NoStepTimes, ingest_profile
         from tasks.stages.parse import ProfileParseError
 
-        settings = store_settings()  # the store migrated; one that cannot be used stops here (exit 3)
+        settings = store_settings(create=True)  # migrated (made if new); one that cannot be used: exit 3
         try:
             rec, verdict = ingest_profile(
                 logdir, model, version, case_name=case, batch_size=batch_size, settings=settings

@@ -185,7 +185,7 @@ def runs(
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1)
     df = runs_frame(url, model, last)
-    from tasks.services.story import story_dict, story_line
+    from tasks.services.story import reason_text, story_dict, story_line
     from tasks.store.reads import verdict_stories
 
     ids = [int(i) for i in df["run_id"]]
@@ -266,7 +266,7 @@ def runs(
         for run_id, reason, lead, error in zip(ids, reasons, leads, errors, strict=True):
             first = f"[{'; '.join(lead)}] " if lead else ""
             story = stories.get(run_id)
-            if story is not None and (story.ratio is not None or story.reason):
+            if story is not None and (story.ratio is not None or reason_text(story)):
                 typer.echo(f"  run {run_id} {first}{story_line(story)}")
             elif isinstance(reason, str) and reason:
                 typer.echo(f"  run {run_id}: {first}{reason}")
@@ -624,7 +624,7 @@ def run_cmd(
         case=case,
     )
     try:
-        settings = _settings()
+        settings = _settings(create=True)  # a first run makes the store
         with progress_shown():
             state = run_case(ctx, settings)
     except StoreError:
@@ -725,12 +725,13 @@ def run_cmd(
 def run_story(state: Any, db_url: str) -> Any:
     """The ``tasks.records.VerdictStory`` of a finished ``RunState`` (``perfwatch run``), from its
     ``CompareRecord`` (``VerdictStory.from_compare``): the stored run id, the baseline run's version (a paired
-    gate's re-measured version, else read from the store: ``tasks.store.reads.run_version``) and the xplane
-    files the parse stage read (its ``parsed.json`` ``xplane_paths``; none when that file is gone)."""
+    gate's re-measured version, else read from the store: ``tasks.store.reads.run_version``), the xplane
+    files the parse stage read (its ``parsed.json`` ``xplane_paths``; none when that file is gone) and the run's
+    acceptance as its case's baseline when the archive made it one (``tasks.store.reads.acceptances``)."""
     from pathlib import Path
 
     from tasks.records import VerdictStory, judged_profiles
-    from tasks.store.reads import run_version
+    from tasks.store.reads import acceptances, run_version
 
     v = state.verdict
     paths: list[str] = []
@@ -738,9 +739,9 @@ def run_story(state: Any, db_url: str) -> Any:
         paths = json.loads(Path(state.parsed.parsed_path).read_text()).get("xplane_paths") or []
     base = v.baseline_run_ids[0] if v.baseline_run_ids else None
     version = (v.evidence.get("paired") or {}).get("baseline_version") or run_version(db_url, base)
-    return VerdictStory.from_compare(
-        v, run_id=state.archived.run_id, baseline_version=version, profile=judged_profiles(paths)
-    )
+    run_id = state.archived.run_id
+    story = VerdictStory.from_compare(v, run_id=run_id, baseline_version=version, profile=judged_profiles(paths))
+    return story.model_copy(update={"accepted": acceptances([run_id], db_url).get(run_id)})
 
 
 def tflite_summary(lite: dict) -> str:

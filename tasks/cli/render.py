@@ -67,6 +67,9 @@ def render(
 
 #: the narrowest a text column is folded to (characters) before the table is made wider than the console
 TEXT_MIN_WIDTH = 8
+#: text columns whose words are never folded, however tight the table: a verdict (``no-baseline``, ``regression
+#: (CPU time)``, ``failed@warm-up``) wraps at its spaces only, each line whole words (``regressi|on`` misreads)
+WORD_COLUMNS = frozenset({"verdict", "status", "severity"})
 _NUMBER = re.compile(r"^[\[(]?[-+]?\d[\d,]*(\.\d+)?%?[\]),;]*$")  # a figure inside a text cell: 1.873, [1.773,
 
 
@@ -80,7 +83,7 @@ def _table(df: pd.DataFrame, title: str | None, width: int) -> tuple[Table, int]
     :data:`TEXT_MIN_WIDTH`, folding a longer word (a long case name goes on over two lines, never
     ``demo_mobile…``). A figure is never narrowed: a numeric column (right-aligned) is at least as wide as its
     widest figure and never wraps, a text column at least as wide as a figure in its cells
-    (``12.30 [11.90, 13.00]``)."""
+    (``12.30 [11.90, 13.00]``), a verdict column (:data:`WORD_COLUMNS`) as wide as its longest word."""
     from rich.text import Text
 
     cells = {col: [_cell(v) for v in df[col]] for col in df.columns}
@@ -93,7 +96,8 @@ def _table(df: pd.DataFrame, title: str | None, width: int) -> tuple[Table, int]
         figures = [len(t) for c in cells[col] for t in c.split() if _NUMBER.match(t)]
         natural.append(longest)
         words.append(word)
-        floor.append(word if is_number else max([min(TEXT_MIN_WIDTH, word), *figures]))
+        whole = is_number or str(col) in WORD_COLUMNS  # its words never folded
+        floor.append(word if whole else max([min(TEXT_MIN_WIDTH, word), *figures]))
     fixed = 3 * len(natural) + 1  # each column's padding (1 + 1) and border, and the left border
     available = width - fixed
     # first wrap at spaces only (every word whole: a figure's header over two lines), then fold long words

@@ -111,8 +111,9 @@ def sweep_frame(
 def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> list[str]:
     """One line per series of a ``sweep_frame``: its knee (case, axis value, throughput, p99 with its 95%
     interval and n, or for a run too short for one what its steps support: "not estimable", the lower bound,
-    never a point), or that no case is within the budget at 95% (with the lowest p99 upper bound there is,
-    and how many cases were too short to bound their p99)."""
+    never a point), that the series has runs at one value of ``axis`` only (no knee), or that no case is within
+    the budget at 95% (with the lowest p99 upper bound there is, and how many cases were too short to bound
+    their p99)."""
     import pandas as pd
 
     from tasks.analysis.percentiles import min_samples
@@ -150,7 +151,10 @@ def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> 
     lines = []
     for series, g in df.groupby("series", sort=True):
         knee = g[g["knee"]]
-        if not knee.empty:
+        if g[axis].nunique() < 2:  # a point, not a curve (tasks.analysis.sweep.sweep marks no knee)
+            values = ", ".join(map(str, sorted(set(g[axis]), key=str)))
+            lines.append(f"{series}: runs at {axis}={values} only: no knee (a sweep needs two or more values)")
+        elif not knee.empty:
             k = knee.iloc[0]
             of = "" if (k.get("p99_of") or "per step") == "per step" else f"{k.p99_of} "
             lines.append(
@@ -173,6 +177,22 @@ def knee_lines(df: pd.DataFrame, axis: str, latency_budget_ms: float | None) -> 
     return lines
 
 
+def mixed_versions_note(df: pd.DataFrame) -> str | None:
+    """What ``perfwatch sweep`` and the model page say when a ``sweep_frame``'s points (the newest successful run
+    of each case) come from more than one model version: a curve may join v4 at one batch size to v1 at another;
+    None when one version measured them all."""
+    versions = sorted({str(v) for v in df["version"]}, key=lambda v: (len(v), v))
+    if len(versions) < 2:
+        return None
+    by = "; ".join(
+        f"v{v}: {', '.join(sorted(df.loc[df['version'].astype(str) == v, 'case'].astype(str)))}" for v in versions
+    )
+    return (
+        f"the newest run of each case comes from more than one model version ({by}): a curve may mix versions; "
+        "give --version to sweep one"
+    )
+
+
 def too_little_to_sweep(df: pd.DataFrame, axis: str) -> str | None:
     """Why a ``sweep_frame`` is too little data to draw a sweep, or None when it is enough: a sweep needs
     some series (the cases that differ only in ``axis``) with runs at two or more values of ``axis``; one point
@@ -189,6 +209,17 @@ def too_little_to_sweep(df: pd.DataFrame, axis: str) -> str | None:
         f"too little data for a sweep along {axis}: every series has runs at one {axis} only ({have}); "
         f"run the model's matrix at two or more values of {axis} (config matrix: {axis}: [...]) and sweep again"
     )
+
+
+def headroom(values: Any, margin: float = 0.15) -> float:
+    """The top of an axis from 0 that shows every one of ``values`` (numbers; None and NaN skipped) with
+    ``margin`` (a fraction) of room above the highest, so that no marker sits on the edge; 1.0 when none is
+    positive."""
+    import math
+
+    tops = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    top = max(tops, default=0.0)
+    return top * (1 + margin) if top > 0 else 1.0
 
 
 def plot_sweep(
@@ -274,8 +305,11 @@ def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: 
     top.set_ylabel("throughput (examples/s)")
     bottom.set_ylabel("step time (ms)")
     bottom.set_xlabel(axis)
-    top.set_ylim(bottom=0)
-    bottom.set_ylim(bottom=0)
+    # from 0 to 15% above the highest value drawn (a p99's upper bound, the budget): no point or star on the edge
+    top.set_ylim(0, headroom(df["throughput_eps"]))
+    bottom.set_ylim(
+        0, headroom([*df["median_step_ms"], *df["p99_step_ms"], *df["p99_high_ms"], latency_budget_ms or 0.0])
+    )
     top.set_title(title)
     top.legend(fontsize=8, loc="best")
     bottom.legend(fontsize=8, loc="best")
@@ -320,21 +354,16 @@ def register(app: typer.Typer) -> None:
             df = sweep_frame(model, axis, latency_budget_ms, version, url)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
+        if plot is None and (why := too_little_to_sweep(df, axis)):  # said first: the table is not a sweep
+            typer.echo(f"note: {why}", err=True)
         from tasks.cli.history import median_cells
 
         # the table: each median as a cell with its interval and n (csv/json keep the bounds as columns)
         render(median_cells(df) if fmt is Format.table else df, fmt, title=f"{model}: sweep along {axis}")
-        versions = sorted({str(v) for v in df["version"]}, key=lambda v: (len(v), v))
-        if version is None and len(versions) > 1:
-            typer.echo(
-                f"note: the newest run of each case comes from more than one model version ({', '.join(versions)}"
-                f"): a curve may mix versions; give --version to sweep one",
-                err=True,
-            )
+        if version is None and (mixed := mixed_versions_note(df)):
+            typer.echo(f"note: {mixed}", err=True)
         for line in knee_lines(df, axis, latency_budget_ms):
             typer.echo(line, err=True)
-        if plot is None and (why := too_little_to_sweep(df, axis)):
-            typer.echo(f"note: {why}", err=True)
         if plot is not None:
             try:
                 out = plot_sweep(

@@ -37,13 +37,29 @@ def acceptance_text(a: Acceptance) -> str:
     return out + (f", superseded on {_utc_minutes(a.superseded_at)} UTC" if a.superseded_at is not None else "")
 
 
+def no_baseline_text(s: VerdictStory) -> str:
+    """The reason of a ``no-baseline`` verdict stored without one (nothing to compare with, and the run's
+    measurement was sound): ``no baseline yet: ...`` with what became of it: the case's baseline now (its
+    acceptance, ``s.accepted``), else the advice to accept it (``perfwatch baseline accept <run id> ...``)."""
+    head = "no baseline yet: nothing to compare this run with (the case's first run in its environment)"
+    if s.accepted is not None:
+        accepted = acceptance_text(s.accepted)
+        return f"{head}; it became the case's baseline ({accepted}): the next run is compared with it"
+    run = str(s.run_id) if s.run_id is not None else "RUN_ID"
+    return (
+        f"{head}; it is not the case's baseline (if it is sound: perfwatch baseline accept {run} --by NAME "
+        "--reason WHY; else the next sound run becomes it)"
+    )
+
+
 def reason_text(s: VerdictStory) -> str | None:
     """The verdict's reason as every form shows it: the stored reason, with its advice to accept the run as the
     baseline (:data:`ACCEPT_ADVICE`) replaced by the acceptance when the run is or was one (``s.accepted``), else
-    naming the run's id instead of ``RUN_ID``; None without a reason."""
+    naming the run's id instead of ``RUN_ID``; a ``no-baseline`` verdict stored without a reason has
+    :func:`no_baseline_text`; None for any other verdict without a reason."""
     reason = s.reason
     if not reason:
-        return None
+        return no_baseline_text(s) if s.status == "success" and s.verdict == "no-baseline" else None
     if s.accepted is not None and ACCEPT_ADVICE.search(reason):
         accepted = f" ({acceptance_text(s.accepted)})"
         return ACCEPT_ADVICE.sub(lambda _: accepted, reason)

@@ -17,6 +17,10 @@ the npm registry serves the versions GX pins, with their licences, under ``data_
 built a site: it copies them into ``<site>/static/vendor/`` (so the site stays self-contained: it is
 archived and served whole) and rewrites each page's CDN URLs to relative links to those copies.
 
+One style sheet is perfwatch's own (:data:`FIT_CSS`, ``data_docs_assets/perfwatch/fit.css``): linked into every
+page after GX's styles, it lets the index's tables wrap their cells, so that they fit their column at 1280 px
+(GX's run names have no spaces: the Validation Results table ran past the right edge of its scroll box).
+
 Left out: Vega, Vega-Lite and vega-embed (GX draws charts with them only for distribution expectations,
 which perfwatch's suites do not use); their script tags are removed from pages that draw no chart, and a
 page that draws one keeps them and is reported by :func:`make_offline` (its chart would not render
@@ -34,10 +38,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ASSETS", "ASSETS_DIR", "VENDOR_DIR", "Asset", "make_offline", "remote_resources"]
+__all__ = ["ASSETS", "ASSETS_DIR", "FIT_CSS", "VENDOR_DIR", "Asset", "make_offline", "remote_resources"]
 
 ASSETS_DIR = Path(__file__).with_name("data_docs_assets")  #: the vendored files (package data)
 VENDOR_DIR = "static/vendor"  #: where :func:`make_offline` puts them, relative to the site's root
+FIT_CSS = "perfwatch/fit.css"  #: perfwatch's own style sheet (module docstring), relative to ``ASSETS_DIR``
 
 
 @dataclass(frozen=True)
@@ -179,8 +184,9 @@ def make_offline(site_dir: str | Path) -> list[str]:
     every ``*.html`` of the site and every ``*.css`` under ``<site>/static/styles/``: replaces each ``ASSETS``
     URL with a relative link to its copy (dropping the tag's ``integrity``/``crossorigin``: a page opened from
     a file has no origin to check them against; the tests check the copies' hashes instead), points GX's
-    remote navbar logo at the copy in GX's own ``static/images/``, and removes the Vega script tags from pages
-    that draw no chart. Idempotent (a second call changes nothing).
+    remote navbar logo at the copy in GX's own ``static/images/``, removes the Vega script tags from pages
+    that draw no chart, and links perfwatch's :data:`FIT_CSS` at the end of each page's ``<head>`` (after GX's
+    styles, so its rules win). Idempotent (a second call changes nothing).
 
     Args:
         site_dir: the site's root, the directory holding ``index.html``.
@@ -213,6 +219,9 @@ def make_offline(site_dir: str | Path) -> list[str]:
             text = _TAG.sub(_without_sri, text)
             if "vegaEmbed(" not in text:
                 text = _VEGA_TAG.sub("", text)
+            fit = f'<link rel="stylesheet" href="{_rel(site, page, f"{VENDOR_DIR}/{FIT_CSS}")}">'
+            if fit not in text and "</head>" in text:
+                text = text.replace("</head>", f"{fit}</head>", 1)
         if text != original:
             page.write_text(text, encoding="utf-8")
     return remote_resources(site)

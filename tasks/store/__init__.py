@@ -1,7 +1,7 @@
 """The store: the SQL side of perfwatch (SQLAlchemy 2, Alembic), and nothing else.
 
 Modules: ``schema`` (ORM tables), ``engine`` (engines, transactions, serialised migrations, URL normalisation,
-the typed store errors: unreachable, schema too new), ``queries`` (the
+the typed store errors: unreachable, corrupt, missing, schema too new), ``queries`` (the
 named comparison queries in ``sql/queries/*.sql``), ``reads`` (what the stages read back: baselines,
 samples, op tables, calibration history), ``writes`` (the archive's transaction, failure records,
 baselines). May import ``tasks.records`` and ``tasks.settings`` only: it returns stored facts as records,
@@ -12,6 +12,7 @@ The schema and engine names are re-exported here: ``from tasks.store import Run,
 
 from tasks.store.engine import (
     MIGRATIONS_DIR,
+    StoreCorrupt,
     StoreError,
     StoreMissing,
     StoreNotMigrated,
@@ -22,6 +23,7 @@ from tasks.store.engine import (
     migrate,
     normalize_url,
     redact,
+    require_existing,
     session_scope,
 )
 from tasks.store.schema import (
@@ -57,6 +59,7 @@ __all__ = [
     "StepBreakdown",
     "StepQuantiles",
     "StepSample",
+    "StoreCorrupt",
     "StoreError",
     "StoreMissing",
     "StoreNotMigrated",
@@ -68,6 +71,7 @@ __all__ = [
     "migrate",
     "normalize_url",
     "redact",
+    "require_existing",
     "session_scope",
     "utcnow",
 ]

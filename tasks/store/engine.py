@@ -7,9 +7,10 @@ Store URLs are normalised in one place, ``normalize_url``: ``postgres://`` and `
 (as hosting platforms and Airflow connections hand them out) mean ``postgresql+psycopg://``, the
 driver perfwatch ships. Two kinds of store trouble become typed errors with a one-line message
 (the command line prints it and exits non-zero): ``StoreUnreachable`` (cannot connect, or the
-connection was lost; names host and port, password masked) and ``StoreSchemaTooNew`` (the store
-was migrated by a newer perfwatch); the read-only paths check first with ``check_readable``
-(``StoreMissing``, ``StoreNotMigrated``), which never creates a store.
+connection was lost; names host and port, password masked), ``StoreCorrupt`` (a SQLite file that is not a
+database, or a damaged one) and ``StoreSchemaTooNew`` (the store was migrated by a newer perfwatch); the
+read-only paths check first with ``check_readable`` (``StoreMissing``, ``StoreNotMigrated``) or
+``require_existing`` (``StoreMissing``), which never create a store.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class StoreUnreachable(StoreError):
     """No connection to the store (refused, unknown host, file not openable), or it was lost mid-use."""
 
 
+class StoreCorrupt(StoreError):
+    """The store's SQLite file is not a database (``file is not a database``: another file at its path) or is
+    damaged (``database disk image is malformed``): nothing can be read from it or written to it."""
+
+
 class StoreSchemaTooNew(StoreError):
     """The store's ``alembic_version`` names a revision this perfwatch does not know (a newer perfwatch
     migrated it). ``revision`` is the store's revision, ``head`` this perfwatch's newest."""
@@ -50,8 +56,9 @@ class StoreSchemaTooNew(StoreError):
 
 
 class StoreMissing(StoreError):
-    """No store at the URL: the SQLite file does not exist (it is made by the first DAG run or ``perfwatch db
-    upgrade``). Raised by :func:`check_readable`, which never creates one."""
+    """No store at the URL: the SQLite file does not exist (it is made by the first DAG run, ``perfwatch run``
+    or ``perfwatch db upgrade``). Raised by :func:`check_readable` and :func:`require_existing`, which never
+    create one."""
 
 
 class StoreNotMigrated(StoreError):
@@ -91,6 +98,9 @@ def _first_line(e: BaseException, password: str | None) -> str:
     return line.replace(password, "***") if password else line
 
 
+#: what SQLite says of a file that is not a database or a damaged one (``sqlite3.DatabaseError``): ``StoreCorrupt``
+SQLITE_CORRUPT = ("file is not a database", "database disk image is malformed")
+
 _engines: dict[str, Engine] = {}
 
 
@@ -99,7 +109,8 @@ def get_engine(url: str) -> Engine:
     WAL and a busy timeout (30 s).
 
     Errors while connecting, and a connection lost mid-use, are raised as ``StoreUnreachable``
-    (never retried as a busy store would be); every other database error is SQLAlchemy's own.
+    (never retried as a busy store would be); a SQLite file that is not a database or is damaged, as
+    ``StoreCorrupt`` (naming the file); every other database error is SQLAlchemy's own.
     """
     url = normalize_url(url)
     if url not in _engines:
@@ -130,6 +141,11 @@ def get_engine(url: str) -> Engine:
             if ctx.is_pre_ping:  # the pool reconnects on its own
                 return None
             detail = _first_line(ctx.original_exception, password)
+            if is_sqlite and any(c in detail for c in SQLITE_CORRUPT):
+                return StoreCorrupt(
+                    f"the store at {describe(url)} cannot be used: {detail} (another file at its path, or a damaged "
+                    "store; PERFWATCH_DATABASE_URL names the store)"
+                )
             if is_sqlite and "unable to open" not in detail:  # e.g. "database is locked": busy, retried by writers
                 return None
             if ctx.connection is None or ctx.is_disconnect:
@@ -196,6 +212,23 @@ def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
     return current
 
 
+def require_existing(url: str) -> None:
+    """That a store is at ``url`` before a command that only reads it opens it: opening a SQLite file that does
+    not exist would create it (and its directory), empty. A server's database is left to the connection.
+
+    Raises:
+        StoreMissing: no SQLite file at the URL's path (names it, and what creates a store).
+    """
+    u = make_url(normalize_url(url))
+    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
+        path = u.database.removeprefix("file:").split("?", 1)[0]
+        if not Path(path).is_file():
+            raise StoreMissing(
+                f"no store at {describe(url)}: it is created by the first DAG run, `perfwatch run` or `perfwatch db "
+                "upgrade`; reading never creates one (PERFWATCH_DATABASE_URL names the store)"
+            )
+
+
 def check_readable(url: str | None = None) -> str:
     """Whether the store at ``url`` (default ``PERFWATCH_DATABASE_URL``, ``tasks.settings``) can be read as it
     is, without creating or changing anything: for the
@@ -211,18 +244,12 @@ def check_readable(url: str | None = None) -> str:
         StoreNotMigrated: the database has no perfwatch schema (never migrated).
         StoreSchemaTooNew: migrated by a newer perfwatch.
         StoreUnreachable: cannot connect.
+        StoreCorrupt: the SQLite file is not a database, or is damaged.
     """
     from tasks.settings import Settings
 
     url = normalize_url(url or Settings.from_env().database_url)
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite" and u.database not in (None, "", ":memory:"):
-        path = u.database.removeprefix("file:").split("?", 1)[0]
-        if not Path(path).is_file():
-            raise StoreMissing(
-                f"no store at {describe(url)}: it is created by the first DAG run (or `perfwatch db upgrade`); "
-                "read-only paths (pages, metrics) never create one (PERFWATCH_DATABASE_URL names the store)"
-            )
+    require_existing(url)
     _, script = _script()
     with get_engine(url).connect() as conn:
         current = _check_known(url, conn, script)
@@ -245,6 +272,7 @@ def migrate(url: str, revision: str = "head") -> None:
     Raises:
         StoreSchemaTooNew: the store's revision is unknown here (migrated by a newer perfwatch).
         StoreUnreachable: the store cannot be reached.
+        StoreCorrupt: the SQLite file is not a database, or is damaged.
     """
     from alembic import command
 

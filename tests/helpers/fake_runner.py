@@ -16,6 +16,8 @@ Configuration:
 * per-step CPU time (``cpu_ms`` lists, every mode): that step time x ``PERFWATCH_FAKE_CPU_RATIO`` (default
   1.0); run-queue wait (``wait_ms`` lists): the wall time x ``PERFWATCH_FAKE_WAIT_RATIO`` (default 0.0;
   ``none``: no schedstat, the lists stay empty);
+* ``PERFWATCH_FAKE_TAKE_TIME=1``: each step also takes its wall time (sleeps it), so that what samples the
+  host while steps run (the telemetry) sees them run; otherwise the steps are figures made in microseconds;
 * a busy host: ``PERFWATCH_FAKE_WALL_NOISE_CV`` (default 0.0) multiplies the wall time only by log-normal
   noise of that sd (the CPU time stays as steady as the step), and ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` is the
   ``other_cpu_share`` every host load reports (default 0.01, a quiet host);
@@ -24,6 +26,12 @@ Configuration:
   versions' speeds and a paired gate sees a regression;
 * a ``tflite`` case's profile mode writes a fake ``model.tflite`` beside its result, a ``tflite`` record naming it
   relative to the out dir (as the real runner does) and no profiler window;
+* an ``infer`` or ``tflite`` case's profile mode reports its measured batches' latency as the real runner does
+  (``latency_ms``: the same ``tasks.runner.measure.latency_summary`` over the measured step times, p50/p90/p99,
+  max and throughput; ``serving``: the single-stream or offline scenario's wall time and examples; the server
+  scenario's load generator is not faked);
+* profile mode samples this host's telemetry over its measured steps with the real runner's sampler
+  (``tasks.runner.telemetry.Sampler``: psutil's host rows, NVML's GPU rows where a GPU answers);
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -43,6 +51,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from tasks.runner.measure import latency_summary
 from tasks.runner.modes.paired import pair_orders
 from tasks.runner.protocol import (
     MORE,
@@ -52,17 +61,20 @@ from tasks.runner.protocol import (
     ErrorResult,
     HelloEvent,
     InputFeed,
+    LatencySummary,
     PairedResult,
     ProbeResult,
     ProbeSpec,
     ProfileResult,
     RoundEvent,
     RoundSummary,
+    Serving,
     WarmupResult,
     event_line,
 )
 from tasks.runner.spec import RunnerSpec
 from tasks.runner.steady import SteadyDetector
+from tasks.runner.telemetry import Sampler
 from tasks.runner.tflite import PROFILE_ABSENT_REASON as tflite_absent_reason
 
 XPLANE = Path(__file__).resolve().parents[1] / "data" / "tiny_train_3steps.xplane.pb"
@@ -126,6 +138,7 @@ class Steps:
         self.cpu_ratio = float(os.environ.get("PERFWATCH_FAKE_CPU_RATIO", "1.0"))
         wait = os.environ.get("PERFWATCH_FAKE_WAIT_RATIO", "0.0")
         self.wait_ratio = None if wait == "none" else float(wait)
+        self.take_time = os.environ.get("PERFWATCH_FAKE_TAKE_TIME") == "1"
         self.rng = random.Random(f"{spec.seed}:{model_path}")
         self.wall_rng = random.Random(f"{spec.seed}:{model_path}:wall")  # the work drawn is the same either way
         self.cpu_ms: list[float] = []
@@ -137,6 +150,8 @@ class Steps:
         self.cpu_ms.append(work * self.cpu_ratio)
         if self.wait_ratio is not None:
             self.wait_ms.append(wall * self.wait_ratio)
+        if self.take_time:
+            time.sleep(wall / 1000.0)
         return wall
 
     def run(self, n: int) -> list[float]:
@@ -201,9 +216,25 @@ def profile(spec: RunnerSpec) -> ProfileResult:
     step, t0 = Steps(spec, spec.model_path), time.perf_counter()
     warm = step.run(spec.warmup_steps)
     warm_cpu, warm_wait = step.take()
+    sampler = Sampler(spec.telemetry_interval_ms).start()  # the real runner's telemetry of this host (no TF)
+    t_measured = time.perf_counter()
     measured = step.run(spec.measured_steps)
+    sampler.steps += len(measured)
+    telemetry = sampler.stop()
     measured_cpu, measured_wait = step.take()
     _emit_progress("measure", len(measured), spec.measured_steps, measured)
+    latency = serving = None
+    if spec.case_mode in ("infer", "tflite"):  # as tasks.runner.modes.profile: per batch, over the measured steps
+        if spec.scenario == "server":
+            raise NotImplementedError("the fake runner has no load generator: scenario server is not faked")
+        latency = LatencySummary(**latency_summary(measured, spec.batch_size))
+        serving = Serving(
+            scenario=spec.scenario,
+            wall_s=time.perf_counter() - t_measured,
+            examples=spec.batch_size * len(measured),
+            latency_bound_ms=spec.latency_bound_ms,
+            upper_rank=spec.upper_rank,
+        )
     logdir = Path(spec.out_dir) / "profile"
     logdir.mkdir(parents=True, exist_ok=True)  # as the real runner: there even when no window is profiled
     if spec.case_mode == "tflite":  # the real runner's shape: a converted model beside the result, no profiler window
@@ -231,8 +262,10 @@ def profile(spec: RunnerSpec) -> ProfileResult:
         profiled_window_s=0.0,
         tflite=tflite,
         profile_absent_reason=absent,
-        telemetry={},
+        telemetry=telemetry,
         host_load=host_load(),
+        latency_ms=latency,
+        serving=serving,
         wall_s=time.perf_counter() - t0,
     )
 

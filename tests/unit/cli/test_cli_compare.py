@@ -119,3 +119,66 @@ def test_stored_version_forms():
     for bad in ("keras3.15.1-1A2B3C4D", "keras-1a2b3c4d", "v3", "keras3.15.1-1a2b3c4"):
         with pytest.raises(ValueError, match="keras3.15.1-1a2b3c4d"):
             stored_version(bad)
+
+
+def test_compare_and_gate_answer_with_the_same_run_of_a_version_with_several_runs(home, tmp_path):
+    """The audit: v1; v2 unpaired (run 2, inconclusive); v2 --paired (run 3, regression); v2 unpaired again (run
+    4). ``gate m 2`` answers with run 3 (the newest paired ABBA verdict); ``compare --from 1 --to 2`` compared with
+    run 4 and quoted its verdict. Both now take gate's rule, and compare says which run and why; a newer paired
+    gate replaces run 3 in both; where the answering run failed, compare takes the newest successful run and says
+    so."""
+    import datetime as dt
+
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import T0, records
+
+    url = Settings.from_env().database_url
+    migrate(url)
+    v1 = archive(url, tmp_path, "v1", version="1")
+
+    def v2(name: str, verdict: str, method: str, ratio: float, median: float, day: int) -> int:
+        ctx, pulled, env, warm, run, parse, comp = records(tmp_path, name, version="2", ops=CAND_OPS, median=median)
+        ctx = ctx.model_copy(update={"started_at": T0 + dt.timedelta(days=day)})
+        comp = comp.model_copy(
+            update={
+                "verdict": verdict, "method": method, "ratio": ratio, "ci_low": ratio - 0.05,
+                "ci_high": ratio + 0.05, "baseline_run_ids": [v1], "evidence": {"reason": f"{verdict} ({method})"},
+            }
+        )  # fmt: skip
+        return archive_run(url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+    v2(name="a", verdict="inconclusive", method="history-lookback", ratio=1.5, median=15.0, day=1)
+    paired = v2(name="b", verdict="regression", method="paired-abba", ratio=1.4, median=13.88, day=2)
+    adhoc = v2(name="c", verdict="inconclusive", method="history-lookback", ratio=1.45, median=14.5, day=3)
+    gate = CliRunner().invoke(app, ["gate", "m", "2"])
+    assert gate.exit_code == 1 and f"answered by run {paired}: the newest paired ABBA gate" in gate.output
+    res = invoke("m", "--from", "1", "--to", "2")
+    assert res.exit_code == 0, res.output
+    assert f"-> v2 (run {paired}) 13.880 ms: x1.388" in res.stdout
+    assert (
+        f"v2: run {paired}, as `perfwatch gate m 2` answers: the newest paired ABBA gate of the version; the newer "
+        f"run {adhoc} (inconclusive, history-lookback) is not a paired gate and does not override it" in res.stdout
+    )
+    assert f"verdict of run {paired}: regression, step-time ratio 1.400" in res.stdout
+    assert f"run {adhoc}: inconclusive" not in res.stdout and f"verdict of run {adhoc}" not in res.stdout
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json").stdout)
+    assert out["headline"][1]["run_id"] == paired and out["verdict_figure"]["verdict"]["run_id"] == paired
+    assert (
+        out["selection"][0] == f"v1: run {v1}, as `perfwatch gate m 1` answers: the newest run (the version "
+        "has no paired ABBA gate of this case)"
+    )
+    later = v2(name="d", verdict="pass", method="paired-abba", ratio=1.01, median=10.1, day=4)
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json").stdout)
+    assert out["headline"][1]["run_id"] == later  # a newer paired gate answers, in both
+    assert CliRunner().invoke(app, ["gate", "m", "2"]).exit_code == 0
+    from tasks.store.writes import record_failure
+
+    ctx = records(tmp_path, "e", version="1")[0]
+    ctx = ctx.model_copy(update={"started_at": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)})  # after v1's run
+    failed = record_failure(url, ctx, "warm-up", "RunnerError: out of memory")  # v1's newest run: gate answers with it
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json").stdout)
+    assert out["headline"][0]["run_id"] == v1
+    assert out["selection"][0] == (
+        f"v1: run {v1}, its newest successful run (`perfwatch gate m 1` answers with run {failed}, which failed at "
+        "warm-up: it has no numbers to compare)"
+    )

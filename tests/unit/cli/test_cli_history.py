@@ -53,11 +53,15 @@ def releases(db_url, tmp_path) -> dict[str, int]:
 def test_gate_exit_code_per_verdict(cli, releases, version, code):
     res = cli("gate", "m", version)
     assert res.exit_code == code, res.output
-    word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code]
-    assert f"gate m v{version}: {word}" in res.output
+    word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code] if version != "99" else "no runs of version 99"
+    assert f"gate m v{version}: {word} (exit {code})" in res.output
 
 
-def test_gate_failed_run_is_inconclusive_and_strict_refuses_no_baseline(cli, releases, db_url, tmp_path):
+def test_gate_failed_run_says_failed_with_its_stage_and_error_and_strict_refuses_no_baseline(
+    cli, releases, db_url, tmp_path
+):
+    """A failed run exits 2 as an undecided one does, and the headline says FAILED with the stage and the error's
+    first line (it said INCONCLUSIVE)."""
     assert cli("gate", "m", "1", "--strict").exit_code == 2
     ctx_fail = add_failure(db_url, tmp_path, "v7fail", day=6)
     from sqlalchemy import update
@@ -68,6 +72,13 @@ def test_gate_failed_run_is_inconclusive_and_strict_refuses_no_baseline(cli, rel
         s.execute(update(Run).where(Run.id == ctx_fail).values(version_requested="7"))
     res = cli("gate", "m", "7")
     assert res.exit_code == 2 and "failed at warm-up" in res.output
+    assert "gate m v7: FAILED (warm-up: RunnerError: training step failed) (exit 2)" in res.output
+    assert "INCONCLUSIVE" not in res.output
+    add_run(db_url, tmp_path, "v7b", version="7", verdict="inconclusive", batch_size=32, day=6)  # a second case
+    res = cli("gate", "m", "7")
+    assert res.exit_code == 2 and ": FAILED (warm-up: RunnerError: training step failed) and INCONCLUSIVE (exit 2)" in (
+        res.output
+    )
 
 
 def test_gate_regression_in_any_case_wins(cli, db_url, tmp_path):
@@ -204,8 +215,11 @@ def test_cli_errors_never_show_the_password(monkeypatch):
     assert res.exit_code == 3 and "s3cret" not in res.output
 
 
-def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path, monkeypatch):
-    """A mistyped PERFWATCH_HOME must not look like a store without runs."""
+def test_a_read_on_a_path_without_a_store_says_there_is_none_and_a_first_run_says_it_made_one(
+    tmp_path, monkeypatch, capsys
+):
+    """A mistyped PERFWATCH_HOME must not look like a store without runs: a read says there is no store there (exit
+    3) and makes none; a command that writes runs makes it and says so, once."""
     from typer.testing import CliRunner
 
     from tasks.cli.main import app
@@ -213,9 +227,16 @@ def test_a_read_on_a_path_without_a_store_says_a_new_empty_one_was_made(tmp_path
     for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "perfwach"))
+    read = CliRunner().invoke(app, ["runs"])
+    assert read.exit_code == 3, read.output
+    assert f"no store at SQLite file {tmp_path / 'perfwach' / 'perfwatch.db'}" in read.output
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in read.output
+    assert not (tmp_path / "perfwach").exists()
+    from tasks.cli.context import settings
+
+    settings(create=True)  # what `perfwatch run`, `ingest` and `calibrate` open the store with
+    made = capsys.readouterr().err
+    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in made, made
+    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in made
     first = CliRunner().invoke(app, ["runs"])
-    assert first.exit_code == 0, first.output
-    assert f"no perfwatch store was at {tmp_path / 'perfwach' / 'perfwatch.db'}" in first.output
-    assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in first.output
-    again = CliRunner().invoke(app, ["runs"])
-    assert again.exit_code == 0 and "no perfwatch store" not in again.output  # said once, when it was made
+    assert first.exit_code == 0 and "no store" not in first.output, first.output

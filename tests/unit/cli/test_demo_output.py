@@ -96,3 +96,35 @@ def test_runs_ends_with_each_verdicts_reason(db_url, tmp_path, monkeypatch):
         "  run 1 inconclusive; no comparison (nothing to compare with); why: host busy: load 9.1 on 2 CPUs",
         "  run 2 regression; no comparison (nothing to compare with); why: step time x1.70 [1.62, 1.79] is above x1.05",
     ]
+
+
+def test_make_demo_ends_with_the_runs_table_when_building_the_model_store_fails(tmp_path):
+    """``make demo``'s first step (``perfwatch demo build-store``) failing ended the demo before the runs table
+    the Makefile promises whatever happened: it is told, no DAG run is tried, the table still comes, exit 1
+    (make's 2). ``perfwatch`` and ``airflow`` are stubs that log their arguments."""
+    import shutil
+    import subprocess
+
+    from tests.helpers import ROOT
+
+    calls, stub = tmp_path / "calls", tmp_path / "stub"
+    stub.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in "demo build-store") echo "boom: the model store is read-only" >&2; exit 1;;\n'
+        '  runs*) echo "THE RUNS TABLE";; esac\n'
+    )
+    stub.chmod(0o755)
+    (tmp_path / "airflow").mkdir()
+    (tmp_path / "airflow" / ".initialised").touch()
+    make = shutil.which("make")
+    assert make is not None
+    out = subprocess.run(
+        [make, "-s", "-C", str(ROOT), "-o", "airflow-init", "demo", f"PERFWATCH={stub}", f"AIRFLOW={stub}",
+         f"AIRFLOW_HOME={tmp_path / 'airflow'}", f"PERFWATCH_HOME={tmp_path / 'home'}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr  # make's code for a recipe that exited 1
+    assert "building the demo's model store failed: no DAG run is tried" in out.stdout
+    assert out.stdout.rstrip().endswith("THE RUNS TABLE") and "boom: the model store is read-only" in out.stderr
+    assert calls.read_text().splitlines() == ["demo build-store", "runs --model demo_mobilenet --last 2"]

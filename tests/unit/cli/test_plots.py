@@ -175,6 +175,17 @@ def test_a_sweep_ticks_batch_sizes_at_the_measured_values():
     assert [t.get_text() for t in bottom.get_xticklabels()] == ["8", "16", "64"]
 
 
+def test_a_sweeps_axes_leave_room_above_the_highest_point():
+    """The step-time axis was capped at the data's maximum (all points 1.0 ms: drawn on the top edge, their stars
+    cut): each axis runs from 0 to above the highest thing drawn on it, p99 bounds and the budget included."""
+    flat = sweep([4, 8]).assign(median_step_ms=1.0, p99_step_ms=1.0, p99_low_ms=1.0, p99_high_ms=1.0)
+    top, bottom = sweep_figure(flat, "batch_size", title="t").axes[:2]
+    assert top.get_ylim()[0] == 0 and top.get_ylim()[1] >= 1.1 * flat["throughput_eps"].max()
+    assert bottom.get_ylim()[0] == 0 and bottom.get_ylim()[1] >= 1.1
+    budget = sweep_figure(flat, "batch_size", title="t", latency_budget_ms=5.0).axes[1]
+    assert budget.get_ylim()[1] >= 5.5
+
+
 def test_one_batch_size_is_too_little_data_for_a_sweep():
     one = sweep([16])
     why = too_little_to_sweep(one, "batch_size")
@@ -191,3 +202,34 @@ def test_sweep_plot_command_says_too_little_data(cli, db_url, tmp_path):
     assert not (tmp_path / "sweep.png").exists()
     res = cli("sweep", "demo")
     assert res.exit_code == 0 and "note: too little data for a sweep" in res.stderr
+
+
+def test_the_model_pages_chart_labels_every_panel_and_draws_single_runs_failed_cases_and_undecided_runs():
+    """The audit's model page: the time labels sat on the last (empty) panel only; a case whose only run failed was
+    a blank panel; a version with one run drew no line (a one-point line), no band and no baseline; inconclusive
+    runs had no marker of their own. Now every panel has time labels, the failed case's panel says why it is
+    empty, a single run is a marker with its p10–p90 as an error bar and its baseline a dash marker, and
+    inconclusive runs have a legend entry like regressions."""
+    from plugins.perfwatch.charts import trend_figure
+
+    df = history([("train-bs16", "1", 100.0), ("train-bs16", "2", 270.0), ("train-bs16", "2", 280.0)])
+    df.loc[1, ["verdict", "baseline_median_ms", "baseline_run_id"]] = ["inconclusive", 100.0, 1]
+    df.loc[2, "verdict"] = "regression"
+    df = df.drop(index=2)  # v2 has a single run
+    failed = {**df.iloc[0].to_dict(), "run_id": 9, "case_name": "train-bs16-gpu", "status": "failed"}
+    failed |= {"verdict": None, "median_step_ms": None, "p10_step_ms": None, "p90_step_ms": None}
+    df = pd.concat([df, pd.DataFrame([failed | {"failed_stage": "env-fingerprint"}])], ignore_index=True)
+    fig = trend_figure(df)
+    axes = [k for k in fig.layout if k.startswith("xaxis")]
+    assert len(axes) == 2 and all(fig.layout[k].showticklabels for k in axes)
+    (empty,) = [a for a in fig.layout.annotations if "no successful run" in a.text]
+    assert "run 9 failed at env-fingerprint" in empty.text and empty.yref == "y2 domain"
+    (v2,) = [t for t in fig.data if t.name == "v2 median"]
+    assert list(v2.y) == [270.0] and list(v2.error_y.array) == [pytest.approx(13.5)]
+    assert list(v2.error_y.arrayminus) == [pytest.approx(13.5)]
+    (base,) = [t for t in fig.data if t.name == "compared baseline's median"]
+    assert base.mode == "markers" and list(base.y) == [100.0]  # one point: a marker, not an empty line
+    (undecided,) = [t for t in fig.data if t.name == "inconclusive"]
+    assert undecided.showlegend and list(undecided.customdata) == [2] and undecided.marker.symbol == "circle-open"
+    bands = [t for t in fig.data if t.name == "p10–p90 of the run's steps"]
+    assert bands == []  # one run per version here: error bars, no band of one point

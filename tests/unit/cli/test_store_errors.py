@@ -1,6 +1,8 @@
 """A store that cannot be used stops every command that reads or writes it the same way: one line on stderr
 naming the store (password masked) and exit code 3 (README: "3 the store cannot be used"). Every command of
-the app is listed here, as using the store or not, so a new command is classified when it is added."""
+the app is listed here, as using the store or not, so a new command is classified when it is added. A store
+that is not there is created only by the commands that write runs (:data:`CREATES`); every other command says
+"no store at ..." (exit 3) and creates nothing."""
 
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ STORE_COMMANDS: dict[str, list[str]] = {
     "db thin": ["--older-than", "30"],
     "db check": [],
 }
+#: the commands that may create a store that is not there yet (they write runs, or migrate it); every other
+#: command in STORE_COMMANDS only reads one that exists
+CREATES = {"run", "ingest", "calibrate", "db upgrade"}
 #: commands that never open the store (the model store and Airflow only, or stdin)
 NO_STORE = {"publish", "demo build-store", "demo build-zoo", "demo follow"}
 #: ``doctor`` reports every check of the deployment, the store's among them, and exits 3 when the store failed
@@ -69,7 +74,13 @@ def _newer_schema(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(params=["unreachable", "newer-schema", "not-a-url"])
+def _garbage(path: Path) -> str:
+    """A file that is not a SQLite database where the store should be (``echo garbage > bad.db``)."""
+    path.write_text("garbage\n")
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(params=["unreachable", "newer-schema", "not-a-url", "not-a-database"])
 def broken_store(request, tmp_path, monkeypatch) -> tuple[str, str]:
     """(PERFWATCH_DATABASE_URL of a store that cannot be used, what its one line must say), with a model
     store holding ``m`` version 1 so that commands that check it first reach the store."""
@@ -83,6 +94,7 @@ def broken_store(request, tmp_path, monkeypatch) -> tuple[str, str]:
         "unreachable": ("postgresql://perf:s3cret@127.0.0.1:1/nope", "perf:***@127.0.0.1:1/nope"),
         "newer-schema": (_newer_schema(tmp_path / "newer.db"), f"SQLite file {tmp_path / 'newer.db'}"),
         "not-a-url": ("perf:s3cret at nowhere", "PERFWATCH_DATABASE_URL"),
+        "not-a-database": (_garbage(tmp_path / "bad.db"), f"SQLite file {tmp_path / 'bad.db'} cannot be used: file is"),
     }[request.param]
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
     return url, says
@@ -105,3 +117,28 @@ def test_doctor_reports_every_check_and_exits_3_when_the_store_cannot_be_used(br
     assert res.exit_code == STORE_ERROR_EXIT, res.output
     (store,) = [ln for ln in res.output.splitlines() if ln.startswith("FAIL store: ")]
     assert says in store and "s3cret" not in res.output
+
+
+@pytest.mark.parametrize("command", sorted(set(STORE_COMMANDS) - CREATES))
+def test_a_read_command_never_creates_a_store_it_says_there_is_none(command, tmp_path, monkeypatch):
+    """``PERFWATCH_DATABASE_URL=sqlite:////nonexistent/x.db perfwatch runs`` made /nonexistent/ and an empty store,
+    then said "unknown model": a command that only reads says there is no store (exit 3) and leaves no file."""
+    monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "home"))
+    for var in ("PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
+        monkeypatch.delenv(var, raising=False)
+    missing = tmp_path / "nonexistent" / "x.db"
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{missing}")
+    args = [a.format(logdir=tmp_path) for a in STORE_COMMANDS[command]]
+    res = CliRunner().invoke(app, [*command.split(), *args])
+    assert res.exit_code == STORE_ERROR_EXIT, (command, res.output)
+    assert res.output.strip().splitlines() == [res.output.strip()], res.output
+    assert res.output.startswith(f"perfwatch: no store at SQLite file {missing}: it is created by"), res.output
+    assert not missing.parent.exists(), command
+
+
+def test_db_upgrade_creates_the_store_a_read_command_then_reads_it(tmp_path, monkeypatch):
+    store = tmp_path / "new" / "x.db"
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{store}")
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0 and store.is_file()
+    res = CliRunner().invoke(app, ["runs", "--format", "json"])
+    assert res.exit_code == 0 and res.output.strip() == "[]", res.output

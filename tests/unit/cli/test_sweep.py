@@ -174,7 +174,7 @@ def test_series_are_the_other_axes_that_vary():
     assert [(p.series, p.case, p.knee) for p in got] == [
         ("precision=fp32", "a", False),
         ("precision=fp32", "b", True),
-        ("precision=mixed_bfloat16", "c", True),
+        ("precision=mixed_bfloat16", "c", False),  # one point: no curve, no knee to mark
     ]
     assert {p.series for p in sweep(pts[:2], "batch_size", AXES)} == {"all"}
     by_precision = sweep(pts, "precision", AXES)  # along another axis: batch size makes the series
@@ -391,7 +391,8 @@ def test_sweep_says_when_its_points_come_from_more_than_one_version(cli, matrix_
     archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp)
     res = cli("sweep", "demo")
     assert res.exit_code == 0, res.output
-    assert "note: the newest run of each case comes from more than one model version (1, 2)" in res.stderr
+    assert "note: the newest run of each case comes from more than one model version (v1: train-bs16, " in res.stderr
+    assert "; v2: train-bs8): a curve may mix versions; give --version to sweep one" in res.stderr
     assert "more than one model version" not in cli("sweep", "demo", "--version", "1").stderr
 
 
@@ -430,3 +431,19 @@ def test_a_scenario_sweep_judges_each_case_by_its_scenarios_own_figures(cli, db_
     assert all(r["median_step_low_ms"] is not None and r["median_step_n"] for r in rows.values())
     table = cli("sweep", "svc", "--axis", "scenario")
     assert table.exit_code == 0 and " n=320" in table.stdout  # the median's cell with its interval and n
+
+
+def test_a_single_point_is_no_sweep_it_has_no_knee_and_says_so_first(cli, db_url, tmp_path):
+    """``perfwatch sweep`` of one run printed ``knee True`` and only then that there was too little data: one
+    point has no knee, and the note comes before the table."""
+    from tests.helpers.builders import add_run
+
+    add_run(db_url, tmp_path, "solo", model="solo", verdict="no-baseline")
+    res = cli("sweep", "solo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    (point,) = json.loads(res.stdout)
+    assert point["knee"] is False
+    assert res.stderr.startswith("note: too little data for a sweep along batch_size: every series has runs at one")
+    assert "all: runs at batch_size=16 only: no knee (a sweep needs two or more values)" in res.stderr
+    table = cli("sweep", "solo")
+    assert "True" not in table.stdout and "★" not in table.stdout

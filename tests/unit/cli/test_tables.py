@@ -92,3 +92,62 @@ def test_a_table_too_wide_for_the_terminal_is_printed_wider_never_cut(capsys, mo
         assert f"{123456.789 + i:,.1f}" in out
     names = [ln.split("│")[-2].strip() for ln in out.splitlines() if ln.startswith("│")]
     assert "".join(names) == "a_long_case_name_hereb"  # folded over lines, never cut
+
+
+def _fed(db_url: str, run_id: int) -> None:
+    """Store what the runner fed run ``run_id`` (``run_tables`` tool ``inputs``, as the archive writes it): the
+    ``inputs`` column of ``perfwatch runs`` then appears."""
+    from tasks.store import RunTable, session_scope
+
+    feed = {"shape": [16, 224, 224, 3], "dtype": "float32", "min": None, "max": None}
+    data = {"inputs": {"image": feed, "mask": {**feed, "dtype": "int32", "min": 0, "max": 2}}, "input_source": "x"}
+    with session_scope(db_url) as s:
+        s.add(RunTable(run_id=run_id, tool="inputs", data=data))
+
+
+def test_runs_at_100_columns_with_an_inputs_column_never_breaks_a_verdict_inside_a_word(cli, demo, db_url):
+    """With the inputs column the table got tight and rich folded verdicts mid-word ("no-basel|ine",
+    "regressi|on"): a verdict cell wraps at its spaces only, whole words on each line."""
+    for run_id in (demo["v1"], demo["gate"], demo["adhoc"]):
+        _fed(db_url, run_id)
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    table = res.stdout.split("└")[0]
+    head = [ln.strip("┃").split("┃") for ln in table.splitlines() if ln.startswith("┃")]
+    (col,) = [i for i in range(len(head[0])) if any(h[i].strip() == "verdict" for h in head)]
+    assert any(h[i].strip() == "inputs" for h in head for i in range(len(h)))
+    cells: list[list[str]] = []
+    for line in table.splitlines():
+        if line.startswith("│"):
+            parts = [p.strip() for p in line.strip("│").split("│")]
+            if parts[0]:  # a run id: a new row
+                cells.append([])
+            cells[-1].append(parts[col])
+    assert len(cells) == 4
+    words = {"no-baseline", "regression", "inconclusive", "failed@warm-up"}
+    for lines in cells:
+        assert [w for line in lines for w in line.split()][:1] and all(
+            w in words for line in lines for w in line.split()
+        ), (lines, res.stdout)
+
+
+def test_a_no_baseline_run_carries_its_story_under_the_runs_table(cli, demo, db_url, tmp_path):
+    """Every verdict carries its story: a no-baseline run's line says there was no baseline yet and what became
+    of the run (the case's baseline now), and one that did not become it gets the advice to accept it."""
+    res = cli("runs")
+    v1 = demo["v1"]
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith(f"  run {v1} ")]
+    assert line.startswith(f"  run {v1} no-baseline; no comparison (nothing to compare with); why: no baseline yet: ")
+    assert "it became the case's baseline (accepted as the baseline by perfwatch on " in line
+    other = add_run(db_url, tmp_path, "other", model="demo_mobilenet", verdict="no-baseline", batch_size=64, day=4)
+    from sqlalchemy import delete
+
+    from tasks.store import Baseline, session_scope
+
+    with session_scope(db_url) as s:  # never accepted (auto_accept off)
+        s.execute(delete(Baseline).where(Baseline.run_id == other))
+    res = cli("runs")
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith(f"  run {other} ")]
+    assert f"it is not the case's baseline (if it is sound: perfwatch baseline accept {other} --by NAME" in line
+    (row,) = [r for r in json.loads(cli("runs", "--format", "json").stdout) if r["run_id"] == other]
+    assert row["decision"]["reason"].startswith("no baseline yet: ")

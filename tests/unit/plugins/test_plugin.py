@@ -182,9 +182,15 @@ def test_newest_first_missing_values_and_links(airflow):
     assert "<a href='/perfwatch/runs/2/archive/gx/index.html'>Data Docs</a>" in page
     assert "<a href='/perfwatch/runs/2#profile'>profile</a>" in page
     cli_links = latest[0][-1]
-    assert "task log" not in cli_links and "Data Docs" in cli_links  # a `perfwatch run` has no Airflow DAG run
+    assert "task log" not in cli_links and "profile" in cli_links  # a `perfwatch run` has no Airflow DAG run
+    # a Data Docs link only where the site is archived (run 2): runs 1 and 4 were archived without one, and a
+    # link there would 404 (the run page says "none archived")
+    assert "Data Docs" not in cli_links and "Data Docs" not in latest[3][-1] and "Data Docs" in latest[2][-1]
     model = client.get("/perfwatch/models/resnet", headers=_auth(token)).text
-    assert [row[0] for row in _rows(model.replace("<table>", "<h2>t</h2><table>", 1), "t")] == ["2", "1"]
+    runs = _rows(model.replace("<table>", "<h2>t</h2><table>", 1), "t")
+    assert [row[0] for row in runs] == ["2", "1"]
+    assert "Data Docs" in runs[0][-1] and "Data Docs" not in runs[1][-1] and "profile" in runs[1][-1]
+    assert client.get("/perfwatch/runs/1/archive/gx/index.html", headers=_auth(token)).status_code == 404
     assert "None" not in model and "<a href='/perfwatch/models/resnet/plot.png'" not in model
     png = client.get("/perfwatch/models/resnet/plot.png", headers=_auth(token))
     assert png.status_code == 200 and png.content.startswith(b"\x89PNG")

@@ -4,31 +4,36 @@ files GX pins) and served from the site itself.
 The fast tests check the vendored copies against GX's own templates (every CDN URL they write is covered; the
 two files GX pins with Subresource Integrity hashes are byte for byte those files) and the rewrite on a small
 fake site. The slow test builds the Data Docs of real validations (perfwatch's three suites, one of them
-failing), serves the site on loopback and opens the index and a result page in headless Chromium with the
-network off: no request fails, the index's tables (drawn by bootstrap-table from the page's JSON) list the
-results and suites, the result page's expectation rows are laid out by Bootstrap with Font Awesome's status
-icons, and screenshots are saved (``tmp_path``, and ``PERFWATCH_SCREENSHOTS_DIR`` when set).
+failing), archives them with a run and opens them through the plugin's archive route, as a user opens them
+(``tests.helpers.browser.plugin_pages``), in headless Chromium with the network off: no request fails, the
+index's tables (drawn by bootstrap-table from the page's JSON) list the results and suites, each tab's table is
+read once its fade has ended (``shown_tab``: a screenshot taken mid-fade showed the suites under the Validation
+Results tab) and fits its box at 1280 px, the result page's expectation rows are laid out by Bootstrap with Font
+Awesome's status icons, and screenshots are saved (``tmp_path``, and ``PERFWATCH_SCREENSHOTS_DIR`` when set).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
 import hashlib
 import importlib.util
 import os
 import re
 import shutil
-import threading
-from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tasks.stages import data_docs_offline
-from tests.helpers.browser import failed_requests, needs_browser, offline_browser
+from tests.helpers.browser import (
+    VISIBLE_TEXTS,
+    failed_requests,
+    needs_browser,
+    offline_browser,
+    plugin_pages,
+    shown_tab,
+    sign_in,
+)
 
 _GX = importlib.util.find_spec("great_expectations")  # found, not imported (that takes seconds)
 assert _GX is not None and _GX.submodule_search_locations
@@ -88,22 +93,24 @@ def test_make_offline_rewrites_links_relative_to_each_page(tmp_path):
         data_docs_offline.make_offline(tmp_path / "static")
 
 
-@contextlib.contextmanager
-def _serve(root: Path) -> Iterator[str]:
-    """``root`` over HTTP on a loopback port (as the plugin serves a run's archive); yields the base URL."""
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_make_offline_links_perfwatchs_fit_style_sheet_after_gxs_styles(tmp_path):
+    """GX's index table ran past the right edge at 1280 px (run names without spaces): every page links
+    perfwatch's own style sheet last in its head, relative to the page, once however often it runs."""
+    head = "<html><head><style>gx</style></head><body>x</body></html>"
+    (tmp_path / "index.html").write_text(head)
+    page = tmp_path / "validations" / "s" / "p.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(head)
+    data_docs_offline.make_offline(tmp_path)
+    data_docs_offline.make_offline(tmp_path)
+    link = '<link rel="stylesheet" href="{}static/vendor/perfwatch/fit.css"></head>'
+    assert (tmp_path / "index.html").read_text().count("fit.css") == 1
+    assert link.format("") in (tmp_path / "index.html").read_text()
+    assert link.format("../../") in page.read_text() and page.read_text().index("<style>gx") < page.read_text().index(
+        "fit.css"
+    )
+    css = (tmp_path / "static" / "vendor" / data_docs_offline.FIT_CSS).read_text()
+    assert ".bootstrap-table .fixed-table-container .table td { overflow-wrap: anywhere;" in css
 
 
 def _shot(browser, tmp_path: Path, name: str) -> None:
@@ -114,21 +121,15 @@ def _shot(browser, tmp_path: Path, name: str) -> None:
         shutil.copyfile(tmp_path / name, out / name)
 
 
-_VISIBLE = """
-return Array.from(document.querySelectorAll(arguments[0])).filter(e => {
-  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
-  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none';
-}).map(e => e.innerText.trim());
-"""
-
-
 @pytest.mark.slow
 @needs_browser
 def test_data_docs_of_real_validations_render_offline(tmp_path):
     import pandas as pd
-    from selenium.webdriver.support.wait import WebDriverWait
 
     from tasks.stages import expectations as gx
+    from tasks.stages.archive import archive_run
+    from tasks.store import migrate
+    from tests.helpers.builders import make_records
 
     outcomes = {
         "step_times": gx.validate_step_times([10.0, 10.1, 10.2, 9.9, 10.05], min_rows=5),
@@ -142,34 +143,48 @@ def test_data_docs_of_real_validations_render_offline(tmp_path):
     site = index.parent
     assert data_docs_offline.remote_resources(site) == []
     verdict_page = next(site.glob("validations/perfwatch_verdict/*/*/verdict.html")).relative_to(site)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    migrate(url)
+    records = make_records(tmp_path, dag_run_id="r1", model="resnet", verdict="regression")
+    run_id = archive_run(url, str(tmp_path / "archive"), *records, extra_dirs={"gx": str(site)}).run_id
 
-    with _serve(site) as base, offline_browser(width=1280, height=1000) as browser:
-        browser.get(f"{base}/index.html")
+    with plugin_pages(url) as (base, token), offline_browser(width=1280, height=1000) as browser:
+        sign_in(browser, base, token)
+        docs = f"{base}/perfwatch/runs/{run_id}/archive/gx"  # where the run page links them
+        browser.get(f"{docs}/index.html")
         assert failed_requests(browser) == []
+        results = "#section-1-content-block-2-1-body-table tbody tr"
+        suites = "#section-1-content-block-2-2-body-table tbody tr"
         # bootstrap-table drew the index's two tables from the page's JSON: one row per result, per suite
-        results = browser.execute_script(_VISIBLE, "#section-1-content-block-2-1-body-table tbody tr")
-        assert len(results) == 3 and sum("perfwatch_verdict" in r for r in results) == 1, results
-        assert browser.execute_script(_VISIBLE, "#section-1-content-block-2-2-body-table tbody tr") == []
-        browser.find_element("link text", "Expectation Suites").click()  # Bootstrap's tabs (its JS ran)
-        suites = WebDriverWait(browser, 5).until(  # the tab fades in (Bootstrap's .fade: 0.15 s)
-            lambda b: b.execute_script(_VISIBLE, "#section-1-content-block-2-2-body-table tbody tr")
+        shown = browser.execute_script(VISIBLE_TEXTS, results)
+        assert len(shown) == 3 and sum("perfwatch_verdict" in r for r in shown) == 1, shown
+        assert browser.execute_script(VISIBLE_TEXTS, suites) == []
+        assert shown_tab(browser, "Expectation Suites") == "Expectation-Suites"  # Bootstrap's tabs (its JS ran)
+        shown = browser.execute_script(VISIBLE_TEXTS, suites)
+        assert sorted(shown) == ["perfwatch_op_table", "perfwatch_step_times", "perfwatch_verdict"]
+        assert browser.execute_script(VISIBLE_TEXTS, results) == []
+        assert shown_tab(browser, "Validation Results") == "Validation-Results"  # faded in: its table shown
+        assert len(browser.execute_script(VISIBLE_TEXTS, results)) == 3
+        assert browser.execute_script(VISIBLE_TEXTS, suites) == []
+        boxes = browser.execute_script(  # the shown table fits its scroll box (perfwatch's fit.css)
+            "return Array.from(document.querySelectorAll('.fixed-table-body')).filter(b => b.offsetParent)"
+            ".map(b => [b.scrollWidth, b.clientWidth])"
         )
-        assert sorted(suites) == ["perfwatch_op_table", "perfwatch_step_times", "perfwatch_verdict"]
-        browser.find_element("link text", "Validation Results").click()
+        assert boxes and all(w <= c + 1 for w, c in boxes), boxes
         # Bootstrap 4's utilities apply (pl-5 = 3rem) and the filter controls exist (the extension ran)
         padding = "return getComputedStyle(document.querySelector('.container-fluid')).paddingLeft"
         assert browser.execute_script(padding) == "48px"
         assert browser.execute_script("return document.querySelectorAll('.filter-control').length") >= 3
-        _shot(browser, tmp_path, "data-docs-index.png")
+        _shot(browser, tmp_path, "data-docs-offline-index.png")
 
-        browser.get(f"{base}/{verdict_page.as_posix()}")
+        browser.get(f"{docs}/{verdict_page.as_posix()}")
         assert failed_requests(browser) == []
-        rows = browser.execute_script(_VISIBLE, "table.table tbody tr")  # the expectation rows, laid out
+        rows = browser.execute_script(VISIBLE_TEXTS, "table.table tbody tr")  # the expectation rows, laid out
         assert "Values in ratio must always be greater than or equal to those in ci_low.\n\t\n0% unexpected" in rows
         threshold = [r for r in rows if r.startswith("If (ci_low > 1.0 AND host_busy == False)")]
         assert threshold and "less than or equal to 1.05" in threshold[0] and "1.25" in threshold[0], rows
-        assert browser.execute_script(_VISIBLE, "table.table .fa-times")  # the failed threshold's icon ...
+        assert browser.execute_script(VISIBLE_TEXTS, "table.table .fa-times")  # the failed threshold's icon ...
         icon_font = "return getComputedStyle(document.querySelector('.fa-times'), '::before').fontFamily"
         assert "Font Awesome 6 Free" in browser.execute_script(icon_font)
         assert browser.execute_script("return document.fonts.check('900 16px \"Font Awesome 6 Free\"')")
-        _shot(browser, tmp_path, "data-docs-validation.png")
+        _shot(browser, tmp_path, "data-docs-offline-validation.png")
