@@ -181,33 +181,29 @@ def plan_cases(
 def warn_hardware(cases: list[Case], hardware: dict[str, Any] | None = None) -> list[str]:
     """Log a warning per planned case that the hardware cannot run as the case says
     (``tasks.analysis.hardware.case_findings``: mixed precision without the hardware type, a mirrored case with
-    one replica; ``device_missing``: a gpu case where NVML sees no GPU, which the fingerprint stage will refuse
-    by name, ``tasks.stages.devices.with_device``) and return the warnings, ``"<model> <case name>: <code>:
-    <message>"``. ``hardware``: a
-    fingerprint record (default: this host's CPU flags, NVML's GPUs and ``PERFWATCH_CPU_LOGICAL_DEVICES``,
-    ``tasks.runner.probe.hardware``, read only when a case is mixed-precision or mirrored). :func:`plan_cases`
+    one replica; ``device_missing``: a gpu case where NVML sees no GPU, a tpu case where no TPU chip is usable
+    (PCI and device nodes, ``tasks.runner.devices.tpu_section``), which the fingerprint stage will refuse by name,
+    ``tasks.stages.devices.with_device``) and return the warnings, ``"<model> <case name>: <code>: <message>"``.
+    ``hardware``: a fingerprint record (default: this host's CPU flags, NVML's GPUs, its TPUs and
+    ``PERFWATCH_CPU_LOGICAL_DEVICES``, ``tasks.runner.probe.hardware``, read only when a case is mixed-precision,
+    mirrored, or asks for a gpu or tpu). :func:`plan_cases`
     calls it unless the measuring stages go to another Celery queue (``PERFWATCH_PROFILE_QUEUE``: the plan's
     host is not the measured one); every run also gets the measured host's check in its findings (parse).
     """
     from tasks.analysis.hardware import case_findings
-    from tasks.runner.devices import nvml_seen, refusal, section
+    from tasks.stages.devices import host_refusal
 
-    wanted = [c for c in cases if c.precision != "fp32" or c.strategy != "none" or c.device == "gpu"]
+    wanted = [c for c in cases if c.precision != "fp32" or c.strategy != "none" or c.device in ("gpu", "tpu")]
     if not wanted:
         return []
     if hardware is None:
         from tasks.runner.probe import hardware as local_hardware
 
         hardware = local_hardware()
-    cuda = section(hardware, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
     out = []
     for c in wanted:
-        # a gpu case on a host without one: its fingerprint stage refuses it by name (stages.devices.with_device)
-        if c.device == "gpu" and (
-            why := refusal(
-                f"{c.model} {c.name}", "gpu", nvml_seen(hardware), None if cuda == "absent" else cuda, who="NVML"
-            )
-        ):
+        # a gpu/tpu case on a host without one: its fingerprint stage refuses it by name (stages.devices.with_device)
+        if c.device in ("gpu", "tpu") and (why := host_refusal(c, hardware)):
             out.append(f"{c.model} {c.name}: device_missing: {why}; it will be refused, never run on the CPU")
             continue  # what the CPU lacks says nothing of a case that never runs on it
         out += [f"{c.model} {c.name}: {f.code}: {f.message}" for f in case_findings(c.precision, c.strategy, hardware)]
