@@ -181,19 +181,25 @@ def plan_cases(
 def warn_hardware(cases: list[Case], hardware: dict[str, Any] | None = None) -> list[str]:
     """Log a warning per planned case that the hardware cannot run as the case says
     (``tasks.analysis.hardware.case_findings``: mixed precision without the hardware type, a mirrored case with
-    one replica; ``device_missing``: a gpu case where NVML sees no GPU, a tpu case where no TPU chip is usable
+    one replica, a hardware label the host's devices do not bear; ``device_missing``: a gpu case where NVML sees
+    no GPU, a tpu case where no TPU chip is usable
     (PCI and device nodes, ``tasks.runner.devices.tpu_section``), which the fingerprint stage will refuse by name,
     ``tasks.stages.devices.with_device``) and return the warnings, ``"<model> <case name>: <code>: <message>"``.
     ``hardware``: a fingerprint record (default: this host's CPU flags, NVML's GPUs, its TPUs and
     ``PERFWATCH_CPU_LOGICAL_DEVICES``, ``tasks.runner.probe.hardware``, read only when a case is mixed-precision,
-    mirrored, or asks for a gpu or tpu). :func:`plan_cases`
+    mirrored, labelled, or asks for a gpu or tpu). :func:`plan_cases`
     calls it unless the measuring stages go to another Celery queue (``PERFWATCH_PROFILE_QUEUE``: the plan's
     host is not the measured one); every run also gets the measured host's check in its findings (parse).
     """
     from tasks.analysis.hardware import case_findings
+    from tasks.runner.devices import device_section
     from tasks.stages.devices import host_refusal
 
-    wanted = [c for c in cases if c.precision != "fp32" or c.strategy != "none" or c.device in ("gpu", "tpu")]
+    wanted = [
+        c
+        for c in cases
+        if c.precision != "fp32" or c.strategy != "none" or c.device in ("gpu", "tpu") or c.hardware is not None
+    ]
     if not wanted:
         return []
     if hardware is None:
@@ -206,7 +212,9 @@ def warn_hardware(cases: list[Case], hardware: dict[str, Any] | None = None) -> 
         if c.device in ("gpu", "tpu") and (why := host_refusal(c, hardware)):
             out.append(f"{c.model} {c.name}: device_missing: {why}; it will be refused, never run on the CPU")
             continue  # what the CPU lacks says nothing of a case that never runs on it
-        out += [f"{c.model} {c.name}: {f.code}: {f.message}" for f in case_findings(c.precision, c.strategy, hardware)]
+        measured = {**hardware, "device": device_section(c.device, hardware)}  # what with_device will record
+        found = case_findings(c.precision, c.strategy, measured, c.hardware)
+        out += [f"{c.model} {c.name}: {f.code}: {f.message}" for f in found]
     for line in out:
         log.warning("plan: %s (hardware of the planning host)", line)
     return out
@@ -505,7 +513,7 @@ def _parse(s: RunState, ctx: RunContext, st: Settings) -> ParseRecord:
     from tasks.analysis.hardware import case_findings
     from tasks.stages.parse import parse_run
 
-    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data)
+    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data, ctx.case.hardware)
     return parse_run(_have(s.run, "run"), work_dir(st, ctx), extra_findings=hardware)
 
 

@@ -353,3 +353,36 @@ def test_a_tpu_case_on_a_host_without_one_is_refused_before_any_model_loads(tmp_
     tpu_host = {**GPUS_HIDDEN, "tpu": {"chips": 4, "versions": ["v4"], "device_nodes": ["/dev/accel0"], "count": 4}}
     measured = with_device(_fp(tpu_host), Case(model="m", device="tpu"))
     assert measured.data["device"] == {"requested": "tpu", "kind": "tpu", "names": ["TPU v4"]}
+
+
+# --------------------------------------------------------------- a hardware label against the GPU that measured
+
+
+def test_a_hardware_label_the_gpu_does_not_bear_is_flagged_at_plan_time_and_in_the_run(monkeypatch):
+    """NVML (faked at the pynvml boundary) shows an A100: a gpu-h100 case is flagged hardware_label_mismatch when
+    planned there and in the run's findings (the parse stage's hardware check over the fingerprint that with_device
+    records); a gpu-a100 case, and an unlabelled gpu case, are not."""
+    from tasks.analysis.hardware import case_findings, label_mismatch
+    from tasks.runner.probe import hardware
+    from tasks.stages.pipeline import warn_hardware
+    from tests.helpers.fakes import H100, FakeNVML
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeNVML([{**H100, "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-bbbb-2222", "cc": (8, 0)}]).install(monkeypatch)
+    host = hardware()
+    h100, a100 = Case(model="m", hardware="gpu-h100"), Case(model="m", hardware="gpu-a100")
+    (warned,) = warn_hardware([h100, a100, Case(model="m", device="gpu")], host)
+    assert warned.startswith(
+        "m train-bs16-gpu-h100: hardware_label_mismatch: the case's hardware label gpu-h100 names h100, but it was "
+        "measured on 'NVIDIA A100-SXM4-40GB'. The run is stored under the label's case"
+    )
+    measured = with_device(_fp({**GPU_HOST, **host}), h100)  # the fingerprint stage's record
+    (finding,) = case_findings(h100.precision, h100.strategy, measured.data, h100.hardware)
+    assert (finding.code, finding.severity, finding.figure) == ("hardware_label_mismatch", "warning", "hardware")
+    assert (
+        case_findings(a100.precision, a100.strategy, with_device(_fp({**GPU_HOST, **host}), a100).data, "gpu-a100")
+        == []
+    )
+    assert label_mismatch("gpu-rtx4090", ["NVIDIA GeForce RTX 4090"]) is None  # letters and digits, any case
+    assert label_mismatch("cpu-epyc", ["AMD EPYC 7742 64-Core Processor"]) is None
+    assert label_mismatch("gpu-h100", []) is None  # nothing read: nothing to compare
