@@ -691,6 +691,85 @@ def measure_case(
         return profile_unless_busy(state, settings, retry_left=retry_left, retry_in_s=retry_in_s, attempt=attempt)
 
 
+STUCK_IN_QUEUED_REQUEUES = 2
+"""How often Airflow's scheduler requeues a task that waited queued longer than ``[scheduler] task_queued_timeout``
+before it fails it (``[scheduler] num_stuck_in_queued_retries``, undocumented, default 2, Airflow 3.3's
+``SchedulerJobRunner._maybe_requeue_stuck_ti``)."""
+
+
+def unmeasured_reason(
+    label: str, queue: str, worker: str | None, queued_timeout_s: float, requeues: int = STUCK_IN_QUEUED_REQUEUES
+) -> str:
+    """Why the measure task of case ``label`` (``<model> <case name>``) on Celery queue ``queue`` failed without a
+    word from perfwatch, in one line led by its kind: ``NoMeasuringWorker`` when no worker ever took it
+    (``worker`` None: the task instance has no host name), which Airflow fails once it waited queued longer than
+    ``queued_timeout_s`` seconds ``requeues + 1`` times; ``MeasureLost`` when ``worker`` ran it and stopped
+    answering (killed, lost: Airflow's task heartbeat timeout), or no worker took a later try."""
+    timeout = f"[scheduler] task_queued_timeout ({queued_timeout_s:.0f} s, AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT)"
+    if worker is None:
+        return (
+            f"NoMeasuringWorker: case {label} was never measured: its measure task waited queued on queue {queue!r} "
+            f"longer than {timeout} {requeues + 1} times and Airflow failed it, so no live measuring worker serves "
+            f"{queue!r}; start one there (airflow celery worker --queues {queue} --concurrency 1) or map the case's "
+            "kind to a served queue (the config's queues:)"
+        )
+    return (
+        f"MeasureLost: case {label}'s measure task on queue {queue!r} failed before perfwatch recorded anything "
+        f"(last on worker {worker}): the worker was killed or lost (Airflow's task heartbeat timeout), or no live "
+        f"worker took a later try within {timeout}; the task's log and Airflow's audit log say which"
+    )
+
+
+def record_unmeasured(
+    state: RunState | Mapping[str, Any],
+    *,
+    queue: str,
+    worker: str | None,
+    queued_timeout_s: float,
+    settings: Settings | None = None,
+) -> int | None:
+    """For the DAG's ``measure`` failure callback: record the case of ``state`` (the state measure was given) as a
+    failed run at ``env-fingerprint`` with :func:`unmeasured_reason`, when the store holds no run of it for this
+    DAG run, i.e. the task failed outside perfwatch (the scheduler failed it in queued, or its worker was lost);
+    a failure a stage recorded (with its own error) or a stored run is left as it is. The run's scratch goes too.
+    Returns the new run's id, or None when nothing was recorded.
+
+    Raises:
+        tasks.store.engine.StoreUnreachable: the store cannot be reached.
+    """
+    settings = settings or Settings.from_env()
+    ctx = as_state(state).ctx
+    if stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name) is not None:
+        return None
+    why = unmeasured_reason(f"{ctx.case.model} {ctx.case.name}", queue, worker, queued_timeout_s)
+    pulled = as_state(state).pulled
+    try:
+        run_id = record_failure(
+            settings.database_url, ctx, MEASURING_STAGES[0], why, version=str(pulled.version) if pulled else None
+        )
+    except SuccessAlreadyStored:
+        return None
+    log.error("%s (recorded as failed run %s)", why, run_id)
+    scratch.discard(settings, ctx)
+    return run_id
+
+
+def check_map_length(states: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``states`` (the planned run states), when Airflow can map them: at most ``limit`` (``[core]
+    max_map_length``, default 1024) cases, each one mapped task group instance.
+
+    Raises:
+        ValueError: more cases than ``limit``; the message says how many and which setting to raise.
+    """
+    if len(states) > limit:
+        raise ValueError(
+            f"this DAG run plans {len(states)} cases, and Airflow maps at most {limit} ([core] max_map_length): set "
+            f"AIRFLOW__CORE__MAX_MAP_LENGTH to {len(states)} or more on the scheduler and workers (README "
+            '"Deployment"), or split the config'
+        )
+    return states
+
+
 WORK_DIR_STALE_S = 24 * 3600.0
 """A work dir of a run that is not stored as a success counts as left over after this many seconds
 without a write (a long profiled run writes nothing there for a while)."""
