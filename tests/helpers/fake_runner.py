@@ -24,6 +24,8 @@ Configuration:
   versions' speeds and a paired gate sees a regression;
 * a ``tflite`` case's profile mode writes a fake ``model.tflite`` beside its result, a ``tflite`` record naming it
   relative to the out dir (as the real runner does) and no profiler window;
+* ``PERFWATCH_FAKE_HOLD_S``: seconds the profile mode holds its host (sleeps) before its measured steps (default 0),
+  as a real measurement of minutes does: measurements long enough that two on one host would overlap in time;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -199,6 +201,7 @@ def warmup(spec: RunnerSpec) -> WarmupResult:
 
 def profile(spec: RunnerSpec) -> ProfileResult:
     step, t0 = Steps(spec, spec.model_path), time.perf_counter()
+    time.sleep(float(os.environ.get("PERFWATCH_FAKE_HOLD_S", "0")))  # the host is measuring
     warm = step.run(spec.warmup_steps)
     warm_cpu, warm_wait = step.take()
     measured = step.run(spec.measured_steps)
