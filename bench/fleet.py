@@ -33,15 +33,24 @@ quiet host's night).
    index order) and longest-first (LPT, Graham 1969: within 4/3 of the best possible). Printed per K: the
    night's wall time (last archive), the sum of the cases' times, the lower bound max(sum of measuring times / K,
    the longest case), the workers' utilization, and whether it fits in ``--night-hours``.
+5. **Airflow's own caps.** The parsed DAG's ``max_active_tasks`` (``PERFWATCH_MAX_ACTIVE_TASKS``, default 128;
+   Airflow's own default, ``[core] max_active_tasks_per_dag``, is 16) and ``[core] parallelism`` (per scheduler,
+   default 32) as this environment sets them (``AIRFLOW__CORE__PARALLELISM``; docker-compose.yml: 128): no more
+   task instances run at once, so K measuring hosts above the smaller of the two are idle and the night is
+   simulated on that many; ``[core] max_map_length`` (default 1024; compose 4096) against the night's cases
+   (above it the plan task refuses the night by name).
 
 Each figure has the host's 1-min load beside it. Last line, JSON: ``{"bench": "fleet", "models": ..., "cases": ...,
 "parse_s": ..., "parse_serialize_s": ..., "parse_cpu_s": ..., "plan_s": ..., "plan_cpu_s": ..., "sum_case_s": ...,
-"walls_s": {"K": ...}, "min_workers_for_night": ..., "load": ...}``.
+"walls_s": {"K": ...}, "min_workers_for_night": ..., "airflow_caps": {"max_active_tasks": ..., "parallelism": ...,
+"max_map_length": ...}, "load": ...}``.
 
 Last run (2026-12-01, 2-core dev machine, ``--night-total-s 930``: the shipped config's unchanged night on a quiet
 host): parse 0.78 s DagBag, 1.16 s with serialization, 0.68 s CPU (load 2.9-3.0; shipped config 0.44 / 0.77 /
 0.63 s); planning 800 cases 0.18 s (0.10 s CPU); the cases sum to 25 h 50 m; wall 24 h 57 m on 1 worker, 6 h 16 m
-on 4 (the first K that fits 8 h), 3 h 10 m on 8, 28 min on 64.
+on 4 (the first K that fits 8 h), 3 h 10 m on 8, 28 min on 64. With Airflow's caps (2026-12-02, ``--repeats 1``, the
+recorded night unscaled, load 1.5): the DAG's max_active_tasks 128 but ``[core] parallelism`` left at its 32, so
+K = 64 measured no faster than K = 32 (3 h 30 m both, "Airflow's caps let 32 of the 64 measure"); compose sets 128.
 """
 
 from __future__ import annotations
@@ -191,9 +200,14 @@ t1, c1 = time.perf_counter(), time.process_time()
 data = [DagSerialization.to_dict(d) for d in bag.dags.values()]
 t2, c2 = time.perf_counter(), time.process_time()
 stat = bag.dagbag_stats[0]
+from airflow.configuration import conf
+dag = next(iter(bag.dags.values()), None)
 print(json.dumps({"dagbag_s": stat.duration.total_seconds(), "load_s": t1 - t0, "serialize_s": t2 - t1,
                   "load_cpu_s": c1 - c0, "serialize_cpu_s": c2 - c1,
                   "dags": stat.dag_num, "tasks": stat.task_num,
+                  "max_active_tasks": dag.max_active_tasks if dag else None,
+                  "parallelism": conf.getint("core", "parallelism"),
+                  "max_map_length": conf.getint("core", "max_map_length"),
                   "errors": {k: v[-300:] for k, v in bag.import_errors.items()}}))
 """
 
@@ -225,6 +239,7 @@ def parse_times(config: Path, repeats: int) -> dict[str, Any]:
         "cpu_s": statistics.median(r["load_cpu_s"] + r["serialize_cpu_s"] for r in runs),
         "all_dagbag_s": [round(r["dagbag_s"], 3) for r in runs],
         "tasks": runs[0]["tasks"],
+        "caps": {k: runs[0][k] for k in ("max_active_tasks", "parallelism", "max_map_length")},
         "loads": loads,
     }
 
@@ -332,21 +347,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(cases)} cases, sum {total:.0f} s ({_hms(total)}), of which measuring {measure:.0f} s; "
         f"longest case {longest:.0f} s"
     )
+    caps = parse["caps"]
+    at_once = min(caps["max_active_tasks"], caps["parallelism"])
+    mapped = "ok" if len(cases) <= caps["max_map_length"] else "EXCEEDS: plan refuses the night"
+    print(
+        f"Airflow's caps as this environment sets them: the DAG's max_active_tasks {caps['max_active_tasks']} "
+        f"(PERFWATCH_MAX_ACTIVE_TASKS; Airflow's default 16), [core] parallelism {caps['parallelism']} (per "
+        f"scheduler; default 32): at most {at_once} task instances at once, so at most {at_once} measuring hosts "
+        f"busy; [core] max_map_length {caps['max_map_length']} (default 1024) for {len(cases)} cases: {mapped}"
+    )
     head = f"{'K':>4} {'planned order':>14} {'longest first':>14} {'lower bound':>12} {'util':>6}"
     print(f"{head}  fits {args.night_hours:g} h?")
     walls: dict[str, float] = {}
     fits_at = None
     for k in ks:
-        planned = schedule(cases, k)
-        lpt = schedule(cases, k, longest_first=True)
-        bound = max(measure / k, longest)
+        planned = schedule(cases, min(k, at_once))
+        lpt = schedule(cases, min(k, at_once), longest_first=True)
+        bound = max(measure / min(k, at_once), longest)
         walls[str(k)] = round(planned.wall_s, 1)
         fits = planned.wall_s <= args.night_hours * 3600
         if fits and fits_at is None:
             fits_at = k
+        capped = f"; Airflow's caps let {at_once} of the {k} measure" if k > at_once else ""
         print(
             f"{k:>4} {_hms(planned.wall_s):>14} {_hms(lpt.wall_s):>14} {_hms(bound):>12} {planned.utilization:>6.0%}  "
-            f"{'yes' if fits else 'no'} (sum of cases {_hms(total)}, x{total / planned.wall_s:.1f} by the fleet)"
+            f"{'yes' if fits else 'no'} (sum of cases {_hms(total)}, x{total / planned.wall_s:.1f} by the fleet"
+            f"{capped})"
         )
     print(
         json.dumps(
@@ -362,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sum_case_s": round(total, 1),
                 "walls_s": walls,
                 "min_workers_for_night": fits_at,
+                "airflow_caps": caps,
                 "load": _load(),
             }
         )

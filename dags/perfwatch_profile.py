@@ -31,6 +31,7 @@ from airflow.sdk import (
     AssetOrTimeSchedule,
     CronTriggerTimetable,
     Param,
+    conf,
     dag,
     get_current_context,
     task,
@@ -61,6 +62,16 @@ PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 MEASURING_QUEUES = dag_measuring_queues(PROFILE_QUEUE)
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
+# Airflow's own caps on a night (README "Deployment"). The task instances of one DAG run that run at once: Airflow's
+# default ([core] max_active_tasks_per_dag) is 16, so 32 or 64 measuring hosts could never all be busy; read at
+# parse time. [core] parallelism (per scheduler, default 32) caps them too, and [core] max_map_length (default
+# 1024) the cases of a night (100 models x 30 cases is 3000): deployment settings (docker-compose.yml sets them),
+# the latter read here for plan to refuse, by name, a night longer than Airflow would map.
+MAX_ACTIVE_TASKS = int(os.environ.get("PERFWATCH_MAX_ACTIVE_TASKS", "128"))
+MAX_MAP_LENGTH = conf.getint("core", "max_map_length")
+# A task queued longer than [scheduler] task_queued_timeout (s) is requeued, twice, then failed by the scheduler
+# (no live worker on its queue): measure's failure callback then records the case with that reason.
+QUEUED_TIMEOUT_S = conf.getfloat("scheduler", "task_queued_timeout")
 
 
 NIGHTLY = "0 2 * * *"
@@ -74,12 +85,27 @@ SCHEDULE = (
 )
 
 
+def measure_failed(context) -> None:
+    """measure's failure callback: a case whose measure task the scheduler failed before it ran (queued past
+    task_queued_timeout, or its worker lost) is recorded in the store as failed with the reason, so its pages and
+    the DAG run's alert name it; a failure its stage recorded already is left as it is (tasks.stages.pipeline)."""
+    from tasks.stages.pipeline import record_unmeasured
+
+    store_url_from_connection()
+    ti = context["ti"]
+    (pulled,) = context["task"].upstream_task_ids  # the case's pull_model_version: its state, as measure got it
+    state = ti.xcom_pull(task_ids=pulled, map_indexes=ti.map_index)
+    if state:
+        record_unmeasured(state, queue=ti.queue, worker=ti.hostname or None, queued_timeout_s=QUEUED_TIMEOUT_S)
+
+
 @dag(
     dag_id="perfwatch_profile",
     schedule=SCHEDULE,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
+    max_active_tasks=MAX_ACTIVE_TASKS,
     tags=["perfwatch", "profiling"],
     default_args={"retries": 0, "on_execute_callback": store_url_from_connection},
     # alerts (webhook of the Airflow connection PERFWATCH_ALERT_CONN_ID): every failed DAG run, and a
@@ -117,7 +143,7 @@ def perfwatch_profile():
         """Resolve the cases of this DAG run (release Asset events, Params, or the YAML config when no model
         is given)."""
         from tasks.services.publish import release_cases
-        from tasks.stages.pipeline import plan_cases, trigger_kind
+        from tasks.stages.pipeline import check_map_length, plan_cases, trigger_kind
 
         ctx = get_current_context()
         dag_run = ctx["dag_run"]
@@ -125,7 +151,8 @@ def perfwatch_profile():
         if events:
             return release_cases(dag_run.dag_id, dag_run.run_id, events, measuring_queues=MEASURING_QUEUES)
         trigger = trigger_kind(dag_run.run_type, ctx["params"].get("trigger"))
-        return plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]), None, MEASURING_QUEUES)
+        states = plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]), None, MEASURING_QUEUES)
+        return check_map_length(states, MAX_MAP_LENGTH)
 
     @task
     def route(states: list[dict], queue: str) -> list[dict]:
@@ -146,6 +173,7 @@ def perfwatch_profile():
         pool=PROFILE_POOL,
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
+        on_failure_callback=measure_failed,
     )
     def measure(state: dict) -> dict:
         """env-fingerprint → warm-up → profiled run, one task so one host: the fingerprint (TF build, NVML, CPU,

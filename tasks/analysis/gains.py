@@ -125,6 +125,87 @@ class SideBySide:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """One case's selection: its environments' rows (``all_envs``, by comparability key), their fingerprint
+    records and labels, the reference given (``given``), the versions measured and where (``envs_of``), and the
+    version compared (``chosen``; None where the version asked for was not measured)."""
+
+    case: str
+    all_envs: dict[str, list[Mapping[str, Any]]]
+    data: dict[str, Mapping[str, Any]]
+    labels: dict[str, str]
+    given: str | None
+    envs_of: dict[str, set[str]]
+    chosen: str | None
+
+    @property
+    def by_env(self) -> dict[str, list[Mapping[str, Any]]]:
+        """The rows of the compared version, per environment that has one."""
+        picked = {k: [r for r in rs if str(r["version"]) == self.chosen] for k, rs in self.all_envs.items()}
+        return {k: rs for k, rs in picked.items() if rs}
+
+    @property
+    def reference(self) -> str:
+        """The reference environment: the one given, else the first measured at the compared version."""
+        by_env = self.by_env
+        return self.given or min(by_env, key=lambda k: min(int(r["run_id"]) for r in by_env[k]))
+
+
+def _choices(
+    rows: Sequence[Mapping[str, Any]],
+    envs: Mapping[int, Mapping[str, Any]],
+    reference: str | None,
+    version: str | None,
+) -> list[_Choice]:
+    """Per case (``base_case_name``), what :func:`side_by_side` compares (see there; same arguments).
+
+    Raises:
+        ValueError: ``reference`` matches no environment of a case, or more than one (names them).
+    """
+    groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    for r in rows:
+        groups.setdefault(base_case_name(str(r["case_name"])), {}).setdefault(str(r["env_key"]), []).append(r)
+    out = []
+    for case, all_envs in groups.items():
+        data = {k: envs.get(int(rs[-1]["environment_id"]), {}) for k, rs in all_envs.items()}
+        labels = {k: hardware_label(d) for k, d in data.items()}
+        given = None
+        if reference is not None:
+            hits = [k for k in all_envs if k.startswith(reference) or reference.lower() in labels[k].lower()]
+            if len(hits) != 1:
+                shown = "; ".join(f"{k} ({labels[k]})" for k in all_envs)
+                raise ValueError(
+                    f"--reference {reference!r} matches {len(hits)} environments of case {case}; "
+                    f"expected one of: {shown}"
+                )
+            given = hits[0]
+        envs_of: dict[str, set[str]] = {}
+        for k, rs in all_envs.items():
+            for r in rs:
+                envs_of.setdefault(str(r["version"]), set()).add(k)
+        chosen = compared_version(envs_of, version=version, within=given)
+        out.append(_Choice(case, all_envs, data, labels, given, envs_of, chosen))
+    return out
+
+
+def compared_runs(
+    rows: Sequence[Mapping[str, Any]],
+    envs: Mapping[int, Mapping[str, Any]],
+    *,
+    reference: str | None = None,
+    version: str | None = None,
+) -> set[int]:
+    """The ``run_id`` of every row whose measured step times :func:`side_by_side` (same arguments; no step times
+    needed) pools: the runs of each case's compared version, on every environment. A caller reads the step
+    samples of these runs only (``perfwatch hardware``: not every run of every version).
+
+    Raises:
+        ValueError: as :func:`side_by_side` for ``reference``.
+    """
+    return {int(r["run_id"]) for c in _choices(rows, envs, reference, version) for rs in c.by_env.values() for r in rs}
+
+
 def side_by_side(
     rows: Sequence[Mapping[str, Any]],
     envs: Mapping[int, Mapping[str, Any]],
@@ -161,38 +242,19 @@ def side_by_side(
         ValueError: ``reference`` matches no environment of a case, or more than one (names them); ``version``
             was measured in no case (or not on the reference), naming the versions there are.
     """
-    groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
-    for r in rows:
-        groups.setdefault(base_case_name(str(r["case_name"])), {}).setdefault(str(r["env_key"]), []).append(r)
     out: list[dict[str, Any]] = []
     notes: list[str] = []
     missing: list[str] = []
-    for case, all_envs in groups.items():
-        data = {k: envs.get(int(rs[-1]["environment_id"]), {}) for k, rs in all_envs.items()}
-        labels = {k: hardware_label(d) for k, d in data.items()}
-        given = None
-        if reference is not None:
-            hits = [k for k in all_envs if k.startswith(reference) or reference.lower() in labels[k].lower()]
-            if len(hits) != 1:
-                shown = "; ".join(f"{k} ({labels[k]})" for k in all_envs)
-                raise ValueError(
-                    f"--reference {reference!r} matches {len(hits)} environments of case {case}; "
-                    f"expected one of: {shown}"
-                )
-            given = hits[0]
-        envs_of: dict[str, set[str]] = {}
-        for k, rs in all_envs.items():
-            for r in rs:
-                envs_of.setdefault(str(r["version"]), set()).add(k)
+    for choice in _choices(rows, envs, reference, version):
+        case, all_envs, data, labels, given = choice.case, choice.all_envs, choice.data, choice.labels, choice.given
+        envs_of, chosen = choice.envs_of, choice.chosen
         versions = sorted(envs_of, key=version_order)
-        chosen = compared_version(envs_of, version=version, within=given)
         if chosen is None:  # only where a version is asked for
             have = [v for v in versions if given is None or given in envs_of[v]]
             on = f" on the reference {labels[given]}" if given is not None else ""
             missing.append(f"{case}: no run of version {version}{on} (measured: {', '.join(have)})")
             continue
-        by_env = {k: [r for r in rs if str(r["version"]) == chosen] for k, rs in all_envs.items()}
-        by_env = {k: rs for k, rs in by_env.items() if rs}
+        by_env = choice.by_env
         if version is None and len(versions) > 1:
             every = len(envs_of[chosen]) == len(all_envs)
             most = f"the most environments ({len(by_env)} of {len(all_envs)})"
@@ -208,7 +270,7 @@ def side_by_side(
                     f"{case}: {labels[k]} ({k[:12]}) has no run of version {chosen} (it measured "
                     f"{', '.join(theirs)}): left out"
                 )
-        ref = given if given is not None else min(by_env, key=lambda k: min(int(r["run_id"]) for r in by_env[k]))
+        ref = choice.reference
         ref_steps = [ms for r in by_env[ref] for ms in steps.get(int(r["run_id"]), [])]
         for key, rs in by_env.items():
             mine = [ms for r in rs for ms in steps.get(int(r["run_id"]), [])]

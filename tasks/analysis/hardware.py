@@ -12,6 +12,9 @@ Pure functions over a fingerprint record (``tasks.runner.probe``; a partial reco
   slower than in float32 on such a CPU).
 * **replicas**: a ``mirrored`` case runs one replica per visible GPU, else per logical CPU device
   (``PERFWATCH_CPU_LOGICAL_DEVICES``); with one it is not mirrored at all, and the runner refuses it.
+* **hardware label**: a case's ``hardware`` label (``gpu-h100``) names the model after its kind; the devices
+  that measured (the fingerprint's ``device.names``: NVML's GPU names, the CPU model, the TPU version) must
+  bear that name (:func:`label_mismatch`), else an A100 host measures a ``gpu-h100`` case under its name.
 
 :func:`case_findings` turns both into ``tasks.analysis.findings.Finding`` records: the planner logs them
 (``tasks.stages.pipeline.plan_cases``) and the parse stage adds them to the run's findings.
@@ -19,6 +22,8 @@ Pure functions over a fingerprint record (``tasks.runner.probe``; a partial reco
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from tasks.analysis.findings import WARNING, Finding
@@ -99,12 +104,49 @@ def mirrored_replicas(data: dict) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def case_findings(precision: str, strategy: str, data: dict) -> list[Finding]:
-    """What the hardware of fingerprint ``data`` says about a case of ``precision`` and ``strategy``:
-    ``precision_without_hardware`` (:func:`missing_precision`: the step measures float32 emulation of the
-    type, not the type) and ``mirrored_one_replica`` (:func:`mirrored_replicas` is 1: the runner refuses the
-    case, it would be labelled mirrored and measure one device). Both are warnings; none is an empty list."""
+def _plain(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def label_mismatch(label: str, names: Sequence[Any]) -> str | None:
+    """Why the devices named ``names`` (the fingerprint's ``device.names``: ``["NVIDIA A100-SXM4-40GB"]``) are
+    not the hardware of label ``label`` (``Case.hardware``: ``<kind>-<model>``, e.g. ``gpu-h100``), or None when
+    one bears the label's model (``h100`` in ``NVIDIA H100 80GB HBM3``; letters and digits only, any case) or
+    there is no name to compare (none read).
+
+    E.g. ``"the case's hardware label gpu-h100 names h100, but it was measured on 'NVIDIA A100-SXM4-40GB'"``.
+    """
+    model = _plain(label.split("-", 1)[1]) if "-" in label else ""
+    shown = [str(n) for n in names if n and not str(n).startswith(("unknown", "absent"))]
+    if not model or not shown or any(model in _plain(n) for n in shown):
+        return None
+    return (
+        f"the case's hardware label {label} names {label.split('-', 1)[1]}, but it was measured on "
+        f"{', '.join(repr(n) for n in shown)}"
+    )
+
+
+def case_findings(precision: str, strategy: str, data: dict, hardware: str | None = None) -> list[Finding]:
+    """What the hardware of fingerprint ``data`` says about a case of ``precision``, ``strategy`` and hardware
+    label ``hardware`` (``Case.hardware``, None: no label): ``precision_without_hardware``
+    (:func:`missing_precision`: the step measures float32 emulation of the type, not the type),
+    ``mirrored_one_replica`` (:func:`mirrored_replicas` is 1: the runner refuses the case, it would be labelled
+    mirrored and measure one device) and ``hardware_label_mismatch`` (:func:`label_mismatch` of the label and
+    ``data``'s ``device.names``: the run carries a label its hardware is not). All are warnings; none is an empty
+    list."""
     out = []
+    names = _section(data, "device").get("names") or []
+    if hardware is not None and (why := label_mismatch(hardware, names)) is not None:
+        out.append(
+            Finding(
+                code="hardware_label_mismatch",
+                severity=WARNING,
+                figure="hardware",
+                message=f"{why}. The run is stored under the label's case and history, with the device it had in "
+                "its fingerprint (its own comparability key): send the label to hosts that have it (the config's "
+                f"queues: {{{hardware}: <their queue>}}), or name the label after the device.",
+            )
+        )
     if (why := missing_precision(data, precision)) is not None:
         out.append(
             Finding(

@@ -25,6 +25,14 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
+def bytes_text(value: Any) -> str | None:
+    """A byte count for people: ``50.0 MiB`` below 1 GiB, else ``1.50 GiB`` (binary units); None when missing."""
+    v = _num(value)
+    if v is None:
+        return None
+    return f"{v / MIB:.1f} MiB" if v < 2**30 else f"{v / 2**30:.2f} GiB"
+
+
 def memory_text(peak_rss_bytes: Any, peak_device_bytes: Any) -> str | None:
     """``peak RSS 812.4 MiB, device 1024.0 MiB`` (host RSS of the runner process; the device's peak where a
     GPU recorded one); None when neither was recorded."""

@@ -2,8 +2,10 @@
 on side by side (median step time, throughput, peak memory, J/example where power was measured) and each
 one's step-time ratio against a reference environment with its interval, at one model version per case (the
 newest measured on every environment, or ``--version``): never a figure pooled over versions. Rows from
-``tasks.store.queries.hardware_inputs`` (``sql/queries/hardware.sql``); the comparison is
-``tasks.analysis.gains.side_by_side``.
+``tasks.store.queries.hardware_inputs`` (``sql/queries/hardware.sql``), with the raw step samples of the compared
+runs only (``tasks.analysis.gains.compared_runs``: the case's, at the compared version); the comparison is
+``tasks.analysis.gains.side_by_side``. The table shows peak memory in MiB/GiB (``peak_memory``); csv and json keep
+``peak_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ def hardware_frame(
     """
     import pandas as pd
 
-    from tasks.analysis.gains import base_case_name, side_by_side
+    from tasks.analysis.gains import base_case_name, compared_runs, side_by_side
     from tasks.store import queries
 
-    df, envs, steps = queries.hardware_inputs(model, None, db_url)
-    if case is not None:
-        df = df[[n == case or base_case_name(n) == case for n in df["case_name"]]]
+    def wanted(name: str) -> bool:
+        return case is None or name == case or base_case_name(name) == case
+
+    def pick(rows: list[dict], envs: dict[int, dict]) -> set[int]:  # samples of the compared runs only
+        return compared_runs([r for r in rows if wanted(r["case_name"])], envs, reference=reference, version=version)
+
+    df, envs, steps = queries.hardware_inputs(model, None, db_url, pick=pick)
+    df = df[[wanted(n) for n in df["case_name"]]]
     if df.empty:
         raise ValueError(
             f"no successful run of model {model!r}" + (f" case {case!r}" if case else "") + " in the store"
@@ -79,12 +86,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fmt: FormatOpt = Format.table,
     ) -> None:
-        """The environments MODEL was measured on, side by side, at one model version per case (--version, else
-        the newest measured on every environment; the others are named under the table): median step time
-        (ms), throughput (examples/s), peak memory (bytes), J/example where power was measured, and each one's
-        step-time ratio to the reference with its 95% interval (percentile bootstrap of the ratio of medians of
-        the pooled measured steps: step-to-step noise only). An environment that differs from the reference in
-        more than the hardware (TF, CUDA, driver, packages) is flagged with what differs."""
+        """The environments MODEL was measured on, side by side, at one model version per case (--version, else the
+        newest measured on every environment; the others are named under the table): median step time (ms),
+        throughput (examples/s), peak memory (MiB/GiB; bytes in csv and json), J/example where power was
+        measured, and each one's step-time ratio to the reference with its 95% interval (percentile bootstrap of
+        the ratio of medians of the pooled measured steps: step-to-step noise only). An environment that differs
+        from the reference in more than the hardware (TF, CUDA, driver, packages) is flagged with what differs."""
         from tasks.store import queries
 
         try:
@@ -94,6 +101,13 @@ def register(app: typer.Typer) -> None:
             df, notes = hardware_frame(model, case, reference, url, version)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
+        if fmt in (Format.table, Format.markdown):  # for people: MiB/GiB; csv and json keep the bytes
+            from tasks.cli.figures import bytes_text
+
+            df.insert(
+                df.columns.get_loc("peak_memory_bytes"), "peak_memory", [bytes_text(v) for v in df["peak_memory_bytes"]]
+            )
+            df = df.drop(columns="peak_memory_bytes")
         render(df, fmt, title=f"{model}: hardware side by side")
         for note in notes:  # on stderr: csv and json stay one table
             typer.echo(f"note: {note}", err=True)

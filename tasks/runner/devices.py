@@ -5,6 +5,9 @@ sees, the fingerprint stage what NVML sees), stdlib only, so they load in a bare
 
 * :func:`refusal`: why a ``gpu`` or ``tpu`` case cannot run here (none visible), or None. The runner
   refuses such a case instead of silently measuring the CPU.
+* :func:`tpu_section`: the TPUs of this host without TensorFlow or libtpu (JAX's rule, ``jax._src.hardware_utils``:
+  a PCI function of Google's vendor id with a TPU device id; usable when its device nodes, ``/dev/accel*`` on
+  TPU v2-v4 VMs or ``/dev/vfio/<n>`` on v5e and later, are present), for the fingerprint and the plan.
 * :func:`hidden_gpus_env`: the environment of a ``cpu`` case's runner process, the GPUs hidden from CUDA
   (``CUDA_VISIBLE_DEVICES=""``), so a cpu case on a GPU host really measures the CPU; the runner also
   hides them from TF itself (``tf.config.set_visible_devices([], "GPU")``, tasks.runner.process).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
@@ -22,9 +26,68 @@ KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
 
 _TF_TYPE = {"cpu": "CPU", "gpu": "GPU", "tpu": "TPU"}
 
+GOOGLE_PCI_VENDOR = "0x1ae0"
+"""Google's PCI vendor id (``/sys/bus/pci/devices/*/vendor``)."""
+
+TPU_PCI_DEVICES: dict[str, str] = {
+    "0x0027": "v2/v3",
+    "0x0056": "plc",
+    "0x005e": "v4",
+    "0x0062": "v5p",
+    "0x0063": "v5e",
+    "0x006f": "v6e",
+    "0x0076": "tpu7x",
+}
+"""PCI device id -> TPU version of Google's TPU chips (the table of ``jax._src.hardware_utils``)."""
+
+
+def tpu_section(root: str | Path = "/") -> dict[str, Any]:
+    """The fingerprint's ``tpu`` section: this host's TPU chips, read from sysfs and ``/dev`` under ``root``
+    (``/``: this host; a test passes a tree of its own); no TensorFlow, JAX or libtpu is imported.
+
+    Returns:
+        ``{"chips": N, "versions": [...], "device_nodes": [...], "count": M}``: ``chips`` the PCI functions of
+        vendor :data:`GOOGLE_PCI_VENDOR` with a device id of :data:`TPU_PCI_DEVICES` (``versions`` their TPU
+        versions, sorted, each once), ``device_nodes`` the ``/dev/accel*`` and ``/dev/vfio/<n>`` nodes present
+        (a container without them cannot reach the chips), ``count`` the usable chips: ``chips`` where a
+        device node is present, else 0. An unreadable sysfs counts none; never raises.
+    """
+    base = Path(root)
+    chips, versions = 0, set()
+    for vendor in sorted((base / "sys" / "bus" / "pci" / "devices").glob("*/vendor")):
+        try:
+            if vendor.read_text().strip() != GOOGLE_PCI_VENDOR:
+                continue
+            version = TPU_PCI_DEVICES.get((vendor.parent / "device").read_text().strip())
+        except OSError:
+            continue
+        if version is not None:
+            chips += 1
+            versions.add(version)
+    dev = base / "dev"
+    nodes = [*sorted(dev.glob("accel[0-9]*")), *[p for p in sorted(dev.glob("vfio/*")) if p.name.isdigit()]]
+    shown = ["/" + str(p.relative_to(base)) for p in nodes]
+    return {"chips": chips, "versions": sorted(versions), "device_nodes": shown, "count": chips if nodes else 0}
+
+
+def _tpu_detail(tpu: Mapping[str, Any] | None) -> str:
+    """What the ``tpu`` section (:func:`tpu_section`) says of this host's TPUs, for a refusal message."""
+    if not tpu:
+        return "no TPU reading"
+    chips, nodes = tpu.get("chips", 0), tpu.get("device_nodes") or []
+    versions = f" ({', '.join(tpu.get('versions') or [])})" if chips else ""
+    shown = ", ".join(nodes) or "none"
+    return f"TPU chips on PCI: {chips}{versions}, TPU device nodes (/dev/accel*, /dev/vfio/<n>): {shown}"
+
 
 def refusal(
-    case_name: str, device: str, seen: Sequence[str], cuda_visible_devices: str | None, *, who: str = "TF"
+    case_name: str,
+    device: str,
+    seen: Sequence[str],
+    cuda_visible_devices: str | None,
+    *,
+    who: str = "TF",
+    tpu: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Why case ``case_name`` asking for ``device`` cannot run on this host, or None when it can.
 
@@ -33,13 +96,16 @@ def refusal(
         device: ``Case.device``: ``auto`` and ``cpu`` always run (every host has a CPU).
         seen: the device types visible here, as TF names them (``tf.config.list_physical_devices()``'s
             ``device_type``: ``CPU``, ``GPU``, ``TPU``), one entry per device.
-        cuda_visible_devices: the ``CUDA_VISIBLE_DEVICES`` value (None: unset), quoted in the message: an empty
-            value hides every GPU.
-        who: what saw ``seen`` (``TF``, or ``NVML`` for the fingerprint stage's check before any model loads).
+        cuda_visible_devices: the ``CUDA_VISIBLE_DEVICES`` value (None: unset), quoted in a gpu case's message:
+            an empty value hides every GPU.
+        who: what saw ``seen`` (``TF``, ``NVML`` for the fingerprint stage's gpu check before any model loads,
+            ``the probe`` for its tpu check).
+        tpu: the host's ``tpu`` section (:func:`tpu_section`), quoted in a tpu case's message (None: not read).
 
     Returns:
-        ``"case X asks for device gpu; this host has none visible (CUDA_VISIBLE_DEVICES=<unset>, TF sees [CPU])"``
-        or None.
+        ``"case X asks for device gpu; this host has none visible (CUDA_VISIBLE_DEVICES=<unset>, TF sees [CPU])"``,
+        for tpu ``"... device tpu; this host has none visible (TPU chips on PCI: 0, TPU device nodes (...): none;
+        TF sees [CPU])"``, or None.
 
     Raises:
         ValueError: ``device`` is not auto, cpu, gpu or tpu.
@@ -48,6 +114,11 @@ def refusal(
         raise ValueError(f"device {device!r}: expected auto, cpu, gpu or tpu")
     if device in ("auto", "cpu") or _TF_TYPE[device] in seen:
         return None
+    if device == "tpu":
+        return (
+            f"case {case_name} asks for device tpu; this host has none visible "
+            f"({_tpu_detail(tpu)}; {who} sees [{', '.join(seen)}])"
+        )
     shown = "<unset>" if cuda_visible_devices is None else repr(cuda_visible_devices)
     return (
         f"case {case_name} asks for device {device}; this host has none visible "
@@ -78,6 +149,13 @@ def nvml_seen(data: Mapping[str, Any]) -> list[str]:
     return ["CPU", *["GPU"] * (count if isinstance(count, int) else 0)]
 
 
+def host_seen(data: Mapping[str, Any]) -> list[str]:
+    """:func:`nvml_seen` and one ``TPU`` per usable TPU chip of the record's ``tpu`` section (``tpu.count``,
+    :func:`tpu_section`; a record without one, taken before perfwatch read TPUs, shows none)."""
+    count = section(data, "tpu").get("count")
+    return [*nvml_seen(data), *["TPU"] * (count if isinstance(count, int) else 0)]
+
+
 def device_section(requested: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint's ``device`` section: which device measured a run on the host of record ``data``.
 
@@ -95,7 +173,7 @@ def device_section(requested: str, data: Mapping[str, Any]) -> dict[str, Any]:
     elif kind == "cpu":
         names = [section(data, "host").get("cpu_model", "unknown")]
     else:
-        names = []  # a TPU is named by the runner (TF), not the probe
+        names = [f"TPU {v}" for v in section(data, "tpu").get("versions") or []]  # the chips' PCI ids
     return {"requested": requested, "kind": kind, "names": names}
 
 
@@ -106,7 +184,8 @@ def select(device: str, case_name: str) -> list[str]:
 
     Raises:
         tasks.runner.protocol.RunnerError: the case's device kind is not visible to TF here (the message names
-            the case, ``CUDA_VISIBLE_DEVICES`` and what TF sees), before any model is loaded.
+            the case, what TF sees and, for gpu, ``CUDA_VISIBLE_DEVICES``; for tpu, the TPU chips and device nodes
+            of :func:`tpu_section`), before any model is loaded.
     """
     import tensorflow as tf
 
@@ -117,6 +196,7 @@ def select(device: str, case_name: str) -> list[str]:
         seen = [d.device_type for d in tf.config.get_visible_devices()]
     else:
         seen = [d.device_type for d in tf.config.list_physical_devices()]
-    if (why := refusal(case_name, device, seen, os.environ.get("CUDA_VISIBLE_DEVICES"))) is not None:
+    tpu = tpu_section() if device == "tpu" else None
+    if (why := refusal(case_name, device, seen, os.environ.get("CUDA_VISIBLE_DEVICES"), tpu=tpu)) is not None:
         raise RunnerError(why)
     return seen

@@ -1,6 +1,8 @@
 """The environment probe: every fact that makes step times comparable, read in the runner's interpreter.
 
-Sections of the record: ``tensorflow``, ``gpu``, ``host``, ``packages``, ``env_vars``, ``threads``, ``recorded``.
+Sections of the record: ``tensorflow``, ``gpu``, ``tpu``, ``host``, ``packages``, ``env_vars``, ``threads``,
+``recorded``. ``tpu`` is the host's TPU chips read from sysfs and ``/dev`` (``tasks.runner.devices.tpu_section``;
+not in the comparability key: a tpu run's key has ``device.kind``).
 ``host`` includes the CPU set this process may use (affinity, cgroup CPU quota, usable CPUs) and the CPU's
 fp16/bf16 instruction flags, ``threads`` TF's thread settings (``tasks.runner.cpus``).
 Every field is always present; a fact that cannot be read is the string ``"absent"`` (the thing
@@ -66,7 +68,7 @@ from typing import Any
 
 import psutil
 
-from tasks.runner import cpus
+from tasks.runner import cpus, devices
 
 ABSENT = "absent"
 
@@ -459,6 +461,7 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
     data = {
         "tensorflow": tensorflow,
         "gpu": gpu,
+        "tpu": devices.tpu_section(),
         "host": _host_section(),
         "packages": _packages_section(),
         "env_vars": _env_section(),
@@ -475,11 +478,12 @@ def collect(*, include_tensorflow: bool = True, progress: bool = False) -> dict[
 
 def hardware() -> dict[str, Any]:
     """The part of the record that says what the hardware computes in and how many replicas a mirrored case
-    gets (``tasks.analysis.hardware``): ``gpu`` (NVML), ``host`` (CPU model and fp16/bf16 flags) and
-    ``env_vars`` (``PERFWATCH_CPU_LOGICAL_DEVICES``, ``CUDA_VISIBLE_DEVICES``); well under a second, TensorFlow
-    not read."""
+    gets (``tasks.analysis.hardware``): ``gpu`` (NVML), ``tpu`` (the TPU chips, ``tasks.runner.devices``),
+    ``host`` (CPU model and fp16/bf16 flags) and ``env_vars`` (``PERFWATCH_CPU_LOGICAL_DEVICES``,
+    ``CUDA_VISIBLE_DEVICES``); well under a second, TensorFlow not read."""
     return {
         "gpu": _gpu_section(),
+        "tpu": devices.tpu_section(),
         "host": {
             "cpu_model": _safe(_cpu_model),
             **_safe_section(lambda: {"cpu_precision_flags": cpus.precision_flags()}, ("cpu_precision_flags",)),

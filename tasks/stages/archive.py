@@ -52,6 +52,7 @@ from tasks.records import (
     safe_name,
 )
 from tasks.runner.protocol import load_json
+from tasks.stages.scratch import newest_modified
 from tasks.store.reads import RunLocation, stored_run
 from tasks.store.writes import SuccessAlreadyStored, store_run
 
@@ -95,19 +96,20 @@ def _writer_alive(owner: dict[str, Any]) -> bool:
 
 
 def _age_s(fs, path: str, owner: dict[str, Any] | None) -> float | None:
-    """Seconds since ``path`` was started (owner file) or last modified; None when unknown."""
+    """Seconds since the directory ``path`` was started (owner file) or last written: the newest write of it or
+    of anything below it (``tasks.stages.scratch.newest_modified``; an S3 prefix has no time of its own, its
+    objects' ``LastModified`` say when it was written); None when unknown (nothing carries a time, or it cannot
+    be listed), which every caller treats as too young to remove."""
     if owner and owner.get("started_at"):
         try:
             return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(owner["started_at"])).total_seconds()
         except (TypeError, ValueError):
             pass
     try:
-        modified = fs.modified(path)
-    except (NotImplementedError, OSError, ValueError, FileNotFoundError):
+        newest = newest_modified(fs, path)
+    except (NotImplementedError, OSError, ValueError):
         return None
-    if modified.tzinfo is None:
-        return time.time() - modified.timestamp()
-    return (dt.datetime.now(dt.UTC) - modified).total_seconds()
+    return None if newest is None else time.time() - newest
 
 
 def partial_state(fs, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[bool, str]:
@@ -361,9 +363,9 @@ def check_archive(
     archive_root: str, runs: Iterable[RunLocation], *, grace_s: float = STALE_PARTIAL_S
 ) -> list[Leftover]:
     """The archive's leftovers: stale partial copies (``partial_state``), run directories no stored run
-    points to (older than ``grace_s`` seconds: a younger one may be an archive in flight, between its
-    move and its commit), and successful runs whose archive directory is missing. What is in flight
-    is not reported."""
+    points to (last written more than ``grace_s`` seconds ago, by the newest object under it on an object
+    store: a younger one may be an archive in flight, between its move and its commit; one of unknown age is
+    kept too), and successful runs whose archive directory is missing. What is in flight is not reported."""
     fs, root = fsspec.core.url_to_fs(archive_root)
     root = root.rstrip("/")
     runs = list(runs)
@@ -378,7 +380,8 @@ def check_archive(
                 out.append(Leftover("partial", path, f"half-written archive copy: {why}", True))
         elif path not in referenced and fs.unstrip_protocol(path) not in referenced:
             age = _age_s(fs, path, None)
-            if age is None or age > grace_s:  # a younger one may be between its move and its commit
+            # a younger one, or one of unknown age, may be an archive in flight, between its move and its commit
+            if age is not None and age > grace_s:
                 out.append(Leftover("orphan-archive", path, "archive directory without a stored run", True))
     for r in runs:
         if r.status != "success" or not r.archive_uri:

@@ -5,19 +5,21 @@ hardware label (``Case.hardware``, e.g. ``gpu-h100``) to the Celery queue of the
 
     queues: {cpu: cpu, gpu: gpu, gpu-h100: h100}
 
-A case's queue (:func:`queue_for`) is its hardware label's, else its kind's; a case of kind ``auto`` goes
-to the DAG's default measuring queue (``PERFWATCH_PROFILE_QUEUE``), as every case did before cases named a
-device. Airflow 3 cannot give each mapped task instance its own queue (``expand`` does not map ``queue``), so
-the profile DAG has one mapped task group per measuring queue (:func:`measuring_queues`, read from the config
-when the DAG is parsed; :func:`group_id` names the group): plan gives each case its queue
+A case's queue (:func:`queue_for`) is its hardware label's, else its kind's; a case of kind ``auto`` goes to the
+DAG's default measuring queue (``PERFWATCH_PROFILE_QUEUE``), as every case did before cases named a device. A
+kind or label that ``queues:`` leaves out goes to the default measuring queue when that queue bears its name
+(``PERFWATCH_PROFILE_QUEUE=gpu``, compose's value, measures ``device: gpu`` cases without a ``queues:``
+section), else it has no queue. Airflow 3 cannot give each mapped task instance its own queue (``expand`` does
+not map ``queue``), so the profile DAG has one mapped task group per measuring queue (:func:`measuring_queues`,
+read from the config when the DAG is parsed; :func:`group_id` names the group): plan gives each case its queue
 (``RunState.queue``), a ``route`` task per queue hands a group its cases (:func:`states_on`), and the group's
 ``measure`` task goes to that queue. When the DAG run is planned, :func:`refusals` names each case whose kind
 has no queue (it would wait forever) and each whose queue is not among the DAG's measuring queues (the config
 changed since the DAG was parsed): such a case fails alone at its first task with that reason, recorded in the
-store, and the other cases run, so a case never waits for a worker that no task of the DAG is sent to, and
-never runs on a worker of another kind (:func:`check_queues` raises on the same refusals). Which queues have
-live workers is not known from here (Airflow's API does not list Celery workers; ``celery inspect
-active_queues`` needs the broker): a served-queue set, where a caller has one, is checked too (``served``).
+store, and the other cases run, so a case never waits for a worker that no task of the DAG is sent to, and never
+runs on a worker of another kind (:func:`check_queues` raises on the same refusals). Which queues have live
+workers is not known from here (Airflow's API does not list Celery workers; ``celery inspect active_queues``
+needs the broker): a served-queue set, where a caller has one, is checked too (``served``).
 """
 
 from __future__ import annotations
@@ -87,12 +89,17 @@ def queue_for(case: Case, queues: Mapping[str, str], default_queue: str) -> str 
 
 
 def queue_of(device: str, hardware: str | None, queues: Mapping[str, str], default_queue: str) -> str | None:
-    """:func:`queue_for` of a case's ``Case.device`` and ``Case.hardware`` (a stored run's params)."""
+    """:func:`queue_for` of a case's ``Case.device`` and ``Case.hardware`` (a stored run's params): ``queues``'
+    entry for the label, else for the kind; else ``default_queue`` when it is named like the label or the kind
+    (a queue ``gpu`` measures kind gpu unmapped); else None."""
     if device == "auto":
         return default_queue
-    if hardware is not None and hardware in queues:
-        return queues[hardware]
-    return queues.get(device)
+    for key in (hardware, device):
+        if key is not None and key in queues:
+            return queues[key]
+    if default_queue in (hardware, device):
+        return default_queue
+    return None
 
 
 def measuring_queues(queues: Mapping[str, str], default_queue: str) -> list[str]:
@@ -159,31 +166,34 @@ def refusals(
             ``PERFWATCH_PROFILE_QUEUE``); a single name is that queue alone.
         served: queues known to have a worker, where the caller knows (None: not checked).
 
-    A case is refused when its device kind (or label) has no queue in ``queues``, when its queue is not one of
-    ``measuring`` (the config changed since the DAG was parsed), or when it is not in ``served``; each reason
-    names the case and what to change.
+    A case is refused when its device kind (or label) has no queue (:func:`queue_for`: none in ``queues`` and
+    the default measuring queue is not named after it), when its queue is not one of ``measuring`` (the config
+    changed since the DAG was parsed), or when it is not in ``served``; each reason names the case and what to
+    change.
     """
     dag_queues = [measuring] if isinstance(measuring, str) else list(measuring)
     out: dict[str, str] = {}
-    fix = (
-        "map the kind in the config's queues: section (the DAG then measures on that queue once it is parsed "
-        "again), or set PERFWATCH_PROFILE_QUEUE to its queue"
-    )
     for c in cases:
         label = f"{c.model} {c.name}"
         want = c.hardware or c.device
         q = queue_for(c, queues, dag_queues[0])
+        fix = (
+            f"map {want} to the queue of its measuring workers in the config's queues: section (e.g. queues: "
+            f"{{{want}: {want}}}); the DAG measures on that queue once the dag-processor parses it again"
+        )
         if q is None:
             mapped = ", ".join(f"{k}: {v}" for k, v in queues.items()) or "nothing"
             out[label] = (
-                f"case {label} asks for device {want}, which no queue serves (the config's queues: maps {mapped}); "
-                + fix
+                f"case {label} asks for device {want}, which no queue serves (the config's queues: maps {mapped}; "
+                f"the default measuring queue PERFWATCH_PROFILE_QUEUE is {dag_queues[0]!r}, which takes kind auto "
+                f"and a kind or label of its own name); " + fix
             )
         elif q not in dag_queues:
             out[label] = (
                 f"case {label} asks for device {want}, whose queue is {q!r}, but this DAG measures on "
                 f"{', '.join(repr(x) for x in dag_queues)} only (PERFWATCH_PROFILE_QUEUE and the config's queues: "
-                f"when the DAG was parsed): no task of it would reach a {want} worker; " + fix
+                f"when the DAG was parsed): no task of it would reach a {want} worker; the DAG measures on {q!r} "
+                "once the dag-processor parses it again with this config"
             )
         elif served is not None and q not in served:
             out[label] = (
@@ -216,28 +226,42 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
     """``fp`` with its ``device`` section (:func:`tasks.runner.devices.device_section`: the kind and names of
     the device that measures ``case``), hashed again; for a case of kind ``auto``, ``fp`` itself (its record,
     ``fingerprint_id`` and key stay what they were before cases named a device; ``gpu.count`` and
-    ``gpu.devices`` say whether a GPU measured); a ``gpu`` case on a host whose NVML shows no visible GPU
-    is refused here, before any model is loaded (the runner checks again with what TF sees, and checks tpu).
+    ``gpu.devices`` say whether a GPU measured); a ``gpu`` case on a host whose NVML shows no visible GPU,
+    or a ``tpu`` case on one whose ``tpu`` section (``tasks.runner.devices.tpu_section``) shows no usable TPU
+    chip, is refused here, before any model is loaded (the runner checks again with what TF sees).
 
     Raises:
         DeviceMissing: ``case.device`` is gpu and the fingerprint shows no GPU (names the case,
-            ``CUDA_VISIBLE_DEVICES`` and what NVML sees).
+            ``CUDA_VISIBLE_DEVICES`` and what NVML sees), or tpu and it shows no TPU (names the case, the TPU
+            chips on PCI and their device nodes).
     """
     from tasks.analysis.environment import Fingerprint
-    from tasks.runner.devices import device_section, nvml_seen, refusal, section
+    from tasks.runner.devices import device_section
 
     data = dict(fp.data)
-    cuda = section(data, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
-    if case.device == "gpu":
-        why = refusal(
-            f"{case.model} {case.name}", "gpu", nvml_seen(data), None if cuda == "absent" else cuda, who="NVML"
-        )
-        if why is not None:
-            raise DeviceMissing(why)
+    if case.device in ("gpu", "tpu") and (why := host_refusal(case, data)) is not None:
+        raise DeviceMissing(why)
     if case.device == "auto":  # as before cases named a device: the same record, id and key (gpu.count says it)
         return fp
     data["device"] = device_section(case.device, data)
     return Fingerprint.from_data(data)
+
+
+def host_refusal(case: Case, data: Mapping[str, Any]) -> str | None:
+    """Why ``case`` cannot run on the host of fingerprint record ``data`` (``tasks.runner.probe.collect``, or
+    its ``hardware()`` part at plan time), or None: a gpu case where NVML shows no visible GPU, a tpu case where
+    the ``tpu`` section shows no usable chip (``tasks.runner.devices.refusal``, ``who`` NVML or the probe)."""
+    from tasks.runner.devices import host_seen, refusal, section
+
+    cuda = section(data, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
+    return refusal(
+        f"{case.model} {case.name}",
+        case.device,
+        host_seen(data),
+        None if cuda == "absent" else str(cuda),
+        who="NVML" if case.device == "gpu" else "the probe",
+        tpu=section(data, "tpu") if case.device == "tpu" else None,
+    )
 
 
 BROKER_ENV = "AIRFLOW__CELERY__BROKER_URL"

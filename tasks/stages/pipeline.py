@@ -181,36 +181,40 @@ def plan_cases(
 def warn_hardware(cases: list[Case], hardware: dict[str, Any] | None = None) -> list[str]:
     """Log a warning per planned case that the hardware cannot run as the case says
     (``tasks.analysis.hardware.case_findings``: mixed precision without the hardware type, a mirrored case with
-    one replica; ``device_missing``: a gpu case where NVML sees no GPU, which the fingerprint stage will refuse
-    by name, ``tasks.stages.devices.with_device``) and return the warnings, ``"<model> <case name>: <code>:
-    <message>"``. ``hardware``: a
-    fingerprint record (default: this host's CPU flags, NVML's GPUs and ``PERFWATCH_CPU_LOGICAL_DEVICES``,
-    ``tasks.runner.probe.hardware``, read only when a case is mixed-precision or mirrored). :func:`plan_cases`
+    one replica, a hardware label the host's devices do not bear; ``device_missing``: a gpu case where NVML sees
+    no GPU, a tpu case where no TPU chip is usable
+    (PCI and device nodes, ``tasks.runner.devices.tpu_section``), which the fingerprint stage will refuse by name,
+    ``tasks.stages.devices.with_device``) and return the warnings, ``"<model> <case name>: <code>: <message>"``.
+    ``hardware``: a fingerprint record (default: this host's CPU flags, NVML's GPUs, its TPUs and
+    ``PERFWATCH_CPU_LOGICAL_DEVICES``, ``tasks.runner.probe.hardware``, read only when a case is mixed-precision,
+    mirrored, labelled, or asks for a gpu or tpu). :func:`plan_cases`
     calls it unless the measuring stages go to another Celery queue (``PERFWATCH_PROFILE_QUEUE``: the plan's
     host is not the measured one); every run also gets the measured host's check in its findings (parse).
     """
     from tasks.analysis.hardware import case_findings
-    from tasks.runner.devices import nvml_seen, refusal, section
+    from tasks.runner.devices import device_section
+    from tasks.stages.devices import host_refusal
 
-    wanted = [c for c in cases if c.precision != "fp32" or c.strategy != "none" or c.device == "gpu"]
+    wanted = [
+        c
+        for c in cases
+        if c.precision != "fp32" or c.strategy != "none" or c.device in ("gpu", "tpu") or c.hardware is not None
+    ]
     if not wanted:
         return []
     if hardware is None:
         from tasks.runner.probe import hardware as local_hardware
 
         hardware = local_hardware()
-    cuda = section(hardware, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
     out = []
     for c in wanted:
-        # a gpu case on a host without one: its fingerprint stage refuses it by name (stages.devices.with_device)
-        if c.device == "gpu" and (
-            why := refusal(
-                f"{c.model} {c.name}", "gpu", nvml_seen(hardware), None if cuda == "absent" else cuda, who="NVML"
-            )
-        ):
+        # a gpu/tpu case on a host without one: its fingerprint stage refuses it by name (stages.devices.with_device)
+        if c.device in ("gpu", "tpu") and (why := host_refusal(c, hardware)):
             out.append(f"{c.model} {c.name}: device_missing: {why}; it will be refused, never run on the CPU")
             continue  # what the CPU lacks says nothing of a case that never runs on it
-        out += [f"{c.model} {c.name}: {f.code}: {f.message}" for f in case_findings(c.precision, c.strategy, hardware)]
+        measured = {**hardware, "device": device_section(c.device, hardware)}  # what with_device will record
+        found = case_findings(c.precision, c.strategy, measured, c.hardware)
+        out += [f"{c.model} {c.name}: {f.code}: {f.message}" for f in found]
     for line in out:
         log.warning("plan: %s (hardware of the planning host)", line)
     return out
@@ -509,7 +513,7 @@ def _parse(s: RunState, ctx: RunContext, st: Settings) -> ParseRecord:
     from tasks.analysis.hardware import case_findings
     from tasks.stages.parse import parse_run
 
-    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data)
+    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data, ctx.case.hardware)
     return parse_run(_have(s.run, "run"), work_dir(st, ctx), extra_findings=hardware)
 
 
@@ -685,6 +689,85 @@ def measure_case(
         for stage_id in MEASURING_STAGES[:-1]:
             state = run_stage(state, stage_id, settings)
         return profile_unless_busy(state, settings, retry_left=retry_left, retry_in_s=retry_in_s, attempt=attempt)
+
+
+STUCK_IN_QUEUED_REQUEUES = 2
+"""How often Airflow's scheduler requeues a task that waited queued longer than ``[scheduler] task_queued_timeout``
+before it fails it (``[scheduler] num_stuck_in_queued_retries``, undocumented, default 2, Airflow 3.3's
+``SchedulerJobRunner._maybe_requeue_stuck_ti``)."""
+
+
+def unmeasured_reason(
+    label: str, queue: str, worker: str | None, queued_timeout_s: float, requeues: int = STUCK_IN_QUEUED_REQUEUES
+) -> str:
+    """Why the measure task of case ``label`` (``<model> <case name>``) on Celery queue ``queue`` failed without a
+    word from perfwatch, in one line led by its kind: ``NoMeasuringWorker`` when no worker ever took it
+    (``worker`` None: the task instance has no host name), which Airflow fails once it waited queued longer than
+    ``queued_timeout_s`` seconds ``requeues + 1`` times; ``MeasureLost`` when ``worker`` ran it and stopped
+    answering (killed, lost: Airflow's task heartbeat timeout), or no worker took a later try."""
+    timeout = f"[scheduler] task_queued_timeout ({queued_timeout_s:.0f} s, AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT)"
+    if worker is None:
+        return (
+            f"NoMeasuringWorker: case {label} was never measured: its measure task waited queued on queue {queue!r} "
+            f"longer than {timeout} {requeues + 1} times and Airflow failed it, so no live measuring worker serves "
+            f"{queue!r}; start one there (airflow celery worker --queues {queue} --concurrency 1) or map the case's "
+            "kind to a served queue (the config's queues:)"
+        )
+    return (
+        f"MeasureLost: case {label}'s measure task on queue {queue!r} failed before perfwatch recorded anything "
+        f"(last on worker {worker}): the worker was killed or lost (Airflow's task heartbeat timeout), or no live "
+        f"worker took a later try within {timeout}; the task's log and Airflow's audit log say which"
+    )
+
+
+def record_unmeasured(
+    state: RunState | Mapping[str, Any],
+    *,
+    queue: str,
+    worker: str | None,
+    queued_timeout_s: float,
+    settings: Settings | None = None,
+) -> int | None:
+    """For the DAG's ``measure`` failure callback: record the case of ``state`` (the state measure was given) as a
+    failed run at ``env-fingerprint`` with :func:`unmeasured_reason`, when the store holds no run of it for this
+    DAG run, i.e. the task failed outside perfwatch (the scheduler failed it in queued, or its worker was lost);
+    a failure a stage recorded (with its own error) or a stored run is left as it is. The run's scratch goes too.
+    Returns the new run's id, or None when nothing was recorded.
+
+    Raises:
+        tasks.store.engine.StoreUnreachable: the store cannot be reached.
+    """
+    settings = settings or Settings.from_env()
+    ctx = as_state(state).ctx
+    if stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name) is not None:
+        return None
+    why = unmeasured_reason(f"{ctx.case.model} {ctx.case.name}", queue, worker, queued_timeout_s)
+    pulled = as_state(state).pulled
+    try:
+        run_id = record_failure(
+            settings.database_url, ctx, MEASURING_STAGES[0], why, version=str(pulled.version) if pulled else None
+        )
+    except SuccessAlreadyStored:
+        return None
+    log.error("%s (recorded as failed run %s)", why, run_id)
+    scratch.discard(settings, ctx)
+    return run_id
+
+
+def check_map_length(states: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``states`` (the planned run states), when Airflow can map them: at most ``limit`` (``[core]
+    max_map_length``, default 1024) cases, each one mapped task group instance.
+
+    Raises:
+        ValueError: more cases than ``limit``; the message says how many and which setting to raise.
+    """
+    if len(states) > limit:
+        raise ValueError(
+            f"this DAG run plans {len(states)} cases, and Airflow maps at most {limit} ([core] max_map_length): set "
+            f"AIRFLOW__CORE__MAX_MAP_LENGTH to {len(states)} or more on the scheduler and workers (README "
+            '"Deployment"), or split the config'
+        )
+    return states
 
 
 WORK_DIR_STALE_S = 24 * 3600.0

@@ -213,8 +213,9 @@ def discard(settings: Settings, ctx: RunContext) -> None:
         log.warning("scratch: could not remove %s (%s: %s)", uri(settings, ctx), type(e).__name__, e)
 
 
-def _modified(info: dict[str, Any]) -> float | None:
-    """Epoch seconds of an fsspec ``info`` record: ``mtime`` (local), ``LastModified`` (s3), ``updated`` (gcs)."""
+def info_modified(info: dict[str, Any]) -> float | None:
+    """Epoch seconds of an fsspec ``info`` record: ``mtime`` (local), ``LastModified`` (s3), ``updated`` (gcs);
+    None when it has none (an object-store "directory", a prefix, has no time of its own)."""
     for key in ("mtime", "LastModified", "updated", "last_modified", "created"):
         value = info.get(key)
         if isinstance(value, dt.datetime):
@@ -225,6 +226,19 @@ def _modified(info: dict[str, Any]) -> float | None:
             with contextlib.suppress(ValueError):
                 return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return None
+
+
+def newest_modified(fs: Any, path: str) -> float | None:
+    """Epoch seconds of the newest write under ``path`` on fsspec file system ``fs``: the latest
+    :func:`info_modified` of the directory itself and every file below it (``fs.find(..., detail=True)``: on
+    an object store, each object's ``LastModified``), or None when nothing there carries a time.
+
+    Raises:
+        OSError: ``path`` could not be listed.
+    """
+    times = [info_modified(info) for info in [fs.info(path), *fs.find(path, detail=True).values()]]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def entries(settings: Settings) -> list[tuple[str, str, float | None]]:
@@ -244,7 +258,7 @@ def entries(settings: Settings) -> list[tuple[str, str, float | None]]:
     newest: dict[str, float | None] = {}
     for path, info in fs.find(root, detail=True).items():
         slug = path[len(root) :].lstrip("/").split("/", 1)[0]
-        t = _modified(info)
+        t = info_modified(info)
         old = newest.get(slug)
         newest[slug] = t if old is None else (old if t is None else max(old, t))
     now = time.time()

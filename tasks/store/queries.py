@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -817,23 +817,38 @@ def _telemetry_energy(run_ids: list[int], db_url: str | None) -> dict[int, float
     return out
 
 
-def hardware_inputs(model: str, case: str | None = None, db_url: str | None = None):
-    """What ``perfwatch hardware`` compares: :func:`hardware`'s rows, the fingerprint record of each environment
-    row (``{environment_id: data}``) and the measured step times of each run (``{run_id: [ms, ...]}``, our
-    timer, step order).
+def hardware_inputs(
+    model: str,
+    case: str | None = None,
+    db_url: str | None = None,
+    *,
+    pick: Callable[[list[dict[str, Any]], dict[int, dict[str, Any]]], Collection[int]] | None = None,
+):
+    """What ``perfwatch hardware`` compares, reading raw step samples only for the runs the comparison pools:
+    the hardware query's rows (``sql/queries/hardware.sql``: runs, no samples), the fingerprint record of each
+    environment row (``{environment_id: data}``), then for the runs ``pick(rows, envs)`` names (run ids; default:
+    every row's) their J/example (``energy_per_example_j``; None on the other rows) and their measured step
+    times (``{run_id: [ms, ...]}``, our timer, step order). ``perfwatch hardware`` picks the runs of each case's
+    compared version (``tasks.analysis.gains.compared_runs``): a model's other cases and versions are never read.
 
     Raises:
-        QueryError: as :func:`run_query`.
+        QueryError: as :func:`run_query`. Whatever ``pick`` raises (ValueError for a bad ``--reference``).
     """
     from sqlalchemy import select
 
     from tasks.store import Environment, StepSample, session_scope
 
-    df = hardware(model, case, db_url)
-    run_ids = [int(i) for i in df["run_id"]]
+    df = run_query("hardware", db_url, model=model, case_name=case)
     env_ids = {int(i) for i in df["environment_id"]}
-    steps: dict[int, list[float]] = {i: [] for i in run_ids}
     envs: dict[int, dict[str, Any]] = {}
+    if env_ids:
+        with session_scope(_default_url(db_url)) as s:
+            envs = dict(s.execute(select(Environment.id, Environment.data).where(Environment.id.in_(env_ids))).all())
+    rows = df.to_dict(orient="records")
+    run_ids = sorted({int(i) for i in (pick(rows, envs) if pick is not None else df["run_id"])})
+    energy = _telemetry_energy(run_ids, db_url)
+    df["energy_per_example_j"] = [energy.get(int(i)) for i in df["run_id"]]
+    steps: dict[int, list[float]] = {i: [] for i in run_ids}
     if run_ids:
         with session_scope(_default_url(db_url)) as s:
             for run_id, ms in s.execute(
@@ -842,5 +857,4 @@ def hardware_inputs(model: str, case: str | None = None, db_url: str | None = No
                 .order_by(StepSample.run_id, StepSample.step)
             ):
                 steps[int(run_id)].append(float(ms))
-            envs = dict(s.execute(select(Environment.id, Environment.data).where(Environment.id.in_(env_ids))).all())
     return df, envs, steps

@@ -32,6 +32,8 @@ Configuration:
   scenario's load generator is not faked);
 * profile mode samples this host's telemetry over its measured steps with the real runner's sampler
   (``tasks.runner.telemetry.Sampler``: psutil's host rows, NVML's GPU rows where a GPU answers);
+* ``PERFWATCH_FAKE_HOLD_S``: seconds the profile mode holds its host (sleeps) before its measured steps (default 0),
+  as a real measurement of minutes does: measurements long enough that two on one host would overlap in time;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -214,6 +216,7 @@ def warmup(spec: RunnerSpec) -> WarmupResult:
 
 def profile(spec: RunnerSpec) -> ProfileResult:
     step, t0 = Steps(spec, spec.model_path), time.perf_counter()
+    time.sleep(float(os.environ.get("PERFWATCH_FAKE_HOLD_S", "0")))  # the host is measuring
     warm = step.run(spec.warmup_steps)
     warm_cpu, warm_wait = step.take()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # the real runner's telemetry of this host (no TF)

@@ -159,10 +159,11 @@ def test_cuda_visible_devices_selects_gpus(monkeypatch, spec, names):
 
 
 def test_real_machine_cpu_only():
-    """The real code on this machine: every section present, GPU absent where there is no NVML."""
+    """The real code on this machine: every section present (``tpu`` too), GPU absent where there is no NVML."""
     fp = fpm.take_fingerprint(include_tensorflow=False)
     data = json.loads(json.dumps(fp.data))  # JSON-serialisable
-    assert set(data) == {"tensorflow", "gpu", "host", "packages", "env_vars", "threads", "recorded"}
+    assert set(data) == {"tensorflow", "gpu", "tpu", "host", "packages", "env_vars", "threads", "recorded"}
+    assert set(data["tpu"]) == {"chips", "versions", "device_nodes", "count"}  # TPUs read without TF or libtpu
     assert data["tensorflow"]["version"].startswith("unknown: not collected")
     assert data["packages"]["numpy"] != "absent" and len(data["packages"]["installed_sha256"]) == 64
     assert isinstance(data["host"]["cpu_count_logical"], int) and data["host"]["memory_total_bytes"] > 0

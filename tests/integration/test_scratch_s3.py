@@ -108,6 +108,23 @@ def test_db_check_lists_and_removes_scratch_leftovers_in_s3(db_url, tmp_path, s3
     assert s3.keys("scratch") == ["scratch/d__running__m__train-bs16/run/result.json"]
 
 
+def test_db_check_keeps_an_s3_archive_in_flight_and_one_of_unknown_age(tmp_path, s3, monkeypatch):
+    """An S3 prefix has no time of its own: an archive directory no stored run points to (yet: between archive's
+    move and its commit) is aged by its newest object's LastModified, so a fresh one is kept and only one older
+    than the grace period is an orphan; one whose age cannot be read is kept, never removed."""
+    from tasks.stages import archive
+
+    fs = s3.fs()
+    run_dir = "run000001_20260101T0200_v1_train-bs16_1a2b3c4d"
+    fs.pipe_file(f"{s3.bucket}/archive/m/{run_dir}/plugins/profile/t/host.xplane.pb", b"x")
+    assert archive.check_archive(s3.uri("archive"), []) == []  # written just now: in flight, kept
+    (orphan,) = archive.check_archive(s3.uri("archive"), [], grace_s=0.0)
+    assert (orphan.kind, orphan.path, orphan.repairable) == ("orphan-archive", f"{s3.bucket}/archive/m/{run_dir}", True)
+    monkeypatch.setattr(archive, "newest_modified", lambda fs, path: None)  # a store that says no time
+    assert archive.check_archive(s3.uri("archive"), [], grace_s=0.0) == []
+    assert s3.keys("archive") == [f"archive/m/{run_dir}/plugins/profile/t/host.xplane.pb"]
+
+
 def test_publish_to_an_s3_model_store_and_pull_from_it(tmp_path, s3):
     """``perfwatch publish``'s copy into an ``s3://`` model store: versions 1 and 2 in the TF-Serving layout,
     a taken version refused, and the pull stage resolves ``latest`` there and hashes the same bytes."""

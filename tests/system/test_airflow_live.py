@@ -91,6 +91,30 @@ def test_compose_file_is_valid_against_the_compose_specification():
     assert any("comand" in e.message for e in validator.iter_errors(bad))
 
 
+def _worker_options(spec: dict) -> dict[str, str] | None:
+    """``--queues`` and ``--concurrency`` of a compose service that runs ``airflow celery worker``, else None."""
+    cmd = shlex.split(spec["command"]) if isinstance(spec.get("command"), str) else list(spec.get("command") or [])
+    if cmd[:3] != ["airflow", "celery", "worker"]:
+        return None
+    return {k: v for k, v in zip(cmd[3:], cmd[4:], strict=False) if k.startswith("--")}
+
+
+def test_compose_has_one_measuring_worker_per_host_serving_its_kinds_and_airflows_caps_raised():
+    """The per-host rule in compose: the host's one measuring worker serves every measuring queue of its kinds
+    (PERFWATCH_PROFILE_QUEUE's gpu and cpu) with concurrency 1, so a cpu case and a gpu case never measure on it at
+    once; no other worker serves a measuring queue, none is opt-in. Airflow's caps are raised for a fleet's night."""
+    services = compose()["services"]
+    workers = {name: opts for name, spec in services.items() if (opts := _worker_options(spec)) is not None}
+    env = services["airflow-worker-gpu"]["environment"]
+    measuring = {env["PERFWATCH_PROFILE_QUEUE"], "cpu"}
+    serving = {n: o for n, o in workers.items() if measuring & set(o.get("--queues", "default").split(","))}
+    assert serving == {"airflow-worker-gpu": {"--queues": "gpu,cpu", "--concurrency": "1"}}, workers
+    assert not any(spec.get("profiles") for spec in services.values()), "an opt-in service starts a second host"
+    assert int(env["AIRFLOW__CORE__MAX_MAP_LENGTH"]) >= 3000  # 100 models x 30 cases
+    assert int(env["AIRFLOW__CORE__PARALLELISM"]) >= 64 and int(env["PERFWATCH_MAX_ACTIVE_TASKS"]) >= 64
+    assert float(env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT"]) > 0
+
+
 _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?::-(?P<default>[^}]*))?\}")
 
 
@@ -353,7 +377,7 @@ def live(tmp_path, home, model_store):
         shell={"AIRFLOW_JWT_SECRET": secrets.token_urlsafe(48), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)},
     )
     specs = compose()["services"]
-    # what `docker compose up` starts: a service with `profiles:` (the opt-in CPU measuring worker) only on request
+    # what `docker compose up` starts (a service with `profiles:` only on request: there is none)
     airflow_services = {
         s: spec
         for s, spec in specs.items()

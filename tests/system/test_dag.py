@@ -47,6 +47,8 @@ print(json.dumps({
                           "description": dag.params.get_param(k).description} for k in dag.params.keys()},
     "heavy": [m for m in ("tensorflow", "keras", "great_expectations", "xprof", "tasks.stages.pipeline")
               if m in sys.modules],
+    "max_active_tasks": dag.max_active_tasks,
+    "measure_on_failure": [c.__name__ for c in dag.get_task("measure").on_failure_callback],
     "busy_retries": dag.get_task("measure").retries,
     "busy_retry_delay_s": dag.get_task("measure").retry_delay.total_seconds(),
 }))
@@ -131,6 +133,74 @@ def test_host_busy_retries_are_settings(monkeypatch):
     assert (got["busy_retries"], got["busy_retry_delay_s"]) == (2, 600.0)
     got = _probe(PERFWATCH_HOST_BUSY_RETRIES="0", PERFWATCH_HOST_BUSY_RETRY_DELAY_S="5")
     assert (got["busy_retries"], got["busy_retry_delay_s"]) == (0, 5.0)
+
+
+def test_airflows_caps_are_settings_read_when_the_dag_is_parsed(monkeypatch):
+    """A DAG run may run 128 task instances at once (Airflow's default, [core] max_active_tasks_per_dag, is 16: 32
+    or 64 measuring hosts could not all be busy) unless PERFWATCH_MAX_ACTIVE_TASKS says otherwise; measure has the
+    failure callback that records a case the scheduler failed before it ran."""
+    monkeypatch.delenv("PERFWATCH_MAX_ACTIVE_TASKS", raising=False)
+    got = _probe()
+    assert (got["max_active_tasks"], got["measure_on_failure"]) == (128, ["measure_failed"])
+    assert _probe(PERFWATCH_MAX_ACTIVE_TASKS="64")["max_active_tasks"] == 64
+
+
+_STUCK = """
+import json, sys, types
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_profile")
+measure = dag.get_task("measure")
+state = json.loads(sys.argv[2])
+pulls = []
+def xcom_pull(task_ids, map_indexes):
+    pulls.append([task_ids, map_indexes])
+    return state
+# what the dag-processor hands the callback of a task the scheduler failed in queued: no host name
+ti = types.SimpleNamespace(queue="gpu", hostname="", map_index=3, xcom_pull=xcom_pull)
+for callback in measure.on_failure_callback:
+    callback({"ti": ti, "task": measure})
+print(json.dumps({"pulls": pulls}))
+"""
+
+
+def test_a_case_the_scheduler_failed_in_queued_is_recorded_with_the_timeout_it_was_parsed_with(home, tmp_path):
+    """measure's failure callback, as the dag-processor runs it for a task failed in queued (no host name): it reads
+    the case's state from its pull task's XCom (same map index) and records the case as failed, citing [scheduler]
+    task_queued_timeout as the deployment sets it (AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT, read at parse time)."""
+    from sqlalchemy import select
+
+    from tasks.settings import Settings
+    from tasks.stages.pipeline import plan_cases
+    from tasks.store import Run, session_scope
+
+    settings = Settings.from_env({"PERFWATCH_HOME": str(home)})
+    (state,) = plan_cases("perfwatch_profile", "scheduled__1", "scheduled", {"model": "tiny"}, settings)
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_HOME": str(home),
+        "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "42",
+    }
+    env.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
+    env.pop("PERFWATCH_DATABASE_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _STUCK, str(ROOT / "dags"), json.dumps(state)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["pulls"] == [["pull_model_version", 3]]
+    with session_scope(settings.database_url) as s:
+        (run,) = s.scalars(select(Run)).all()
+        assert (run.case_name, run.status, run.failed_stage) == ("train-bs16", "failed", "env-fingerprint")
+        assert run.error.startswith("NoMeasuringWorker: case tiny train-bs16 was never measured: its measure task ")
+        assert (
+            "longer than [scheduler] task_queued_timeout (42 s, AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT)" in run.error
+        )
 
 
 _MAPPED_RUN = """

@@ -1,18 +1,24 @@
 """A fleet with no shared disk: docker-compose.yml's Airflow services as processes on this host (as
-``test_airflow_live`` starts them), two measuring workers and one default worker, each with its own
+``test_airflow_live`` starts them), two measuring hosts and one default worker, each with its own
 ``PERFWATCH_HOME`` and ``TMPDIR``, sharing nothing but an S3 API (moto's server on loopback: model store, scratch
 space and archive are ``s3://`` URIs) and the databases (Airflow's metadata and the perfwatch store on
-PostgreSQL). The runner is the fake one (``tests.helpers.fake_runner``: no TensorFlow, a real committed XSpace).
+PostgreSQL). The runner is the fake one (``tests.helpers.fake_runner``: no TensorFlow, a real committed XSpace),
+each profiled run holding its host for ``PERFWATCH_FAKE_HOLD_S`` (:data:`HOLD_S`) so that two measurements on one
+host would overlap in time.
 
-The nightly DAG run that unpausing starts, over a config of three cases, two of device ``auto`` and one of
-device ``cpu`` with ``queues: {cpu: cpu}``: each case's ``measure`` task (fingerprint, warm-up, profiled run) runs
-on the measuring worker of its kind's queue (``airflow-worker-gpu``'s command on host 1: Celery concurrency 1 on
-the ``gpu`` queue, ``PERFWATCH_PROFILE_QUEUE``; ``airflow-worker-cpu``'s on host 2: the ``cpu`` queue, the DAG's
-``on_cpu`` task group), parse, compare and archive on the default worker. Checked: every case measured by the
-worker of its queue and archived with its verdict and its xplane in the S3 archive; the measurements of one host
-never overlap in time, those of the two hosts do; each worker downloaded only what its stage reads (a parse
-task's log names the samples and the profile, never the model); no worker kept a file of a run. Needs
-PostgreSQL and Redis (skips, saying which, without them), as ``test_airflow_live``.
+Both measuring hosts run compose's one measuring worker, ``airflow-worker-gpu``'s command (Celery concurrency 1 on
+the ``gpu`` and ``cpu`` queues: every kind of such a host), with ``AIRFLOW__CELERY__WORKER_CONCURRENCY=2`` in their
+environment, so only the command's ``--concurrency 1`` keeps one host's measurements apart; the
+``perfwatch_profile`` pool has a slot per case, so the pool does not. The nightly DAG run that unpausing starts,
+over a config of four cases, three of device ``auto`` (queue ``gpu``, ``PERFWATCH_PROFILE_QUEUE``) and one of
+device ``cpu`` with ``queues: {cpu: cpu}`` (the DAG's ``on_cpu`` group): each case's ``measure`` task
+(fingerprint, warm-up, profiled run) runs on a measuring host, parse, compare and archive on the default worker.
+Checked: every case measured on its kind's queue by a measuring host and archived with its verdict and its
+xplane in the S3 archive; the measurements of one host never overlap in time, whatever their kinds; both hosts
+measured ``gpu`` cases (N hosts on one queue) and measured at once; each worker downloaded only what its stage
+reads (a parse task's log names the samples and the profile, never the model); no worker kept a file of a run.
+Needs PostgreSQL and Redis (skips, saying which, without them, as ``test_airflow_live``; ``.ci/run`` fails first
+when CI cannot reach them).
 """
 
 from __future__ import annotations
@@ -42,9 +48,10 @@ from tests.system.test_airflow_live import (
     wait_run,
 )
 
-MEASURING = ("measure-host-1", "measure-host-2")  # host 1 serves the gpu queue, host 2 the cpu queue
-CASES = ("train-bs2", "train-bs4", "train-bs8-cpu")  # three cases of the tiny model: two of device auto, one cpu
-QUEUE_OF = {"train-bs2": "gpu", "train-bs4": "gpu", "train-bs8-cpu": "cpu"}
+MEASURING = ("measure-host-1", "measure-host-2")  # both run compose's measuring worker: queues gpu and cpu
+CASES = ("train-bs2", "train-bs4", "train-bs6", "train-bs8-cpu")  # the tiny model: three of device auto, one cpu
+QUEUE_OF = {"train-bs2": "gpu", "train-bs4": "gpu", "train-bs6": "gpu", "train-bs8-cpu": "cpu"}
+HOLD_S = 6.0  # each profiled run holds its host this long (s): longer than the pulls' stagger, so overlaps show
 CONFIG = {
     "queues": {"cpu": "cpu"},
     "defaults": {
@@ -57,7 +64,7 @@ CONFIG = {
         "warmup_cv_max": 1.0,
     },
     "models": [
-        {"model": "tiny", "matrix": {"batch_size": [2, 4]}},
+        {"model": "tiny", "matrix": {"batch_size": [2, 4, 6]}},
         {"model": "tiny", "batch_size": 8, "device": "cpu"},
     ],
 }
@@ -115,8 +122,7 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             "airflow-scheduler": specs["airflow-scheduler"],
             "airflow-dag-processor": specs["airflow-dag-processor"],
             "airflow-worker": specs["airflow-worker"],
-            MEASURING[0]: specs["airflow-worker-gpu"],
-            MEASURING[1]: specs["airflow-worker-cpu"],
+            **dict.fromkeys(MEASURING, specs["airflow-worker-gpu"]),  # one measuring worker per host, two hosts
         }
 
         def own(service: str) -> Path:
@@ -136,8 +142,8 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
                     "PERFWATCH_ARCHIVE": s3.uri("archive"),
                     "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
                     "PERFWATCH_CONFIG": str(cfg),
-                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1" if service in MEASURING else "2",
-                }
+                    "PERFWATCH_FAKE_HOLD_S": str(HOLD_S),
+                }  # AIRFLOW__CELERY__WORKER_CONCURRENCY stays Local.env's 2: only the command's --concurrency 1 is 1
             )
             e.pop("PERFWATCH_RUNNER_PYTHON", None)
             return e
@@ -153,8 +159,8 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             wait_for("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, procs, 300, 1)
             pw_file = tmp_path / "airflow" / "airflow-apiserver" / "simple_auth_manager_passwords.json.generated"
             api.login("airflow", json.loads(pw_file.read_text())["airflow"])
-            # two measuring hosts: the deployment-wide cap is their number (README "Deployment")
-            pool = {"pool": "perfwatch_profile", "slots": len(MEASURING), "include_deferred": False}
+            # a slot per case: the pool never keeps two measurements apart, only each host's worker does
+            pool = {"pool": "perfwatch_profile", "slots": len(CASES), "include_deferred": False}
             status, body = api.call("PATCH", "/api/v2/pools/perfwatch_profile?update_mask=slots", pool)
             assert status == 200, body
             wait_for(
@@ -184,15 +190,21 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             assert run["state"] == "success", f"{states}\n{procs.report()}"
             measures = [t for t in tis if t["task_id"].split(".")[-1] == "measure"]
             assert sorted(t["rendered_map_index"] for t in measures) == [f"tiny {c}" for c in CASES], measures
-            for t in measures:  # each case measured on its kind's queue, by the worker that serves it
+            shown = sorted((t["hostname"], t["queue"], *map(str, _interval(t))) for t in measures)
+            for t in measures:  # each case measured on its kind's queue, by a measuring host
                 queue = QUEUE_OF[t["rendered_map_index"].removeprefix("tiny ")]
                 assert (t["task_id"], t["queue"]) == ({"gpu": "measure", "cpu": "on_cpu.measure"}[queue], queue), t
-                assert t["hostname"] == MEASURING[queue == "cpu"], t
+                assert t["hostname"] in MEASURING, t
             by_host = {h: [t for t in measures if t["hostname"] == h] for h in MEASURING}
-            for host, mine in by_host.items():  # one host: one measurement at a time
-                assert not any(_overlap(a, b) for i, a in enumerate(mine) for b in mine[i + 1 :]), (host, mine)
-            a, b = by_host.values()  # two hosts: at once
-            assert any(_overlap(x, y) for x in a for y in b), [(t["hostname"], _interval(t)) for t in measures]
+            for host, mine in by_host.items():  # one host: one measurement at a time, of any kind
+                overlapping = [
+                    (a["queue"], b["queue"]) for i, a in enumerate(mine) for b in mine[i + 1 :] if _overlap(a, b)
+                ]
+                assert not overlapping, (host, overlapping, shown)
+            # N hosts on one queue: both measured gpu cases, and the two hosts measured at once
+            assert all(any(t["queue"] == "gpu" for t in mine) for mine in by_host.values()), shown
+            a, b = by_host.values()
+            assert any(_overlap(x, y) for x in a for y in b), shown
             for t in tis:  # nothing but the measurement on a measuring host
                 assert (t["hostname"] in MEASURING) == (t["task_id"].split(".")[-1] == "measure"), (
                     t["task_id"],

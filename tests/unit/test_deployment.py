@@ -37,3 +37,36 @@ def test_make_airflow_runs_perfwatch_doctor_once_the_components_are_up():
     recipe = airflow_recipe()
     health, doctor = recipe.index("/api/v2/monitor/health"), recipe.index("perfwatch doctor --airflow-url")
     assert health < doctor and "doctor --airflow-url http://127.0.0.1:8080 --airflow-user admin" in recipe
+
+
+def test_ci_fails_loudly_when_its_postgresql_or_redis_does_not_answer():
+    """.ci/run checks its services first (.ci/check-services): the tests needing PostgreSQL or Redis skip without
+    them, so a CI run with them down would otherwise pass with those tests skipped."""
+    import os
+    import socket
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: refused
+
+        def check(db: str, redis: str) -> subprocess.CompletedProcess:
+            env = {
+                **os.environ,
+                "PERFWATCH_TEST_DATABASE_URL": f"postgresql+psycopg://u:pw@{db}/test",
+                "PERFWATCH_TEST_REDIS_URL": f"redis://{redis}/3",
+            }
+            return subprocess.run(
+                [str(ROOT / ".ci" / "check-services")], env=env, capture_output=True, text=True, timeout=30
+            )
+
+        ok = check(up, up)
+        assert ok.returncode == 0, ok.stderr
+        no_redis = check(up, down)
+        assert no_redis.returncode == 1 and f"CI: Redis is not reachable at {down}" in no_redis.stderr
+        no_pg = check(down, up)
+        assert no_pg.returncode == 1 and f"CI: PostgreSQL is not reachable at {down}" in no_pg.stderr
+    assert ".ci/check-services" in (ROOT / ".ci" / "run").read_text().split("make check")[0]  # before the tests

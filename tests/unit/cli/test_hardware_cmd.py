@@ -22,7 +22,7 @@ _newer_tf = with_changes(_h100, {"tensorflow.version": "2.13.0", "gpu.driver_ver
 H100_NEWER_TF = {**_newer_tf, "device": device_section("gpu", _newer_tf)}
 
 
-def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=None, version="1"):
+def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=None, version="1", batch_size=16):
     """One successful run of 'demo' ``version`` on the environment ``data``: 40 steps around ``median`` ms."""
     from tasks.records import check_case_name
 
@@ -40,7 +40,7 @@ def _run(url, tmp, name, data, median, *, case_name="train-bs16-gpu", energy=Non
         }
     Path(run.samples_path).write_text(json.dumps(samples))
     check_case_name(case_name)
-    case = ctx.case.model_copy(update={"device": "gpu"})
+    case = ctx.case.model_copy(update={"device": "gpu", "batch_size": batch_size})
     assert case.name == case_name
     ctx = ctx.model_copy(update={"case": case})
     run = run.model_copy(update={"throughput_eps": 16 / median * 1000})
@@ -185,3 +185,36 @@ def test_hardware_cli_compares_one_version(db_url, tmp_path, cli):
     assert (row["version"], row["runs"], row["median_step_ms"]) == ("1", 1, pytest.approx(114.859))
     bad = cli("hardware", "demo", "--version", "7")
     assert bad.exit_code == 1 and "nothing to compare at version 7" in bad.output
+
+
+def test_hardware_reads_the_samples_of_the_compared_runs_only(two_envs, tmp_path, monkeypatch, cli):
+    """`perfwatch hardware demo --case train-bs16` on a store with another case and an older version: step samples
+    are read for the case's runs of the compared version (v2, measured on every environment), never for the other
+    case's runs nor v1's; the table shows memory in MiB/GiB, csv and json keep bytes."""
+    from tasks.analysis.gains import compared_runs
+
+    v2 = sorted(
+        _run(two_envs, tmp_path, f"v2{i}", d, m, version="2")
+        for i, (d, m) in enumerate([(A100, 9.0), (A100, 9.1), (H100, 4.5), (H100_NEWER_TF, 3.9)])
+    )
+    _run(two_envs, tmp_path, "o1", A100, 20.0, version="2", case_name="train-bs32-gpu", batch_size=32)
+    real, read = queries.hardware_inputs, []
+
+    def spy(*args, **kwargs):
+        df, envs, steps = real(*args, **kwargs)
+        read.append(sorted(steps))
+        return df, envs, steps
+
+    monkeypatch.setattr(queries, "hardware_inputs", spy)
+    df, _ = hardware_frame("demo", "train-bs16", db_url=two_envs)
+    assert set(df["version"]) == {"2"} and len(df) == 3
+    everything = queries.hardware("demo", db_url=two_envs)
+    assert read == [v2] and len(everything) == 9  # 4 of the 9 runs: not v1's 4 nor train-bs32's
+    rows = everything.drop(columns="energy_per_example_j").to_dict(orient="records")
+    v1 = {int(r["run_id"]) for r in rows if r["version"] == "1"}
+    assert compared_runs(rows, {}, version="1") == v1
+    table = cli("hardware", "demo", "--case", "train-bs16")
+    assert table.exit_code == 0, table.output
+    assert "1.00 GiB" in table.output and "1073741824" not in table.output  # make_records' peak RSS: 1 GiB
+    csv = cli("hardware", "demo", "--case", "train-bs16", "--format", "csv")
+    assert "peak_memory_bytes" in csv.output and "1073741824" in csv.output

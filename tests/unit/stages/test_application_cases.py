@@ -60,8 +60,8 @@ def test_each_shape_and_classes_is_its_own_case_and_history():
 
 def test_the_guides_matrix_is_a_config():
     cases = load_config(ROOT_DIR / "config" / "guide.yaml")
-    assert len(cases) == 32 == len({c.name for c in cases})
-    assert {c.device for c in cases} == {"cpu", "gpu"}
+    assert len(cases) == 48 == len({c.name for c in cases})
+    assert {c.device for c in cases} == {"cpu", "gpu", "tpu"}  # the guide's gpu and tpu, and cpu
     assert {tuple(c.metrics or ()) for c in cases} == {("throughput", "memory_usage", "step_time")}
     assert {(c.model, c.backbone, c.mode, c.version) for c in cases} == {
         ("resnet50", "keras.applications", "train", "latest")
@@ -72,18 +72,19 @@ def test_the_guides_matrix_is_a_config():
     assert {(c.input_shape, c.classes) for c in cases} == {(None, None)}  # the constructor's 224x224x3, 1000
 
 
-CPU_HOST = {  # a planning host without a GPU or float16 instructions (tasks.runner.probe.hardware's record)
+CPU_HOST = {  # a planning host without a GPU, a TPU or float16 instructions (tasks.runner.probe.hardware's record)
     "gpu": {"nvml": "unavailable", "count": 0, "devices": []},
+    "tpu": {"chips": 0, "versions": [], "device_nodes": [], "count": 0},
     "host": {"cpu_model": "Intel Xeon", "cpu_precision_flags": {f: False for fs in CPU_FLAGS.values() for f in fs}},
     "env_vars": {"PERFWATCH_CPU_LOGICAL_DEVICES": "absent", "CUDA_VISIBLE_DEVICES": "absent"},
 }
 
 
 def test_the_guides_matrix_plans_here_with_its_refusals(home, monkeypatch, caplog):
-    """config/guide.yaml as the DAG plans it on a CPU-only host (no TensorFlow): all 32 cells planned on the one
-    queue; each -gpu cell named as refused (device_missing) and refused by its fingerprint stage, never run on
-    the CPU; each mixed_float16 cell of the CPU flagged precision_without_hardware; the metrics line on every case and
-    not in any case name."""
+    """config/guide.yaml as the DAG plans it on a CPU-only host (no TensorFlow): all 48 cells planned on the one
+    queue; each -gpu and -tpu cell named as refused (device_missing) and refused by its fingerprint stage, never
+    run on the CPU; each mixed_float16 cell of the CPU flagged precision_without_hardware; the metrics line on every
+    case and not in any case name."""
     cfg = ROOT_DIR / "config" / "guide.yaml"
     settings = Settings.from_env({"PERFWATCH_HOME": str(home), "PERFWATCH_CONFIG": str(cfg)})
     monkeypatch.delenv("PERFWATCH_PROFILE_QUEUE", raising=False)
@@ -91,7 +92,9 @@ def test_the_guides_matrix_plans_here_with_its_refusals(home, monkeypatch, caplo
     with caplog.at_level("WARNING", logger="tasks.stages.pipeline"):
         states = plan_cases("dag", "scheduled__1", "scheduled", {"model": None, "trigger": "manual"}, settings)
     cases = [RunContext.model_validate(s["ctx"]).case for s in states]
-    assert len(cases) == 32
+    assert (
+        len(cases) == 48 and {s["queue"] for s in states} == {"default"} and not any(s.get("refused") for s in states)
+    )
     assert not any("throughput" in c.name or "metrics" in c.name for c in cases)
     logged = [
         r.getMessage().removeprefix("plan: ").removesuffix(" (hardware of the planning host)")
@@ -101,11 +104,17 @@ def test_the_guides_matrix_plans_here_with_its_refusals(home, monkeypatch, caplo
     warned = warn_hardware(cases, CPU_HOST)
     assert warned == logged  # what the plan logged
     refused = {w.split(":")[0] for w in warned if ": device_missing: " in w}
-    assert refused == {f"resnet50 {c.name}" for c in cases if c.device == "gpu"} and len(refused) == 16
+    assert refused == {f"resnet50 {c.name}" for c in cases if c.device in ("gpu", "tpu")} and len(refused) == 32
     gpu = next(c for c in cases if c.device == "gpu")
+    tpu = next(c for c in cases if c.device == "tpu")
     assert (
         f"resnet50 {gpu.name}: device_missing: case resnet50 {gpu.name} asks for device gpu; this host has none "
         "visible (CUDA_VISIBLE_DEVICES=<unset>, NVML sees [CPU]); it will be refused, never run on the CPU" in warned
+    )
+    assert (
+        f"resnet50 {tpu.name}: device_missing: case resnet50 {tpu.name} asks for device tpu; this host has none "
+        "visible (TPU chips on PCI: 0, TPU device nodes (/dev/accel*, /dev/vfio/<n>): none; the probe sees [CPU]); "
+        "it will be refused, never run on the CPU" in warned
     )
     flagged = {w.split(":")[0] for w in warned if ": precision_without_hardware: " in w}
     assert flagged == {f"resnet50 {c.name}" for c in cases if c.precision == "mixed_float16" and c.device == "cpu"}
@@ -113,6 +122,8 @@ def test_the_guides_matrix_plans_here_with_its_refusals(home, monkeypatch, caplo
     fp = Fingerprint.from_data(CPU_HOST)
     with pytest.raises(DeviceMissing, match=f"case resnet50 {gpu.name} asks for device gpu; this host has none"):
         with_device(fp, gpu)  # the fingerprint stage's refusal, before any model loads
+    with pytest.raises(DeviceMissing, match=f"case resnet50 {tpu.name} asks for device tpu; this host has none"):
+        with_device(fp, tpu)
     cpu = next(c for c in cases if c.device == "cpu" and c.precision == "fp32" and c.strategy == "none")
     assert with_device(fp, cpu).data["device"]["kind"] == "cpu"
 

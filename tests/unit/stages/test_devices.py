@@ -22,6 +22,7 @@ from tasks.stages.devices import (
     measuring_queues,
     parse_queues,
     queue_for,
+    refusals,
     states_on,
     with_device,
 )
@@ -100,6 +101,26 @@ def test_a_case_no_queue_serves_is_refused_by_name():
     assert both == {"m train-bs16-cpu": "default", "m train-bs16-gpu": "gpu"}
     with pytest.raises(QueueError, match="queue 'gpu' has no worker"):
         check_queues(cases[1:2], {"gpu": "gpu"}, "gpu", served={"default"})
+
+
+def test_a_kind_named_like_the_default_measuring_queue_is_measured_there():
+    """compose's PERFWATCH_PROFILE_QUEUE=gpu without a queues: section: a gpu case (or label) goes to the gpu
+    queue; a kind the default queue is not named after is refused, with advice that is true."""
+    gpu, h100, cpu = Case(model="m", device="gpu"), Case(model="m", hardware="gpu-h100"), Case(model="m", device="cpu")
+    assert refusals([gpu, h100], {}, ["gpu"]) == {}
+    assert check_queues([gpu, h100], {}, "gpu") == {"m train-bs16-gpu": "gpu", "m train-bs16-gpu-h100": "gpu"}
+    assert queue_for(h100, {}, "gpu-h100") == "gpu-h100"  # a label named like the queue
+    assert queue_for(gpu, {"gpu": "a100"}, "gpu") == "a100"  # the config's entry comes first
+    assert queue_for(cpu, {}, "gpu") is None
+    (why,) = refusals([cpu], {}, ["gpu"]).values()
+    assert why.startswith(
+        "case m train-bs16-cpu asks for device cpu, which no queue serves (the config's queues: maps "
+    )
+    assert "PERFWATCH_PROFILE_QUEUE is 'gpu', which takes kind auto and a kind or label of its own name" in why
+    assert (
+        "map cpu to the queue of its measuring workers in the config's queues: section (e.g. queues: {cpu: cpu})" in why
+    )
+    assert "set PERFWATCH_PROFILE_QUEUE to its queue" not in why
 
 
 def test_one_group_per_measuring_queue_and_each_group_gets_its_cases(tmp_path):
@@ -196,7 +217,12 @@ def test_refusal_over_what_tf_sees():
     assert refusal("m train-bs16-gpu", "gpu", ["CPU"], "") == (
         "case m train-bs16-gpu asks for device gpu; this host has none visible (CUDA_VISIBLE_DEVICES='', TF sees [CPU])"
     )
-    assert "CUDA_VISIBLE_DEVICES=<unset>, TF sees [CPU, GPU]" in refusal("m c", "tpu", ["CPU", "GPU"], None)
+    no_tpu = {"chips": 0, "versions": [], "device_nodes": [], "count": 0}
+    assert refusal("m c", "tpu", ["CPU", "GPU"], "0", tpu=no_tpu) == (
+        "case m c asks for device tpu; this host has none visible (TPU chips on PCI: 0, TPU device nodes "
+        "(/dev/accel*, /dev/vfio/<n>): none; TF sees [CPU, GPU])"
+    )  # about TPUs, not CUDA_VISIBLE_DEVICES
+    assert refusal("m c", "tpu", ["CPU", "TPU"], None) is None
     with pytest.raises(ValueError, match="expected auto, cpu, gpu or tpu"):
         refusal("m c", "npu", ["CPU"], None)
 
@@ -273,3 +299,90 @@ def test_cases_whose_queue_no_live_worker_consumes_are_named():
         "gpu); it waits queued until one starts"
     ]
     assert unserved_warnings(planned, None) == []  # the broker could not be asked: nothing known
+
+
+# --------------------------------------------------------------- TPUs, read without TensorFlow
+
+
+def _pci(root, slot: str, vendor: str, device: str) -> None:
+    d = root / "sys" / "bus" / "pci" / "devices" / slot
+    d.mkdir(parents=True)
+    (d / "vendor").write_text(vendor + "\n")
+    (d / "device").write_text(device + "\n")
+
+
+def test_tpu_chips_are_read_from_pci_and_their_device_nodes(tmp_path):
+    from tasks.runner.devices import host_seen, tpu_section
+
+    assert tpu_section(tmp_path) == {"chips": 0, "versions": [], "device_nodes": [], "count": 0}
+    _pci(tmp_path, "0000:00:04.0", "0x1ae0", "0x0063")  # two TPU v5e chips
+    _pci(tmp_path, "0000:00:05.0", "0x1ae0", "0x0063")
+    _pci(tmp_path, "0000:00:06.0", "0x1ae0", "0x0001")  # Google's, not a TPU (gVNIC)
+    _pci(tmp_path, "0000:00:07.0", "0x10de", "0x0063")  # NVIDIA's vendor id
+    no_nodes = tpu_section(tmp_path)  # a container without the TPU's device nodes cannot reach the chips
+    assert no_nodes == {"chips": 2, "versions": ["v5e"], "device_nodes": [], "count": 0}
+    (tmp_path / "dev" / "vfio").mkdir(parents=True)
+    for node in ("vfio/0", "vfio/1", "vfio/vfio"):
+        (tmp_path / "dev" / node).touch()
+    tpu = tpu_section(tmp_path)
+    assert tpu == {"chips": 2, "versions": ["v5e"], "device_nodes": ["/dev/vfio/0", "/dev/vfio/1"], "count": 2}
+    assert host_seen({"gpu": {"count": 0}, "tpu": tpu}) == ["CPU", "TPU", "TPU"]
+    assert host_seen({"gpu": {"count": 1}}) == ["CPU", "GPU"]  # a record without a tpu section: none
+    assert device_section("tpu", {"tpu": tpu})["names"] == ["TPU v5e"]
+    old = tmp_path / "v4"
+    _pci(old, "0000:00:04.0", "0x1ae0", "0x005e")
+    (old / "dev").mkdir()
+    (old / "dev" / "accel0").touch()
+    assert tpu_section(old)["device_nodes"] == ["/dev/accel0"] and tpu_section(old)["count"] == 1
+
+
+def test_a_tpu_case_on_a_host_without_one_is_refused_before_any_model_loads(tmp_path):
+    """The fingerprint stage refuses it by name, with what it read of TPUs (a host without any)."""
+    from tasks.runner.devices import tpu_section
+    from tasks.runner.probe import hardware
+
+    assert set(hardware()["tpu"]) == {"chips", "versions", "device_nodes", "count"}  # the plan's reading
+    with pytest.raises(DeviceMissing) as e:
+        with_device(_fp({**GPUS_HIDDEN, "tpu": tpu_section(tmp_path)}), Case(model="m", device="tpu"))
+    assert str(e.value).startswith(
+        "case m train-bs16-tpu asks for device tpu; this host has none visible (TPU chips on PCI: 0, TPU device "
+        "nodes (/dev/accel*, /dev/vfio/<n>): none; the probe sees [CPU])"
+    )
+    with pytest.raises(DeviceMissing, match="asks for device tpu; this host has none visible"):
+        with_device(_fp(GPUS_HIDDEN), Case(model="m", device="tpu"))  # a record of before TPUs were read
+    tpu_host = {**GPUS_HIDDEN, "tpu": {"chips": 4, "versions": ["v4"], "device_nodes": ["/dev/accel0"], "count": 4}}
+    measured = with_device(_fp(tpu_host), Case(model="m", device="tpu"))
+    assert measured.data["device"] == {"requested": "tpu", "kind": "tpu", "names": ["TPU v4"]}
+
+
+# --------------------------------------------------------------- a hardware label against the GPU that measured
+
+
+def test_a_hardware_label_the_gpu_does_not_bear_is_flagged_at_plan_time_and_in_the_run(monkeypatch):
+    """NVML (faked at the pynvml boundary) shows an A100: a gpu-h100 case is flagged hardware_label_mismatch when
+    planned there and in the run's findings (the parse stage's hardware check over the fingerprint that with_device
+    records); a gpu-a100 case, and an unlabelled gpu case, are not."""
+    from tasks.analysis.hardware import case_findings, label_mismatch
+    from tasks.runner.probe import hardware
+    from tasks.stages.pipeline import warn_hardware
+    from tests.helpers.fakes import H100, FakeNVML
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeNVML([{**H100, "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-bbbb-2222", "cc": (8, 0)}]).install(monkeypatch)
+    host = hardware()
+    h100, a100 = Case(model="m", hardware="gpu-h100"), Case(model="m", hardware="gpu-a100")
+    (warned,) = warn_hardware([h100, a100, Case(model="m", device="gpu")], host)
+    assert warned.startswith(
+        "m train-bs16-gpu-h100: hardware_label_mismatch: the case's hardware label gpu-h100 names h100, but it was "
+        "measured on 'NVIDIA A100-SXM4-40GB'. The run is stored under the label's case"
+    )
+    measured = with_device(_fp({**GPU_HOST, **host}), h100)  # the fingerprint stage's record
+    (finding,) = case_findings(h100.precision, h100.strategy, measured.data, h100.hardware)
+    assert (finding.code, finding.severity, finding.figure) == ("hardware_label_mismatch", "warning", "hardware")
+    assert (
+        case_findings(a100.precision, a100.strategy, with_device(_fp({**GPU_HOST, **host}), a100).data, "gpu-a100")
+        == []
+    )
+    assert label_mismatch("gpu-rtx4090", ["NVIDIA GeForce RTX 4090"]) is None  # letters and digits, any case
+    assert label_mismatch("cpu-epyc", ["AMD EPYC 7742 64-Core Processor"]) is None
+    assert label_mismatch("gpu-h100", []) is None  # nothing read: nothing to compare

@@ -92,3 +92,46 @@ def test_bad_param_and_bad_config_are_named(settings, tmp_path):
 )
 def test_trigger_kind(run_type, requested, expected):
     assert trigger_kind(run_type, requested) == expected
+
+
+def test_a_night_longer_than_airflow_maps_is_refused_by_name():
+    """100 models x 30 cases is 3000 mapped task group instances; Airflow's [core] max_map_length is 1024 by default."""
+    from tasks.stages.pipeline import check_map_length
+
+    states = [{"label": f"m{i}"} for i in range(3000)]
+    assert check_map_length(states, 4096) is states
+    with pytest.raises(
+        ValueError, match=r"plans 3000 cases, and Airflow maps at most 1024 \(\[core\] max_map_length\)"
+    ):
+        check_map_length(states, 1024)
+
+
+def test_a_measure_task_failed_before_it_ran_is_recorded_with_the_reason(settings):
+    """The scheduler fails a task queued past task_queued_timeout (requeued twice first): no perfwatch code ran, so
+    measure's failure callback records the case as failed with why; a failure a stage recorded itself, or a
+    success, is left as it is."""
+    from sqlalchemy import select
+
+    from tasks.stages.pipeline import record_unmeasured, unmeasured_reason
+    from tasks.store import Run, session_scope
+    from tasks.store.writes import record_failure
+
+    resnet, bert = plan_cases("dag", "scheduled__1", "scheduled", {"model": None}, settings)
+    run_id = record_unmeasured(resnet, queue="gpu", worker=None, queued_timeout_s=600.0, settings=settings)
+    assert run_id is not None
+    assert record_unmeasured(resnet, queue="gpu", worker=None, queued_timeout_s=600.0, settings=settings) is None
+    record_failure(settings.database_url, RunContext.model_validate(bert["ctx"]), "warm-up", "RunnerError: boom")
+    assert record_unmeasured(bert, queue="gpu", worker="host-1", queued_timeout_s=600.0, settings=settings) is None
+    with session_scope(settings.database_url) as s:
+        runs = {r.case_name: (r.dag_run_id, r.status, r.failed_stage, r.error) for r in s.scalars(select(Run))}
+    assert runs["train-bs8"][:3] == ("scheduled__1", "failed", "env-fingerprint")
+    assert runs["train-bs4"][2:] == ("warm-up", "RunnerError: boom")  # the stage's own record is kept
+    assert runs["train-bs8"][3] == (
+        "NoMeasuringWorker: case resnet train-bs8 was never measured: its measure task waited queued on queue 'gpu' "
+        "longer than [scheduler] task_queued_timeout (600 s, AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT) 3 times and "
+        "Airflow failed it, so no live measuring worker serves 'gpu'; start one there (airflow celery worker --queues "
+        "gpu --concurrency 1) or map the case's kind to a served queue (the config's queues:)"
+    )
+    lost = unmeasured_reason("m c", "cpu", "measure-host-2", 30.0)
+    assert lost.startswith("MeasureLost: case m c's measure task on queue 'cpu' failed before perfwatch recorded")
+    assert "(last on worker measure-host-2)" in lost and "task_queued_timeout (30 s" in lost
