@@ -418,10 +418,15 @@ def test_a_sqlite_store_that_cannot_be_opened_is_one_line(tmp_path, monkeypatch)
 
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{tmp_path / 'a-file' / 'perfwatch.db'}")
-    res = CliRunner().invoke(app, ["runs"])
+    db = tmp_path / "a-file" / "perfwatch.db"
+    res = CliRunner().invoke(app, ["db", "upgrade"])  # a command that makes the store: it cannot
     assert res.exit_code == 3, res.output
     (line,) = res.output.strip().splitlines()
-    assert f"cannot connect to the store at SQLite file {tmp_path / 'a-file' / 'perfwatch.db'}" in line
+    assert f"cannot connect to the store at SQLite file {db}" in line
+    res = CliRunner().invoke(app, ["runs"])  # a read: there is no store, and reading never creates one
+    assert res.exit_code == 3, res.output
+    (line,) = res.output.strip().splitlines()
+    assert f"no store at SQLite file {db}" in line
 
 
 def test_a_stage_that_cannot_record_its_failure_says_so(tmp_path):
