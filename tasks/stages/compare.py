@@ -56,6 +56,7 @@ stage only applies it): on a busy host the verdict is ``inconclusive`` with the 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ from tasks.analysis.verdict import Decision, decide, gate_per_query
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
-from tasks.stages.profiled_run import read_paired
+from tasks.stages.profiled_run import read_paired, server_queries
 from tasks.store import reads
 
 #: methods whose verdict is the threshold rule on an interval (GX validates their result table)
@@ -86,11 +87,24 @@ def _validate(
     parsed_tables: dict[str, Any],
     gx_dir: Path,
     docs_title: str | None,
+    query_latencies: list[float] | None = None,
 ) -> tuple[dict[str, expectations.GxOutcome], Path]:
-    """Run the GX suites (step samples' data quality, paired blocks' data quality, the verdict's result
-    table, op table), render Data Docs (named ``docs_title``) under ``gx_dir`` and write the full results to
-    ``gx_dir/validation_results.json``."""
-    outcomes = {"step_times": expectations.validate_step_times(measured, min_rows=case.measured_steps)}
+    """Run the GX suites (step samples' data quality, a server run's per-query latencies, paired blocks' data
+    quality, the verdict's result table, op table), render Data Docs (named ``docs_title``) under ``gx_dir`` and
+    write the full results to ``gx_dir/validation_results.json``.
+
+    A server run's step samples are its batches: a point issues ``server_queries(case)`` queries or more, served
+    up to ``batch_size`` at a time, so at least ``ceil(queries / batch_size)`` batches, not ``measured_steps``
+    (how many depends on how the arrivals bunched); its queries are validated on their own
+    (``query_latencies``: the reported point's, at least ``server_queries(case)``)."""
+    if case.scenario == "server":
+        queries = server_queries(case)
+        outcomes = {
+            "step_times": expectations.validate_step_times(measured, min_rows=math.ceil(queries / case.batch_size)),
+            "query_latencies": expectations.validate_query_latencies(query_latencies or [], min_rows=queries),
+        }
+    else:
+        outcomes = {"step_times": expectations.validate_step_times(measured, min_rows=case.measured_steps)}
     if paired_steps is not None:
         # a sequential gate may stop at its first look: at least that many pairs, both versions
         first_look = min(case.paired_blocks, sequential.MIN_LOOK_PAIRS)
@@ -166,28 +180,33 @@ def baseline_compare(
         measured_cpu=samples.measured_cpu_ms or None,
         gpu=calibration.gpu_in_use(env.data, run.peak_device_bytes),
     )
-    if case.scenario == "server" and case.gate_percentile is not None and d.baseline_run_ids:
-        # the per-query tail against the baseline run's at the same rate: what the paired gate's back-to-back
-        # batches (service time) do not measure
+    point = None
+    if case.scenario == "server":
         from tasks.store.writes import server_point_record
 
-        raw = json.loads(Path(run.samples_path).read_text())
-        gate_per_query(
-            d,
-            case,
-            server_point_record(raw, run.latency_ms),
-            reads.server_point(db_url, d.baseline_run_ids[0]),
-            run.noise,
-        )
+        point = server_point_record(json.loads(Path(run.samples_path).read_text()), run.latency_ms)
+    if point is not None and case.gate_percentile is not None and d.baseline_run_ids:
+        # the per-query tail against the baseline run's at the same rate: what the paired gate's back-to-back
+        # batches (service time) do not measure
+        gate_per_query(d, case, point, reads.server_point(db_url, d.baseline_run_ids[0]), run.noise)
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
-    outcomes, gx_results = _validate(d, case, measured, paired_steps, parsed_tables, Path(work_dir) / "gx", docs_title)
+    outcomes, gx_results = _validate(
+        d,
+        case,
+        measured,
+        paired_steps,
+        parsed_tables,
+        Path(work_dir) / "gx",
+        docs_title,
+        query_latencies=point["latency_ms"] if point else None,
+    )
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
     evidence["gx_failures"] = [f.model_dump(mode="json") for o in outcomes.values() for f in o.failures]
     quality = [
         f
-        for k in ("step_times", "paired_steps", "verdict")
+        for k in ("step_times", "query_latencies", "paired_steps", "verdict")
         if k in outcomes
         for f in outcomes[k].failures
         if not f.is_limit

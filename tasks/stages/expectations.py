@@ -56,13 +56,16 @@ __all__ = [
     "render_data_docs",
     "step_time_expectations",
     "validate_op_table",
+    "validate_query_latencies",
     "validate_step_times",
     "validate_verdict",
     "verdict_expectations",
     "STEP_SUITE",
+    "QUERY_SUITE",
     "OP_SUITE",
     "VERDICT_SUITE",
     "STEP_COLUMN",
+    "QUERY_COLUMN",
     "OP_COLUMNS",
     "VERDICT_COLUMNS",
     "THRESHOLD_PARAM",
@@ -71,6 +74,8 @@ __all__ = [
 STEP_SUITE = "perfwatch_step_times"
 OP_SUITE = "perfwatch_op_table"
 STEP_COLUMN = "step_time_ms"
+QUERY_SUITE = "perfwatch_query_latencies"
+QUERY_COLUMN = "latency_ms"
 OP_COLUMNS = ("op_name", "op_type", "total_self_time_us", "occurrences")
 VERDICT_SUITE = "perfwatch_verdict"
 VERDICT_COLUMNS = ("ratio", "ci_low", "ci_high", "host_busy")
@@ -177,11 +182,12 @@ def _run(df: pd.DataFrame, suite_name: str, expectations: list, params: dict[str
     )
 
 
-def step_time_expectations(min_rows: int) -> list:
-    """The expectations of the ``perfwatch_step_times`` suite: data quality only (see :func:`validate_step_times`)."""
+def step_time_expectations(min_rows: int, column: str = STEP_COLUMN) -> list:
+    """The expectations of the ``perfwatch_step_times`` suite (and of ``perfwatch_query_latencies`` on
+    ``column`` ``latency_ms``): data quality only (see :func:`validate_step_times`)."""
     import great_expectations as gx
 
-    E, col = gx.expectations, STEP_COLUMN
+    E, col = gx.expectations, column
     return [
         E.ExpectTableRowCountToBeBetween(min_value=min_rows),
         E.ExpectColumnValuesToNotBeNull(column=col),
@@ -211,6 +217,29 @@ def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int) -> GxO
         raise ValueError(f"min_rows = {min_rows}: must be >= 0")
     df = pd.DataFrame({STEP_COLUMN: pd.Series([math.nan if v is None else v for v in step_times_ms], dtype="float64")})
     return _run(df, STEP_SUITE, step_time_expectations(min_rows), None)
+
+
+def validate_query_latencies(latency_ms: Sequence[float], *, min_rows: int) -> GxOutcome:
+    """Validate a server run's per-query latencies (ms, arrival to result, queueing included; the runner's
+    ``ServerPoint.latency_ms`` of the reported rate) with the ``perfwatch_query_latencies`` suite: the
+    expectations of :func:`validate_step_times` on column ``latency_ms``.
+
+    Args:
+        latency_ms: shape (queries,), per query, ms.
+        min_rows: the queries a server point issues at least (``profiled_run.server_queries``).
+
+    Returns:
+        GxOutcome; each failure names the expectation, column and observed value.
+
+    Raises:
+        ValueError: ``min_rows < 0``.
+    """
+    import pandas as pd
+
+    if min_rows < 0:
+        raise ValueError(f"min_rows = {min_rows}: must be >= 0")
+    df = pd.DataFrame({QUERY_COLUMN: pd.Series([math.nan if v is None else v for v in latency_ms], dtype="float64")})
+    return _run(df, QUERY_SUITE, step_time_expectations(min_rows, QUERY_COLUMN), None)
 
 
 def verdict_expectations() -> list:
