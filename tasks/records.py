@@ -1127,6 +1127,13 @@ class VerdictStory(Record):
         profile: the xplane files the parse stage judged (:func:`judged_profiles`: paths in the archive).
         accepted: the run's first acceptance as the baseline (:class:`Acceptance`; None when never accepted):
             the renderer shows it instead of a stored reason's advice to accept the run.
+        gated_on: the figure that decided where a tail gate changed the verdict (``evidence["gated_on"]``:
+            ``p99 per query``, a server case's per-query tail against the baseline run's at one rate,
+            ``tasks.analysis.verdict.gate_per_query``; ``p99``, a paired gate's tail of its batches); None where
+            the median decided. The ratio, interval and confidence are then the tail's.
+        tail_sides: with ``gated_on``, the deciding percentile of each side (``baseline``, ``candidate``: ``point``,
+            ``low``, ``high`` in ms, ``n`` samples, ``confidence`` of each side's interval, ``estimable``; the
+            ``tasks.analysis.percentiles.PercentileCI`` fields the tail gate kept).
     """
 
     run_id: int | None = None
@@ -1149,6 +1156,8 @@ class VerdictStory(Record):
     baseline_version: str | None = None
     profile: list[str] = Field(default_factory=list)
     accepted: Acceptance | None = None
+    gated_on: str | None = None
+    tail_sides: dict[str, dict[str, Any]] | None = None
 
     @property
     def threshold(self) -> float | None:
@@ -1160,7 +1169,14 @@ class VerdictStory(Record):
         """The method in words (``METHOD_WORDS``), a paired gate with its sequential design and pairs."""
         if self.method is None:
             return None
+        if self.gated_on is not None and self.gated_on.endswith("per query"):  # two runs' tails, not medians
+            return (
+                f"tail gate on the {self.gated_on}: this run's reported point against the baseline run's at the "
+                "same rate (two runs, two processes)"
+            )
         text = METHOD_WORDS.get(self.method, self.method)
+        if self.gated_on is not None:
+            text += f"; decided by its tail gate on the {self.gated_on}"
         if self.method == "paired-abba":
             if self.sequential:
                 text = text.replace("paired ABBA gate", "paired ABBA sequential gate")
@@ -1194,11 +1210,20 @@ class VerdictStory(Record):
         (``evidence["cpu"]`` when CPU time decided, else ``evidence["paired"]`` of a paired gate, else
         ``evidence["stats"]``), a paired gate's pairs (``spent``) and whether it was sequential, the history's
         baseline runs (``stats.n_baseline``), the baseline version (a paired gate's ``baseline_version`` when
-        ``baseline_version`` is not given)."""
+        ``baseline_version`` is not given); where a tail gate decided (``evidence["gated_on"]``), that tail's
+        confidence and tolerance and each side's percentile (``tail_sides``, from ``evidence["per_query_tail"]`` or
+        ``evidence["tail"]``)."""
         ev = dict(evidence or {})
         paired = ev.get("paired") or {}
         decided = (ev.get("cpu") if metric == "cpu" else None) or (paired if method == "paired-abba" else None)
         decided = decided or ev.get("stats") or {}
+        gated_on = ev.get("gated_on") if isinstance(ev.get("gated_on"), str) else None
+        tail = (ev.get("per_query_tail") if str(gated_on).endswith("per query") else ev.get("tail")) or {}
+        sides = None
+        if gated_on is not None and isinstance(tail.get("a"), Mapping) and isinstance(tail.get("b"), Mapping):
+            decided = {**decided, **{k: tail[k] for k in ("confidence", "tolerance") if k in tail}}
+            keep = ("percentile", "point", "low", "high", "n", "confidence", "estimable")
+            sides = {who: {k: tail[side].get(k) for k in keep} for who, side in (("baseline", "a"), ("candidate", "b"))}
         spent = paired.get("spent") or {}
         reason = ev.get("reason") or (ev.get("noise") or {}).get("reason")
         return cls(
@@ -1221,6 +1246,8 @@ class VerdictStory(Record):
             baseline_run_id=baseline_run_id,
             baseline_version=baseline_version or paired.get("baseline_version"),
             profile=list(profile or []),
+            gated_on=gated_on,
+            tail_sides=sides,
         )
 
     @classmethod

@@ -189,9 +189,10 @@ def compare_tail(
         Verdict.INCONCLUSIVE: "the CI holds 1 and reaches past the tolerance: too wide to decide",
     }[verdict]
     reason = (
-        f"{label} gate: {label} ratio {ratio:.3f} (candidate {b.point:.3f} ms / baseline {a.point:.3f} ms), "
-        f"{level_text(confidence)} CI [{low:.3f}, {high:.3f}] from order statistics (n={a.n} and {b.n}, each "
-        f"version's {label} at {level_text(level)}"
+        f"{label} gate: {label} ratio {ratio:.3f} (candidate {label} {b.point:.3f} ms [{b.low:.3f}, {b.high:.3f}] "
+        f"n={b.n} / baseline {label} {a.point:.3f} ms [{a.low:.3f}, {a.high:.3f}] n={a.n}, each at "
+        f"{level_text(level)}), {level_text(confidence)} CI [{low:.3f}, {high:.3f}] from order statistics (n={a.n} "
+        f"and {b.n}, each version's {label} at {level_text(level)}"
         + (f", offset sd {offset_sd:.3f}" if offset_sd else "")
         + f"), tolerance band "
         f"{band}; {tail}."

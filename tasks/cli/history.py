@@ -855,6 +855,13 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)
+        for i in ids:  # a tail gate decided: the ratio column is that tail's, not the medians'
+            if (st := stories.get(i)) is not None and st.gated_on:
+                typer.echo(
+                    f"  note: run {i}'s ratio, ci low and ci high are its {st.gated_on} ratio (its tail gate "
+                    "decided), not the medians' beside them",
+                    err=True,
+                )
         if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
             typer.echo(
                 "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "

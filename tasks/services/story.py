@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tasks.records import Acceptance, VerdictStory, ratio_name
@@ -89,14 +90,33 @@ def interval_text(s: VerdictStory) -> str | None:
 
 def figure_text(s: VerdictStory) -> str | None:
     """The verdict's figure: ``step-time ratio 2.523 [2.410, 2.640] at 99%`` (``CPU-time ratio`` when CPU time
-    decided; the interval and level where known); None without a ratio."""
+    decided; the interval and level where known); None without a ratio. Where a tail gate decided
+    (``VerdictStory.gated_on``) the figure is that tail's, with each side's percentile, interval and n (issue
+    27): ``p99 per query ratio 36.672 [31.801, 39.133] at 99% (baseline p99 29.71 ms [28.91, 32.56] n=640,
+    candidate p99 1089.70 ms [1082.06, 1100.28] n=640; each side's interval at 99.5%)``."""
     ratio = ratio_text(s)
     if ratio is None:
         return None
-    text = f"{ratio_name(s.metric)} {ratio}"
+    text = f"{s.gated_on + ' ratio' if s.gated_on else ratio_name(s.metric)} {ratio}"
     if (interval := interval_text(s)) is not None:
         text += f" {interval}" + (f" at {s.confidence:.0%}" if s.confidence is not None else "")
+    if s.gated_on and s.tail_sides:
+        sides = [f"{who} {side_text(s.tail_sides.get(who) or {})}" for who in ("baseline", "candidate")]
+        level = (s.tail_sides.get("candidate") or {}).get("confidence")
+        at = f"; each side's interval at {round(100 * level, 4):g}%" if isinstance(level, int | float) else ""
+        text += f" ({', '.join(sides)}{at})"
     return text
+
+
+def side_text(ci: Mapping[str, Any]) -> str:
+    """One side of a tail gate (a ``PercentileCI`` dict, ms): ``p99 29.71 ms [28.91, 32.56] n=640``; a side too
+    short for a two-sided interval gives the bound it has (``p99 >= 28.91 ms n=100, no upper bound``)."""
+    label = f"p{ci['percentile']:g}" if isinstance(ci.get("percentile"), int | float) else "percentile"
+    n, low, high, point = ci.get("n"), ci.get("low"), ci.get("high"), ci.get("point")
+    if ci.get("estimable") and low is not None and high is not None and point is not None:
+        return f"{label} {point:.2f} ms [{low:.2f}, {high:.2f}] n={n}"
+    bound = f">= {low:.2f} ms" if low is not None else "unbounded"
+    return f"{label} {bound} n={n}, no upper bound"
 
 
 def threshold_text(s: VerdictStory) -> str | None:
