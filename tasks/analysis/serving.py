@@ -488,16 +488,38 @@ def offered_text(s: Mapping[str, Any]) -> str:
     return f"{s['target_qps']:.4g} q/s offered" + ("" if issued is None else f" (issued {issued:.4g})")
 
 
+def run_throughput_eps(summary: Mapping[str, Any] | None, per_batch_eps: float) -> float:
+    """A run's one throughput figure (``runs.throughput_eps``: what `perfwatch run`, `runs`, `history`, the plugin's
+    pages and ``/metrics`` give), examples/s: a server run's queries served per second at its reported point (its
+    queries/s achieved, one query one example), an offline run's examples over its measured wall time (LoadGen's
+    samples per second), from its scenario ``summary`` (:func:`summarize`); a single-stream, train or tflite run's
+    ``per_batch_eps``, the examples of a step over the median step time (the stage's figure, ms timer)."""
+    scenario = (summary or {}).get("scenario")
+    own = (summary or {}).get("throughput_eps")
+    if scenario in ("server", "offline") and isinstance(own, int | float) and math.isfinite(own) and own > 0:
+        return float(own)
+    return per_batch_eps
+
+
+def throughput_name(scenario: str | None) -> str:
+    """What :func:`run_throughput_eps` is of a run of ``scenario``: ``queries/s achieved`` (server), ``examples/s
+    over the run`` (offline), else ``examples/s at the median`` (a step's examples over the median step)."""
+    return {"server": "queries/s achieved", "offline": "examples/s over the run"}.get(
+        scenario or "", "examples/s at the median"
+    )
+
+
 def server_throughput_text(s: Mapping[str, Any], service_eps: float | None = None, service_note: str = "") -> str:
     """A server run's headline throughput, from its ``serving`` summary (:func:`summarize`): the rate it
     achieved at its reported point (queries served over the time to the last result), in queries/s and
     examples/s (one query is one example, LoadGen's sample; padding is no example), with the rate offered and
-    issued; and ``service_eps``, where given, labelled as what it is: the batches' service rate at the median
-    batch (``batch_size`` / median service time, what the run's step times give), not what the server delivered.
-    ``service_note`` follows it.
+    issued: the run's throughput (:func:`run_throughput_eps`). ``service_eps``, where given, is labelled as what it
+    is: the batches' service rate at the median batch (``batch_size`` / median service time), not what the server
+    delivered; `perfwatch run` no longer shows it (a second "throughput" of the same run). ``service_note``
+    follows the text.
 
-    E.g. ``86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered (issued 100); service rate 1946.6
-    examples/s at the median batch``; a search adds which point (``..., the max QPS``).
+    E.g. ``86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered (issued 100)``; a search adds which point
+    (``..., the max QPS``).
     """
     achieved = float(s["achieved_qps"])
     which = ""
@@ -505,8 +527,8 @@ def server_throughput_text(s: Mapping[str, Any], service_eps: float | None = Non
         which = ", the max QPS" if s.get("max_qps") is not None else ", the last rate tried (none met the bound)"
     text = f"{achieved:.1f} queries/s achieved ({achieved:.1f} examples/s) at {offered_text(s)}{which}"
     if service_eps is not None:
-        text += f"; service rate {service_eps:.1f} examples/s at the median batch{service_note}"
-    return text
+        text += f"; service rate {service_eps:.1f} examples/s at the median batch"
+    return text + service_note
 
 
 def bound_text(s: Mapping[str, Any], unit: str = "samples") -> str:
@@ -573,7 +595,7 @@ def serving_text(s: dict[str, Any]) -> list[str]:
             lines.append(f"finding {f['code']}: {f['message']}")
     else:
         met = bound_text(s, "batches")
-        lines.append(f"{s['scenario']}: {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else ""))
+        lines.append(f"{s['scenario']}: {_own_throughput(s)}" + (f"; {met}" if met else ""))
     bad = [c for c in s["checks"] if not c["ok"]]
     lines.append(
         "numbers agree: " + ", ".join(c["check"] for c in s["checks"])
@@ -603,4 +625,13 @@ def summary_line(s: Mapping[str, Any], batch_size: int | None = None) -> str:
             f"{r.text(name=key + ' per query')}" + (f"; {met}" if met else "")
         )
     met = bound_text(s, "batches")
-    return f"{s['scenario']}{batch}: {s['throughput_eps']:.1f} examples/s" + (f"; {met}" if met else "")
+    return f"{s['scenario']}{batch}: {_own_throughput(s)}" + (f"; {met}" if met else "")
+
+
+def _own_throughput(s: Mapping[str, Any]) -> str:
+    """A single-stream or offline summary's own throughput, named: offline's is the run's throughput (``examples/s
+    over the run``); single-stream's ``examples/s over all batches`` (examples over the batches' summed time) is
+    not the run's throughput (its examples at the median batch, :func:`run_throughput_eps`) and says so."""
+    if s["scenario"] == "offline":
+        return f"{s['throughput_eps']:.1f} examples/s over the run"
+    return f"{s['throughput_eps']:.1f} examples/s over all batches (the run's throughput is at the median batch)"

@@ -84,6 +84,7 @@ def figure_texts(
     latency: Mapping[str, Any] | str | None = None,
     throughput_note: str = "",
     median_ci: Any = None,
+    scenario: str | None = None,
 ) -> list[str]:
     """A run's figures as short texts, in ``lead_order(metrics)``: step_time ``median 10.00 ms``, throughput
     ``1600.0 examples/s at the median``, memory_usage :func:`memory_text`, latency :func:`latency_lead` (or
@@ -93,18 +94,25 @@ def figure_texts(
     ``PercentileCI`` from the measured steps, shown with the step time (``median 10.00 ms [9.95, 10.05] (95%,
     n=320 steps)``, or what a short run supports).
 
-    A server-scenario run (``latency["serving"]``) leads its throughput with the rate it achieved, queries/s and
-    examples/s, and labels ``throughput_eps`` (the batches' service rate at the median) as such
-    (``tasks.analysis.serving.server_throughput_text``): "1946.6 examples/s at the median" was no rate the
-    server delivered at 100 q/s offered."""
+    ``throughput_eps`` is the run's one throughput (``tasks.analysis.serving.run_throughput_eps``), named by its
+    scenario (``scenario``, else ``latency["serving"]``'s; ``serving.throughput_name``): a server run leads with
+    the rate it achieved, queries/s and examples/s, at the rate offered (``serving.server_throughput_text``, from
+    ``latency["serving"]``; "1946.6 examples/s at the median" was no rate the server delivered at 100 q/s offered,
+    and its batches' service rate is no longer shown beside it), an offline run ``examples/s over the run``, others
+    ``examples/s at the median``."""
+    from tasks.analysis.serving import server_throughput_text, throughput_name
+
     med, eps = _num(median_ms), _num(throughput_eps)
     served = latency.get("serving") if isinstance(latency, Mapping) else None
+    if scenario is None and isinstance(served, Mapping):
+        scenario = served.get("scenario")
+    throughput: str | None
     if isinstance(served, Mapping) and served.get("scenario") == "server":
-        from tasks.analysis.serving import server_throughput_text
-
-        throughput: str | None = server_throughput_text(served, eps, throughput_note)
+        throughput = server_throughput_text(served, None, throughput_note)
+    elif scenario == "server":  # a table's row: the same figure, queries/s achieved
+        throughput = None if eps is None else f"{eps:.1f} queries/s achieved{throughput_note}"
     else:
-        throughput = None if eps is None else f"{eps:.1f} examples/s at the median{throughput_note}"
+        throughput = None if eps is None else f"{eps:.1f} {throughput_name(scenario)}{throughput_note}"
     texts = {
         "step_time": None if med is None else f"median {med:.2f} ms" + _median_interval(median_ci),
         "throughput": throughput,

@@ -227,6 +227,9 @@ def runs(
         lat = [c for c in df.columns if c.startswith(("latency_", "server_"))]
         scenario = [c for c in ("scenario", "scenario_throughput_eps", "bound_outcome") if c in df.columns]
         records = df[lat].to_dict(orient="records")
+        scenarios = [
+            x if isinstance(x, str) else None for x in (df["scenario"] if "scenario" in df else [None] * len(df))
+        ]
         p99 = [p99_cell(r) for r in records]
         qps = [qps_cell(r) for r in records]
         at = df.columns.get_loc("throughput_eps") + 1
@@ -241,11 +244,13 @@ def runs(
         rss, dev = df.pop("peak_rss_bytes"), df.pop("peak_device_bytes")
         memory = [memory_text(r, d) for r, d in zip(rss, dev, strict=True)]
         leads = [
-            figure_texts(m, median_ms=med, throughput_eps=eps, peak_rss_bytes=r, peak_device_bytes=d, latency=q)
+            figure_texts(
+                m, median_ms=med, throughput_eps=eps, peak_rss_bytes=r, peak_device_bytes=d, latency=q, scenario=sc
+            )
             if m
             else None
-            for m, med, eps, r, d, q in zip(
-                lines, df["median_step_ms"], df["throughput_eps"], rss, dev, p99, strict=True
+            for m, med, eps, r, d, q, sc in zip(
+                lines, df["median_step_ms"], df["throughput_eps"], rss, dev, p99, scenarios, strict=True
             )
         ]
         shared = lines[0] if lines and all(m == lines[0] for m in lines) else None
@@ -658,7 +663,7 @@ def run_cmd(
         peak_rss_bytes=run.peak_rss_bytes,
         peak_device_bytes=run.peak_device_bytes,
         latency=run.latency_ms,
-        throughput_note=" (as `runs`, `sweep` and `compare` give it)",
+        throughput_note=" (as `runs`, `history`, the pages and /metrics give it)",
         median_ci=percentile_ci(measured, 50) if measured else None,  # the median with its interval and n
     )
     typer.echo(f"run {archived.run_id}: {', '.join(figures)}, archive {archived.archive_uri}")
@@ -685,10 +690,16 @@ def run_cmd(
         # count); these percentiles are nearest-rank (an observed batch), so p50 and the median may differ
         server = (lat.get("serving") or {}).get("scenario") == "server"
         what = "service time per batch" if server else "latency per batch"
-        real = " (queries served over the batches' busy time, padding not counted)" if server else ""
+        # the batches' own rate, named: not the run's throughput (the headline's, serving.run_throughput_eps)
+        rate = (
+            f"service capacity {lat['throughput_eps']:.1f} queries/s over the batches' busy time (queries served, "
+            "padding not counted; not a rate the server delivered)"
+            if server
+            else f"{lat['throughput_eps']:.1f} examples/s over all batches (not the run's throughput above)"
+        )
         typer.echo(
             f"{what} of {case.batch_size}: {latency_text(lat)}; max {lat['max']:.2f} ms; "
-            f"{lat['throughput_eps']:.1f} examples/s over all batches{real} (percentiles by nearest rank: p50 is a "
+            f"{rate} (percentiles by nearest rank: p50 is a "
             "measured batch and may differ from the median above, the mean of the two middle ones)"
         )
         if served := lat.get("serving"):  # the scenario's figures (tasks.analysis.serving)

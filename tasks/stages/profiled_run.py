@@ -410,8 +410,11 @@ def profiled_run(
         profile_dir=r.profile_dir,
         measured_steps=len(measured),
         median_step_ms=median,
-        # examples/s at the median step: of the examples fed (partial batches, where allowed, count as fed)
-        throughput_eps=soundness.examples_per_step(fed, "measured", case.batch_size) / (median / 1000.0),
+        # the run's one throughput (serving.run_throughput_eps): a server's queries/s achieved, offline's examples
+        # over the run, else examples/s at the median step (partial batches, where allowed, count as fed)
+        throughput_eps=serving.run_throughput_eps(
+            served, soundness.examples_per_step(fed, "measured", case.batch_size) / (median / 1000.0)
+        ),
         profile_overhead_ratio=None if prof_median is None else prof_median / median,
         peak_rss_bytes=r.peak_rss_bytes,
         peak_device_bytes=r.peak_device_bytes,

@@ -683,11 +683,16 @@ def server_run_records(
         },
     )
     Path(run.samples_path).write_text(json.dumps(samples))
+    from tasks.analysis.serving import run_throughput_eps
+
+    latency = latency_record(case, _as_result(samples), service)
+    median = statistics.median(service)
     run = run.model_copy(
         update={
             "measured_steps": len(service),
-            "median_step_ms": statistics.median(service),
-            "latency_ms": latency_record(case, _as_result(samples), service),
+            "median_step_ms": median,
+            "throughput_eps": run_throughput_eps((latency or {}).get("serving"), batch_size / (median / 1000.0)),
+            "latency_ms": latency,
         }
     )
     return ctx.model_copy(update={"case": case}), pulled, env, warm, run, parse, comp
@@ -742,13 +747,16 @@ def archive_scenario_run(
         },
     )
     Path(run.samples_path).write_text(json.dumps(samples))
+    from tasks.analysis.serving import run_throughput_eps
+
     median = statistics.median(step_ms)
+    latency = latency_record(case, _as_result(samples), step_ms)
     run = run.model_copy(
         update={
             "measured_steps": len(step_ms),
             "median_step_ms": median,
-            "throughput_eps": batch_size / (median / 1000.0),
-            "latency_ms": latency_record(case, _as_result(samples), step_ms),
+            "throughput_eps": run_throughput_eps((latency or {}).get("serving"), batch_size / (median / 1000.0)),
+            "latency_ms": latency,
         }
     )
     return archive_run(

@@ -113,15 +113,16 @@ def test_a_server_run_leads_with_the_rate_it_achieved():
     # the user's report: a server run at 100 q/s offered printed "1946.6 examples/s at the median" (the batches'
     # service rate) while it achieved 86.1 q/s; the serving summary (tasks.analysis.serving.summarize) has both
     s = {"scenario": "server", "target_qps": 100.0, "achieved_qps": 86.1, "search": False, "max_qps": None}
-    note = " (as `runs`, `sweep` and `compare` give it)"
-    run = {"median_ms": 2.055, "throughput_eps": 1946.6, "latency": {**LATENCY, "serving": s}}
+    note = " (as `runs`, `history`, the pages and /metrics give it)"
+    run = {"median_ms": 2.055, "throughput_eps": 86.1, "latency": {**LATENCY, "serving": s}}
     assert figure_texts(None, **run, throughput_note=note) == [
         "median 2.06 ms",
-        "86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered; service rate 1946.6 examples/s at the "
-        "median batch" + note,  # runs, sweep and compare give the service rate
+        "86.1 queries/s achieved (86.1 examples/s) at 100 q/s offered" + note,  # the run's one throughput
     ]
-    offline = {**run, "latency": {"serving": {**s, "scenario": "offline"}}}  # other scenarios keep their figure
-    assert figure_texts(None, **offline)[1] == "1946.6 examples/s at the median"
+    offline = {**run, "throughput_eps": 1946.6, "latency": {"serving": {**s, "scenario": "offline"}}}
+    assert figure_texts(None, **offline)[1] == "1946.6 examples/s over the run"  # offline's: over its wall time
+    single = {**run, "throughput_eps": 1946.6, "latency": {"serving": {**s, "scenario": "single-stream"}}}
+    assert figure_texts(None, **single)[1] == "1946.6 examples/s at the median"
 
 
 def test_a_server_runs_latency_lead_is_the_per_query_p99():
