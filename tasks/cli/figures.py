@@ -167,6 +167,29 @@ def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None, d
     return f"{bound} (n={k:.0f}, too few for an interval{need})"
 
 
+def p99_cell(row: dict) -> str | None:
+    """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
+    ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
+    it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
+    were kept; None otherwise. A server run's is its per-query p99 (``server_p99_*``: arrival to result, what its
+    users wait), marked ``per query``, not its batches' service time."""
+    import pandas as pd
+
+    def num(k: str) -> float | None:
+        v = row.get(k)
+        return None if v is None or pd.isna(v) else float(v)
+
+    prefix, n_key, unit = "latency_p99", "latency_n", ""
+    if num("server_queries") is not None:
+        prefix, n_key, unit = "server_p99", "server_queries", " per query"
+    p99, low, high, n = num(f"{prefix}_ms"), num(f"{prefix}_low_ms"), num(f"{prefix}_high_ms"), num(n_key)
+    if n is None:
+        return None if p99 is None else f"{p99:.2f} (no interval)"
+    if high is None or p99 is None:
+        return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound){unit}"
+    return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}{unit}"
+
+
 def step_intervals(
     db_url: str | None, run_ids: Sequence[int], percentiles: Sequence[float] = (50, 90)
 ) -> dict[int, tuple[int, dict[float, Any]]]:

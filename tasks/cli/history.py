@@ -193,7 +193,11 @@ def history_frame(
     interval of p10 or p90 needs 29 steps) beside ``n_measured``, the steps they rest on, and ``p10_estimable``,
     ``p90_estimable`` (the run's ``n_measured`` supports a two-sided interval; None where unknown); the median
     likewise after ``median_step_ms`` (``median_step_low_ms``, ``median_step_high_ms``, ``median_step_estimable``:
-    ``tasks.cli.figures.median_columns``; 6 steps give its interval). The points stay:
+    ``tasks.cli.figures.median_columns``; 6 steps give its interval); and after ``throughput_eps`` an
+    infer/tflite run's latency columns as ``perfwatch runs`` has them (``tasks.store.queries.latency_columns``:
+    ``latency_n``, ``latency_p50_ms`` ... ``latency_p99_high_ms``, ``latency_confidence``, per batch; and
+    ``scenario_columns``: ``scenario``, a server run's ``server_p99_ms`` ... per query, ``server_queries``; from
+    each run's stored latency record, ``tasks.store.series.run_latencies``; None for a train run). The points stay:
     they are the run's own spread, drawn as its band; what a reader is given as a figure of a run too short for
     an interval is its bound (:func:`spread_cells`). What ``perfwatch history`` and the plugin's model page
     show. ``db_url``: default the settings' store.
@@ -228,7 +232,29 @@ def history_frame(
     at = df.columns.get_loc("median_step_ms") + 1
     for k, name in enumerate(("median_step_low_ms", "median_step_high_ms", "median_step_estimable")):
         df.insert(at + k, name, pd.Series(median[name], index=df.index, dtype=object))
+    from tasks.store.series import run_latencies
+
+    lats = run_latencies([int(i) for i in df["run_id"]], db_url)  # infer/tflite runs: their latency record
+    fed = [{"latency_ms": lats[int(i)]} if int(i) in lats else None for i in df["run_id"]]
+    at = df.columns.get_loc("throughput_eps") + 1
+    for k, (name, values) in enumerate({**queries.latency_columns(fed), **queries.scenario_columns(fed)}.items()):
+        df.insert(at + k, name, pd.Series(values, index=df.index, dtype=object))
     return df
+
+
+def latency_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """A ``history_frame`` for the table: an infer/tflite run's p99 latency as one cell with its interval and n
+    (``p99_latency_ms``: ``tasks.cli.figures.p99_cell``, a server run's per query, as ``perfwatch runs`` shows it)
+    after ``throughput_eps``, the latency and scenario columns dropped; no column when no run has a latency."""
+    from tasks.cli.figures import p99_cell
+
+    lat = [c for c in df.columns if c.startswith(("latency_", "server_"))]
+    lat += [c for c in ("scenario", "scenario_throughput_eps", "bound_outcome") if c in df.columns]
+    cells = [p99_cell(r) for r in df[lat].to_dict(orient="records")]
+    out = df.drop(columns=lat)
+    if any(c is not None for c in cells):
+        out.insert(out.columns.get_loc("throughput_eps") + 1, "p99_latency_ms", cells)
+    return out
 
 
 def median_cells(df: pd.DataFrame) -> pd.DataFrame:
@@ -721,7 +747,14 @@ def register(app: typer.Typer) -> None:
 
         ids = [int(i) for i in df["run_id"]]
         stories = verdict_stories(ids, url)
-        shown = median_cells(spread_cells(df))[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
+        if fmt is Format.table:  # each percentile with its interval and n; an infer run's p99 latency beside them
+            shown = latency_cells(median_cells(spread_cells(df)))
+            cols = [*HISTORY_TABLE_COLUMNS]
+            if "p99_latency_ms" in shown.columns:
+                cols.insert(cols.index("throughput_eps") + 1, "p99_latency_ms")
+            shown = shown[cols]
+        else:
+            shown = df.copy()
         if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
             shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:

@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 from tasks.cli import DEFAULT_MEASURED_STEPS
 from tasks.cli.context import STORE_ERROR_EXIT
 from tasks.cli.context import settings as _settings
+from tasks.cli.figures import p99_cell
 from tasks.cli.history import EXIT_CODES_HELP
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
@@ -136,29 +137,6 @@ def qps_cell(row: Mapping[str, Any]) -> str | None:
         return f"max {best:.4g} q/s (issued; {note})" if best is not None else f"max none ({note})"
     issued_text = "?" if issued is None else f"{issued:.4g}"
     return f"{achieved or 0:.4g} achieved at {offered:.4g} offered (issued {issued_text})"
-
-
-def p99_cell(row: dict) -> str | None:
-    """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
-    ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
-    it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
-    were kept; None otherwise. A server run's is its per-query p99 (``server_p99_*``: arrival to result, what its
-    users wait), marked ``per query``, not its batches' service time."""
-    import pandas as pd
-
-    def num(k: str) -> float | None:
-        v = row.get(k)
-        return None if v is None or pd.isna(v) else float(v)
-
-    prefix, n_key, unit = "latency_p99", "latency_n", ""
-    if num("server_queries") is not None:
-        prefix, n_key, unit = "server_p99", "server_queries", " per query"
-    p99, low, high, n = num(f"{prefix}_ms"), num(f"{prefix}_low_ms"), num(f"{prefix}_high_ms"), num(n_key)
-    if n is None:
-        return None if p99 is None else f"{p99:.2f} (no interval)"
-    if high is None or p99 is None:
-        return (f">= {low:.2f}" if low is not None else "unbounded") + f" (n={n:.0f}, no upper bound){unit}"
-    return f"{p99:.2f} [{low if low is not None else float('nan'):.2f}, {high:.2f}] n={n:.0f}{unit}"
 
 
 @app.command()
