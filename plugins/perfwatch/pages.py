@@ -57,6 +57,9 @@ _HEADERS = {
     "run_id": "run",
     "started_at": "started (UTC)",
     "median_step_ms": "median step (ms)",
+    "median_step_cell": "median step (ms) [95% interval] n",
+    "p99_latency_ms": "p99 latency (ms) [95% interval] n",
+    "p99_cell": "p99 (ms) [95% interval] n",
     "median_cpu_ms": "median CPU time per step (ms)",
     "median_wait_ms": "median run-queue wait per step (ms)",
     "mean_step_ms": "mean step (ms)",
@@ -88,8 +91,9 @@ LATEST_COLUMNS = [
     "case",
     "verdict",
     "reason",
-    "median_step_ms",
+    "median_step_cell",
     "throughput_eps",
+    "p99_latency_ms",
 ]
 REGRESSION_COLUMNS = [
     "run_id",
@@ -107,9 +111,10 @@ HISTORY_COLUMNS = [
     "case_name",
     "version",
     "verdict",
-    "median_step_ms",
+    "median_step_cell",
     "p10_step_ms",
     "p90_step_ms",
+    "p99_latency_ms",
     "ratio",
     "baseline_median_ms",
 ]
@@ -119,13 +124,14 @@ SWEEP_COLUMNS = [
     "case",
     "run_id",
     "version",
-    "median_step_ms",
-    "p99_step_ms",
+    "median_step_cell",
+    "p99_cell",
     "throughput_eps",
     "within_budget",
     "knee",
 ]
-SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms"}  #: cells of a figure with its interval and n (spread_cells)
+#: cells of a figure with its interval and n (spread_cells, :func:`interval_cells`)
+SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms", "median_step_cell", "p99_latency_ms", "p99_cell"}
 TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
 WIDE_COLUMNS = {"reason"}
 #: text columns with a least width of their own in the style sheet (``td.c-model``...): a table laid out for 1280 px
@@ -238,6 +244,47 @@ def _links_cell(request: Request, run: dict[str, Any] | None) -> str:
             out.append(_a(f"{base}/runs/{run['run_id']}/archive/gx/index.html", "Data Docs"))
         out.append(_a(f"{base}/runs/{run['run_id']}#profile", "profile"))
     return " · ".join(out) or MISSING
+
+
+def interval_cells(df: pd.DataFrame, samples: Mapping[int, Sequence[float]] | None = None) -> pd.DataFrame:
+    """``df`` (a runs, history or sweep frame) with its medians and p99s as cells with their 95% interval and n,
+    as the CLI prints them (issue 27: every percentile has its interval and sample size):
+    ``median_step_cell`` (``tasks.cli.figures.median_cell``; the bounds from ``median_step_low_ms`` and
+    ``median_step_high_ms`` where the frame has them, else from ``samples``, the rows' measured steps),
+    ``p99_latency_ms`` (an infer/tflite run's p99, per query for a server run: ``tasks.cli.figures.p99_cell`` of
+    its ``latency_*`` / ``server_*`` columns) and, in a sweep frame, ``p99_cell`` (its ``p99_step_ms`` with
+    ``p99_low_ms``, ``p99_high_ms``, ``p99_n``; ``per query`` where ``p99_of`` says so)."""
+    import pandas as pd
+
+    from tasks.analysis.percentiles import min_samples
+    from tasks.cli.figures import ci_cell, median_cell, median_columns, p99_cell
+
+    out = df.copy()
+    if "median_step_ms" in out.columns:
+        if "median_step_low_ms" not in out.columns:
+            n = out["n_measured"] if "n_measured" in out.columns else [None] * len(out)
+            for name, values in median_columns(list(out["run_id"]), list(n), samples or {}).items():
+                out[name] = pd.Series(values, index=out.index, dtype=object)
+        counts = out["median_step_n"] if "median_step_n" in out.columns else out["n_measured"]
+        out["median_step_cell"] = [
+            median_cell(p, lo, hi, k)
+            for p, lo, hi, k in zip(
+                out["median_step_ms"], out["median_step_low_ms"], out["median_step_high_ms"], counts, strict=True
+            )
+        ]
+    lat = [c for c in out.columns if c.startswith(("latency_", "server_"))]
+    if lat:
+        out["p99_latency_ms"] = [p99_cell(r) for r in out[lat].to_dict(orient="records")]
+    if "p99_n" in out.columns:
+        of = out["p99_of"] if "p99_of" in out.columns else [None] * len(out)
+        cells = []
+        for p, lo, hi, k, what in zip(
+            out["p99_step_ms"], out["p99_low_ms"], out["p99_high_ms"], out["p99_n"], of, strict=True
+        ):
+            cell = ci_cell(p if not _missing(p) else lo, lo, hi, k, min_samples(99))
+            cells.append(None if cell is None else cell + (" per query" if what == "per query" else ""))
+        out["p99_cell"] = cells
+    return out
 
 
 def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
@@ -412,7 +459,13 @@ def index(request: Request) -> HTMLResponse:
         "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
+    from tasks.settings import Settings
+    from tasks.store.reads import load_samples
+
     shown = latest.head(50).copy()
+    ids = [int(i) for i, n in zip(shown["run_id"], shown["n_measured"], strict=True) if not _missing(n) and n]
+    samples = load_samples(Settings.from_env().database_url, ids) if ids else {}
+    shown = interval_cells(shown, samples)  # medians and p99s with interval and n
     rows = _run_rows(shown)
     reasons = shown_reasons(rows)  # a failed run's error; an accepted run's acceptance, not the advice
     shown["reason"] = [reasons.get(int(i)) for i in shown["run_id"]]
@@ -461,7 +514,9 @@ def model_history(request: Request, model: str) -> HTMLResponse:
         f"<div class='chart'>{chart}</div>"
         + _versions_section(request, model, df)
         + "<h2>Runs</h2>"
-        + _table(request, _newest_first(_failed_verdicts(spread_cells(df))), HISTORY_COLUMNS, links=rows)
+        + _table(
+            request, _newest_first(_failed_verdicts(interval_cells(spread_cells(df)))), HISTORY_COLUMNS, links=rows
+        )
     )
     return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model), charts=True)
 
@@ -521,7 +576,7 @@ def _sweep_section(request: Request, model: str) -> str:
             else ""
         )
         + f"<img src='{base}/models/{e}/sweep.png' alt='sweep of {html.escape(model)}' style='max-width:100%'>"
-        + _table(request, df, SWEEP_COLUMNS)
+        + _table(request, interval_cells(df), SWEEP_COLUMNS)
     )
 
 
