@@ -649,7 +649,11 @@ def run_cmd(
 
     for line in story_lines(story):  # the verdict's story, as gate, runs, history and the pages tell it
         typer.echo(line)
+    # an unstable QPS search's findings are printed with the scenario's lines below (serving.serving_text)
+    searched = {f.get("code") for f in ((run.latency_ms or {}).get("serving") or {}).get("findings") or []}
     for f in run.findings:  # the measurement's own warnings (recompiles, partial batches, an unsteady warm-up)
+        if f.get("code") in searched:
+            continue
         if f.get("severity") == "warning" and f"{f.get('code')}: " not in (v.reason or ""):
             typer.echo(f"  finding {f.get('code')}: {f.get('message')}")
     if case.scenario == "server" and case.gate_percentile is not None:  # which tail each gate measured

@@ -62,3 +62,37 @@ def test_perfwatch_runs_headline_names_each_scenarios_throughput():
     offline = figure_texts(None, median_ms=2.0, throughput_eps=470.0, latency={"serving": {"scenario": "offline"}})
     assert offline[1] == "470.0 examples/s over the run"
     assert figure_texts(None, median_ms=2.0, throughput_eps=86.1, scenario="server")[1] == "86.1 queries/s achieved"
+
+
+def test_perfwatch_run_of_a_server_search_prints_one_throughput_and_each_finding_once(home, cli, monkeypatch, tmp_path):
+    """`perfwatch run` of a server search, as the serving team ran it: its headline throughput is the queries/s
+    achieved at the reported point, the per-batch line names its rate the service capacity, no "service rate ...
+    at the median batch" is printed beside it, every per-query p99 has its interval and n, and each of the search's
+    findings is printed once (it was printed by the run's findings and again by the scenario's lines)."""
+    from tasks.analysis.percentiles import percentile_ci
+    from tasks.records import ArchiveRecord, RunState
+    from tasks.stages import pipeline
+    from tests.helpers.builders import server_run_records
+
+    (home / "models" / "m" / "1").mkdir(parents=True)
+    (home / "models" / "m" / "1" / "model.keras").write_bytes(b"not read: run_case is replaced")
+    points = server_points([(100.0, 0.004), (200.0, 0.030), (400.0, 0.012), (300.0, 0.004), (300.0, 0.004)])
+    ctx, pulled, env, warm, run, parsed, comp = server_run_records(tmp_path, "s", points, search=True, bound_ms=20.0)
+    served = run.latency_ms["serving"]
+    run = run.model_copy(update={"findings": served["findings"]})  # as the stage adds an unstable search's
+    state = RunState(
+        ctx=ctx, pulled=pulled, env=env, warmup=warm, run=run, parsed=parsed, verdict=comp,
+        archived=ArchiveRecord(run_id=7, archive_uri=str(tmp_path / "archive"), verdict="no-baseline"),
+    )  # fmt: skip
+    monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
+    args = ["run", "m", "--version", "1", "--mode", "infer", "--batch-size", "4", "--scenario", "server"]
+    res = cli(*args, "--search-qps", "--latency-bound-ms", "20")
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert f"{served['achieved_qps']:.1f} queries/s achieved" in out and run.throughput_eps == served["achieved_qps"]
+    assert "service rate" not in out and "at the median batch" not in out
+    assert "service capacity" in out and "not a rate the server delivered" in out
+    for p in points:
+        ci = percentile_ci(p["latency_ms"], 99)
+        assert f"p99 {ci.point:.2f} ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n={ci.n})" in out
+    assert out.count("finding search_non_monotonic:") == 1, res.output
