@@ -6,42 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tasks.analysis import percentiles, serving
-from tasks.runner import loadgen
-
-
-class SimClock:
-    def __init__(self, service_s: float) -> None:
-        self.t, self.service_s = 0.0, service_s
-
-    def clock(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += max(0.0, s)
-
-    def step(self) -> float:
-        self.t += self.service_s
-        return self.service_s * 1000.0
+from tests.helpers import builders
 
 
 def server_point(qps: float, service_s: float = 0.004, batch_size: int = 2, n: int = 400, seed: int = 0) -> dict:
-    """A server point as the runner writes it (``ServerPoint`` fields), served on a simulated clock."""
-    sim = SimClock(service_s)
-    t = loadgen.serve(loadgen.poisson_arrivals(qps, n, seed), batch_size, sim.step, sim.clock, sim.sleep, qps)
-    return {
-        "target_qps": qps,
-        "seed": seed,
-        "issued_qps": t.issued_qps,
-        "achieved_qps": t.achieved_qps,
-        "duration_s": t.duration_s,
-        "latency_ms": t.latency_ms,
-        "queue_ms": t.queue_ms,
-        "service_ms": t.service_ms,
-        "batch_queries": t.batch_queries,
-        "arrivals_s": t.arrivals_s,
-        "done_s": t.done_s,
-        "host_load": {"load1_start": 0.5},
-    }
+    """A server point as the runner writes it (``ServerPoint`` fields), each batch ``service_s`` on a simulated
+    clock (``tests.helpers.builders.server_point``)."""
+    return builders.server_point(qps, service_s, batch_size=batch_size, n=n, seed=seed, spread=1.0)
 
 
 def failed(checks: list[dict]) -> set[str]:
