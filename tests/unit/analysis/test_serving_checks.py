@@ -243,3 +243,31 @@ def test_a_summary_stored_before_these_fields_still_reads():
     old["points"] = [{k: v for k, v in p.items() if k != "outcome"} for p in s["points"]]
     assert serving.summary_line(old).startswith(f"server search: max QPS {s['max_qps']:.4g} q/s issued")
     assert any(line.startswith("server 100 q/s offered") for line in serving.serving_text(old))
+
+
+def test_a_search_whose_bound_is_below_the_service_time_says_no_rate_can_meet_it():
+    """A 4 ms bound on 5 ms batches: even unqueued, every query takes 5 ms. The answer says so and why the search
+    stopped; a bound the service time is within but the queueing broke says only that none of the rates met."""
+    points = [server_point(200.0, service_s=0.005)]
+    search = serving.summarize(
+        {"scenario": "server", "wall_s": 2.0, "examples": 0, "points": points, "search": True},
+        {},
+        [],
+        batch_size=2,
+        percentile=99,
+        bound_ms=4.0,
+    )
+    assert search["max_qps"] is None and search["points"][0]["floor_upper_ms"] == pytest.approx(5.0)
+    text = serving.max_qps_text(search)
+    assert "none of the 1 rates tried" in text
+    assert "no rate can meet it: without queueing, p99 per query's 95% upper bound is 5.00 ms" in text
+    queued = [server_point(480.0, service_s=0.004)]  # rho 0.96 of 500 q/s: queueing breaks a 6 ms bound
+    s = serving.summarize(
+        {"scenario": "server", "wall_s": 2.0, "examples": 0, "points": queued, "search": True},
+        {},
+        [],
+        batch_size=2,
+        percentile=99,
+        bound_ms=6.0,
+    )
+    assert s["max_qps"] is None and "no rate can meet it" not in serving.max_qps_text(s)
