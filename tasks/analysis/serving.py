@@ -270,13 +270,17 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
     "scheduled samples per second") and achieved (queries served per second), queries, duration (s), the
     per-query latency percentiles (p50/p90/p99 and ``percentile``, ms, with their 95% intervals and n:
     ``percentiles.latency_cis``), queueing p50/p99 (ms), ``outcome`` (:func:`outcome` of the percentile's upper
-    bound ``upper_ms`` against ``bound_ms``) and ``met`` (the outcome is ``met``; None without a bound), the
-    host's load over the point, and the point's checks."""
+    bound ``upper_ms`` against ``bound_ms``) and ``met`` (the outcome is ``met``; None without a bound),
+    ``floor_upper_ms`` (the same upper bound of the latencies without their queueing, ``latency - queue`` per
+    query: what a query sees at a rate low enough never to wait; None when not estimable), the host's load over
+    the point, and the point's checks."""
     lat = point["latency_ms"]
     qs = sorted({50.0, 90.0, 99.0, float(percentile)})
     cis = percentiles.latency_cis(lat, qs)
     key = f"p{percentile:g}"
     upper = cis[key]["high"]
+    floor = [a - b for a, b in zip(lat, point["queue_ms"], strict=True)]
+    floor_upper = percentiles.latency_cis(floor, [float(percentile)])[key]["high"] if floor else None
     load = point.get("host_load") or {}
     result = outcome(upper, bound_ms)
     return {
@@ -291,6 +295,7 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
         "queue_p99_ms": percentiles.percentile_ci(point["queue_ms"], 99).point,
         "service_p50_ms": statistics.median(point["service_ms"]),
         "upper_ms": upper,
+        "floor_upper_ms": floor_upper,
         "outcome": result,
         "met": None if result is None else result == "met",
         "host_load": {k: load.get(k) for k in ("load1_start", "load1_end", "other_cpu_share", "steal_share")},
@@ -561,6 +566,12 @@ def max_qps_text(s: Mapping[str, Any]) -> str | None:
         if lowest is not None:
             r = percentiles.PercentileCI(**lowest["latency"][key])
             text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, {r.text(name=key + ' per query')})"
+            floor = lowest.get("floor_upper_ms")
+            if floor is not None and s.get("latency_bound_ms") is not None and floor > s["latency_bound_ms"]:
+                text += (
+                    f"; no rate can meet it: without queueing, {key} per query's 95% upper bound is {floor:.2f} ms "
+                    "(the batch's own service time), so the search stopped"
+                )
     else:
         r = percentiles.PercentileCI(**s["latency"][key])
         text = (

@@ -221,6 +221,23 @@ def upper_bound_met(latency_ms: Sequence[float], upper_rank: int | None, bound_m
     return None if outcome is None else outcome == "met"
 
 
+def service_floor_missed(
+    latency_ms: Sequence[float], queue_ms: Sequence[float], upper_rank: int | None, bound_ms: float | None
+) -> bool:
+    """Whether a point's latencies without their queueing (``latency - queue`` per query, ms: the batch's own
+    service time) miss ``bound_ms`` at the percentile's upper-bound rank (:func:`bound_outcome` ``missed``): the
+    latency a query would see at a rate so low that it never waits. Batches are padded to ``batch_size``, so the
+    service time does not fall with the rate, and no rate can meet such a bound. False when it is met, not
+    estimable, or there is no bound.
+
+    Raises:
+        ValueError: ``latency_ms`` and ``queue_ms`` differ in length."""
+    if len(latency_ms) != len(queue_ms):
+        raise ValueError(f"latency_ms has {len(latency_ms)} queries, queue_ms {len(queue_ms)}: one each expected")
+    floor = [lat - q for lat, q in zip(latency_ms, queue_ms, strict=True)]
+    return bound_outcome(floor, upper_rank, bound_ms) == "missed"
+
+
 @dataclass
 class QpsSearch:
     """Bisection on the rate for the highest QPS that meets the latency bound (module docstring).
@@ -231,7 +248,11 @@ class QpsSearch:
     (``(failed - met) / failed <= rel_tol``) or ``max_points`` points were tried. Then, with ``confirm``, the
     rates the bisection ended on are measured once more: the highest that met, then the lowest that failed
     (where there is one), so the answer rests on two measurements of each side of the bound, not on whether
-    one stall fell into one point (at most :data:`CONFIRM_POINTS` more points). :meth:`next_qps` gives the next
+    one stall fell into one point (at most :data:`CONFIRM_POINTS` more points). While none has met, a failed
+    point recorded ``unreachable`` (its queries' latencies without their queueing missed the bound too:
+    :func:`service_floor_missed`) ends the search: a lower rate removes only queueing, so no rate can meet the
+    bound (a search halving to its last point spent ``queries / rate`` s at each lower rate to learn nothing:
+    299 queries at 0.78 q/s alone took 6.4 min). :meth:`next_qps` gives the next
     rate (None: done), :meth:`record` takes its outcome; :attr:`best` is the highest rate of the bisection that
     met (None: none did). The bisection assumes a rate that fails makes every higher one fail (latency grows with
     load); on a busy host it need not, which is why the confirmation exists and why the analysis
@@ -247,6 +268,8 @@ class QpsSearch:
     growth: float = 2.0
     confirm: bool = True
     points: list[tuple[float, bool]] = field(default_factory=list)
+    #: a failed point's latencies missed the bound without their queueing: no rate can meet it
+    unreachable: bool = False
     #: the rates to re-measure once the bisection is done, and those still to measure (None: not started)
     _planned: list[float] = field(default_factory=list, init=False, repr=False)
     _confirming: list[float] | None = field(default=None, init=False, repr=False)
@@ -295,7 +318,7 @@ class QpsSearch:
             assert lo is not None
             return lo * self.growth
         if lo is None:
-            return hi / self.growth
+            return None if self.unreachable else hi / self.growth
         if (hi - lo) / hi <= self.rel_tol:
             return None
         return (lo + hi) / 2.0
@@ -311,9 +334,11 @@ class QpsSearch:
             self._confirming = list(self._planned)
         return self._confirming[0] if self._confirming else None
 
-    def record(self, qps: float, met: bool) -> None:
-        """The outcome of the point at ``qps`` (met: the percentile's upper bound was within the bound)."""
+    def record(self, qps: float, met: bool, unreachable: bool = False) -> None:
+        """The outcome of the point at ``qps`` (met: the percentile's upper bound was within the bound;
+        ``unreachable``: it missed even without queueing, :func:`service_floor_missed`)."""
         self.points.append((float(qps), bool(met)))
+        self.unreachable = self.unreachable or (not met and unreachable)
         if self._confirming:
             self._confirming.pop(0)
 

@@ -211,12 +211,7 @@ def validate_step_times(step_times_ms: Sequence[float], *, min_rows: int) -> GxO
     Raises:
         ValueError: ``min_rows < 0``.
     """
-    import pandas as pd
-
-    if min_rows < 0:
-        raise ValueError(f"min_rows = {min_rows}: must be >= 0")
-    df = pd.DataFrame({STEP_COLUMN: pd.Series([math.nan if v is None else v for v in step_times_ms], dtype="float64")})
-    return _run(df, STEP_SUITE, step_time_expectations(min_rows), None)
+    return _validate_samples(step_times_ms, min_rows, STEP_SUITE, STEP_COLUMN)
 
 
 def validate_query_latencies(latency_ms: Sequence[float], *, min_rows: int) -> GxOutcome:
@@ -234,12 +229,17 @@ def validate_query_latencies(latency_ms: Sequence[float], *, min_rows: int) -> G
     Raises:
         ValueError: ``min_rows < 0``.
     """
+    return _validate_samples(latency_ms, min_rows, QUERY_SUITE, QUERY_COLUMN)
+
+
+def _validate_samples(values_ms: Sequence[float], min_rows: int, suite: str, column: str) -> GxOutcome:
+    """One column of ms samples through :func:`step_time_expectations` (None/NaN become nulls)."""
     import pandas as pd
 
     if min_rows < 0:
         raise ValueError(f"min_rows = {min_rows}: must be >= 0")
-    df = pd.DataFrame({QUERY_COLUMN: pd.Series([math.nan if v is None else v for v in latency_ms], dtype="float64")})
-    return _run(df, QUERY_SUITE, step_time_expectations(min_rows, QUERY_COLUMN), None)
+    df = pd.DataFrame({column: pd.Series([math.nan if v is None else v for v in values_ms], dtype="float64")})
+    return _run(df, suite, step_time_expectations(min_rows, column), None)
 
 
 def verdict_expectations() -> list:

@@ -129,8 +129,6 @@ def plugin_pages(
         pytest.skip(why)
     import socket
 
-    import uvicorn
-
     with socket.socket() as sock:  # a free loopback port
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -147,18 +145,31 @@ def plugin_pages(
         from plugins.perfwatch.app import standalone_app
 
         token = init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="viewer", role="VIEWER"))
-        server = uvicorn.Server(uvicorn.Config(standalone_app(), host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.time() + 20
-        while not server.started:
-            assert time.time() < deadline, "uvicorn did not start in 20 s"
-            time.sleep(0.05)
-        try:
-            yield f"http://127.0.0.1:{port}", token
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        with serving(standalone_app(), port) as base:
+            yield base, token
+
+
+@contextlib.contextmanager
+def serving(app: Any, port: int, **config: Any) -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on ``127.0.0.1:port`` in a daemon thread (``config``: more
+    ``uvicorn.Config`` options, e.g. ``lifespan="off"``); yields its base URL once it listens, stops it after.
+
+    Raises:
+        AssertionError: uvicorn did not start within 20 s."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        assert time.time() < deadline, "uvicorn did not start in 20 s"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def sign_in(driver: Any, base: str, token: str) -> None:

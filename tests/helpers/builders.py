@@ -597,32 +597,47 @@ class SimClock:
         return s * 1000.0
 
 
-def server_points(rates: list[tuple[float, float]], *, batch_size: int = 4, n: int = 320, host_load=None) -> list:
-    """Server points as the runner writes them (``tasks.runner.protocol.ServerPoint`` dicts), each ``(rate q/s,
-    service s per batch)`` served on a simulated clock (``tasks.runner.loadgen``), seeds 0, 1, ..."""
+def server_point(
+    qps: float,
+    service_s: float,
+    *,
+    batch_size: int = 4,
+    n: int = 320,
+    seed: int = 0,
+    spread: float = 1.5,
+    host_load: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One server point as the runner writes it (a ``tasks.runner.protocol.ServerPoint`` dict): ``n`` Poisson
+    arrivals at ``qps`` (seed ``seed``) served on a simulated clock (``tasks.runner.loadgen``), batches of up to
+    ``batch_size`` taking ``service_s`` and ``service_s x spread`` in turn; ``host_load`` over
+    :data:`QUIET_HOST_LOAD`."""
     from tasks.runner import loadgen
 
-    out = []
-    for i, (qps, service_s) in enumerate(rates):
-        sim = SimClock([service_s, service_s * 1.5])
-        t = loadgen.serve(loadgen.poisson_arrivals(qps, n, i), batch_size, sim.step, sim.clock, sim.sleep, qps)
-        out.append(
-            {
-                "target_qps": qps,
-                "seed": i,
-                "issued_qps": t.issued_qps,
-                "achieved_qps": t.achieved_qps,
-                "duration_s": t.duration_s,
-                "latency_ms": t.latency_ms,
-                "queue_ms": t.queue_ms,
-                "service_ms": t.service_ms,
-                "batch_queries": t.batch_queries,
-                "arrivals_s": t.arrivals_s,
-                "done_s": t.done_s,
-                "host_load": {**QUIET_HOST_LOAD, **(host_load[i] if host_load else {})},
-            }
-        )
-    return out
+    sim = SimClock([service_s, service_s * spread])
+    t = loadgen.serve(loadgen.poisson_arrivals(qps, n, seed), batch_size, sim.step, sim.clock, sim.sleep, qps)
+    return {
+        "target_qps": qps,
+        "seed": seed,
+        "issued_qps": t.issued_qps,
+        "achieved_qps": t.achieved_qps,
+        "duration_s": t.duration_s,
+        "latency_ms": t.latency_ms,
+        "queue_ms": t.queue_ms,
+        "service_ms": t.service_ms,
+        "batch_queries": t.batch_queries,
+        "arrivals_s": t.arrivals_s,
+        "done_s": t.done_s,
+        "host_load": {**QUIET_HOST_LOAD, **(host_load or {})},
+    }
+
+
+def server_points(rates: list[tuple[float, float]], *, batch_size: int = 4, n: int = 320, host_load=None) -> list:
+    """Server points (:func:`server_point`), each ``(rate q/s, service s per batch)``, seeds 0, 1, ...;
+    ``host_load[i]`` the i-th point's."""
+    return [
+        server_point(qps, service_s, batch_size=batch_size, n=n, seed=i, host_load=host_load[i] if host_load else None)
+        for i, (qps, service_s) in enumerate(rates)
+    ]
 
 
 def archive_server_run(db_url: str, tmp: Path, dag_run_id: str, points: list[dict[str, Any]], **kw) -> int:

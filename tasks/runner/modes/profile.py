@@ -134,7 +134,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
     (seed ``spec.seed`` + the point's index) served by ``step`` in arrival order, batches of up to
     ``batch_size`` waiting queries, on our timer (``time.perf_counter``, ``time.sleep`` while none waits); each
     point's host load recorded around it. With ``spec.search``, the next rate comes from
-    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``) until it is done, its
+    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``; a miss without the
+    queueing, ``loadgen.service_floor_missed``, ends a search that has not met) until it is done, its
     final rates re-measured (``confirm``: up to ``loadgen.CONFIRM_POINTS`` more points, each with its own seed).
 
     Raises:
@@ -179,6 +180,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
         )
         if search is None:
             break
-        search.record(qps, bool(met))
+        search.record(
+            qps, bool(met), loadgen.service_floor_missed(trace.latency_ms, trace.queue_ms, rank, spec.latency_bound_ms)
+        )
         qps = search.next_qps()
     return points

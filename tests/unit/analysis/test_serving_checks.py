@@ -6,42 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tasks.analysis import percentiles, serving
-from tasks.runner import loadgen
-
-
-class SimClock:
-    def __init__(self, service_s: float) -> None:
-        self.t, self.service_s = 0.0, service_s
-
-    def clock(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += max(0.0, s)
-
-    def step(self) -> float:
-        self.t += self.service_s
-        return self.service_s * 1000.0
+from tests.helpers import builders
 
 
 def server_point(qps: float, service_s: float = 0.004, batch_size: int = 2, n: int = 400, seed: int = 0) -> dict:
-    """A server point as the runner writes it (``ServerPoint`` fields), served on a simulated clock."""
-    sim = SimClock(service_s)
-    t = loadgen.serve(loadgen.poisson_arrivals(qps, n, seed), batch_size, sim.step, sim.clock, sim.sleep, qps)
-    return {
-        "target_qps": qps,
-        "seed": seed,
-        "issued_qps": t.issued_qps,
-        "achieved_qps": t.achieved_qps,
-        "duration_s": t.duration_s,
-        "latency_ms": t.latency_ms,
-        "queue_ms": t.queue_ms,
-        "service_ms": t.service_ms,
-        "batch_queries": t.batch_queries,
-        "arrivals_s": t.arrivals_s,
-        "done_s": t.done_s,
-        "host_load": {"load1_start": 0.5},
-    }
+    """A server point as the runner writes it (``ServerPoint`` fields), each batch ``service_s`` on a simulated
+    clock (``tests.helpers.builders.server_point``)."""
+    return builders.server_point(qps, service_s, batch_size=batch_size, n=n, seed=seed, spread=1.0)
 
 
 def failed(checks: list[dict]) -> set[str]:
@@ -272,3 +243,31 @@ def test_a_summary_stored_before_these_fields_still_reads():
     old["points"] = [{k: v for k, v in p.items() if k != "outcome"} for p in s["points"]]
     assert serving.summary_line(old).startswith(f"server search: max QPS {s['max_qps']:.4g} q/s issued")
     assert any(line.startswith("server 100 q/s offered") for line in serving.serving_text(old))
+
+
+def test_a_search_whose_bound_is_below_the_service_time_says_no_rate_can_meet_it():
+    """A 4 ms bound on 5 ms batches: even unqueued, every query takes 5 ms. The answer says so and why the search
+    stopped; a bound the service time is within but the queueing broke says only that none of the rates met."""
+    points = [server_point(200.0, service_s=0.005)]
+    search = serving.summarize(
+        {"scenario": "server", "wall_s": 2.0, "examples": 0, "points": points, "search": True},
+        {},
+        [],
+        batch_size=2,
+        percentile=99,
+        bound_ms=4.0,
+    )
+    assert search["max_qps"] is None and search["points"][0]["floor_upper_ms"] == pytest.approx(5.0)
+    text = serving.max_qps_text(search)
+    assert "none of the 1 rates tried" in text
+    assert "no rate can meet it: without queueing, p99 per query's 95% upper bound is 5.00 ms" in text
+    queued = [server_point(480.0, service_s=0.004)]  # rho 0.96 of 500 q/s: queueing breaks a 6 ms bound
+    s = serving.summarize(
+        {"scenario": "server", "wall_s": 2.0, "examples": 0, "points": queued, "search": True},
+        {},
+        [],
+        batch_size=2,
+        percentile=99,
+        bound_ms=6.0,
+    )
+    assert s["max_qps"] is None and "no rate can meet it" not in serving.max_qps_text(s)

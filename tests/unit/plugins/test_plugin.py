@@ -311,28 +311,14 @@ def test_the_pages_inside_airflows_ui(airflow, tmp_path):
     the UI's ``_token`` cookie): the "perfwatch" nav entry frames the run page at ``/plugin/perfwatch/...``, the
     page fits the frame without a horizontal scroll bar and without a failed request, and a link to Airflow's own
     pages (the task log) opens in Airflow's window, not inside the frame. Screenshot: ``airflow-frame.png``."""
-    import threading
-    import time
-
-    import uvicorn
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from tests.helpers.browser import serving
     from tests.system.test_metrics import free_port
 
     client, token, _, _ = airflow
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        assert time.time() < deadline, "uvicorn did not start in 20 s"
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with serving(client.app, free_port(), lifespan="off") as base:
         with offline_browser(width=1280, height=900) as browser:
             browser.get(f"{base}/perfwatch/assets/perfwatch.css")
             browser.add_cookie({"name": "_token", "value": token, "path": "/"})
@@ -360,6 +346,3 @@ def test_the_pages_inside_airflows_ui(airflow, tmp_path):
             browser.switch_to.default_content()
             wait.until(lambda d: d.current_url == f"{base}/dags/d/runs/r2/tasks/archive/mapped")
             wait.until(lambda d: d.find_elements("css selector", "iframe[title='perfwatch']") == [])  # Airflow's page
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

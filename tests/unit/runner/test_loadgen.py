@@ -174,3 +174,27 @@ def test_a_search_where_no_rate_meets_halves_until_its_points_are_spent():
         loadgen.QpsSearch(0.0)
     with pytest.raises(ValueError, match="growth"):
         loadgen.QpsSearch(1.0, growth=1.0)
+
+
+def test_a_search_stops_when_the_bound_is_below_the_service_time_itself():
+    """The audit's DAG run: a 50 ms bound under a model whose batches alone took 74 ms at p99 halved the rate 8
+    times (13.5 min, 6.4 of them at 0.78 q/s) to learn that no rate meets it. A missed point whose latencies miss
+    the bound without their queueing ends the search; while a rate has met, it does not (the bisection goes on)."""
+    search = loadgen.QpsSearch(64.0, max_points=8)
+    search.record(search.next_qps(), False, unreachable=True)
+    assert search.next_qps() is None and search.points == [(64.0, False)] and search.best is None
+    met_once = loadgen.QpsSearch(64.0, max_points=4)
+    met_once.record(met_once.next_qps(), True, unreachable=True)  # met: the flag means nothing
+    met_once.record(met_once.next_qps(), False, unreachable=True)  # 128 missed, 64 met: bisect between them
+    assert met_once.next_qps() == 96.0
+
+
+def test_the_service_floor_is_each_querys_latency_without_its_queueing():
+    latency = [10.0 + q for q in range(100)]  # queueing 0..99 ms on a 10 ms service
+    queue = [float(q) for q in range(100)]
+    assert loadgen.service_floor_missed(latency, queue, 95, 9.0)  # every query's own service is 10 ms
+    assert not loadgen.service_floor_missed(latency, queue, 95, 10.0)
+    assert not loadgen.service_floor_missed(latency, queue, None, 9.0)  # no rank: not estimable, not missed
+    assert not loadgen.service_floor_missed(latency, queue, 95, None)
+    with pytest.raises(ValueError, match="latency_ms has 100 queries, queue_ms 99"):
+        loadgen.service_floor_missed(latency, queue[:-1], 95, 9.0)
