@@ -32,5 +32,7 @@ def test_a_point_with_fewer_queries_than_the_case_issues_is_rejected_by_name(db_
     points = server_points([(50.0, 0.004)], n=200)
     ctx, _, env, _, run, parsed, _ = server_run_records(tmp_path, "short", points)
     assert server_queries(ctx.case) == 299
-    with pytest.raises(MeasurementRejected, match=r"expect_table_row_count_to_be_between \(min_value=299\).*observed 200"):
+    with pytest.raises(
+        MeasurementRejected, match=r"expect_table_row_count_to_be_between \(min_value=299\).*observed 200"
+    ):
         baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "short" / "work")
