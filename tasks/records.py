@@ -1090,6 +1090,16 @@ def judged_profiles(xplane_paths: list[str] | None) -> list[str]:
     return out
 
 
+class ComparabilityChange(Record):
+    """One comparability field that differs between a run's environment and its baseline's (an ``env-changed``
+    verdict's ``evidence["env_changes"]``, ``tasks.analysis.environment.FieldChange``): the dotted field, the
+    baseline's value and the run's (``"absent"`` where a side lacks the field)."""
+
+    field: str
+    old: Any = "absent"
+    new: Any = "absent"
+
+
 class Acceptance(Record):
     """A run's acceptance as its case's baseline (the store's ``baselines`` row): who (``perfwatch`` itself,
     ``perfwatch baseline accept --by NAME``, ``make demo``), when (UTC), why, and when a later baseline superseded
@@ -1127,6 +1137,8 @@ class VerdictStory(Record):
         profile: the xplane files the parse stage judged (:func:`judged_profiles`: paths in the archive).
         accepted: the run's first acceptance as the baseline (:class:`Acceptance`; None when never accepted):
             the renderer shows it instead of a stored reason's advice to accept the run.
+        env_changes: an ``env-changed`` verdict's comparability fields that differ from its baseline's
+            environment (:class:`ComparabilityChange`, old -> new); empty for any other verdict.
     """
 
     run_id: int | None = None
@@ -1149,6 +1161,7 @@ class VerdictStory(Record):
     baseline_version: str | None = None
     profile: list[str] = Field(default_factory=list)
     accepted: Acceptance | None = None
+    env_changes: list[ComparabilityChange] = Field(default_factory=list)
 
     @property
     def threshold(self) -> float | None:
@@ -1193,7 +1206,8 @@ class VerdictStory(Record):
         ``evidence["noise"]["reason"]``), confidence and tolerance of the comparison that decided
         (``evidence["cpu"]`` when CPU time decided, else ``evidence["paired"]`` of a paired gate, else
         ``evidence["stats"]``), a paired gate's pairs (``spent``) and whether it was sequential, the history's
-        baseline runs (``stats.n_baseline``), the baseline version (a paired gate's ``baseline_version`` when
+        baseline runs (``stats.n_baseline``), the comparability fields that changed (``env_changes``), the
+        baseline version (a paired gate's ``baseline_version`` when
         ``baseline_version`` is not given)."""
         ev = dict(evidence or {})
         paired = ev.get("paired") or {}
@@ -1221,6 +1235,11 @@ class VerdictStory(Record):
             baseline_run_id=baseline_run_id,
             baseline_version=baseline_version or paired.get("baseline_version"),
             profile=list(profile or []),
+            env_changes=[
+                ComparabilityChange(field=str(c["field"]), old=c.get("old", "absent"), new=c.get("new", "absent"))
+                for c in ev.get("env_changes") or []
+                if isinstance(c, Mapping) and c.get("field")
+            ],
         )
 
     @classmethod

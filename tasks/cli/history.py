@@ -381,12 +381,19 @@ def gate_decision(
     return max(codes), reasons
 
 
-def gate_word(rows: pd.DataFrame, code: int, version: str, *, strict: bool = False) -> str:
+def gate_word(
+    rows: pd.DataFrame, code: int, version: str, *, strict: bool = False, stories: dict[int, Any] | None = None
+) -> str:
     """What ``perfwatch gate``'s headline says of its exit ``code`` (:func:`gate_decision` over ``rows``, the
     answering runs of ``sql/queries/gate.sql``, with the same ``strict``): ``PASS``, ``REGRESSION``; for exit 2
     what made it undecided: ``no runs of version V`` (no row), ``FAILED (warm-up: RunnerError: out of memory)`` (an
     answering run failed: its stage and its error's first line; ``+ N more failed`` for further cases),
-    ``INCONCLUSIVE``, or ``FAILED (...) and INCONCLUSIVE`` where other cases are undecided."""
+    ``ENV-CHANGED (gpu.driver_version 535.104.05 -> 535.129.03)`` (an answering run's environment differs from
+    its baseline's: the comparability fields old -> new from its story in ``stories``, run id ->
+    ``VerdictStory``; ``absent`` for a field a side lacks), ``INCONCLUSIVE``, or those joined by `` and `` where
+    cases differ (``FAILED (...) and ENV-CHANGED (...) and INCONCLUSIVE``)."""
+    from tasks.records import Verdict
+    from tasks.services.story import env_changes_text
     from tasks.store import queries
 
     if code == GATE_PASS:
@@ -397,14 +404,27 @@ def gate_word(rows: pd.DataFrame, code: int, version: str, *, strict: bool = Fal
         return f"no runs of version {version}"
     ok = rows["status"] == "success"
     failed = rows[~ok]
-    if failed.empty:
-        return "INCONCLUSIVE"
-    first = failed.iloc[0]
-    word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {queries.first_line(first['error']) or 'no error'})"
-    if len(failed) > 1:
-        word += f" + {len(failed) - 1} more failed"
-    undecided = [v for v in rows.loc[ok, "verdict"] if exit_code(v, strict=strict) == GATE_INCONCLUSIVE]
-    return word + (" and INCONCLUSIVE" if undecided else "")
+    words = []
+    if not failed.empty:
+        first = failed.iloc[0]
+        error = queries.first_line(first["error"]) or "no error"
+        word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {error})"
+        words.append(word + (f" + {len(failed) - 1} more failed" if len(failed) > 1 else ""))
+    undecided = rows[ok & rows["verdict"].map(lambda v: exit_code(v, strict=strict) == GATE_INCONCLUSIVE)]
+    env = undecided[undecided["verdict"] == Verdict.ENV_CHANGED]
+    if not env.empty:
+        changes = []
+        for rid in env["run_id"]:
+            story = (stories or {}).get(int(rid))
+            text = env_changes_text(story) if story is not None else None
+            if text and text not in changes:
+                changes.append(text)
+        words.append(
+            "ENV-CHANGED (" + ("; ".join(changes) or "the comparability key differs from the baseline's") + ")"
+        )
+    if len(undecided) > len(env) or not words:
+        words.append("INCONCLUSIVE")
+    return " and ".join(words)
 
 
 def answered_by(row: Any, stories: dict[int, Any]) -> str:
@@ -851,7 +871,7 @@ def register(app: typer.Typer) -> None:
             elif fmt is not Format.table:
                 shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
             render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
-        word = gate_word(rows, code, version, strict=strict)  # PASS, REGRESSION, FAILED (...), INCONCLUSIVE, no runs
+        word = gate_word(rows, code, version, strict=strict, stories=stories)  # PASS, REGRESSION, ENV-CHANGED ...
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)
