@@ -574,7 +574,8 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
     minutes, a single run on an hour's, never years). In each panel: the
     median step time (ms, our timer) with its p10–p90 band over the run's measured samples, one line per
     model version (:func:`version_segments`: a line never joins two versions) in that version's colour, the
-    compared baseline's median (dashed steps), regressions as red crosses, failed runs as black ticks on the
+    compared baseline's median (dashed steps), regressions as red crosses, inconclusive runs ringed in orange
+    (legend ``inconclusive (undecided)``), failed runs as black ticks on the
     time axis, and vertical lines where the version (dotted, labelled; labels too close to sit side by side go a
     row lower: :func:`label_rows`) or the environment's comparability key
     (dashed, red: a new baseline history; ``with_env_changes``) changed. A fingerprint change outside the key
@@ -654,6 +655,19 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
                 color="red",
                 zorder=5,
                 label=once("regression"),
+            )
+        undecided = good[good["verdict"] == "inconclusive"]
+        if not undecided.empty:  # undecided, not a pass: an open ring around the median's dot, as the pages draw it
+            ax.scatter(
+                undecided["started_at"],
+                undecided["median_step_ms"],
+                marker="o",
+                s=110,
+                facecolors="none",
+                edgecolors="darkorange",
+                linewidths=1.8,
+                zorder=5,
+                label=once("inconclusive (undecided)"),
             )
         failed = g[g["status"] != "success"]
         if not failed.empty:

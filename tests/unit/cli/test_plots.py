@@ -233,3 +233,17 @@ def test_the_model_pages_chart_labels_every_panel_and_draws_single_runs_failed_c
     assert undecided.showlegend and list(undecided.customdata) == [2] and undecided.marker.symbol == "circle-open"
     bands = [t for t in fig.data if t.name == "p10–p90 of the run's steps"]
     assert bands == []  # one run per version here: error bars, no band of one point
+
+
+def test_history_plot_marks_inconclusive_runs_with_a_legend_entry_of_their_own():
+    """``history --plot`` drew an inconclusive run as a pass: it is ringed, and the legend says inconclusive."""
+    df = history([("fast", "1", 1.4), ("fast", "1", 1.5), ("fast", "1", 1.6)])
+    df.loc[1, "verdict"] = "inconclusive"
+    df.loc[2, "verdict"] = "regression"
+    fig = history_figure(df, title="t")
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "inconclusive (undecided)" in labels and "regression" in labels
+    (ax,) = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    (ring,) = [c for c in ax.collections if c.get_label() == "inconclusive (undecided)"]
+    assert [tuple(p) for p in ring.get_offsets()] == [(mdates.date2num(df.loc[1, "started_at"]), 1.5)]
