@@ -178,6 +178,18 @@ def version_label(version: str) -> str:
     return f"v{version}" if str(version).isdigit() else str(version)
 
 
+def newest_version(versions: Sequence[Any]) -> str | None:
+    """The newest of the model versions ``versions`` (as stored; ordered oldest to newest measured): the highest
+    version directory number (``12`` after ``9``), else, for keras.applications versions (no number), the last
+    in ``versions``; None for none. ``latest`` (a request never resolved: a run that failed before its pull)
+    is no version."""
+    known = [str(v) for v in versions if v is not None and str(v) not in ("", "latest")]
+    numbered = [v for v in known if v.isdigit()]
+    if numbered:
+        return max(numbered, key=int)
+    return known[-1] if known else None
+
+
 class Record(BaseModel):
     """Base of all stage records: immutable, unknown fields rejected."""
 

@@ -376,10 +376,12 @@ def regressions_note(n_recent: int, n_regressions: int, newest: Any = None, days
 
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request) -> HTMLResponse:
-    """The regressions of the last 7 days (or why there are none), the models with their newest run, and the
-    latest 50 runs (all models), newest first."""
+    """The regressions of the last 7 days (or why there are none), the models with their newest version
+    measured (``tasks.records.newest_version`` of their successful runs) and newest run, and the latest 50 runs
+    (all models), newest first."""
     import pandas as pd
 
+    from tasks.records import newest_version
     from tasks.store import queries
 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
@@ -400,16 +402,19 @@ def index(request: Request) -> HTMLResponse:
     )
     models = latest.drop_duplicates("model").sort_values("model")
     counts = latest["model"].value_counts()
+    measured = latest[latest["status"] == "success"].sort_values("run_id")
+    newest_versions = {m: newest_version(list(g["version"])) for m, g in measured.groupby("model")}
     model_rows = "".join(
         f"<tr><td class='text'>{_a(f'{plugin_root(request)}/models/{quote_segment(r.model)}', r.model)}</td>"
-        f"<td>{counts[r.model]}</td><td class='text'>{html.escape(str(r.version))}</td>"
+        f"<td>{counts[r.model]}</td><td class='text'>{_version_cell(newest_versions.get(r.model))}</td>"
         f"<td>{_a(f'{plugin_root(request)}/runs/{int(r.run_id)}', str(int(r.run_id)))}</td>"
         f"<td class='text'>{_verdict(r.verdict)}</td><td>{html.escape(_text(r.started_at))}</td></tr>"
         for r in models.itertuples()
     )
     body += (
         "<h2>Models</h2><table><thead><tr><th class='text'>model</th><th>runs (latest 200)</th>"
-        "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
+        "<th class='text'>newest version measured</th><th>newest run</th><th class='text'>its verdict</th>"
+        "<th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
     shown = latest.head(50).copy()
@@ -420,15 +425,23 @@ def index(request: Request) -> HTMLResponse:
     return _page(request, "perfwatch", body)
 
 
+def _version_cell(version: str | None) -> str:
+    """A version as a cell: ``v3`` (``version_label``), ``—`` for none (no successful run)."""
+    from tasks.records import version_label
+
+    return html.escape(version_label(version)) if version is not None else MISSING
+
+
 # ---------------------------------------------------------------------------------------------- model page
 
 
 @router.get("/models/{model}", response_class=HTMLResponse)
 def model_history(request: Request, model: str) -> HTMLResponse:
-    """A model's step-time trend (interactive chart, one panel per case, oldest to newest), its version
-    comparisons, its runs (newest first) and its sweep along batch size."""
+    """A model's newest version measured (with its newest successful run), its step-time trend (interactive
+    chart, one panel per case, oldest to newest), its version comparisons, its runs (newest first) and its sweep
+    along batch size."""
     from tasks.cli.history import history_frame, spread_cells, with_env_changes
-    from tasks.records import case_title
+    from tasks.records import case_title, newest_version
     from tasks.store.reads import verdict_stories
 
     df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
@@ -452,8 +465,20 @@ def model_history(request: Request, model: str) -> HTMLResponse:
         )
         for r in newest.sort_values("case_name").itertuples()
     )
+    measured = df[df["status"] == "success"].sort_values("run_id")
+    newest_v = newest_version(list(measured["version"]))
+    if newest_v is not None:
+        of = measured[measured["version"].astype(str) == newest_v]
+        newest_line = (
+            f"<p class='newest-version'>Newest version measured: <b>{_version_cell(newest_v)}</b> (its newest "
+            f"successful run: {_a(f'{base}/runs/{int(of.iloc[-1].run_id)}', str(int(of.iloc[-1].run_id)))}, "
+            f"{html.escape(_text(of.iloc[-1].started_at))} UTC; cases: "
+            f"{html.escape(', '.join(sorted(set(of['case_name']))))})</p>"
+        )
+    else:
+        newest_line = "<p class='newest-version'>Newest version measured: none (no successful run)</p>"
     body = (
-        f"<h2>Newest verdict per case</h2>{verdicts}<h2>Trend</h2>"
+        f"{newest_line}<h2>Newest verdict per case</h2>{verdicts}<h2>Trend</h2>"
         "<p class='note'>Median step time per run (ms, profiler off) with the p10–p90 of its measured steps; one "
         "panel per case on its own scale, one line per model version; dashed: the compared baseline's median; "
         "diamonds: runs that served as a baseline; dotted lines: a new version, red dashed: a new environment. "
