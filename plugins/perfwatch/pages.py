@@ -260,8 +260,9 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
         return f"<td class='text case'>{html.escape(str(v))}{extra}</td>"
     if col in ("verdict", "status"):
         return f"<td{attr}>{_verdict(v)}</td>"
-    if col == "ratio":
-        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')))}</td>"
+    if col == "ratio":  # named where it is not the default wall time: a CPU-time ratio reads otherwise
+        cpu = " (CPU time)" if rec.get("metric") == "cpu" and not _missing(v) else ""
+        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')) + cpu)}</td>"
     if col == "knee":
         return f"<td>{'★' if v else ''}</td>"
     return f"<td{attr}>{html.escape(_text(v))}</td>"
@@ -277,7 +278,8 @@ def _table(
 ) -> str:
     """An HTML table of ``df`` (one row per run, newest first as given) with ``columns`` (default: all; those
     the frame lacks are left out): ``MISSING`` for missing values, run ids linked to the run's page, model names
-    to the model's page, cases with their readable label, verdicts as badges, ratios with their interval; with
+    to the model's page, cases with their readable label, verdicts as badges, ratios with their interval (and
+    ``(CPU time)`` where the row's ``metric`` is ``cpu``); with
     ``links`` (``run_pages`` rows by run id) a last column links each run's task log, Data Docs and profile.
     ``empty``: what an empty frame shows."""
     if df.empty:

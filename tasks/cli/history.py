@@ -265,6 +265,26 @@ def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=[f"p{q}_{k}" for q in SPREAD for k in ("low_ms", "high_ms", "estimable")])
 
 
+def metric_cells(df: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``table`` (default ``df``; rows as ``df``'s) with each ratio cell naming its metric where it is not the
+    default wall time: ``1.360 (CPU time)`` where ``df``'s ``metric`` is ``cpu`` (the runner's CPU time per
+    step decided, a busy host), the figure alone for wall time; unchanged without a ``metric`` or ``ratio``
+    column. The tables' form only: csv and json keep the number and the ``metric`` column."""
+    import pandas as pd
+
+    out = (df if table is None else table).copy()
+    if "metric" not in df.columns or "ratio" not in out.columns:
+        return out
+    on_cpu = (df["metric"] == "cpu").to_numpy() & out["ratio"].notna().to_numpy()
+    if not on_cpu.any():
+        return out
+    out["ratio"] = [
+        (f"{r:.3f} (CPU time)" if cpu else r) if pd.notna(r) else None
+        for r, cpu in zip(out["ratio"], on_cpu, strict=True)
+    ]
+    return out
+
+
 def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
     """``df`` as a listing shows it: in a table, each case in ``column`` with its readable label beside it
     (``tasks.records.case_title``: ``train-bs16-in1be8b91f (images_slow)``, one cell that wraps at the space,
@@ -464,16 +484,16 @@ GATE_TABLE_COLUMNS = [
 
 def gate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Gate rows (``sql/queries/gate.sql``, with ``case_label``) as its table shows them: :data:`GATE_TABLE_COLUMNS`,
-    the verdict ``failed@<stage>`` for a failed run and marked ``(CPU time)`` where CPU time decided (the
-    status, failed stage and metric columns then say nothing more; which run answered is said under the
-    table)."""
+    the verdict ``failed@<stage>`` for a failed run and, with the ratio cell (:func:`metric_cells`), marked
+    ``(CPU time)`` where CPU time decided (the status, failed stage and metric columns then say nothing more;
+    which run answered is said under the table)."""
     out = rows.copy()
     failed = out["status"] != "success"
     out["verdict"] = out["verdict"].astype(object)
     out.loc[failed, "verdict"] = ["failed@" + str(s) for s in out.loc[failed, "failed_stage"]]
     on_cpu = (out["metric"] == "cpu") & ~failed
     out.loc[on_cpu, "verdict"] = out.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
-    return out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]]
+    return metric_cells(out, out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]])
 
 
 REGRESSIONS_TABLE_COLUMNS = [
@@ -755,7 +775,11 @@ def register(app: typer.Typer) -> None:
 
         ids = [int(i) for i in df["run_id"]]
         stories = verdict_stories(ids, url)
-        shown = median_cells(spread_cells(df))[HISTORY_TABLE_COLUMNS] if fmt is Format.table else df.copy()
+        shown = (
+            metric_cells(df, median_cells(spread_cells(df))[HISTORY_TABLE_COLUMNS])
+            if fmt is Format.table
+            else df.copy()
+        )
         if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
             shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:
@@ -793,7 +817,11 @@ def register(app: typer.Typer) -> None:
             df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:
             df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
-        shown = df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]] if fmt is Format.table else df
+        shown = (
+            metric_cells(df, df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]])
+            if fmt is Format.table
+            else df
+        )
         render(titled_cases(shown, fmt), fmt, title="regressions")
         if fmt is Format.table:  # each verdict's story under the table, one line per run
             for i in ids:

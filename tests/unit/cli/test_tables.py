@@ -164,3 +164,39 @@ def test_a_no_baseline_run_carries_its_story_under_the_runs_table(cli, demo, db_
     assert f"it is not the case's baseline (if it is sound: perfwatch baseline accept {other} --by NAME" in line
     (row,) = [r for r in json.loads(cli("runs", "--format", "json").stdout) if r["run_id"] == other]
     assert row["decision"]["reason"].startswith("no baseline yet: ")
+
+
+def _cells(table: str) -> list[str]:
+    """Every body cell of a rich table, its wrapped lines joined (a row starts where its first cell has text)."""
+    rows: list[list[str]] = []
+    for ln in table.splitlines():
+        if ln.startswith("│"):
+            cells = [c.strip() for c in ln.strip().strip("│").split("│")]
+            if cells[0] or not rows:
+                rows.append(cells)
+            else:
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+    return [c for r in rows for c in r]
+
+
+def test_a_ratio_decided_on_cpu_time_says_so_in_its_cell_in_every_table(cli, demo, db_url):
+    """A ratio of CPU time read like one of wall time in the history and regressions tables: its cell says
+    ``(CPU time)``; a wall-time ratio stays a bare figure; json keeps the number and the metric."""
+    from sqlalchemy import update
+
+    from tasks.store import Run, RunComparison, session_scope
+
+    with session_scope(db_url) as s:
+        s.execute(update(Run).where(Run.id == demo["gate"]).values(compare_metric="cpu"))
+        s.execute(update(RunComparison).where(RunComparison.run_id == demo["gate"]).values(metric="cpu"))
+    for args in (
+        ("history", "demo_mobilenet"),
+        ("regressions", "--since", "2026-01-01"),
+        ("gate", "demo_mobilenet", "2"),
+    ):
+        table = cli(*args).stdout.split("└")[0]
+        assert "1.873 (CPU time)" in _cells(table), (args, table)
+    history = _cells(cli("history", "demo_mobilenet").stdout.split("└")[0])
+    assert "1.900" in history and "1.900 (CPU time)" not in history  # the adhoc run's wall-time ratio: a bare figure
+    (row,) = json.loads(cli("regressions", "--since", "2026-01-01", "--format", "json").stdout)
+    assert row["ratio"] == pytest.approx(1.8734) and row["metric"] == "cpu"

@@ -136,3 +136,15 @@ def test_the_index_and_the_model_page_say_which_is_the_newest_version_measured(p
     assert _models_row(index, "demo_mobilenet")[2] == "v2"
     model = _text(client.get("/perfwatch/models/demo_mobilenet").text)
     assert "Newest version measured: v2 (its newest successful run: " in model
+
+
+def test_a_cpu_time_ratio_says_so_in_the_pages_tables():
+    """A ratio cell named no metric: one of CPU time says ``(CPU time)``; one of wall time is the figure alone."""
+    from starlette.requests import Request
+
+    from plugins.perfwatch.pages import _cell
+
+    request = Request({"type": "http", "path": "/perfwatch/", "root_path": "", "headers": [], "query_string": b""})
+    cpu = {"ratio": 1.36, "ci_low": 1.3, "ci_high": 1.4, "metric": "cpu"}
+    assert _text(_cell(request, "ratio", cpu)).endswith("(CPU time)")
+    assert "CPU" not in _cell(request, "ratio", cpu | {"metric": "wall"})
