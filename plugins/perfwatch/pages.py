@@ -1103,7 +1103,9 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
             f"{html.escape(story.method_text or '')}</span></p>"
         )
     headline = (
-        f"<section class='story'><p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
+        "<section class='story'>"
+        + "".join(f"<p class='note env-warning'><b>{html.escape(w)}</b></p>" for w in vc.warnings)
+        + f"<p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
         "<span class='muted'>: the ratio of the two runs' median step times (two processes, profiler off)</span></p>"
         + verdict
         + (f"<p class='note' id='figures'>{html.escape(figure['note'])}.</p>" if figure["note"] else "")
