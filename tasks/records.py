@@ -178,6 +178,18 @@ def version_label(version: str) -> str:
     return f"v{version}" if str(version).isdigit() else str(version)
 
 
+def newest_version(versions: Sequence[Any]) -> str | None:
+    """The newest of the model versions ``versions`` (as stored; ordered oldest to newest measured): the highest
+    version directory number (``12`` after ``9``), else, for keras.applications versions (no number), the last
+    in ``versions``; None for none. ``latest`` (a request never resolved: a run that failed before its pull)
+    is no version."""
+    known = [str(v) for v in versions if v is not None and str(v) not in ("", "latest")]
+    numbered = [v for v in known if v.isdigit()]
+    if numbered:
+        return max(numbered, key=int)
+    return known[-1] if known else None
+
+
 class Record(BaseModel):
     """Base of all stage records: immutable, unknown fields rejected."""
 
@@ -1090,6 +1102,16 @@ def judged_profiles(xplane_paths: list[str] | None) -> list[str]:
     return out
 
 
+class ComparabilityChange(Record):
+    """One comparability field that differs between a run's environment and its baseline's (an ``env-changed``
+    verdict's ``evidence["env_changes"]``, ``tasks.analysis.environment.FieldChange``): the dotted field, the
+    baseline's value and the run's (``"absent"`` where a side lacks the field)."""
+
+    field: str
+    old: Any = "absent"
+    new: Any = "absent"
+
+
 class Acceptance(Record):
     """A run's acceptance as its case's baseline (the store's ``baselines`` row): who (``perfwatch`` itself,
     ``perfwatch baseline accept --by NAME``, ``make demo``), when (UTC), why, and when a later baseline superseded
@@ -1134,6 +1156,8 @@ class VerdictStory(Record):
         tail_sides: with ``gated_on``, the deciding percentile of each side (``baseline``, ``candidate``: ``point``,
             ``low``, ``high`` in ms, ``n`` samples, ``confidence`` of each side's interval, ``estimable``; the
             ``tasks.analysis.percentiles.PercentileCI`` fields the tail gate kept).
+        env_changes: an ``env-changed`` verdict's comparability fields that differ from its baseline's
+            environment (:class:`ComparabilityChange`, old -> new); empty for any other verdict.
     """
 
     run_id: int | None = None
@@ -1158,6 +1182,7 @@ class VerdictStory(Record):
     accepted: Acceptance | None = None
     gated_on: str | None = None
     tail_sides: dict[str, dict[str, Any]] | None = None
+    env_changes: list[ComparabilityChange] = Field(default_factory=list)
 
     @property
     def threshold(self) -> float | None:
@@ -1209,10 +1234,10 @@ class VerdictStory(Record):
         ``evidence["noise"]["reason"]``), confidence and tolerance of the comparison that decided
         (``evidence["cpu"]`` when CPU time decided, else ``evidence["paired"]`` of a paired gate, else
         ``evidence["stats"]``), a paired gate's pairs (``spent``) and whether it was sequential, the history's
-        baseline runs (``stats.n_baseline``), the baseline version (a paired gate's ``baseline_version`` when
-        ``baseline_version`` is not given); where a tail gate decided (``evidence["gated_on"]``), that tail's
-        confidence and tolerance and each side's percentile (``tail_sides``, from ``evidence["per_query_tail"]`` or
-        ``evidence["tail"]``)."""
+        baseline runs (``stats.n_baseline``), the comparability fields that changed (``env_changes``), the
+        baseline version (a paired gate's ``baseline_version`` when ``baseline_version`` is not given); where a
+        tail gate decided (``evidence["gated_on"]``), that tail's confidence and tolerance and each side's
+        percentile (``tail_sides``, from ``evidence["per_query_tail"]`` or ``evidence["tail"]``)."""
         ev = dict(evidence or {})
         paired = ev.get("paired") or {}
         decided = (ev.get("cpu") if metric == "cpu" else None) or (paired if method == "paired-abba" else None)
@@ -1248,6 +1273,11 @@ class VerdictStory(Record):
             profile=list(profile or []),
             gated_on=gated_on,
             tail_sides=sides,
+            env_changes=[
+                ComparabilityChange(field=str(c["field"]), old=c.get("old", "absent"), new=c.get("new", "absent"))
+                for c in ev.get("env_changes") or []
+                if isinstance(c, Mapping) and c.get("field")
+            ],
         )
 
     @classmethod

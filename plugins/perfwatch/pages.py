@@ -307,8 +307,9 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
         return f"<td class='text case'>{html.escape(str(v))}{extra}</td>"
     if col in ("verdict", "status"):
         return f"<td{attr}>{_verdict(v)}</td>"
-    if col == "ratio":
-        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')))}</td>"
+    if col == "ratio":  # named where it is not the default wall time: a CPU-time ratio reads otherwise
+        cpu = " (CPU time)" if rec.get("metric") == "cpu" and not _missing(v) else ""
+        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')) + cpu)}</td>"
     if col == "knee":
         return f"<td>{'★' if v else ''}</td>"
     return f"<td{attr}>{html.escape(_text(v))}</td>"
@@ -324,7 +325,8 @@ def _table(
 ) -> str:
     """An HTML table of ``df`` (one row per run, newest first as given) with ``columns`` (default: all; those
     the frame lacks are left out): ``MISSING`` for missing values, run ids linked to the run's page, model names
-    to the model's page, cases with their readable label, verdicts as badges, ratios with their interval; with
+    to the model's page, cases with their readable label, verdicts as badges, ratios with their interval (and
+    ``(CPU time)`` where the row's ``metric`` is ``cpu``); with
     ``links`` (``run_pages`` rows by run id) a last column links each run's task log, Data Docs and profile.
     ``empty``: what an empty frame shows."""
     if df.empty:
@@ -423,10 +425,12 @@ def regressions_note(n_recent: int, n_regressions: int, newest: Any = None, days
 
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request) -> HTMLResponse:
-    """The regressions of the last 7 days (or why there are none), the models with their newest run, and the
-    latest 50 runs (all models), newest first."""
+    """The regressions of the last 7 days (or why there are none), the models with their newest version
+    measured (``tasks.records.newest_version`` of their successful runs) and newest run, and the latest 50 runs
+    (all models), newest first."""
     import pandas as pd
 
+    from tasks.records import newest_version
     from tasks.store import queries
 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
@@ -447,16 +451,19 @@ def index(request: Request) -> HTMLResponse:
     )
     models = latest.drop_duplicates("model").sort_values("model")
     counts = latest["model"].value_counts()
+    measured = latest[latest["status"] == "success"].sort_values("run_id")
+    newest_versions = {m: newest_version(list(g["version"])) for m, g in measured.groupby("model")}
     model_rows = "".join(
         f"<tr><td class='text'>{_a(f'{plugin_root(request)}/models/{quote_segment(r.model)}', r.model)}</td>"
-        f"<td>{counts[r.model]}</td><td class='text'>{html.escape(str(r.version))}</td>"
+        f"<td>{counts[r.model]}</td><td class='text'>{_version_cell(newest_versions.get(r.model))}</td>"
         f"<td>{_a(f'{plugin_root(request)}/runs/{int(r.run_id)}', str(int(r.run_id)))}</td>"
         f"<td class='text'>{_verdict(r.verdict)}</td><td>{html.escape(_text(r.started_at))}</td></tr>"
         for r in models.itertuples()
     )
     body += (
         "<h2>Models</h2><table><thead><tr><th class='text'>model</th><th>runs (latest 200)</th>"
-        "<th class='text'>newest version</th><th>newest run</th><th class='text'>its verdict</th><th>started (UTC)</th>"
+        "<th class='text'>newest version measured</th><th>newest run</th><th class='text'>its verdict</th>"
+        "<th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
     from tasks.settings import Settings
@@ -473,15 +480,23 @@ def index(request: Request) -> HTMLResponse:
     return _page(request, "perfwatch", body)
 
 
+def _version_cell(version: str | None) -> str:
+    """A version as a cell: ``v3`` (``version_label``), ``—`` for none (no successful run)."""
+    from tasks.records import version_label
+
+    return html.escape(version_label(version)) if version is not None else MISSING
+
+
 # ---------------------------------------------------------------------------------------------- model page
 
 
 @router.get("/models/{model}", response_class=HTMLResponse)
 def model_history(request: Request, model: str) -> HTMLResponse:
-    """A model's step-time trend (interactive chart, one panel per case, oldest to newest), its version
-    comparisons, its runs (newest first) and its sweep along batch size."""
+    """A model's newest version measured (with its newest successful run), its step-time trend (interactive
+    chart, one panel per case, oldest to newest), its version comparisons, its runs (newest first) and its sweep
+    along batch size."""
     from tasks.cli.history import history_frame, spread_cells, with_env_changes
-    from tasks.records import case_title
+    from tasks.records import case_title, newest_version
     from tasks.store.reads import verdict_stories
 
     df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
@@ -505,8 +520,20 @@ def model_history(request: Request, model: str) -> HTMLResponse:
         )
         for r in newest.sort_values("case_name").itertuples()
     )
+    measured = df[df["status"] == "success"].sort_values("run_id")
+    newest_v = newest_version(list(measured["version"]))
+    if newest_v is not None:
+        of = measured[measured["version"].astype(str) == newest_v]
+        newest_line = (
+            f"<p class='newest-version'>Newest version measured: <b>{_version_cell(newest_v)}</b> (its newest "
+            f"successful run: {_a(f'{base}/runs/{int(of.iloc[-1].run_id)}', str(int(of.iloc[-1].run_id)))}, "
+            f"{html.escape(_text(of.iloc[-1].started_at))} UTC; cases: "
+            f"{html.escape(', '.join(sorted(set(of['case_name']))))})</p>"
+        )
+    else:
+        newest_line = "<p class='newest-version'>Newest version measured: none (no successful run)</p>"
     body = (
-        f"<h2>Newest verdict per case</h2>{verdicts}<h2>Trend</h2>"
+        f"{newest_line}<h2>Newest verdict per case</h2>{verdicts}<h2>Trend</h2>"
         "<p class='note'>Median step time per run (ms, profiler off) with the p10–p90 of its measured steps; one "
         "panel per case on its own scale, one line per model version; dashed: the compared baseline's median; "
         "diamonds: runs that served as a baseline; dotted lines: a new version, red dashed: a new environment. "
@@ -1131,7 +1158,9 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
             f"{html.escape(story.method_text or '')}</span></p>"
         )
     headline = (
-        f"<section class='story'><p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
+        "<section class='story'>"
+        + "".join(f"<p class='note env-warning'><b>{html.escape(w)}</b></p>" for w in vc.warnings)
+        + f"<p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
         "<span class='muted'>: the ratio of the two runs' median step times (two processes, profiler off)</span></p>"
         + verdict
         + (f"<p class='note' id='figures'>{html.escape(figure['note'])}.</p>" if figure["note"] else "")

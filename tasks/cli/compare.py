@@ -67,7 +67,9 @@ class VersionComparison:
     threshold); attribution: the full Attribution (summary text, top_share...); identical_bytes: both runs
     measured the same model bytes (equal sha256 digests), so any difference is drift between processes;
     selection: for a comparison of versions, one line per side saying which run stands for the version and why
-    (:func:`answering_run`; empty for two runs given by id).
+    (:func:`answering_run`; empty for two runs given by id), then which case was compared and which were left
+    out (no ``case`` given); warnings: the two runs were measured in different environments (the
+    comparability fields that differ, old -> new).
     """
 
     headline: pd.DataFrame
@@ -77,6 +79,7 @@ class VersionComparison:
     attribution: Attribution
     identical_bytes: bool = False
     selection: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution summary."""
@@ -96,6 +99,7 @@ class VersionComparison:
             "step_time_change_source": self.attribution.step_time_change_source,
             "top_share": self.attribution.top_share,
             "selection": list(self.selection),
+            "warnings": list(self.warnings),
         }
 
 
@@ -163,8 +167,11 @@ def compare_versions(
     ``model`` (:func:`answering_run`: ``perfwatch gate``'s rule, so ``compare`` and ``gate`` name the same run;
     the comparison's ``selection`` says which and why).
 
-    ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the case of the newest successful
-    run of ``to_version``, which ``from_version`` must also have. Op times are µs per step: each op's share of
+    ``case`` (e.g. ``train-bs16``): compare runs of that case; default: the newest case of ``to_version``
+    that ``from_version`` also has, the others named in the selection (left out). Where the two answering runs
+    were measured in different environments (comparability keys differ), ``from_version``'s newest run in the
+    case in ``to_version``'s environment stands for it instead (said in the selection), else the comparison
+    carries a warning naming the fields that differ. Op times are µs per step: each op's share of
     its run's profiled-window op self-time (per profiled step, ``params.profiled_steps``) scaled to the run's
     measured median step time (profiler off), so the op deltas add up to the change of the measured medians
     that the headline reports (``tasks.analysis.attribution.attribute``; raw window self-times when a run
@@ -175,12 +182,32 @@ def compare_versions(
     Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
     ValueError when a run records no ``profiled_steps``.
     """
+    from tasks.records import version_label as vl
+
     to_runs = _latest(db_url, model, to_version, case)
     if not to_runs:
         raise ComparisonUnavailable(
             f"no successful run of {model} version {to_version}" + (f" in case {case}" if case else "")
         )
-    case = case or to_runs[0]["case"]
+    notes: list[str] = []
+    if case is None:  # the newest case of to_version that from_version has too; the others are said
+        to_cases = list(dict.fromkeys(r["case"] for r in to_runs))
+        from_cases = list(dict.fromkeys(r["case"] for r in _latest(db_url, model, from_version, None)))
+        common = [c for c in to_cases if c in from_cases]
+        if not common:
+            raise ComparisonUnavailable(
+                f"no case that both {vl(from_version)} and {vl(to_version)} of {model} have a successful run of "
+                f"({vl(to_version)}: {to_cases}; {vl(from_version)}: {from_cases or 'none'})"
+            )
+        case = common[0]
+        left = [f"{c} (both: pass --case {c})" for c in common[1:]]
+        left += [f"{c} ({vl(to_version)} only)" for c in to_cases if c not in from_cases]
+        left += [f"{c} ({vl(from_version)} only)" for c in from_cases if c not in to_cases]
+        if left:
+            notes.append(
+                f"case {case} compared (the newest case of {vl(to_version)} that {vl(from_version)} also has); "
+                "left out: " + ", ".join(left)
+            )
     from_runs = _latest(db_url, model, from_version, case)
     if not from_runs:
         other = sorted({r["case"] for r in _latest(db_url, model, from_version, None)})
@@ -189,7 +216,55 @@ def compare_versions(
             + (f" (it has runs in {other}; pass --case)" if other else "")
         )
     (a, why_a), (b, why_b) = (answering_run(db_url, model, v, case) for v in (from_version, to_version))
-    return replace(_compare_sides(db_url, {"from": a, "to": b}, top_n=top_n), selection=(why_a, why_b))
+    a, why_a, warning = _same_environment(db_url, a, why_a, b, from_runs, from_version, to_version)
+    vc = _compare_sides(db_url, {"from": a, "to": b}, top_n=top_n)
+    return replace(vc, selection=(why_a, why_b, *notes), warnings=(warning,) if warning else ())
+
+
+def _same_environment(
+    db_url: str,
+    a: Mapping[str, Any],
+    why_a: str,
+    b: Mapping[str, Any],
+    from_runs: list[Any],
+    from_version: str,
+    to_version: str,
+) -> tuple[Mapping[str, Any], str, str | None]:
+    """The from side measured in the to side's environment: ``a`` (the run that answers for ``from_version``)
+    where its comparability key is ``b``'s; else the newest successful run of ``from_version`` in the case
+    (``from_runs``) that has ``b``'s key, said in the selection line; else ``a`` with a warning naming the
+    comparability fields that differ (old -> new, ``absent`` where a side lacks one).
+
+    Returns:
+        (the from run, its selection line, the warning or None).
+    """
+    from tasks.analysis.environment import diff_fingerprints
+    from tasks.records import version_label as vl
+    from tasks.store import reads
+
+    envs = reads.run_environments(db_url, [int(r["run_id"]) for r in (*from_runs, a, b)])
+    ka, kb = envs.get(int(a["run_id"])), envs.get(int(b["run_id"]))
+    if ka is None or kb is None or ka[0] == kb[0]:
+        return a, why_a, None
+    changes = [c for c in diff_fingerprints(ka[1], kb[1]) if c.affects_comparability]
+    fields = "; ".join(f"{c.field} {c.old} -> {c.new}" for c in changes) or "the comparability key"
+    same = next((r for r in from_runs if envs.get(int(r["run_id"]), ("",))[0] == kb[0]), None)
+    if same is not None:
+        return (
+            same,
+            f"{vl(from_version)}: run {same['run_id']}, its newest successful run in the environment of "
+            f"{vl(to_version)}'s run {b['run_id']} (run {a['run_id']}, which `perfwatch gate` answers with, was "
+            f"measured in another environment: {fields})",
+            None,
+        )
+    return (
+        a,
+        why_a,
+        f"WARNING: runs {a['run_id']} ({vl(from_version)}) and {b['run_id']} ({vl(to_version)}) were measured in "
+        f"different environments ({fields}), and {vl(from_version)} has no run in the environment of run "
+        f"{b['run_id']}: the change mixes the model's with the environment's; measure both in one environment "
+        f"(perfwatch run MODEL --version {to_version} --paired)",
+    )
 
 
 def compare_runs(db_url: str, run_a: int, run_b: int, *, top_n: int = 10) -> VersionComparison:
@@ -389,7 +464,8 @@ def register(app: typer.Typer) -> None:
         ],
         to_version: Annotated[str, typer.Option("--to", help="Candidate version (as --from).")],
         case: Annotated[
-            str | None, typer.Option(help="Case, e.g. train-bs16 (default: the newest run's case of --to).")
+            str | None,
+            typer.Option(help="Case, e.g. train-bs16 (default: the newest case of --to that --from also has)."),
         ] = None,
         top: Annotated[int, typer.Option(help="Show the N ops that grew most (0: all).")] = 10,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")] = Format.table,
@@ -421,6 +497,9 @@ def register(app: typer.Typer) -> None:
 
         to_run = int(vc.headline.set_index("side").loc["to", "run_id"])
         figure = verdict_figure(vc, verdict_stories([to_run], url).get(to_run))
+        if fmt in (Format.json, Format.csv):  # the warning beside the data, where a script's reader looks
+            for line in vc.warnings:
+                typer.echo(f"perfwatch compare: {line}", err=True)
         if fmt is Format.json:
             print(
                 json.dumps(
@@ -442,6 +521,8 @@ def register(app: typer.Typer) -> None:
             "categories": "by op category (µs per profiled step)",
             "findings": "diagnosis findings",
         }
+        for line in vc.warnings:  # first, above the figures it qualifies
+            print(line)
         print(_headline_text(vc))
         for line in (figure["marked"], figure["note"]):  # which figure is the verdict's, and why another differs
             if line:

@@ -10,7 +10,7 @@ runs only (``tasks.analysis.gains.compared_runs``: the case's, at the compared v
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -108,12 +108,74 @@ def register(app: typer.Typer) -> None:
                 df.columns.get_loc("peak_memory_bytes"), "peak_memory", [bytes_text(v) for v in df["peak_memory_bytes"]]
             )
             df = df.drop(columns="peak_memory_bytes")
-        render(df, fmt, title=f"{model}: hardware side by side")
+        title = f"{model}: hardware side by side"
+        shown = people_table(df) if fmt == Format.table else df
+        if fmt == Format.table:
+            for col in ("case", "version"):  # one value: said in the title, its column room for the figures
+                if shown[col].nunique() == 1:
+                    title += f", {col} {shown[col].iloc[0]}"
+                    shown = shown.drop(columns=[col])
+        render(shown, fmt, title=title)
         for note in notes:  # on stderr: csv and json stay one table
             typer.echo(f"note: {note}", err=True)
         if fmt == Format.table:
+            methods = sorted({str(m) for m in df["method"].dropna() if m != "reference"})
+            typer.echo(
+                "ratio: step time over the reference's, with its 95% interval"
+                + (f" ({', '.join(methods)})" if methods else "")
+                + "; env: the environment's comparability key (its first 8 characters: --reference takes it)"
+            )
             for r in df.itertuples():
                 if isinstance(r.differs_beyond_hardware, str):
                     typer.echo(
-                        f"note: {r.case} on {r.hardware} differs in more than the hardware: {r.differs_beyond_hardware}"
+                        f"note: {r.case} on {r.hardware} (env {str(r.env_key)[:8]}) differs in more than the "
+                        f"hardware: {r.differs_beyond_hardware}"
                     )
+
+
+def people_table(df: pd.DataFrame) -> pd.DataFrame:
+    """``hardware``'s table for a terminal (120 columns): case, version, env (the comparability key's first 8
+    characters), hardware, runs, median step time, throughput, peak memory, J/example (only where some run
+    measured power), the ratio to the reference with its interval in one cell (``0.396 [0.392, 0.400]``;
+    ``reference`` for the reference itself) and ``beyond hardware``: what differs from the reference
+    environment besides the hardware (the fields' names; ``same`` where nothing does; old -> new under the
+    table). ``df``: :func:`hardware_frame`'s rows, peak memory as text."""
+    import pandas as pd
+
+    def ratio(r: Any) -> str:
+        if bool(r.reference):
+            return "reference"
+        if r.ratio is None or pd.isna(r.ratio):
+            return "—"
+        interval = (
+            f" [{r.ratio_low:.3f}, {r.ratio_high:.3f}]"
+            if r.ratio_low is not None and r.ratio_high is not None and pd.notna(r.ratio_low) and pd.notna(r.ratio_high)
+            else ""
+        )
+        return f"{r.ratio:.3f}{interval}"
+
+    def beyond(r: Any) -> str:
+        if bool(r.reference):
+            return "reference"
+        if not isinstance(r.differs_beyond_hardware, str) or not r.differs_beyond_hardware:
+            return "same"
+        return ", ".join(part.split(":", 1)[0].strip() for part in r.differs_beyond_hardware.split("; "))
+
+    out = pd.DataFrame(
+        {
+            "case": df["case"],
+            "version": df["version"],
+            "env": df["env_key"].astype(str).str[:8],
+            "hardware": df["hardware"],
+            "runs": df["runs"],
+            "median_step_ms": df["median_step_ms"],
+            "throughput_eps": df["throughput_eps"],
+            "peak_memory": df["peak_memory"],
+            "J/example": df["energy_per_example_j"],
+            "ratio [95%]": [ratio(r) for r in df.itertuples()],
+            "beyond hardware": [beyond(r) for r in df.itertuples()],
+        }
+    )
+    if out["J/example"].isna().all():
+        out = out.drop(columns=["J/example"])
+    return out

@@ -291,6 +291,26 @@ def spread_cells(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=[f"p{q}_{k}" for q in SPREAD for k in ("low_ms", "high_ms", "estimable")])
 
 
+def metric_cells(df: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``table`` (default ``df``; rows as ``df``'s) with each ratio cell naming its metric where it is not the
+    default wall time: ``1.360 (CPU time)`` where ``df``'s ``metric`` is ``cpu`` (the runner's CPU time per
+    step decided, a busy host), the figure alone for wall time; unchanged without a ``metric`` or ``ratio``
+    column. The tables' form only: csv and json keep the number and the ``metric`` column."""
+    import pandas as pd
+
+    out = (df if table is None else table).copy()
+    if "metric" not in df.columns or "ratio" not in out.columns:
+        return out
+    on_cpu = (df["metric"] == "cpu").to_numpy() & out["ratio"].notna().to_numpy()
+    if not on_cpu.any():
+        return out
+    out["ratio"] = [
+        (f"{r:.3f} (CPU time)" if cpu else r) if pd.notna(r) else None
+        for r, cpu in zip(out["ratio"], on_cpu, strict=True)
+    ]
+    return out
+
+
 def titled_cases(df: pd.DataFrame, fmt: Format, column: str = "case_name") -> pd.DataFrame:
     """``df`` as a listing shows it: in a table, each case in ``column`` with its readable label beside it
     (``tasks.records.case_title``: ``train-bs16-in1be8b91f (images_slow)``, one cell that wraps at the space,
@@ -407,12 +427,19 @@ def gate_decision(
     return max(codes), reasons
 
 
-def gate_word(rows: pd.DataFrame, code: int, version: str, *, strict: bool = False) -> str:
+def gate_word(
+    rows: pd.DataFrame, code: int, version: str, *, strict: bool = False, stories: dict[int, Any] | None = None
+) -> str:
     """What ``perfwatch gate``'s headline says of its exit ``code`` (:func:`gate_decision` over ``rows``, the
     answering runs of ``sql/queries/gate.sql``, with the same ``strict``): ``PASS``, ``REGRESSION``; for exit 2
     what made it undecided: ``no runs of version V`` (no row), ``FAILED (warm-up: RunnerError: out of memory)`` (an
     answering run failed: its stage and its error's first line; ``+ N more failed`` for further cases),
-    ``INCONCLUSIVE``, or ``FAILED (...) and INCONCLUSIVE`` where other cases are undecided."""
+    ``ENV-CHANGED (gpu.driver_version 535.104.05 -> 535.129.03)`` (an answering run's environment differs from
+    its baseline's: the comparability fields old -> new from its story in ``stories``, run id ->
+    ``VerdictStory``; ``absent`` for a field a side lacks), ``INCONCLUSIVE``, or those joined by `` and `` where
+    cases differ (``FAILED (...) and ENV-CHANGED (...) and INCONCLUSIVE``)."""
+    from tasks.records import Verdict
+    from tasks.services.story import env_changes_text
     from tasks.store import queries
 
     if code == GATE_PASS:
@@ -423,14 +450,27 @@ def gate_word(rows: pd.DataFrame, code: int, version: str, *, strict: bool = Fal
         return f"no runs of version {version}"
     ok = rows["status"] == "success"
     failed = rows[~ok]
-    if failed.empty:
-        return "INCONCLUSIVE"
-    first = failed.iloc[0]
-    word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {queries.first_line(first['error']) or 'no error'})"
-    if len(failed) > 1:
-        word += f" + {len(failed) - 1} more failed"
-    undecided = [v for v in rows.loc[ok, "verdict"] if exit_code(v, strict=strict) == GATE_INCONCLUSIVE]
-    return word + (" and INCONCLUSIVE" if undecided else "")
+    words = []
+    if not failed.empty:
+        first = failed.iloc[0]
+        error = queries.first_line(first["error"]) or "no error"
+        word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {error})"
+        words.append(word + (f" + {len(failed) - 1} more failed" if len(failed) > 1 else ""))
+    undecided = rows[ok & rows["verdict"].map(lambda v: exit_code(v, strict=strict) == GATE_INCONCLUSIVE)]
+    env = undecided[undecided["verdict"] == Verdict.ENV_CHANGED]
+    if not env.empty:
+        changes = []
+        for rid in env["run_id"]:
+            story = (stories or {}).get(int(rid))
+            text = env_changes_text(story) if story is not None else None
+            if text and text not in changes:
+                changes.append(text)
+        words.append(
+            "ENV-CHANGED (" + ("; ".join(changes) or "the comparability key differs from the baseline's") + ")"
+        )
+    if len(undecided) > len(env) or not words:
+        words.append("INCONCLUSIVE")
+    return " and ".join(words)
 
 
 def answered_by(row: Any, stories: dict[int, Any]) -> str:
@@ -470,16 +510,16 @@ GATE_TABLE_COLUMNS = [
 
 def gate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Gate rows (``sql/queries/gate.sql``, with ``case_label``) as its table shows them: :data:`GATE_TABLE_COLUMNS`,
-    the verdict ``failed@<stage>`` for a failed run and marked ``(CPU time)`` where CPU time decided (the
-    status, failed stage and metric columns then say nothing more; which run answered is said under the
-    table)."""
+    the verdict ``failed@<stage>`` for a failed run and, with the ratio cell (:func:`metric_cells`), marked
+    ``(CPU time)`` where CPU time decided (the status, failed stage and metric columns then say nothing more;
+    which run answered is said under the table)."""
     out = rows.copy()
     failed = out["status"] != "success"
     out["verdict"] = out["verdict"].astype(object)
     out.loc[failed, "verdict"] = ["failed@" + str(s) for s in out.loc[failed, "failed_stage"]]
     on_cpu = (out["metric"] == "cpu") & ~failed
     out.loc[on_cpu, "verdict"] = out.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
-    return out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]]
+    return metric_cells(out, out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]])
 
 
 REGRESSIONS_TABLE_COLUMNS = [
@@ -580,7 +620,8 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
     minutes, a single run on an hour's, never years). In each panel: the
     median step time (ms, our timer) with its p10–p90 band over the run's measured samples, one line per
     model version (:func:`version_segments`: a line never joins two versions) in that version's colour, the
-    compared baseline's median (dashed steps), regressions as red crosses, failed runs as black ticks on the
+    compared baseline's median (dashed steps), regressions as red crosses, inconclusive runs ringed in orange
+    (legend ``inconclusive (undecided)``), failed runs as black ticks on the
     time axis, and vertical lines where the version (dotted, labelled; labels too close to sit side by side go a
     row lower: :func:`label_rows`) or the environment's comparability key
     (dashed, red: a new baseline history; ``with_env_changes``) changed. A fingerprint change outside the key
@@ -660,6 +701,19 @@ def history_figure(df: pd.DataFrame, *, title: str) -> Any:
                 color="red",
                 zorder=5,
                 label=once("regression"),
+            )
+        undecided = good[good["verdict"] == "inconclusive"]
+        if not undecided.empty:  # undecided, not a pass: an open ring around the median's dot, as the pages draw it
+            ax.scatter(
+                undecided["started_at"],
+                undecided["median_step_ms"],
+                marker="o",
+                s=110,
+                facecolors="none",
+                edgecolors="darkorange",
+                linewidths=1.8,
+                zorder=5,
+                label=once("inconclusive (undecided)"),
             )
         failed = g[g["status"] != "success"]
         if not failed.empty:
@@ -752,7 +806,7 @@ def register(app: typer.Typer) -> None:
             cols = [*HISTORY_TABLE_COLUMNS]
             if "p99_latency_ms" in shown.columns:
                 cols.insert(cols.index("throughput_eps") + 1, "p99_latency_ms")
-            shown = shown[cols]
+            shown = metric_cells(df, shown[cols])
         else:
             shown = df.copy()
         if fmt is Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
@@ -792,7 +846,11 @@ def register(app: typer.Typer) -> None:
             df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:
             df["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
-        shown = df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]] if fmt is Format.table else df
+        shown = (
+            metric_cells(df, df[[c for c in REGRESSIONS_TABLE_COLUMNS if c in df.columns]])
+            if fmt is Format.table
+            else df
+        )
         render(titled_cases(shown, fmt), fmt, title="regressions")
         if fmt is Format.table:  # each verdict's story under the table, one line per run
             for i in ids:
@@ -884,7 +942,7 @@ def register(app: typer.Typer) -> None:
             elif fmt is not Format.table:
                 shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
             render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
-        word = gate_word(rows, code, version, strict=strict)  # PASS, REGRESSION, FAILED (...), INCONCLUSIVE, no runs
+        word = gate_word(rows, code, version, strict=strict, stories=stories)  # PASS, REGRESSION, ENV-CHANGED ...
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
         for line in reasons:
             typer.echo(f"  {line}", err=True)

@@ -150,12 +150,15 @@ def runs(
     it), throughput, verdict and its reason. The table leaves out the case's axes (mode, batch size, precision,
     xla, strategy, quantization), which the case name spells out (train-bs16-mixed_bfloat16-xla), the status
     (the verdict says failed@<stage>) and trigger, columns no listed run has a value in, and the label column
-    when no case has a label; each verdict's story follows the table, one line per run with a ratio or a reason,
+    when no case has a label, and the model column when one model is listed (the title names it); what each
+    run was fed (inputs) and each verdict's story follow the table, one line per run with a ratio or a reason,
     each failed run's error, and each infer/tflite run's latency percentiles with their intervals and batch
     count. csv, json and markdown have every column, and decision: the verdict's story (json: an object; csv
     and markdown: its line). An unknown --model exits 1 naming the models there are."""
     # typer prints this docstring as the command's help: developer notes go in comments. The story is
     # tasks.services.story (story_line under the table, story_dict in json).
+    import pandas as pd
+
     from tasks.cli.history import titled_cases, unknown_model_message
 
     url = _settings().database_url
@@ -168,6 +171,7 @@ def runs(
 
     ids = [int(i) for i in df["run_id"]]
     stories = verdict_stories(ids, url)
+    title = "perfwatch runs"
     if fmt == Format.json:  # each run's verdict with its story (tasks.services.story.story_dict)
         df["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
     elif fmt != Format.table:
@@ -239,12 +243,24 @@ def runs(
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
         reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
-    render(df, fmt, title="perfwatch runs")
+        # what each run was fed: a secondary detail, long (names, shapes, dtypes, ranges), under the table so
+        # the main columns keep their width at 100 columns
+        fed = df.pop("inputs") if "inputs" in df.columns else pd.Series([None] * len(df))
+        if len(df) and df["model"].nunique() == 1:  # one model: named in the title, its column room for the case
+            title = f"perfwatch runs of {df['model'].iloc[0]}"
+            df = df.drop(columns=["model"])
+    render(df, fmt, title=title)
     if fmt == Format.table:  # under the table, whole: each verdict's story, each infer/tflite run's latency
         from tasks.analysis.percentiles import latency_text
         from tasks.store.series import run_latencies
 
         latencies = run_latencies(ids, url)
+        by_feed: dict[str, list[int]] = {}
+        for run_id, feed in zip(ids, fed, strict=True):
+            if isinstance(feed, str) and feed:
+                by_feed.setdefault(feed, []).append(run_id)
+        for feed, runs_fed in by_feed.items():
+            typer.echo(f"  inputs of run{'s' if len(runs_fed) > 1 else ''} {', '.join(map(str, runs_fed))}: {feed}")
         # each line leads with the figures of the case's metrics: line (Case.metrics), then the story
         for run_id, reason, lead, error in zip(ids, reasons, leads, errors, strict=True):
             first = f"[{'; '.join(lead)}] " if lead else ""

@@ -237,7 +237,9 @@ def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: 
     """A ``sweep_frame`` as a matplotlib figure (Agg): throughput (examples/s)
     above, median and p99 step time (ms) below, against ``axis`` (numbers to scale; other values as
     categories; whole numbers such as batch sizes get one tick at each value measured, never a fractional
-    tick), one line per series, the knee starred, the latency budget as a red line.
+    tick), one line per series, the knee starred, the latency budget as a red line; the legends list only what
+    is drawn (no p99 entry for a sweep without p99, no interval bars where no p99 is bounded, no knee without
+    one).
 
     Raises:
         ValueError: ``df`` is empty, or too little data for a sweep (:func:`too_little_to_sweep`: no series
@@ -256,31 +258,47 @@ def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: 
         return list(col) if numeric else [values.index(v) for v in col]
 
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 7), layout="constrained")
-    first = df["series"].min()
+    labelled: set[str] = set()
+
+    def once(label: str, drawn: int) -> str | None:  # a legend entry for what is drawn, once
+        if not drawn or label in labelled:
+            return None
+        labelled.add(label)
+        return label
+
     for series, g in df.groupby("series", sort=True):
         (line,) = top.plot(xs(g[axis]), g["throughput_eps"], marker="o", label=series)
         color = line.get_color()  # the series' colour below; the legend there names the line styles
+        median = g[g["median_step_ms"].notna()]
         bottom.plot(
-            xs(g[axis]),
-            g["median_step_ms"],
+            xs(median[axis]),
+            median["median_step_ms"].astype(float),
             marker="o",
             color=color,
-            label="median (solid)" if series == first else None,
+            label=once("median (solid)", len(median)),
         )
         p99 = g[g["p99_step_ms"].notna()]
-        bottom.plot(
-            xs(p99[axis]),
-            p99["p99_step_ms"].astype(float),
-            ls="--",
-            marker=".",
-            color=color,
-            label="p99 (dashed; bars: 95% interval)" if series == first else None,
-        )
+        if not p99.empty:
+            bottom.plot(
+                xs(p99[axis]),
+                p99["p99_step_ms"].astype(float),
+                ls="--",
+                marker=".",
+                color=color,
+                label=once("p99 (dashed)", len(p99)),
+            )
         bounded = p99[p99["p99_high_ms"].notna() & p99["p99_low_ms"].notna()]
-        bottom.vlines(
-            xs(bounded[axis]), bounded["p99_low_ms"].astype(float), bounded["p99_high_ms"].astype(float), color=color
-        )
-        knee = g[g["knee"]]
+        if not bounded.empty:
+            bottom.vlines(
+                xs(bounded[axis]),
+                bounded["p99_low_ms"].astype(float),
+                bounded["p99_high_ms"].astype(float),
+                color=color,
+                label=once("p99's 95% interval (bars)", len(bounded)),
+            )
+        knee = g[g["knee"].astype(bool)]
+        if knee.empty:
+            continue
         for ax, col in (
             (top, "throughput_eps"),
             (bottom, "p99_step_ms" if knee["p99_step_ms"].notna().all() else "median_step_ms"),
@@ -293,7 +311,7 @@ def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: 
                 color=color,
                 edgecolor="black",
                 zorder=5,
-                label="knee" if ax is top and series == first else None,
+                label=once("knee", len(knee)) if ax is top else None,
             )
     if latency_budget_ms is not None:
         bottom.axhline(latency_budget_ms, color="red", ls=":", label=f"latency budget {latency_budget_ms} ms")

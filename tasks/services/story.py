@@ -27,6 +27,10 @@ MISSING = "—"  #: a missing figure, as the pages show it
 ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
 
 
+#: how ``tasks.analysis.verdict`` begins an ``env-changed`` verdict's reason (followed by the fields' names)
+ENV_CHANGED_REASON = "the environment changed"
+
+
 def _utc_minutes(t: dt.datetime) -> str:
     return (t if t.tzinfo is None else t.astimezone(dt.UTC)).strftime("%Y-%m-%d %H:%M")
 
@@ -57,10 +61,13 @@ def reason_text(s: VerdictStory) -> str | None:
     """The verdict's reason as every form shows it: the stored reason, with its advice to accept the run as the
     baseline (:data:`ACCEPT_ADVICE`) replaced by the acceptance when the run is or was one (``s.accepted``), else
     naming the run's id instead of ``RUN_ID``; a ``no-baseline`` verdict stored without a reason has
-    :func:`no_baseline_text`; None for any other verdict without a reason."""
+    :func:`no_baseline_text`; an ``env-changed`` verdict's reason names each field old -> new
+    (:func:`env_changes_text`); None for any other verdict without a reason."""
     reason = s.reason
     if not reason:
         return no_baseline_text(s) if s.status == "success" and s.verdict == "no-baseline" else None
+    if (changes := env_changes_text(s)) is not None and reason.startswith(ENV_CHANGED_REASON):
+        return f"{ENV_CHANGED_REASON}: {changes}"
     if s.accepted is not None and ACCEPT_ADVICE.search(reason):
         accepted = f" ({acceptance_text(s.accepted)})"
         return ACCEPT_ADVICE.sub(lambda _: accepted, reason)
@@ -68,6 +75,19 @@ def reason_text(s: VerdictStory) -> str | None:
         run_id = str(s.run_id)
         return ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", run_id), reason)
     return reason
+
+
+def env_changes_text(s: VerdictStory) -> str | None:
+    """An ``env-changed`` verdict's differing comparability fields, old -> new, "; "-joined (``gpu.driver_version
+    535.104.05 -> 535.129.03; tensorflow.build.cudnn_version 8.6 -> 8.9``; a field one side lacks shows
+    ``absent``); None when the story names none."""
+    if not s.env_changes:
+        return None
+
+    def shown(v: Any) -> str:
+        return "absent" if v is None else str(v)
+
+    return "; ".join(f"{c.field} {shown(c.old)} -> {shown(c.new)}" for c in s.env_changes)
 
 
 def verdict_text(s: VerdictStory) -> str:

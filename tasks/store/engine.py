@@ -267,7 +267,8 @@ def migrate(url: str, revision: str = "head") -> None:
     Serialised across processes and threads: a PostgreSQL advisory lock (``pg_advisory_lock``,
     key ``MIGRATION_LOCK_KEY``) held on the migrating connection, or an exclusive file lock on
     ``<sqlite file>.migrate.lock`` beside a SQLite file; whoever comes second finds the schema at
-    head and does nothing. A store already at ``revision`` is left untouched (no DDL, no Alembic run).
+    head and does nothing. A store already at ``revision`` is left untouched (no DDL, no Alembic run; for a SQLite
+    file, no lock file either: the commands that only read an existing store leave ``PERFWATCH_HOME`` as it was).
 
     Raises:
         StoreSchemaTooNew: the store's revision is unknown here (migrated by a newer perfwatch).
@@ -282,6 +283,10 @@ def migrate(url: str, revision: str = "head") -> None:
     u = make_url(url)
     is_pg = u.get_backend_name() == "postgresql"
     target = script.get_current_head() if revision == "head" else revision
+    if u.get_backend_name() == "sqlite":  # at the revision already: no lock file, nothing written (a read's path)
+        with engine.connect() as conn:
+            if tuple(_check_known(url, conn, script)) == (target,):
+                return
     with _sqlite_file_lock(u.database) if u.get_backend_name() == "sqlite" else nullcontext(), engine.connect() as conn:
         if is_pg:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})

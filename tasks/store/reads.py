@@ -341,6 +341,20 @@ def run_digests(db_url: str, run_ids: list[int]) -> dict[int, str]:
     return {int(r): str(d) for r, d in rows}
 
 
+def run_environments(db_url: str, run_ids: list[int]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Each run's environment by run id: (its comparability key, its fingerprint data as stored,
+    ``environments``); runs without an environment (failed before it was archived) are left out."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url) as s:
+        rows = s.execute(
+            select(Run.id, Environment.comparability_key, Environment.data)
+            .join(Environment, Environment.id == Run.environment_id)
+            .where(Run.id.in_(run_ids))
+        ).all()
+    return {int(r): (str(k), dict(d or {})) for r, k, d in rows}
+
+
 # ------------------------------------------------------------------------------------- per-run tables
 
 

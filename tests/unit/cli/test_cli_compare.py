@@ -182,3 +182,54 @@ def test_compare_and_gate_answer_with_the_same_run_of_a_version_with_several_run
         f"v1: run {v1}, its newest successful run (`perfwatch gate m 1` answers with run {failed}, which failed at "
         "warm-up: it has no numbers to compare)"
     )
+
+
+def _archive_in(url, tmp_path, name, version, data, median=10.0, batch_size=16):
+    """Archive a run of m ``version`` fingerprinted as ``data`` (case train-bs<batch_size>)."""
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import env_record, records
+
+    ctx, pulled, _, warm, run, parse, comp = records(tmp_path, name, version=version, median=median)
+    ctx = ctx.model_copy(update={"case": ctx.case.model_copy(update={"batch_size": batch_size})})
+    return archive_run(url, str(tmp_path / "archive"), ctx, pulled, env_record(data), warm, run, parse, comp).run_id
+
+
+def test_versions_measured_in_different_environments_are_compared_within_one_or_warned(home, tmp_path):
+    """``compare --from 1 --to 2`` of runs whose comparability keys differ compared them silently: it compares
+    v1's run in v2's environment where there is one (saying so), else warns naming the fields old -> new."""
+    from tests.helpers.builders import BASELINE_FINGERPRINT, CANDIDATE_FINGERPRINT
+
+    url = Settings.from_env().database_url
+    migrate(url)
+    _archive_in(url, tmp_path, "a", "1", BASELINE_FINGERPRINT)
+    b = _archive_in(url, tmp_path, "b", "2", CANDIDATE_FINGERPRINT, median=12.0)
+    res = invoke("m", "--from", "1", "--to", "2")
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("WARNING: runs 1 (v1) and 2 (v2) were measured in different environments"), first
+    assert "gpu.driver_version 535.104.05 -> 535.129.03; tensorflow.build.cudnn_version 8.6 -> 8.9" in first
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json").stdout)
+    assert out["warnings"] and "different environments" in out["warnings"][0]
+    same = _archive_in(url, tmp_path, "c", "1", CANDIDATE_FINGERPRINT, median=11.0)  # v1 again, in v2's environment
+    _archive_in(url, tmp_path, "d", "1", BASELINE_FINGERPRINT)  # and a newer v1 run back in the old one
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json").stdout)
+    assert out["warnings"] == []
+    assert [h["run_id"] for h in out["headline"]] == [same, b]
+    assert out["selection"][0].startswith(f"v1: run {same}, its newest successful run in the environment of v2's")
+
+
+def test_without_case_the_newest_common_case_is_compared_and_the_others_are_named(home, tmp_path):
+    """v2's newest case that v1 lacks made ``compare`` refuse; it compares the newest case both have and names
+    the cases left out."""
+    from tests.helpers.builders import BASELINE_FINGERPRINT as FP
+
+    url = Settings.from_env().database_url
+    migrate(url)
+    _archive_in(url, tmp_path, "a16", "1", FP, batch_size=16)
+    _archive_in(url, tmp_path, "a64", "1", FP, batch_size=64)
+    _archive_in(url, tmp_path, "b16", "2", FP, batch_size=16)
+    _archive_in(url, tmp_path, "b32", "2", FP, batch_size=32)  # v2's newest case: v1 has none
+    res = invoke("m", "--from", "1", "--to", "2")
+    assert res.exit_code == 0, res.output
+    assert "case train-bs16 compared" in res.stdout
+    assert "left out: train-bs32 (v2 only), train-bs64 (v1 only)" in res.stdout

@@ -54,6 +54,8 @@ def test_gate_exit_code_per_verdict(cli, releases, version, code):
     res = cli("gate", "m", version)
     assert res.exit_code == code, res.output
     word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code] if version != "99" else "no runs of version 99"
+    if version == "5":  # stored without the fields that differ: the headline still says what undecided it
+        word = "ENV-CHANGED (the comparability key differs from the baseline's)"
     assert f"gate m v{version}: {word} (exit {code})" in res.output
 
 
@@ -79,6 +81,31 @@ def test_gate_failed_run_says_failed_with_its_stage_and_error_and_strict_refuses
     assert res.exit_code == 2 and ": FAILED (warm-up: RunnerError: training step failed) and INCONCLUSIVE (exit 2)" in (
         res.output
     )
+
+
+def test_gate_of_an_env_changed_run_names_the_fields_that_differ_old_to_new(cli, db_url, tmp_path):
+    """The headline of a gate answered by an env-changed run said INCONCLUSIVE: it says ENV-CHANGED and which
+    comparability fields differ from the baseline's environment, old -> new (``absent`` where one side lacks
+    the field), and the reason line says the same."""
+    import copy
+
+    from tasks.stages.archive import archive_run
+    from tasks.stages.compare import baseline_compare
+    from tests.helpers.builders import BASELINE_FINGERPRINT, CANDIDATE_FINGERPRINT, env_record, records
+
+    candidate = copy.deepcopy(CANDIDATE_FINGERPRINT)
+    del candidate["tensorflow"]["build"]["cudnn_version"]
+    for name, version, fp, median in (("a", "1", BASELINE_FINGERPRINT, 10.0), ("b", "2", candidate, 12.0)):
+        ctx, pulled, _, warm, run, parse, _ = records(tmp_path, name, version=version, median=median)
+        env = env_record(fp)
+        comp = baseline_compare(db_url, ctx.case, env, run, parse, tmp_path / name / "work")
+        archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parse, comp)
+    res = cli("gate", "m", "2")
+    assert res.exit_code == 2, res.output
+    changes = "gpu.driver_version 535.104.05 -> 535.129.03; tensorflow.build.cudnn_version 8.6 -> absent"
+    assert f"gate m v2: ENV-CHANGED ({changes}) (exit 2)" in res.output
+    assert f"why: the environment changed: {changes}" in res.output
+    assert "INCONCLUSIVE" not in res.output
 
 
 def test_gate_regression_in_any_case_wins(cli, db_url, tmp_path):

@@ -102,6 +102,34 @@ def test_hardware_cli_prints_the_table_and_the_flag(two_envs, cli):
     assert cli("hardware", "demo", "--case", "infer-bs8").exit_code == 1
 
 
+def test_hardware_table_fits_120_columns_and_each_row_says_what_differs_beyond_hardware(two_envs, cli, monkeypatch):
+    """The table was 150 columns wide at COLUMNS=120 (env key, reference, method and three ratio columns, the
+    differing fields folded over a dozen lines): it fits, the ratio and its interval share a cell, and each row
+    says what differs from the reference environment besides the hardware (``same``, ``reference``, the fields)."""
+    monkeypatch.setenv("COLUMNS", "120")
+    res = cli("hardware", "demo")
+    assert res.exit_code == 0, res.output
+    table = [ln for ln in res.stdout.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert table and all(len(ln) <= 120 for ln in table), res.stdout
+    assert "…" not in res.stdout and "case train-bs16, version 1" in res.stdout
+    rows: list[list[str]] = []
+    for ln in table:
+        if ln.startswith("│"):
+            cells = [c.strip() for c in ln.strip("│").split("│")]
+            if cells[0]:
+                rows.append(cells)
+            else:
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+    beyond = {r[1]: r[-1] for r in rows if "A100" in r[1]} | {r[-2]: r[-1] for r in rows if "H100" in r[1]}
+    assert beyond["gpu: NVIDIA A100-SXM4-40GB"] == "reference"
+    assert {v for k, v in beyond.items() if k != "gpu: NVIDIA A100-SXM4-40GB"} == {
+        "same",
+        "gpu.driver_version, tensorflow.version",
+    }
+    assert any(r[-2].startswith("0.495 [0.490,") for r in rows), rows
+    assert "gpu.driver_version: 535.104.05 -> 550.54.15; tensorflow.version: 2.12.0 -> 2.13.0" in res.stdout
+
+
 def _rows(*runs):
     """hardware query rows: (run_id, env_key, version, median ms)."""
     return [

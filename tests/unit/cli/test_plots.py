@@ -233,3 +233,36 @@ def test_the_model_pages_chart_labels_every_panel_and_draws_single_runs_failed_c
     assert undecided.showlegend and list(undecided.customdata) == [2] and undecided.marker.symbol == "circle-open"
     bands = [t for t in fig.data if t.name == "p10–p90 of the run's steps"]
     assert bands == []  # one run per version here: error bars, no band of one point
+
+
+def test_history_plot_marks_inconclusive_runs_with_a_legend_entry_of_their_own():
+    """``history --plot`` drew an inconclusive run as a pass: it is ringed, and the legend says inconclusive."""
+    df = history([("fast", "1", 1.4), ("fast", "1", 1.5), ("fast", "1", 1.6)])
+    df.loc[1, "verdict"] = "inconclusive"
+    df.loc[2, "verdict"] = "regression"
+    fig = history_figure(df, title="t")
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "inconclusive (undecided)" in labels and "regression" in labels
+    (ax,) = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    (ring,) = [c for c in ax.collections if c.get_label() == "inconclusive (undecided)"]
+    assert [tuple(p) for p in ring.get_offsets()] == [(mdates.date2num(df.loc[1, "started_at"]), 1.5)]
+
+
+def _legend(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
+
+
+def test_a_sweeps_legend_lists_only_what_is_drawn():
+    """The legend named a p99 line and its interval bars, drawn or not (a training sweep has no p99), and
+    the knee only where the first series had one: each entry is there when, and only when, it is drawn."""
+    train = sweep([8, 16]).assign(p99_step_ms=None, p99_low_ms=None, p99_high_ms=None, knee=False)
+    top, bottom = sweep_figure(train, "batch_size", title="t").axes[:2]
+    assert _legend(bottom) == ["median (solid)"] and _legend(top) == ["all"]
+    unbounded = sweep([8, 16]).assign(p99_low_ms=None, p99_high_ms=None)
+    assert _legend(sweep_figure(unbounded, "batch_size", title="t").axes[1]) == ["median (solid)", "p99 (dashed)"]
+    both = pd.concat([sweep([8, 16], "a").assign(knee=False), sweep([8, 16], "b")])
+    top, bottom = sweep_figure(both, "batch_size", title="t").axes[:2]
+    assert _legend(top) == ["a", "b", "knee"]
+    assert _legend(bottom) == ["median (solid)", "p99 (dashed)", "p99's 95% interval (bars)"]

@@ -142,3 +142,28 @@ def test_db_upgrade_creates_the_store_a_read_command_then_reads_it(tmp_path, mon
     assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0 and store.is_file()
     res = CliRunner().invoke(app, ["runs", "--format", "json"])
     assert res.exit_code == 0 and res.output.strip() == "[]", res.output
+
+
+#: the commands that only read a store (every other one in STORE_COMMANDS may write to it)
+READS_ONLY = sorted(set(STORE_COMMANDS) - CREATES - {"baseline accept", "db thin", "demo baseline"})
+
+
+@pytest.mark.parametrize("command", READS_ONLY)
+def test_a_read_command_on_an_existing_store_leaves_no_file_in_the_home(command, tmp_path, monkeypatch):
+    """``perfwatch runs`` on a migrated store left ``perfwatch.db.migrate.lock`` in PERFWATCH_HOME: a command that
+    only reads creates no file there."""
+    from tasks.settings import Settings
+    from tasks.store import migrate
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERFWATCH_HOME", str(home))
+    for var in ("PERFWATCH_DATABASE_URL", "PERFWATCH_MODEL_STORE", "PERFWATCH_ARCHIVE", "PERFWATCH_WORK"):
+        monkeypatch.delenv(var, raising=False)
+    migrate(Settings.from_env().database_url)
+    for lock in home.glob("*.lock"):
+        lock.unlink()
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    args = [a.format(logdir=tmp_path) for a in STORE_COMMANDS[command]]
+    res = CliRunner().invoke(app, [*command.split(), *args])
+    assert res.exit_code != STORE_ERROR_EXIT, (command, res.output)
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before, (command, res.output)

@@ -107,17 +107,28 @@ def _fed(db_url: str, run_id: int) -> None:
         s.add(RunTable(run_id=run_id, tool="inputs", data=data))
 
 
-def test_runs_at_100_columns_with_an_inputs_column_never_breaks_a_verdict_inside_a_word(cli, demo, db_url):
+def test_runs_at_100_columns_with_inputs_keeps_its_main_columns_whole_the_inputs_under_the_table(cli, demo, db_url):
     """With the inputs column the table got tight and rich folded verdicts mid-word ("no-basel|ine",
-    "regressi|on"): a verdict cell wraps at its spaces only, whole words on each line."""
+    "regressi|on"), then the case and the model ("train-bs1|6", "demo_mob|ilenet") and the inputs over ten lines a
+    row: the inputs go under the table (one line per distinct feed), the one model into the title, and the run,
+    version, case, median with its interval and verdict stay whole; a verdict wraps at its spaces only."""
     for run_id in (demo["v1"], demo["gate"], demo["adhoc"]):
         _fed(db_url, run_id)
     res = cli("runs")
     assert res.exit_code == 0, res.output
+    _fits(res.stdout)
     table = res.stdout.split("└")[0]
     head = [ln.strip("┃").split("┃") for ln in table.splitlines() if ln.startswith("┃")]
     (col,) = [i for i in range(len(head[0])) if any(h[i].strip() == "verdict" for h in head)]
-    assert any(h[i].strip() == "inputs" for h in head for i in range(len(h)))
+    assert not any(h[i].strip() == "inputs" for h in head for i in range(len(h)))
+    assert "perfwatch runs of demo_mobilenet" in table
+    rows = [[p.strip() for p in ln.strip("│").split("│")] for ln in table.splitlines() if ln.startswith("│")]
+    (case,) = [i for i in range(len(head[0])) if any(h[i].strip() == "case" for h in head)]
+    assert {r[case] for r in rows if r[0]} == {"train-bs16"}, res.stdout  # the case whole on its row's line
+    assert all(r[case] == "" for r in rows if not r[0]), res.stdout
+    under = res.stdout.split("└")[1]
+    ids = ", ".join(str(demo[k]) for k in ("v1", "gate", "adhoc"))
+    assert f"  inputs of runs {ids}: image 16x224x224x3 float32; mask 16x224x224x3 int32 [0,2) via x" in under
     cells: list[list[str]] = []
     for line in table.splitlines():
         if line.startswith("│"):
@@ -153,3 +164,39 @@ def test_a_no_baseline_run_carries_its_story_under_the_runs_table(cli, demo, db_
     assert f"it is not the case's baseline (if it is sound: perfwatch baseline accept {other} --by NAME" in line
     (row,) = [r for r in json.loads(cli("runs", "--format", "json").stdout) if r["run_id"] == other]
     assert row["decision"]["reason"].startswith("no baseline yet: ")
+
+
+def _cells(table: str) -> list[str]:
+    """Every body cell of a rich table, its wrapped lines joined (a row starts where its first cell has text)."""
+    rows: list[list[str]] = []
+    for ln in table.splitlines():
+        if ln.startswith("│"):
+            cells = [c.strip() for c in ln.strip().strip("│").split("│")]
+            if cells[0] or not rows:
+                rows.append(cells)
+            else:
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+    return [c for r in rows for c in r]
+
+
+def test_a_ratio_decided_on_cpu_time_says_so_in_its_cell_in_every_table(cli, demo, db_url):
+    """A ratio of CPU time read like one of wall time in the history and regressions tables: its cell says
+    ``(CPU time)``; a wall-time ratio stays a bare figure; json keeps the number and the metric."""
+    from sqlalchemy import update
+
+    from tasks.store import Run, RunComparison, session_scope
+
+    with session_scope(db_url) as s:
+        s.execute(update(Run).where(Run.id == demo["gate"]).values(compare_metric="cpu"))
+        s.execute(update(RunComparison).where(RunComparison.run_id == demo["gate"]).values(metric="cpu"))
+    for args in (
+        ("history", "demo_mobilenet"),
+        ("regressions", "--since", "2026-01-01"),
+        ("gate", "demo_mobilenet", "2"),
+    ):
+        table = cli(*args).stdout.split("└")[0]
+        assert "1.873 (CPU time)" in _cells(table), (args, table)
+    history = _cells(cli("history", "demo_mobilenet").stdout.split("└")[0])
+    assert "1.900" in history and "1.900 (CPU time)" not in history  # the adhoc run's wall-time ratio: a bare figure
+    (row,) = json.loads(cli("regressions", "--since", "2026-01-01", "--format", "json").stdout)
+    assert row["ratio"] == pytest.approx(1.8734) and row["metric"] == "cpu"

@@ -63,6 +63,14 @@ def pages(tmp_path_factory):
         case = ctx.case.model_copy(update={"model": "sw", "batch_size": bs})
         ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=day)})
         archive_run(url, str(tmp / "archive"), ctx, pulled.model_copy(update={"model": "sw"}), *rest)
+    from tests.helpers.builders import BASELINE_FINGERPRINT, CANDIDATE_FINGERPRINT, env_record
+
+    for name, version, fp, day in (("e1", "1", BASELINE_FINGERPRINT, 6), ("e2", "2", CANDIDATE_FINGERPRINT, 7)):
+        ctx, pulled, _, *rest = records(tmp, name, version=version)  # model ev: v2 measured on another environment
+        ctx = ctx.model_copy(
+            update={"case": ctx.case.model_copy(update={"model": "ev"}), "started_at": T0 + dt.timedelta(days=day)}
+        )
+        archive_run(url, str(tmp / "archive"), ctx, pulled.model_copy(update={"model": "ev"}), env_record(fp), *rest)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
         mp.setenv(
@@ -125,3 +133,10 @@ def test_the_model_pages_sweep_warns_when_its_points_come_from_several_versions(
     (warning,) = re.findall(r"<p class='note warn' id='sweep-versions'>(.*?)</p>", page)
     assert "more than one model version (v1: train-bs8; v2: train-bs4): a curve may mix versions" in _text(warning)
     assert "sweep-versions" not in client.get("/perfwatch/models/m").text
+
+
+def test_the_comparison_page_of_versions_from_two_environments_warns_naming_the_fields(pages):
+    """As ``perfwatch compare`` does: two versions measured in different environments are not compared silently."""
+    client, _ = pages
+    text = _text(client.get("/perfwatch/compare?model=ev&a_version=1&b_version=2").text)
+    assert "were measured in different environments (gpu.driver_version 535.104.05 -> 535.129.03;" in text

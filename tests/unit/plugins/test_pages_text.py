@@ -118,3 +118,33 @@ def test_shown_reason():
     assert shown_reason({"run_id": 1, "status": "success", "reason": None}) is None
     assert shown_reason({"run_id": 1, "status": "failed", "error": " "}) is None
     assert ACCEPT_ADVICE.search(ADVICE) and shown_reason({"status": "success", "reason": "plain"}, acc) == "plain"
+
+
+def _models_row(page: str, model: str) -> list[str]:
+    """The cells of the index's Models row of ``model``, as text."""
+    table = page.split("<h2>Models</h2>", 1)[1].split("</table>", 1)[0]
+    (row,) = [r for r in re.findall(r"<tr>(.*?)</tr>", table) if f">{model}</a></td>" in r]
+    return [_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+
+
+def test_the_index_and_the_model_page_say_which_is_the_newest_version_measured(pages):
+    """The index's "newest version" was the version of the model's newest run, ``latest`` where that run failed
+    before its pull: it says the newest version measured (of its successful runs), and so does the model page."""
+    client, _ = pages
+    index = client.get("/perfwatch/").text
+    assert "newest version measured" in index
+    assert _models_row(index, "demo_mobilenet")[2] == "v2"
+    model = _text(client.get("/perfwatch/models/demo_mobilenet").text)
+    assert "Newest version measured: v2 (its newest successful run: " in model
+
+
+def test_a_cpu_time_ratio_says_so_in_the_pages_tables():
+    """A ratio cell named no metric: one of CPU time says ``(CPU time)``; one of wall time is the figure alone."""
+    from starlette.requests import Request
+
+    from plugins.perfwatch.pages import _cell
+
+    request = Request({"type": "http", "path": "/perfwatch/", "root_path": "", "headers": [], "query_string": b""})
+    cpu = {"ratio": 1.36, "ci_low": 1.3, "ci_high": 1.4, "metric": "cpu"}
+    assert _text(_cell(request, "ratio", cpu)).endswith("(CPU time)")
+    assert "CPU" not in _cell(request, "ratio", cpu | {"metric": "wall"})
