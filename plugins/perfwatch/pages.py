@@ -256,8 +256,7 @@ def interval_cells(df: pd.DataFrame, samples: Mapping[int, Sequence[float]] | No
     ``p99_low_ms``, ``p99_high_ms``, ``p99_n``; ``per query`` where ``p99_of`` says so)."""
     import pandas as pd
 
-    from tasks.analysis.percentiles import min_samples
-    from tasks.cli.figures import ci_cell, median_cell, median_columns, p99_cell
+    from tasks.cli.figures import median_cell, median_columns, p99_cell, percentile_cell
 
     out = df.copy()
     if "median_step_ms" in out.columns:
@@ -281,7 +280,7 @@ def interval_cells(df: pd.DataFrame, samples: Mapping[int, Sequence[float]] | No
         for p, lo, hi, k, what in zip(
             out["p99_step_ms"], out["p99_low_ms"], out["p99_high_ms"], out["p99_n"], of, strict=True
         ):
-            cell = ci_cell(p if not _missing(p) else lo, lo, hi, k, min_samples(99))
+            cell = percentile_cell(p if not _missing(p) else lo, lo, hi, k, 99)
             cells.append(None if cell is None else cell + (" per query" if what == "per query" else ""))
         out["p99_cell"] = cells
     return out
@@ -466,12 +465,11 @@ def index(request: Request) -> HTMLResponse:
         "<th>started (UTC)</th>"
         f"</tr></thead><tbody>{model_rows}</tbody></table>"
     )
-    from tasks.settings import Settings
     from tasks.store.reads import load_samples
 
     shown = latest.head(50).copy()
     ids = [int(i) for i, n in zip(shown["run_id"], shown["n_measured"], strict=True) if not _missing(n) and n]
-    samples = load_samples(Settings.from_env().database_url, ids) if ids else {}
+    samples = load_samples(_db(), ids) if ids else {}
     shown = interval_cells(shown, samples)  # medians and p99s with interval and n
     rows = _run_rows(shown)
     reasons = shown_reasons(rows)  # a failed run's error; an accepted run's acceptance, not the advice

@@ -243,6 +243,14 @@ def median_cell(point: Any, low: Any, high: Any, n: Any) -> str | None:
     return ci_cell(point, low, high, n, min_samples(50), digits=3)
 
 
+def percentile_cell(point: Any, low: Any, high: Any, n: Any, q: float = 99) -> str | None:
+    """A table cell of the ``q``-th percentile (ms) with its interval and n (:func:`ci_cell` at the fewest samples
+    that give ``q`` a two-sided 95% interval, ``percentiles.min_samples``: 299 for p99)."""
+    from tasks.analysis.percentiles import min_samples
+
+    return ci_cell(point, low, high, n, min_samples(q))
+
+
 def counted_cell(value: Any, n: Any) -> str | None:
     """A median without an interval, with the steps it rests on: ``1.23 n=320``; None without a value."""
     v, k = _num(value), _num(n)

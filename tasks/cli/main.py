@@ -24,7 +24,6 @@ from typer.core import TyperGroup
 from tasks.cli import DEFAULT_MEASURED_STEPS
 from tasks.cli.context import STORE_ERROR_EXIT
 from tasks.cli.context import settings as _settings
-from tasks.cli.figures import p99_cell
 from tasks.cli.history import EXIT_CODES_HELP
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
@@ -204,7 +203,7 @@ def runs(
                 df = df.drop(columns=[col])
         if df["safe_mode"].astype(bool).all():  # the default: a column only when some run turned it off
             df = df.drop(columns=["safe_mode"])
-        from tasks.cli.figures import figure_texts, lead_columns, memory_text
+        from tasks.cli.figures import figure_texts, lead_columns, memory_text, p99_cell
 
         lat = [c for c in df.columns if c.startswith(("latency_", "server_"))]
         scenario = [c for c in ("scenario", "scenario_throughput_eps", "bound_outcome") if c in df.columns]
