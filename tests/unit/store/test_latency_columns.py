@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tasks.analysis.percentiles import percentile_ci, with_intervals
-from tasks.cli.main import p99_cell
+from tasks.cli.figures import p99_cell
 from tasks.stages.archive import archive_run
 from tests.helpers.builders import make_records
 
