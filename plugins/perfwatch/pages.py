@@ -131,7 +131,7 @@ SWEEP_COLUMNS = [
     "knee",
 ]
 #: cells of a figure with its interval and n (spread_cells, :func:`interval_cells`)
-SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms", "median_step_cell", "p99_latency_ms", "p99_cell"}
+SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms", "median_step_cell", "p99_latency_ms", "p99_cell", "ratio"}
 TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
 WIDE_COLUMNS = {"reason"}
 #: text columns with a least width of their own in the style sheet (``td.c-model``...): a table laid out for 1280 px
@@ -308,7 +308,7 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
         return f"<td{attr}>{_verdict(v)}</td>"
     if col == "ratio":  # named where it is not the default wall time: a CPU-time ratio reads otherwise
         cpu = " (CPU time)" if rec.get("metric") == "cpu" and not _missing(v) else ""
-        return f"<td>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')) + cpu)}</td>"
+        return f"<td{attr}>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')) + cpu)}</td>"
     if col == "knee":
         return f"<td>{'★' if v else ''}</td>"
     return f"<td{attr}>{html.escape(_text(v))}</td>"
