@@ -510,15 +510,13 @@ GATE_TABLE_COLUMNS = [
 
 def gate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Gate rows (``sql/queries/gate.sql``, with ``case_label``) as its table shows them: :data:`GATE_TABLE_COLUMNS`,
-    the verdict ``failed@<stage>`` for a failed run and, with the ratio cell (:func:`metric_cells`), marked
-    ``(CPU time)`` where CPU time decided (the status, failed stage and metric columns then say nothing more;
-    which run answered is said under the table)."""
+    the verdict ``failed@<stage>`` for a failed run and the ratio cell marked ``(CPU time)`` where CPU time decided
+    (:func:`metric_cells`, as every table marks it; the status, failed stage and metric columns then say nothing
+    more; which run answered is said under the table)."""
     out = rows.copy()
     failed = out["status"] != "success"
     out["verdict"] = out["verdict"].astype(object)
     out.loc[failed, "verdict"] = ["failed@" + str(s) for s in out.loc[failed, "failed_stage"]]
-    on_cpu = (out["metric"] == "cpu") & ~failed
-    out.loc[on_cpu, "verdict"] = out.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
     return metric_cells(out, out[[c for c in GATE_TABLE_COLUMNS if c in out.columns]])
 
 
