@@ -83,13 +83,14 @@ def safe_name(raw: str) -> str:
     return name
 
 
-def run_slug(dag_id: str, dag_run_id: str, model: str, case_name: str) -> str:
+def run_slug(dag_id: str, dag_run_id: str, model: str, version: str, case_name: str) -> str:
     """The work-directory name of one run of one case (``RunContext.slug``): ``safe_name`` of
-    ``<dag_id>__<dag_run_id>__<model>__<case>``; a model name that ``safe_name`` changes (spaces,
-    punctuation) adds 8 hex digits of its sha256, so two models of one DAG run never share a work dir."""
+    ``<dag_id>__<dag_run_id>__<model>__v<version>__<case>``, ``version`` as planned (``Case.version``: ``latest``
+    or a pinned one); a model name that ``safe_name`` changes (spaces, punctuation) adds 8 hex digits of its
+    sha256, so two models (or two versions of one model) of one DAG run never share a work dir."""
     if safe_name(model) != model:
         model += "__" + hashlib.sha256(model.encode("utf-8")).hexdigest()[:8]
-    return safe_name(f"{dag_id}__{dag_run_id}__{model}__{case_name}")
+    return safe_name(f"{dag_id}__{dag_run_id}__{model}__v{version}__{case_name}")
 
 
 def canonical_version(version: str) -> str:
@@ -893,7 +894,9 @@ def case_title(case_name: str, label: str | None) -> str:
 
 
 class RunContext(Record):
-    """Identity of one DAG run of one case; (dag_id, dag_run_id, case) is unique in the store.
+    """Identity of one DAG run of one case: (dag_id, dag_run_id, model, version as planned, case) is unique in
+    the store (``runs.plan_version`` holds ``case.version``): two models of one nightly may share a case name,
+    and one release DAG run may gate two versions of a model.
     ``started_at`` (UTC) is when the case was planned, i.e. when its DAG run began."""
 
     dag_id: str
@@ -931,7 +934,13 @@ class RunContext(Record):
     @property
     def slug(self) -> str:
         """Filesystem-safe name of this run's work directory (:func:`run_slug`)."""
-        return run_slug(self.dag_id, self.dag_run_id, self.case.model, self.case.name)
+        return run_slug(self.dag_id, self.dag_run_id, self.case.model, self.case.version, self.case.name)
+
+    @property
+    def identity(self) -> str:
+        """The run's identity as one line of text, for messages: ``<dag_id> <dag_run_id> <model> v<version as
+        planned> <case>``."""
+        return f"{self.dag_id} {self.dag_run_id} {self.case.model} {version_label(self.case.version)} {self.case.name}"
 
 
 class PulledModel(Record):

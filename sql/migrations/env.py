@@ -17,12 +17,25 @@ target_metadata = Base.metadata
 
 
 def _run(connection) -> None:
-    context.configure(
-        connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite"
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-    connection.commit()
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # SQLite's procedure for changing a table (https://www.sqlite.org/lang_altertable.html, "Making Other
+        # Kinds Of Table Schema Changes"): foreign-key enforcement off while a batch migration copies a table
+        # (with it on, dropping the old runs table cascade-deletes every run's rows); a no-op inside a transaction,
+        # so it comes first, and the migrations that copy a table check it is off. Checked and back on after.
+        connection.commit()
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=sqlite)
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+            if sqlite and (broken := connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()):
+                raise RuntimeError(f"the migrated SQLite store breaks its foreign keys: {broken[:5]}")
+        connection.commit()
+    finally:
+        if sqlite:
+            connection.rollback()
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
 
 
 def run_migrations_online() -> None:

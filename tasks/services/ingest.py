@@ -222,7 +222,7 @@ def ingest_profile(
         profiled_steps=MIN_STEPS,
     )
     ctx = RunContext(dag_id=INGEST_DAG_ID, dag_run_id=f"ingest__{_sha256(xplanes)[:32]}", trigger="manual", case=case)
-    done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, case.name)
+    done = stored_run(settings.database_url, ctx)
     if done is not None and done.status == "success":
         return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or ""), None
     work = settings.work_root / ctx.slug

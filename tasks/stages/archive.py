@@ -138,10 +138,11 @@ def partial_state(fs, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[b
 
 
 def run_key(ctx: RunContext) -> str:
-    """8 hex digits of the sha256 of the run's identity (dag_id, dag_run_id, case): the last part of
-    its archive directory's name, by which a retried archive finds the copy an earlier attempt of the
+    """8 hex digits of the sha256 of the run's identity (dag_id, dag_run_id, model, version as planned, case): the
+    last part of its archive directory's name, by which a retried archive finds the copy an earlier attempt of the
     same run moved into place without committing."""
-    return hashlib.sha256(f"{ctx.dag_id}\0{ctx.dag_run_id}\0{ctx.case.name}".encode()).hexdigest()[:8]
+    parts = (ctx.dag_id, ctx.dag_run_id, ctx.case.model, ctx.case.version, ctx.case.name)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
 
 
 def run_dir_name(run_id: int, ctx: RunContext, version: str) -> str:
@@ -211,7 +212,7 @@ def archive_run(
 ) -> ArchiveRecord:
     """Write everything about a finished run into the store (one transaction) and the archive.
 
-    Idempotent: when the run (dag_id, dag_run_id, case) is already stored as a success, that run is
+    Idempotent: when the run of ``ctx``'s identity is already stored as a success, that run is
     returned and nothing is read, copied or written. Before copying, stale partial copies of earlier
     runs are swept (``sweep_partials``).
 
@@ -228,7 +229,7 @@ def archive_run(
         tasks.store.engine.StoreUnreachable: the store cannot be reached (nothing is written or kept).
         sqlalchemy.exc.SQLAlchemyError: the store transaction failed (the archive copy is removed).
     """
-    done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+    done = stored_run(db_url, ctx)
     if done is not None and done.status == "success":
         return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
     samples = load_json(run.samples_path)  # the whole result, version-checked: the store keeps what it names
@@ -241,9 +242,9 @@ def archive_run(
     )
     fs, root = fsspec.core.url_to_fs(archive_root)
     model_dir = f"{root.rstrip('/')}/{ctx.case.model}"
-    staging = f"{model_dir}/{safe_name(f'{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}')}"
-    staging += PARTIAL_SUFFIX
     key = run_key(ctx)
+    staging_name = f"{ctx.case.name}__v{pulled.version}__{ctx.dag_id}__{ctx.dag_run_id}__{key}"
+    staging = f"{model_dir}/{safe_name(staging_name)}{PARTIAL_SUFFIX}"
     artifacts = [("xplane", x.relative_to(run.profile_dir).as_posix(), x.stat().st_size, _sha256(x)) for x in xplanes]
     paired_result = Path(run.paired_path) if run.paired_path else None
     if paired_result is not None:  # every block pair's step times, CPU times and waits (the work dir goes)
@@ -323,7 +324,7 @@ def archive_run(
         )
     except SuccessAlreadyStored:  # a concurrent attempt stored it first: keep theirs
         _remove(fs, staging)
-        done = stored_run(db_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+        done = stored_run(db_url, ctx)
         if done is None:  # the store said it holds that success: it cannot be gone
             raise
         return ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")

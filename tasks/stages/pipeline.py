@@ -339,16 +339,9 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
     state = as_state(state)
     ctx = state.ctx
     with scratch.task_dir(settings, ctx), _recorded(state, stage_id, settings):
-        done = stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name)
+        done = stored_run(settings.database_url, ctx)
         if done is not None and done.status == "success":
-            log.warning(
-                "%s: run %s of %s %s (%s) is already archived; nothing to do",
-                stage_id,
-                done.run_id,
-                ctx.dag_id,
-                ctx.dag_run_id,
-                ctx.case.name,
-            )
+            log.warning("%s: run %s of %s is already archived; nothing to do", stage_id, done.run_id, ctx.identity)
             scratch.discard(settings, ctx)
             archived = ArchiveRecord(run_id=done.run_id, archive_uri=done.archive_uri or "", verdict=done.verdict or "")
             return state.model_copy(update={"archived": archived})
@@ -739,7 +732,7 @@ def record_unmeasured(
     """
     settings = settings or Settings.from_env()
     ctx = as_state(state).ctx
-    if stored_run(settings.database_url, ctx.dag_id, ctx.dag_run_id, ctx.case.name) is not None:
+    if stored_run(settings.database_url, ctx) is not None:
         return None
     why = unmeasured_reason(f"{ctx.case.model} {ctx.case.name}", queue, worker, queued_timeout_s)
     pulled = as_state(state).pulled
@@ -801,7 +794,7 @@ def check_work_dirs(
         [(d.name, str(d), None) for d in sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
     )
     found += scratch.entries(settings)  # PERFWATCH_SCRATCH: the runs' prefixes in the object store
-    by_slug = {run_slug(r.dag_id, r.dag_run_id, r.model, r.case_name): r for r in runs}
+    by_slug = {run_slug(r.dag_id, r.dag_run_id, r.model, r.plan_version, r.case_name): r for r in runs}
     out = []
     for slug, where, listed_age in found:
         r = by_slug.get(slug)

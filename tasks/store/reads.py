@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
 from tasks.records import (
     OP_STATS_COLUMNS,
     Acceptance,
     CompareInputs,
+    RunContext,
     RunOps,
     VerdictStory,
     WarmupRecord,
@@ -679,7 +680,7 @@ def previous_env_keys(db_url: str, run_ids: list[int]) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class StoredRun:
-    """What the store holds for one run identity (dag_id, dag_run_id, case): enough for a retried
+    """What the store holds for one run identity (:func:`is_run_of`): enough for a retried
     stage to decide whether there is anything left to do.
 
     Attributes:
@@ -695,13 +696,24 @@ class StoredRun:
     verdict: str | None
 
 
-def stored_run(db_url: str, dag_id: str, dag_run_id: str, case_name: str) -> StoredRun | None:
-    """The stored run of a (dag_id, dag_run_id, case) identity, or None when it has none yet."""
+def is_run_of(ctx: RunContext) -> ColumnElement[bool]:
+    """The ``WHERE`` clause of the run whose identity is ``ctx``'s (:class:`tasks.records.RunContext`: dag_id,
+    dag_run_id, model, version as planned, case): the one rule every look-up and replacement of a run by its
+    identity uses (``runs.uq_run_identity``)."""
+    return and_(
+        Run.dag_id == ctx.dag_id,
+        Run.dag_run_id == ctx.dag_run_id,
+        Run.model_id == select(Model.id).where(Model.name == ctx.case.model).scalar_subquery(),
+        Run.plan_version == ctx.case.version,
+        Run.case_name == ctx.case.name,
+    )
+
+
+def stored_run(db_url: str, ctx: RunContext) -> StoredRun | None:
+    """The stored run of ``ctx``'s identity (:func:`is_run_of`), or None when it has none yet."""
     with session_scope(db_url) as s:
         row = s.execute(
-            select(Run.id, Run.status, Run.failed_stage, Run.archive_uri, Run.verdict).where(
-                Run.dag_id == dag_id, Run.dag_run_id == dag_run_id, Run.case_name == case_name
-            )
+            select(Run.id, Run.status, Run.failed_stage, Run.archive_uri, Run.verdict).where(is_run_of(ctx))
         ).first()
     return None if row is None else StoredRun(*row)
 
@@ -717,6 +729,7 @@ class RunLocation:
     dag_id: str
     dag_run_id: str
     model: str
+    plan_version: str
     case_name: str
     status: str
     archive_uri: str | None
@@ -732,6 +745,7 @@ def run_locations(db_url: str) -> list[RunLocation]:
                 Run.dag_id,
                 Run.dag_run_id,
                 Model.name,
+                Run.plan_version,
                 Run.case_name,
                 Run.status,
                 Run.archive_uri,

@@ -119,7 +119,9 @@ class Run(Base):
 
     __tablename__ = "runs"
     __table_args__ = (
-        UniqueConstraint("dag_id", "dag_run_id", "case_name", name="uq_run_identity"),
+        # 0012: the model and the version as planned are part of a run's identity (two models of one nightly share
+        # a case name; a release DAG run may gate two versions of one model)
+        UniqueConstraint("dag_id", "dag_run_id", "model_id", "plan_version", "case_name", name="uq_run_identity"),
         Index("ix_runs_model_case_time", "model_id", "case_name", "started_at"),
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_verdict_time", "verdict", "started_at"),  # 0002: regressions.sql
@@ -156,6 +158,9 @@ class Run(Base):
     case_name: Mapped[str] = mapped_column(String(64))
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
     version_requested: Mapped[str] = mapped_column(String(32))
+    # 0012: the version as the DAG run planned it (``Case.version``: ``latest`` or a pinned one), part of the run's
+    # identity; ``version_requested`` of a failure is the version its request resolved to, when it got that far
+    plan_version: Mapped[str] = mapped_column(String(32))
     model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     environment_id: Mapped[int | None] = mapped_column(ForeignKey("environments.id"))
     trigger: Mapped[str] = mapped_column(String(16))

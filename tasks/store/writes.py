@@ -5,11 +5,11 @@ row, a busy SQLite file, a PostgreSQL deadlock). The file side of the archive (t
 is ``tasks.stages.archive``'s; it hands in ``before_commit`` to move its copy into place inside
 the transaction, so a failure of either undoes both.
 
-A run is identified by (dag_id, dag_run_id, case). A stored *success* is final: writing that run
-again raises ``SuccessAlreadyStored`` and changes nothing, so a retried Airflow task can never
-replace a success, neither by a failure record nor by a second archive. A stored *failure* is
-replaced by the next attempt (success or failure); a failure replacing a failure keeps the
-earlier attempts' errors under its own.
+A run is identified by (dag_id, dag_run_id, model, version as planned, case): ``tasks.store.reads.is_run_of``.
+A stored *success* is final: writing that run again raises ``SuccessAlreadyStored`` and changes nothing, so a
+retried Airflow task can never replace a success, neither by a failure record nor by a second archive. A stored
+*failure* is replaced by the next attempt (success or failure); a failure replacing a failure keeps the earlier
+attempts' errors under its own.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from tasks.records import (
     WarmupRecord,
 )
 from tasks.store.engine import session_scope
+from tasks.store.reads import is_run_of
 from tasks.store.schema import (
     QUANTILE_RANKS,
     REUSED_WARMUP_TOOL,
@@ -64,14 +65,11 @@ _ERROR_CHARS = 20000  # a failed run's stored error is cut to this many characte
 
 
 class SuccessAlreadyStored(RuntimeError):
-    """The run (dag_id, dag_run_id, case) is already stored as a success, which is never replaced;
-    ``run_id`` is the stored run's id."""
+    """The run of this identity (``tasks.store.reads.is_run_of``) is already stored as a success, which is never
+    replaced; ``run_id`` is the stored run's id."""
 
     def __init__(self, run_id: int, ctx: RunContext) -> None:
-        super().__init__(
-            f"run {run_id} ({ctx.dag_id} {ctx.dag_run_id} {ctx.case.name}) is already stored as a "
-            "success and is kept unchanged"
-        )
+        super().__init__(f"run {run_id} ({ctx.identity}) is already stored as a success and is kept unchanged")
         self.run_id = run_id
 
 
@@ -93,16 +91,14 @@ def lock_model(s: Session, model_id: int) -> None:
 
 
 def _replace_failed_run(s: Session, ctx: RunContext) -> str | None:
-    """Delete an earlier *failed* row with the same (dag_id, dag_run_id, case), so a retry replaces it and
-    never duplicates it; returns that row's stored error (None when there was none).
+    """Delete an earlier *failed* row of the same identity (``tasks.store.reads.is_run_of``), so a retry replaces it
+    and never duplicates it; returns that row's stored error (None when there was none).
 
     Raises:
         SuccessAlreadyStored: the identity is stored as a success (nothing is deleted).
     """
     old = s.execute(
-        select(Run.id, Run.status, Run.failed_stage, Run.error)
-        .where(Run.dag_id == ctx.dag_id, Run.dag_run_id == ctx.dag_run_id, Run.case_name == ctx.case.name)
-        .with_for_update()
+        select(Run.id, Run.status, Run.failed_stage, Run.error).where(is_run_of(ctx)).with_for_update()
     ).first()
     if old is None:
         return None
@@ -275,6 +271,7 @@ def record_failure(db_url: str, ctx: RunContext, stage: str, error: str, *, vers
                 case_name=ctx.case.name,
                 model_id=model.id,
                 version_requested=version or ctx.case.version,
+                plan_version=ctx.case.version,
                 trigger=ctx.trigger,
                 status="failed",
                 failed_stage=stage,
@@ -409,6 +406,7 @@ def store_run(
                 case_name=ctx.case.name,
                 model_id=model.id,
                 version_requested=ctx.case.version,
+                plan_version=ctx.case.version,
                 model_version_id=mv.id,
                 environment_id=envrow.id,
                 trigger=ctx.trigger,

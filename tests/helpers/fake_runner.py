@@ -34,6 +34,8 @@ Configuration:
   (``tasks.runner.telemetry.Sampler``: psutil's host rows, NVML's GPU rows where a GPU answers);
 * ``PERFWATCH_FAKE_HOLD_S``: seconds the profile mode holds its host (sleeps) before its measured steps (default 0),
   as a real measurement of minutes does: measurements long enough that two on one host would overlap in time;
+* ``PERFWATCH_FAKE_BUSY_ONCE``: a directory; each run's first profile reports a busy host (:func:`host_load`), so
+  its measure task is retried;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -120,8 +122,17 @@ def step_factor(model_path: str) -> float:
         return 1.0
 
 
-def host_load() -> dict[str, float | int]:
-    """The host load the fake reports: :data:`QUIET_HOST` with ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` (if set)."""
+def host_load(busy_once_key: str | None = None) -> dict[str, float | int]:
+    """The host load the fake reports: :data:`QUIET_HOST` with ``PERFWATCH_FAKE_OTHER_CPU_SHARE`` (if set); with
+    ``PERFWATCH_FAKE_BUSY_ONCE`` (a directory) a busy host (other processes 90% of the CPU) the first time a profile
+    of ``busy_once_key`` (its model path: one per run) is measured, a marker file there remembering it."""
+    once = os.environ.get("PERFWATCH_FAKE_BUSY_ONCE")
+    if once and busy_once_key is not None:
+        marker = Path(once) / hashlib.sha256(busy_once_key.encode()).hexdigest()[:16]
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(busy_once_key)
+            return {**QUIET_HOST, "other_cpu_share": 0.9, "other_cpu_s": 0.9 * 2 * QUIET_HOST["wall_s"]}
     share = os.environ.get("PERFWATCH_FAKE_OTHER_CPU_SHARE")
     if share is None:
         return QUIET_HOST
@@ -266,7 +277,7 @@ def profile(spec: RunnerSpec) -> ProfileResult:
         tflite=tflite,
         profile_absent_reason=absent,
         telemetry=telemetry,
-        host_load=host_load(),
+        host_load=host_load(spec.model_path),
         latency_ms=latency,
         serving=serving,
         wall_s=time.perf_counter() - t0,

@@ -78,16 +78,16 @@ def messy(db_url, tmp_path, monkeypatch):
         {"host": here, "pid": me.pid, "pid_started": me.create_time(), "started_at": "2020-01-01T00:00:00+00:00"},
     )
     work = st.work_root
-    good_scratch = work / "d__good__m__train-bs16"
+    good_scratch = work / "d__good__m__vlatest__train-bs16"
     assert good_scratch.name == pipeline.RunContext.model_validate(
         compared_bundle(st, "slugcheck")["ctx"]
     ).slug.replace("slugcheck", "good")
-    shutil.rmtree(work / "d__slugcheck__m__train-bs16")
+    shutil.rmtree(work / "d__slugcheck__m__vlatest__train-bs16")
     good_scratch.mkdir(parents=True)
-    abandoned = work / "d__abandoned__m__train-bs16"
+    abandoned = work / "d__abandoned__m__vlatest__train-bs16"
     (abandoned / "run").mkdir(parents=True)
     _age(abandoned, 30 * HOUR)
-    (work / "d__running__m__train-bs16").mkdir()
+    (work / "d__running__m__vlatest__train-bs16").mkdir()
     return {
         "st": st,
         "good": good,
@@ -136,7 +136,7 @@ def test_db_check_repair_removes_leftovers_and_keeps_every_run(cli, messy):
     for key in ("ghost", "stale", "other", "good_scratch", "abandoned"):
         assert not messy[key].exists(), key
     assert messy["live"].exists() and Path(messy["good"]["archive_uri"]).is_dir()
-    assert (st.work_root / "d__running__m__train-bs16").exists()
+    assert (st.work_root / "d__running__m__vlatest__train-bs16").exists()
     assert snapshot(st)["runs"] == runs_before and snapshot(st)["samples"] == 28
     code, rows = _check(cli)
     assert code == 1 and [r["kind"] for r in rows] == ["missing-archive"]
