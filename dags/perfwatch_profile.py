@@ -2,22 +2,28 @@
 
 pull-model-version → env-fingerprint → warm-up → profiled run → parse → baseline-compare → archive
 
+Two DAGs run these stages, built by one function (``profile_dag``) so they cannot drift apart:
+
+* ``perfwatch_profile``: nightly (cron, no catchup) it profiles every model in the YAML config
+  (``PERFWATCH_CONFIG``); a manual trigger profiles one model version given as Params, or a case of its config
+  matrix (Param ``case``, or ``all``). One run at a time (``max_active_runs=1``): a night does not overlap the next.
+* ``perfwatch_release``: the release gates. An event of a model's Asset ``perfwatch://models/<model>``
+  (``perfwatch publish``), or a triggered run with the Params ``model``, ``version`` (``perfwatch publish`` on a
+  paused DAG, whose Asset events Airflow would not queue), runs the paired release gate of the published version
+  over the model's config cases. Several at once (``PERFWATCH_MAX_ACTIVE_RELEASES``, default 8), never behind the
+  nightly: the measuring pool (``perfwatch_profile``) and the measuring workers' concurrency are the only
+  serialisation, and a release's ``measure`` outranks the nightly's in that pool (``priority_weight``), so a
+  release waits at most for the one measurement in progress, not for the night.
+
 The three measuring stages are one task, ``measure``, on a measuring queue: a task runs on one worker, so the
 fingerprint describes the host that warmed up and measured, and a measuring worker with Celery concurrency 1
 measures one case at a time (README "Deployment": N hosts, N cases at once). A case that names a device kind
 goes to that kind's queue (the config's ``queues:``): one mapped task group per measuring queue, the default
-queue's with the plain task ids, each other's named ``on_<queue>``.
-
-Nightly (cron, no catchup) it profiles every model in the YAML config (``PERFWATCH_CONFIG``);
-a manual trigger profiles one model version given as Params (a release gate when
-``trigger`` is ``release``), or a case of its config matrix (Param ``case``, or ``all``). The
-stages form a task group mapped over the cases, so one DAG run profiles many models and matrix
-cases, each named in the grid, and a failing case fails only its own task instances. On model
-release: an event of a model's Asset ``perfwatch://models/<model>`` (``perfwatch publish``) runs the
-paired release gate of the published version. Failed runs, regressions and ``env-changed`` verdicts
-alert through ``PerfwatchNotifier`` (``perfwatch_alerts.py``). The stages
-live in ``tasks.stages.pipeline``; nothing heavy is imported here, so parsing this file never
-imports TensorFlow.
+queue's with the plain task ids, each other's named ``on_<queue>``. The stages form a task group mapped over the
+cases, so one DAG run profiles many models and matrix cases, each named in the grid, and a failing case fails
+only its own task instances. Failed runs, regressions and ``env-changed`` verdicts alert through
+``PerfwatchNotifier`` (``perfwatch_alerts.py``). The stages live in ``tasks.stages.pipeline``; nothing heavy is
+imported here, so parsing this file never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import pendulum
 from airflow.sdk import (
     Asset,
     AssetAny,
-    AssetOrTimeSchedule,
     CronTriggerTimetable,
     Param,
     conf,
@@ -74,15 +79,15 @@ MAX_MAP_LENGTH = conf.getint("core", "max_map_length")
 QUEUED_TIMEOUT_S = conf.getfloat("scheduler", "task_queued_timeout")
 
 
-NIGHTLY = "0 2 * * *"
+NIGHTLY = CronTriggerTimetable("0 2 * * *", timezone="UTC")
 # Release triggers: one Asset per model of the nightly config (perfwatch://models/<model>, read when the DAG
-# is parsed); an event of one (`perfwatch publish`) runs the paired release gate of the published version.
+# is parsed); an event of one (`perfwatch publish`) runs perfwatch_release's paired gate of the published version.
 RELEASE_ASSETS = [Asset(name=name, uri=uri) for uri, name in release_asset_uris()]
-SCHEDULE = (
-    AssetOrTimeSchedule(timetable=CronTriggerTimetable(NIGHTLY, timezone="UTC"), assets=AssetAny(*RELEASE_ASSETS))
-    if RELEASE_ASSETS
-    else NIGHTLY
-)
+# Release gates at once (each measures through the pool, one case at a time per measuring host).
+MAX_ACTIVE_RELEASES = int(os.environ.get("PERFWATCH_MAX_ACTIVE_RELEASES", "8"))
+# A release's tasks outrank the nightly's for pool slots (Airflow's default weights are the count of downstream
+# tasks, under 10 here): a queued release measures next, after the measurement in progress.
+RELEASE_PRIORITY = 100
 
 
 def measure_failed(context) -> None:
@@ -99,45 +104,54 @@ def measure_failed(context) -> None:
         record_unmeasured(state, queue=ti.queue, worker=ti.hostname or None, queued_timeout_s=QUEUED_TIMEOUT_S)
 
 
-@dag(
-    dag_id="perfwatch_profile",
-    schedule=SCHEDULE,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    max_active_tasks=MAX_ACTIVE_TASKS,
-    tags=["perfwatch", "profiling"],
-    default_args={"retries": 0, "on_execute_callback": store_url_from_connection},
-    # alerts (webhook of the Airflow connection PERFWATCH_ALERT_CONN_ID): every failed DAG run, and a
-    # successful one only when a run of it has a noteworthy verdict (env-changed)
-    on_failure_callback=PerfwatchNotifier(),
-    on_success_callback=PerfwatchNotifier(only_noteworthy=True),
-    params={
-        "model": Param(
-            None,
-            type=["null", "string"],
-            minLength=1,
-            maxLength=128,
-            description="Model name in the store; empty profiles every model of the config.",
-        ),
-        **{name: Param(**schema) for name, schema in case_param_schema("dag").items()},  # the Case fields
-        "case": Param(
-            None,
-            type=["null", "string"],
-            minLength=1,
-            maxLength=64,
-            description="With model: a case of the model's config entry (e.g. "
-            "train-bs32-mixed_bfloat16-xla), or 'all' for its whole matrix; its axes come "
-            "from the config, version and measured_steps from these Params. Empty: one "
-            "case from these Params.",
-        ),
-        "trigger": Param(
-            "manual", type="string", enum=["manual", "release"], description="'release' marks a release-gate run."
-        ),
-    },
-    doc_md=__doc__,
-)
-def perfwatch_profile():
+def profile_dag(dag_id: str, schedule, *, max_active_runs: int, trigger: str, priority: dict | None = None):
+    """The DAG ``dag_id`` of the seven stages (module docstring): ``schedule`` (a timetable, Assets or None),
+    ``max_active_runs`` of it at once, the Param ``trigger``'s default, and default task arguments ``priority``
+    (``priority_weight``/``weight_rule``: the release DAG's place in the measuring pool)."""
+    return dag(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=max_active_runs,
+        max_active_tasks=MAX_ACTIVE_TASKS,
+        tags=["perfwatch", "profiling" if trigger != "release" else "release"],
+        default_args={"retries": 0, "on_execute_callback": store_url_from_connection, **(priority or {})},
+        # alerts (webhook of the Airflow connection PERFWATCH_ALERT_CONN_ID): every failed DAG run, and a
+        # successful one only when a run of it has a noteworthy verdict (env-changed)
+        on_failure_callback=PerfwatchNotifier(),
+        on_success_callback=PerfwatchNotifier(only_noteworthy=True),
+        params={
+            "model": Param(
+                None,
+                type=["null", "string"],
+                minLength=1,
+                maxLength=128,
+                description="Model name in the store; empty profiles every model of the config.",
+            ),
+            **{name: Param(**schema) for name, schema in case_param_schema("dag").items()},  # the Case fields
+            "case": Param(
+                None,
+                type=["null", "string"],
+                minLength=1,
+                maxLength=64,
+                description="With model: a case of the model's config entry (e.g. "
+                "train-bs32-mixed_bfloat16-xla), or 'all' for its whole matrix; its axes come "
+                "from the config, version and measured_steps from these Params. Empty: one "
+                "case from these Params.",
+            ),
+            "trigger": Param(
+                trigger, type="string", enum=["manual", "release"], description="'release' marks a release-gate run."
+            ),
+        },
+        doc_md=__doc__,
+    )(_stages)
+
+
+def _stages():
+    """One DAG run's data flow: plan the cases, then each case's stages (a mapped task group per measuring queue),
+    then the trend watch and the outcome."""
+
     @task
     def plan() -> list[dict]:
         """Resolve the cases of this DAG run (release Asset events, Params, or the YAML config when no model
@@ -261,4 +275,11 @@ def perfwatch_profile():
         cases >> done
 
 
-perfwatch_profile()
+perfwatch_profile = profile_dag("perfwatch_profile", NIGHTLY, max_active_runs=1, trigger="manual")()
+perfwatch_release = profile_dag(
+    "perfwatch_release",
+    AssetAny(*RELEASE_ASSETS) if RELEASE_ASSETS else None,
+    max_active_runs=MAX_ACTIVE_RELEASES,
+    trigger="release",
+    priority={"priority_weight": RELEASE_PRIORITY, "weight_rule": "absolute"},
+)()

@@ -2,7 +2,7 @@
 
 Authentication as Airflow 3 requires it: a bearer JWT, either given (``PERFWATCH_AIRFLOW_TOKEN``) or
 obtained from ``POST /auth/token`` with a user name and password (the simple auth manager's users;
-FAB and other auth managers serve the same endpoint). Used by ``perfwatch publish`` (Asset events) and
+FAB and other auth managers serve the same endpoint). Used by ``perfwatch publish`` (:func:`send_release`) and
 ``perfwatch doctor`` (:class:`AirflowClient`, the seam its tests fake); the Airflow UI plugin's Alertmanager
 webhook uses :func:`airflow_token` too. :func:`airflow_task_id` names the profile DAG's task that ran a stage of
 a stored run (the pages' task-log links).
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the profiling runs and release gates
+PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the nightly and manual profiling runs
+RELEASE_DAG_ID = "perfwatch_release"  #: the DAG of the release gates (the models' Asset events)
 
 
 class AirflowApiError(RuntimeError):
@@ -142,7 +143,7 @@ def dag_state(client: AirflowClient, dag_id: str = PROFILE_DAG_ID) -> dict[str, 
     return body
 
 
-def not_parsed_message(dag_id: str = PROFILE_DAG_ID) -> str:
+def not_parsed_message(dag_id: str = RELEASE_DAG_ID) -> str:
     """What to do when Airflow has no DAG ``dag_id`` yet."""
     return f"the DAG {dag_id} has not been parsed yet (dag-processor): wait or check its log"
 
@@ -152,38 +153,56 @@ def paused_message(dag_id: str = PROFILE_DAG_ID, what: str = "the gate") -> str:
     return f"the DAG is paused: unpause it (airflow dags unpause {dag_id}) or {what} will wait"
 
 
-def emit_asset_event(api: AirflowApi, uri: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """Record an event of the Asset with URI ``uri`` in Airflow (``POST /api/v2/assets/events``), which
-    schedules the DAGs that consume it. The asset id is looked up with ``GET /api/v2/assets?uri_pattern=``;
-    afterwards the ``perfwatch_profile`` DAG's state is read (``GET /api/v2/dags/perfwatch_profile``).
+def send_release(api: AirflowApi, uri: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """Start the release gate of the published version ``extra`` (``model``, ``version``, ``digest``, ...; the
+    Asset event's extra) in Airflow's DAG ``perfwatch_release``, so that it really runs:
+
+    * the DAG is unpaused: an event of the Asset with URI ``uri`` (``POST /api/v2/assets/events``), which
+      schedules the DAG (the asset id is looked up with ``GET /api/v2/assets?uri_pattern=``);
+    * the DAG is paused: Airflow queues no Asset event for a paused DAG (the event would be recorded and no run
+      would ever start), so a DAG run is triggered instead (``POST /api/v2/dags/perfwatch_release/dagRuns``, conf:
+      ``model``, ``version``, ``trigger`` release, ``case`` all: the gate an event would plan); Airflow keeps
+      it queued and starts it once the DAG is unpaused.
 
     Returns:
-        Airflow's AssetEventResponse (``id``, ``asset_id``, ``uri``, ``extra`` (with ``from_rest_api``),
-        ``timestamp``...), plus ``dag_paused``: whether ``perfwatch_profile`` is paused (its gate then waits
-        until it is unpaused; None when Airflow has no such DAG).
+        ``{"via": "asset-event", "event": <Airflow's AssetEventResponse>}`` or ``{"via": "dag-run", "dag_run":
+        <Airflow's DAGRunResponse>}`` (``dag_run_id``, ``state`` queued, ...).
 
     Raises:
         AirflowApiError: no Asset with that URI (the message says why: the DAG has not been parsed yet, or its
-            config has no such model), a refused call, or an unreachable API.
+            config has no such model), no DAG ``perfwatch_release`` yet, a refused call, or an unreachable API.
     """
+    import datetime as dt
+
     with AirflowClient(api) as client:
         status, body = client.call("GET", "/api/v2/assets", params={"uri_pattern": uri, "limit": 100})
         if status != 200:
             raise AirflowApiError(f"GET {api.base_url}/api/v2/assets: HTTP {status}: {str(body)[:300]}")
         ids = [a["id"] for a in body.get("assets", []) if a.get("uri") == uri]
-        if not ids:
-            if dag_state(client) is None:
-                raise AirflowApiError(f"Airflow at {api.base_url} has no Asset {uri}: {not_parsed_message()}")
+        dag = dag_state(client, RELEASE_DAG_ID)
+        if not ids or dag is None:
+            if dag is None:
+                raise AirflowApiError(f"Airflow at {api.base_url}: {not_parsed_message()}")
             raise AirflowApiError(
                 f"Airflow at {api.base_url} has no Asset {uri}: no DAG declares it (the "
-                f"{PROFILE_DAG_ID} DAG declares one per model of the nightly config, "
+                f"{RELEASE_DAG_ID} DAG declares one per model of the nightly config, "
                 "PERFWATCH_CONFIG; add the model there)"
             )
+        if dag.get("is_paused"):
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+            conf = {"model": extra["model"], "version": str(extra["version"]), "trigger": "release", "case": "all"}
+            run_id = f"release__{extra['model']}__v{extra['version']}__{stamp}"
+            body = {"dag_run_id": run_id, "logical_date": None, "conf": conf, "note": "perfwatch publish (DAG paused)"}
+            status, run = client.call("POST", f"/api/v2/dags/{RELEASE_DAG_ID}/dagRuns", json=body)
+            if status not in (200, 201):
+                raise AirflowApiError(
+                    f"POST {api.base_url}/api/v2/dags/{RELEASE_DAG_ID}/dagRuns: HTTP {status}: {str(run)[:300]}"
+                )
+            return {"via": "dag-run", "dag_run": run}
         status, event = client.call("POST", "/api/v2/assets/events", json={"asset_id": ids[0], "extra": extra})
         if status not in (200, 201):
             raise AirflowApiError(f"POST {api.base_url}/api/v2/assets/events: HTTP {status}: {str(event)[:300]}")
-        dag = dag_state(client)
-        return {**event, "dag_paused": None if dag is None else bool(dag.get("is_paused"))}
+        return {"via": "asset-event", "event": event}
 
 
 def airflow_task_id(

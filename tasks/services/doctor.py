@@ -35,12 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tasks.services.airflow_api import PROFILE_DAG_ID, AirflowApiError, not_parsed_message, paused_message
+from tasks.services.airflow_api import (
+    PROFILE_DAG_ID,
+    RELEASE_DAG_ID,
+    AirflowApiError,
+    not_parsed_message,
+    paused_message,
+)
 from tasks.settings import Settings
 
 DOCTOR_DAG_ID = "perfwatch_doctor"  #: the trivial DAG ``perfwatch doctor`` triggers (dags/perfwatch_doctor.py)
 PROFILE_POOL = "perfwatch_profile"  #: the pool of the profiled run (make airflow-init creates it)
-DAG_IDS = (PROFILE_DAG_ID, "perfwatch_watch", DOCTOR_DAG_ID)
+DAG_IDS = (PROFILE_DAG_ID, RELEASE_DAG_ID, "perfwatch_watch", DOCTOR_DAG_ID)
 JWT_MISMATCH = (
     "the Airflow components do not share one JWT secret: the api-server refuses the task tokens the "
     "scheduler signs, so tasks fail before they start, with an empty log (apache/airflow#59373); give the "
@@ -255,7 +261,7 @@ def check_dags(api: Api, wait_s: float = 0.0, sleep: Callable[[float], None] = t
             status, body = api.call("GET", f"/api/v2/dags/{dag_id}")
             if status == 404:
                 missing.append(dag_id)
-            elif status == 200 and body.get("is_paused") and dag_id == PROFILE_DAG_ID:
+            elif status == 200 and body.get("is_paused") and dag_id in (PROFILE_DAG_ID, RELEASE_DAG_ID):
                 paused.append(dag_id)
             elif status != 200:
                 return Check("dags", False, f"GET /api/v2/dags/{dag_id}: HTTP {status}: {str(body)[:200]}")
@@ -273,7 +279,7 @@ def check_dags(api: Api, wait_s: float = 0.0, sleep: Callable[[float], None] = t
         return Check("dags", False, f"import errors: {'; '.join(problems)}")
     detail = f"{', '.join(DAG_IDS)} parsed"
     if paused:
-        detail += f"; {paused_message(PROFILE_DAG_ID, 'its runs')}"
+        detail += "".join(f"; {paused_message(d, 'its runs')}" for d in paused)
     return Check("dags", True, detail)
 
 

@@ -15,14 +15,15 @@ from tests.helpers import ROOT
 
 
 class FakeAirflowAssets:
-    """Airflow's ``POST /auth/token``, ``GET /api/v2/assets``, ``POST /api/v2/assets/events`` and
-    ``GET /api/v2/dags/{dag_id}``, recording the requests; it knows one Asset (id 7) and the DAG record ``dag``
-    (None: a 404, the DAG not parsed yet; set ``dag["is_paused"]`` for a paused one; ``known_uri`` None: no
-    Assets). Bodies are checked against Airflow's own request model."""
+    """Airflow's ``POST /auth/token``, ``GET /api/v2/assets``, ``POST /api/v2/assets/events``,
+    ``GET /api/v2/dags/{dag_id}`` and ``POST /api/v2/dags/{dag_id}/dagRuns``, recording the requests; it knows one
+    Asset (id 7) and the DAG record ``dag`` (None: a 404, the DAG not parsed yet; set ``dag["is_paused"]`` for a
+    paused one; ``known_uri`` None: no Assets). A triggered DAG run is answered ``queued``. Bodies are checked
+    against Airflow's own request models by the tests."""
 
     def __init__(self, known_uri: str | None):
         self.requests: list[dict] = []
-        self.dag: dict | None = {"dag_id": "perfwatch_profile", "is_paused": False}
+        self.dag: dict | None = {"dag_id": "perfwatch_release", "is_paused": False}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,6 +48,8 @@ class FakeAirflowAssets:
                 if self.path == "/auth/token":
                     ok = body == {"username": "ci", "password": "pw"}
                     return self._reply(201 if ok else 401, {"access_token": "jwt-1"} if ok else {"detail": "no"})
+                if self.path.endswith("/dagRuns"):
+                    return self._reply(200, {**body, "dag_id": self.path.split("/")[4], "state": "queued"})
                 self._reply(200, {"id": 99, "asset_id": body["asset_id"], "extra": body["extra"]})
 
             def _reply(self, code, data):
@@ -106,7 +109,7 @@ class FakeAirflowApi:
         self.audience = audience
         self.dags = {
             d: {"dag_id": d, "is_paused": d != "perfwatch_doctor"}
-            for d in ("perfwatch_profile", "perfwatch_watch", "perfwatch_doctor")
+            for d in ("perfwatch_profile", "perfwatch_release", "perfwatch_watch", "perfwatch_doctor")
         }
         self.pools = {"perfwatch_profile": 1}
         self.import_errors: list[dict] = []

@@ -217,8 +217,9 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
         )
         assert r.exit_code == 0, r.output
         assert "published net version 1" in r.output and "Asset event 99 for perfwatch://models/net" in r.output
-        token, lookup, event, dag = fake.requests
-        assert dag["path"] == "/api/v2/dags/perfwatch_profile"  # paused? (not: "is scheduled")
+        token, lookup, dag, event = fake.requests
+        assert dag["path"] == "/api/v2/dags/perfwatch_release"  # paused? (then a DAG run instead of the event)
+        assert "the release gate of net version 1 is scheduled (DAG perfwatch_release)" in r.output
         assert token["path"] == "/auth/token"
         assert lookup["path"] == "/api/v2/assets?uri_pattern=perfwatch%3A%2F%2Fmodels%2Fnet&limit=100"
         assert lookup["auth"] == event["auth"] == "Bearer jwt-1"
@@ -233,14 +234,21 @@ def test_publish_command_copies_and_emits_the_asset_event(cli_runner, home, tmp_
         # an Asset Airflow does not know (a model outside the config): copied, exit 2, says how to resend
         r = cli_runner("publish", "other", src, "--airflow-url", fake.url, "--airflow-token", "t")
         assert r.exit_code == 2, r.output
-        assert "no Asset perfwatch://models/other" in r.output and "--version 1 --no-copy" in r.output
+        assert "no Asset perfwatch://models/other" in r.output
+        assert "(resend: perfwatch publish other --version 1)" in r.output
         assert (home / "models" / "other" / "1").is_dir()
         r = cli_runner(
             "publish", "net", src, "--version", "1", "--no-copy", "--airflow-url", fake.url, "--airflow-token", "t"
         )
         assert r.exit_code == 0, r.output
-        resent = fake.requests[-2]  # the event; then the DAG's state is read
+        resent = fake.requests[-1]
         assert resent["body"]["extra"]["version"] == "1" and resent["auth"] == "Bearer t"
+        # a resend needs no model file (issue 35 item 3): the stored version's digest and format
+        r = cli_runner("publish", "net", "--version", "1", "--airflow-url", fake.url, "--airflow-token", "t")
+        assert r.exit_code == 0, r.output
+        assert fake.requests[-1]["body"]["extra"] == {**resent["body"]["extra"]}
+        r = cli_runner("publish", "net", "--airflow-url", fake.url)  # neither a file nor a version
+        assert r.exit_code == 1 and "give PATH" in r.output
     finally:
         fake.server.shutdown()
     # without an Airflow API the copy alone is the release
@@ -270,7 +278,7 @@ def consuming_the_asset_events(**kw):
 
 
 with mock.patch.object(dagrun_module, "get_or_create_dagrun", consuming_the_asset_events):
-    dr = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_profile").test()
+    dr = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_release").test()
 print(json.dumps({"state": str(dr.state), "run_id": dr.run_id}))
 """
 
@@ -357,6 +365,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
         "GX_ANALYTICS_ENABLED": "false",
         "AIRFLOW_CONN_PERFWATCH_ALERTS": json.dumps({"conn_type": "http", "host": f"{sink.url}/hook"}),
         "PERFWATCH_UI_URL": "http://airflow.example:8080",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # perfwatch_release takes the Asset event
     }
     airflow = str(BIN / "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
@@ -371,26 +380,33 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
+    signin = ["--airflow-url", f"http://127.0.0.1:{port}", "--airflow-user", "ci", "--airflow-password", "pw"]
     try:
         _wait_for(f"http://127.0.0.1:{port}/api/v2/version", api, log)
         pub = subprocess.run(
-            [
-                str(BIN / "perfwatch"),
-                "publish",
-                "tiny",
-                str(model_files["wide"]),
-                "--airflow-url",
-                f"http://127.0.0.1:{port}",
-                "--airflow-user",
-                "ci",
-                "--airflow-password",
-                "pw",
-            ],
+            [str(BIN / "perfwatch"), "publish", "tiny", str(model_files["wide"]), *signin],
             env=env,
             capture_output=True,
             text=True,
             cwd=ROOT,
             timeout=300,
+        )
+        # issue 35 item 3: a resend (no model file) while the DAG is paused is a queued DAG run, not a lost event
+        subprocess.run([airflow, "dags", "pause", "perfwatch_release"], env=env, check=True, capture_output=True)
+        resend = subprocess.run(
+            [str(BIN / "perfwatch"), "publish", "tiny", "--version", "3", *signin],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+        listed = subprocess.run(
+            [airflow, "dags", "list-runs", "perfwatch_release", "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     finally:
         api.terminate()
@@ -398,6 +414,11 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
     assert pub.returncode == 0, pub.stdout + pub.stderr
     assert "published tiny version 3" in pub.stdout and "Asset event" in pub.stdout
     assert "for perfwatch://models/tiny" in pub.stdout
+    assert resend.returncode == 0, resend.stdout + resend.stderr
+    assert "the DAG perfwatch_release is paused" in resend.stdout and "runs once the DAG is unpaused" in resend.stdout
+    runs = json.loads([line for line in listed.stdout.splitlines() if line.startswith("[{")][-1])
+    (queued,) = [r for r in runs if r["run_id"].startswith("release__")]
+    assert queued["state"] == "queued" and queued["run_id"].startswith("release__tiny__v3__")
 
     proc = subprocess.run(
         [sys.executable, "-c", _RELEASE_RUN, str(ROOT / "dags")],
@@ -423,7 +444,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
         assert comp.evidence["paired"]["baseline_version"] == "1"
         run_id = run.id
     alert = next(p["body"] for p in sink.posts if "regression" in p["body"]["text"])
-    assert alert["blocks"][0]["text"]["text"] == "perfwatch: perfwatch_profile failed (regression)"
+    assert alert["blocks"][0]["text"]["text"] == "perfwatch: perfwatch_release failed (regression)"
     assert f"*tiny* v3 `train-bs4` (run {run_id}): verdict regression: step-time ratio " in alert["text"]
     assert "paired ABBA" in alert["text"]  # the verdict's story (tasks.services.story), as every command tells it
     assert f"<http://airflow.example:8080/perfwatch/runs/{run_id}|run page>" in alert["text"]

@@ -29,6 +29,8 @@ import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 dag = bag.get_dag("perfwatch_profile")
+rel = bag.get_dag("perfwatch_release")
+rule = lambda t: getattr(t.weight_rule, "value", t.weight_rule)  # noqa: E731
 chain, t = [], dag.get_task("plan")
 while t.downstream_list:  # archive -> watch_trend -> outcome, and archive -> outcome
     t = sorted(t.downstream_list, key=lambda d: d.task_id == "outcome")[0]
@@ -37,7 +39,15 @@ print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
     "chain": chain,
     "schedule": getattr(dag.timetable, "timetable", dag.timetable).expression, "catchup": dag.catchup,
-    "release_assets": sorted(a.uri for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])),
+    "release_assets": sorted(a.uri for a in getattr(getattr(rel.timetable, "asset_condition", None), "objects", [])),
+    "release": {"max_active_runs": rel.max_active_runs, "catchup": rel.catchup,
+                "nightly_max_active_runs": dag.max_active_runs,
+                "nightly_assets": getattr(dag.timetable, "asset_condition", None) is not None,
+                "trigger_default": rel.params.get_param("trigger").value,
+                "measure_weight": rel.get_task("measure").priority_weight,
+                "measure_rule": rule(rel.get_task("measure")), "nightly_rule": rule(dag.get_task("measure")),
+                "same_tasks": sorted(rel.task_ids) == sorted(dag.task_ids),
+                "callbacks": [type(c).__name__ for c in (rel.on_failure_callback, rel.on_success_callback)]},
     "callbacks": [type(c).__name__ for c in (dag.on_failure_callback, dag.on_success_callback)],
     "watch": {"schedule": bag.get_dag("perfwatch_watch").timetable.expression,
               "on_failure": type(
@@ -98,9 +108,12 @@ def test_dag_imports_in_card_order_without_heavy_imports():
 
 
 def test_release_assets_and_alerts_are_wired(tmp_path):
-    """One Asset per model of the nightly config schedules the DAG besides its cron (a release event runs the
-    gate); failed DAG runs and noteworthy verdicts alert through PerfwatchNotifier; the missing-data check runs
-    hourly with the same notifier. A config that cannot be read leaves the cron schedule alone."""
+    """One Asset per model of the nightly config schedules the release DAG (a release event runs the gate), which
+    runs the same tasks as the nightly DAG, several runs at once and ahead of the nightly's in the measuring pool
+    (issue 35 item 4: a release waited 6 minutes behind a nightly case's busy-host retry, max_active_runs=1); the
+    nightly DAG keeps its cron alone; failed DAG runs and noteworthy verdicts alert through PerfwatchNotifier in
+    both; the missing-data check runs hourly with the same notifier. A config that cannot be read leaves the cron
+    schedule alone."""
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text(
         "models:\n  - {model: resnet}\n  - {model: bert, batch_size: 8}\n  - {model: resnet, batch_size: 4}\n"
@@ -109,6 +122,18 @@ def test_release_assets_and_alerts_are_wired(tmp_path):
     assert info["errors"] == {} and info["schedule"] == "0 2 * * *"
     assert info["release_assets"] == ["perfwatch://models/bert", "perfwatch://models/resnet"]
     assert info["callbacks"] == ["PerfwatchNotifier", "PerfwatchNotifier"]
+    assert info["release"] == {
+        "max_active_runs": 8,
+        "catchup": False,
+        "nightly_max_active_runs": 1,
+        "nightly_assets": False,
+        "trigger_default": "release",
+        "measure_weight": 100,
+        "measure_rule": "absolute",
+        "nightly_rule": "downstream",
+        "same_tasks": True,
+        "callbacks": ["PerfwatchNotifier", "PerfwatchNotifier"],
+    }
     assert info["watch"] == {"schedule": "0 * * * *", "on_failure": "PerfwatchNotifier"}
     broken = _probe(PERFWATCH_CONFIG=str(tmp_path / "missing.yaml"))
     assert broken["errors"] == {} and broken["schedule"] == "0 2 * * *" and broken["release_assets"] == []
@@ -310,3 +335,64 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
         "train-bs4-tpu": ("failed", "pull-model-version"),
     }
     assert "case tiny train-bs4-tpu asks for device tpu, which no queue serves" in runs["train-bs4-tpu"][2]
+
+
+@pytest.mark.slow
+def test_a_nightly_of_two_models_with_one_case_name_keeps_both_runs_through_a_retry(home, tmp_path):
+    """Issue 35 item 1: two models of the nightly config whose cases share a name (``train-bs2``). Two DAG runs
+    (``dag.test()``, the fake runner): the first makes each model's baseline, the second measures each on a busy
+    host first, so ``measure`` is retried. Each DAG run stores one successful run per model, each with its own
+    model's step times (before: the second model's stages found the first model's run "already archived; nothing
+    to do", its own measurement was dropped and it was blamed for the other's verdict)."""
+    from sqlalchemy import select
+
+    from tasks.settings import Settings
+    from tasks.store import Model, Run, session_scope
+    from tests.helpers import fake_runner
+
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(
+        "defaults: {version: '1', measured_steps: 10, profiled_steps: 2, warmup_max_steps: 10, batch_size: 2}\n"
+        "models:\n  - {model: tiny}\n  - {model: ranker}\n"
+    )
+    fake_runner.write_model(home / "models" / "tiny" / "1" / "model.keras")
+    fake_runner.write_model(home / "models" / "ranker" / "1" / "model.keras", step_factor=3.0)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_CONFIG": str(cfg),
+        "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
+        "PERFWATCH_HOST_BUSY_RETRIES": "1",
+        "PERFWATCH_HOST_BUSY_RETRY_DELAY_S": "0",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    env.pop("PERFWATCH_RUNNER_PYTHON", None)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+    script = _MAPPED_RUN.replace("t.rendered_map_index, t.queue]", "t.rendered_map_index, t.try_number]")
+    for night, extra in enumerate(({}, {"PERFWATCH_FAKE_BUSY_ONCE": str(tmp_path / "busy-once")})):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(ROOT / "dags")],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        states = {(t, label): state for t, _, state, label, _ in got["tis"]}
+        for model in ("tiny", "ranker"):
+            assert {t: states[(t, f"{model} train-bs2")] for t in CASE_TASKS} == dict.fromkeys(CASE_TASKS, "success")
+        tries = {label: n for t, _, _, label, n in got["tis"] if t == "measure"}
+        assert tries == dict.fromkeys(("tiny train-bs2", "ranker train-bs2"), night + 1)  # night 2: busy, then again
+    with session_scope(Settings.from_env({"PERFWATCH_HOME": str(home)}).database_url) as s:
+        runs = s.execute(
+            select(Model.name, Run.status, Run.median_step_ms).join(Model, Model.id == Run.model_id).order_by(Run.id)
+        ).all()
+    assert sorted((m, st) for m, st, _ in runs) == sorted([("tiny", "success"), ("ranker", "success")] * 2)
+    median = {m: med for m, _, med in runs}
+    assert 2.5 < median["ranker"] / median["tiny"] < 3.5  # each run holds its own model's step times

@@ -66,8 +66,9 @@ def test_a_healthy_deployment_passes(ready):
     got = by_name(checks)
     assert "1 model(s) (resnet)" in got["model store"].detail and "schema revision" in got["store"].detail
     assert "perfwatch_doctor run doctor__" in got["task"].detail and "ping on worker-1" in got["task"].detail
-    # the profile DAG is paused: said (its runs wait), not a failure
+    # the profile and release DAGs are paused: said (their runs wait), not a failure
     assert "the DAG is paused: unpause it (airflow dags unpause perfwatch_profile)" in got["dags"].detail
+    assert "the DAG is paused: unpause it (airflow dags unpause perfwatch_release)" in got["dags"].detail
 
 
 def test_a_jwt_secret_mismatch_is_named(ready):
