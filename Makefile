@@ -1,5 +1,5 @@
 # perfwatch — the two commands: `make demo` and `make test`. Each bootstraps itself and is idempotent.
-# While working: `make check` (lint, format, types) and `make test-fast` (the unit tests: no TensorFlow, no Airflow).
+# While working: `make check` (lint, format, types, the manual's build) and `make test-fast` (the unit tests: no TensorFlow, no Airflow).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PY ?= python3
@@ -94,7 +94,7 @@ airflow ui: airflow-init
 	wait -n || true; echo "an Airflow component exited:"; tail -n 15 $(AIRFLOW_HOME)/logs/*.log; exit 1
 
 # eval "$$(make -s env)": this shell gets the make targets' environment (AIRFLOW_HOME, DAGS_FOLDER, ...) and
-# .venv/bin on PATH, so that `airflow ...` and `perfwatch ...` commands work as the README writes them.
+# .venv/bin on PATH, so that `airflow ...` and `perfwatch ...` commands work as the README and the manual (docs/) write them.
 # (Setting up, make airflow-init's messages go to stderr: stdout is only the exports.)
 env:
 	@$(MAKE) --no-print-directory airflow-init >&2
@@ -138,11 +138,16 @@ test: airflow-init
 test-fast: airflow-init
 	$(VENV)/bin/pytest -q -m "not slow and not airflow_live" tests/unit
 
-# What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]).
+# What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]), and the
+# manual (docs/, mkdocs.yml): --strict fails on any warning, a link to a missing page or anchor included (not with
+# --quiet, which hides the warnings and passes). The site goes to a temporary directory, removed after.
 check: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	@site=$$(mktemp -d); trap 'rm -rf "$$site"' EXIT; \
+	out=$$($(VENV)/bin/mkdocs build --strict --site-dir "$$site" 2>&1) || { echo "$$out"; exit 1; }; \
+	echo "mkdocs build --strict: the manual (docs/) builds without a warning"
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .

@@ -24,7 +24,7 @@ a nightly run reuses a stored one): the case in ``mode: infer`` at ``--batch-siz
 Why these settings: the search starts at ``--start-qps`` (200 q/s), not at half the warm-up's capacity: from
 2,492 q/s an earlier run halved 8 times to 19.5 q/s and met nowhere, so zoo_lambda had no max QPS; from a rate a
 CPU host serves, the search doubles up to the bound and brackets it. Every case samples telemetry once a second
-(``telemetry_interval_ms: 1000``, as the README advises for server cases on a busy CPU host): at the default
+(``telemetry_interval_ms: 1000``, as docs/models.md advises for server cases on a busy CPU host): at the default
 100 ms the sampler thread, holding the GIL when the OS takes its CPU away, stalled the serving loop and put
 zoo_lambda's p99 near 100 ms at every rate.
 
@@ -34,7 +34,7 @@ other processes took, ``tasks.runner.measure.HostLoad``). Each run's self-consis
 (``tasks.analysis.serving``) are printed, and offline's throughput is checked against single-stream's. The
 last line is one JSON object: per model the figures, and the bench's wall time.
 
-Last run: README "Models, inputs and modes" has its table, with the host's load beside each figure.
+Last run: docs/models.md ("Models, inputs and modes") has its table, with the host's load beside each figure.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Two DAGs run these stages, built by one function (``profile_dag``) so they canno
 
 The three measuring stages are one task, ``measure``, on a measuring queue: a task runs on one worker, so the
 fingerprint describes the host that warmed up and measured, and a measuring worker with Celery concurrency 1
-measures one case at a time (README "Deployment": N hosts, N cases at once). A case that names a device kind
+measures one case at a time (docs/deployment.md: N hosts, N cases at once). A case that names a device kind
 goes to that kind's queue (the config's ``queues:``): one mapped task group per measuring queue, the default
 queue's with the plain task ids, each other's named ``on_<queue>``. The stages form a task group mapped over the
 cases, so one DAG run profiles many models and matrix cases, each named in the grid, and a failing case fails
@@ -50,7 +50,7 @@ from tasks.stages.devices import dag_measuring_queues, group_id, id_part
 from tasks.stages.params import case_param_schema
 
 # Measurements need a quiet host. Per host: the measuring worker that serves PROFILE_QUEUE runs with Celery
-# concurrency 1 (docker-compose.yml, README "Deployment"), so N measuring hosts measure N cases at once and
+# concurrency 1 (docker-compose.yml, docs/deployment.md), so N measuring hosts measure N cases at once and
 # never two on one host. Per deployment: this pool's slots cap how many measure at once (1 by default, the
 # number of measuring hosts in a fleet; on one host with the LocalExecutor it is what keeps them apart).
 PROFILE_POOL = "perfwatch_profile"
@@ -67,7 +67,7 @@ PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 MEASURING_QUEUES = dag_measuring_queues(PROFILE_QUEUE)
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
-# Airflow's own caps on a night (README "Deployment"). The task instances of one DAG run that run at once: Airflow's
+# Airflow's own caps on a night (docs/deployment.md). The task instances of one DAG run that run at once: Airflow's
 # default ([core] max_active_tasks_per_dag) is 16, so 32 or 64 measuring hosts could never all be busy; read at
 # parse time. [core] parallelism (per scheduler, default 32) caps them too, and [core] max_map_length (default
 # 1024) the cases of a night (100 models x 30 cases is 3000): deployment settings (docker-compose.yml sets them),

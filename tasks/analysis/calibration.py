@@ -69,7 +69,7 @@ load can fake a regression on wall time). The bounds:
 The 1-minute load average is recorded but not judged: it counts the runner's own threads (a quiet
 2-core host running a TF step reads about 2).
 
-What decides when (:func:`choose_metric`), from ``bench/busy.py``'s table (README "How verdicts are made"): on
+What decides when (:func:`choose_metric`), from ``bench/busy.py``'s table (docs/verdicts.md): on
 a quiet host, wall time, as above: it is what a user waits for. On a busy host, a paired gate decides on its
 pairs' per-step process CPU time (all threads, user + system). Measured beside 1 and 3 busy loops per core and
 two other TensorFlow jobs (other processes took 58-78% of the CPU): its pair scale stayed 0.047-0.064 where
@@ -539,7 +539,7 @@ def steal_exceeded(host_load: Mapping[str, Any] | None, bound: float = MAX_STEAL
     ``steal_share``; 0 when not recorded) and, beyond ``bound`` (``Case.max_steal_share``, the ``steal_share``
     of ``Noise.bounds``), why neither metric is fit to decide; None within the bound. Steal lengthens wall time,
     and CPU time is not clear of it either: on the dev VM ``bench/steal.py`` found a third of the stolen time
-    inside a busy thread's CPU time (README "How verdicts are made", Steal)."""
+    inside a busy thread's CPU time (docs/verdicts.md, Steal)."""
     load = host_load if host_load and "error" not in host_load else None
     steal = float((load or {}).get("steal_share", 0.0))
     if steal > bound:

@@ -20,7 +20,7 @@ from tasks.settings import Settings
 
 STORE_ERROR_EXIT = 3
 """Exit code of any command when the store cannot be used (unreachable, migrated by a newer perfwatch, or its URL
-unreadable); the README's "3 the store cannot be used"."""
+unreadable); docs/cli.md's "3 the store cannot be used"."""
 
 
 def settings(*, migrated: bool = True, create: bool = False) -> Settings:

@@ -69,7 +69,7 @@ EXIT_CODES_HELP = (
     "2 undecided or failed: inconclusive (interval too wide, or host busy), env-changed (no like-for-like "
     "baseline), a failed stage, no run of the version, or bad input; 3 the store cannot be used."
 )
-"""The exit codes as ``--help`` of ``run`` and ``gate`` print them (their epilog) and the README says them."""
+"""The exit codes as ``--help`` of ``run`` and ``gate`` print them (their epilog) and docs/cli.md says them."""
 
 
 def _db_url() -> str:

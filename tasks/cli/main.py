@@ -351,7 +351,7 @@ def run_cmd(
         str | None,
         typer.Option(
             help="'package.module:function' returning a tf.data.Dataset of model-ready batches (the built-in "
-            "ones: README, Models, inputs and modes).",
+            "ones: docs/models.md, Models, inputs and modes).",
             rich_help_panel=_CASE,
         ),
     ] = None,
@@ -585,7 +585,7 @@ def run_cmd(
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow, and print the run's
     figures and its verdict's story. Every option is the benchmark case's field of the same name, with its
-    default (README: "Models, inputs and modes", "The benchmark matrix"). A failed stage is recorded in the
+    default (docs/models.md and docs/matrix.md). A failed stage is recorded in the
     store as a failed run; a bad option or a model or version that is not in the model store records nothing.
     """
     # typer prints this docstring as the command's help (exit codes: the epilog, EXIT_CODES_HELP, once).
@@ -817,7 +817,7 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
     typer.echo(
         f"zoo cases: {config} ({len(cases)} cases; run them all with PERFWATCH_CONFIG={config} and the "
         "nightly DAG, or one with e.g. `perfwatch run zoo_bert --mode infer --inputs "
-        '\'{"attention_mask": {"min": 0, "max": 2}}\'`; README: Models, inputs and modes)'
+        '\'{"attention_mask": {"min": 0, "max": 2}}\'`; docs/models.md: Models, inputs and modes)'
     )
 
 

@@ -357,7 +357,10 @@ def register(app: typer.Typer) -> None:
         version: Annotated[str | None, typer.Option(help="Only runs of this model version.")] = None,
         plot: Annotated[
             Path | None,
-            typer.Option(help="Also draw throughput and step time against the axis, knee marked, to this PNG."),
+            typer.Option(
+                help="Also draw throughput and step time against the axis, knee marked, to this PNG (not drawn, "
+                "with a note and exit 0, when every series has one point: a table, not a curve)."
+            ),
         ] = None,
         fmt: FormatOpt = Format.table,
     ) -> None:
@@ -372,8 +375,10 @@ def register(app: typer.Typer) -> None:
             df = sweep_frame(model, axis, latency_budget_ms, version, url)
         except (queries.QueryError, ValueError) as e:
             raise _fail(e) from None
-        if plot is None and (why := too_little_to_sweep(df, axis)):  # said first: the table is not a sweep
-            typer.echo(f"note: {why}", err=True)
+        # said first: the table is not a sweep; a plot of one point per series is not drawn, and that is no error
+        if why := too_little_to_sweep(df, axis):
+            skipped = f"; no plot drawn ({plot} not written): one point per series is a table, not a curve"
+            typer.echo(f"note: {why}" + (skipped if plot is not None else ""), err=True)
         from tasks.cli.history import median_cells
 
         # the table: each median as a cell with its interval and n (csv/json keep the bounds as columns)
@@ -382,7 +387,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"note: {mixed}", err=True)
         for line in knee_lines(df, axis, latency_budget_ms):
             typer.echo(line, err=True)
-        if plot is not None:
+        if plot is not None and why is None:
             try:
                 out = plot_sweep(
                     df, axis, plot, title=f"{model}: sweep along {axis}", latency_budget_ms=latency_budget_ms

@@ -5,7 +5,7 @@ kinds users bring.
   Version 1 is MobileNetV2 (α=0.35) at 96×96×3, 10 classes, random weights; version 2 is the same
   network at width α=0.75 — a release about 2× slower per training step (paired gates on the 2-core dev
   machine: ×1.74–1.76 by wall time quiet and at 1-min load 1.5–3, up to ×2.1 at load 3; ×1.90–2.07 by CPU
-  time; README).
+  time; docs/getting-started.md).
 * :func:`build_zoo` — one tiny model of each kind in :data:`ZOO` (each builds in a few seconds and
   trains a step in milliseconds on a 2-core CPU), written as version 1 of model ``zoo_<kind>``:
   an image CNN with dynamic spatial dims, a BERT-like encoder fed by a dict, an SSD-like detector with

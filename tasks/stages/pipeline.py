@@ -757,8 +757,8 @@ def check_map_length(states: list[dict[str, Any]], limit: int) -> list[dict[str,
     if len(states) > limit:
         raise ValueError(
             f"this DAG run plans {len(states)} cases, and Airflow maps at most {limit} ([core] max_map_length): set "
-            f"AIRFLOW__CORE__MAX_MAP_LENGTH to {len(states)} or more on the scheduler and workers (README "
-            '"Deployment"), or split the config'
+            f"AIRFLOW__CORE__MAX_MAP_LENGTH to {len(states)} or more on the scheduler and workers "
+            "(docs/deployment.md), or split the config"
         )
     return states
 

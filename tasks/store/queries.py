@@ -267,7 +267,7 @@ def _fetch_postgresql(engine: Engine, stmt: Executable, values: dict[str, Any]) 
 
     A few thousand rows (``history``/``regressions`` at 100M samples, issue 24) decode in a third of the time
     in binary, and ``timestamptz`` arrives as integers that become a ``*_at`` column in one numpy step instead
-    of one zone-aware ``datetime`` each (figures: README "The store at scale"). The statement still goes
+    of one zone-aware ``datetime`` each (figures: docs/operations.md, "The store at scale"). The statement still goes
     through SQLAlchemy (bound parameters, errors, the pool); only its cursor's result format differs, and the
     rows are the driver's tuples, not a SQLAlchemy ``Row`` each: those stay tracked by the garbage collector
     and reached its oldest generation, so every few calls paid a full collection (120-190 ms at load ~3).

@@ -226,7 +226,8 @@ def backfill_run_facts(conn: Connection) -> None:
     ``_keep_run_facts`` keeps per archive), every run's comparison facts (0009, ``_compare_facts``) and its history
     facts (0011: its previous pulled run's model version, its measured summary's n, p10 and p90) from the stored
     rows, in the caller's transaction: for a store filled by bulk ``COPY`` rather than ``store_run``. Four
-    statements; on 318,882 runs (PostgreSQL) they take about as long as migrations 0008, 0009 and 0011 (README)."""
+    statements; on 318,882 runs (PostgreSQL) they take about as long as migrations 0008, 0009 and 0011
+    (docs/operations.md)."""
     for sql in _BACKFILL_RUN_FACTS:
         conn.execute(text(sql))
 

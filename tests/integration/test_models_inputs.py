@@ -471,8 +471,8 @@ def texts(batch_size):
 
 @pytest.mark.slow
 def test_a_string_input_savedmodel_takes_a_one_tensor_input_fn(zoo, tmp_path):
-    """Issue 26: a one-input SavedModel is fed a one-tensor input_fn, as the README allows (refused before:
-    'yields one tensor ... yield a dict by name'); its string input is what needs the input_fn."""
+    """Issue 26: a one-input SavedModel is fed a one-tensor input_fn, as the manual allows (docs/models.md; refused
+    before: 'yields one tensor ... yield a dict by name'); its string input is what needs the input_fn."""
     ref = "tests.integration.test_models_inputs:texts"
     r = _run(zoo / "strin", tmp_path, input_fn=ref, case_mode="infer")
     assert r["input_source"] == ref

@@ -196,9 +196,16 @@ def test_one_batch_size_is_too_little_data_for_a_sweep():
 
 
 def test_sweep_plot_command_says_too_little_data(cli, db_url, tmp_path):
+    """Issue 35 item 8: the README's `perfwatch sweep demo_mobilenet --latency-budget-ms 50 --plot sweep.png` exited 1
+    right after `make demo` (one batch size). One point per series is an answer, not an error: the table, the note
+    first (no plot drawn, and why), exit 0; no one-point plot is written."""
     add_run(db_url, tmp_path, "r1", model="demo", batch_size=16)
-    res = cli("sweep", "demo", "--plot", tmp_path / "sweep.png")
-    assert res.exit_code == 1 and "too little data for a sweep along batch_size" in res.stderr
+    res = cli("sweep", "demo", "--latency-budget-ms", "50", "--plot", tmp_path / "sweep.png")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith("note: too little data for a sweep along batch_size: every series has runs at one")
+    assert f"no plot drawn ({tmp_path / 'sweep.png'} not written): one point per series" in res.stderr
+    assert "all: runs at batch_size=16 only: no knee" in res.stderr and "train-bs16" in res.stdout
+    assert "plot:" not in res.stderr
     assert not (tmp_path / "sweep.png").exists()
     res = cli("sweep", "demo")
     assert res.exit_code == 0 and "note: too little data for a sweep" in res.stderr

@@ -33,18 +33,20 @@ def test_every_param_field_is_a_run_option_with_the_case_default():
     assert set(Case.model_fields) - set(cli) == {"model"} | CONFIG_ONLY
 
 
-#: Case fields set in the YAML config only (no ``perfwatch run`` option); the README names each with its reason
+#: Case fields set in the YAML config only (no ``perfwatch run`` option); the manual (docs/models.md) names each
+#: with its reason
 CONFIG_ONLY: set[str] = set()
 
 
-def test_the_readme_claim_every_case_field_has_its_option_holds():
-    """README "Models, inputs and modes": "every Case field has its option (perfwatch run --help)"."""
+def test_the_manuals_claim_every_case_field_has_its_option_holds():
+    """The manual's "Models, inputs and modes" (docs/models.md): "every Case field has its option (perfwatch run
+    --help)"."""
     from pathlib import Path
 
     from typer.testing import CliRunner
 
-    readme = Path(__file__).resolve().parents[3] / "README.md"
-    assert "every Case field has its option (perfwatch run --help)" in " ".join(readme.read_text().split())
+    page = Path(__file__).resolve().parents[3] / "docs" / "models.md"
+    assert "every Case field has its option (perfwatch run --help)" in " ".join(page.read_text().split())
     shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
     missing = [f for f in Case.model_fields if f != "model" and f"--{f.replace('_', '-')}" not in shown]
     assert sorted(missing) == sorted(CONFIG_ONLY), missing

@@ -1,5 +1,5 @@
 """A store that cannot be used stops every command that reads or writes it the same way: one line on stderr
-naming the store (password masked) and exit code 3 (README: "3 the store cannot be used"). Every command of
+naming the store (password masked) and exit code 3 (docs/cli.md: "3 the store cannot be used"). Every command of
 the app is listed here, as using the store or not, so a new command is classified when it is added. A store
 that is not there is created only by the commands that write runs (:data:`CREATES`); every other command says
 "no store at ..." (exit 3) and creates nothing."""
