@@ -104,6 +104,8 @@ class VersionComparison:
         }
 
 
+#: the headline's columns a narrow terminal loses first (xprof's figures, the start time, the throughput)
+HEADLINE_DROPPED_FIRST = ["profiler_avg_step_ms", "input_bound_pct", "started_at", "throughput_eps", "case_label"]
 FINDING_COLUMNS = ["side", "run_id", "code", "severity", "message", "figure", "value", "threshold"]
 HEADLINE_COLUMNS = [
     "side",
@@ -525,6 +527,7 @@ def register(app: typer.Typer) -> None:
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
             sections["ops"] = pd.DataFrame(
                 {
+                    "#": range(1, len(ops) + 1),
                     "Δ µs/step": ops["delta_us_per_step"],
                     "relative": ops["relative_change"],
                     "share": ops["share_of_change"],
@@ -543,4 +546,6 @@ def register(app: typer.Typer) -> None:
         for name, df in sections.items():
             if fmt is Format.markdown:
                 print(f"\n### {titles[name]}\n")
-            render(df, fmt, title=titles[name])
+            # too narrow a terminal: an op's name goes under the table, whole, after its rank; the headline keeps
+            # the runs, versions, medians and verdicts
+            render(df, fmt, title=titles[name], under=["op (type, host/device)"], drop=HEADLINE_DROPPED_FIRST)

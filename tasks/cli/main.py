@@ -718,15 +718,15 @@ def run_cmd(
 
     if changed := env_change_summary(v.to_xcom()):
         typer.echo(changed)
-    try:
+    try:  # the answer and why its exit status: on stdout with the figures (a CI log of stdout keeps it)
         raise_on_regression(state)
     except RegressionDetected as e:
-        typer.echo(str(e), err=True)
+        typer.echo(str(e))
         raise typer.Exit(1) from e
     from tasks.cli.history import GATE_INCONCLUSIVE, exit_code
 
     if exit_code(v.verdict) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
-        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})", err=True)
+        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})")
         raise typer.Exit(GATE_INCONCLUSIVE)
 
 
