@@ -204,3 +204,4 @@ def test_the_run_page_and_compare_give_one_attribution_on_one_metric_with_its_ba
     assert "measured wall-time medians, ×1.300." in ops
     shown = {o.op_name: o.delta_us_per_step for o in compared.ops}
     assert "conv Conv2D convolution" in ops and f"{shown['conv']:+,.1f}" in ops  # op by op as compare has it
+    assert (len(compared.appeared), len(compared.vanished)) == (1, 1) and "1 ops appeared, 1 vanished." in ops
