@@ -67,6 +67,10 @@ PROFILE_QUEUE = os.environ.get("PERFWATCH_PROFILE_QUEUE", "default")
 MEASURING_QUEUES = dag_measuring_queues(PROFILE_QUEUE)
 # Each case's task instances are named "<model> <case name>" in the grid (the run state's label, set by plan).
 CASE_LABEL = "{{ task.op_kwargs['state']['label'] }}"
+# A task that hands on run states (tasks.records.RunState, tens of KB with a verdict's evidence) does not have
+# Airflow log its return value ("Done. Returned value was: {...}", one line that size): the stage's own lines say
+# what it did; the XCom is in the grid.
+STATE_XCOM = {"show_return_value_in_logs": False}
 # Airflow's own caps on a night (docs/deployment.md). The task instances of one DAG run that run at once: Airflow's
 # default ([core] max_active_tasks_per_dag) is 16, so 32 or 64 measuring hosts could never all be busy; read at
 # parse time. [core] parallelism (per scheduler, default 32) caps them too, and [core] max_map_length (default
@@ -152,7 +156,7 @@ def _stages():
     """One DAG run's data flow: plan the cases, then each case's stages (a mapped task group per measuring queue),
     then the trend watch and the outcome."""
 
-    @task
+    @task(**STATE_XCOM)
     def plan() -> list[dict]:
         """Resolve the cases of this DAG run (release Asset events, Params, or the YAML config when no model
         is given)."""
@@ -168,14 +172,14 @@ def _stages():
         states = plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]), None, MEASURING_QUEUES)
         return check_map_length(states, MAX_MAP_LENGTH)
 
-    @task
+    @task(**STATE_XCOM)
     def route(states: list[dict], queue: str) -> list[dict]:
         """The planned cases that the measuring workers of ``queue`` measure (plan chose each case's queue)."""
         from tasks.stages.devices import states_on
 
         return states_on(states, queue)
 
-    @task(map_index_template=CASE_LABEL)
+    @task(map_index_template=CASE_LABEL, **STATE_XCOM)
     def pull_model_version(state: dict) -> dict:
         """Resolve the model version in the store, copy it to the work dir, sha256 it."""
         from tasks.stages.pipeline import run_stage
@@ -188,6 +192,7 @@ def _stages():
         retries=HOST_BUSY_RETRIES,
         retry_delay=HOST_BUSY_RETRY_DELAY,
         on_failure_callback=measure_failed,
+        **STATE_XCOM,
     )
     def measure(state: dict) -> dict:
         """env-fingerprint → warm-up → profiled run, one task so one host: the fingerprint (TF build, NVML, CPU,
@@ -209,14 +214,14 @@ def _stages():
         except Exception as e:
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
-    @task(map_index_template=CASE_LABEL)
+    @task(map_index_template=CASE_LABEL, **STATE_XCOM)
     def parse(state: dict) -> dict:
         """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
         from tasks.stages.pipeline import run_stage
 
         return run_stage(state, "parse").to_xcom()
 
-    @task(map_index_template=CASE_LABEL)
+    @task(map_index_template=CASE_LABEL, **STATE_XCOM)
     def baseline_compare(state: dict) -> dict:
         """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
         from tasks.stages.pipeline import run_stage

@@ -1427,10 +1427,10 @@ class CompareInputs(Record):
 
 
 class RunOps(Record):
-    """A stored run's op table and the facts of its profiled window, as attribution needs them
-    (``tasks.store.reads.run_ops``; ``tasks.analysis.attribution.attribute_against_run``)."""
+    """A run's op table and the facts of its profiled window, as attribution needs them
+    (``tasks.store.reads.run_ops`` for a stored run; ``tasks.analysis.attribution.attribute_runs``)."""
 
-    run_id: int
+    run_id: int | None = Field(description="the stored run; None for a run not archived yet (baseline-compare's)")
     ops: list[dict[str, Any]] = Field(
         description="framework_op_stats rows (OP_STATS_COLUMNS keys; self-times µs over the profiled window)"
     )
@@ -1445,4 +1445,10 @@ class RunOps(Record):
         default=None,
         description="the run's window check (tasks.analysis.profile.CrossCheck fields, run_tables 'cross_check'); "
         "None when not stored",
+    )
+    idle_rows: int = Field(
+        default=0,
+        description="the IDLE rows xprof's framework_op_stats held beside the ops (one per Host / Device side; the "
+        "keys of run_tables 'framework_op_stats' idle_time_us): with the ops they tell whether the table was cut at "
+        "xprof's cap (tasks.analysis.profile.op_table_capped)",
     )

@@ -705,9 +705,11 @@ def _judged_note(path: str, judged: list[str]) -> str:
 
 def _op_deltas_section(comp: dict[str, Any] | None) -> str:
     """The ops whose time per step changed most against the baseline, from the verdict's evidence
-    (``evidence["attribution"]``, ``tasks.analysis.attribution.attribute_against_run``: each op's share of its
-    profiled window scaled to the measured step time, so the deltas add up to the change), with a row for all
-    other ops and the total, and the op categories (which add up to the same total)."""
+    (``evidence["attribution"]``, ``tasks.analysis.attribution.attribute_against_run``: on wall time, each run's op
+    shares of its profiled window scaled to its own measured median, so the deltas add up to the change of the two
+    runs' medians, as ``perfwatch compare`` gives it), stated with that basis, with a row for all other ops and
+    the total, the op categories (which add up to the same total), and where the verdict's figure is another
+    measurement (CPU time, a paired gate) a note saying so (:func:`verdict_figure_note`)."""
     head = "<h2 id='ops'>Where the time went: op deltas against the baseline</h2>"
     if comp is None:
         return head + "<p class='empty'>No comparison: this run has no baseline to attribute a change against.</p>"
@@ -731,14 +733,72 @@ def _op_deltas_section(comp: dict[str, Any] | None) -> str:
         )
         for o in ops
     ]
+    other = verdict_figure_note(comp, att)
     return (
         head
         + (f"<p class='note warn' id='undecided'>{html.escape(undecided)}</p>" if undecided else "")
+        + (f"<p class='note' id='verdict-figure'>{html.escape(other)}</p>" if other else "")
         + _deltas_table(
             rows, change, att.get("n_ops"), str(att.get("change_basis") or att.get("step_time_change_source"))
         )
         + _categories_table(att.get("categories") or [], change)
+        + (f"<p class='note' id='matching'>{html.escape(m)}</p>" if (m := op_matching_note(att)) else "")
         + "".join(f"<p class='note'>warning: {html.escape(w)}</p>" for w in att.get("warnings") or [])
+    )
+
+
+def op_matching_note(attribution: Mapping[str, Any]) -> str | None:
+    """How the two runs' ops were matched, from ``evidence["attribution"]``
+    (``tasks.analysis.attribution.attribution_evidence``), in the words of ``perfwatch compare``'s summary: the op
+    scopes matched under another name, the ops that appeared or vanished (the other run's table complete), and
+    those in one table only because the other is at xprof's cap (``below-cut``); None when every op is in
+    both."""
+    parts = [
+        f"op scope {new!r} of this run is shown under the baseline's {old!r}"
+        for new, old in (attribution.get("scope_renames") or {}).items()
+    ]
+    n_app, n_van, n_cut = (int(attribution.get(k) or 0) for k in ("n_appeared", "n_vanished", "n_below_cut"))
+    if n_app or n_van:
+        parts.append(f"{n_app} ops appeared, {n_van} vanished")
+    if n_cut:
+        cuts = [
+            f"{side}'s smallest kept op: {us:,.1f} µs/step"
+            for side, us in (
+                ("the baseline", attribution.get("baseline_cut_us")),
+                ("this run", attribution.get("candidate_cut_us")),
+            )
+            if isinstance(us, float)
+        ]
+        parts.append(
+            f"{n_cut} ops are in one run's op table only because xprof keeps only a profile's largest ops"
+            + (f" ({'; '.join(cuts)})" if cuts else "")
+            + ": below the cut of the other run's table or gone there, shown as 0 µs/step there (below-cut), not "
+            "as appeared or vanished"
+        )
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "." if parts else None
+
+
+def verdict_figure_note(comp: Mapping[str, Any] | None, attribution: Mapping[str, Any]) -> str | None:
+    """Beside a run's op deltas (``attribution``: ``evidence["attribution"]``, scaled to two runs' measured wall
+    medians): where the verdict's figure (``comp``, a ``run_comparison`` row) is another measurement, one
+    sentence saying which and that the op deltas do not split it, e.g. ``The verdict's figure, CPU-time ratio
+    ×1.950 (paired-abba), is another measurement than the op deltas: they split the change of the two runs'
+    measured wall-time medians, ×1.700.``; None where the verdict's figure is those medians' ratio (to 3
+    decimals, on wall time) or the run has no verdict ratio."""
+    ratio = (comp or {}).get("ratio")
+    if comp is None or not isinstance(ratio, float):
+        return None
+    from tasks.records import ratio_name
+
+    b, c = attribution.get("baseline_measured_ms"), attribution.get("candidate_measured_ms")
+    medians = f"×{c / b:.3f}" if isinstance(b, float) and isinstance(c, float) and b > 0 else None
+    if comp.get("metric") != "cpu" and medians == f"×{ratio:.3f}":
+        return None
+    return (
+        f"The verdict's figure, {ratio_name(comp.get('metric'))} ×{ratio:.3f} ({comp.get('method')}), is another "
+        "measurement than the op deltas: they split the change of the two runs' measured wall-time medians"
+        + (f", {medians}." if medians else ".")
     )
 
 
@@ -764,15 +824,6 @@ def undecided_change_note(comp: Mapping[str, Any] | None, change_us: float) -> s
         f"{comp['verdict']}{interval}. They say where the time went between the two measurements, not that the "
         "model got slower or faster."
     )
-
-
-#: what an attribution's ``step_time_change_source`` means, in the comparison page's words
-_BASIS = {
-    "measured_median": "each op's share of its profiled window scaled to its run's measured median step time "
-    "(profiler off), so the deltas add up to the change of the two medians",
-    "op_self_time": "the profiled windows' raw op self-times (a run lacks its measured median): they need not "
-    "match a measured change",
-}
 
 
 def _deltas_table(rows: Sequence[tuple[Any, ...]], change_us: float, n_ops: Any, basis: str) -> str:
@@ -1196,7 +1247,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
             op_rows,
             float(att.step_time_change_us),
             len(ops),
-            _BASIS.get(att.step_time_change_source, att.step_time_change_source),
+            att.basis,
         )
         if op_rows
         else "<p class='empty'>No op rows in either run's profile.</p>"

@@ -8,6 +8,14 @@ self-time per step``. The op deltas then add up to the measured step-time change
 windows happened to run at (a 5-step window on a busy host ran 0.49-3.57× the measured median: unscaled, a ×2.04
 slowdown read as -52,409 µs/step). IDLE rows are ignored; host and device rows are summed alike (on a GPU their
 self-times overlap in time, so shares there are of the summed self-time, not of the wall step).
+
+One attribution, one metric: wall time. xprof's self-times are wall durations and each run's op shares are scaled
+to that same run's measured median wall step time, so the op deltas split the change between two named runs'
+medians (``Attribution.basis`` says which). The run page (the verdict's evidence, ``attribute_against_run``) and
+``perfwatch compare`` (``attribute_runs``) both get them here; a verdict decided on CPU time or by a paired gate
+is another measurement and is never used to scale them. xprof keeps a profile's 500 largest ops
+(``tasks.analysis.profile.op_table_capped``): an op missing from a table at that cap is ``below-cut`` there, not
+appeared or vanished.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any, overload
 import pandas as pd
 from pydantic import BaseModel
 
+from tasks.analysis.profile import XPROF_MAX_OP_ROWS, op_table_capped
 from tasks.records import RunOps
 
 KEY = ["host_or_device", "op_type", "op_name"]
@@ -58,8 +67,14 @@ def op_category(op_type: str) -> str:
     return next((cat for cat, rx in CATEGORY_RULES if rx.match(base)), "other")
 
 
+#: an op's status in an attribution: in both tables; in the candidate's / the baseline's only, the other table
+#: complete; in one only, the other table at xprof's cap (below its cut there, or gone: ``op_table_capped``)
+STATUSES = ("both", "appeared", "vanished", "below-cut")
+
+
 class OpDelta(BaseModel):
-    """One op's time per step (µs) in both runs. ``status``: both | appeared | vanished.
+    """One op's time per step (µs) in both runs. ``status``: one of :data:`STATUSES` (0.0 µs/step on the side
+    that lacks the op).
 
     ``*_us_per_step``: the op's share of its window's op self-time × the run's measured median (µs per step;
     the raw window self-time per profiled step when the attribution is unscaled, see
@@ -91,18 +106,26 @@ class CategoryDelta(BaseModel):
 class Attribution(BaseModel):
     """Ops ranked by |Δ time per step| (µs), op categories, and a plain-text summary.
 
+    ``basis``: one sentence naming the metric (wall time) and the two runs (labels and measured medians, ms) the
+    op figures are scaled to, e.g. ``wall time: the measured median step times (profiler off) of baseline run 1
+    (v1), 108.860 ms, and run 2 (v2), 212.775 ms, each split by its own profiled window's op self-time shares``.
     ``step_time_change_us``: Δ step time per step (µs). ``step_time_change_source``: ``measured_median`` when
     both measured medians were given (the op figures are scaled to them and their deltas add up to this
     change), else ``op_self_time`` (the raw window self-times, whose deltas add up to
     ``op_self_time_change_us`` and need not match any measured change). ``*_scale``: measured µs per step /
     window op self-time µs per step of each run (None unscaled). ``top_share``: fraction of the change
     accounted for by the ``top_n`` ranked ops (None when the change is 0). ``warnings``: why the figures may
-    mislead (an unrepresentative profiled window, no measured medians).
+    mislead (an unrepresentative profiled window, no measured medians). ``appeared`` / ``vanished``: ops in one
+    table only where the other is complete; ``below_cut``: ops in one table only where the other is at xprof's
+    cap, ``baseline_cut_us`` / ``candidate_cut_us`` the smallest op kept by that run's table (µs per step, as the
+    op figures; None when the table is complete): a missing op had less there, or none.
     """
 
     baseline_steps: int
     candidate_steps: int
     step_time_change_us: float
+    basis: str = ""
+    metric: str = "wall"  # the op self-times and measured medians are wall time
     step_time_change_source: str  # "measured_median" | "op_self_time"
     op_self_time_change_us: float  # Δ of the raw window op self-time per profiled step (µs)
     baseline_measured_ms: float | None = None
@@ -115,6 +138,9 @@ class Attribution(BaseModel):
     ops: list[OpDelta]
     appeared: list[str]
     vanished: list[str]
+    below_cut: list[str] = []
+    baseline_cut_us: float | None = None
+    candidate_cut_us: float | None = None
     categories: list[CategoryDelta]
     scope_renames: dict[str, str] = {}  # candidate top-level op scope -> baseline scope (see match_scopes)
     summary: str
@@ -220,6 +246,9 @@ def attribute(
     candidate_steps: int,
     baseline_measured_ms: float | None = None,
     candidate_measured_ms: float | None = None,
+    baseline_capped: bool = False,
+    candidate_capped: bool = False,
+    labels: tuple[str, str] = ("the baseline", "the candidate"),
     top_n: int = 5,
     warnings: Sequence[str] = (),
 ) -> Attribution:
@@ -227,12 +256,14 @@ def attribute(
 
     ``*_ops``: framework_op_stats tables (DataFrame or records, total_self_time_us in µs over the window);
     ``*_steps``: profiled steps in each window; ``*_measured_ms``: each run's measured median step time (ms,
-    profiler off). With both medians each run's ops are scaled to its median (module docstring): an op's
-    ``*_us_per_step`` is its share of the window's op self-time × the median, the deltas add up to
+    profiler off, wall time). With both medians each run's ops are scaled to its median (module docstring): an
+    op's ``*_us_per_step`` is its share of the window's op self-time × the median, the deltas add up to
     ``(candidate_measured_ms - baseline_measured_ms) × 1000`` µs and the top ops' share is of that change.
     Without them (or when a window holds no op self-time) the raw window self-times per profiled step are
-    compared and a warning says so. ``warnings``: more to state with the result (e.g. unrepresentative
-    windows, ``window_warnings``).
+    compared and a warning says so. ``*_capped``: that run's table is at xprof's cap (``op_table_capped``): an
+    op the other run has and it lacks is ``below-cut``, not appeared / vanished. ``labels``: how the basis and
+    the summary name the (baseline, candidate) runs, e.g. ``("baseline run 1 (v1)", "run 2 (v2)")``.
+    ``warnings``: more to state with the result (e.g. unrepresentative windows, ``window_warnings``).
     Op names are matched exactly, except that top-level name scopes present in one run only are paired
     (``match_scopes``: a renamed model scope) and the candidate's are renamed to the baseline's; the pairs
     are in ``scope_renames`` and the summary.
@@ -258,21 +289,29 @@ def attribute(
     cand_scale: float | None = None
     if medians is not None:
         base_scale, cand_scale = medians[0] * 1e3 / base_total, medians[1] * 1e3 / cand_total
+        basis = (
+            f"wall time: the measured median step times (profiler off) of {labels[0]}, {medians[0]:.3f} ms, and "
+            f"{labels[1]}, {medians[1]:.3f} ms, each split by its own profiled window's op self-time shares"
+        )
     else:
+        why = (
+            "no measured median step time was given for "
+            + " and ".join(n for n, v in ((labels[0], base_ms), (labels[1], cand_ms)) if v is None)
+            if base_ms is None or cand_ms is None
+            else "a window holds no op self-time"
+        )
+        basis = (
+            f"wall time: the raw op self-times per profiled step of {labels[0]}'s and {labels[1]}'s profiled "
+            f"windows ({why}): they need not match a measured change"
+        )
         notes.append(
-            "op figures are the profiled windows' raw self-times per step: "
-            + (
-                "no measured median step time was given for "
-                + " and ".join(n for n, v in (("the baseline", base_ms), ("the candidate", cand_ms)) if v is None)
-                if base_ms is None or cand_ms is None
-                else "a window holds no op self-time"
-            )
-            + ", so the op deltas need not add up to the measured change"
+            f"op figures are the profiled windows' raw self-times per step: {why}, so the op deltas need not add up "
+            "to the measured change"
         )
     raw = pd.concat({"b": base, "c": cand}, axis=1)
     status = pd.Series("both", index=raw.index)
-    status[raw["b"].isna()] = "appeared"
-    status[raw["c"].isna()] = "vanished"
+    status[raw["b"].isna()] = "below-cut" if baseline_capped else "appeared"
+    status[raw["c"].isna()] = "below-cut" if candidate_capped else "vanished"
     raw = raw.fillna(0.0)
     both = raw * [base_scale, cand_scale] if medians is not None else raw.copy()
     both["d"] = both["c"] - both["b"]
@@ -325,13 +364,20 @@ def attribute(
     )
     appeared = [o.op_name for o in ops if o.status == "appeared"]
     vanished = [o.op_name for o in ops if o.status == "vanished"]
+    below_cut = [o.op_name for o in ops if o.status == "below-cut"]
+    # the smallest op each capped table kept (µs per step, as the op figures): what a missing op had less than
+    kept = {"b": both.loc[status != "appeared", "b"], "c": both.loc[status != "vanished", "c"]}
+    cuts = {
+        side: float(kept[side][kept[side] > 0].min()) if capped and (kept[side] > 0).any() else None
+        for side, capped in (("b", baseline_capped), ("c", candidate_capped))
+    }
     if medians is not None:
         lines = [
             f"Measured median step time changed by {change:+.1f} µs/step ({medians[0]:.3f} -> {medians[1]:.3f} ms, "
-            f"x{medians[1] / medians[0]:.3f}); each op's share of its profiled window's op self-time is scaled to "
-            f"its run's measured median (x{base_scale:.3f} baseline, x{cand_scale:.3f} candidate), so the op "
-            f"deltas add up to that change. Unscaled, the windows' op self-time changed by "
-            f"{op_change:+.1f} µs/step."
+            f"x{medians[1] / medians[0]:.3f}; wall time, {labels[0]} -> {labels[1]}); each op's share of its "
+            f"profiled window's op self-time is scaled to its run's measured median (x{base_scale:.3f} baseline, "
+            f"x{cand_scale:.3f} candidate), so the op deltas add up to that change. Unscaled, the windows' op "
+            f"self-time changed by {op_change:+.1f} µs/step."
         ]
     else:
         lines = [f"Op self-time in the profiled windows changed by {op_change:+.1f} µs/step (unscaled)."]
@@ -349,10 +395,25 @@ def attribute(
         lines.append(f"Largest category change: {c.category} {c.delta_us_per_step:+.1f} µs/step.")
     if appeared or vanished:
         lines.append(f"{len(appeared)} ops appeared, {len(vanished)} vanished.")
+    if below_cut:
+        capped = [(label, cut) for label, cut in ((labels[0], cuts["b"]), (labels[1], cuts["c"])) if cut is not None]
+        tables = (
+            f"the op table of {capped[0][0]} is"
+            if len(capped) == 1
+            else "the op tables of " + " and ".join(label for label, _ in capped) + " are"
+        )
+        lines.append(
+            f"{len(below_cut)} ops are in one run's op table only: xprof keeps a profile's {XPROF_MAX_OP_ROWS} "
+            f"largest ops, and {tables} at that cap (smallest kept op: "
+            + " and ".join(f"{cut:.1f}" for _, cut in capped)
+            + " µs/step); each is below the cut there or gone, shown as 0 µs/step there (status below-cut), "
+            "not as appeared or vanished."
+        )
     lines += [f"Warning: {w}" for w in notes]
     return Attribution(
         baseline_steps=baseline_steps,
         candidate_steps=candidate_steps,
+        basis=basis,
         step_time_change_us=change,
         step_time_change_source=source,
         op_self_time_change_us=op_change,
@@ -366,31 +427,78 @@ def attribute(
         ops=ops,
         appeared=appeared,
         vanished=vanished,
+        below_cut=below_cut,
+        baseline_cut_us=cuts["b"],
+        candidate_cut_us=cuts["c"],
         categories=categories,
         scope_renames=renames,
         summary="\n".join(lines),
     )
 
 
+def attribute_runs(
+    baseline: RunOps,
+    candidate: RunOps,
+    *,
+    labels: tuple[str, str] | None = None,
+    top_n: int = 5,
+) -> Attribution:
+    """The attribution of the change from ``baseline`` to ``candidate`` (``tasks.records.RunOps``: a stored run's
+    from ``tasks.store.reads.run_ops``, or baseline-compare's candidate before it is archived), on wall time:
+    each run's op table scaled to its own measured median (``attribute``); a table at xprof's cap
+    (``op_table_capped`` of its ops and ``idle_rows``) makes the ops it lacks ``below-cut``. The warnings name a
+    profiled window that is not representative of its run's measured steps (``window_warnings``).
+
+    ``labels``: how the basis, the summary and the warnings name the two runs (default ``the baseline run N``
+    and ``run N``, or ``the candidate`` for a run not stored yet). The one attribution of two runs: the verdict's
+    evidence (``attribute_against_run``, the run page) and ``perfwatch compare`` both come from here.
+
+    Raises:
+        ValueError: a run records no profiled steps (names it), or a measured median is not positive.
+    """
+    names = labels or (
+        f"the baseline run {baseline.run_id}" if baseline.run_id is not None else "the baseline",
+        f"run {candidate.run_id}" if candidate.run_id is not None else "the candidate",
+    )
+    steps: list[int] = []
+    for name, side in zip(names, (baseline, candidate), strict=True):
+        if side.profiled_steps is None:
+            raise ValueError(f"{name} records no profiled_steps: its op self-times cannot be put per step")
+        steps.append(side.profiled_steps)
+    return attribute(
+        baseline.ops,
+        candidate.ops,
+        baseline_steps=steps[0],
+        candidate_steps=steps[1],
+        baseline_measured_ms=baseline.measured_median_ms,
+        candidate_measured_ms=candidate.measured_median_ms,
+        baseline_capped=op_table_capped(len(baseline.ops), baseline.idle_rows),
+        candidate_capped=op_table_capped(len(candidate.ops), candidate.idle_rows),
+        labels=names,
+        top_n=top_n,
+        warnings=window_warnings({names[0]: baseline.window_check, names[1]: candidate.window_check}),
+    )
+
+
 def window_warnings(checks: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
     """One warning per profiled window that is not representative of its run's measured steps.
 
-    ``checks``: label (e.g. ``"baseline run 12"``) -> that run's window check (``CrossCheck`` fields as stored
-    in ``run_tables`` 'cross_check' / ``parsed.json``; None when absent). A check with ``representative``
-    False gives a warning with its figures (window median / measured median, the band); a missing check, or
-    one from before perfwatch compared windows with the measured steps, gives a note that it was not checked.
+    ``checks``: label (e.g. ``"the baseline run 12"``, ``"run 3 (v2)"``) -> that run's window check
+    (``CrossCheck`` fields as stored in ``run_tables`` 'cross_check' / ``parsed.json``; None when absent). A check
+    with ``representative`` False gives a warning with its figures (window median / measured median, the band); a
+    missing check, or one from before perfwatch compared windows with the measured steps, gives a note that it was
+    not checked.
     """
     out = []
     for label, c in checks.items():
         if not c or "representative" not in c:
             out.append(
-                f"the profiled window of the {label} was not checked against its measured steps "
-                "(no window check stored)"
+                f"the profiled window of {label} was not checked against its measured steps (no window check stored)"
             )
         elif c["representative"] is False:
             med = c["measured_median_ms"]
             out.append(
-                f"the profiled window of the {label} is not representative: median {c['window_median_ms']:.3f} ms "
+                f"the profiled window of {label} is not representative: median {c['window_median_ms']:.3f} ms "
                 f"= {c['overhead_ratio']:.2f}x its measured median {med:.3f} ms"
                 + (f" (xprof: {c['profiler_ratio']:.2f}x)" if c.get("profiler_ratio") is not None else "")
                 + (
@@ -434,12 +542,14 @@ def _op_brief(o: Mapping[str, Any]) -> dict[str, Any]:
 def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict[str, Any]:
     """JSON-safe digest of an Attribution for the verdict's evidence (µs per step throughout).
 
-    Keys: step_time_change_us / _source, op_self_time_change_us, baseline_/candidate_measured_ms and _scale
+    Keys: change_basis (``Attribution.basis``: the metric and the two runs), metric (``wall``),
+    step_time_change_us / _source, op_self_time_change_us, baseline_/candidate_measured_ms and _scale
     (``Attribution``), warnings, top_n, top_share (share of the step-time
     change the ``top_n`` largest-|Δ| ops explain), top_ops (largest |Δ|), grew_most (largest positive Δ),
-    shrank_most (largest negative Δ), grew_share (share the grew_most ops explain), appeared / vanished
-    (counts and up to EVIDENCE_NAMES_MAX names), categories (all, by |Δ|), scope_renames (candidate op
-    scope -> baseline scope, ``tasks.analysis.attribution.match_scopes``), summary (text).
+    shrank_most (largest negative Δ), grew_share (share the grew_most ops explain), appeared / vanished /
+    below_cut (counts ``n_*`` and up to EVIDENCE_NAMES_MAX names), baseline_/candidate_cut_us, categories (all,
+    by |Δ|), scope_renames (candidate op scope -> baseline scope, ``tasks.analysis.attribution.match_scopes``),
+    summary (text).
     """
     ops = [o.model_dump(mode="json") for o in a.ops]
     grew = sorted((o for o in ops if o["delta_us_per_step"] > 0), key=lambda o: -o["delta_us_per_step"])[:top_n]
@@ -447,6 +557,8 @@ def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict
     change = a.step_time_change_us
     grew_share = sum(o["delta_us_per_step"] for o in grew) / change if grew and abs(change) > 1e-9 else None
     return {
+        "change_basis": a.basis,
+        "metric": a.metric,
         "step_time_change_us": change,
         "step_time_change_source": a.step_time_change_source,
         "op_self_time_change_us": a.op_self_time_change_us,
@@ -466,8 +578,12 @@ def attribution_evidence(a: Attribution, *, top_n: int = EVIDENCE_TOP_N) -> dict
         "n_ops": len(ops),
         "n_appeared": len(a.appeared),
         "n_vanished": len(a.vanished),
+        "n_below_cut": len(a.below_cut),
         "appeared": a.appeared[:EVIDENCE_NAMES_MAX],
         "vanished": a.vanished[:EVIDENCE_NAMES_MAX],
+        "below_cut": a.below_cut[:EVIDENCE_NAMES_MAX],
+        "baseline_cut_us": a.baseline_cut_us,
+        "candidate_cut_us": a.candidate_cut_us,
         "categories": [c.model_dump(mode="json") for c in a.categories],
         "scope_renames": dict(a.scope_renames),
         "summary": a.summary,
@@ -494,34 +610,27 @@ def attribute_against_run(
     candidate_steps: int,
     candidate_measured_ms: float | None,
     *,
-    ratio: float | None = None,
-    ratio_source: str | None = None,
     top_n: int = EVIDENCE_TOP_N,
 ) -> dict[str, Any]:
-    """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence.
+    """Attribute the candidate's step-time change against a stored baseline run, for the verdict evidence (what
+    the run page shows): ``attribute_runs``, the attribution ``perfwatch compare`` gives for the same two runs.
 
     Baseline: ``baseline`` (``tasks.records.RunOps``, ``tasks.store.reads.run_ops``; None when the run is not
     in the store): its op table, profiled steps, measured median and window check. Candidate:
-    ``parsed_tables`` (the parse stage's ``parsed.json``: ``op_stats`` records and ``cross_check``),
-    ``candidate_steps`` profiled steps and ``candidate_measured_ms`` (its measured median step time, ms,
-    ``ProfiledRun.median_step_ms``).
-
-    The op figures are scaled to measured medians (``attribute``). With ``ratio`` (the verdict's step-time
-    ratio candidate / baseline, from ``ratio_source``, e.g. ``paired-abba``) the baseline's level is
-    ``candidate_measured_ms / ratio``, so the op deltas add up to exactly the change the verdict reports;
-    without it, the baseline run's own measured median. ``warnings`` names an unrepresentative (or unchecked)
-    profiled window of either run (``window_warnings``).
+    ``parsed_tables`` (the parse stage's ``parsed.json``: ``op_stats`` records, ``idle_time_us`` and
+    ``cross_check``), ``candidate_steps`` profiled steps and ``candidate_measured_ms`` (its measured median step
+    time, ms, ``ProfiledRun.median_step_ms``). The op figures are on wall time, scaled to the two runs' own
+    measured medians (``change_basis`` names them); the verdict's ratio (CPU time, a paired gate's) is never used
+    to scale them: it is another measurement, which the verdict's story states.
 
     Returns ``{"available": True, "baseline_run_id", "baseline_profiled_steps", "candidate_profiled_steps",
-    "baseline_run_measured_ms", "change_basis", "baseline_window", "candidate_window",
-    **attribution_evidence(...)}``, or ``{"available": False, "baseline_run_id", "reason"}`` when the baseline
-    run is missing, has no op rows, or no profiled-step count, or the candidate has no op rows. Raises
-    ValueError when ``candidate_steps`` is not a positive int or a median or ``ratio`` is not positive.
+    "baseline_run_measured_ms", "baseline_window", "candidate_window", **attribution_evidence(...)}``, or
+    ``{"available": False, "baseline_run_id", "reason"}`` when the baseline run is missing, has no op rows, or
+    no profiled-step count, or the candidate has no op rows. Raises ValueError when ``candidate_steps`` is not a
+    positive int or a median is not positive.
     """
     if not isinstance(candidate_steps, int) or candidate_steps <= 0:
         raise ValueError(f"candidate_steps must be a positive int, got {candidate_steps!r}")
-    if ratio is not None and not (math.isfinite(ratio) and ratio > 0):
-        raise ValueError(f"ratio must be a positive step-time ratio or None, got {ratio!r}")
     unavailable = {"available": False, "baseline_run_id": baseline_run_id}
     if baseline is None:
         return {**unavailable, "reason": f"baseline run {baseline_run_id} is not in the store"}
@@ -532,28 +641,18 @@ def attribute_against_run(
     cand_ops = list(parsed_tables.get("op_stats") or [])
     if not cand_ops:
         return {**unavailable, "reason": "the candidate's parsed profile has no op_stats rows"}
-    base_ms: float | None
-    if ratio is not None and candidate_measured_ms is not None:
-        base_ms = _measured(candidate_measured_ms, "candidate_measured_ms") / ratio
-        basis = (
-            f"the verdict's ratio x{ratio:.4f}"
-            + (f" ({ratio_source})" if ratio_source else "")
-            + ": baseline level = candidate's measured median / ratio"
-        )
-    else:
-        base_ms = baseline.measured_median_ms
-        basis = f"the measured medians of baseline run {baseline_run_id} and the candidate"
     cand_check = parsed_tables.get("cross_check")
-    notes = window_warnings({f"baseline run {baseline_run_id}": baseline.window_check, "candidate": cand_check})
-    a = attribute(
-        baseline.ops,
-        cand_ops,
-        baseline_steps=baseline.profiled_steps,
-        candidate_steps=candidate_steps,
-        baseline_measured_ms=base_ms,
-        candidate_measured_ms=candidate_measured_ms,
-        top_n=top_n,
-        warnings=notes,
+    candidate = RunOps(
+        run_id=None,
+        ops=cand_ops,
+        profiled_steps=candidate_steps,
+        profiler_avg_step_ms=None,
+        measured_median_ms=_measured(candidate_measured_ms, "candidate_measured_ms"),
+        window_check=cand_check,
+        idle_rows=len(parsed_tables.get("idle_time_us") or {}),
+    )
+    a = attribute_runs(
+        baseline, candidate, labels=(f"the baseline run {baseline_run_id}", "the candidate"), top_n=top_n
     )
     return {
         "available": True,
@@ -561,7 +660,6 @@ def attribute_against_run(
         "baseline_profiled_steps": baseline.profiled_steps,
         "candidate_profiled_steps": candidate_steps,
         "baseline_run_measured_ms": baseline.measured_median_ms,
-        "change_basis": basis,
         "baseline_window": _window_digest(baseline.window_check),
         "candidate_window": _window_digest(cand_check),
         **attribution_evidence(a, top_n=top_n),

@@ -25,6 +25,16 @@ IDLE_OP = "IDLE"
 #: framework_op_stats keeps at most this many rows (IDLE included), the ops with most self-time; seen on the
 #: demo model (499 ops + IDLE), where smaller ops are dropped.
 XPROF_MAX_OP_ROWS = 500
+
+
+def op_table_capped(n_ops: int, idle_rows: int) -> bool:
+    """Whether a framework_op_stats table was cut at xprof's cap (:data:`XPROF_MAX_OP_ROWS` rows, IDLE included):
+    ``n_ops`` op rows (IDLE excluded, as the parse stage keeps them) and ``idle_rows`` IDLE rows (one per Host /
+    Device side, the keys of ``idle_time_us``) fill it. Then every op with less self-time than the table's smallest
+    was dropped: an op missing from it may be below that cut rather than gone (``tasks.analysis.attribution``)."""
+    return n_ops + idle_rows >= XPROF_MAX_OP_ROWS
+
+
 #: xprof step-table column id -> our name (all values in ms).
 STEP_COLUMNS = {
     "stepnum": "step",

@@ -41,11 +41,6 @@ class ComparisonUnavailable(LookupError):
     """The store holds nothing to compare: unknown model, or no successful run of a version / case."""
 
 
-def _profiled_steps(params: Any) -> int | None:
-    steps = (params or {}).get("profiled_steps")
-    return steps if isinstance(steps, int) and steps > 0 else None
-
-
 def _latest(db_url: str, model: str, version: str, case: str | None) -> list[Any]:
     from tasks.store import reads
 
@@ -82,7 +77,8 @@ class VersionComparison:
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution summary."""
+        """All pieces as JSON-safe records (NaN -> None, timestamps ISO 8601) plus the attribution's summary, basis
+        (metric and runs), change and counts of appeared, vanished and below-cut ops."""
         import json
 
         def recs(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -95,14 +91,21 @@ class VersionComparison:
             "findings": recs(self.findings),
             "summary": self.attribution.summary,
             "identical_bytes": self.identical_bytes,
+            "change_basis": self.attribution.basis,
+            "metric": self.attribution.metric,
             "step_time_change_us": self.attribution.step_time_change_us,
             "step_time_change_source": self.attribution.step_time_change_source,
             "top_share": self.attribution.top_share,
+            "n_appeared": len(self.attribution.appeared),
+            "n_vanished": len(self.attribution.vanished),
+            "n_below_cut": len(self.attribution.below_cut),
             "selection": list(self.selection),
             "warnings": list(self.warnings),
         }
 
 
+#: the headline's columns a narrow terminal loses first (xprof's figures, the start time, the throughput)
+HEADLINE_DROPPED_FIRST = ["profiler_avg_step_ms", "input_bound_pct", "started_at", "throughput_eps", "case_label"]
 FINDING_COLUMNS = ["side", "run_id", "code", "severity", "message", "figure", "value", "threshold"]
 HEADLINE_COLUMNS = [
     "side",
@@ -174,10 +177,11 @@ def compare_versions(
     carries a warning naming the fields that differ. Op times are µs per step: each op's share of
     its run's profiled-window op self-time (per profiled step, ``params.profiled_steps``) scaled to the run's
     measured median step time (profiler off), so the op deltas add up to the change of the measured medians
-    that the headline reports (``tasks.analysis.attribution.attribute``; raw window self-times when a run
-    lacks its median). The attribution's warnings name a profiled window that is not representative of its
-    run's measured steps (``tasks.analysis.attribution.window_warnings``). ``top_n``: how many ops the
-    summary names; the ``ops`` frame holds every op.
+    that the headline reports, on wall time (``tasks.analysis.attribution.attribute_runs``, the attribution the
+    run page's verdict evidence holds for the same two runs; ``Attribution.basis`` names them; raw window
+    self-times when a run lacks its median). The attribution's warnings name a profiled window that is not
+    representative of its run's measured steps (``tasks.analysis.attribution.window_warnings``). ``top_n``: how
+    many ops the summary names; the ``ops`` frame holds every op.
 
     Raises ComparisonUnavailable naming the model / version / case when there is nothing to compare, and
     ValueError when a run records no ``profiled_steps``.
@@ -289,36 +293,25 @@ def _compare_sides(db_url: str, sides: dict[str, Any], *, top_n: int) -> Version
     """The comparison of two ``latest_runs``-shaped rows, ``sides["from"]`` and ``sides["to"]``."""
     import pandas as pd
 
-    from tasks.analysis.attribution import RunOps, attribute, window_warnings
+    from tasks.analysis.attribution import RunOps, attribute_runs
     from tasks.records import case_label
+    from tasks.records import version_label as vl
     from tasks.store import reads
 
-    steps: dict[str, int] = {}
     run_ops: dict[str, RunOps] = {}
-    for side, r in sides.items():
-        n_steps = _profiled_steps(r["params"])
-        if n_steps is None:
-            raise ValueError(f"run {r['run_id']} ({side} version {r['version']}) records no profiled_steps")
-        steps[side] = n_steps
     for side, r in sides.items():
         ops = reads.run_ops(db_url, r["run_id"])
         if ops is None:  # deleted since it was listed
             raise ComparisonUnavailable(f"run {r['run_id']} ({side} version {r['version']}) is no longer in the store")
         run_ops[side] = ops
-    a = attribute(
-        run_ops["from"].ops,
-        run_ops["to"].ops,
-        baseline_steps=steps["from"],
-        candidate_steps=steps["to"],
-        baseline_measured_ms=sides["from"]["median_step_ms"],
-        candidate_measured_ms=sides["to"]["median_step_ms"],
-        top_n=top_n,
-        warnings=window_warnings(
-            {
-                f"{side} run {sides[side]['run_id']} (v{sides[side]['version']})": run_ops[side].window_check
-                for side in sides
-            }
+    a = attribute_runs(
+        run_ops["from"],
+        run_ops["to"],
+        labels=(
+            f"run {sides['from']['run_id']} ({vl(sides['from']['version'])})",
+            f"run {sides['to']['run_id']} ({vl(sides['to']['version'])})",
         ),
+        top_n=top_n,
     )
     headline = pd.DataFrame(
         [
@@ -529,10 +522,12 @@ def register(app: typer.Typer) -> None:
                 print(line)
         for line in vc.selection:  # which run stands for each version: gate's rule
             print(line)
+        print(f"op deltas: {a.basis}")
         print("\n".join(ln.rstrip(":") for ln in a.summary.splitlines() if not ln.startswith(" ")))
         if fmt is Format.table:  # short headers and the op's type beside its name, so names are not cut
             sections["ops"] = pd.DataFrame(
                 {
+                    "#": range(1, len(ops) + 1),
                     "Δ µs/step": ops["delta_us_per_step"],
                     "relative": ops["relative_change"],
                     "share": ops["share_of_change"],
@@ -551,4 +546,6 @@ def register(app: typer.Typer) -> None:
         for name, df in sections.items():
             if fmt is Format.markdown:
                 print(f"\n### {titles[name]}\n")
-            render(df, fmt, title=titles[name])
+            # too narrow a terminal: an op's name goes under the table, whole, after its rank; the headline keeps
+            # the runs, versions, medians and verdicts
+            render(df, fmt, title=titles[name], under=["op (type, host/device)"], drop=HEADLINE_DROPPED_FIRST)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tasks.cli.render import Format, pyplot, render, save_figure
+from tasks.cli.render import Format, long_text_columns, pyplot, render, save_figure
 from tasks.settings import Settings
 
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
@@ -176,6 +176,20 @@ HISTORY_TABLE_COLUMNS = [
     "baseline_median_ms",
     "env_key",
     "env_changed",
+]
+#: the history table's columns a narrow terminal loses first, in this order (the story under the table names the
+#: method and the environment; csv, json and markdown keep them): the verdict's ratio and interval stay
+HISTORY_DROPPED_FIRST = [
+    "env_key",
+    "env_changed",
+    "status",
+    "n_measured",
+    "p10_step_ms",
+    "p90_step_ms",
+    "throughput_eps",
+    "method",
+    "started_at",
+    "baseline_median_ms",
 ]
 
 
@@ -811,7 +825,7 @@ def register(app: typer.Typer) -> None:
             shown["decision"] = [story_dict(stories[i]) if i in stories else None for i in ids]
         elif fmt is not Format.table:
             shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
-        render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)")
+        render(titled_cases(shown, fmt), fmt, title=f"{model}: step time per run (ms)", drop=HISTORY_DROPPED_FIRST)
         if fmt is Format.table:  # each verdict's story under the table, one line per run that has one
             for i in ids:
                 if (st := stories.get(i)) is not None and (st.ratio is not None or reason_text(st)):
@@ -941,22 +955,25 @@ def register(app: typer.Typer) -> None:
                 shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
             render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
         word = gate_word(rows, code, version, strict=strict, stories=stories)  # PASS, REGRESSION, ENV-CHANGED ...
-        typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=True)
+        # the answer, on stdout with the table (a CI log of stdout keeps it); beside csv or json data, on stderr so
+        # that stdout stays one document
+        beside_data = fmt in (Format.json, Format.csv)
+        typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=beside_data)
         for line in reasons:
-            typer.echo(f"  {line}", err=True)
+            typer.echo(f"  {line}", err=beside_data)
         for i in ids:  # a tail gate decided: the ratio column is that tail's, not the medians'
             if (st := stories.get(i)) is not None and st.gated_on:
                 typer.echo(
                     f"  note: run {i}'s ratio, ci low and ci high are its {st.gated_on} ratio (its tail gate "
                     "decided), not the medians' beside them",
-                    err=True,
+                    err=beside_data,
                 )
         if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
             typer.echo(
                 "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "
                 "process); the median step ms and baseline median ms columns are two processes' medians and may "
                 "differ (perfwatch compare says why)",
-                err=True,
+                err=beside_data,
             )
         raise typer.Exit(code)
 
@@ -985,4 +1002,5 @@ def register(app: typer.Typer) -> None:
             df = queries.run_query(name, _db_url(), **params)
         except queries.QueryError as e:
             raise _fail(e) from None
-        render(df, fmt, title=name)
+        # a narrow terminal loses the long text columns (params, fed: JSON) first: csv and json keep them
+        render(df, fmt, title=name, drop=long_text_columns(df))

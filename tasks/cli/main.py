@@ -65,7 +65,9 @@ def progress_shown(stream=None) -> Iterator[None]:
     """Show a run's progress while the block runs: the stage log lines (``tasks.*`` loggers, INFO) and the
     runner's phases (``tasks.runner.progress``: warm-up step and CV, measured steps n/N with the running
     median, profiling, paired rounds) on ``stream`` (default stderr): as rich progress bars and log lines on
-    a terminal, as plain ``time level logger: message`` lines otherwise."""
+    a terminal; otherwise (a CI log, a pipe) one line per finished stage with its duration and the last progress
+    of each runner phase, other records (warnings, errors) as ``time level logger: message`` lines
+    (``tasks.cli.stage_lines.StageLines``)."""
     import logging
 
     from tasks.runner import progress
@@ -83,8 +85,11 @@ def progress_shown(stream=None) -> Iterator[None]:
             stack.enter_context(progress.reporting(bar))
             handler: logging.Handler = RichHandler(console=bar.progress.console, show_path=False)
         else:
-            handler = logging.StreamHandler(stream)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            from tasks.cli.stage_lines import StageLines
+
+            lines = StageLines(stream)
+            stack.enter_context(progress.reporting(lines.report))
+            handler = lines
         logger.addHandler(handler)
         try:
             yield
@@ -718,15 +723,15 @@ def run_cmd(
 
     if changed := env_change_summary(v.to_xcom()):
         typer.echo(changed)
-    try:
+    try:  # the answer and why its exit status: on stdout with the figures (a CI log of stdout keeps it)
         raise_on_regression(state)
     except RegressionDetected as e:
-        typer.echo(str(e), err=True)
+        typer.echo(str(e))
         raise typer.Exit(1) from e
     from tasks.cli.history import GATE_INCONCLUSIVE, exit_code
 
     if exit_code(v.verdict) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
-        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})", err=True)
+        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})")
         raise typer.Exit(GATE_INCONCLUSIVE)
 
 

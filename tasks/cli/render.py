@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,13 +36,28 @@ def _jsonable(v: Any) -> Any:
 
 
 def render(
-    df: pd.DataFrame, fmt: Format | str = Format.table, *, title: str | None = None, console: Console | None = None
+    df: pd.DataFrame,
+    fmt: Format | str = Format.table,
+    *,
+    title: str | None = None,
+    console: Console | None = None,
+    drop: Sequence[str] = (),
+    under: Sequence[str] = (),
 ) -> str | None:
     """Print ``df`` in ``fmt``; for csv/json/markdown also return the text.
 
     Floats are shown with 3 significant decimals in the table and markdown forms; csv and json
     carry full precision, None for missing values (never 0). json is strict JSON: NaN and infinities are
     written as null (``json.dumps(allow_nan=False)`` checks it).
+
+    The table form fits the console's width (a terminal's, or ``COLUMNS``; 200 columns piped into a file or a
+    log) and never splits a word (:func:`_table`): where even every column at its longest word does not fit,
+    columns are left out (:func:`_fitting`: those with no value first, then ``under``, then ``drop`` in its
+    order, the command's least telling columns, then from the right; never the first) and one line under the
+    table names them, e.g. ``(left out to fit 100 columns: p10 step ms, p90 step ms; --format csv, json or
+    markdown has every column)``. A column of ``under`` (long names: an op's scope path) is not lost: each row's
+    value is printed under the table, after the row's first cell (``  3: gradient_tape/model/conv/Conv2D``).
+    Only a single word wider than the console is printed wider than it.
     """
 
     fmt = Format(fmt)
@@ -56,53 +71,78 @@ def render(
     elif fmt is Format.markdown:
         text = df.to_markdown(index=False, floatfmt=".3f")
     else:
-        table, needed = _table(df, title, console.width)
-        if needed > console.width:  # too narrow for every figure whole: wider lines, never a cut figure
+        width = console.width
+        shown, left_out = _fitting(df, width, [*under, *drop])
+        table, needed = _table(shown, title, width)
+        if needed > width:  # one word wider than the console: wider lines, never a split word
             console = Console(width=needed, file=console.file, force_terminal=console.is_terminal)
         console.print(table)
+        lines = [
+            f"  {_cell(key)}: {' '.join(_cell(row[c]) for c in left_out if c in under)}"
+            for key, (_, row) in zip(df.iloc[:, 0], df.iterrows(), strict=True)
+            if any(c in under for c in left_out)
+        ]
+        dropped = [str(c).replace("_", " ") for c in left_out if c not in under]
+        if dropped:
+            lines.append(
+                f"(left out to fit {width} columns: {', '.join(dropped)}; --format csv, json or markdown has every "
+                "column)"
+            )
+        for line in lines:  # never wrapped by rich: a long name goes on whole
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         return None
     print(text, end="" if text.endswith("\n") else "\n")
     return text
 
 
-#: the narrowest a text column is folded to (characters) before the table is made wider than the console
-TEXT_MIN_WIDTH = 8
-#: text columns whose words are never folded, however tight the table: a verdict (``no-baseline``, ``regression
-#: (CPU time)``, ``failed@warm-up``) wraps at its spaces only, each line whole words (``regressi|on`` misreads)
-WORD_COLUMNS = frozenset({"verdict", "status", "severity"})
-_NUMBER = re.compile(r"^[\[(]?[-+]?\d[\d,]*(\.\d+)?%?[\]),;]*$")  # a figure inside a text cell: 1.873, [1.773,
+#: a text column with a cell longer than this (characters) is a long one (:func:`long_text_columns`)
+LONG_TEXT = 40
+
+
+def long_text_columns(df: pd.DataFrame, longer_than: int = LONG_TEXT) -> list[Any]:
+    """The text columns of ``df`` with a cell longer than ``longer_than`` characters as the table shows it (JSON
+    params, error text), longest first: what a table of a generic query (``perfwatch query``) leaves out first
+    on a narrow terminal (``render``'s ``drop``)."""
+    longest = {c: max((len(_cell(v)) for v in df[c]), default=0) for c in df.columns if not _is_number_column(df[c])}
+    return sorted((c for c, n in longest.items() if n > longer_than), key=lambda c: -longest[c])
+
+
+def _fitting(df: pd.DataFrame, width: int, drop: Sequence[str]) -> tuple[pd.DataFrame, list[Any]]:
+    """``df`` with as few columns left out as it takes for its table to fit ``width`` characters with every word
+    whole, and the columns left out in the order they went: first columns with no value in any row (shown all
+    ``—``; none of a table without rows), then ``drop`` (in its order; names not in ``df`` are skipped), then the
+    rightmost; the first column (the row's key: a run id, a side) always stays."""
+    order = [c for c in df.columns[1:] if len(df) and df[c].isna().all()]
+    order += [c for c in drop if c in df.columns and c not in order and c != df.columns[0]]
+    order += [c for c in reversed(df.columns[1:]) if c not in order]
+    shown: pd.DataFrame = df
+    left_out: list[Any] = []
+    for col in order:
+        if _table(shown, None, width)[1] <= width:
+            break
+        shown, left_out = shown.drop(columns=[col]), [*left_out, col]
+    return shown, left_out
 
 
 def _table(df: pd.DataFrame, title: str | None, width: int) -> tuple[Table, int]:
-    """``df`` as a rich table that fits ``width`` characters where it can and never cuts a figure, and the
-    table's width (more than ``width`` when even that does not fit: wider lines rather than a cut figure).
+    """``df`` as a rich table that fits ``width`` characters where it can and never splits a word, and the
+    table's width (more than ``width`` when even that does not fit: :func:`_fitting` then leaves out columns).
 
     Every column has a fixed width: as wide as its header (``median_step_ms`` is shown ``median step ms``) and
     its widest cell where there is room; else the widest columns are narrowed first, down to their longest word
-    (a header or a cell then wraps at its spaces); and where even that does not fit, a text column down to
-    :data:`TEXT_MIN_WIDTH`, folding a longer word (a long case name goes on over two lines, never
-    ``demo_mobile…``). A figure is never narrowed: a numeric column (right-aligned) is at least as wide as its
-    widest figure and never wraps, a text column at least as wide as a figure in its cells
-    (``12.30 [11.90, 13.00]``), a verdict column (:data:`WORD_COLUMNS`) as wide as its longest word."""
+    (a header or a cell then wraps at its spaces: a long case name or model name stays on one line, never
+    ``demo_mobile…`` or ``train-bs|16``). A numeric column (right-aligned) never wraps."""
     from rich.text import Text
 
     cells = {col: [_cell(v) for v in df[col]] for col in df.columns}
     headers = [Text(str(col).replace("_", " "), no_wrap=False, overflow="fold") for col in df.columns]
     numeric = [_is_number_column(df[col]) for col in df.columns]
-    natural, words, floor = [], [], []  # per column: its width on one line, its longest word, its narrowest
-    for col, header, is_number in zip(df.columns, headers, numeric, strict=True):
-        word = max([len(w) for c in [header.plain, *cells[col]] for w in c.split()], default=1)
-        longest = max([len(header.plain), *(len(c) for c in cells[col])])
-        figures = [len(t) for c in cells[col] for t in c.split() if _NUMBER.match(t)]
-        natural.append(longest)
-        words.append(word)
-        whole = is_number or str(col) in WORD_COLUMNS  # its words never folded
-        floor.append(word if whole else max([min(TEXT_MIN_WIDTH, word), *figures]))
+    natural, words = [], []  # per column: its width on one line, its longest word (its narrowest)
+    for col, header in zip(df.columns, headers, strict=True):
+        words.append(max([len(w) for c in [header.plain, *cells[col]] for w in c.split()], default=1))
+        natural.append(max([len(header.plain), *(len(c) for c in cells[col])]))
     fixed = 3 * len(natural) + 1  # each column's padding (1 + 1) and border, and the left border
-    available = width - fixed
-    # first wrap at spaces only (every word whole: a figure's header over two lines), then fold long words
-    least = words if sum(words) <= available else floor
-    widths = _share(natural, least, available)
+    widths = _share(natural, words, width - fixed)
     table = Table(title=title)
     for header, is_number, w in zip(headers, numeric, widths, strict=True):
         if is_number:

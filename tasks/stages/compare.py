@@ -230,15 +230,13 @@ def baseline_compare(
     if reason:
         evidence.setdefault("reason", reason)
     if d.baseline_run_ids:  # op-level attribution against the newest baseline run, whatever the verdict
-        # op shares of each profiled window scaled to measured medians: the deltas add up to the verdict's change
+        # on wall time, each run's op shares scaled to its own measured median: what perfwatch compare gives
         evidence["attribution"] = attribute_against_run(
             reads.run_ops(db_url, d.baseline_run_ids[0]),
             d.baseline_run_ids[0],
             parsed_tables,
             case.profiled_steps,
             run.median_step_ms,
-            ratio=d.ratio,
-            ratio_source=d.method,
         )
     return CompareRecord(
         verdict=verdict,

@@ -44,6 +44,27 @@ from tasks.stages import data_docs_offline
 log = logging.getLogger(__name__)
 
 os.environ["GX_ANALYTICS_ENABLED"] = "false"  # must be set before great_expectations is imported
+#: the level of GX's loggers (``great_expectations`` and below). At INFO, as an Airflow task logs, GX writes 214
+#: lines of API-docs registration on import ("Skipping registering function ...") and a few per data context
+#: ("Created temporary directory ...", "Loading 'datasources'"): 214 of a baseline_compare task log's 238 lines.
+#: Its warnings and errors still show. Set on GX's top logger before GX is imported (its import-time lines), and
+#: again on the GX loggers that set their own level when imported (:func:`_quiet_gx`).
+GX_LOG_LEVEL = logging.WARNING
+logging.getLogger("great_expectations").setLevel(GX_LOG_LEVEL)
+
+
+def _quiet_gx() -> None:
+    """Every imported ``great_expectations.*`` logger that set its own level below :data:`GX_LOG_LEVEL` gets that
+    level (``great_expectations.data_context.types.base`` sets INFO when imported, then says "Created temporary
+    directory ..." for each data context)."""
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if (
+            name.startswith("great_expectations.")
+            and isinstance(logger, logging.Logger)
+            and logging.NOTSET < logger.level < GX_LOG_LEVEL
+        ):
+            logger.setLevel(GX_LOG_LEVEL)
+
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,6 +142,7 @@ def _context():
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    _quiet_gx()  # before the context: it says where its docs site went, at INFO
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     return ctx

@@ -43,6 +43,7 @@ from tasks.analysis.profile import (
     ParsedProfile,
     SkippedTool,
     cross_check,
+    op_table_capped,
 )
 from tasks.records import ParseRecord, ProfiledRun
 from tasks.runner.protocol import StepSamples, read_view
@@ -257,7 +258,7 @@ def _apply_op_stats(out: dict[str, Any], tables: list[dict[str, Any]]) -> None:
         for r in rows
         if r.get("op_type") != IDLE_OP
     ]
-    if any(len(rs) >= XPROF_MAX_OP_ROWS for rs in parsed):
+    if op_table_capped(len(out["op_stats"]), len(out["idle_time_us"])):
         out["diagnostics"].append(
             Diagnostic(
                 tool=OP_STATS,

@@ -349,20 +349,25 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
             state = _fetch_inputs(state, stage_id, settings)
         _need(state, stage_id)
         t0 = time.monotonic()
+        # the start and end of a stage carry these on their records: a reader that keeps one line per stage
+        # (perfwatch run off a terminal, tasks.cli.stage_lines) finds them by them, not by the words
+        mark = {"stage_id": stage_id, "stage_number": STAGE_IDS.index(stage_id) + 1, "stage_count": len(STAGE_IDS)}
         log.info(
             "%s (stage %d of %d): %s (%s %s, %s)",
             stage_id,
-            STAGE_IDS.index(stage_id) + 1,
+            mark["stage_number"],
             len(STAGE_IDS),
             stage(stage_id).says(ctx.case),
             ctx.case.model,
             version_words(state),
             ctx.case.name,
+            extra={**mark, "stage_event": "start"},
         )
         record = _WORK[stage_id](state, ctx, settings)
         if scratch.remote(settings):  # what it wrote, for the stages that run on other hosts
             scratch.push(settings, ctx)
-        log.info("%s: done in %.1f s", stage_id, time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        log.info("%s: done in %.1f s", stage_id, seconds, extra={**mark, "stage_event": "done", "stage_s": seconds})
     return state.model_copy(update={stage(stage_id).field: record})
 
 

@@ -156,15 +156,23 @@ def _run_ops(s: Session, run_id: int) -> RunOps | None:
     rows = s.execute(
         select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS]).where(OpStat.run_id == run_id).order_by(OpStat.id)
     ).all()
-    check = s.scalar(select(RunTable.data).where(RunTable.run_id == run_id, RunTable.tool == "cross_check"))
+    tables: dict[str, Any] = dict(
+        s.execute(
+            select(RunTable.tool, RunTable.data).where(
+                RunTable.run_id == run_id, RunTable.tool.in_(("cross_check", "framework_op_stats"))
+            )
+        ).all()
+    )
     steps = (base.params or {}).get("profiled_steps")
+    idle = (tables.get("framework_op_stats") or {}).get("idle_time_us") or {}
     return RunOps(
         run_id=run_id,
         ops=[dict(zip(OP_STATS_COLUMNS, r, strict=True)) for r in rows],
         profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
         profiler_avg_step_ms=base.profiler_avg_step_ms,
         measured_median_ms=base.median_step_ms,
-        window_check=(check or {}).get("cross_check"),
+        window_check=(tables.get("cross_check") or {}).get("cross_check"),
+        idle_rows=len(idle),
     )
 
 

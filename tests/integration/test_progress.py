@@ -157,18 +157,64 @@ def test_paired_session_relays_progress_and_rounds(tmp_path):
     assert (got[-1]["n"], got[-1]["of"], got[-1]["round"]) == (2, 2, 0)
 
 
-def test_perfwatch_run_progress_as_plain_lines_off_a_terminal():
+def test_perfwatch_run_progress_off_a_terminal_is_one_line_per_stage():
+    """Issue 35: off a terminal ``perfwatch run`` wrote ~60 lines a run (a start and an end line per stage, the
+    runner's progress every 10%). A stage is one line now, when it ends: its duration and the last progress of
+    each runner phase; any other record (a warning) is written as it comes."""
     from tasks.cli.main import progress_shown
 
     stream = io.StringIO()
+    log = logging.getLogger("tasks.stages.pipeline")
+    mark = {"stage_id": "profiled-run", "stage_number": 4, "stage_count": 7}
     with progress_shown(stream):
-        progress.report({"phase": "measure", "n": 50, "of": 100, "median_ms": 41.2})
-        logging.getLogger("tasks.stages.pipeline").info("parse: xprof converts the XSpace")
-    text = stream.getvalue()
-    assert "tasks.runner.progress: measure: 50/100 steps, running median 41.20 ms" in text
-    assert "tasks.stages.pipeline: parse: xprof converts the XSpace" in text
+        log.info("profiled-run (stage 4 of 7): ...", extra={**mark, "stage_event": "start"})
+        for n in range(10, 101, 10):
+            progress.report({"phase": "measure", "n": n, "of": 100, "median_ms": 41.2})
+        progress.report({"phase": "profile", "text": "5 steps under the TF profiler"})
+        log.warning("waiting for a quieter host: other processes took 70%")
+        log.info("profiled-run: done in 3.5 s", extra={**mark, "stage_event": "done", "stage_s": 3.5})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "WARNING tasks.stages.pipeline: waiting for a quieter host: other processes took 70%" in lines[0]
+    assert lines[1].endswith(
+        "profiled-run (stage 4 of 7): done in 3.5 s; measure: 100/100 steps, running median 41.20 ms; "
+        "profile: 5 steps under the TF profiler"
+    ), lines[1]
     progress.report({"phase": "measure", "n": 51, "of": 100})
     assert "51/100" not in stream.getvalue()  # the handler is gone after the run
+
+
+@pytest.mark.slow  # the seven stages with the fake runner (fresh interpreters, xprof)
+def test_perfwatch_run_into_a_log_writes_a_line_per_stage_and_the_answer_on_stdout(home, monkeypatch):
+    """``perfwatch run`` with its output in files (a CI log): stderr holds one line per stage, stdout the run's
+    figures and its verdict."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+    from tests.helpers import fake_runner
+
+    fake_runner.write_model(home / "models" / "tiny" / "1" / "model.keras")
+    monkeypatch.setenv("PERFWATCH_RUNNER_COMMAND", fake_runner.command())
+    res = CliRunner().invoke(
+        app, ["run", "tiny", "--version", "1", "--batch-size", "4", "--measured-steps", "20", "--profiled-steps", "3"]
+    )
+    assert res.exit_code == 0, res.output
+    stages = [ln for ln in res.stderr.splitlines() if re.match(r"^\d\d:\d\d:\d\d \S+ \(stage \d of 7\): done", ln)]
+    assert [ln.split()[1] for ln in stages] == [
+        "pull-model-version",
+        "env-fingerprint",
+        "warm-up",
+        "profiled-run",
+        "parse",
+        "baseline-compare",
+        "archive",
+    ], res.stderr
+    others = [ln for ln in res.stderr.splitlines() if ln not in stages and " INFO " in ln]
+    assert others == [], res.stderr
+    assert "measure: 20/20 steps" in stages[3]
+    assert res.stdout.startswith("run 1: median") and "verdict no-baseline" in res.stdout
 
 
 @pytest.mark.slow

@@ -61,6 +61,8 @@ print(json.dumps({
     "measure_on_failure": [c.__name__ for c in dag.get_task("measure").on_failure_callback],
     "busy_retries": dag.get_task("measure").retries,
     "busy_retry_delay_s": dag.get_task("measure").retry_delay.total_seconds(),
+    "return_logged": {t.task_id: t.show_return_value_in_logs for t in dag.tasks
+                      if hasattr(t, "show_return_value_in_logs")},
 }))
 """
 
@@ -105,6 +107,16 @@ def test_dag_imports_in_card_order_without_heavy_imports():
         "trigger",
         "version",
     ]
+
+
+def test_tasks_that_hand_on_run_states_do_not_log_them_whole():
+    """Issue 35: a baseline_compare task log ended with Airflow's "Done. Returned value was: {...}", the whole run
+    state with the verdict's evidence (tens of KB) on one line. Airflow 3's @task logs its return value unless
+    show_return_value_in_logs is False: the tasks that hand on run states set it, archive (a run id, an archive
+    path, a verdict) and the trend watch still log theirs."""
+    logged = _probe()["return_logged"]
+    assert {t: logged[t] for t in ("plan", *CASE_TASKS[:4])} == dict.fromkeys(("plan", *CASE_TASKS[:4]), False)
+    assert logged["archive"] is True and logged["watch_trend"] is True
 
 
 def test_release_assets_and_alerts_are_wired(tmp_path):

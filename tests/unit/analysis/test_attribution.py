@@ -211,3 +211,25 @@ def test_renamed_model_scope_is_matched_not_appeared():
 )
 def test_match_scopes(base, cand, expected):
     assert match_scopes(base, cand) == expected
+
+
+def test_an_op_missing_from_a_table_at_xprofs_cap_is_below_cut_not_appeared_or_vanished():
+    """Only the table at the cap makes its missing ops below-cut: a missing op of a complete table is still
+    appeared / vanished (here the candidate's table is complete, the baseline's capped)."""
+    a = attribute(
+        BASE, CAND, baseline_steps=5, candidate_steps=10, baseline_measured_ms=1.0, candidate_measured_ms=1.0,
+        baseline_capped=True, labels=("run 1 (v1)", "run 2 (v2)"),
+    )  # fmt: skip
+    status = a.ops_frame().set_index("op_name")["status"]
+    assert (status["bn"], status["relu"], status["conv"]) == ("below-cut", "vanished", "both")
+    assert (a.appeared, a.vanished, a.below_cut) == ([], ["relu"], ["bn"])
+    assert a.candidate_cut_us is None and a.baseline_cut_us == pytest.approx(
+        a.ops_frame().query("status != 'appeared' and baseline_us_per_step > 0")["baseline_us_per_step"].min()
+    )
+    assert "0 ops appeared, 1 vanished." in a.summary
+    assert (
+        "1 ops are in one run's op table only: xprof keeps a profile's 500 largest ops, and the op table of "
+        in (a.summary)
+        and "run 1 (v1) is at that cap" in a.summary
+    )
+    assert a.basis.startswith("wall time: the measured median step times (profiler off) of run 1 (v1), 1.000 ms")

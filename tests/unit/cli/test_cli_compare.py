@@ -106,7 +106,7 @@ def test_keras_application_versions_are_compared_and_gated(home, tmp_path):
     assert [h["version"] for h in json.loads(res.stdout)["headline"]] == [KERAS_A, KERAS_B]
     gate = CliRunner().invoke(app, ["gate", "m", KERAS_B])
     assert gate.exit_code == 0, gate.output
-    assert f"gate m {KERAS_B}: PASS" in gate.stderr
+    assert f"gate m {KERAS_B}: PASS" in gate.stdout
     bad = invoke("m", "--from", "keras3.15.1", "--to", KERAS_B)
     assert bad.exit_code == 1 and "keras<Keras version>-<8 hex>" in bad.stderr
 
@@ -233,3 +233,43 @@ def test_without_case_the_newest_common_case_is_compared_and_the_others_are_name
     assert res.exit_code == 0, res.output
     assert "case train-bs16 compared" in res.stdout
     assert "left out: train-bs32 (v2 only), train-bs64 (v1 only)" in res.stdout
+
+
+def _capped_run(url, tmp_path, name: str, version: str, scope: str, kept: range, us: float, median: float) -> int:
+    """A run whose op table is at xprof's cap, as the demo's MobileNetV2 gives it: 499 ops and the Host IDLE row
+    (``idle_time_us``, stored in ``run_tables`` 'framework_op_stats'), the ops named under the model's scope
+    ``scope``; ``kept``: which of the model's 600 layer ops made the cut (the others had less self-time)."""
+    from pathlib import Path
+
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import op, records
+
+    ops = [op(f"{scope}/block_{i}/conv/Conv2D", "Conv2D", us + i) for i in kept]
+    assert len(ops) == 499
+    rec = records(tmp_path, name, version=version, ops=ops, median=median)
+    parsed = Path(rec[5].parsed_path)
+    parsed.write_text(json.dumps({**json.loads(parsed.read_text()), "idle_time_us": {"Host": 1.0e6}}))
+    return archive_run(url, str(tmp_path / "archive"), *rec).run_id
+
+
+def test_ops_below_xprofs_cut_are_not_called_appeared_or_vanished(home, tmp_path):
+    """Issue 35: right after "Op scope ... matched", compare said "98 ops appeared, 98 vanished": both tables held
+    xprof's 500 rows, so an op missing from one was below that table's cut, not new or gone. Such ops are
+    ``below-cut``, said with the cut, and appeared / vanished stay for ops missing from a complete table."""
+    url = Settings.from_env().database_url
+    migrate(url)
+    _capped_run(url, tmp_path, "v1", "1", "mobilenetv2_0.35_96_1", range(0, 499), 100.0, 10.0)
+    _capped_run(url, tmp_path, "v2", "2", "mobilenetv2_0.75_96_1", range(101, 600), 300.0, 20.0)
+    res = invoke("m", "--from", "1", "--to", "2")
+    assert res.exit_code == 0, res.output
+    assert "Op scope 'mobilenetv2_0.75_96_1' of the candidate matched to 'mobilenetv2_0.35_96_1'" in res.stdout
+    assert "ops appeared" not in res.stdout, res.stdout
+    assert (
+        "202 ops are in one run's op table only: xprof keeps a profile's 500 largest ops, and the op tables of run 1 "
+        "(v1) and run 2 (v2) are at that cap"
+    ) in res.stdout
+    out = json.loads(invoke("m", "--from", "1", "--to", "2", "--format", "json", "--top", "0").stdout)
+    assert (out["n_appeared"], out["n_vanished"], out["n_below_cut"]) == (0, 0, 202)
+    status = {o["op_name"].split("/")[1]: o["status"] for o in out["ops"]}
+    assert status["block_0"] == status["block_599"] == "below-cut" and status["block_300"] == "both"
+    assert sum(o["delta_us_per_step"] for o in out["ops"]) == pytest.approx(10_000.0)  # still adds up

@@ -44,9 +44,13 @@ def test_run_exits_with_the_gates_code_for_its_verdict(verdict, code, home, cli,
     monkeypatch.setattr(pipeline, "run_case", lambda ctx, settings=None: state)
     res = cli("run", "m", "--version", "1")
     assert res.exit_code == code == GATE_CODES[verdict], res.output
-    assert f"verdict {verdict}: step-time ratio 1.300 [1.200, 1.400]\n  how: paired ABBA gate" in res.output
+    assert f"verdict {verdict}: step-time ratio 1.300 [1.200, 1.400]\n  how: paired ABBA gate" in res.stdout
+    # the answer and why the exit status, on stdout with the figures (issue 35: a CI log of stdout keeps it)
     if verdict == "inconclusive":
-        assert "exit 2: verdict inconclusive is undecided (host busy: other processes took 70%" in res.output
+        assert "exit 2: verdict inconclusive is undecided (host busy: other processes took 70%" in res.stdout
+    if verdict == "regression":
+        assert "m v1 (train-bs16) regressed (paired-abba): step-time ratio 1.300" in res.stdout, res.output
+    assert res.stderr == "" or "regress" not in res.stderr and "undecided" not in res.stderr
 
 
 def test_run_exits_2_when_a_stage_fails(home, cli, monkeypatch):

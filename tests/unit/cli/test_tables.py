@@ -1,6 +1,7 @@
-"""Tables never cut a figure: on a 100-column terminal ``gate``, ``runs`` and ``regressions`` show every number
-and name whole and fit the width; a table that cannot fit is printed wider, never cut. ``regressions`` and
-``gate`` carry each verdict's story like ``runs`` and ``history``."""
+"""Tables never cut a figure or split a word: on a 100-column terminal ``gate``, ``runs``, ``regressions``,
+``history`` and ``compare`` show every number and name whole and fit the width; a table that cannot fit leaves
+out columns and names them under it. ``regressions`` and ``gate`` carry each verdict's story like ``runs`` and
+``history``."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def test_runs_at_100_columns_shows_every_figure_and_name_whole(cli, demo, monkey
     # the header wraps at its words ("median" over "step ms" where the column is narrow), never median_step…
     header = table.split("┡")[0]
     assert "median_step" not in header and "median" in header and "step ms" in header
-    # each median carries its 95% interval and n (issue 27): at 100 columns the names fold to make room, the
-    # figures never; at 120 every name is whole too
+    # each median carries its 95% interval and n (issue 27); no name or figure is ever folded (issue 35), at 100
+    # columns as at 120
     assert " n=10 " in table and "[" in table
     monkeypatch.setenv("COLUMNS", "120")
     wide = cli("runs")
@@ -82,18 +83,55 @@ def test_regressions_tells_each_verdicts_story(cli, demo):
     assert csv_head.endswith(",decision") and "env_key" in csv_head  # csv keeps every column
 
 
-def test_a_table_too_wide_for_the_terminal_is_printed_wider_never_cut(capsys, monkeypatch):
+def test_a_table_too_wide_for_the_terminal_leaves_out_columns_and_names_them_never_a_split_word(capsys, monkeypatch):
+    """Issue 35: a table that could not fit was printed wider than the terminal (129 columns on 100) and folded
+    long names over two lines. It fits now: the columns it cannot hold are left out, named under it, and every
+    word it shows is whole."""
     monkeypatch.setenv("COLUMNS", "40")
     df = pd.DataFrame(
-        {f"figure_{i}": [123456.789 + i, 0.5] for i in range(6)} | {"name": ["a_long_case_name_here", "b"]}
+        {"name": ["a_long_case_name_here", "b"]}
+        | {f"figure_{i}": [123456.789 + i, 0.5] for i in range(6)}
+        | {"empty": [None, None]}
     )
     render(df, "table", title="wide")
     out = capsys.readouterr().out
-    assert "…" not in out
-    for i in range(6):
-        assert f"{123456.789 + i:,.1f}" in out
-    names = [ln.split("│")[-2].strip() for ln in out.splitlines() if ln.startswith("│")]
-    assert "".join(names) == "a_long_case_name_hereb"  # folded over lines, never cut
+    assert "…" not in out and max(len(ln) for ln in out.splitlines() if ln[:1] in "┏┃┡│└") <= 40, out
+    names = [ln.split("│")[1].strip() for ln in out.splitlines() if ln.startswith("│")]
+    assert names == ["a_long_case_name_here", "b"]  # whole, each on its row's one line
+    shown = [i for i in range(6) if f"{123456.789 + i:,.1f}" in out]
+    assert shown == [0], out  # the figures that fit, whole; the rest left out from the right, after the empty one
+    assert "(left out to fit 40 columns: empty, figure 5, figure 4, figure 3, figure 2, figure 1; --format csv" in out
+
+
+@pytest.mark.parametrize("width", [100, 80])
+def test_history_fits_the_terminal_with_names_whole_and_the_verdicts_figures_kept(cli, demo, monkeypatch, width):
+    """``history`` at 100 columns printed 183 wide with ``train-bs|16`` and the date folded: it fits, each name on
+    one line; what goes first is what the story under the table or another command says (the environment key,
+    the spread, the throughput), never the verdict's ratio."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    res = cli("history", "demo_mobilenet")
+    assert res.exit_code == 0, res.output
+    _fits(res.stdout, width)
+    table = res.stdout.split("└")[0]
+    rows = [[p.strip() for p in ln.strip("│").split("│")] for ln in table.splitlines() if ln.startswith("│")]
+    assert "train-bs16" in {c for r in rows for c in r} and not any(c in ("train-bs", "16") for r in rows for c in r)
+    assert "1.873" in table and "regression" in table
+    assert "(left out to fit" in res.stdout and "env key" in res.stdout.split("(left out to fit")[1]
+
+
+def test_compare_at_100_columns_puts_long_op_names_under_the_table_whole(cli, db_url, tmp_path, monkeypatch):
+    """An op's scope path is one word longer than a narrow table can hold beside its figures: the op table keeps
+    its figures and a rank, and each name follows it under the table, whole."""
+    from tests.helpers.builders import archive, op
+
+    long = "gradient_tape/mobilenetv2_0.35_96_1/block_1_depthwise_1/depthwise/DepthwiseConv2dNativeBackpropFilter"
+    archive(db_url, tmp_path, "v1", version="1", ops=[op(long, "DepthwiseConv2dNativeBackpropFilter", 100.0)])
+    archive(db_url, tmp_path, "v2", version="2", ops=[op(long, "DepthwiseConv2dNativeBackpropFilter", 300.0)])
+    monkeypatch.setenv("COLUMNS", "100")
+    res = cli("compare", "m", "--from", "1", "--to", "2")
+    assert res.exit_code == 0, res.output
+    _fits(res.stdout)
+    assert f"  1: {long} (DepthwiseConv2dNativeBackpropFilter, Host)" in res.stdout
 
 
 def _fed(db_url: str, run_id: int) -> None:
@@ -200,3 +238,18 @@ def test_a_ratio_decided_on_cpu_time_says_so_in_its_cell_in_every_table(cli, dem
     assert "1.900" in history and "1.900 (CPU time)" not in history  # the adhoc run's wall-time ratio: a bare figure
     (row,) = json.loads(cli("regressions", "--since", "2026-01-01", "--format", "json").stdout)
     assert row["ratio"] == pytest.approx(1.8734) and row["metric"] == "cpu"
+
+
+def test_gates_answer_goes_to_stdout_and_stays_off_a_json_document(cli, demo):
+    """Issue 35: gate's verdict line and story went to stderr, so a CI log of stdout lost the answer. With the
+    table they are on stdout; beside csv or json data on stderr, so stdout stays one document."""
+    res = cli("gate", "demo_mobilenet", "2")
+    assert res.exit_code == 1
+    assert "gate demo_mobilenet v2: REGRESSION (exit 1)" in res.stdout
+    assert f"  train-bs16: run {demo['gate']} regression: step-time ratio 1.873" in res.stdout
+    assert "note: the verdict's figure is the ratio column" in res.stdout
+    assert "REGRESSION" not in res.stderr
+    data = cli("gate", "demo_mobilenet", "2", "--format", "json")
+    assert data.exit_code == 1
+    assert json.loads(data.stdout)[0]["verdict"] == "regression"  # stdout: the JSON alone
+    assert "gate demo_mobilenet v2: REGRESSION (exit 1)" in data.stderr

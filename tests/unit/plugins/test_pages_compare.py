@@ -24,11 +24,11 @@ from tests.helpers.builders import CAND_OPS, T0, records
 
 def _v2(url: str, tmp: Path, name: str, *, verdict: str, method: str, ratio: float, median: float, day: int, v1: int):
     """A v2 run of model m compared with run ``v1``: its ratio and interval, its reason, and the op attribution
-    baseline-compare computes (``attribute_against_run`` against v1's ops, scaled to the verdict's ratio)."""
+    baseline-compare computes (``attribute_against_run`` against v1's ops, on the two runs' measured medians)."""
     ctx, pulled, env, warm, run, parse, comp = records(tmp, name, version="2", ops=CAND_OPS, median=median)
     ctx = ctx.model_copy(update={"started_at": T0 + dt.timedelta(days=day)})
     parsed = json.loads(Path(parse.parsed_path).read_text())
-    attribution = attribute_against_run(reads.run_ops(url, v1), v1, parsed, 5, median, ratio=ratio, ratio_source=method)
+    attribution = attribute_against_run(reads.run_ops(url, v1), v1, parsed, 5, median)
     comp = comp.model_copy(
         update={
             "verdict": verdict, "method": method, "ratio": ratio, "ci_low": ratio - 0.05, "ci_high": ratio + 0.05,
@@ -37,6 +37,44 @@ def _v2(url: str, tmp: Path, name: str, *, verdict: str, method: str, ratio: flo
         }
     )  # fmt: skip
     return archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id
+
+
+#: a busy host (other processes took 62% of it): the paired gate decides on CPU time
+LOADED = {"wall_s": 10.0, "cpus": 2, "load1_start": 8.0, "load1_end": 9.0, "other_cpu_share": 0.62, "steal_share": 0.0}
+
+
+def _cpu_gate(url: str, tmp: Path) -> tuple[int, int]:
+    """Model cp: v1 (measured median 10.0 ms, accepted), then v2 (measured median 13.0 ms) whose busy paired gate
+    baseline-compare itself decided on CPU time (x1.7): the evidence as the stage writes it."""
+    from tasks.analysis import calibration
+    from tasks.analysis.verdict import judge_noise
+    from tasks.stages.compare import baseline_compare
+    from tasks.stages.profiled_run import read_paired
+    from tests.helpers.builders import _paired_file
+
+    ids = []
+    for name, version, ops, median, day in (("cp1", "1", None, 10.0, 8), ("cp2", "2", CAND_OPS, 13.0, 9)):
+        ctx, pulled, env, warm, run, parse, comp = records(tmp, name, version=version, median=median, **(
+            {"ops": ops} if ops else {}
+        ))  # fmt: skip
+        case = ctx.case.model_copy(update={"model": "cp", "paired_blocks": 64, "paired_block_steps": 1})
+        ctx = ctx.model_copy(update={"case": case, "started_at": T0 + dt.timedelta(days=day)})
+        pulled = pulled.model_copy(update={"model": "cp"})
+        if ids:  # v2: the paired gate, judged busy and decided on CPU time
+            path = _paired_file(tmp / "cp-paired.json", 1.7, sd=0.25, cpu_ratio=1.7, cpu_sd=0.03, host_load=LOADED)
+            noise = judge_noise(
+                case,
+                None,
+                read_paired(path),
+                offset=calibration.Offset(sd=0.0, source="default"),
+                calibrated=calibration.NoiseCalibration(sd_pair=None, n_gates=0),
+                gpu=False,
+            ).model_dump(mode="json")
+            run = run.model_copy(update={"paired_path": path, "baseline_model": pulled, "noise": noise})
+            comp = baseline_compare(url, case, env, run, parse, tmp / name / "work")
+            assert comp.metric == "cpu" and comp.method == "paired-abba" and comp.verdict == "regression"
+        ids.append(archive_run(url, str(tmp / "archive"), ctx, pulled, env, warm, run, parse, comp).run_id)
+    return ids[0], ids[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +109,7 @@ def pages(tmp_path_factory):
             update={"case": ctx.case.model_copy(update={"model": "ev"}), "started_at": T0 + dt.timedelta(days=day)}
         )
         archive_run(url, str(tmp / "archive"), ctx, pulled.model_copy(update={"model": "ev"}), env_record(fp), *rest)
+    ids["cpu_v1"], ids["cpu_v2"] = _cpu_gate(url, tmp)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
         mp.setenv(
@@ -140,3 +179,29 @@ def test_the_comparison_page_of_versions_from_two_environments_warns_naming_the_
     client, _ = pages
     text = _text(client.get("/perfwatch/compare?model=ev&a_version=1&b_version=2").text)
     assert "were measured in different environments (gpu.driver_version 535.104.05 -> 535.129.03;" in text
+
+
+def test_the_run_page_and_compare_give_one_attribution_on_one_metric_with_its_basis(pages):
+    """Issue 35: the run page scaled the op deltas by the verdict's CPU-time ratio applied to the candidate's wall
+    median (+87.3 ms a step, a baseline no run measured) where compare said +58.1 ms. Both now split the change of
+    the two runs' measured wall-time medians (10.0 -> 13.0 ms: +3,000 µs/step), say so, and the page says the
+    verdict's CPU-time figure is another measurement."""
+    from tasks.cli.compare import compare_runs
+    from tasks.settings import Settings
+
+    client, ids = pages
+    v1, v2 = ids["cpu_v1"], ids["cpu_v2"]
+    page = client.get(f"/perfwatch/runs/{v2}").text
+    ops = _text(page.split("id='ops'", 1)[1].split("<h2", 1)[0])
+    compared = compare_runs(Settings.from_env().database_url, v1, v2).attribution  # the fixture's store
+    assert compared.step_time_change_us == pytest.approx(3000.0)
+    assert f"change of the step time {compared.step_time_change_us:+,.1f} 100%" in ops  # the same total: +3,000.0
+    assert (
+        f"basis: wall time: the measured median step times (profiler off) of the baseline run {v1}, 10.000 ms, and "
+        "the candidate, 13.000 ms, each split by its own profiled window's op self-time shares"
+    ) in ops
+    assert "The verdict's figure, CPU-time ratio ×1.6" in ops and "(paired-abba), is another measurement" in ops
+    assert "measured wall-time medians, ×1.300." in ops
+    shown = {o.op_name: o.delta_us_per_step for o in compared.ops}
+    assert "conv Conv2D convolution" in ops and f"{shown['conv']:+,.1f}" in ops  # op by op as compare has it
+    assert (len(compared.appeared), len(compared.vanished)) == (1, 1) and "1 ops appeared, 1 vanished." in ops

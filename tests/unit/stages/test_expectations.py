@@ -161,3 +161,38 @@ def test_render_data_docs_only_under_target(tmp_path):
         render_data_docs({}, tmp_path)
     with pytest.raises(ValueError, match=r"outcomes\['x'\]"):
         render_data_docs({"x": 42}, tmp_path)
+
+
+def test_baseline_compare_logs_no_great_expectations_chatter_at_info(db_url, tmp_path, caplog):
+    """Issue 35: at INFO, the level an Airflow task logs at, GX said "Created temporary directory ... for
+    ephemeral docs site" and "Loading 'datasources' -> []" for every data context of a baseline_compare; its
+    warnings would still show, its chatter not."""
+    import logging
+
+    from tasks.stages.compare import baseline_compare
+    from tests.helpers.builders import make_records
+
+    ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="gx")
+    caplog.set_level(logging.INFO)
+    baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "gx" / "work")
+    chatter = [r.getMessage() for r in caplog.records if r.name.startswith("great_expectations")]
+    assert chatter == []
+    assert logging.getLogger("great_expectations").isEnabledFor(logging.WARNING)
+
+
+@pytest.mark.slow  # a fresh interpreter importing GX (seconds)
+def test_importing_great_expectations_through_the_stage_logs_nothing_at_info():
+    """GX's import logged 214 lines at INFO ("Skipping registering function ... because it is a closure"): the
+    level is set on GX's logger before GX is imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(name)s %(message)s')\n"
+        "from tasks.stages import expectations\n"
+        "expectations.validate_op_table(__import__('pandas').DataFrame({'op_name': ['a'], 'op_type': ['A'], "
+        "'total_self_time_us': [1.0], 'occurrences': [1]}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert [ln for ln in out.stdout.splitlines() if ln.startswith("great_expectations")] == []
