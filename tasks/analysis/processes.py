@@ -320,15 +320,24 @@ def look_schedule(max_processes: int) -> list[int]:
     return list(range(MIN_LOOK_PROCESSES, max_processes + 1))
 
 
-def needed_processes(sd_means: float, design: ProcessDesign, max_k: int = 10_000) -> int | None:
+#: most looks whose boundaries :func:`needed_processes` integrates (the final O'Brien-Fleming boundary changes
+#: by under 1% beyond this many; thousands of looks would break the recursive integration's grid)
+NEEDED_MAX_LOOKS = 20
+
+
+def needed_processes(sd_means: float, design: ProcessDesign, max_k: int = 1000) -> int | None:
     """About how many units a gate of this design would need at this spread of unit means (log scale) for
     its final interval to be at most ``log(1 + tolerance) / 2`` wide on each side, which always decides
     (``stats`` module docstring); the final boundary is that of a budget of that many units, looked at after
-    each. ``None`` beyond ``max_k``."""
+    each (at most :data:`NEEDED_MAX_LOOKS` of them, evenly spread, the last at the budget). ``None`` beyond
+    ``max_k``."""
     budget = math.log1p(design.tolerance) / 2
     k = MIN_LOOK_PROCESSES
     while k <= max_k:
-        c = sequential.boundaries(tuple(p / k for p in look_schedule(k)), design.alpha)[-1]
+        pts = look_schedule(k)
+        if len(pts) > NEEDED_MAX_LOOKS:
+            pts = [pts[round(i * (len(pts) - 1) / (NEEDED_MAX_LOOKS - 1))] for i in range(NEEDED_MAX_LOOKS)]
+        c = sequential.boundaries(tuple(p / k for p in pts), design.alpha)[-1]
         if _t_boundary(c, k - 1) * sd_means / math.sqrt(k) <= budget:
             return k
         k += max(1, k // 10)

@@ -18,8 +18,9 @@ calls ``decide`` runs the verdict as the product does:
 * no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
   ``env-changed`` naming the comparability fields that changed;
 * neither: ``no-baseline``;
-* paired gate: :func:`paired_comparison` (the sequential gate's final repeated confidence interval,
-  ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
+* paired gate: :func:`paired_comparison` (a gate of several processes: the interval across them,
+  ``tasks.analysis.processes``, :func:`process_comparison`; one process: the sequential gate's final repeated
+  confidence interval, ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
   ``paired-abba``; the history verdict is kept as ``evidence["history"]``;
 * every paired verdict is checked by a sign-flip **randomisation test** of its pair log ratios
   (:func:`randomisation_check`): a verdict the test does not confirm at the gate's level is ``inconclusive``;
@@ -50,6 +51,10 @@ Evidence keys that other tools read (stable; all JSON):
   ``stopped``: ``decided`` | ``budget`` | ``fixed`` | ``decided on CPU time`` (a busy gate that its CPU-time look
   stopped), ``stopping``: per look the metric whose look was judged, ``method``), ``spent`` (``pairs``,
   ``timed_steps``, ``wall_s``: the cost actually spent) and ``cost`` (the same in words);
+* ``evidence["processes"]`` (a gate of several processes): ``processes.Spread`` (``processes`` = K,
+  ``pairs``, ``unit_ratios``, ``sd_means``, ``between_sd``, ``within_sd``, ``within_se``, ``icc``,
+  ``design_effect``) with ``max_processes``, ``pairs_per_process`` and ``text``; its looks in
+  ``evidence["paired"]["sequential"]["looks"]`` carry ``processes``; ``evidence["paired"]["spent"]["processes"]``;
 * ``evidence["noise"]``: ``calibration.Noise`` (``busy``, ``reason``, ``host_load``, ``gate_sd``,
   ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
   assessed;
@@ -393,7 +398,9 @@ def cpu_comparison(
             "boundary": pf.boundary,
             "df": float(pf.df),
         }
-        what = f"across processes, look at {pf.processes} processes, boundary {pf.boundary:.2f}; {spread_text(pf)}"
+        what = (
+            f"across processes, look at {pf.processes} processes, boundary {pf.boundary:.2f}; {spread_text(pf.spread)}"
+        )
         d = [u.mean for u in units]  # the randomisation test flips the units
     elif gate.get("design"):
         dz = sequential.Design(**gate["design"])
@@ -474,10 +481,9 @@ def _spread_details(f: processes.ProcessLook) -> dict[str, float]:
     return out
 
 
-def spread_text(f: processes.ProcessLook) -> str:
-    """The two levels of a process-level look in words: K, the between- and within-process spread, the design
-    effect."""
-    s = f.spread
+def spread_text(s: processes.Spread) -> str:
+    """The two levels of a gate across processes in words: K, the between- and within-process spread, the
+    design effect."""
     deff = "n/a" if s.design_effect is None else f"{s.design_effect:.2f}"
     return (
         f"K = {s.processes} processes; between-process sd {s.between_sd:.4f}, within-process sd {s.within_sd:.4f} "
@@ -506,7 +512,7 @@ def process_comparison(paired: PairedBlocks) -> tuple[stats.Comparison, processe
     f = g.final
     what = (
         f"paired-abba across processes: {len(g.looks)} look(s), stopped at {f.processes} of at most "
-        f"{dz.max_processes} processes ({g.stopped}; {spread_text(f)}; boundary {f.boundary:.2f} on {f.df} df)"
+        f"{dz.max_processes} processes ({g.stopped}; {spread_text(f.spread)}; boundary {f.boundary:.2f} on {f.df} df)"
     )
     reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
     if f.verdict == Verdict.INCONCLUSIVE:
@@ -1012,6 +1018,17 @@ def _decide_on_cpu(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[
     ev["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason, "metric": "wall"}
     ev["cpu"] = {**res.model_dump(mode="json"), "randomisation": test}
     ev["metric"], ev["randomisation"] = "cpu", test
+    if is_process_gate(paired):  # the spread reported is the deciding metric's; wall time's is kept beside it
+        units = process_units(paired, "cpu")
+        assert units is not None  # cpu_comparison needed them
+        ev["processes_wall"] = ev.get("processes")
+        cpu_spread = processes.spread(units)
+        ev["processes"] = {
+            **cpu_spread.model_dump(mode="json"),
+            "text": spread_text(cpu_spread),
+            **{k: v for k, v in (ev.get("processes") or {}).items() if k in ("max_processes", "pairs_per_process")},
+            "metric": "cpu",
+        }
     busy = str(noise.get("reason") or "host busy").removeprefix("host busy: ")
     a_cpu = [t for blk in paired.a_cpu or [] for t in blk]
     d.ratio, d.ci_low, d.ci_high, d.verdict = res.ratio, res.ci_low, res.ci_high, res.verdict
@@ -1098,10 +1115,11 @@ def _decide_paired(
             ],
         }
         ev["processes"] = {
+            "metric": "wall",
             **f.spread.model_dump(mode="json"),
             "max_processes": (design or {}).get("max_processes"),
             "pairs_per_process": (design or {}).get("pairs_per_process"),
-            "text": spread_text(f),
+            "text": spread_text(f.spread),
         }
     elif gate is not None:
         stopping = list((paired.gate or {}).get("stopping") or [])

@@ -17,6 +17,12 @@ offset calibrated from the store's quiet A/A gates) is fixed before the first pa
 the runner's result (``gate``), so baseline-compare recomputes the very interval that stopped the
 gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look at the end.
 
+By default (``Case.paired_processes`` > 1) the process is the gate's unit: the stage runs up to
+``paired_processes`` fresh paired processes of ``Case.paired_process_pairs`` pairs each (no rounds inside a
+process) and looks across them after each from the third on (:func:`_process_gate`,
+``tasks.analysis.processes``); the processes are kept in one ``PairedGate`` file. The rounds described above
+are the one-process design (``paired_processes=1``).
+
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
 the case's calibrated noise, by ``tasks.analysis.verdict.judge_noise`` and records the result in

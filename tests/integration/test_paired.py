@@ -293,9 +293,9 @@ def test_release_gate_end_to_end(model_store, home, monkeypatch):
     assert (v["verdict"], v["method"]) == ("regression", "paired-abba"), v["reason"]
     p = v["evidence"]["paired"]
     # the process is the unit: 6 processes of 64 // 6 = 10 pairs at most, a look after each from the third on;
-    # a several-times-heavier v2 decides at the first look
+    # a several-times-heavier v2 decides (at the first look on a quiet host; at load 10 on 2 cores, the sixth)
     k = p["spent"]["processes"]
-    assert p["baseline_version"] == "1" and p["sequential"]["stopped"] == "decided" and k == 3
+    assert p["baseline_version"] == "1" and p["sequential"]["stopped"] == "decided" and 3 <= k <= 6
     assert p["spent"]["pairs"] == 10 * k and p["timed_steps"] == 2 * 10 * k
     assert v["evidence"]["noise"]["gate_sd"] > 0 and p["host_busy"] is False
     spread = v["evidence"]["processes"]
