@@ -320,8 +320,9 @@ def look_schedule(max_processes: int) -> list[int]:
     return list(range(MIN_LOOK_PROCESSES, max_processes + 1))
 
 
-#: most looks whose boundaries :func:`needed_processes` integrates (the final O'Brien-Fleming boundary changes
-#: by under 1% beyond this many; thousands of looks would break the recursive integration's grid)
+#: most looks whose boundaries :func:`needed_processes` integrates, at evenly spread fractions (the final
+#: O'Brien-Fleming boundary changes little beyond this many; a look at a vanishing fraction spends an alpha that
+#: underflows, and breaks the recursive integration)
 NEEDED_MAX_LOOKS = 20
 
 
@@ -335,8 +336,8 @@ def needed_processes(sd_means: float, design: ProcessDesign, max_k: int = 1000) 
     k = MIN_LOOK_PROCESSES
     while k <= max_k:
         pts = look_schedule(k)
-        if len(pts) > NEEDED_MAX_LOOKS:
-            pts = [pts[round(i * (len(pts) - 1) / (NEEDED_MAX_LOOKS - 1))] for i in range(NEEDED_MAX_LOOKS)]
+        if len(pts) > NEEDED_MAX_LOOKS:  # evenly spread fractions j / 20: no look at a vanishing fraction
+            pts = sorted({max(MIN_LOOK_PROCESSES, round(k * j / NEEDED_MAX_LOOKS)) for j in range(1, 21)})
         c = sequential.boundaries(tuple(p / k for p in pts), design.alpha)[-1]
         if _t_boundary(c, k - 1) * sd_means / math.sqrt(k) <= budget:
             return k

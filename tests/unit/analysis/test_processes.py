@@ -208,6 +208,6 @@ def test_needed_processes_is_finite_for_a_wide_spread_and_none_beyond_reach():
     """A spread of unit means that needs hundreds of processes is counted (it once broke the boundaries'
     integration with hundreds of looks: NaN in brentq); one beyond max_k is None."""
     n = processes.needed_processes(0.2, DESIGN)
-    assert n is not None and n > 100
+    assert n is not None and n > 100  # 500 at sd 0.2
     assert processes.needed_processes(0.2, DESIGN, max_k=50) is None
     assert processes.needed_processes(0.001, DESIGN) == processes.MIN_LOOK_PROCESSES
