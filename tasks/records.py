@@ -380,6 +380,16 @@ class Case(Record):
         "budget under 32 pairs gets one look at the end).",
         json_schema_extra=NOT_A_PARAM,
     )
+    paired_processes: int = Field(
+        6,
+        ge=1,
+        le=1000,
+        description="Most fresh processes of the paired gate, the unit of its interval (tasks.analysis.processes): "
+        "each times paired_blocks // paired_processes ABBA pairs of both versions, and the gate looks after each "
+        "process from the third on, stopping when the interval across processes decides. 1: one process, whose "
+        "interval comes from its steps (the design before processes were the unit).",
+        json_schema_extra=NOT_A_PARAM,
+    )
     max_other_cpu_share: float = Field(
         0.25,
         gt=0,
@@ -672,6 +682,11 @@ class Case(Record):
 
     @model_validator(mode="after")
     def _paired_size(self) -> Case:
+        if self.paired_processes == 2:
+            raise ValueError(
+                "paired_processes=2: a gate across processes looks from its third process on (its between-process "
+                "spread needs 2 degrees of freedom); give 1 (one process) or at least 3"
+            )
         per_version = self.paired_blocks * self.paired_block_steps
         if per_version > MAX_TIMED_STEPS:
             raise ValueError(
@@ -796,8 +811,14 @@ class Case(Record):
 
     @property
     def paired_timed_steps(self) -> int:
-        """Timed steps of the paired (A/B) measurement, both versions together."""
-        return 2 * self.paired_blocks * self.paired_block_steps
+        """Timed steps of the paired (A/B) measurement at most, both versions together, all its processes."""
+        return 2 * self.paired_process_pairs * self.paired_processes * self.paired_block_steps
+
+    @property
+    def paired_process_pairs(self) -> int:
+        """ABBA block pairs each process of the paired gate times: ``paired_blocks // paired_processes``, at least 2
+        (one process: ``paired_blocks``)."""
+        return max(2, self.paired_blocks // self.paired_processes)
 
 
 def check_case_name(name: str) -> str:

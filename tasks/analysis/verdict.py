@@ -18,8 +18,9 @@ calls ``decide`` runs the verdict as the product does:
 * no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
   ``env-changed`` naming the comparability fields that changed;
 * neither: ``no-baseline``;
-* paired gate: :func:`paired_comparison` (the sequential gate's final repeated confidence interval,
-  ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
+* paired gate: :func:`paired_comparison` (a gate of several processes: the interval across them,
+  ``tasks.analysis.processes``, :func:`process_comparison`; one process: the sequential gate's final repeated
+  confidence interval, ``tasks.analysis.sequential``; a gate under 32 pairs: ``stats.compare_paired``), method
   ``paired-abba``; the history verdict is kept as ``evidence["history"]``;
 * every paired verdict is checked by a sign-flip **randomisation test** of its pair log ratios
   (:func:`randomisation_check`): a verdict the test does not confirm at the gate's level is ``inconclusive``;
@@ -50,6 +51,10 @@ Evidence keys that other tools read (stable; all JSON):
   ``stopped``: ``decided`` | ``budget`` | ``fixed`` | ``decided on CPU time`` (a busy gate that its CPU-time look
   stopped), ``stopping``: per look the metric whose look was judged, ``method``), ``spent`` (``pairs``,
   ``timed_steps``, ``wall_s``: the cost actually spent) and ``cost`` (the same in words);
+* ``evidence["processes"]`` (a gate of several processes): ``processes.Spread`` (``processes`` = K,
+  ``pairs``, ``unit_ratios``, ``sd_means``, ``between_sd``, ``within_sd``, ``within_se``, ``icc``,
+  ``design_effect``) with ``max_processes``, ``pairs_per_process`` and ``text``; its looks in
+  ``evidence["paired"]["sequential"]["looks"]`` carry ``processes``; ``evidence["paired"]["spent"]["processes"]``;
 * ``evidence["noise"]``: ``calibration.Noise`` (``busy``, ``reason``, ``host_load``, ``gate_sd``,
   ``calibrated_sd``, ``calibrated_gates``, ``noise_ratio``, ``bounds``), present whenever noise was
   assessed;
@@ -73,7 +78,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tasks.analysis import calibration, sequential, stats
+from tasks.analysis import calibration, processes, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
 from tasks.records import CompareInputs, Verdict
 
@@ -97,6 +102,17 @@ class PairedBlocks:
     #: per block, per step process CPU time (ms) of A and B; None when the result has none
     a_cpu: list[list[float]] | None = None
     b_cpu: list[list[float]] | None = None
+    #: per block, the gate's process it was measured in (0-based, in order); None: one process
+    process: list[int] | None = None
+
+    def by_process(self) -> list[list[int]]:
+        """The block indices of each process, in order (one process: all blocks)."""
+        if self.process is None:
+            return [list(range(len(self.a)))]
+        out: dict[int, list[int]] = {}
+        for i, k in enumerate(self.process):
+            out.setdefault(k, []).append(i)
+        return [out[k] for k in sorted(out)]
 
 
 @dataclass
@@ -180,15 +196,70 @@ def look_decides(
     Raises:
         ValueError: as ``sequential.look`` (look points that do not fit the ratios).
     """
+    metric = stop_metric(
+        host_load,
+        cpu=d_cpu is not None,
+        max_other_cpu_share=max_other_cpu_share,
+        max_steal_share=max_steal_share,
+        gpu=gpu,
+    )
+    if metric == "cpu":
+        assert d_cpu is not None  # stop_metric checked it
+        f = sequential.look(d_cpu, looks, design)
+        return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
+    return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
+
+
+def stop_metric(
+    host_load: Mapping[str, Any] | None,
+    *,
+    cpu: bool,
+    max_other_cpu_share: float,
+    max_steal_share: float = calibration.MAX_STEAL_SHARE,
+    gpu: bool | None,
+) -> Literal["wall", "cpu"]:
+    """The metric a look of a paired gate is judged on (:func:`look_decides`, :func:`process_look_decides`):
+    ``cpu`` on a host that ``host_load`` shows busy by the host-load bounds (``calibration.assess_noise``) when
+    the pairs carry usable CPU time (``cpu``) and the case uses no GPU (``gpu`` is False); else ``wall``."""
     busy = calibration.assess_noise(
         dict(host_load) if host_load else None,
         max_other_cpu_share=max_other_cpu_share,
         max_steal_share=max_steal_share,
     )
-    if busy.busy and d_cpu is not None and gpu is False:
-        f = sequential.look(d_cpu, looks, design)
+    return "cpu" if busy.busy and cpu and gpu is False else "wall"
+
+
+def process_look_decides(
+    wall: Sequence[processes.Unit],
+    cpu: Sequence[processes.Unit | None],
+    looks: Sequence[int],
+    design: processes.ProcessDesign,
+    *,
+    host_load: Mapping[str, Any] | None,
+    max_other_cpu_share: float,
+    max_steal_share: float = calibration.MAX_STEAL_SHARE,
+    gpu: bool | None,
+) -> tuple[bool, Literal["wall", "cpu"]]:
+    """Whether a process-level paired gate may stop after its newest process (``looks[-1]`` units), and on
+    which metric's look that was judged: as :func:`look_decides`, on the units (``processes.Unit``) of each
+    process's wall-time and CPU-time pair log ratios (``cpu``: None for a process without usable CPU time),
+    ``processes.look`` across them; ``host_load``: the newest process's.
+
+    Raises:
+        ValueError: as ``processes.look``.
+    """
+    usable = [u for u in cpu[: looks[-1]] if u is not None]
+    metric = stop_metric(
+        host_load,
+        cpu=len(usable) == looks[-1],
+        max_other_cpu_share=max_other_cpu_share,
+        max_steal_share=max_steal_share,
+        gpu=gpu,
+    )
+    if metric == "cpu":
+        f = processes.look(usable, looks, design)
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
-    return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
+    return processes.look(wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
 
 
 def _busy_rule_text(verdict: Verdict, tolerance: float) -> str:
@@ -270,7 +341,28 @@ def _cpu_log_ratios(paired: PairedBlocks, n: int) -> list[float] | None:
 
 def _analysed_pairs(paired: PairedBlocks) -> int:
     gate = paired.gate or {}
+    if is_process_gate(paired):  # every process measured is analysed: the gate looks after each
+        return len(paired.a)
     return int(gate["look_pairs"][-1]) if gate.get("design") else len(paired.a)
+
+
+def randomised_values(paired: PairedBlocks, metric: Literal["wall", "cpu"], n: int) -> list[float]:
+    """What the randomisation test of a paired verdict flips (:func:`randomisation_check`): the pair log ratios
+    of the first ``n`` pairs, or in a gate of several processes each process's mean log ratio (its unit: the
+    pairs of one process are not exchangeable units of the design).
+
+    Raises:
+        ValueError: ``cpu`` where the blocks hold no usable CPU time.
+    """
+    if is_process_gate(paired):
+        units = process_units(paired, metric)
+        if units is None:
+            raise ValueError("the paired result holds no usable per-step CPU time (a_cpu_ms/b_cpu_ms absent or <= 0)")
+        return [u.mean for u in units]
+    d = _wall_log_ratios(paired, n) if metric == "wall" else _cpu_log_ratios(paired, n)
+    if d is None:
+        raise ValueError("the paired result holds no usable per-step CPU time (a_cpu_ms/b_cpu_ms absent or <= 0)")
+    return d
 
 
 def cpu_comparison(
@@ -292,8 +384,25 @@ def cpu_comparison(
     d = _cpu_log_ratios(paired, n)
     if d is None:
         raise ValueError("the paired result holds no usable per-step CPU time (a_cpu_ms/b_cpu_ms absent or <= 0)")
+    pairs_d = d
     gate = paired.gate or {}
-    if gate.get("design"):
+    if is_process_gate(paired):
+        pz = processes.ProcessDesign(**gate["design"])
+        units = process_units(paired, "cpu")
+        assert units is not None  # _cpu_log_ratios checked every block
+        pf = processes.look(units, gate["look_processes"], pz)
+        conf, tol, ratio, low, high = pz.confidence, pz.tolerance, pf.ratio, pf.ci_low, pf.ci_high
+        details = {
+            **_spread_details(pf),
+            "se_log_ratio": pf.se_log_ratio,
+            "boundary": pf.boundary,
+            "df": float(pf.df),
+        }
+        what = (
+            f"across processes, look at {pf.processes} processes, boundary {pf.boundary:.2f}; {spread_text(pf.spread)}"
+        )
+        d = [u.mean for u in units]  # the randomisation test flips the units
+    elif gate.get("design"):
         dz = sequential.Design(**gate["design"])
         f = sequential.look(d, gate["look_pairs"], dz)
         conf, tol, ratio, low, high = dz.confidence, dz.tolerance, f.ratio, f.ci_low, f.ci_high
@@ -329,12 +438,126 @@ def cpu_comparison(
         reason=reason,
         details={
             **details,
-            "scale_log_ratio": stats.noise_scale(d),
-            "offset_sd": offset.sd,
+            "scale_log_ratio": stats.noise_scale(pairs_d),
+            "offset_sd": 0.0 if is_process_gate(paired) else offset.sd,
             "bias_bound": calibration.CPU_BIAS_BOUND,
         },
     )
     return res, test
+
+
+def is_process_gate(paired: PairedBlocks) -> bool:
+    """A paired gate whose unit is the process (``tasks.analysis.processes``: its design's ``kind``)."""
+    return ((paired.gate or {}).get("design") or {}).get("kind") == "processes"
+
+
+def process_units(paired: PairedBlocks, metric: Literal["wall", "cpu"]) -> list[processes.Unit] | None:
+    """Each process's unit (``processes.unit_from_pairs``) of its pairs' log ratios of median wall time or CPU
+    time (B over A), in the order the processes ran; None for ``cpu`` when a block lacks usable CPU time."""
+    out = []
+    for k, idx in enumerate(paired.by_process()):
+        sub = _subset(paired, idx)
+        d = _wall_log_ratios(sub, len(idx)) if metric == "wall" else _cpu_log_ratios(sub, len(idx))
+        if d is None:
+            return None
+        out.append(processes.unit_from_pairs(d, f"process {k}"))
+    return out
+
+
+def _spread_details(f: processes.ProcessLook) -> dict[str, float]:
+    """The spread's figures as a ``stats.Comparison``'s ``details`` (numbers only; ``design_effect`` absent
+    where the within se is 0)."""
+    s = f.spread
+    out = {
+        "processes": float(s.processes),
+        "between_sd": s.between_sd,
+        "within_sd": s.within_sd,
+        "within_se": s.within_se,
+        "icc": s.icc,
+        "sd_means": s.sd_means,
+    }
+    if s.design_effect is not None:
+        out["design_effect"] = s.design_effect
+    return out
+
+
+def spread_text(s: processes.Spread) -> str:
+    """The two levels of a gate across processes in words: K, the between- and within-process spread, the
+    design effect."""
+    deff = "n/a" if s.design_effect is None else f"{s.design_effect:.2f}"
+    return (
+        f"K = {s.processes} processes; between-process sd {s.between_sd:.4f}, within-process sd {s.within_sd:.4f} "
+        f"per pair (log scale), design effect {deff}"
+    )
+
+
+def process_comparison(paired: PairedBlocks) -> tuple[stats.Comparison, processes.ProcessGate]:
+    """A gate of several processes on wall time: ``processes.analyse`` of each process's unit over the gate's
+    ``look_processes`` (``tasks.analysis.processes``: the interval across processes, looked at after each).
+    ``details``: the spread (``processes``, ``between_sd``, ``within_sd``, ``within_se``, ``design_effect``,
+    ``icc``, ``unit_ratios``, ``sd_means``), ``se_log_ratio`` (of the estimate, two-level), ``sd_pair``
+    (``se_log_ratio x sqrt(pairs)``: what a one-process gate of this precision would have per pair),
+    ``scale_log_ratio`` (the robust scale of all pair log ratios: what the noise rule judges), ``df``,
+    ``boundary``, ``boundary_z``.
+
+    Raises:
+        ValueError: a block with a NaN/non-positive step time, or look points that do not fit the processes.
+    """
+    gate = paired.gate or {}
+    dz = processes.ProcessDesign(**gate["design"])
+    units = process_units(paired, "wall")
+    assert units is not None  # wall time is always there
+    stopping = set(gate.get("stopping") or ())
+    g = processes.analyse(units, gate["look_processes"], dz, strict=not {"cpu", "tail"} & stopping)
+    f = g.final
+    what = (
+        f"paired-abba across processes: {len(g.looks)} look(s), stopped at {f.processes} of at most "
+        f"{dz.max_processes} processes ({g.stopped}; {spread_text(f.spread)}; boundary {f.boundary:.2f} on {f.df} df)"
+    )
+    reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
+    if f.verdict == Verdict.INCONCLUSIVE:
+        reason += (
+            f" About {g.needed_processes} processes (now {f.processes}) would give a decisive interval at this "
+            "between-process spread."
+            if g.needed_processes
+            else " More processes would hardly help at this spread."
+        )
+    d = [x for idx in paired.by_process()[: f.processes] for x in _wall_log_ratios(_subset(paired, idx), len(idx))]
+    res = stats.Comparison(
+        verdict=f.verdict,
+        method="paired-abba",
+        ratio=f.ratio,
+        ci_low=f.ci_low,
+        ci_high=f.ci_high,
+        confidence=dz.confidence,
+        tolerance=dz.tolerance,
+        n_candidate=len(d),
+        n_baseline=len(d),
+        needed_samples=None if g.needed_processes is None else g.needed_processes * dz.pairs_per_process,
+        reason=reason,
+        details={
+            **_spread_details(f),
+            "sd_log_ratio": statistics.stdev(d),
+            "scale_log_ratio": stats.noise_scale(d),
+            "se_log_ratio": f.se_log_ratio,
+            "sd_pair": f.se_log_ratio * math.sqrt(len(d)),
+            "offset_sd": 0.0,
+            "df": float(f.df),
+            "boundary": f.boundary,
+            "boundary_z": f.boundary_z,
+        },
+    )
+    return res, g
+
+
+def _subset(paired: PairedBlocks, idx: Sequence[int]) -> PairedBlocks:
+    return PairedBlocks(
+        a=[paired.a[i] for i in idx],
+        b=[paired.b[i] for i in idx],
+        layout={},
+        a_cpu=[paired.a_cpu[i] for i in idx] if paired.a_cpu is not None else None,
+        b_cpu=[paired.b_cpu[i] for i in idx] if paired.b_cpu is not None else None,
+    )
 
 
 def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
@@ -360,8 +583,9 @@ def usable_baselines(samples: Mapping[int, list[float]], run_ids: list[int]) -> 
 
 def paired_comparison(
     paired: PairedBlocks, case: Any, offset: calibration.Offset
-) -> tuple[stats.Comparison, sequential.GateAnalysis | None]:
-    """The paired gate's comparison: the final repeated confidence interval of a sequential gate
+) -> tuple[stats.Comparison, sequential.GateAnalysis | processes.ProcessGate | None]:
+    """The paired gate's comparison: a gate of several processes' (:func:`process_comparison`); the final
+    repeated confidence interval of a one-process sequential gate
     (``paired.gate["design"]`` set: ``sequential.analyse`` over its ``look_pairs``), else the fixed
     batch-means t interval of ``stats.compare_paired`` with ``offset``. ``details["sd_pair"]`` is the
     per-pair sd of the log ratios implied by the batch means (what the interval uses);
@@ -374,6 +598,8 @@ def paired_comparison(
     """
     gate = paired.gate or {}
     design = gate.get("design")
+    if is_process_gate(paired):
+        return process_comparison(paired)
     if not design:
         res = stats.compare_paired(
             paired.a, paired.b, tolerance=case.tolerance, confidence=case.confidence, offset_sd=offset.sd
@@ -792,6 +1018,17 @@ def _decide_on_cpu(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[
     ev["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason, "metric": "wall"}
     ev["cpu"] = {**res.model_dump(mode="json"), "randomisation": test}
     ev["metric"], ev["randomisation"] = "cpu", test
+    if is_process_gate(paired):  # the spread reported is the deciding metric's; wall time's is kept beside it
+        units = process_units(paired, "cpu")
+        assert units is not None  # cpu_comparison needed them
+        ev["processes_wall"] = ev.get("processes")
+        cpu_spread = processes.spread(units)
+        ev["processes"] = {
+            **cpu_spread.model_dump(mode="json"),
+            "text": spread_text(cpu_spread),
+            **{k: v for k, v in (ev.get("processes") or {}).items() if k in ("max_processes", "pairs_per_process")},
+            "metric": "cpu",
+        }
     busy = str(noise.get("reason") or "host busy").removeprefix("host busy: ")
     a_cpu = [t for blk in paired.a_cpu or [] for t in blk]
     d.ratio, d.ci_low, d.ci_high, d.verdict = res.ratio, res.ci_low, res.ci_high, res.verdict
@@ -834,7 +1071,7 @@ def _decide_paired(
     )
     ev["paired_offset"] = offset.model_dump(mode="json")
     res, gate = paired_comparison(paired, case, offset)
-    d_wall = _wall_log_ratios(paired, res.n_candidate)
+    d_wall = randomised_values(paired, "wall", res.n_candidate)
     verdict, test = randomisation_check(d_wall, res.verdict, res.tolerance, res.confidence or case.confidence)
     ev["randomisation"] = test
     d_cpu = _cpu_log_ratios(paired, res.n_candidate)
@@ -856,7 +1093,35 @@ def _decide_paired(
     wall = layout.get("pairs_wall_s") or layout.get("wall_s") or 0.0
     design = (paired.gate or {}).get("design")
     seq = None
-    if gate is not None:
+    if isinstance(gate, processes.ProcessGate):
+        stopping = list((paired.gate or {}).get("stopping") or [])
+        f = gate.final
+        seq = {
+            "design": design,
+            "method": gate.method,
+            "stopped": "decided on CPU time" if stopping[-1:] == ["cpu"] and gate.stopped == "open" else gate.stopped,
+            "stopping": stopping,
+            "looks": [
+                {
+                    "processes": x.processes,
+                    "pairs": x.spread.pairs,
+                    "ratio": x.ratio,
+                    "ci_low": x.ci_low,
+                    "ci_high": x.ci_high,
+                    "boundary": x.boundary,
+                    "verdict": x.verdict,
+                }
+                for x in gate.looks
+            ],
+        }
+        ev["processes"] = {
+            "metric": "wall",
+            **f.spread.model_dump(mode="json"),
+            "max_processes": (design or {}).get("max_processes"),
+            "pairs_per_process": (design or {}).get("pairs_per_process"),
+            "text": spread_text(f.spread),
+        }
+    elif gate is not None:
         stopping = list((paired.gate or {}).get("stopping") or [])
         seq = {
             "design": design,
@@ -876,7 +1141,11 @@ def _decide_paired(
                 for x in gate.looks
             ],
         }
-    budget = design["max_pairs"] if design else pairs
+    if design and design.get("kind") == "processes":
+        budget = design["max_processes"] * design["pairs_per_process"]
+    else:
+        budget = design["max_pairs"] if design else pairs
+    k = len(paired.by_process())
     ev["paired"] = {
         **res.model_dump(mode="json"),
         **layout,
@@ -886,8 +1155,15 @@ def _decide_paired(
         "b_median_ms": statistics.median(b_all),
         "host_busy": bool(noise.get("busy")) if noise is not None else None,
         "sequential": seq if seq else {"stopped": "fixed"},
-        "spent": {"pairs": pairs, "max_pairs": budget, "timed_steps": timed, "wall_s": wall},
+        "spent": {
+            "pairs": pairs,
+            "max_pairs": budget,
+            "timed_steps": timed,
+            "wall_s": wall,
+            **({"processes": k} if k > 1 else {}),
+        },
         "cost": f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
         f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
-        f"measured steps) in {wall:.1f} s, plus a second model load and warm-up",
+        f"measured steps) in {wall:.1f} s, "
+        + ("plus a second model load and warm-up" if k == 1 else f"in {k} processes, each loading both versions"),
     }

@@ -571,6 +571,15 @@ def run_cmd(
             rich_help_panel=_PAIRED,
         ),
     ] = 16,
+    paired_processes: Annotated[
+        int,
+        typer.Option(
+            help="Most fresh processes of the paired gate, the unit of its interval: each times "
+            "paired_blocks // paired_processes pairs, and the gate looks after each from the third on; "
+            "1: one process (its interval from its steps).",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = 6,
     paired_offset_sd: Annotated[
         float | None,
         typer.Option(

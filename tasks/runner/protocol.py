@@ -13,7 +13,9 @@ The two interpreters may differ, so this module imports only pydantic and the st
 are those of the result files on disk before the protocol was typed: archived runs and the store read them.
 Units: step times in ms (our timer, ``time.perf_counter``, a step ends when its output is on the host), wall
 times in s (the same timer), memory in bytes; per-step CPU time and run-queue wait in ms
-(``tasks.runner.counters``; version 2 added them).
+(``tasks.runner.counters``; version 2 added them). Version 3: a paired gate runs several fresh processes
+(``RunnerSpec.process`` numbers them) and the parent keeps them in one :class:`PairedGate` file, which is what
+baseline-compare reads (:class:`PairedSamples` of each process).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 #: Version of this protocol (requests, events, results). Raise it whenever a field is renamed, removed or
 #: changes meaning; a runner and a parent of different versions refuse each other by name.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: prefix of every event line on the runner's stdout; the JSON object follows it. Other lines are chatter.
 EVENT_PREFIX = "PERFWATCH_EVENT "
 #: the commands the parent answers a round with, one per line on the runner's stdin
@@ -460,6 +462,23 @@ class ExternalSamples(_Record):
     step_time_source: str = Field(description="where the step times come from, e.g. xprof")
 
 
+class PairedGate(_Record):
+    """A paired gate of several fresh processes as the parent keeps it (``tasks.stages.profiled_run.paired_run``):
+    each process's own :class:`PairedResult` (ABBA inside, in measurement order), the gate record (the design,
+    the looks, the metric each look was judged on) and the cost over all processes. The process is the unit of
+    the gate's interval (``tasks.analysis.processes``)."""
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["paired-gate"] = "paired-gate"
+    processes: list[PairedResult] = Field(description="one per process, in the order they ran")
+    gate: dict[str, Any] = Field(description="design, look_processes, stopping, stopped (tasks.stages.profiled_run)")
+    block_steps: int = Field(description="timed steps per version and block")
+    host_load: dict[str, Any] = Field(description="host load over all processes' pairs, time-weighted")
+    pairs_wall_s: float = Field(description="the processes' pair phases added up, s")
+    wall_s: float = Field(description="the processes' wall times added up, s (each with its start-up and warm-up)")
+    timed_steps: int = Field(description="2 x pairs x block_steps over all processes")
+
+
 ModeResult = ProbeResult | BuildResult | WarmupResult | ProfileResult | PairedResult
 R = TypeVar("R", bound=BaseModel)
 
@@ -523,8 +542,9 @@ class StepSamples(_View):
 
 
 class PairedSamples(_View):
-    """What baseline-compare reads of a paired gate's result (``ProfiledRun.paired_path``, a
-    :class:`PairedResult` with the parent's ``gate``); a field the file lacks is None (``blocks``: empty)."""
+    """What baseline-compare reads of one process of a paired gate (``ProfiledRun.paired_path``: a
+    :class:`PairedResult` with the parent's ``gate``, or each of a :class:`PairedGate`'s ``processes``); a
+    field the file lacks is None (``blocks``: empty)."""
 
     blocks: list[BlockPair] = []
     block_steps: int | None = None
@@ -537,6 +557,19 @@ class PairedSamples(_View):
     host_load: dict[str, Any] | None = None
     fed: dict[str, Fed] = {}
     a_fed: dict[str, Fed] = {}
+
+
+class PairedGateSamples(_View):
+    """What baseline-compare reads of a :class:`PairedGate` file: each process as :class:`PairedSamples`."""
+
+    mode: Literal["paired-gate"]
+    processes: list[PairedSamples]
+    gate: dict[str, Any]
+    block_steps: int
+    host_load: dict[str, Any]
+    pairs_wall_s: float
+    wall_s: float
+    timed_steps: int
 
 
 V = TypeVar("V", bound=_View)

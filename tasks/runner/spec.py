@@ -38,6 +38,10 @@ class RunnerSpec(BaseModel):
     # every round the runner writes a round event on stdout (``tasks.runner.protocol.RoundEvent``) and reads
     # one command line on stdin (``more`` or ``stop``), until the parent says stop or ``blocks`` are done.
     round_pairs: int | None = Field(None, ge=1, le=100_000)
+    # paired mode: which of the gate's fresh processes this is (0-based) and how many it plans at most
+    # (tasks.analysis.processes: the process is the gate's unit); shown in progress lines
+    process: int = Field(0, ge=0)
+    processes: int = Field(1, ge=1)
     # What is measured (the Case fields of the same names, ``tasks.records.Case``; plain values here so
     # the runner needs only pydantic): the step kind, how inputs are fed, and the execution options.
     case_mode: Literal["train", "infer", "tflite"] = "train"

@@ -62,9 +62,9 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.analysis import calibration, sequential, soundness
+from tasks.analysis import calibration, processes, sequential, soundness
 from tasks.analysis.attribution import attribute_against_run
-from tasks.analysis.verdict import Decision, decide, gate_per_query
+from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
 from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
@@ -84,6 +84,7 @@ def _validate(
     case: Case,
     measured: list[float],
     paired_steps: list[float] | None,
+    process_gate: bool,
     parsed_tables: dict[str, Any],
     gx_dir: Path,
     docs_title: str | None,
@@ -106,8 +107,12 @@ def _validate(
     else:
         outcomes = {"step_times": expectations.validate_step_times(measured, min_rows=case.measured_steps)}
     if paired_steps is not None:
-        # a sequential gate may stop at its first look: at least that many pairs, both versions
-        first_look = min(case.paired_blocks, sequential.MIN_LOOK_PAIRS)
+        # a sequential gate may stop at its first look: at least that many pairs, both versions (a gate of
+        # several processes: its first look's processes, each of paired_process_pairs pairs)
+        if process_gate:
+            first_look = processes.MIN_LOOK_PROCESSES * case.paired_process_pairs
+        else:
+            first_look = min(case.paired_blocks, sequential.MIN_LOOK_PAIRS)
         outcomes["paired_steps"] = expectations.validate_step_times(
             paired_steps, min_rows=2 * first_look * case.paired_block_steps
         )
@@ -196,6 +201,7 @@ def baseline_compare(
         case,
         measured,
         paired_steps,
+        paired is not None and is_process_gate(paired),
         parsed_tables,
         Path(work_dir) / "gx",
         docs_title,

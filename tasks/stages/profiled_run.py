@@ -17,6 +17,12 @@ offset calibrated from the store's quiet A/A gates) is fixed before the first pa
 the runner's result (``gate``), so baseline-compare recomputes the very interval that stopped the
 gate. A budget under ``sequential.MIN_LOOK_PAIRS`` (32) pairs is one fixed look at the end.
 
+By default (``Case.paired_processes`` > 1) the process is the gate's unit: the stage runs up to
+``paired_processes`` fresh paired processes of ``Case.paired_process_pairs`` pairs each (no rounds inside a
+process) and looks across them after each from the third on (:func:`_process_gate`,
+``tasks.analysis.processes``); the processes are kept in one ``PairedGate`` file. The rounds described above
+are the one-process design (``paired_processes=1``).
+
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
 the case's calibrated noise, by ``tasks.analysis.verdict.judge_noise`` and records the result in
@@ -38,18 +44,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.analysis import calibration, percentiles, sequential, serving, soundness
+from tasks.analysis import calibration, percentiles, processes, sequential, serving, soundness
 from tasks.analysis.findings import Finding
-from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides
+from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides, process_look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, loadgen
 from tasks.runner.driver import as_runner
 from tasks.runner.protocol import (
     BlockPair,
+    PairedGate,
+    PairedGateSamples,
     PairedResult,
     PairedSamples,
     ProfileResult,
     RoundEvent,
+    load_json,
     read_view,
     write_result,
 )
@@ -194,6 +203,8 @@ def paired_run(
             block has fewer steps than asked or a non-positive/NaN step time (names the block and version).
     """
     setup = setup or GateSetup()
+    if case.paired_processes > 1:
+        return _process_gate(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup, gpu=gpu)
     design = gate_design(case, setup.offset.sd)
     out = Path(work_dir) / "paired"
     spec = RunnerSpec(
@@ -264,6 +275,168 @@ def paired_run(
     return str(path), r.wall_s
 
 
+def process_design(case: Case) -> processes.ProcessDesign:
+    """The design of ``case``'s gate of several processes (``Case.paired_processes`` > 1): its confidence and
+    tolerance, ``paired_processes`` processes at most, ``Case.paired_process_pairs`` pairs in each."""
+    return processes.ProcessDesign(
+        confidence=case.confidence,
+        tolerance=case.tolerance,
+        max_processes=case.paired_processes,
+        pairs_per_process=case.paired_process_pairs,
+    )
+
+
+def combine_host_loads(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The host load over several processes' pair phases (``tasks.runner.measure.HostLoad`` dicts): wall and
+    other processes' CPU seconds added up, ``other_cpu_share`` and ``steal_share`` time-weighted over
+    ``wall_s x cpus``, ``load1_start`` of the first, ``load1_end`` of the last, ``gpu_other_processes`` the most
+    seen; the other keys (CPU set, thread settings) of the busiest process; ``per_process_other_cpu_share``
+    lists each. A load without ``wall_s`` (psutil absent: ``{"error"}``) is returned as it is."""
+    if not loads:
+        raise ValueError("combine_host_loads: no host loads")
+    if any("wall_s" not in x or "cpus" not in x for x in loads):
+        return next(x for x in loads if "wall_s" not in x or "cpus" not in x)
+    capacity = [float(x["wall_s"]) * float(x["cpus"]) for x in loads]
+    total = sum(capacity) or 1e-9
+    busiest: dict[str, Any] = max(loads, key=lambda x: float(x.get("other_cpu_share") or 0.0))
+    out = dict(busiest)
+
+    def weighted(key: str) -> float:
+        return sum(float(x.get(key) or 0.0) * c for x, c in zip(loads, capacity, strict=True)) / total
+
+    out.update(
+        wall_s=sum(float(x["wall_s"]) for x in loads),
+        other_cpu_s=sum(float(x.get("other_cpu_s") or 0.0) for x in loads),
+        other_cpu_share=weighted("other_cpu_share"),
+        steal_share=weighted("steal_share"),
+        load1_start=loads[0].get("load1_start"),
+        load1_end=loads[-1].get("load1_end"),
+        per_process_other_cpu_share=[x.get("other_cpu_share") for x in loads],
+    )
+    gpus = [x["gpu_other_processes"] for x in loads if x.get("gpu_other_processes") is not None]
+    if gpus:
+        out["gpu_other_processes"] = max(gpus)
+    return out
+
+
+def _process_gate(
+    pulled: PulledModel,
+    baseline: PulledModel,
+    case: Case,
+    warmup: WarmupRecord,
+    work_dir: str | Path,
+    runner: RunnerProcess | str,
+    timeout_s: float | None,
+    *,
+    setup: GateSetup,
+    gpu: bool | None,
+) -> tuple[str, float]:
+    """The paired gate with the process as its unit (``tasks.analysis.processes``): up to
+    ``Case.paired_processes`` fresh runner processes, one after another in ``<work_dir>/paired/p<k>``, each
+    timing ``Case.paired_process_pairs`` ABBA pairs of both versions (which is set up first, and each
+    quadruple's order, drawn afresh in each process). After each process from the
+    ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the processes (``verdict.process_look_decides``:
+    wall time, or on a busy host the CPU time, by the newest process's host load) and stops when that look
+    decides. A tail gate (``Case.gate_percentile``) runs every process. Writes a ``PairedGate`` to
+    ``<work_dir>/paired/result.json`` with the gate record: ``design`` (``ProcessDesign`` fields),
+    ``look_processes``, ``stopping`` (per look, the metric judged), ``offset`` and ``calibrated_noise``.
+
+    Returns (that path, the processes' wall time in s added up).
+
+    Raises:
+        RunnerError: a process failed or timed out, returned fewer pairs than asked, or a block with fewer steps
+            than asked or a non-positive/NaN step time (names the process, block and version).
+    """
+    design = process_design(case)
+    out = Path(work_dir) / "paired"
+    per = design.pairs_per_process
+    steps = 2 * warmup.warmup_steps + 2 * per * case.paired_block_steps
+    limit, how = limit_after_warmup("paired-run", warmup, steps, timeout_s)
+    tail = tail_plan(case)
+    if tail is not None and (not tail["enough"] or case.scenario == "server"):
+        log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
+    results: list[PairedResult] = []
+    wall: list[processes.Unit] = []
+    cpu: list[processes.Unit | None] = []
+    looks: list[int] = []
+    stopping: list[str] = []
+    for k in range(design.max_processes):
+        spec = RunnerSpec(
+            mode="paired",
+            model_path=pulled.local_path,
+            baseline_model_path=baseline.local_path,
+            out_dir=str(out / f"p{k}"),
+            **case_options(case),
+            warmup_steps=warmup.warmup_steps,
+            blocks=per,
+            block_steps=case.paired_block_steps,
+            round_pairs=None,
+            process=k,
+            processes=design.max_processes,
+            xla_cache_dir=xla_cache_dir(case, work_dir),
+        )
+        r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
+        if len(r.blocks) < per:
+            raise RunnerError(f"paired process {k} returned {len(r.blocks)} block pairs, {per} were asked")
+        try:
+            _check_blocks(r.blocks, case)
+        except RunnerError as e:
+            raise RunnerError(f"paired process {k}: {e}") from e
+        results.append(r)
+        wall.append(processes.unit_from_pairs([_log_ratio(b) for b in r.blocks], f"process {k}"))
+        d_cpu = [_cpu_log_ratio(b) for b in r.blocks]
+        cpu.append(None if None in d_cpu else processes.unit_from_pairs([x for x in d_cpu if x is not None]))
+        if k + 1 < processes.MIN_LOOK_PROCESSES:
+            continue
+        looks.append(k + 1)
+        if case.gate_percentile is not None:  # a tail gate is one look at the end: every process
+            stopping.append("tail")
+            continue
+        decided, metric = process_look_decides(
+            wall,
+            cpu,
+            looks,
+            design,
+            host_load=r.host_load,
+            max_other_cpu_share=case.max_other_cpu_share,
+            max_steal_share=case.max_steal_share,
+            gpu=gpu,
+        )
+        stopping.append(metric)
+        log.info(
+            "paired gate of %s %s: look after process %d of at most %d on %s time: %s",
+            case.model,
+            case.name,
+            k + 1,
+            design.max_processes,
+            metric,
+            "decided" if decided else "going on",
+        )
+        if decided:
+            break
+    gate = {
+        **({"tail": tail} if tail is not None else {}),
+        "design": design.model_dump(mode="json"),
+        "look_processes": looks,
+        "stopping": stopping,
+        "offset": setup.offset.model_dump(mode="json"),
+        "calibrated_noise": setup.noise.model_dump(mode="json"),
+    }
+    total_wall = sum(r.wall_s for r in results)
+    record = PairedGate(
+        processes=results,
+        gate=gate,
+        block_steps=case.paired_block_steps,
+        host_load=combine_host_loads([r.host_load for r in results]),
+        pairs_wall_s=sum(r.pairs_wall_s for r in results),
+        wall_s=total_wall,
+        timed_steps=sum(r.timed_steps for r in results),
+    )
+    path = out / "result.json"
+    write_result(path, record)
+    return str(path), total_wall
+
+
 def _tflite_file(out: Path, lite: dict[str, Any] | None) -> str | None:
     """The absolute path of a tflite run's converted model: its record's ``tflite_path`` (relative to the runner's
     out dir ``out``; an absolute one, from an older runner, is kept) resolved against ``out``; None without one."""
@@ -282,6 +455,8 @@ def read_paired(path: str | Path) -> PairedBlocks:
         ValueError: the file holds no ``blocks`` (names the path).
         tasks.runner.protocol.ProtocolMismatch: the file is of another protocol version.
     """
+    if load_json(path).get("mode") == "paired-gate":
+        return _read_gate(path)
     r = read_view(path, PairedSamples)
     blocks = r.blocks
     if not blocks:
@@ -306,6 +481,47 @@ def read_paired(path: str | Path) -> PairedBlocks:
         a_cpu=[b.a_cpu_ms for b in blocks] if cpu else None,
         b_cpu=[b.b_cpu_ms for b in blocks] if cpu else None,
     )
+
+
+def _read_gate(path: str | Path) -> PairedBlocks:
+    """:func:`read_paired` of a gate of several processes (a ``PairedGate``): the blocks of every process in
+    order, each with its process index (``PairedBlocks.process``); ``layout["processes"]`` counts them and
+    ``stopped_by`` is the last process's."""
+    g = read_view(path, PairedGateSamples)
+    blocks = [b for p in g.processes for b in p.blocks]
+    if not blocks:
+        raise ValueError(f"{path}: paired gate holds no 'blocks' in its processes")
+    index = [k for k, p in enumerate(g.processes) for _ in p.blocks]
+    layout = {
+        "blocks": len(blocks),
+        "block_steps": g.block_steps,
+        "timed_steps": g.timed_steps,
+        "wall_s": g.wall_s,
+        "pairs_wall_s": g.pairs_wall_s,
+        "orders": "".join(b.order for b in blocks),
+        "stopped_by": g.processes[-1].stopped_by,
+        "rounds": None,
+        "processes": len(g.processes),
+    }
+    cpu = all(b.a_cpu_ms and b.b_cpu_ms for b in blocks)
+    return PairedBlocks(
+        a=[b.a_ms for b in blocks],
+        b=[b.b_ms for b in blocks],
+        layout=layout,
+        gate=g.gate,
+        host_load=g.host_load,
+        a_cpu=[b.a_cpu_ms for b in blocks] if cpu else None,
+        b_cpu=[b.b_cpu_ms for b in blocks] if cpu else None,
+        process=index,
+    )
+
+
+def gate_fed(path: str | Path) -> PairedSamples:
+    """What a paired gate's file says each version was fed (``fed``, ``a_fed``): its one process's, or the first
+    process's of a gate of several (every process feeds the same inputs)."""
+    if load_json(path).get("mode") == "paired-gate":
+        return read_view(path, PairedGateSamples).processes[0]
+    return read_view(path, PairedSamples)
 
 
 def profiled_run(
@@ -386,7 +602,7 @@ def profiled_run(
     noise = judge_noise(case, r.host_load, paired, offset=setup.offset, calibrated=setup.noise, gpu=gpu)
     fed = {k: v.model_dump(mode="json") for k, v in r.fed.items()}
     if paired_path is not None:  # the gate's pairs are timed steps too: the candidate's (B) and baseline's (A)
-        gate = read_view(paired_path, PairedSamples)
+        gate = gate_fed(paired_path)
         for who, rec in (("B", gate.fed.get("paired")), ("A", gate.a_fed.get("paired"))):
             if rec is not None:
                 fed[f"paired {who}"] = rec.model_dump(mode="json")

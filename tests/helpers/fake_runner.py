@@ -36,6 +36,9 @@ Configuration:
   as a real measurement of minutes does: measurements long enough that two on one host would overlap in time;
 * ``PERFWATCH_FAKE_BUSY_ONCE``: a directory; each run's first profile reports a busy host (:func:`host_load`), so
   its measure task is retried;
+* ``PERFWATCH_FAKE_PROCESS_SD``: sd (log scale) of a paired process's own offset between its two model copies
+  (B's steps x exp(N(0, sd)), drawn per process of the gate, ``RunnerSpec.process``; default 0): the drift of
+  real processes; each process of a gate also draws its own step noise;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -143,17 +146,18 @@ class Steps:
     """Fake step times (ms) of one model: base x factor x log-normal noise, seeded; with each step's CPU time
     and run-queue wait (ms) in ``cpu_ms``, ``wait_ms`` (module docstring), taken by :meth:`take`."""
 
-    def __init__(self, spec: RunnerSpec, model_path: str) -> None:
+    def __init__(self, spec: RunnerSpec, model_path: str, process_factor: float = 1.0) -> None:
         base = float(os.environ.get("PERFWATCH_FAKE_STEP_MS", "1.0"))
-        self.ms = base * step_factor(model_path)
+        self.ms = base * step_factor(model_path) * process_factor
         self.cv = float(os.environ.get("PERFWATCH_FAKE_NOISE_CV", "0.02"))
         self.wall_cv = float(os.environ.get("PERFWATCH_FAKE_WALL_NOISE_CV", "0.0"))
         self.cpu_ratio = float(os.environ.get("PERFWATCH_FAKE_CPU_RATIO", "1.0"))
         wait = os.environ.get("PERFWATCH_FAKE_WAIT_RATIO", "0.0")
         self.wait_ratio = None if wait == "none" else float(wait)
         self.take_time = os.environ.get("PERFWATCH_FAKE_TAKE_TIME") == "1"
-        self.rng = random.Random(f"{spec.seed}:{model_path}")
-        self.wall_rng = random.Random(f"{spec.seed}:{model_path}:wall")  # the work drawn is the same either way
+        salt = f":p{spec.process}" if spec.process else ""  # each process of a gate draws its own steps
+        self.rng = random.Random(f"{spec.seed}{salt}:{model_path}")
+        self.wall_rng = random.Random(f"{spec.seed}{salt}:{model_path}:wall")  # the work drawn is the same either way
         self.cpu_ms: list[float] = []
         self.wait_ms: list[float] = []
 
@@ -287,7 +291,11 @@ def profile(spec: RunnerSpec) -> ProfileResult:
 def paired(spec: RunnerSpec) -> PairedResult:
     assert spec.baseline_model_path is not None
     t0 = time.perf_counter()
-    step = {"A": Steps(spec, spec.baseline_model_path), "B": Steps(spec, spec.model_path)}
+    # a process's own offset between its two model copies (PERFWATCH_FAKE_PROCESS_SD, log scale): B's steps
+    # x exp(N(0, sd)), drawn per process of the gate (spec.process), as two real processes differ
+    sd = float(os.environ.get("PERFWATCH_FAKE_PROCESS_SD", "0.0"))
+    offset = math.exp(random.Random(f"{spec.seed}:{spec.process}:offset").gauss(0.0, sd)) if sd else 1.0
+    step = {"A": Steps(spec, spec.baseline_model_path), "B": Steps(spec, spec.model_path, offset)}
     warm = {who: s.run(spec.warmup_steps) for who, s in step.items()}
     warm_counts = {who: s.take() for who, s in step.items()}
     orders = pair_orders(random.Random(f"{spec.seed}:order"))

@@ -143,7 +143,8 @@ def test_runner_exit_without_result_names_the_stage(tmp_path):
 def test_measured_steps_up_to_the_documented_maximum_need_no_other_setting():
     """Fault 7: --measured-steps 20000 was refused with 'paired_blocks: Input should be <= 10000'."""
     case = Case(model="m", measured_steps=20_000)
-    assert (case.paired_blocks, case.paired_timed_steps) == (20_000, 40_000)
+    # the budget is whole processes of paired_blocks // paired_processes pairs each (6 of 3333)
+    assert (case.paired_blocks, case.paired_timed_steps) == (20_000, 2 * 6 * 3333)
     assert Case(model="m", measured_steps=100_000, paired=True).paired_blocks == 100_000
     RunnerSpec(
         mode="paired",

@@ -66,7 +66,7 @@ def test_each_mode_returns_its_typed_result(tmp_path):
 
 
 def test_cpu_time_and_wait_round_trip_in_every_measuring_result(tmp_path):
-    assert SCHEMA_VERSION == 2  # version 2 added the per-step CPU time and run-queue wait
+    assert SCHEMA_VERSION == 3  # version 2 added the per-step CPU time and run-queue wait, 3 the gate of processes
     spec = RunnerSpec(
         mode="profile", model_path="m", out_dir=str(tmp_path / "run"), batch_size=2, measured_steps=7, warmup_steps=3
     )

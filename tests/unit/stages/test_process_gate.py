@@ -1,0 +1,110 @@
+"""The paired gate across fresh processes (issue 36 item 1), run by the profiled-run stage with the fake runner
+(``tests.helpers.fake_runner``: each process draws its own steps and, with ``PERFWATCH_FAKE_PROCESS_SD``, its own
+offset between its two model copies)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tasks.analysis import calibration
+from tasks.analysis.verdict import decide, judge_noise
+from tasks.records import Case, CompareInputs, PulledModel, WarmupRecord
+from tasks.runner.driver import RunnerProcess
+from tasks.runner.protocol import PairedGate, read_result
+from tasks.stages.profiled_run import paired_run, read_paired
+from tests.helpers import fake_runner
+
+pytestmark = pytest.mark.slow  # fresh interpreters
+NO_CAL = calibration.NoiseCalibration(sd_pair=None, n_gates=0)
+
+
+def _pulled(path: Path, version: str) -> PulledModel:
+    return PulledModel(
+        model="m",
+        version=version,
+        source_uri=str(path),
+        local_path=str(path),
+        format="keras",
+        digest=version * 8,
+        size_bytes=1,
+    )
+
+
+def _setup(tmp_path: Path, factor: float) -> tuple[PulledModel, PulledModel, WarmupRecord]:
+    a = fake_runner.write_model(tmp_path / "store" / "1" / "model.keras", 1.0)
+    b = fake_runner.write_model(tmp_path / "store" / "2" / "model.keras", factor)
+    warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=5.0, step_times_ms=[1.0] * 3, wall_s=1)
+    return _pulled(b.parent, "2"), _pulled(a.parent, "1"), warm
+
+
+def _runner(**env: str) -> RunnerProcess:
+    return RunnerProcess(shlex.split(fake_runner.command()), env={**os.environ, **env})
+
+
+def test_a_gate_runs_fresh_processes_and_decides_across_them(tmp_path):
+    """An A/A gate whose processes each carry their own offset between the copies (sd 0.02): every process is
+    its own runner process (its own result, spec and steps), the file keeps them in order, and the verdict's
+    interval is across them, with K and the spreads."""
+    b, a, warm = _setup(tmp_path, 1.0)
+    case = Case(model="m", measured_steps=10, paired_blocks=120, paired_block_steps=1, paired_processes=6)
+    path, wall = paired_run(b, a, case, warm, tmp_path / "wd", _runner(PERFWATCH_FAKE_PROCESS_SD="0.02"), gpu=False)
+    gate = read_result(path, PairedGate)
+    k = len(gate.processes)
+    assert 3 <= k <= 6 and gate.gate["look_processes"] == list(range(3, k + 1))
+    assert [len(p.blocks) for p in gate.processes] == [20] * k and wall > 0
+    for i in range(k):  # each process wrote its own spec and result in paired/p<i>
+        spec = json.loads(next((tmp_path / "wd" / "paired" / f"p{i}").glob("*spec*.json")).read_text())
+        assert spec["process"] == i and spec["processes"] == 6 and spec["blocks"] == 20
+    firsts = {p.blocks[0].a_ms[0] for p in gate.processes}
+    assert len(firsts) == k  # each process drew its own steps
+    paired = read_paired(path)
+    assert paired.process == [i for i in range(k) for _ in range(20)] and paired.layout["processes"] == k
+    d = decide([1.0] * 10, case, CompareInputs(), env_data={}, paired=paired)
+    spread = d.evidence["processes"]
+    assert spread["processes"] == k and spread["between_sd"] > 0.005  # the fake's offsets are seen between
+    assert d.verdict in ("pass", "inconclusive") and d.ci_low <= 1.0 <= d.ci_high, d.reason
+
+
+def test_a_slower_candidate_stops_at_the_first_look_across_processes(tmp_path):
+    b, a, warm = _setup(tmp_path, 1.5)
+    case = Case(model="m", measured_steps=10, paired_blocks=120, paired_block_steps=1, paired_processes=6)
+    path, _ = paired_run(b, a, case, warm, tmp_path / "wd", _runner(PERFWATCH_FAKE_NOISE_CV="0.01"), gpu=False)
+    paired = read_paired(path)
+    assert paired.layout["processes"] == 3 and paired.gate["stopping"] == ["wall"]
+    d = decide([1.5] * 10, case, CompareInputs(), env_data={}, paired=paired)
+    assert d.verdict == "regression" and d.ratio == pytest.approx(1.5, rel=0.02)
+    assert d.evidence["paired"]["spent"] == {
+        "pairs": 60,
+        "max_pairs": 120,
+        "timed_steps": 120,
+        "wall_s": pytest.approx(paired.layout["pairs_wall_s"]),
+        "processes": 3,
+    }
+
+
+def test_a_busy_host_gate_across_processes_stops_on_cpu_time(tmp_path):
+    """Every process reports a busy host; wall time is noisy, CPU time steady and unchanged: the looks are judged
+    on CPU time and the gate passes on it."""
+    b, a, warm = _setup(tmp_path, 1.0)
+    case = Case(model="m", measured_steps=10, paired_blocks=240, paired_block_steps=1, paired_processes=6)
+    env = {
+        "PERFWATCH_FAKE_OTHER_CPU_SHARE": "0.6",
+        "PERFWATCH_FAKE_WALL_NOISE_CV": "0.3",
+        "PERFWATCH_FAKE_NOISE_CV": "0.005",
+    }
+    path, _ = paired_run(b, a, case, warm, tmp_path / "wd", _runner(**env), gpu=False)
+    paired = read_paired(path)
+    assert set(paired.gate["stopping"]) == {"cpu"} and paired.host_load["other_cpu_share"] == pytest.approx(0.6)
+    noise = judge_noise(
+        case, None, paired, offset=calibration.Offset(sd=0.0, source="default"), calibrated=NO_CAL, gpu=False
+    )
+    d = decide([1.0] * 10, case, CompareInputs(), env_data={}, paired=paired, noise=noise.model_dump(mode="json"))
+    assert d.verdict == "pass" and d.evidence["metric"] == "cpu", d.reason
+    # the spread reported is the deciding metric's (CPU time, steady here), wall time's beside it
+    assert d.evidence["processes"]["metric"] == "cpu" and d.evidence["processes_wall"]["metric"] == "wall"
+    assert d.evidence["processes"]["within_sd"] < d.evidence["processes_wall"]["within_sd"]
