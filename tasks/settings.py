@@ -48,6 +48,33 @@ RETENTION_VAR = "PERFWATCH_SAMPLES_RETENTION_DAYS"
 #: 3.3x one on a quieter host), and only a hung process should ever reach the limit.
 STEP_ALLOWANCE = 10.0
 
+#: The S3 checksum mode perfwatch sets where an S3 API other than AWS's is configured (``FSSPEC_S3_ENDPOINT_URL``,
+#: or ``endpoint_url`` in fsspec's ``s3`` configuration): botocore >= 1.36 sends a CRC32 checksum with every PUT
+#: and asks for one on every GET by default, which MinIO and Ceph versions reject (boto/boto3#4392);
+#: ``when_required`` sends one only where the operation requires it, as botocore did before. Each is botocore
+#: ``Config`` option -> the environment variable that, when set, is left to decide instead.
+S3_CHECKSUM_MODE: dict[str, tuple[str, str]] = {
+    "request_checksum_calculation": ("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required"),
+    "response_checksum_validation": ("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required"),
+}
+
+
+def configure_object_store(env: dict[str, str]) -> dict[str, str]:
+    """Set :data:`S3_CHECKSUM_MODE` in fsspec's ``s3`` configuration (``config_kwargs``, which s3fs hands botocore)
+    of this process when an S3 endpoint other than AWS's is configured: ``FSSPEC_S3_ENDPOINT_URL`` in ``env``, or
+    ``endpoint_url`` already in fsspec's configuration. An option set in ``config_kwargs`` or by its environment
+    variable in ``env`` is left as it is. Idempotent; returns the options it set (empty: none, or no endpoint)."""
+    import fsspec.config
+
+    s3 = fsspec.config.conf.get("s3", {})
+    if not (env.get("FSSPEC_S3_ENDPOINT_URL") or s3.get("endpoint_url")):
+        return {}
+    given = dict(s3.get("config_kwargs") or {})
+    added = {k: v for k, (var, v) in S3_CHECKSUM_MODE.items() if k not in given and not env.get(var)}
+    if added:
+        fsspec.config.conf["s3"] = {**s3, "config_kwargs": {**given, **added}}
+    return added
+
 
 def _seconds(env: dict[str, str], name: str, default: float) -> float:
     raw = env.get(name)
@@ -110,8 +137,10 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Read settings from ``env`` (default ``os.environ``); nothing is created on disk."""
+        """Read settings from ``env`` (default ``os.environ``); nothing is created on disk. Where an S3 endpoint
+        other than AWS's is configured, this process's S3 checksum mode is set (:func:`configure_object_store`)."""
         env = dict(os.environ if env is None else env)
+        configure_object_store({**os.environ, **env})
         home = Path(env.get("PERFWATCH_HOME") or Path.home() / ".perfwatch").expanduser().resolve()
         project = Path(__file__).resolve().parent.parent
         runner_python = env.get("PERFWATCH_RUNNER_PYTHON") or sys.executable
