@@ -113,8 +113,8 @@ class Settings:
         runner_command: the command that starts the runner, ``SPEC.json`` appended (``PERFWATCH_RUNNER_COMMAND``,
             split like a shell line, e.g. ``docker run -i --gpus all IMAGE python -m tasks.runner``; default
             ``<runner_python> -m tasks.runner``; ``tasks.runner.driver.RunnerProcess``).
-        config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``,
-            default ``config/perfwatch.yaml`` in the project).
+        config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``: a local path or any fsspec
+            URI, e.g. ``s3://bucket/perfwatch/perfwatch.yaml``; default ``config/perfwatch.yaml`` in the project).
         timeout_env: the ``PERFWATCH_*_TIMEOUT_S`` variables as set (``PERFWATCH_FINGERPRINT_TIMEOUT_S``,
             ``PERFWATCH_WARMUP_TIMEOUT_S``, ``PERFWATCH_PROFILE_TIMEOUT_S``, ``PERFWATCH_PAIRED_TIMEOUT_S``;
             defaults in :data:`TIMEOUT_DEFAULTS`), read by :meth:`timeout_s` when a stage starts, so a
@@ -129,7 +129,7 @@ class Settings:
     archive_root: str
     work_root: Path
     runner_python: str
-    config_path: Path
+    config_path: str
     runner_command: tuple[str, ...]
     timeout_env: dict[str, str] = field(default_factory=dict)
     samples_retention: str | None = None
@@ -153,7 +153,7 @@ class Settings:
             runner_python=runner_python,
             runner_command=tuple(shlex.split(env.get("PERFWATCH_RUNNER_COMMAND") or ""))
             or (runner_python, "-m", "tasks.runner"),
-            config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
+            config_path=env.get("PERFWATCH_CONFIG") or str(project / "config" / "perfwatch.yaml"),
             timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
             samples_retention=env.get(RETENTION_VAR) or None,
             scratch=(env.get("PERFWATCH_SCRATCH") or "").strip() or None,
