@@ -3,6 +3,7 @@
 ::
 
     records.py  settings.py   foundation: the typed records between stages; settings from the env
+    wire.py                   foundation: how numbers cross JSON (NaN, infinities), for every room
     matrix.py                 the YAML config and its benchmark matrix, expanded into Cases
     modelstore.py             the versioned model store (TF Serving's layout, any fsspec URI)
     runner/                   the only TensorFlow code; runs in the runner's interpreter
@@ -20,11 +21,12 @@ The dependency rule (``tests/unit/test_rooms.py`` enforces it on every module, l
 ==========  =========================================================
 room        may import (besides itself)
 ==========  =========================================================
-records     nothing from tasks/
+wire        nothing from tasks/ (stdlib only); every room below may import it
+records     nothing from tasks/ but wire
 settings    nothing from tasks/
 matrix      records
 modelstore  records
-runner      nothing from tasks/ (its venv may be a bare TF/GPU one)
+runner      nothing from tasks/ but wire (its venv may be a bare TF/GPU one)
 analysis    records
 store       records, settings
 stages      records, settings, matrix, modelstore, analysis, store, runner
@@ -33,6 +35,6 @@ cli         everything; nothing in tasks/ imports it
 ==========  =========================================================
 
 Nothing in ``tasks/`` imports Airflow; only ``runner`` imports TensorFlow or Keras. Outside:
-``dags/`` may import ``stages``, ``services`` and ``store``; ``plugins/`` ``records``, ``store``, ``services``
-and ``cli``.
+``dags/`` may import ``stages``, ``services`` and ``store``; ``plugins/`` ``records``, ``store``, ``services``,
+``cli`` and ``wire``.
 """

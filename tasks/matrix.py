@@ -30,6 +30,7 @@ of ``Case.name``, so it never splits a history.
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections.abc import Mapping
 from pathlib import Path
@@ -317,9 +318,44 @@ _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_yaml(path: str | Path) -> Any:
     """The YAML document at ``path`` (safe loading: plain data only), read with libyaml where PyYAML has it.
+    ``path`` is a local path or any fsspec URI (``s3://bucket/perfwatch.yaml``: every host of a fleet reads the
+    one config, as it reads every other artifact).
 
     Raises:
         FileNotFoundError: nothing at ``path``. yaml.YAMLError: not YAML (the message names the file and line).
+        OSError: the store holding ``path`` could not be read.
     """
-    with open(path, encoding="utf-8") as f:  # a file object: YAML's errors then name the file, not "<unicode string>"
-        return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader (SafeLoader or its libyaml twin)
+    if not is_uri(path):
+        with open(path, encoding="utf-8") as f:  # a file object: YAML's errors then name the file
+            return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader (SafeLoader or its libyaml twin)
+    import fsspec
+
+    with fsspec.open(str(path), "rt", encoding="utf-8") as f:
+        named = _Named(f.read())
+    named.name = str(path)  # YAML's errors name the URI, not "<unicode string>"
+    return yaml.load(named, Loader=_LOADER)  # noqa: S506 - a safe loader (SafeLoader or its libyaml twin)
+
+
+class _Named(io.StringIO):
+    """Text read from a URI, named by it (PyYAML takes a stream's ``name`` for its error messages)."""
+
+    name = "<config>"
+
+
+def is_uri(path: str | Path) -> bool:
+    """Whether ``path`` is a URI with a protocol (``s3://...``, ``file:///...``) rather than a local path."""
+    return isinstance(path, str) and "://" in path
+
+
+def config_exists(path: str | Path) -> bool:
+    """Whether there is a file at ``path`` (a local path or an fsspec URI, as :func:`read_yaml` reads).
+
+    Raises:
+        OSError: the store holding ``path`` could not be asked.
+    """
+    if not is_uri(path):
+        return Path(path).is_file()
+    import fsspec.core
+
+    fs, p = fsspec.core.url_to_fs(str(path))
+    return bool(fs.isfile(p))

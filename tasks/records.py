@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from tasks import wire
+
 Trigger = Literal["scheduled", "manual", "release", "cli", "test", "calibrate"]
 
 #: Longest model name, in characters (the store's ``models.name`` column).
@@ -192,13 +194,20 @@ def newest_version(versions: Sequence[Any]) -> str | None:
 
 
 class Record(BaseModel):
-    """Base of all stage records: immutable, unknown fields rejected."""
+    """Base of all stage records: immutable, unknown fields rejected; NaN and infinities cross JSON as
+    :mod:`tasks.wire` says (``"NaN"``, ``"Infinity"``, ``"-Infinity"``) and read back as the floats."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan=wire.PYDANTIC_INF_NAN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_from_json(cls, data: Any) -> Any:
+        return wire.decode_untyped({k: f.annotation for k, f in cls.model_fields.items()}, data)
 
     def to_xcom(self) -> dict[str, Any]:
-        """The record as a JSON-serialisable dict."""
-        return self.model_dump(mode="json")
+        """The record as a dict of strict JSON values (no NaN or infinities: :func:`tasks.wire.encode`), what
+        Airflow's XCom, its HTTP API and PostgreSQL's ``json`` accept; ``Model.model_validate`` reads it back."""
+        return wire.encode_object(self.model_dump(mode="json"))
 
 
 #: measured steps per run when a case does not say (see ``Case``): enough for the paired gate to
@@ -1372,8 +1381,8 @@ class RunState(Record):
     archived: ArchiveRecord | None = None
 
     def to_xcom(self) -> dict[str, Any]:
-        """The state as a JSON-serialisable dict, without the stages that did not run."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+        """The state as a dict of strict JSON values (:meth:`Record.to_xcom`), without the stages that did not run."""
+        return {k: v for k, v in super().to_xcom().items() if v is not None}
 
 
 # ----------------------------------------------------------------- stored facts that baseline-compare decides on

@@ -48,6 +48,33 @@ RETENTION_VAR = "PERFWATCH_SAMPLES_RETENTION_DAYS"
 #: 3.3x one on a quieter host), and only a hung process should ever reach the limit.
 STEP_ALLOWANCE = 10.0
 
+#: The S3 checksum mode perfwatch sets where an S3 API other than AWS's is configured (``FSSPEC_S3_ENDPOINT_URL``,
+#: or ``endpoint_url`` in fsspec's ``s3`` configuration): botocore >= 1.36 sends a CRC32 checksum with every PUT
+#: and asks for one on every GET by default, which MinIO and Ceph versions reject (boto/boto3#4392);
+#: ``when_required`` sends one only where the operation requires it, as botocore did before. Each is botocore
+#: ``Config`` option -> the environment variable that, when set, is left to decide instead.
+S3_CHECKSUM_MODE: dict[str, tuple[str, str]] = {
+    "request_checksum_calculation": ("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required"),
+    "response_checksum_validation": ("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required"),
+}
+
+
+def configure_object_store(env: dict[str, str]) -> dict[str, str]:
+    """Set :data:`S3_CHECKSUM_MODE` in fsspec's ``s3`` configuration (``config_kwargs``, which s3fs hands botocore)
+    of this process when an S3 endpoint other than AWS's is configured: ``FSSPEC_S3_ENDPOINT_URL`` in ``env``, or
+    ``endpoint_url`` already in fsspec's configuration. An option set in ``config_kwargs`` or by its environment
+    variable in ``env`` is left as it is. Idempotent; returns the options it set (empty: none, or no endpoint)."""
+    import fsspec.config
+
+    s3 = fsspec.config.conf.get("s3", {})
+    if not (env.get("FSSPEC_S3_ENDPOINT_URL") or s3.get("endpoint_url")):
+        return {}
+    given = dict(s3.get("config_kwargs") or {})
+    added = {k: v for k, (var, v) in S3_CHECKSUM_MODE.items() if k not in given and not env.get(var)}
+    if added:
+        fsspec.config.conf["s3"] = {**s3, "config_kwargs": {**given, **added}}
+    return added
+
 
 def _seconds(env: dict[str, str], name: str, default: float) -> float:
     raw = env.get(name)
@@ -86,8 +113,8 @@ class Settings:
         runner_command: the command that starts the runner, ``SPEC.json`` appended (``PERFWATCH_RUNNER_COMMAND``,
             split like a shell line, e.g. ``docker run -i --gpus all IMAGE python -m tasks.runner``; default
             ``<runner_python> -m tasks.runner``; ``tasks.runner.driver.RunnerProcess``).
-        config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``,
-            default ``config/perfwatch.yaml`` in the project).
+        config_path: YAML list of models for the nightly DAG (``PERFWATCH_CONFIG``: a local path or any fsspec
+            URI, e.g. ``s3://bucket/perfwatch/perfwatch.yaml``; default ``config/perfwatch.yaml`` in the project).
         timeout_env: the ``PERFWATCH_*_TIMEOUT_S`` variables as set (``PERFWATCH_FINGERPRINT_TIMEOUT_S``,
             ``PERFWATCH_WARMUP_TIMEOUT_S``, ``PERFWATCH_PROFILE_TIMEOUT_S``, ``PERFWATCH_PAIRED_TIMEOUT_S``;
             defaults in :data:`TIMEOUT_DEFAULTS`), read by :meth:`timeout_s` when a stage starts, so a
@@ -102,7 +129,7 @@ class Settings:
     archive_root: str
     work_root: Path
     runner_python: str
-    config_path: Path
+    config_path: str
     runner_command: tuple[str, ...]
     timeout_env: dict[str, str] = field(default_factory=dict)
     samples_retention: str | None = None
@@ -110,8 +137,10 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Read settings from ``env`` (default ``os.environ``); nothing is created on disk."""
+        """Read settings from ``env`` (default ``os.environ``); nothing is created on disk. Where an S3 endpoint
+        other than AWS's is configured, this process's S3 checksum mode is set (:func:`configure_object_store`)."""
         env = dict(os.environ if env is None else env)
+        configure_object_store({**os.environ, **env})
         home = Path(env.get("PERFWATCH_HOME") or Path.home() / ".perfwatch").expanduser().resolve()
         project = Path(__file__).resolve().parent.parent
         runner_python = env.get("PERFWATCH_RUNNER_PYTHON") or sys.executable
@@ -124,7 +153,7 @@ class Settings:
             runner_python=runner_python,
             runner_command=tuple(shlex.split(env.get("PERFWATCH_RUNNER_COMMAND") or ""))
             or (runner_python, "-m", "tasks.runner"),
-            config_path=Path(env.get("PERFWATCH_CONFIG") or project / "config" / "perfwatch.yaml"),
+            config_path=env.get("PERFWATCH_CONFIG") or str(project / "config" / "perfwatch.yaml"),
             timeout_env={var: env[var] for var, _ in TIMEOUT_DEFAULTS.values() if var in env},
             samples_retention=env.get(RETENTION_VAR) or None,
             scratch=(env.get("PERFWATCH_SCRATCH") or "").strip() or None,

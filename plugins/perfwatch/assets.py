@@ -6,8 +6,12 @@ frame), ``/perfwatch/assets/icon.svg`` (the nav bar's icon) and ``/perfwatch/ass
 1.4 MB gzip-compressed).
 
 Each asset is read (and compressed) once per process and sent with an ``ETag`` of its content and
-``Cache-Control: public, max-age=86400``, so a browser fetches plotly.js once a day at most. The assets hold no
-data from the store, so they are served without Airflow's login (as Airflow serves its own ``/static``).
+``Cache-Control: public, max-age=86400``, so a browser fetches plotly.js once a day at most. The pages link each
+asset by :func:`url`, whose ``?v=`` names what it is: plotly.js by the installed ``plotly`` package's version, the
+plugin's own files by their content. After an upgrade a page therefore links a URL its browser has not cached, and
+never runs yesterday's plotly.js against today's figure data (plotly.py 6 sends arrays as typed ``bdata``, which
+plotly.js 2 draws as empty traces: plotly/plotly.py#5045). The assets hold no data from the store, so they are
+served without Airflow's login (as Airflow serves its own ``/static``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +77,32 @@ def icon() -> Asset:
 
 #: name under /assets/ -> its loader
 ASSETS = {"plotly.min.js": plotly_js, "perfwatch.css": style_sheet, "perfwatch.js": script, "icon.svg": icon}
+
+
+@functools.cache
+def version(name: str) -> str:
+    """What asset ``name`` of :data:`ASSETS` is, as its URL's cache key: ``plotly-<version>`` of the installed
+    ``plotly`` package for ``plotly.min.js`` (the bundle it serves, without reading its 4.8 MB), else the first 12
+    hex digits of the sha256 of the file's content.
+
+    Raises:
+        KeyError: ``name`` is not an asset (names it).
+    """
+    if name == "plotly.min.js":
+        return "plotly-" + importlib.metadata.version("plotly")
+    if name not in ASSETS:
+        raise KeyError(f"no asset {name!r}; assets: {', '.join(sorted(ASSETS))}")
+    return ASSETS[name]().etag.strip('"')[:12]
+
+
+def url(base: str, name: str) -> str:
+    """The URL pages link asset ``name`` by, under the plugin root ``base``: ``<base>/assets/<name>?v=<version>``
+    (:func:`version`), e.g. ``/perfwatch/assets/plotly.min.js?v=plotly-6.3.0``.
+
+    Raises:
+        KeyError: ``name`` is not an asset.
+    """
+    return f"{base}/assets/{name}?v={version(name)}"
 
 
 def _send(request: Request, asset: Asset) -> Response:

@@ -37,7 +37,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
-from . import charts
+from . import assets, charts
 from .urls import UI_ROUTE, airflow_root, plugin_root, quote_segment
 
 if TYPE_CHECKING:
@@ -145,13 +145,14 @@ def _page(request: Request, title: str, body: str, *, charts: bool = False, stat
     base, root = plugin_root(request), airflow_root(request)
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     framed_url = f"{root}/plugin/{UI_ROUTE}{here}"
-    scripts = f"<script src='{base}/assets/perfwatch.js'></script>" + (
-        f"<script src='{base}/assets/plotly.min.js'></script>" if charts else ""
+    scripts = f"<script src='{assets.url(base, 'perfwatch.js')}'></script>" + (
+        f"<script src='{assets.url(base, 'plotly.min.js')}'></script>" if charts else ""
     )
     return HTMLResponse(
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html.escape(title)}</title><link rel='stylesheet' href='{base}/assets/perfwatch.css'>{scripts}</head>"
+        f"<title>{html.escape(title)}</title>"
+        f"<link rel='stylesheet' href='{assets.url(base, 'perfwatch.css')}'>{scripts}</head>"
         "<body><header class='bar'>"
         f"<a class='brand' href='{base}/'>perfwatch</a><nav><a href='{base}/'>runs</a>"
         f"<a href='{base}/compare'>compare</a></nav>"

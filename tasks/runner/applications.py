@@ -112,11 +112,35 @@ def version_string(keras_version: str, config_digest: str) -> str:
     return ("keras" + keras_version)[: MAX_VERSION_CHARS - len(suffix)] + suffix
 
 
+#: The input shape (one example, batch left out) Keras documents for each constructor that, given no
+#: ``input_shape``, builds a model without a static one (``(None, None, 3)``), which no step can be fed: the
+#: MobileNetV3 page (keras.io/api/applications/mobilenet/) documents ``(224, 224, 3)``. Every other constructor
+#: fixes its documented default itself (``imagenet_utils.obtain_input_shape``'s ``default_size`` with the top).
+DOCUMENTED_INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
+    "MobileNetV3Small": (224, 224, 3),
+    "MobileNetV3Large": (224, 224, 3),
+}
+
+
+def call_shape(constructor: str, input_shape: list[int] | None) -> list[int] | None:
+    """The ``input_shape`` :func:`build` passes to ``constructor`` (and :func:`describe_call` records): the one
+    given, else :data:`DOCUMENTED_INPUT_SHAPES`' entry, else None (the constructor's own default).
+    ``call_shape("MobileNetV3Small", None)`` is ``[224, 224, 3]``."""
+    if input_shape is not None:
+        return list(input_shape)
+    documented = DOCUMENTED_INPUT_SHAPES.get(constructor)
+    return list(documented) if documented else None
+
+
 def describe_call(constructor: str, input_shape: list[int] | None, classes: int | None, seed: int) -> str:
     """The constructor call in words, as the run records its source: ``keras.applications.ResNet50(
-    input_shape=(96, 96, 3), classes=10, weights=None), random weights (seed 0), nothing downloaded``."""
+    input_shape=(96, 96, 3), classes=10, weights=None), random weights (seed 0), nothing downloaded``;
+    ``input_shape`` is the one asked for (None: the call's, :func:`call_shape`, with ``(Keras's documented
+    default)`` after it where that is :data:`DOCUMENTED_INPUT_SHAPES`')."""
     args = []
-    if input_shape is not None:
+    if input_shape is None and (documented := call_shape(constructor, None)) is not None:
+        args.append(f"input_shape={tuple(documented)} (Keras's documented default)")
+    elif input_shape is not None:
         args.append(f"input_shape={tuple(input_shape)}")
     if classes is not None:
         args.append(f"classes={classes}")
@@ -127,8 +151,9 @@ def describe_call(constructor: str, input_shape: list[int] | None, classes: int 
 def build(name: str, input_shape: list[int] | None, classes: int | None, seed: int) -> tuple[Any, str]:
     """Build ``keras.applications.<constructor of name>`` with random weights (``weights=None``, after
     ``keras.utils.set_random_seed(seed)``); ``input_shape`` (one example, without the batch dimension) and
-    ``classes`` are passed when given, else the constructor's defaults (224 x 224 x 3, 1000 classes).
-    Returns ``(model, constructor name)``.
+    ``classes`` are passed when given, else the documented defaults (:func:`call_shape`: 224 x 224 x 3 for
+    most, the constructor's own or :data:`DOCUMENTED_INPUT_SHAPES`'; 1000 classes). Returns ``(model,
+    constructor name)``.
 
     Raises:
         RunnerError: an unknown name (:func:`resolve`), or the constructor refuses the arguments (its
@@ -138,8 +163,8 @@ def build(name: str, input_shape: list[int] | None, classes: int | None, seed: i
 
     constructor = resolve(name, constructors())
     kwargs: dict[str, Any] = {"weights": None}
-    if input_shape is not None:
-        kwargs["input_shape"] = tuple(input_shape)
+    if (shape := call_shape(constructor, input_shape)) is not None:
+        kwargs["input_shape"] = tuple(shape)
     if classes is not None:
         kwargs["classes"] = classes
     # a fresh Keras state: layers without an explicit name are numbered per process (``re_lu_3`` after three

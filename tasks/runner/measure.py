@@ -604,11 +604,16 @@ class Started:
         if (rec := self.step.take_fed()) is not None:
             self.fed[phase] = rec
 
-    def record(self) -> dict[str, Any]:
+    def record(self, wait: dict[str, Any] | None = None) -> dict[str, Any]:
         """The result fields every single-model mode shares (:func:`case_record`, the cold step, the spec's
-        batch size, seed and determinism, and ``fed`` per phase)."""
+        batch size, seed and determinism, and ``fed`` per phase); ``wait``, the steps' run-queue wait record
+        (``tasks.runner.counters.Recorder.wait_record``: unavailable or not, threads lost), goes into
+        ``threads["wait"]``."""
+        case = case_record(self.spec, self.step)
+        if wait is not None:
+            case["threads"] = {**case["threads"], "wait": wait}
         return {
-            **case_record(self.spec, self.step),
+            **case,
             "cold_step_ms": self.cold_ms,
             "batch_size": self.spec.batch_size,
             "seed": self.spec.seed,

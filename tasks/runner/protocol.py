@@ -9,7 +9,8 @@ rounds, :class:`RoundEvent`), reads ``more``/``stop`` on stdin after each round,
 carries :data:`SCHEMA_VERSION`; a result of another version is refused by name (:class:`ProtocolMismatch`),
 since the runner's venv may hold another perfwatch.
 
-The two interpreters may differ, so this module imports only pydantic and the standard library. Field names
+The two interpreters may differ, so this module imports only pydantic, the standard library and :mod:`tasks.wire`
+(how NaN and infinities cross JSON, stdlib only). Field names
 are those of the result files on disk before the protocol was typed: archived runs and the store read them.
 Units: step times in ms (our timer, ``time.perf_counter``, a step ends when its output is on the host), wall
 times in s (the same timer), memory in bytes; per-step CPU time and run-queue wait in ms
@@ -24,7 +25,9 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from tasks import wire
 
 #: Version of this protocol (requests, events, results). Raise it whenever a field is renamed, removed or
 #: changes meaning; a runner and a parent of different versions refuse each other by name.
@@ -57,9 +60,18 @@ def mismatch(runner: str, theirs: object) -> ProtocolMismatch:
     )
 
 
+def _numbers_from_json(model: type[BaseModel], data: Any) -> Any:
+    return wire.decode_untyped({k: f.annotation for k, f in model.model_fields.items()}, data)
+
+
 class _Record(BaseModel):
-    # NaN and infinities are written as JSON's NaN/Infinity (as json.dumps does), never silently as null
-    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+    # NaN and infinities cross as tasks.wire says (strict JSON strings, read back as floats), never as null
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan=wire.PYDANTIC_INF_NAN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode(cls, data: Any) -> Any:
+        return _numbers_from_json(cls, data)
 
 
 # ---------------------------------------------------------------- requests
@@ -168,7 +180,7 @@ _EVENT: TypeAdapter[HelloEvent | ProgressEvent | RoundEvent] = TypeAdapter(Event
 def event_line(event: HelloEvent | ProgressEvent | RoundEvent) -> str:
     """The stdout line of ``event`` (with its newline); only the fields set are written."""
     fields = {"event": event.event, **event.model_dump(mode="json", exclude_unset=True)}
-    return EVENT_PREFIX + json.dumps(fields) + "\n"
+    return EVENT_PREFIX + wire.dumps(fields) + "\n"
 
 
 def parse_event(line: str) -> HelloEvent | ProgressEvent | RoundEvent | None:
@@ -295,7 +307,7 @@ class _Result(_Record):
 
     def as_dict(self) -> dict[str, Any]:
         """The result as a plain JSON object, fields that do not apply (None) left out: what the store keeps."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+        return {k: v for k, v in wire.encode_object(self.model_dump(mode="json")).items() if v is not None}
 
 
 class ProbeResult(_Result):
@@ -525,6 +537,11 @@ class _View(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     schema_version: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode(cls, data: Any) -> Any:
+        return _numbers_from_json(cls, data)
 
 
 class StepSamples(_View):

@@ -10,13 +10,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tasks import wire
 from tasks.runner.protocol import SCHEMA_VERSION, RunnerError
 
 
 class RunnerSpec(BaseModel):
     """What the runner is asked to do; written by the warm-up and profiled-run stages."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan=wire.PYDANTIC_INF_NAN)  # tasks.wire's rule
 
     schema_version: int = SCHEMA_VERSION  # tasks.runner.protocol: a runner of another version refuses it
     mode: Literal["warmup", "profile", "paired"]

@@ -210,7 +210,7 @@ def release_asset_uris(config_path: str | Path | None = None) -> list[tuple[str,
     from tasks.matrix import read_yaml
     from tasks.settings import Settings
 
-    path = Path(config_path) if config_path is not None else Settings.from_env().config_path
+    path = config_path if config_path is not None else Settings.from_env().config_path
     try:
         data = read_yaml(path)
         names = {str(e["model"]) for e in data["models"] if isinstance(e, dict) and e.get("model")}
@@ -261,13 +261,13 @@ def release_cases(
     Raises:
         ValueError: an event's extra is malformed, or the config is invalid (``tasks.matrix.load_config``).
     """
-    from tasks.matrix import load_config
+    from tasks.matrix import config_exists, load_config
     from tasks.settings import Settings
     from tasks.stages.pipeline import plan_cases
 
     settings = settings or Settings.from_env()
     wanted = release_requests(events)
-    configured = {c.model for c in load_config(settings.config_path)} if settings.config_path.exists() else set()
+    configured = {c.model for c in load_config(settings.config_path)} if config_exists(settings.config_path) else set()
     states: list[dict] = []
     for model, version in wanted:
         params = {"model": model, "version": version, **({"case": "all"} if model in configured else {})}

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tasks.analysis import failures
-from tasks.matrix import load_config, select_cases
+from tasks.matrix import config_exists, load_config, select_cases
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -148,8 +148,7 @@ def plan_cases(
         cases = [Case.model_validate(case_fields)]
     else:
         cases = load_config(settings.config_path)
-    path = Path(settings.config_path)
-    queues = devices.config_queues(path) if path.is_file() else {}
+    queues = devices.config_queues(settings.config_path) if config_exists(settings.config_path) else {}
     default_queue = os.environ.get(devices.PROFILE_QUEUE_ENV, "default")
     dag_queues = list(measuring_queues or devices.measuring_queues(queues, default_queue))
     # a device no measuring queue serves is refused now, by name: the case goes to the default queue's group and

@@ -106,13 +106,48 @@ def _stamp(p: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+#: seconds to wait before each retry of a read the object store answered "not found" or failed (a brief retry:
+#: S3 lists and reads after a write consistently, but a proxy or a MinIO/Ceph gateway may lag)
+READ_RETRIES_S = (0.2, 0.5, 1.0)
+
+
+def _fresh(fs: Any, src: str) -> list[str]:
+    """The files at ``src`` as the object store holds them now: ``[src]`` for a file (its exact key), every file
+    under it for a directory, ``[]`` when neither. fsspec's listings cache (s3fs's ``dircache``, which has no
+    expiry: fsspec/s3fs#851) is dropped first, so a listing this process made before another host wrote is never
+    read as the truth."""
+    fs.invalidate_cache()
+    try:
+        kind = fs.info(src).get("type")
+    except FileNotFoundError:
+        return []
+    return [src] if kind == "file" else list(fs.find(src))
+
+
+def _get(fs: Any, src: str, dest: Path) -> None:
+    """``fs.get_file(src, dest)``, retried after each of :data:`READ_RETRIES_S` when it fails (OSError)."""
+    for wait in (*READ_RETRIES_S, None):
+        try:
+            fs.get_file(src, str(dest))
+            return
+        except OSError as e:
+            if wait is None:
+                raise
+            log.info("scratch: reading %s failed (%s), again in %.1f s", src, e, wait)
+            fs.invalidate_cache()
+            time.sleep(wait)
+
+
 def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
     """Download ``<scratch>/<slug>/<rel>`` (a file, or a directory with everything under it) into the local work
     dir for each ``rel`` not there already; one that the scratch space does not hold is skipped (the stage's own
-    input check then names it). Returns the relative paths of the files downloaded.
+    input check then names it). Each ``rel`` is looked up as the store holds it now (:func:`_fresh`: a file by
+    its exact key, a directory by a new listing, never a cached one) and each read is retried briefly
+    (:data:`READ_RETRIES_S`). Returns the relative paths of the files downloaded.
 
     Raises:
-        OSError: the object store could not be read (e.g. credentials refused, bucket missing).
+        OSError: the object store could not be read (e.g. credentials refused, bucket missing), also after the
+            retries.
     """
     local = local_dir(settings, ctx)
     fs, base = fsspec.core.url_to_fs(uri(settings, ctx))
@@ -120,9 +155,7 @@ def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
     got: list[str] = []
     for rel in rels:
         src = f"{base}/{rel}"
-        if not fs.exists(src):
-            continue
-        files = [src] if fs.isfile(src) else fs.find(src)
+        files = _fresh(fs, src)
         for f in files:
             name = f"{rel}/{f[len(src) :].lstrip('/')}".rstrip("/") if f != src else rel
             dest = local / name
@@ -133,7 +166,7 @@ def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
             if dest.is_file() and synced.get(name) == _stamp(dest):
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(f, str(dest))
+            _get(fs, f, dest)
             synced[name] = _stamp(dest)
             got.append(name)
     if got:

@@ -25,6 +25,8 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tasks import wire
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "sql" / "migrations"
 
 MIGRATION_LOCK_KEY = 0x7065_7266_7761_7463  # "perfwatc": the pg_advisory_lock key that serialises migrations
@@ -102,6 +104,9 @@ def _first_line(e: BaseException, password: str | None) -> str:
 SQLITE_CORRUPT = ("file is not a database", "database disk image is malformed")
 
 _engines: dict[str, Engine] = {}
+#: JSON columns hold strict JSON, NaN and infinities as tasks.wire's strings (PostgreSQL's json rejects the
+#: NaN/Infinity tokens), and read them back as floats
+_JSON = {"json_serializer": wire.dumps, "json_deserializer": wire.loads}
 
 
 def get_engine(url: str) -> Engine:
@@ -123,7 +128,7 @@ def get_engine(url: str) -> Engine:
                     raise StoreUnreachable(
                         f"cannot connect to the store at {describe(url)}: cannot create its directory: {e}"
                     ) from e
-            engine = create_engine(url, connect_args={"timeout": 30})
+            engine = create_engine(url, connect_args={"timeout": 30}, **_JSON)
 
             @event.listens_for(engine, "connect")
             def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
@@ -132,7 +137,7 @@ def get_engine(url: str) -> Engine:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.close()
         else:
-            engine = create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, pool_pre_ping=True, **_JSON)
 
         password, is_sqlite = u.password, u.get_backend_name() == "sqlite"
 

@@ -34,6 +34,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
 
+from tasks import wire
 from tasks.settings import Settings
 from tasks.store import get_engine, redact
 from tasks.store.engine import StoreError, normalize_url
@@ -530,10 +531,9 @@ def with_case_labels(
 
 
 def _json_object(v: Any) -> dict[str, Any] | None:
-    """A JSON column read through a named query: a dict (PostgreSQL), its JSON text (SQLite) or None."""
-    import json
-
-    return json.loads(v) if isinstance(v, str) else v
+    """A JSON column read through a named query: a dict (PostgreSQL), its JSON text (SQLite) or None; NaN and
+    infinities as floats (:func:`tasks.wire.loads`)."""
+    return wire.loads(v) if isinstance(v, str) else wire.decode(v)
 
 
 def case_safe_mode(params: Any) -> bool:

@@ -13,7 +13,6 @@ One session per call; times are UTC.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import Float, func, select, type_coerce
 from sqlalchemy.orm import Session
 
+from tasks import wire
 from tasks.records import Verdict, case_label
 from tasks.settings import Settings
 from tasks.store.engine import session_scope
@@ -270,7 +270,7 @@ def _latencies(s: Session, run_ids: list[int]) -> dict[int, dict[str, Any]]:
     for rid, data in s.execute(
         select(RunTable.run_id, RunTable.data).where(RunTable.run_id.in_(run_ids), RunTable.tool == "inputs")
     ):
-        data = json.loads(data) if isinstance(data, str) else data
+        data = wire.loads(data) if isinstance(data, str) else wire.decode(data)
         if isinstance(data, dict) and isinstance(data.get("latency_ms"), dict):
             out[int(rid)] = data["latency_ms"]
     return out

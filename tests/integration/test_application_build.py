@@ -48,6 +48,19 @@ def test_the_smallest_application_is_built_versioned_by_its_config_and_steps(tmp
     assert 1 <= w.warmup_steps <= 10 and w.cold_step_ms > 0 and all(t > 0 for t in w.step_times_ms)
 
 
+def test_an_application_named_without_a_shape_gets_keras_documented_default_and_steps(tmp_path):
+    """The field report: ``perfwatch run mobilenet_v3_small --backbone keras.applications --mode infer`` failed in
+    warm-up ("unknown dimension ... give its shape"): MobileNetV3 builds (None, None, 3) without ``input_shape``.
+    Keras documents 224x224x3: the build takes it, records it, and the model steps."""
+    case = Case(
+        model="mobilenet_v3_small", backbone="keras.applications", mode="infer", batch_size=1, warmup_max_steps=10
+    )
+    pulled = build_application(case, tmp_path, sys.executable, 300)
+    assert "MobileNetV3Small(input_shape=(224, 224, 3) (Keras's documented default), weights=None)" in pulled.source_uri
+    w = warm_up(pulled, case, tmp_path, sys.executable, 300)
+    assert 1 <= w.warmup_steps <= 10 and all(t > 0 for t in w.step_times_ms)
+
+
 def test_a_build_hashes_alike_however_many_builds_its_process_made_before():
     """The audit: built twice in one process, MobileNetV3Small 32x32x3 with 10 classes hashed to 5d4db9ee, then
     644130b4 (Keras numbers unnamed layers per process). Built under a fresh Keras state, every build of an

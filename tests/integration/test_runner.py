@@ -32,6 +32,12 @@ def test_warmup_then_profiled_run(model_store, tmp_path):
     assert len(samples["measured_cpu_ms"]) == 8 and all(c >= 0 for c in samples["measured_cpu_ms"])
     assert len(samples["warmup_cpu_ms"]) == warm.warmup_steps
     assert len(samples["measured_wait_ms"]) == (8 if Path("/proc/self/task").is_dir() else 0)
+    wait = samples["threads"]["wait"]  # how far the wait can be trusted: read or not, threads that ended mid-step
+    if samples["measured_wait_ms"]:
+        assert wait["unavailable"] is None and wait["threads_read"] >= 8 + warm.warmup_steps
+        assert 0 <= wait["threads_lost"] <= wait["threads_read"]
+    else:
+        assert wait["unavailable"]
     assert run.median_step_ms > 0
     assert run.throughput_eps == pytest.approx(4 / (run.median_step_ms / 1000))
     assert run.peak_rss_bytes > 50 * 2**20  # TensorFlow alone is bigger than that

@@ -16,16 +16,17 @@ from tests.helpers import ROOT as ROOT
 
 #: room -> the rooms it may import (itself always allowed). Foundation modules are rooms of their own.
 ALLOWED: dict[str, set[str]] = {
-    "records": set(),
+    "wire": set(),  # how numbers cross JSON (stdlib only): every room may import it
+    "records": {"wire"},
     "settings": set(),
-    "matrix": {"records"},  # the YAML config and its matrix -> Cases
-    "modelstore": {"records"},  # the versioned model store (fsspec)
-    "runner": set(),  # runs in the runner's (TF/GPU) interpreter: nothing else from this project
-    "analysis": {"records"},
-    "store": {"records", "settings"},
-    "stages": {"records", "settings", "matrix", "modelstore", "analysis", "store", "runner"},
-    "services": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "runner"},
-    "cli": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "services", "runner"},
+    "matrix": {"records", "wire"},  # the YAML config and its matrix -> Cases
+    "modelstore": {"records", "wire"},  # the versioned model store (fsspec)
+    "runner": {"wire"},  # runs in the runner's (TF/GPU) interpreter: nothing else from this project
+    "analysis": {"records", "wire"},
+    "store": {"records", "settings", "wire"},
+    "stages": {"records", "settings", "matrix", "modelstore", "analysis", "store", "runner", "wire"},
+    "services": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "runner", "wire"},
+    "cli": {"records", "settings", "matrix", "modelstore", "analysis", "store", "stages", "services", "runner", "wire"},
 }
 #: third-party packages a room may not import (any module of the room, at any depth).
 FORBIDDEN_PACKAGES: dict[str, set[str]] = {
@@ -36,7 +37,7 @@ FORBIDDEN_PACKAGES["runner"] |= {"sqlalchemy", "great_expectations", "xprof", "p
 #: what the Airflow side (outside tasks/) may import from tasks/.
 OUTSIDE: dict[str, set[str]] = {
     "dags": {"stages", "store", "services"},
-    "plugins": {"records", "store", "cli", "services"},
+    "plugins": {"records", "store", "cli", "services", "wire"},
 }
 
 

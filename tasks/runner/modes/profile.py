@@ -106,7 +106,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         started.end_phase("profiled")
     phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
     return ProfileResult(
-        **started.record(),
+        **started.record(wait=recorded.wait_record()),
         phases_s=phases,
         telemetry=telemetry,
         host_load=host_load,

@@ -40,7 +40,7 @@ def run(spec: RunnerSpec, import_s: float) -> WarmupResult:
     started.end_phase("warmup")
     cpu, wait = step.take()
     return WarmupResult(
-        **started.record(),
+        **started.record(wait=step.wait_record()),
         warmup_step_times_ms=times,
         warmup_cpu_ms=cpu,
         warmup_wait_ms=wait,

@@ -83,3 +83,13 @@ def test_the_source_says_weights_are_random_and_nothing_is_downloaded():
         "random weights (seed 0), nothing downloaded"
     )
     assert apps.describe_call("ResNet50", None, None, 3).startswith("keras.applications.ResNet50(weights=None)")
+
+
+def test_a_constructor_without_a_static_default_gets_the_documented_shape_and_says_so():
+    # MobileNetV3 builds (None, None, 3) when given no shape, which no step can be fed; Keras documents 224x224x3
+    assert apps.call_shape("MobileNetV3Small", None) == [224, 224, 3]
+    assert apps.call_shape("MobileNetV3Small", [32, 32, 3]) == [32, 32, 3]  # the one asked for wins
+    assert apps.call_shape("ResNet50", None) is None  # fixes its documented default itself
+    assert apps.describe_call("MobileNetV3Small", None, None, 0).startswith(
+        "keras.applications.MobileNetV3Small(input_shape=(224, 224, 3) (Keras's documented default), weights=None)"
+    )

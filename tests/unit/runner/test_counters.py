@@ -100,3 +100,40 @@ def test_pair_order_is_drawn_per_quadruple_and_each_quadruple_is_balanced():
     flat = [o for q in quads for o in q]
     for n in (2, 4, 10, 64):  # every batch of an even number of pairs holds as many AB as BA
         assert flat[:n].count("AB") == flat[:n].count("BA")
+
+
+def test_an_all_zero_schedstat_is_no_wait_not_a_quiet_host(tmp_path, monkeypatch):
+    # gVisor (and kernels that do not keep schedstat) report 0 for every thread: that is not "0 ms waited"
+    monkeypatch.setattr(counters, "TASK_DIR", tmp_path)
+    _fake_task_dir(tmp_path, {"1": 0, "2": 0})
+    rec = counters.Recorder(lambda: 1.0)
+    for _ in range(3):
+        rec()
+    cpu, wait = rec.take()
+    assert len(cpu) == 3 and wait == []  # unavailable: no list, never zeros a busy-host rule would read as quiet
+    assert "reads 0" in str(rec.wait_record()["unavailable"])
+
+
+def test_a_thread_that_ends_during_a_step_is_counted_as_lost(tmp_path, monkeypatch):
+    monkeypatch.setattr(counters, "TASK_DIR", tmp_path)
+    _fake_task_dir(tmp_path, {"1": 1_000_000, "2": 1_000_000})
+    rec = counters.Recorder(lambda: 1.0)
+
+    def step_ending_thread_2() -> float:
+        _fake_task_dir(tmp_path, {"1": 3_000_000})
+        (tmp_path / "2" / "schedstat").write_text("")  # thread 2 ended during the step: its file reads nothing
+        return 1.0
+
+    rec.step = step_ending_thread_2
+    rec()
+    rec.step = lambda: 1.0
+    rec()  # thread 1 alone: nothing lost
+    cpu, wait = rec.take()
+    assert wait == [pytest.approx(2.0), pytest.approx(0.0)]  # what could be read; thread 2's share is not guessed
+    assert rec.wait_record() == {
+        "unavailable": None,
+        "threads_read": 3,
+        "threads_lost": 1,
+        "lost_share": pytest.approx(1 / 3),
+        "steps_losing_threads": 1,
+    }
