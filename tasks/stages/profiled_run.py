@@ -10,8 +10,10 @@ Paired gates (release triggers, cases with ``paired=True``, nightly runs of a ne
 baseline's model version (A) and the candidate (B) loaded together, each warmed up, measured in ABBA
 blocks (``tasks.runner``'s ``paired`` mode). The gate is **sequential**: the runner measures
 ``Case.paired_round_pairs`` pairs per round and, after each, this stage asks
-``tasks.analysis.sequential`` whether the interval decides; the runner stops at the first decisive
-look or at the budget (``Case.paired_blocks`` pairs), so a x2 slowdown costs a few dozen pairs and an
+``tasks.analysis.sequential`` whether the interval of the metric that will decide the verdict decides (that
+metric chosen at every look by the verdict's own rule, ``tasks.analysis.verdict.deciding_metric``, over the
+pairs and the rounds' host load so far); the runner stops at the first decisive look or at the budget
+(``Case.paired_blocks`` pairs), so a x2 slowdown costs a few dozen pairs and an
 undecidable gate the whole budget. The design (confidence, tolerance, budget, round, the process
 offset calibrated from the store's quiet A/A gates) is fixed before the first pair and written with
 the runner's result (``gate``), so baseline-compare recomputes the very interval that stopped the
@@ -183,8 +185,11 @@ def paired_run(
     Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
     The runner's result gets a ``gate`` record: ``design`` (``sequential.Design`` fields, None for a
     fixed gate), ``look_pairs`` (pairs at each look), ``stopping`` (per look, the metric whose look decided
-    whether to go on: ``wall``, or ``cpu`` in a round the host was busy: ``verdict.look_decides`` with ``gpu``,
-    ``calibration.gpu_in_use`` of the profiled run), ``offset`` and ``calibrated_noise`` (``setup``).
+    whether to go on, by the verdict's own rule, ``verdict.look_decides`` over the pairs and the rounds' host load
+    so far, with ``setup.noise`` and ``gpu``, ``calibration.gpu_in_use`` of the profiled run: ``wall``, ``cpu``
+    on a busy host whose CPU time is fit, ``none`` where no metric was fit (the gate goes on), ``tail`` for a
+    tail gate), ``host_load`` (``calibration.combined_load`` of the rounds: what the last look judged, and the
+    verdict judges), ``offset`` and ``calibrated_noise`` (``setup``).
 
     Returns:
         (path of the runner's JSON result with ``blocks`` and ``gate``, the process's wall time in s).
@@ -214,6 +219,7 @@ def paired_run(
         log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
     looks: list[int] = []
     stopping: list[str] = []
+    loads: list[dict[str, Any]] = []  # each round's host load: a look judges the rounds so far
     if design is None:
         r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
         if len(r.blocks) < case.paired_blocks:
@@ -228,6 +234,7 @@ def paired_run(
             _check_blocks(info.blocks, case, first=len(d))
             d.extend(_log_ratio(b) for b in info.blocks)
             d_cpu.extend(_cpu_log_ratio(b) for b in info.blocks)
+            loads.append(info.host_load)
             if len(d) < sequential.MIN_LOOK_PAIRS and not info.final:
                 return True
             looks.append(len(d))
@@ -240,9 +247,9 @@ def paired_run(
                 cpu,
                 looks,
                 design,
-                host_load=info.host_load,
-                max_other_cpu_share=case.max_other_cpu_share,
-                max_steal_share=case.max_steal_share,
+                case=case,
+                host_load=calibration.combined_load(loads),
+                calibrated=setup.noise,
                 gpu=gpu,
             )
             stopping.append(metric)
@@ -256,6 +263,7 @@ def paired_run(
         "design": design.model_dump(mode="json") if design else None,
         "look_pairs": looks,
         "stopping": stopping,
+        **({"host_load": calibration.combined_load(loads)} if loads else {}),
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
     }
