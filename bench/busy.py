@@ -369,7 +369,8 @@ def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[
     """One resampled gate from paired process ``p`` as the product decides it: ``case.paired_blocks`` pairs drawn
     by a moving-block bootstrap of ``p``'s pairs (wall and CPU time of the same pairs), looked at in rounds of
     ``case.paired_round_pairs`` with the product's stopping rule (``verdict.look_decides`` on the process's host
-    load, no GPU), then ``verdict.judge_noise`` and ``verdict.decide`` on what was measured up to the stop, as
+    load, no GPU: the verdict's own metric rule), then ``verdict.judge_noise`` and ``verdict.decide`` on what was
+    measured up to the stop, as
     ``tasks.stages.profiled_run`` and baseline-compare do (a fresh store: default offset, no noise calibration).
     Returns the final verdict, the metric that decided and the pairs spent."""
     from tasks.analysis import calibration, sequential
@@ -384,6 +385,7 @@ def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[
     idx = (starts[:, None] + np.arange(BOOT_BLOCK)).ravel()[:n]
     a, b, ac, bc = a[idx], b[idx], ac[idx], bc[idx]
     offset = calibration.Offset(sd=calibration.DEFAULT_PAIRED_OFFSET_SD, source="default")
+    cal = calibration.NoiseCalibration(sd_pair=None, n_gates=0)
     design = gate_design(case, offset.sd)
     dw, dc = np.log(b / a), np.log(bc / ac)
     looks: list[int] = []
@@ -399,8 +401,9 @@ def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[
             dc[:end],
             looks,
             design,
+            case=case,
             host_load=p["host_load"],
-            max_other_cpu_share=case.max_other_cpu_share,
+            calibrated=cal,
             gpu=False,
         )
         stopping.append(metric)
@@ -422,7 +425,6 @@ def replay_gate(p: dict[str, Any], rng: np.random.Generator, case: Any) -> dict[
         a_cpu=[[x] for x in ac[:end]],
         b_cpu=[[x] for x in bc[:end]],
     )
-    cal = calibration.NoiseCalibration(sd_pair=None, n_gates=0)
     noise = judge_noise(case, p["host_load"], paired, offset=offset, calibrated=cal, gpu=False)
     d = decide(
         list(b[:end]),

@@ -26,7 +26,8 @@ it is re-emulated here. What the bench supplies is what the product's stages wou
   and noise calibration ``tasks.stages.profiled_run.gate_setup`` would read from a store holding the OTHER
   self-vs-self processes as A/A gates (each judged whole by ``decide``, as the store would hold them). The gate
   stops at its first decisive look, measured in rounds of ``Case.paired_round_pairs`` pairs as the runner
-  does (``sequential.look`` decides each look); its noise is ``tasks.analysis.verdict.judge_noise`` of the source
+  does (``verdict.look_decides`` decides each look, on the metric the verdict will decide on); its noise is
+  ``tasks.analysis.verdict.judge_noise`` of the source
   process's host load and the gate's pair noise, as ``profiled_run`` judges it. Budget: the product's 320
   pairs, cut to the shortest process (``min(320, N)``): **no trial is longer than the data it is drawn from**.
   A trial draws one process and builds the gate's pairs by a moving-block bootstrap (Kuensch 1989) of
@@ -76,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks.analysis import calibration, sequential, stats  # noqa: E402
-from tasks.analysis.verdict import PairedBlocks, decide, judge_noise  # noqa: E402
+from tasks.analysis.verdict import PairedBlocks, decide, judge_noise, look_decides  # noqa: E402
 from tasks.records import Case, CompareInputs  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "detection_samples.json"
@@ -308,22 +309,37 @@ class Setup:
     noise: calibration.NoiseCalibration
 
 
-def stop_point(d: np.ndarray, case: Case, design: sequential.Design | None) -> tuple[int, list[int]]:
+def stop_point(
+    d: np.ndarray,
+    case: Case,
+    design: sequential.Design | None,
+    *,
+    host_load: dict | None = None,
+    calibrated: calibration.NoiseCalibration | None = None,
+) -> tuple[int, list[int], list[str]]:
     """Where the runner would stop: rounds of ``case.paired_round_pairs`` pairs, a look after each from
-    ``sequential.MIN_LOOK_PAIRS`` on and at the budget, stop at the first look ``sequential.look`` decides
-    (as ``tasks.stages.profiled_run.paired_run`` asks it). A fixed gate (no design) uses all pairs."""
+    ``sequential.MIN_LOOK_PAIRS`` on and at the budget, stop at the first look the product's stop rule decides
+    (``tasks.analysis.verdict.look_decides``, as ``tasks.stages.profiled_run.paired_run`` asks it: the metric the
+    verdict will decide on, here wall time or none, the samples having no CPU time; ``host_load`` the source
+    process's, ``calibrated`` the gate's noise calibration). Returns the pairs, the looks and the metric each
+    look was judged on. A fixed gate (no design) uses all pairs."""
     n = case.paired_blocks
     if design is None:
-        return n, [n]
+        return n, [n], []
     looks: list[int] = []
+    stopping: list[str] = []
     for end in range(case.paired_round_pairs, n + case.paired_round_pairs, case.paired_round_pairs):
         end = min(end, n)
         if end < sequential.MIN_LOOK_PAIRS and end < n:
             continue
         looks.append(end)
-        if sequential.look(d[:end], looks, design).verdict != "inconclusive" or end >= n:
-            return end, looks
-    return n, looks
+        decided, metric = look_decides(
+            d[:end], None, looks, design, case=case, host_load=host_load, calibrated=calibrated, gpu=False
+        )
+        stopping.append(metric)
+        if decided or end >= n:
+            return end, looks, stopping
+    return n, looks, stopping
 
 
 def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dict | None) -> dict[str, Any]:
@@ -332,7 +348,7 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
     from tasks.stages.profiled_run import gate_design
 
     design = gate_design(case, setup.offset.sd)
-    n, looks = stop_point(np.log(b / a), case, design)
+    n, looks, stopping = stop_point(np.log(b / a), case, design, host_load=host_load, calibrated=setup.noise)
     paired = PairedBlocks(
         a=[[x] for x in a[:n]],
         b=[[x] for x in b[:n]],
@@ -348,6 +364,7 @@ def judge(a: np.ndarray, b: np.ndarray, case: Case, setup: Setup, host_load: dic
         gate={
             "design": design.model_dump(mode="json") if design else None,
             "look_pairs": looks,
+            "stopping": stopping,
             "offset": setup.offset.model_dump(mode="json"),
             "calibrated_noise": setup.noise.model_dump(mode="json"),
         },

@@ -158,9 +158,13 @@ def gate(procs: Sequence[dict[str, Any]], case: Case) -> dict[str, Any]:
             cpu,
             looks,
             design,
-            host_load=procs[k]["host_load"],
-            max_other_cpu_share=case.max_other_cpu_share,
-            max_steal_share=case.max_steal_share,
+            d_wall=[math.log(b / a) for p in procs[: k + 1] for a, b in zip(p["a_ms"], p["b_ms"], strict=True)],
+            d_cpu=[math.log(b / a) for p in procs[: k + 1] for a, b in zip(p["a_cpu_ms"], p["b_cpu_ms"], strict=True)]
+            if all(p.get("a_cpu_ms") for p in procs[: k + 1])
+            else None,
+            case=case,
+            host_load=calibration.combined_load([p["host_load"] for p in procs[: k + 1]]),
+            calibrated=None,
             gpu=False,
         )
         stopping.append(metric)

@@ -342,8 +342,9 @@ class Case(Record):
     )
     paired: bool = Field(
         False,
-        description="Re-measure the baseline version in the same process (A/B), as a release gate does; a release "
-        "trigger is always paired, and so is a scheduled run whose version differs from the baseline's.",
+        description="Re-measure the baseline version in the same process (A/B), as a release gate does (no "
+        "baseline accepted: the newest earlier version measured); a release trigger is always paired, and so is a "
+        "scheduled run whose version differs from that version.",
         json_schema_extra=NOT_A_PARAM,
     )
     # never None on a Case: the before-validator _paired_layout fills an unset one
@@ -950,10 +951,12 @@ class RunContext(Record):
         return self.trigger == "release" or self.case.paired or self.paired_version is not None
 
     def pairs_with(self, candidate_version: str | None, baseline_version: str | None) -> bool:
-        """Whether this run gets the paired (A/B) gate against ``baseline_version`` (None: no baseline yet,
-        never paired unless ``paired_version`` names A): when it ``wants_paired``, and also when a
-        scheduled (nightly) run's resolved ``candidate_version`` (None: not known) differs from the
-        baseline's -- the history verdict alone detects a 5% change in 0.4% of runs on a drifting host."""
+        """Whether this run gets the paired (A/B) gate against ``baseline_version``, the version to pair with
+        (the accepted baseline's, else the newest earlier version measured: ``tasks.stages.pipeline.
+        pull_paired_baseline``; None: nothing to pair with, never paired unless ``paired_version`` names A):
+        when it ``wants_paired``, and also when a scheduled (nightly) run's resolved ``candidate_version``
+        (None: not known) differs from it -- the history verdict alone detects a 5% change in 0.4% of runs on
+        a drifting host."""
         if self.paired_version is not None:
             return True
         if baseline_version is None:

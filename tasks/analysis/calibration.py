@@ -106,7 +106,7 @@ to night drifts more, so it is refused by the same comparison.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -137,6 +137,7 @@ __all__ = [
     "assess_noise",
     "calibrated_noise",
     "choose_metric",
+    "combined_load",
     "estimate_between_sd",
     "estimate_paired_offset",
     "gate_is_quiet",
@@ -512,6 +513,40 @@ def assess_noise(
         metric=None if why else "wall",
         decided_on=None if why else "wall",
     )
+
+
+def combined_load(loads: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """The host load over consecutive windows (a paired gate's rounds so far, ``RoundSummary.host_load``) as one
+    ``HostLoad.result()`` over them all reads it: ``wall_s`` and ``other_cpu_s`` summed; ``other_cpu_share``,
+    ``steal_share`` and ``own_cpu_share`` weighted by each window's CPU capacity (``wall_s x cpus``, s);
+    ``load1_start`` of the first window, ``load1_end`` and ``cpus`` of the last, the most ``gpu_other_processes``
+    seen, the other keys (the CPU set, TF's threads) of the first. What a gate's look and its verdict judge
+    (``tasks.analysis.verdict.deciding_metric``): the pairs so far, not the newest round alone. None without
+    windows; a window without a reading (None, or a dict with ``error``: no psutil) makes the whole unread (that
+    window's dict, or None)."""
+    windows: list[Mapping[str, Any]] = []
+    for x in loads:
+        if not x or "error" in x:
+            return dict(x) if x else None
+        windows.append(x)
+    if not windows:
+        return None
+    wall = [float(x.get("wall_s", 1.0)) for x in windows]
+    cap = [w * float(x.get("cpus", 1)) for w, x in zip(wall, windows, strict=True)]
+    total = math.fsum(cap) or 1.0
+    out: dict[str, Any] = {**windows[0], "wall_s": math.fsum(wall)}
+    for key in ("other_cpu_share", "steal_share", "own_cpu_share"):
+        if all(key in x for x in windows):
+            out[key] = math.fsum(float(x[key]) * c for x, c in zip(windows, cap, strict=True)) / total
+    if all("other_cpu_s" in x for x in windows):
+        out["other_cpu_s"] = math.fsum(float(x["other_cpu_s"]) for x in windows)
+    for key in ("load1_end", "cpus"):
+        if key in windows[-1]:
+            out[key] = windows[-1][key]
+    gpu = [int(x["gpu_other_processes"]) for x in windows if "gpu_other_processes" in x]
+    if gpu:
+        out["gpu_other_processes"] = max(gpu)
+    return out
 
 
 def _scale_low(scale: float, pairs: int) -> float:

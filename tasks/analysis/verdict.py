@@ -31,7 +31,9 @@ calls ``decide`` runs the verdict as the product does:
   ``regression``/``improvement`` beyond 1 +- the bound, a ``pass`` within the tolerance less the bound;
   ``evidence["metric"] == "cpu"``, "decided on CPU time: host busy (...)"); otherwise a ``pass``,
   ``regression`` or ``improvement`` becomes ``inconclusive`` with the reason "host busy: ...". The
-  wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``.
+  wall-time statistics' own verdict is kept in ``evidence["verdict_statistics"]``. Which metric that is
+  comes from one rule, :func:`deciding_metric`, which the sequential gate's stop rule (:func:`look_decides`)
+  also applies at every look, so the metric a gate stopped on is the metric it is judged on.
 
 Thresholds are tests on the interval (``stats.verdict_from_ci``); a fraction of single steps over a
 line never makes a regression.
@@ -49,7 +51,8 @@ Evidence keys that other tools read (stable; all JSON):
   ``baseline_digest``, ``a_median_ms``, ``b_median_ms``, ``host_busy`` (bool: the noise rule fired),
   ``sequential`` (``design``, ``looks``: per look pairs / ratio / ci_low / ci_high / verdict,
   ``stopped``: ``decided`` | ``budget`` | ``fixed`` | ``decided on CPU time`` (a busy gate that its CPU-time look
-  stopped), ``stopping``: per look the metric whose look was judged, ``method``), ``spent`` (``pairs``,
+  stopped), ``stopping``: per look the metric whose look was judged (``wall`` | ``cpu``; ``none``: no metric
+  was fit, the gate went on; ``tail``), ``method``), ``spent`` (``pairs``,
   ``timed_steps``, ``wall_s``: the cost actually spent) and ``cost`` (the same in words);
 * ``evidence["processes"]`` (a gate of several processes): ``processes.Spread`` (``processes`` = K,
   ``pairs``, ``unit_ratios``, ``sd_means``, ``between_sd``, ``within_sd``, ``within_se``, ``icc``,
@@ -171,62 +174,85 @@ def busy_verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+def deciding_metric(
+    case: Any,
+    host_load: Mapping[str, Any] | None,
+    d_wall: Sequence[float],
+    d_cpu: Sequence[float] | None,
+    *,
+    calibrated: calibration.NoiseCalibration | None,
+    gpu: bool | None,
+) -> calibration.Noise:
+    """The metric that decides a paired gate over its pairs so far: the one rule that both the sequential gate's
+    stop rule (:func:`look_decides`, at every look) and its verdict (:func:`judge_noise`, at the last look) apply,
+    so a gate never stops on one metric and is judged on another.
+
+    The noise (``calibration.assess_noise``) of ``host_load`` (the host load over these pairs: the gate's rounds so
+    far, ``calibration.combined_load``) and of the pairs' robust wall-time scale (``stats.noise_scale`` of
+    ``d_wall``, the per-pair log ratios B over A of the block medians, against ``calibrated``'s); then
+    ``calibration.choose_metric`` with the CPU-time scale of ``d_cpu`` (None: no usable per-step CPU time) and
+    ``gpu`` (``calibration.gpu_in_use``; None: unsure). ``case`` is a ``tasks.records.Case``
+    (``max_other_cpu_share``, ``max_steal_share``).
+
+    Returns the ``calibration.Noise`` with ``metric``: ``wall`` (a quiet host), ``cpu`` (a busy host whose CPU time
+    is fit) or None (busy, and no metric is fit: nothing this gate measures can decide).
+
+    Raises:
+        ValueError: fewer than 2 ratios, a non-finite one, or ``d_cpu`` of another length than ``d_wall``.
+    """
+    if d_cpu is not None and len(d_cpu) != len(d_wall):
+        raise ValueError(f"d_cpu has {len(d_cpu)} pair log ratios but d_wall has {len(d_wall)}: they must pair up")
+    noise = calibration.assess_noise(
+        dict(host_load) if host_load else None,
+        gate_sd=stats.noise_scale(d_wall),
+        gate_pairs=len(d_wall),
+        calibration=calibrated,
+        max_other_cpu_share=case.max_other_cpu_share,
+        max_steal_share=case.max_steal_share,
+    )
+    return calibration.choose_metric(
+        noise,
+        cpu_sd=stats.noise_scale(d_cpu) if d_cpu else None,
+        cpu_pairs=len(d_cpu) if d_cpu else None,
+        calibration=calibrated,
+        gpu=gpu,
+    )
+
+
 def look_decides(
     d_wall: Sequence[float],
     d_cpu: Sequence[float] | None,
     looks: Sequence[int],
     design: sequential.Design,
     *,
+    case: Any,
     host_load: Mapping[str, Any] | None,
-    max_other_cpu_share: float,
-    max_steal_share: float = calibration.MAX_STEAL_SHARE,
+    calibrated: calibration.NoiseCalibration | None,
     gpu: bool | None,
-) -> tuple[bool, Literal["wall", "cpu"]]:
-    """Whether a sequential paired gate may stop at its newest look (``looks[-1]`` pairs), and on which
-    metric's look that was judged (``wall`` | ``cpu``): it stops when the metric that will decide has decided.
+) -> tuple[bool, Literal["wall", "cpu", "none"]]:
+    """Whether a sequential paired gate may stop at its newest look (``looks[-1]`` pairs), and the metric that
+    look was judged on: the one :func:`deciding_metric` names for the first ``looks[-1]`` pairs and ``host_load``
+    (the host load over them: ``calibration.combined_load`` of the rounds so far), the rule the verdict applies.
 
-    On a host that the round's ``host_load`` (``RoundSummary.host_load``) shows quiet by the host-load bounds
-    (``calibration.assess_noise``), without usable CPU time (``d_cpu`` None), or on a case that may use a GPU
-    (``gpu`` not False): the wall-time look (``sequential.look`` of the pair log ratios ``d_wall``) is not
-    ``inconclusive``. On a busy host with CPU time: the CPU-time look by the busy-host rule
-    (:func:`busy_verdict_from_ci`) is not ``inconclusive``, so a wall time that load moved can neither stop
-    the gate early nor keep it going. A repeated confidence interval holds at every look at once, so stopping
-    on either metric's look keeps each interval valid.
+    ``wall``: the wall-time look (``sequential.look`` of ``d_wall``) is not ``inconclusive``; ``cpu``: the
+    CPU-time look by the busy-host rule (:func:`busy_verdict_from_ci`) is not ``inconclusive``; ``none`` (no
+    metric fit: the verdict would be ``inconclusive``, "host busy") never stops the gate: it measures on, to its
+    budget, in case the load passes. A repeated confidence interval holds at every look at once, so stopping on
+    either metric's look keeps each interval valid.
 
     Raises:
-        ValueError: as ``sequential.look`` (look points that do not fit the ratios).
+        ValueError: as ``sequential.look`` (look points that do not fit the ratios) and :func:`deciding_metric`.
     """
-    metric = stop_metric(
-        host_load,
-        cpu=d_cpu is not None,
-        max_other_cpu_share=max_other_cpu_share,
-        max_steal_share=max_steal_share,
-        gpu=gpu,
-    )
+    n = int(looks[-1]) if looks else 0
+    cpu = list(d_cpu[:n]) if d_cpu is not None else None
+    metric = deciding_metric(case, host_load, list(d_wall[:n]), cpu, calibrated=calibrated, gpu=gpu).metric
     if metric == "cpu":
-        assert d_cpu is not None  # stop_metric checked it
+        assert d_cpu is not None  # choose_metric needs the CPU scale
         f = sequential.look(d_cpu, looks, design)
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
-    return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
-
-
-def stop_metric(
-    host_load: Mapping[str, Any] | None,
-    *,
-    cpu: bool,
-    max_other_cpu_share: float,
-    max_steal_share: float = calibration.MAX_STEAL_SHARE,
-    gpu: bool | None,
-) -> Literal["wall", "cpu"]:
-    """The metric a look of a paired gate is judged on (:func:`look_decides`, :func:`process_look_decides`):
-    ``cpu`` on a host that ``host_load`` shows busy by the host-load bounds (``calibration.assess_noise``) when
-    the pairs carry usable CPU time (``cpu``) and the case uses no GPU (``gpu`` is False); else ``wall``."""
-    busy = calibration.assess_noise(
-        dict(host_load) if host_load else None,
-        max_other_cpu_share=max_other_cpu_share,
-        max_steal_share=max_steal_share,
-    )
-    return "cpu" if busy.busy and cpu and gpu is False else "wall"
+    if metric == "wall":
+        return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
+    return False, "none"
 
 
 def process_look_decides(
@@ -235,31 +261,33 @@ def process_look_decides(
     looks: Sequence[int],
     design: processes.ProcessDesign,
     *,
+    d_wall: Sequence[float],
+    d_cpu: Sequence[float] | None,
+    case: Any,
     host_load: Mapping[str, Any] | None,
-    max_other_cpu_share: float,
-    max_steal_share: float = calibration.MAX_STEAL_SHARE,
+    calibrated: calibration.NoiseCalibration | None,
     gpu: bool | None,
-) -> tuple[bool, Literal["wall", "cpu"]]:
-    """Whether a process-level paired gate may stop after its newest process (``looks[-1]`` units), and on
-    which metric's look that was judged: as :func:`look_decides`, on the units (``processes.Unit``) of each
-    process's wall-time and CPU-time pair log ratios (``cpu``: None for a process without usable CPU time),
-    ``processes.look`` across them; ``host_load``: the newest process's.
+) -> tuple[bool, Literal["wall", "cpu", "none"]]:
+    """Whether a process-level paired gate may stop after its newest process (``looks[-1]`` units), and the metric
+    that look was judged on: the one :func:`deciding_metric` names for every pair so far (``d_wall``, ``d_cpu``: the
+    pair log ratios of the first ``looks[-1]`` processes, one after another; ``d_cpu`` None without usable CPU time)
+    and ``host_load`` (the host load over those processes: ``calibration.combined_load``), the rule the verdict
+    applies, as :func:`look_decides`; then ``processes.look`` across the units (``processes.Unit``) of each
+    process's wall-time or CPU-time pair log ratios. ``none`` (no metric fit) never stops the gate.
 
     Raises:
-        ValueError: as ``processes.look``.
+        ValueError: as ``processes.look`` and :func:`deciding_metric`.
     """
-    usable = [u for u in cpu[: looks[-1]] if u is not None]
-    metric = stop_metric(
-        host_load,
-        cpu=len(usable) == looks[-1],
-        max_other_cpu_share=max_other_cpu_share,
-        max_steal_share=max_steal_share,
-        gpu=gpu,
-    )
+    metric = deciding_metric(
+        case, host_load, list(d_wall), list(d_cpu) if d_cpu is not None else None, calibrated=calibrated, gpu=gpu
+    ).metric
     if metric == "cpu":
+        usable = [u for u in cpu[: looks[-1]] if u is not None]
         f = processes.look(usable, looks, design)
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
-    return processes.look(wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
+    if metric == "wall":
+        return processes.look(wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
+    return False, "none"
 
 
 def _busy_rule_text(verdict: Verdict, tolerance: float) -> str:
@@ -614,9 +642,9 @@ def paired_comparison(
         raise ValueError(f"a_blocks has {a.size} blocks but b_blocks has {b.size}: blocks must pair up")
     d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
     dz = sequential.Design(**design)
-    # strict unless another look than the wall-time one's kept the gate going: a busy host's CPU time, or a tail
-    # gate, which measures the whole budget (Case.gate_percentile)
-    g = sequential.analyse(d, gate["look_pairs"], dz, strict=not {"cpu", "tail"} & set(gate.get("stopping", ())))
+    # strict unless another look than the wall-time one's kept the gate going: a busy host's CPU time, a busy host
+    # where no metric was fit ("none"), or a tail gate, which measures the whole budget (Case.gate_percentile)
+    g = sequential.analyse(d, gate["look_pairs"], dz, strict=set(gate.get("stopping", ())) <= {"wall"})
     f = g.final
     what = (
         f"paired-abba, sequential: {len(g.looks)} look(s), stopped at {f.pairs} of at most {dz.max_pairs} pairs "
@@ -668,19 +696,21 @@ def judge_noise(
     gpu: bool | None = None,
 ) -> calibration.Noise:
     """The measurement's noise, judged once (the profiled run records it as ``ProfiledRun.noise``; ``decide``
-    applies it): ``calibration.assess_noise`` of the paired phase's host load and the gate's robust pair
-    noise (``details["scale_log_ratio"]`` of :func:`paired_comparison` with ``offset``) against the case's
-    ``calibrated`` gate noise when there is a paired gate, else of ``host_load`` (the runner's ``HostLoad``
-    over the measured steps). ``case`` is a ``tasks.records.Case`` (``max_other_cpu_share``).
+    applies it). With a paired gate: :func:`deciding_metric`, the rule its stop rule applied at every look, over
+    the pairs :func:`paired_comparison` analysed (with ``offset``) and the host load its last look judged (the
+    gate record's ``host_load``: ``calibration.combined_load`` of its rounds; the paired phase's for a fixed gate
+    or a result without it), against the case's ``calibrated`` gate noise: which metric decides (on a busy host
+    the pairs' CPU time, when fit; ``gpu``: ``calibration.gpu_in_use``, None = unsure, which never decides on CPU
+    time). Without one: ``calibration.assess_noise`` of ``host_load`` (the runner's ``HostLoad`` over the
+    measured steps). ``case`` is a ``tasks.records.Case`` (``max_other_cpu_share``, ``max_steal_share``).
 
-    Then which metric decides (``calibration.choose_metric``: on a busy host the pairs' CPU time, when fit;
-    ``gpu``: ``calibration.gpu_in_use``, None = unsure, which never decides on CPU time). Where CPU time is
+    Where CPU time is
     fit its verdict stands, whatever it is (:func:`cpu_comparison`: ``decided_on`` ``cpu``), and the pipeline
     does not measure again: only a measurement that no metric can decide is retried (issue 23). An unpaired
     run on a busy host has no metric fit (its baselines have no paired CPU time).
 
     Raises:
-        ValueError: as :func:`paired_comparison` and ``calibration.assess_noise``.
+        ValueError: as :func:`paired_comparison`, :func:`deciding_metric` and ``calibration.assess_noise``.
     """
     if paired is None:
         noise = calibration.assess_noise(
@@ -692,21 +722,11 @@ def judge_noise(
             )
         return noise
     comparison, _ = paired_comparison(paired, case, offset)
-    noise = calibration.assess_noise(
-        paired.host_load,
-        gate_sd=comparison.details["scale_log_ratio"],
-        gate_pairs=comparison.n_candidate,
-        calibration=calibrated,
-        max_other_cpu_share=case.max_other_cpu_share,
-        max_steal_share=case.max_steal_share,
-    )
-    d_cpu = _cpu_log_ratios(paired, comparison.n_candidate)
-    noise = calibration.choose_metric(
-        noise,
-        cpu_sd=stats.noise_scale(d_cpu) if d_cpu else None,
-        cpu_pairs=len(d_cpu) if d_cpu else None,
-        calibration=calibrated,
-        gpu=gpu,
+    n = comparison.n_candidate
+    # a sequential gate's looks judged the rounds' load (the gate record keeps the last look's): the verdict the same
+    load = (paired.gate or {}).get("host_load") or paired.host_load
+    noise = deciding_metric(
+        case, load, _wall_log_ratios(paired, n), _cpu_log_ratios(paired, n), calibrated=calibrated, gpu=gpu
     )
     if noise.metric == "cpu":
         return noise.model_copy(update={"decided_on": "cpu"})

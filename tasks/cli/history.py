@@ -10,17 +10,21 @@ paired ABBA verdict when it has one, else by its newest run (``sql/queries/gate.
 run never overrides a release gate's verdict; a newer paired gate does), and it exits with
 
 ====  ==========================================================================================
-0     pass: every case passed, improved, or is the model's first run (``no-baseline``: nothing
-      to regress against)
+0     pass: every case passed, improved, or is a first version of its case (``no-baseline`` and no earlier
+      version of the case measured: nothing to regress against; the headline then says ``NO BASELINE``,
+      never ``PASS``, for the cases not compared)
 1     regression: at least one case's verdict is ``regression``
 2     inconclusive or no data: a case is ``inconclusive``, its run failed, or it ran in a changed
       environment (``env-changed``: no like-for-like baseline, so the release cannot be judged —
-      accept a baseline in the new environment first); or there is no run of that version.
+      accept a baseline in the new environment first); a case answered ``no-baseline`` although an earlier
+      version of it was measured (no baseline accepted, e.g. a first run on a busy host: ``NOT COMPARED``;
+      ``perfwatch run MODEL --version V --paired`` pairs with that version); or there is no run of that version.
       Usage errors (bad option) also exit 2, as in every click program.
 3     the store cannot be used (unreachable, newer schema): one line, as every command
 ====  ==========================================================================================
 
-``--strict`` also turns ``no-baseline`` into 2, for pipelines that must never ship unmeasured.
+``--strict`` also turns a first version's ``no-baseline`` into 2, for pipelines that must never ship uncompared.
+A gate never suggests accepting the run it answers with as its own baseline.
 A regression anywhere wins over an inconclusive case (1 before 2).
 
 A model the store does not know (a typo) is an error in every command that takes one: ``unknown
@@ -30,6 +34,7 @@ model X; models: ...`` on stderr, exit 2 for ``gate`` and 1 for the others.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -65,9 +70,11 @@ GATE_CODES: dict[str, int] = {  # by tasks.records.Verdict value (imported by co
 
 EXIT_CODES_HELP = (
     "Exit codes (perfwatch run and gate alike): 0 pass, improvement (faster beyond the tolerance: nothing to "
-    "block) or no-baseline (a first run: nothing to regress against; gate --strict makes it 2); 1 regression; "
-    "2 undecided or failed: inconclusive (interval too wide, or host busy), env-changed (no like-for-like "
-    "baseline), a failed stage, no run of the version, or bad input; 3 the store cannot be used."
+    "block) or no-baseline of a first version (nothing to regress against; gate --strict makes it 2); "
+    "1 regression; 2 undecided or failed: inconclusive (interval too wide, or host busy), env-changed (no "
+    "like-for-like baseline), no-baseline not compared (an earlier version was measured but no baseline "
+    "accepted; or run --paired found nothing to pair with), a failed stage, no run of the version, or bad input; "
+    "3 the store cannot be used."
 )
 """The exit codes as ``--help`` of ``run`` and ``gate`` print them (their epilog) and docs/cli.md says them."""
 
@@ -393,15 +400,22 @@ def env_changes(since: Any, until: Any = None, model: str | None = None, db_url:
 
 
 def gate_decision(
-    rows: pd.DataFrame, *, strict: bool = False, stories: dict[int, Any] | None = None
+    rows: pd.DataFrame,
+    *,
+    strict: bool = False,
+    stories: dict[int, Any] | None = None,
+    uncompared: Mapping[str, str] | None = None,
 ) -> tuple[int, list[str]]:
     """The release-gate exit code from the run that answers for each case (rows of ``sql/queries/gate.sql``:
     the newest paired ABBA verdict of the version, else the newest run; with a ``case_label`` column,
     ``tasks.store.queries.with_case_labels``, each reason line names the case with it). ``stories``: run id ->
     ``tasks.records.VerdictStory`` (``tasks.store.reads.verdict_stories``) of the answering runs and of the
-    case's newest runs; a row's line is its story on one line (``tasks.services.story.story_line``: verdict,
-    ratio and interval, method, baseline, reason), else the row's own figures, followed by a line saying which
-    run answered and why (:func:`answered_by`).
+    case's newest runs; a row's line is its story on one line (``tasks.services.story.story_line`` without the
+    advice to accept the run as the baseline: a gate never suggests making its candidate its own baseline:
+    verdict, ratio and interval, method, baseline, reason), else the row's own figures, followed by a line
+    saying which run answered and why (:func:`answered_by`). ``uncompared``: case name -> why its
+    ``no-baseline`` answer was not a comparison it could have been (:func:`uncompared_cases`): exit 2 and that
+    reason; a ``no-baseline`` case not in it is a first version (exit 0; 2 with ``strict``).
 
     Returns:
         (exit code 0/1/2 as in the module docstring, per case a reason line and its ``answered by`` line, or one
@@ -422,9 +436,12 @@ def gate_decision(
             code = GATE_INCONCLUSIVE
             why = f"run {r.run_id} failed at {r.failed_stage}: {queries.first_line(r.error)}"
         else:
-            code = exit_code(r.verdict, strict=strict)
-            if story is not None:
-                why = f"run {r.run_id} {story_line(story)}"
+            note = (uncompared or {}).get(str(r.case_name)) if r.verdict == Verdict.NO_BASELINE else None
+            code = exit_code(r.verdict, strict=strict, uncompared=note is not None)
+            if note is not None:
+                why = f"run {r.run_id} no-baseline: {note}"
+            elif story is not None:
+                why = f"run {r.run_id} {story_line(story, advice=False)}"
             else:
                 why = f"run {r.run_id} verdict {r.verdict}"
                 if r.ratio is not None and pd.notna(r.ratio):
@@ -442,11 +459,22 @@ def gate_decision(
 
 
 def gate_word(
-    rows: pd.DataFrame, code: int, version: str, *, strict: bool = False, stories: dict[int, Any] | None = None
+    rows: pd.DataFrame,
+    code: int,
+    version: str,
+    *,
+    strict: bool = False,
+    stories: dict[int, Any] | None = None,
+    uncompared: Mapping[str, str] | None = None,
 ) -> str:
     """What ``perfwatch gate``'s headline says of its exit ``code`` (:func:`gate_decision` over ``rows``, the
-    answering runs of ``sql/queries/gate.sql``, with the same ``strict``): ``PASS``, ``REGRESSION``; for exit 2
-    what made it undecided: ``no runs of version V`` (no row), ``FAILED (warm-up: RunnerError: out of memory)`` (an
+    answering runs of ``sql/queries/gate.sql``, with the same ``strict`` and ``uncompared``): ``REGRESSION``; for
+    exit 0 ``PASS`` when every case was compared (``pass`` or ``improvement``), ``NO BASELINE (a first version:
+    nothing to compare with)`` when no case was, ``PASS (2 cases) and NO BASELINE (1 case: a first version, not
+    compared)`` when some were: ``PASS`` never stands for a case that was not compared; for exit 2
+    what made it undecided: ``NOT COMPARED (...)`` (a ``no-baseline`` answer that could have been a comparison:
+    ``uncompared``, or any with ``strict``), ``no runs of version V`` (no row),
+    ``FAILED (warm-up: RunnerError: out of memory)`` (an
     answering run failed: its stage and its error's first line; ``+ N more failed`` for further cases),
     ``ENV-CHANGED (gpu.driver_version 535.104.05 -> 535.129.03)`` (an answering run's environment differs from
     its baseline's: the comparability fields old -> new from its story in ``stories``, run id ->
@@ -456,13 +484,21 @@ def gate_word(
     from tasks.services.story import env_changes_text
     from tasks.store import queries
 
-    if code == GATE_PASS:
-        return "PASS"
     if code == GATE_REGRESSION:
         return "REGRESSION"
     if rows.empty:
         return f"no runs of version {version}"
     ok = rows["status"] == "success"
+    first = rows[ok & (rows["verdict"] == Verdict.NO_BASELINE)]
+    if code == GATE_PASS:
+        if first.empty:
+            return "PASS"
+        if len(first) == len(rows):
+            return "NO BASELINE (a first version: nothing to compare with)"
+        n, k = len(rows) - len(first), len(first)
+        return (
+            f"PASS ({n} case{'s' * (n != 1)}) and NO BASELINE ({k} case{'s' * (k != 1)}: a first version, not compared)"
+        )
     failed = rows[~ok]
     words = []
     if not failed.empty:
@@ -470,7 +506,15 @@ def gate_word(
         error = queries.first_line(first["error"]) or "no error"
         word = f"FAILED ({first['failed_stage'] or 'unknown stage'}: {error})"
         words.append(word + (f" + {len(failed) - 1} more failed" if len(failed) > 1 else ""))
-    undecided = rows[ok & rows["verdict"].map(lambda v: exit_code(v, strict=strict) == GATE_INCONCLUSIVE)]
+    if not first.empty and (strict or set(map(str, first["case_name"])) & set(uncompared or {})):
+        later = [c for c in map(str, first["case_name"]) if c in (uncompared or {})]
+        words.append(
+            "NOT COMPARED (no baseline is accepted, and an earlier version was measured: a paired gate compares "
+            "them; see below)"
+            if later
+            else "NOT COMPARED (a first version: no baseline; --strict)"
+        )
+    undecided = rows[ok & rows["verdict"].map(lambda v: exit_code(v) == GATE_INCONCLUSIVE)]
     env = undecided[undecided["verdict"] == Verdict.ENV_CHANGED]
     if not env.empty:
         changes = []
@@ -485,6 +529,24 @@ def gate_word(
     if len(undecided) > len(env) or not words:
         words.append("INCONCLUSIVE")
     return " and ".join(words)
+
+
+def uncompared_cases(rows: pd.DataFrame, db_url: str, model: str, version: str) -> dict[str, str]:
+    """The cases whose answering run (``rows``: ``sql/queries/gate.sql``) is ``no-baseline`` although an earlier
+    version of the case was measured (``tasks.store.reads.measured_version``: the version a paired gate pairs with
+    when no baseline is accepted), each with why, naming that version, its run and the paired gate that compares
+    them (``tasks.stages.compare.uncompared_note``): case name -> reason. What ``gate`` does not pass."""
+    from tasks.stages.compare import uncompared_note
+    from tasks.store.reads import measured_version
+
+    out: dict[str, str] = {}
+    for r in rows.itertuples(index=False):
+        if r.status != "success" or r.verdict != "no-baseline":
+            continue
+        earlier = measured_version(db_url, model, str(r.case_name), version)
+        if earlier is not None and (note := uncompared_note(model, version, earlier)) is not None:
+            out[str(r.case_name)] = note
+    return out
 
 
 def answered_by(row: Any, stories: dict[int, Any]) -> str:
@@ -550,13 +612,15 @@ REGRESSIONS_TABLE_COLUMNS = [
 csv and json have every column of ``sql/queries/regressions.sql``."""
 
 
-def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False) -> int:
+def exit_code(verdict: str | None, *, strict: bool = False, failed: bool = False, uncompared: bool = False) -> int:
     """The exit code of a verdict in every command that exits by one (``perfwatch run``, ``gate``;
-    ``EXIT_CODES_HELP``): ``GATE_CODES[verdict]``; 2 for a failed run, an unknown or missing verdict, and
-    with ``strict`` for ``no-baseline``."""
+    ``EXIT_CODES_HELP``): ``GATE_CODES[verdict]``; 2 for a failed run, an unknown or missing verdict, and for
+    ``no-baseline`` with ``strict`` or ``uncompared`` (the run could have been compared and was not: an earlier
+    version of its case was measured, ``tasks.store.reads.measured_version``, or it asked for a paired gate and
+    had nothing to pair with: ``tasks.stages.compare.uncompared_note``)."""
     if failed or verdict is None:
         return GATE_INCONCLUSIVE
-    if strict and verdict == "no-baseline":
+    if (strict or uncompared) and verdict == "no-baseline":
         return GATE_INCONCLUSIVE
     return GATE_CODES.get(str(verdict), GATE_INCONCLUSIVE)
 
@@ -922,7 +986,9 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         case: Annotated[str | None, typer.Option(help="Only this case.")] = None,
-        strict: Annotated[bool, typer.Option(help="A first run without a baseline exits 2, not 0.")] = False,
+        strict: Annotated[
+            bool, typer.Option(help="A first version without a baseline (nothing to compare with) exits 2, not 0.")
+        ] = False,
         fmt: FormatOpt = Format.table,
     ) -> None:
         """Release gate of MODEL VERSION: whether it may ship, said by its exit status (below).
@@ -946,7 +1012,8 @@ def register(app: typer.Typer) -> None:
             raise _fail(e, GATE_INCONCLUSIVE) from None
         ids = [int(i) for i in rows["run_id"]]
         stories = verdict_stories(sorted({*ids, *(int(i) for i in rows["newest_run_id"])}), url) if ids else {}
-        code, reasons = gate_decision(rows, strict=strict, stories=stories)
+        uncompared = uncompared_cases(rows, url, model, version) if not rows.empty else {}
+        code, reasons = gate_decision(rows, strict=strict, stories=stories, uncompared=uncompared)
         if not rows.empty:
             shown = gate_table(rows) if fmt is Format.table else rows.drop(columns=["error"])
             if fmt is Format.json:  # each answering run's verdict with its story (tasks.services.story)
@@ -954,7 +1021,7 @@ def register(app: typer.Typer) -> None:
             elif fmt is not Format.table:
                 shown["decision"] = [story_line(stories[i]) if i in stories else None for i in ids]
             render(titled_cases(shown, fmt), fmt, title=f"gate {model} {version_label(version)}")
-        word = gate_word(rows, code, version, strict=strict, stories=stories)  # PASS, REGRESSION, ENV-CHANGED ...
+        word = gate_word(rows, code, version, strict=strict, stories=stories, uncompared=uncompared)  # PASS, ...
         # the answer, on stdout with the table (a CI log of stdout keeps it); beside csv or json data, on stderr so
         # that stdout stays one document
         beside_data = fmt in (Format.json, Format.csv)

@@ -545,7 +545,8 @@ def run_cmd(
     paired: Annotated[
         bool,
         typer.Option(
-            help="Re-measure the baseline version in the same process (A/B), as a release gate does.",
+            help="Re-measure the baseline version in the same process (A/B), as a release gate does; with no "
+            "baseline accepted, the newest earlier version measured; with none, exit 2 (nothing to pair with).",
             rich_help_panel=_PAIRED,
         ),
     ] = False,
@@ -739,8 +740,12 @@ def run_cmd(
         raise typer.Exit(1) from e
     from tasks.cli.history import GATE_INCONCLUSIVE, exit_code
 
-    if exit_code(v.verdict) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
-        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({v.reason or 'no reason'})")
+    # a no-baseline run that could have been compared (an earlier version measured; --paired with nothing to pair
+    # with: tasks.stages.compare.uncompared_note) is undecided, as gate says of it
+    uncompared = (v.evidence.get("uncompared") or {}).get("reason")
+    if exit_code(v.verdict, uncompared=bool(uncompared)) == GATE_INCONCLUSIVE:  # undecided: not a pass for CI
+        why = uncompared or v.reason or "no reason"
+        typer.echo(f"exit {GATE_INCONCLUSIVE}: verdict {v.verdict} is undecided ({why})")
         raise typer.Exit(GATE_INCONCLUSIVE)
 
 

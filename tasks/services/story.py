@@ -42,14 +42,17 @@ def acceptance_text(a: Acceptance) -> str:
     return out + (f", superseded on {_utc_minutes(a.superseded_at)} UTC" if a.superseded_at is not None else "")
 
 
-def no_baseline_text(s: VerdictStory) -> str:
+def no_baseline_text(s: VerdictStory, *, advice: bool = True) -> str:
     """The reason of a ``no-baseline`` verdict stored without one (nothing to compare with, and the run's
     measurement was sound): ``no baseline yet: ...`` with what became of it: the case's baseline now (its
-    acceptance, ``s.accepted``), else the advice to accept it (``perfwatch baseline accept <run id> ...``)."""
+    acceptance, ``s.accepted``), else (with ``advice``) the advice to accept it (``perfwatch baseline accept <run
+    id> ...``)."""
     head = "no baseline yet: nothing to compare this run with (the case's first run in its environment)"
     if s.accepted is not None:
         accepted = acceptance_text(s.accepted)
         return f"{head}; it became the case's baseline ({accepted}): the next run is compared with it"
+    if not advice:
+        return f"{head}; it is not the case's baseline"
     run = str(s.run_id) if s.run_id is not None else "RUN_ID"
     return (
         f"{head}; it is not the case's baseline (if it is sound: perfwatch baseline accept {run} --by NAME "
@@ -57,20 +60,25 @@ def no_baseline_text(s: VerdictStory) -> str:
     )
 
 
-def reason_text(s: VerdictStory) -> str | None:
+def reason_text(s: VerdictStory, *, advice: bool = True) -> str | None:
     """The verdict's reason as every form shows it: the stored reason, with its advice to accept the run as the
     baseline (:data:`ACCEPT_ADVICE`) replaced by the acceptance when the run is or was one (``s.accepted``), else
-    naming the run's id instead of ``RUN_ID``; a ``no-baseline`` verdict stored without a reason has
-    :func:`no_baseline_text`; an ``env-changed`` verdict's reason names each field old -> new
+    naming the run's id instead of ``RUN_ID`` (without ``advice``: left out, as a release gate shows the run it
+    answers with: a gate never suggests making its candidate its own baseline); a ``no-baseline`` verdict stored
+    without a reason has :func:`no_baseline_text`; an ``env-changed`` verdict's reason names each field old -> new
     (:func:`env_changes_text`); None for any other verdict without a reason."""
     reason = s.reason
     if not reason:
-        return no_baseline_text(s) if s.status == "success" and s.verdict == "no-baseline" else None
+        if s.status == "success" and s.verdict == "no-baseline":
+            return no_baseline_text(s, advice=advice)
+        return None
     if (changes := env_changes_text(s)) is not None and reason.startswith(ENV_CHANGED_REASON):
         return f"{ENV_CHANGED_REASON}: {changes}"
     if s.accepted is not None and ACCEPT_ADVICE.search(reason):
         accepted = f" ({acceptance_text(s.accepted)})"
         return ACCEPT_ADVICE.sub(lambda _: accepted, reason)
+    if not advice:
+        return ACCEPT_ADVICE.sub("", reason)
     if s.run_id is not None:
         run_id = str(s.run_id)
         return ACCEPT_ADVICE.sub(lambda m: m[0].replace("RUN_ID", run_id), reason)
@@ -154,15 +162,16 @@ def baseline_text(s: VerdictStory) -> str | None:
     return run + (f" (v{s.baseline_version})" if s.baseline_version else "")
 
 
-def story_line(s: VerdictStory) -> str:
+def story_line(s: VerdictStory, *, advice: bool = True) -> str:
     """The story on one line, as listings print it under their table: ``regression: step-time ratio 2.523
     [2.410, 2.640] at 99%, regression line 1.050 (tolerance 5%); paired ABBA sequential gate: both versions in
-    one process, 64 pairs of at most 100; baseline run 3 (v1); why: <reason>``."""
+    one process, 64 pairs of at most 100; baseline run 3 (v1); why: <reason>`` (the reason by
+    :func:`reason_text` with ``advice``)."""
     head = verdict_text(s)
     figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
     parts = [f"{head}: {figures}" if figures else head]
     parts += [x for x in (s.method_text, baseline_text(s)) if x]
-    if reason := reason_text(s):
+    if reason := reason_text(s, advice=advice):
         parts.append(f"why: {reason}")
     return "; ".join(parts)
 

@@ -65,7 +65,7 @@ import pandas as pd
 from tasks.analysis import calibration, processes, sequential, soundness
 from tasks.analysis.attribution import attribute_against_run
 from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
-from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun
+from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun, Verdict
 from tasks.runner.protocol import StepSamples, read_view
 from tasks.stages import expectations
 from tasks.stages.profiled_run import read_paired, server_queries
@@ -139,6 +139,28 @@ def _validate(
     return outcomes, gx_results
 
 
+def uncompared_note(
+    model: str, version: str, earlier: tuple[str, int] | None, *, paired_wanted: bool = False
+) -> str | None:
+    """What an unpaired ``no-baseline`` run of ``model`` ``version`` was not compared with, in one phrase: with an
+    earlier version measured (``earlier``: ``tasks.store.reads.measured_version``, its version and run id) that no
+    one accepted as the baseline, that this run was compared with nothing and the paired gate that compares the
+    two (``perfwatch run MODEL --version V --paired``, which pairs with it); for a run that asked for a paired gate
+    (``paired_wanted``) with nothing to pair with, that there was nothing (a first version); else None."""
+    if earlier is not None:
+        return (
+            f"not compared: no baseline is accepted, and version {earlier[0]} of this case was measured (run "
+            f"{earlier[1]}) but never made the baseline; a paired gate compares the two: perfwatch run {model} "
+            f"--version {version} --paired"
+        )
+    if paired_wanted:
+        return (
+            f"no paired gate: nothing to pair with (no baseline is accepted and no version of {model} before "
+            f"{version} was measured in this case: a first version)"
+        )
+    return None
+
+
 def baseline_compare(
     db_url: str,
     case: Case,
@@ -148,8 +170,14 @@ def baseline_compare(
     work_dir: str | Path,
     *,
     docs_title: str | None = None,
+    version: str | None = None,
+    paired_wanted: bool = False,
 ) -> CompareRecord:
     """Compare the run's measured step times with its baseline and validate them with GX.
+
+    ``version``: the candidate's resolved model version (``PulledModel.version``); ``paired_wanted``: the run asked
+    for a paired gate (``RunContext.wants_paired``: a release trigger, ``--paired``). An unpaired ``no-baseline``
+    verdict says what it was not compared with (:func:`uncompared_note`).
 
     Writes the GX Data Docs HTML under ``<work_dir>/gx`` (archived with the run), headed ``docs_title``
     (``expectations.data_docs_title``: model, version, case and DAG run). Whenever a baseline
@@ -222,16 +250,29 @@ def baseline_compare(
             "step-time samples failed data-quality expectations: " + "; ".join(f.text for f in quality)
         )
     verdict, reason = d.verdict, d.reason
+    earlier = None
+    if verdict == Verdict.NO_BASELINE and paired is None and version is not None:
+        earlier = reads.measured_version(db_url, case.model, case.name, version)
+        if note := uncompared_note(case.model, version, earlier, paired_wanted=paired_wanted):
+            reason = f"{note}; {reason}" if reason else note
+            evidence["uncompared"] = {
+                "reason": note,
+                **({"version": earlier[0], "run_id": earlier[1]} if earlier else {"version": None, "run_id": None}),
+            }
     if run.findings:  # on the steps themselves: recompiles, batch shapes, partial batches, the warm-up
         evidence["measurement_findings"] = run.findings
     refused = soundness.baseline_refusals(run.findings, run.noise) if verdict in AUTO_ACCEPT_VERDICTS else []
+    if earlier is not None:  # a later version compared with nothing never becomes the baseline unexamined
+        refused.append(
+            f"version {earlier[0]} of this case was measured (run {earlier[1]}) and this run was not compared with it"
+        )
     if refused:
         evidence["baseline_refused"] = refused
-        note = (
-            f"not made the case's baseline automatically, although {verdict} would make it one: "
-            + "; ".join(refused)
-            + " (if it is sound after all: perfwatch baseline accept RUN_ID --by NAME --reason WHY)"
+        note = f"not made the case's baseline automatically, although {verdict} would make it one: " + "; ".join(
+            refused
         )
+        if earlier is None:  # else the advice is the paired gate, never to accept the run that was not compared
+            note += " (if it is sound after all: perfwatch baseline accept RUN_ID --by NAME --reason WHY)"
         reason = evidence["reason"] = f"{reason}; {note}" if reason else note
     if reason:
         evidence.setdefault("reason", reason)

@@ -59,7 +59,7 @@ from tasks.settings import Settings
 from tasks.stages import scratch
 from tasks.stages.registry import STAGE_IDS, STAGES, StageId, StateField, producer, stage
 from tasks.store import migrate
-from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, stored_run
+from tasks.store.reads import RunLocation, baseline_version, gather_compare_inputs, measured_version, stored_run
 from tasks.store.writes import SuccessAlreadyStored, record_failure
 
 if TYPE_CHECKING:
@@ -454,21 +454,26 @@ def pull_paired_baseline(
     ctx: RunContext, env: EnvRecord, settings: Settings, pulled: PulledModel | None = None
 ) -> PulledModel | None:
     """For a paired gate: pull the version to re-measure as A into ``<work dir>/baseline`` -- the
-    baseline's (the version of the baseline run found by ``tasks.store.reads.baseline_version``), or
-    ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
+    baseline's (the version of the baseline run found by ``tasks.store.reads.baseline_version``); without an
+    accepted baseline, the newest earlier version measured (``tasks.store.reads.measured_version`` below
+    ``pulled.version``: a first run that was not made the baseline, e.g. on a busy host, is still a version to
+    compare with); or ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
     ``RunContext.pairs_with`` says so: a release trigger or ``Case.paired``, or a scheduled run whose
-    resolved version (``pulled.version``) differs from the baseline's. ``None`` otherwise, and when
-    there is no baseline yet (the normal path then decides). A ``keras.applications`` case re-measures a copy
+    resolved version (``pulled.version``) differs from that version. ``None`` otherwise, and when
+    there is nothing to pair with (a first version: the compare stage says so). A ``keras.applications`` case
+    re-measures a copy
     of its own build when the baseline's version is the same; another version (another Keras or architecture)
     cannot be rebuilt here, so it gets no paired gate (logged) and the history comparison decides."""
     from tasks.stages.pull import pull_model_version
 
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
+    if found is None and pulled is not None:  # no baseline accepted: the newest earlier version measured
+        found = measured_version(settings.database_url, ctx.case.model, ctx.case.name, pulled.version)
     baseline = found[0] if found else None
     if not ctx.pairs_with(pulled.version if pulled else None, baseline):
         return None
     version = ctx.paired_version or baseline
-    assert version is not None  # pairs_with is False without a baseline unless paired_version names A
+    assert version is not None  # pairs_with is False without a version to pair with unless paired_version names A
     if ctx.case.backbone:  # a keras.applications model: only the version this runner's Keras builds exists
         if pulled is None or version != pulled.version:
             log.warning(
@@ -526,6 +531,8 @@ def _compare(s: RunState, ctx: RunContext, st: Settings) -> CompareRecord:
         _have(s.parsed, "parsed"),
         work_dir(st, ctx),
         docs_title=data_docs_title(ctx, _have(s.pulled, "pulled").version),
+        version=_have(s.pulled, "pulled").version,
+        paired_wanted=ctx.wants_paired,
     )
 
 
@@ -830,12 +837,16 @@ def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
     if verdict.verdict == Verdict.REGRESSION:
         from tasks.analysis.attribution import top_ops_text
 
+        against = f"vs baseline run(s) {verdict.baseline_run_ids}"
+        if not verdict.baseline_run_ids:  # a paired gate against the newest earlier version measured
+            against = (
+                f"vs version {(verdict.evidence.get('paired') or {}).get('baseline_version')} (no baseline accepted)"
+            )
         raise RegressionDetected(  # the ratio of the metric that decided: wall time, or CPU time on a busy host
             f"{ctx.case.model} v{_have(state.pulled, 'pulled').version} ({ctx.case.name}) regressed "
             f"({verdict.method}): {ratio_name(verdict.metric)} {verdict.ratio:.3f} "
             f"[{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
-            f"vs baseline run(s) {verdict.baseline_run_ids}; archived as run {archived.run_id}; "
-            + top_ops_text(verdict.evidence.get("attribution"))
+            f"{against}; archived as run {archived.run_id}; " + top_ops_text(verdict.evidence.get("attribution"))
         )
 
 

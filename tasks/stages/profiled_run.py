@@ -10,8 +10,10 @@ Paired gates (release triggers, cases with ``paired=True``, nightly runs of a ne
 baseline's model version (A) and the candidate (B) loaded together, each warmed up, measured in ABBA
 blocks (``tasks.runner``'s ``paired`` mode). The gate is **sequential**: the runner measures
 ``Case.paired_round_pairs`` pairs per round and, after each, this stage asks
-``tasks.analysis.sequential`` whether the interval decides; the runner stops at the first decisive
-look or at the budget (``Case.paired_blocks`` pairs), so a x2 slowdown costs a few dozen pairs and an
+``tasks.analysis.sequential`` whether the interval of the metric that will decide the verdict decides (that
+metric chosen at every look by the verdict's own rule, ``tasks.analysis.verdict.deciding_metric``, over the
+pairs and the rounds' host load so far); the runner stops at the first decisive look or at the budget
+(``Case.paired_blocks`` pairs), so a x2 slowdown costs a few dozen pairs and an
 undecidable gate the whole budget. The design (confidence, tolerance, budget, round, the process
 offset calibrated from the store's quiet A/A gates) is fixed before the first pair and written with
 the runner's result (``gate``), so baseline-compare recomputes the very interval that stopped the
@@ -192,8 +194,11 @@ def paired_run(
     Each version gets the warm-up stage's step count (``warmup.warmup_steps``) after its cold step.
     The runner's result gets a ``gate`` record: ``design`` (``sequential.Design`` fields, None for a
     fixed gate), ``look_pairs`` (pairs at each look), ``stopping`` (per look, the metric whose look decided
-    whether to go on: ``wall``, or ``cpu`` in a round the host was busy: ``verdict.look_decides`` with ``gpu``,
-    ``calibration.gpu_in_use`` of the profiled run), ``offset`` and ``calibrated_noise`` (``setup``).
+    whether to go on, by the verdict's own rule, ``verdict.look_decides`` over the pairs and the rounds' host load
+    so far, with ``setup.noise`` and ``gpu``, ``calibration.gpu_in_use`` of the profiled run: ``wall``, ``cpu``
+    on a busy host whose CPU time is fit, ``none`` where no metric was fit (the gate goes on), ``tail`` for a
+    tail gate), ``host_load`` (``calibration.combined_load`` of the rounds: what the last look judged, and the
+    verdict judges), ``offset`` and ``calibrated_noise`` (``setup``).
 
     Returns:
         (path of the runner's JSON result with ``blocks`` and ``gate``, the process's wall time in s).
@@ -225,6 +230,7 @@ def paired_run(
         log.warning("paired gate of %s %s: %s", case.model, case.name, tail["text"])
     looks: list[int] = []
     stopping: list[str] = []
+    loads: list[dict[str, Any]] = []  # each round's host load: a look judges the rounds so far
     if design is None:
         r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
         if len(r.blocks) < case.paired_blocks:
@@ -239,6 +245,7 @@ def paired_run(
             _check_blocks(info.blocks, case, first=len(d))
             d.extend(_log_ratio(b) for b in info.blocks)
             d_cpu.extend(_cpu_log_ratio(b) for b in info.blocks)
+            loads.append(info.host_load)
             if len(d) < sequential.MIN_LOOK_PAIRS and not info.final:
                 return True
             looks.append(len(d))
@@ -251,9 +258,9 @@ def paired_run(
                 cpu,
                 looks,
                 design,
-                host_load=info.host_load,
-                max_other_cpu_share=case.max_other_cpu_share,
-                max_steal_share=case.max_steal_share,
+                case=case,
+                host_load=calibration.combined_load(loads),
+                calibrated=setup.noise,
                 gpu=gpu,
             )
             stopping.append(metric)
@@ -267,6 +274,7 @@ def paired_run(
         "design": design.model_dump(mode="json") if design else None,
         "look_pairs": looks,
         "stopping": stopping,
+        **({"host_load": calibration.combined_load(loads)} if loads else {}),
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
     }
@@ -287,36 +295,20 @@ def process_design(case: Case) -> processes.ProcessDesign:
 
 
 def combine_host_loads(loads: list[dict[str, Any]]) -> dict[str, Any]:
-    """The host load over several processes' pair phases (``tasks.runner.measure.HostLoad`` dicts): wall and
-    other processes' CPU seconds added up, ``other_cpu_share`` and ``steal_share`` time-weighted over
-    ``wall_s x cpus``, ``load1_start`` of the first, ``load1_end`` of the last, ``gpu_other_processes`` the most
-    seen; the other keys (CPU set, thread settings) of the busiest process; ``per_process_other_cpu_share``
-    lists each. A load without ``wall_s`` (psutil absent: ``{"error"}``) is returned as it is."""
+    """The host load over several processes' pair phases (``tasks.runner.measure.HostLoad`` dicts), as
+    ``calibration.combined_load`` reads consecutive windows (the one rule a gate's looks and its verdict judge),
+    with ``per_process_other_cpu_share`` listing each process's share. A load without ``wall_s`` (psutil absent:
+    ``{"error"}``) is returned as it is.
+
+    Raises:
+        ValueError: no loads.
+    """
     if not loads:
         raise ValueError("combine_host_loads: no host loads")
-    if any("wall_s" not in x or "cpus" not in x for x in loads):
-        return next(x for x in loads if "wall_s" not in x or "cpus" not in x)
-    capacity = [float(x["wall_s"]) * float(x["cpus"]) for x in loads]
-    total = sum(capacity) or 1e-9
-    busiest: dict[str, Any] = max(loads, key=lambda x: float(x.get("other_cpu_share") or 0.0))
-    out = dict(busiest)
-
-    def weighted(key: str) -> float:
-        return sum(float(x.get(key) or 0.0) * c for x, c in zip(loads, capacity, strict=True)) / total
-
-    out.update(
-        wall_s=sum(float(x["wall_s"]) for x in loads),
-        other_cpu_s=sum(float(x.get("other_cpu_s") or 0.0) for x in loads),
-        other_cpu_share=weighted("other_cpu_share"),
-        steal_share=weighted("steal_share"),
-        load1_start=loads[0].get("load1_start"),
-        load1_end=loads[-1].get("load1_end"),
-        per_process_other_cpu_share=[x.get("other_cpu_share") for x in loads],
-    )
-    gpus = [x["gpu_other_processes"] for x in loads if x.get("gpu_other_processes") is not None]
-    if gpus:
-        out["gpu_other_processes"] = max(gpus)
-    return out
+    combined = calibration.combined_load(loads)
+    if combined is None or "wall_s" not in combined:
+        return next((x for x in loads if "wall_s" not in x or "cpus" not in x), combined or loads[0])
+    return {**combined, "per_process_other_cpu_share": [x.get("other_cpu_share") for x in loads]}
 
 
 def _process_gate(
@@ -360,6 +352,8 @@ def _process_gate(
     cpu: list[processes.Unit | None] = []
     looks: list[int] = []
     stopping: list[str] = []
+    pairs_wall: list[float] = []  # every pair log ratio so far, process after process (the deciding-metric rule's)
+    pairs_cpu: list[float | None] = []
     for k in range(design.max_processes):
         spec = RunnerSpec(
             mode="paired",
@@ -383,9 +377,12 @@ def _process_gate(
         except RunnerError as e:
             raise RunnerError(f"paired process {k}: {e}") from e
         results.append(r)
-        wall.append(processes.unit_from_pairs([_log_ratio(b) for b in r.blocks], f"process {k}"))
+        d_wall = [_log_ratio(b) for b in r.blocks]
         d_cpu = [_cpu_log_ratio(b) for b in r.blocks]
+        wall.append(processes.unit_from_pairs(d_wall, f"process {k}"))
         cpu.append(None if None in d_cpu else processes.unit_from_pairs([x for x in d_cpu if x is not None]))
+        pairs_wall.extend(d_wall)
+        pairs_cpu.extend(d_cpu)
         if k + 1 < processes.MIN_LOOK_PROCESSES:
             continue
         looks.append(k + 1)
@@ -397,9 +394,11 @@ def _process_gate(
             cpu,
             looks,
             design,
-            host_load=r.host_load,
-            max_other_cpu_share=case.max_other_cpu_share,
-            max_steal_share=case.max_steal_share,
+            d_wall=pairs_wall,
+            d_cpu=None if None in pairs_cpu else [x for x in pairs_cpu if x is not None],
+            case=case,
+            host_load=combine_host_loads([p.host_load for p in results]),
+            calibrated=setup.noise,
             gpu=gpu,
         )
         stopping.append(metric)

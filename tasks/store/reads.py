@@ -263,6 +263,32 @@ def baseline_version(db_url: str, model: str, case_name: str, comparability_key:
     return None if pick is None else (str(pick[0]), int(pick[1]))
 
 
+def measured_version(db_url: str, model: str, case_name: str, before: str) -> tuple[str, int] | None:
+    """The version a paired gate of version ``before`` pairs with when the case has no accepted baseline: the
+    newest earlier version measured, i.e. the highest integer version below ``before`` with a successful run of
+    ``model`` and ``case_name`` in any environment (both versions are re-measured in one process), A/A gates of
+    ``perfwatch calibrate`` left out; and that version's newest such run id (``runs.id``). None when ``before``
+    is not an integer version (``latest`` unresolved, a keras.applications build: no order) or nothing earlier
+    was measured (a first version)."""
+    if not str(before).isdigit():
+        return None
+    q = (
+        select(ModelVersion.version, Run.id)
+        .select_from(Run)
+        .join(Model, Model.id == Run.model_id)
+        .join(ModelVersion, ModelVersion.id == Run.model_version_id)
+        .where(Model.name == model, Run.case_name == case_name, Run.status == "success", Run.trigger != "calibrate")
+        .order_by(Run.started_at.desc(), Run.id.desc())
+    )
+    with session_scope(db_url) as s:
+        rows = s.execute(q).all()
+    earlier = [(int(v), str(v), int(rid)) for v, rid in rows if str(v).isdigit() and int(v) < int(before)]
+    if not earlier:
+        return None
+    top = max(v for v, _, _ in earlier)
+    return next((name, rid) for v, name, rid in earlier if v == top)
+
+
 def warmup_to_reuse(
     db_url: str,
     model: str,

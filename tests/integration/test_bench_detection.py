@@ -72,8 +72,9 @@ def test_the_gate_stops_where_the_runner_would_and_decide_judges_it():
         offset_sd=0.0,
     )
     d = np.log(procs[0].b / procs[0].a)
-    n, looks = detection.stop_point(d, case, design)
+    n, looks, stopping = detection.stop_point(d, case, design)
     assert n == slow["pairs"] == looks[-1] and looks[0] == sequential.MIN_LOOK_PAIRS
+    assert set(stopping) == {"wall"}  # a quiet host: the wall-time look, as the verdict
     g = sequential.analyse(d[:n], looks, design)  # the product accepts it: no decisive look before the last
     assert g.stopped == "decided" and g.final.pairs == n
     same = _process(320, seed=5)

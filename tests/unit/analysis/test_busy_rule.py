@@ -332,19 +332,22 @@ def test_baseline_compare_decides_a_busy_gate_on_cpu_time(baseline, tmp_path):
 
 def test_a_busy_gate_stops_on_cpu_time_not_on_wall_time():
     """Looks at 32 and 48 pairs: wall time faked a regression (x1.3, steady), CPU time unchanged but still
-    open at 32 pairs. On a quiet round the wall look stops the gate; on a busy one the CPU look decides, and a
-    GPU case (or one without CPU time) stays on wall time."""
+    open at 32 pairs. On a quiet round the wall look stops the gate; on a busy one the CPU look decides; where no
+    metric is fit (a GPU case, no CPU time, CPU time noisy too: what the verdict would leave undecided) no look
+    stops it (issue 35: the stop rule is the verdict's, ``verdict.deciding_metric``)."""
     from tasks.analysis import sequential
 
     design = sequential.Design(max_pairs=320, tolerance=0.05, confidence=0.99, offset_sd=0.0)
     rng = np.random.default_rng(1)
     wall = list(rng.normal(math.log(1.3), 0.02, 64))
-    cpu = list(rng.normal(0.0, 0.2, 64))  # noisy: undecided at 32 pairs
-    kw = {"max_other_cpu_share": 0.25}
+    cpu = list(rng.normal(0.0, 0.06, 64))  # fit (scale within 0.10), but undecided at 32 pairs
+    kw = {"case": CASE, "calibrated": NO_CAL}
     assert look_decides(wall, cpu, [32], design, host_load=QUIET, gpu=False, **kw) == (True, "wall")
     assert look_decides(wall, cpu, [32], design, host_load=LOADED, gpu=False, **kw) == (False, "cpu")
-    assert look_decides(wall, None, [32], design, host_load=LOADED, gpu=False, **kw) == (True, "wall")
-    assert look_decides(wall, cpu, [32], design, host_load=LOADED, gpu=True, **kw) == (True, "wall")
+    assert look_decides(wall, None, [32], design, host_load=LOADED, gpu=False, **kw) == (False, "none")
+    assert look_decides(wall, cpu, [32], design, host_load=LOADED, gpu=True, **kw) == (False, "none")
+    noisy = list(rng.normal(0.0, 0.2, 64))  # CPU time noisy too: no metric fit
+    assert look_decides(wall, noisy, [32], design, host_load=LOADED, gpu=False, **kw) == (False, "none")
     steady = list(rng.normal(0.0, 0.01, 64))
     assert look_decides(wall, steady, [32, 48], design, host_load=LOADED, gpu=False, **kw) == (True, "cpu")
     # the wall-time analysis of a gate that CPU time stopped allows its earlier decided looks

@@ -150,7 +150,7 @@ def test_a_look_names_bad_inputs():
 
 def test_a_busy_host_decides_on_cpu_time_across_processes_by_the_busy_rule():
     """Load fakes a x1.30 in wall time; CPU time is steady and unchanged: a look on a busy host is judged on CPU
-    time (verdict.stop_metric), and the CPU-time comparison across the processes passes by the busy-host rule."""
+    time (verdict.deciding_metric, the verdict's own rule), and the CPU-time comparison across the processes passes by the busy-host rule."""
     rng = np.random.default_rng(5)
     a, b, ac, bc, proc = _process_pairs(rng, 1.30, tau=0.0, sd=0.1, cpu_ratio=1.0, cpu_sd=0.01)
 
@@ -161,18 +161,20 @@ def test_a_busy_host_decides_on_cpu_time_across_processes_by_the_busy_rule():
         ]
 
     looks = list(range(processes.MIN_LOOK_PROCESSES, K + 1))
+    pairs = {
+        "d_wall": [math.log(b[i][0] / a[i][0]) for i in range(len(a))],
+        "d_cpu": [math.log(bc[i][0] / ac[i][0]) for i in range(len(ac))],
+        "case": Case(model="m", max_other_cpu_share=0.25),
+        "calibrated": None,
+    }
     decided, metric = process_look_decides(
-        units(a, b), units(ac, bc), looks, DESIGN, host_load=LOADED, max_other_cpu_share=0.25, gpu=False
+        units(a, b), units(ac, bc), looks, DESIGN, host_load=LOADED, gpu=False, **pairs
     )
     assert (decided, metric) == (True, "cpu")
-    _, metric = process_look_decides(
-        units(a, b), units(ac, bc), looks, DESIGN, host_load=QUIET, max_other_cpu_share=0.25, gpu=False
-    )
+    _, metric = process_look_decides(units(a, b), units(ac, bc), looks, DESIGN, host_load=QUIET, gpu=False, **pairs)
     assert metric == "wall"
-    _, metric = process_look_decides(
-        units(a, b), units(ac, bc), looks, DESIGN, host_load=LOADED, max_other_cpu_share=0.25, gpu=None
-    )
-    assert metric == "wall"  # a case that may use a GPU never decides on CPU time
+    _, metric = process_look_decides(units(a, b), units(ac, bc), looks, DESIGN, host_load=LOADED, gpu=None, **pairs)
+    assert metric == "none"  # a case that may use a GPU never decides on CPU time: no metric is fit, it goes on
     g = _gate(a, b, ac, bc, proc, processes_design=True, host_load=LOADED, looks=looks, stopping=["cpu"] * 4)
     res, test = cpu_comparison(g, Case(model="m", paired_processes=K), OFFSET)
     assert res.verdict == Verdict.PASS and res.details["processes"] == K and f"K = {K} processes" in res.reason

@@ -106,7 +106,8 @@ def test_keras_application_versions_are_compared_and_gated(home, tmp_path):
     assert [h["version"] for h in json.loads(res.stdout)["headline"]] == [KERAS_A, KERAS_B]
     gate = CliRunner().invoke(app, ["gate", "m", KERAS_B])
     assert gate.exit_code == 0, gate.output
-    assert f"gate m {KERAS_B}: PASS" in gate.stdout
+    # stored no-baseline: found, and not a PASS (issue 35: PASS is never said of a version that was not compared)
+    assert f"gate m {KERAS_B}: NO BASELINE (a first version: nothing to compare with)" in gate.stdout
     bad = invoke("m", "--from", "keras3.15.1", "--to", KERAS_B)
     assert bad.exit_code == 1 and "keras<Keras version>-<8 hex>" in bad.stderr
 

@@ -54,6 +54,8 @@ def test_gate_exit_code_per_verdict(cli, releases, version, code):
     res = cli("gate", "m", version)
     assert res.exit_code == code, res.output
     word = {0: "PASS", 1: "REGRESSION", 2: "INCONCLUSIVE"}[code] if version != "99" else "no runs of version 99"
+    if version == "1":  # the first version: no-baseline passes the gate (not --strict) but is never called PASS
+        word = "NO BASELINE (a first version: nothing to compare with)"
     if version == "5":  # stored without the fields that differ: the headline still says what undecided it
         word = "ENV-CHANGED (the comparability key differs from the baseline's)"
     assert f"gate m v{version}: {word} (exit {code})" in res.output
@@ -267,3 +269,23 @@ def test_a_read_on_a_path_without_a_store_says_there_is_none_and_a_first_run_say
     assert f"PERFWATCH_HOME={tmp_path / 'perfwach'}" in made
     first = CliRunner().invoke(app, ["runs"])
     assert first.exit_code == 0 and "no store" not in first.output, first.output
+
+
+def test_gate_never_says_pass_for_a_case_it_did_not_compare(cli, db_url, tmp_path):
+    """Issue 35: a ``no-baseline`` answer is a pass only for a first version of its case (exit 0, headline NO
+    BASELINE, and only beside the compared cases PASS); with an earlier version measured but no baseline accepted
+    it is NOT COMPARED (exit 2), naming that version and the paired gate; never the advice to accept the run."""
+    add_run(db_url, tmp_path, "a1", version="1", verdict="pass", batch_size=16, ratio=1.0)
+    add_run(db_url, tmp_path, "b1", version="1", verdict="no-baseline", batch_size=32)
+    res = cli("gate", "m", "1")
+    assert res.exit_code == 0, res.output
+    assert "gate m v1: PASS (1 case) and NO BASELINE (1 case: a first version, not compared) (exit 0)" in res.output
+    assert cli("gate", "m", "1", "--strict").exit_code == 2
+    reason = "not made the case's baseline automatically (if it is sound after all: perfwatch baseline accept RUN_ID)"
+    b2 = add_run(db_url, tmp_path, "b2", version="2", verdict="no-baseline", batch_size=32, day=1, reason=reason)
+    res = cli("gate", "m", "2")
+    assert res.exit_code == 2, res.output
+    assert "gate m v2: NOT COMPARED (no baseline is accepted, and an earlier version was measured" in res.output
+    assert f"run {b2} no-baseline: not compared: no baseline is accepted, and version 1 of this case was" in res.output
+    assert "perfwatch run m --version 2 --paired" in res.output
+    assert "PASS" not in res.output and "baseline accept" not in res.output
