@@ -150,7 +150,8 @@ def test_a_look_names_bad_inputs():
 
 def test_a_busy_host_decides_on_cpu_time_across_processes_by_the_busy_rule():
     """Load fakes a x1.30 in wall time; CPU time is steady and unchanged: a look on a busy host is judged on CPU
-    time (verdict.deciding_metric, the verdict's own rule), and the CPU-time comparison across the processes passes by the busy-host rule."""
+    time (verdict.deciding_metric, the verdict's own rule), and the CPU-time comparison across the processes passes by
+    the busy-host rule."""
     rng = np.random.default_rng(5)
     a, b, ac, bc, proc = _process_pairs(rng, 1.30, tau=0.0, sd=0.1, cpu_ratio=1.0, cpu_sd=0.01)
 

@@ -17,7 +17,9 @@ from tasks.records import Case, CompareInputs, PulledModel, Verdict, WarmupRecor
 from tasks.stages.profiled_run import GateSetup, paired_run, read_paired
 from tests.helpers.replay import ReplayPairs, blocks_of, recorded_process
 
-CASE = Case(model="m", measured_steps=20, paired_blocks=160, paired_block_steps=1)
+CASE = Case(
+    model="m", measured_steps=20, paired_blocks=160, paired_block_steps=1, paired_processes=1
+)  # one process: the replayed rounds
 OFFSET = calibration.Offset(sd=0.0, source="default")
 NO_CAL = calibration.NoiseCalibration(sd_pair=None, n_gates=0)
 #: the CPU scale of quiet gates of this case, low enough that the busy process's CPU time (scale 0.043) is unfit
