@@ -46,7 +46,8 @@ def test_calibrate_runs_aa_gates_through_the_stages(model_store, home, monkeypat
     )
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout[r.stdout.index("[") : r.stdout.rindex("]") + 1])
-    assert len(rows) == 1 and rows[0]["pairs"] == 32 and rows[0]["gate_sd"] > 0
+    # a budget of 32 pairs is whole processes of 32 // 6 = 5 pairs (issue 36: the process is the unit), at least 3
+    assert len(rows) == 1 and rows[0]["pairs"] in (15, 20, 25, 30) and rows[0]["gate_sd"] > 0
     assert rows[0]["host_busy"] in (True, False) and 0 <= rows[0]["other_cpu_share"] <= 1
     assert "process offset sd" in r.stdout and "gate noise" in r.stdout
     with session_scope(url) as s:
