@@ -1,5 +1,6 @@
-"""The plugin's FastAPI app: the pages behind Airflow's login (and :func:`store_ready`: no page creates a
-store), their static assets (open), the metrics and the webhook with their own access rules (``auth``);
+"""The plugin's FastAPI app: the pages behind Airflow's login (each run shown only to users who may read its
+DAG: ``auth.RunAccess``; and :func:`store_ready`: no page creates a store), their static assets (open), the
+metrics and the webhook with their own access rules (``auth``); no OpenAPI schema or docs pages are served;
 :data:`app` is what Airflow's API server mounts at ``/perfwatch``, :func:`standalone_app` the same routes
 without Airflow's API server."""
 
@@ -51,7 +52,7 @@ def store_ready() -> None:
 def create_app(*, login: bool) -> FastAPI:
     """The plugin's app: the pages (behind :func:`airflow_user`) and the service routes. ``login``: a browser
     without a login is sent to Airflow's login page (inside Airflow's API server, which serves it)."""
-    sub = FastAPI(title="perfwatch history", docs_url=None, redoc_url=None)
+    sub = FastAPI(title="perfwatch history", docs_url=None, redoc_url=None, openapi_url=None)  # no public schema
     sub.state.login = login
     sub.include_router(pages.router, dependencies=[Depends(airflow_user), Depends(store_ready)])
     sub.include_router(assets.router)  # style sheet and scripts: no data, no login (as Airflow's /static)
@@ -69,7 +70,7 @@ def standalone_app() -> FastAPI:
     server: ``uvicorn --factory plugins.perfwatch.app:standalone_app`` from the repository root (e.g. a
     metrics endpoint for Prometheus). Its pages accept the tokens of the Airflow deployment whose
     configuration it reads (same ``[api_auth] jwt_secret``) and answer 401 without one (it has no login page)."""
-    root = FastAPI(title="perfwatch", docs_url=None, redoc_url=None)
+    root = FastAPI(title="perfwatch", docs_url=None, redoc_url=None, openapi_url=None)
     root.add_middleware(SlashRedirect)
     root.mount(URL_PREFIX, create_app(login=False))
     return root

@@ -20,7 +20,9 @@ plugin itself (``assets``): the pages work on a machine without internet.
 * ``/perfwatch/runs/<run id>/archive/<path>``: the files of the run's archive directory (the Data Docs site,
   the profile) from wherever the archive is (a local path, ``s3://``, ...).
 
-The app puts :data:`router` behind Airflow's login (``auth.airflow_user``).
+The app puts :data:`router` behind Airflow's login (``auth.airflow_user``); each route shows only the runs of
+DAGs the user may read (``auth.RunAccess``): the listings, trends, sweeps and comparisons leave the others out,
+and a run page, archive file or comparison of a run the user may not see is 404, as for a run not in the store.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from . import assets, charts
+from .auth import Readable, RunAccess
 from .urls import UI_ROUTE, airflow_root, plugin_root, quote_segment
 
 if TYPE_CHECKING:
@@ -352,6 +355,15 @@ def _newest_first(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("run_id", ascending=False, kind="stable") if not df.empty else df
 
 
+def _readable(df: pd.DataFrame, access: RunAccess) -> pd.DataFrame:
+    """``df`` (a frame with a ``run_id`` column: runs, regressions, history, sweep) without the rows of runs the
+    user may not see (:meth:`RunAccess.readable_runs`)."""
+    if df.empty:
+        return df
+    ok = access.readable_runs(int(i) for i in df["run_id"].dropna())
+    return df[[not _missing(i) and int(i) in ok for i in df["run_id"]]]
+
+
 def _run_rows(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
     from tasks.store.reads import run_pages
 
@@ -424,18 +436,18 @@ def regressions_note(n_recent: int, n_regressions: int, newest: Any = None, days
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request) -> HTMLResponse:
+def index(request: Request, access: Readable) -> HTMLResponse:
     """The regressions of the last 7 days (or why there are none), the models with their newest version
     measured (``tasks.records.newest_version`` of their successful runs) and newest run, and the latest 50 runs
-    (all models), newest first."""
+    (all models), newest first; only runs of DAGs the user may read."""
     import pandas as pd
 
     from tasks.records import newest_version
     from tasks.store import queries
 
     since = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
-    regs = _newest_first(queries.regressions(since))
-    latest = _newest_first(queries.runs(last=200))
+    regs = _newest_first(_readable(queries.regressions(since), access))
+    latest = _newest_first(_readable(queries.runs(last=200), access))
     if latest.empty:
         body = (
             "<p class='empty'>No runs yet. Trigger the <code>perfwatch_profile</code> DAG, or run "
@@ -490,15 +502,15 @@ def _version_cell(version: str | None) -> str:
 
 
 @router.get("/models/{model}", response_class=HTMLResponse)
-def model_history(request: Request, model: str) -> HTMLResponse:
+def model_history(request: Request, model: str, access: Readable) -> HTMLResponse:
     """A model's newest version measured (with its newest successful run), its step-time trend (interactive
     chart, one panel per case, oldest to newest), its version comparisons, its runs (newest first) and its sweep
-    along batch size."""
+    along batch size; only runs of DAGs the user may read (404 when there are none, as for a model not stored)."""
     from tasks.cli.history import history_frame, spread_cells, with_env_changes
     from tasks.records import case_title, newest_version
     from tasks.store.reads import verdict_stories
 
-    df = history_frame(model)  # p10/p90 with their 95% intervals and the steps they rest on
+    df = _readable(history_frame(model), access)  # p10/p90 with their 95% intervals and the steps they rest on
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     df = with_env_changes(df)
@@ -544,7 +556,7 @@ def model_history(request: Request, model: str) -> HTMLResponse:
             request, _newest_first(_failed_verdicts(interval_cells(spread_cells(df)))), HISTORY_COLUMNS, links=rows
         )
     )
-    return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model), charts=True)
+    return _page(request, f"perfwatch: {model}", body + _sweep_section(request, model, access), charts=True)
 
 
 def _failed_verdicts(df: pd.DataFrame) -> pd.DataFrame:
@@ -579,14 +591,14 @@ def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:
     )
 
 
-def _sweep_section(request: Request, model: str) -> str:
+def _sweep_section(request: Request, model: str, access: RunAccess) -> str:
     """The model's sweep along batch size when its newest successful runs span 2+ batch sizes (``perfwatch
     sweep``, no latency budget): plot and table, knee marked, and ``perfwatch sweep``'s warning when the points
     come from more than one model version (``tasks.cli.sweep.mixed_versions_note``); empty otherwise."""
     from tasks.cli.sweep import mixed_versions_note, sweep_frame, too_little_to_sweep
 
     try:
-        df = sweep_frame(model, "batch_size")
+        df = _readable(sweep_frame(model, "batch_size"), access)
     except ValueError:  # no successful run
         return ""
     if too_little_to_sweep(df, "batch_size"):
@@ -607,16 +619,18 @@ def _sweep_section(request: Request, model: str) -> str:
 
 
 @router.get("/models/{model}/sweep.png")
-def model_sweep_plot(model: str) -> Response:
+def model_sweep_plot(model: str, access: Readable) -> Response:
     """PNG of the sweep along batch size: throughput and step time per series, knee starred; 404 when there is
     too little data for a sweep (the reason as the detail)."""
     import tempfile
     from pathlib import Path
 
-    from tasks.cli.sweep import plot_sweep, sweep_frame
+    from tasks.cli.sweep import plot_sweep, sweep_frame, too_little_to_sweep
 
     try:
-        df = sweep_frame(model, "batch_size")
+        df = _readable(sweep_frame(model, "batch_size"), access)
+        if too_little_to_sweep(df, "batch_size"):
+            raise ValueError(f"no sweep of model {model!r} to draw")
         with tempfile.TemporaryDirectory() as d:
             path = plot_sweep(df, "batch_size", Path(d) / "sweep.png", title=f"{model}: sweep along batch_size")
             return Response(content=path.read_bytes(), media_type="image/png")
@@ -625,7 +639,7 @@ def model_sweep_plot(model: str) -> Response:
 
 
 @router.get("/models/{model}/plot.png")
-def model_plot(model: str) -> Response:
+def model_plot(model: str, access: Readable) -> Response:
     """PNG of the step-time trend (``perfwatch history --plot``: one panel per case, lines broken at versions)."""
     import tempfile
     from pathlib import Path
@@ -633,7 +647,7 @@ def model_plot(model: str) -> Response:
     from tasks.cli.history import plot_history
     from tasks.store import queries
 
-    df = queries.history(model)
+    df = _readable(queries.history(model), access)
     if df.empty:
         raise HTTPException(status_code=404, detail=f"no runs of model {model!r} in the store")
     with tempfile.TemporaryDirectory() as d:
@@ -650,7 +664,7 @@ def _facts(rows: Sequence[tuple[str, str]]) -> str:
     return "<dl class='facts'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
-def _story_section(request: Request, run: dict[str, Any]) -> str:
+def _story_section(request: Request, run: dict[str, Any], access: RunAccess) -> str:
     """The verdict's story at the top of the run page (:func:`verdict_section`: the one renderer every command
     uses, ``tasks.services.story``), then links to the baseline run it compared with and to the two side by
     side (``comparisons.baseline_run_id``, ``tasks.store.reads.run_comparison``)."""
@@ -661,7 +675,7 @@ def _story_section(request: Request, run: dict[str, Any]) -> str:
     kind = (run["verdict"] or ("failed" if run["status"] == "failed" else "none")).split("@")[0]
     out = f"<section class='story s-{html.escape(kind)}'>" + verdict_section(story)
     comp = run_comparison(_db(), run["run_id"]) if run["metric"] or run["verdict"] else None
-    if comp is not None and comp["baseline_run_id"] is not None:
+    if comp is not None and comp["baseline_run_id"] is not None and access.may_see(comp["baseline_run_id"]):
         b = int(comp["baseline_run_id"])
         out += (
             f"<p>{_a(f'{base}/runs/{b}', f'baseline run {b}')} · "
@@ -953,15 +967,15 @@ def _distribution_section(run_id: int, baseline_id: int | None, *, title: str = 
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: int) -> HTMLResponse:
+def run_page(request: Request, run_id: int, access: Readable) -> HTMLResponse:
     """One run and why its verdict is what it is: the verdict's story, what it measured, the op deltas that add
     up to the change, the step-time distribution of baseline and candidate, the findings, the telemetry, and how
     to open it (Airflow DAG run and task log, GX Data Docs, the archived profile in TensorBoard or as files)."""
     from tasks.store.reads import run_comparison, run_findings, run_tool_tables
 
-    run = _stored(run_id)
+    run = _stored(run_id, access)
     base = plugin_root(request)
-    body = _story_section(request, run)
+    body = _story_section(request, run, access)
     facts = [
         ("model", _a(f"{base}/models/{quote_segment(run['model'])}", run["model"])),
         *(
@@ -1004,7 +1018,8 @@ def run_page(request: Request, run_id: int) -> HTMLResponse:
     with_charts = False
     if run["status"] == "success":
         body += _op_deltas_section(comp)
-        body += _distribution_section(run_id, comp["baseline_run_id"] if comp else None)
+        baseline = comp["baseline_run_id"] if comp else None  # drawn beside it only for a user who may see it
+        body += _distribution_section(run_id, baseline if baseline is not None and access.may_see(baseline) else None)
         with_charts = True
         from .serving import serving_section  # the scenario's own figures: a self-contained block
 
@@ -1095,6 +1110,7 @@ def _int_param(name: str, value: str | None) -> int | None:
 @router.get("/compare", response_class=HTMLResponse)
 def compare_page(
     request: Request,
+    access: Readable,
     a: str | None = None,
     b: str | None = None,
     model: str | None = None,
@@ -1109,7 +1125,7 @@ def compare_page(
 
     Raises:
         HTTPException: 422 for a run id that is not a number or a half-given version pair; 404 when there is
-            nothing to compare (the reason as the detail).
+            nothing to compare (the reason as the detail), or a run the user may not see (as for one not stored).
     """
     from tasks.cli.compare import ComparisonUnavailable, compare_runs, compare_versions
 
@@ -1124,7 +1140,13 @@ def compare_page(
         else:
             if run_a is None or run_b is None:
                 raise HTTPException(422, "compare needs two runs: a=<run id>&b=<run id>")
+            for i in (run_a, run_b):
+                if not access.may_see(i):
+                    raise ComparisonUnavailable(f"no run {i} in the store")
             vc = compare_runs(_db(), run_a, run_b)
+        picked = [int(i) for i in vc.headline["run_id"]]
+        if len(access.readable_runs(picked)) < len(set(picked)):  # a version's newest run, of a DAG not readable
+            raise ComparisonUnavailable("no runs of those versions to compare that you may see")
     except (ComparisonUnavailable, ValueError) as e:
         body = f"<p class='empty'>{html.escape(str(e))}</p>" + _compare_form(request, a, b)
         return _page(request, "perfwatch: compare two runs", body, status_code=404)
@@ -1273,11 +1295,17 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
     )
 
 
-def _stored(run_id: int) -> dict[str, Any]:
+def _stored(run_id: int, access: RunAccess) -> dict[str, Any]:
+    """The ``run_pages`` row of ``run_id``.
+
+    Raises:
+        HTTPException: 404 for a run not in the store or one the user may not see (the same answer: a refused
+            run's existence is not told).
+    """
     from tasks.store.reads import run_pages
 
     run = run_pages([run_id]).get(run_id)
-    if run is None:
+    if run is None or not access.readable_dags([run["dag_id"]]):
         raise HTTPException(404, f"no run {run_id} in the store")
     return run
 
@@ -1298,14 +1326,14 @@ def _archive_fs(run: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
 
 
 @router.get("/runs/{run_id}/archive/{path:path}")
-def archive_file(run_id: int, path: str) -> Response:
+def archive_file(run_id: int, path: str, access: Readable) -> Response:
     """A file of the run's archive directory (the GX Data Docs site under ``gx/``, the profile under
     ``plugins/profile/``), read with fsspec from wherever the archive is. 404 for a path outside the
-    directory, a directory, or a missing file."""
+    directory, a directory, a missing file, or a run the user may not see."""
     parts = path.split("/")
     if not path or any(p in ("", ".", "..") or "\\" in p for p in parts):
         raise HTTPException(404, f"{path!r} is not a file path inside the run's archive directory")
-    fs, root = _archive_fs(_stored(run_id))
+    fs, root = _archive_fs(_stored(run_id, access))
     target = f"{root}/{'/'.join(parts)}"
     if not fs.isfile(target):
         raise HTTPException(404, f"no file {path!r} in the archive of run {run_id}")

@@ -521,6 +521,18 @@ def run_comparison(db_url: str, run_id: int) -> dict[str, Any] | None:
     return dict(row._mapping) | {"evidence": row.evidence or {}} if row is not None else None
 
 
+def run_dag_ids(run_ids: list[int], db_url: str | None = None) -> dict[int, str]:
+    """Run id -> the ``dag_id`` that made it (``runs.dag_id``: an Airflow DAG's id, or ``perfwatch_cli`` and the
+    other local ids of runs made outside Airflow) for each of ``run_ids`` in the store at ``db_url`` (default: the
+    settings', ``PERFWATCH_DATABASE_URL``); absent ids are left out. What the plugin's per-DAG authorization
+    checks a run against."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url or Settings.from_env().database_url) as s:
+        rows = s.execute(select(Run.id, Run.dag_id).where(Run.id.in_(run_ids))).all()
+    return {int(i): str(d) for i, d in rows}
+
+
 def run_pages(run_ids: list[int], db_url: str | None = None) -> dict[int, dict[str, Any]]:
     """What the history pages show and link for each of ``run_ids`` (absent ids are left out) in the store
     at ``db_url`` (default: the settings', ``PERFWATCH_DATABASE_URL``): run_id,

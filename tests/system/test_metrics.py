@@ -80,7 +80,8 @@ def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     fill_store(url, tmp_path)
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
-    client = TestClient(standalone_app())
+    monkeypatch.setenv("PERFWATCH_METRICS_TOKEN", "scrape-secret")
+    client = TestClient(standalone_app(), headers={"Authorization": "Bearer scrape-secret"})
     r = client.get("/perfwatch/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     v = metric_values(r.text)
@@ -123,6 +124,20 @@ def _get(url: str, timeout: float = 5.0) -> dict:
         return json.loads(r.read())
 
 
+def scrape_job(target: str, token_file: Path) -> dict:
+    """prometheus/prometheus.yml's perfwatch scrape job (path, bearer token from its ``credentials_file``) with
+    ``target`` for its target and ``token_file`` for the file docker-compose.yml's prometheus service writes."""
+    import yaml
+
+    (job,) = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["authorization"]["credentials_file"], "prometheus.yml scrapes without the metrics token"
+    return {
+        **job,
+        "authorization": {**job["authorization"], "credentials_file": str(token_file)},
+        "static_configs": [{"targets": [target]}],
+    }
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus scraping the plugin's /perfwatch/metrics (uvicorn in this process) every second,
@@ -138,6 +153,9 @@ def prometheus(tmp_path_factory):
     fill_store(url, tmp)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
+        mp.setenv("PERFWATCH_METRICS_TOKEN", "scrape-secret")  # closed by default: Prometheus sends the token
+        mp.delenv("PERFWATCH_METRICS_PUBLIC", raising=False)
+        (tmp / "metrics-token").write_text("scrape-secret")
         app_port, prom_port = free_port(), free_port()
         server = uvicorn.Server(uvicorn.Config(standalone_app(), host="127.0.0.1", port=app_port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
@@ -148,13 +166,7 @@ def prometheus(tmp_path_factory):
                 {  # JSON is YAML
                     "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                     "rule_files": [str(ROOT / "prometheus" / "alerts.yml")],
-                    "scrape_configs": [
-                        {
-                            "job_name": "perfwatch",
-                            "metrics_path": "/perfwatch/metrics",
-                            "static_configs": [{"targets": [f"127.0.0.1:{app_port}"]}],
-                        }
-                    ],
+                    "scrape_configs": [scrape_job(f"127.0.0.1:{app_port}", tmp / "metrics-token")],
                 }
             )
         )
@@ -265,3 +277,18 @@ def test_alert_rules_pass_promtool():
         [PROMTOOL, "check", "rules", str(ROOT / "prometheus" / "alerts.yml")], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_compose_prometheus_sends_the_api_servers_metrics_token():
+    """docker-compose.yml: the prometheus service writes the API server's PERFWATCH_METRICS_TOKEN to the file
+    prometheus.yml's scrape job sends as its bearer token (the metrics are closed by default)."""
+    import yaml
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    token = services["airflow-apiserver"]["environment"]["PERFWATCH_METRICS_TOKEN"]
+    prom = services["prometheus"]
+    assert prom["environment"]["PERFWATCH_METRICS_TOKEN"] == token
+    (job,) = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["authorization"]["type"] == "Bearer"
+    assert f'"$$PERFWATCH_METRICS_TOKEN" > {job["authorization"]["credentials_file"]}' in prom["entrypoint"][2]
+    assert prom["entrypoint"][2].endswith('exec /bin/prometheus "$$@"')

@@ -142,8 +142,9 @@ def test_pages_sit_behind_airflows_login(airflow, monkeypatch):
         assert client.get("/perfwatch/").status_code == 200
     finally:
         client.cookies.clear()
-    # metrics: open by default (Prometheus), or behind PERFWATCH_METRICS_TOKEN
-    assert client.get("/perfwatch/metrics").status_code == 200
+    # metrics: closed by default (an Airflow login that may read every DAG), or behind PERFWATCH_METRICS_TOKEN
+    assert client.get("/perfwatch/metrics").status_code == 401
+    assert client.get("/perfwatch/metrics", headers=_auth(token)).status_code == 200
     monkeypatch.setenv("PERFWATCH_METRICS_TOKEN", "scrape-secret")
     assert client.get("/perfwatch/metrics").status_code == 401
     assert client.get("/perfwatch/metrics", headers=_auth(token)).status_code == 401
@@ -259,7 +260,8 @@ def test_standalone_app_takes_the_deployments_tokens_and_has_no_login_page(airfl
     assert client.get("/perfwatch", follow_redirects=False).headers["location"] == "/perfwatch/"
     page = client.get("/perfwatch", headers=_auth(token))
     assert page.status_code == 200 and [row[0] for row in _rows(page.text, "Latest runs")] == ["4", "3", "2", "1"]
-    assert client.get("/perfwatch/metrics").status_code == 200
+    assert client.get("/perfwatch/metrics").status_code == 401
+    assert client.get("/perfwatch/metrics", headers=_auth(token)).status_code == 200
 
 
 def test_airflow_loads_the_plugin_package_once(airflow):

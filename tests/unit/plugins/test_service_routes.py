@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 def client(home, monkeypatch):
     from plugins.perfwatch.app import standalone_app
 
-    monkeypatch.delenv("PERFWATCH_METRICS_TOKEN", raising=False)
-    return TestClient(standalone_app())
+    monkeypatch.setenv("PERFWATCH_METRICS_TOKEN", "scrape-secret")
+    monkeypatch.delenv("PERFWATCH_METRICS_PUBLIC", raising=False)
+    return TestClient(standalone_app(), headers={"Authorization": "Bearer scrape-secret"})
 
 
 def test_bearer_scheme_is_case_insensitive():
@@ -33,7 +34,6 @@ def test_metrics_and_webhook_take_a_lowercase_bearer(client, monkeypatch, tmp_pa
     url = f"sqlite:///{tmp_path / 'store.db'}"
     migrate(url)
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", url)
-    monkeypatch.setenv("PERFWATCH_METRICS_TOKEN", "scrape-secret")
     assert client.get("/perfwatch/metrics", headers={"Authorization": "bearer scrape-secret"}).status_code == 200
     assert client.get("/perfwatch/metrics", headers={"Authorization": "bearer wrong"}).status_code == 401
     monkeypatch.setenv("PERFWATCH_ALERTMANAGER_TOKEN", "hook-token")

@@ -125,9 +125,11 @@ def test_one_story_is_told_the_same_by_every_command_page_alert_and_metric(db_ur
     assert json.loads(cli("history", "m", "--format", "json").stdout)[-1]["decision"] == d
     # the run and model pages: the same fragment
     from plugins.perfwatch import pages
+    from plugins.perfwatch.auth import airflow_user
 
     app = FastAPI()
     app.include_router(pages.router)
+    app.dependency_overrides[airflow_user] = _admin  # the pages' login is not what these tests check
     client = TestClient(app)
     run_page = client.get(f"/runs/{reg}")
     assert run_page.status_code == 200 and story_html(story) in run_page.text
@@ -148,13 +150,22 @@ def test_one_story_is_told_the_same_by_every_command_page_alert_and_metric(db_ur
     assert bounds == {"estimate": 2.523, "low": 2.41, "high": 2.64}
 
 
+def _admin():
+    """An Airflow admin of the simple auth manager (may read every DAG): the pages' user in these tests."""
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return SimpleAuthManagerUser(username="admin", role="admin")
+
+
 def test_the_run_page_says_which_xplane_was_judged(db_url, tmp_path, monkeypatch):
     _, reg, _ = _store(db_url, tmp_path)
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     from plugins.perfwatch import pages
+    from plugins.perfwatch.auth import airflow_user
 
     app = FastAPI()
     app.include_router(pages.router)
+    app.dependency_overrides[airflow_user] = _admin  # the pages' login is not what these tests check
     page = TestClient(app).get(f"/runs/{reg}").text
     profile = page[page.index("id='profile'") :]
     items = [li.split("</li>")[0] for li in profile.split("<li>")[1:]]
