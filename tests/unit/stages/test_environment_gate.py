@@ -100,3 +100,18 @@ def test_cross_environment_case_fields():
         Case(model="m", baseline_runner="/x/python -m tasks.runner", paired_processes=1)
     ctx = RunContext(dag_id="d", dag_run_id="r", trigger="scheduled", case=Case(model="m", baseline_env={"X": "1"}))
     assert ctx.wants_paired and ctx.pairs_with("1", None)
+
+
+def test_perfwatch_run_with_a_baseline_env_gates_the_two_environments(home, cli, monkeypatch):
+    """``perfwatch run m --baseline-env KEY=VALUE``, with no baseline in the store: the run is paired with its own
+    version in the baseline environment (x2 faster there), the gate is a regression (exit 1) naming the variable,
+    and the run is not accepted as a baseline."""
+    fake_runner.write_model(home / "models" / "m" / "1" / "model.keras", 1.0)
+    monkeypatch.setenv("PERFWATCH_RUNNER_COMMAND", fake_runner.command())
+    monkeypatch.setenv("PERFWATCH_FAKE_NOISE_CV", "0.01")
+    res = cli(
+        "run", "m", "--version", "1", "--measured-steps", "20", "--paired-blocks", "60", "--paired-processes", "3",
+        "--baseline-env", "PERFWATCH_FAKE_STEP_MS=0.5", "--baseline-env", "PERFWATCH_FAKE_CPU_RATIO=1.0",
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "regression" in res.stdout and "env PERFWATCH_FAKE_STEP_MS 0.5 -> unset" in res.output, res.output
