@@ -21,7 +21,9 @@ By default (``Case.paired_processes`` > 1) the process is the gate's unit: the s
 ``paired_processes`` fresh paired processes of ``Case.paired_process_pairs`` pairs each (no rounds inside a
 process) and looks across them after each from the third on (:func:`_process_gate`,
 ``tasks.analysis.processes``); the processes are kept in one ``PairedGate`` file. The rounds described above
-are the one-process design (``paired_processes=1``).
+are the one-process design (``paired_processes=1``). A cross-environment gate (``Case.baseline_runner``,
+``Case.baseline_env``) runs each side in its own processes instead, one of each per process pair
+(:func:`_environment_gate`, an ``EnvironmentGate`` file).
 
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
