@@ -115,6 +115,8 @@ def canonical_version(version: str) -> str:
 APPLICATION_VERSION = re.compile(r"keras[0-9A-Za-z.+_]{1,18}-[0-9a-f]{8}")
 """A keras.applications case's version (``tasks.runner.applications.version_string``): ``keras<Keras
 version>-<8 hex of the architecture config's sha256>``, e.g. ``keras3.15.1-1a2b3c4d``, at most 32 characters."""
+#: an environment variable name (POSIX portable: letters, digits and _, not a digit first)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def stored_version(version: str) -> str:
@@ -399,6 +401,20 @@ class Case(Record):
         "process from the third on, stopping when the interval across processes decides. 1: one process, whose "
         "interval comes from its steps (the design before processes were the unit).",
         json_schema_extra=NOT_A_PARAM,
+    )
+    baseline_runner: str | None = Field(
+        None,
+        min_length=1,
+        description="A cross-environment gate: the command that starts side A's runner (the baseline environment: "
+        "another venv's or image's interpreter and '-m tasks.runner', e.g. '/opt/tf222/bin/python -m tasks.runner'; "
+        "split like a shell line), SPEC.json appended. Side B runs in this run's own runner. Unset: A runs in B's.",
+    )
+    baseline_env: dict[str, str] | None = Field(
+        None,
+        description="A cross-environment gate: environment variables set for side A's runner only (KEY: VALUE, "
+        "e.g. {TF_NUM_INTRAOP_THREADS: '1'}; on the command line KEY=VALUE, repeated), over B's environment. With "
+        "baseline_runner or baseline_env set, the paired gate compares the two environments on the same model "
+        "version (tasks.stages.profiled_run).",
     )
     max_other_cpu_share: float = Field(
         0.25,
@@ -690,8 +706,41 @@ class Case(Record):
             data = {**data, "paired_blocks": min(MAX_TIMED_STEPS, max(2, steps // block))}
         return data
 
+    @field_validator("baseline_env", mode="before")
+    @classmethod
+    def _baseline_env_pairs(cls, v: Any) -> Any:
+        """``KEY=VALUE`` strings (``perfwatch run --baseline-env``, repeated) as the mapping; an empty one: None."""
+        if isinstance(v, list | tuple):
+            bad = [x for x in v if not isinstance(x, str) or "=" not in x]
+            if bad:
+                raise ValueError(f"baseline_env: {bad[0]!r} is not KEY=VALUE (e.g. TF_NUM_INTRAOP_THREADS=1)")
+            v = dict(x.split("=", 1) for x in v)
+        return v or None
+
+    @field_validator("baseline_env")
+    @classmethod
+    def _baseline_env(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        bad = [k for k in v or {} if not ENV_NAME.fullmatch(k)]
+        if bad:
+            raise ValueError(
+                f"baseline_env: {bad[0]!r} is not an environment variable name (letters, digits, _; not a digit first)"
+            )
+        return v
+
+    @property
+    def cross_environment(self) -> bool:
+        """Whether the paired gate compares two runner environments (``baseline_runner`` or ``baseline_env``
+        set): side A in the baseline environment, side B in this run's, each in its own processes."""
+        return self.baseline_runner is not None or bool(self.baseline_env)
+
     @model_validator(mode="after")
     def _paired_size(self) -> Case:
+        if self.cross_environment and self.paired_processes < 3:
+            raise ValueError(
+                f"paired_processes={self.paired_processes}: a cross-environment gate (baseline_runner, baseline_env) "
+                "runs each side in its own processes and looks across process pairs from the third on; give at "
+                "least 3"
+            )
         if self.paired_processes == 2:
             raise ValueError(
                 "paired_processes=2: a gate across processes looks from its third process on (its between-process "
@@ -948,16 +997,21 @@ class RunContext(Record):
     def wants_paired(self) -> bool:
         """Paired whatever the versions: a release trigger, a case with ``paired=True``, or an explicit
         ``paired_version``."""
-        return self.trigger == "release" or self.case.paired or self.paired_version is not None
+        return (
+            self.trigger == "release"
+            or self.case.paired
+            or self.case.cross_environment
+            or self.paired_version is not None
+        )
 
     def pairs_with(self, candidate_version: str | None, baseline_version: str | None) -> bool:
         """Whether this run gets the paired (A/B) gate against ``baseline_version``, the version to pair with
         (the accepted baseline's, else the newest earlier version measured: ``tasks.stages.pipeline.
-        pull_paired_baseline``; None: nothing to pair with, never paired unless ``paired_version`` names A):
+        pull_paired_baseline``; None: nothing to pair with, never paired unless ``paired_version`` names A or the case is a cross-environment gate):
         when it ``wants_paired``, and also when a scheduled (nightly) run's resolved ``candidate_version``
         (None: not known) differs from it -- the history verdict alone detects a 5% change in 0.4% of runs on
         a drifting host."""
-        if self.paired_version is not None:
+        if self.paired_version is not None or self.case.cross_environment:  # A: this run's version, elsewhere
             return True
         if baseline_version is None:
             return False

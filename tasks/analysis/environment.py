@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic
@@ -235,3 +236,32 @@ def diff_fingerprints(
         for p in sorted(a.keys() | b.keys())
         if a.get(p, ABSENT) != b.get(p, ABSENT) and (include_recorded or not p.startswith("recorded."))
     ]
+
+
+#: most differing fields a cross-environment verdict names in its reason (the rest are in its evidence)
+MAX_NAMED_DIFFERENCES = 6
+
+
+def sides_differences(
+    configured: Mapping[str, tuple[str | None, str | None]], changes: Sequence[FieldChange]
+) -> tuple[list[dict[str, Any]], str]:
+    """What differs between the two sides of a cross-environment gate (A: the baseline environment, B: this
+    run's), as records and in words: ``configured`` the settings the gate was given (``runner``, ``env KEY``:
+    A's value and B's, None where unset), then ``changes`` (:func:`diff_fingerprints` of A's fingerprint to B's),
+    the fields that enter the comparability key first. E.g. ``({"env TF_NUM_INTRAOP_THREADS": ("1", None)},
+    [])`` gives ``"A and B differ in env TF_NUM_INTRAOP_THREADS 1 -> unset"``; nothing differing gives ``"A and
+    B differ in nothing recorded (the same environment)"``. At most :data:`MAX_NAMED_DIFFERENCES` are named."""
+    rows: list[dict[str, Any]] = [
+        {"field": k, "old": a, "new": b, "configured": True} for k, (a, b) in configured.items() if a != b
+    ]
+    ranked = sorted(changes, key=lambda c: (not c.affects_comparability, c.field))
+    rows += [{**c.model_dump(mode="json"), "configured": False} for c in ranked]
+    if not rows:
+        return rows, "A and B differ in nothing recorded (the same environment)"
+
+    def show(v: Any) -> str:
+        return "unset" if v is None or v == ABSENT else str(v)
+
+    named = [f"{r['field']} {show(r['old'])} -> {show(r['new'])}" for r in rows[:MAX_NAMED_DIFFERENCES]]
+    more = len(rows) - len(named)
+    return rows, "A and B differ in " + ", ".join(named) + (f" and {more} more field(s)" if more else "")

@@ -429,6 +429,8 @@ def cpu_comparison(
         what = (
             f"across processes, look at {pf.processes} processes, boundary {pf.boundary:.2f}; {spread_text(pf.spread)}"
         )
+        if gate.get("environments"):
+            what = f"cross-environment, process pairs as units; {gate['environments']}; " + what
         d = [u.mean for u in units]  # the randomisation test flips the units
     elif gate.get("design"):
         dz = sequential.Design(**gate["design"])
@@ -481,10 +483,19 @@ def is_process_gate(paired: PairedBlocks) -> bool:
 
 def process_units(paired: PairedBlocks, metric: Literal["wall", "cpu"]) -> list[processes.Unit] | None:
     """Each process's unit (``processes.unit_from_pairs``) of its pairs' log ratios of median wall time or CPU
-    time (B over A), in the order the processes ran; None for ``cpu`` when a block lacks usable CPU time."""
+    time (B over A), in the order the processes ran; None for ``cpu`` when a block lacks usable CPU time. A
+    cross-environment gate (gate ``unit``: ``process-pair``): each pair's ``processes.unit_from_sides`` of its
+    two processes' steps."""
     out = []
+    sides = (paired.gate or {}).get("unit") == "process-pair"  # a cross-environment gate: one process per side
     for k, idx in enumerate(paired.by_process()):
         sub = _subset(paired, idx)
+        if sides:
+            a, b = (sub.a, sub.b) if metric == "wall" else (sub.a_cpu, sub.b_cpu)
+            if a is None or b is None:
+                return None
+            out.append(processes.unit_from_sides([t for x in a for t in x], [t for x in b for t in x], f"pair {k}"))
+            continue
         d = _wall_log_ratios(sub, len(idx)) if metric == "wall" else _cpu_log_ratios(sub, len(idx))
         if d is None:
             return None
@@ -542,6 +553,8 @@ def process_comparison(paired: PairedBlocks) -> tuple[stats.Comparison, processe
         f"paired-abba across processes: {len(g.looks)} look(s), stopped at {f.processes} of at most "
         f"{dz.max_processes} processes ({g.stopped}; {spread_text(f.spread)}; boundary {f.boundary:.2f} on {f.df} df)"
     )
+    if gate.get("environments"):  # a cross-environment gate: what differs between its sides
+        what = f"cross-environment, process pairs as units; {gate['environments']}; " + what
     reason = stats._reason(f.verdict, f.ratio, f.ci_low, f.ci_high, dz.confidence, dz.tolerance, what)
     if f.verdict == Verdict.INCONCLUSIVE:
         reason += (

@@ -581,6 +581,22 @@ def run_cmd(
             rich_help_panel=_PAIRED,
         ),
     ] = 6,
+    baseline_runner: Annotated[
+        str | None,
+        typer.Option(
+            help="A cross-environment gate: the command of side A's runner (another venv or image, e.g. "
+            "'/opt/tf222/bin/python -m tasks.runner'); the gate runs this version in both environments.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
+    baseline_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A cross-environment gate: KEY=VALUE set for side A's runner only (repeat it), e.g. "
+            "TF_NUM_INTRAOP_THREADS=1; the gate runs this version in both environments.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
     paired_offset_sd: Annotated[
         float | None,
         typer.Option(

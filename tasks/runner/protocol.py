@@ -491,6 +491,36 @@ class PairedGate(_Record):
     timed_steps: int = Field(description="2 x pairs x block_steps over all processes")
 
 
+class EnvironmentProcess(_Record):
+    """One process of a cross-environment gate: its process pair, its side (``A``: the baseline environment,
+    ``B``: this run's) and its profile-mode result (the measured steps, no profiler window)."""
+
+    pair: int = Field(ge=0, description="the process pair (the gate's unit), 0-based, in the order they ran")
+    side: Literal["A", "B"]
+    result: ProfileResult
+
+
+class EnvironmentGate(_Record):
+    """A cross-environment gate as the parent keeps it (``tasks.stages.profiled_run``): the two sides of the
+    gate are two runner environments (another runner command or other environment variables), each measured
+    in its own fresh processes, one process of each side per pair, the side that runs first drawn afresh per
+    pair. ``environments``: each side's runner command, its own environment variables and fingerprint
+    (``fingerprint_id``, ``comparability_key``), and ``differs`` (``tasks.analysis.environment.FieldChange``
+    dicts, A to B). The process pair is the unit of the interval (``tasks.analysis.processes.unit_from_sides``).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["environment-gate"] = "environment-gate"
+    processes: list[EnvironmentProcess] = Field(description="every side's process, in the order they ran")
+    environments: dict[str, Any] = Field(description="A and B: runner, env, fingerprint; differs: the fields")
+    gate: dict[str, Any] = Field(description="design, look_processes, stopping (tasks.stages.profiled_run)")
+    block_steps: int = Field(description="timed steps per side and block (the steps are cut into blocks)")
+    host_load: dict[str, Any] = Field(description="host load over all processes' measured steps, time-weighted")
+    pairs_wall_s: float = Field(description="the processes' measured phases added up, s")
+    wall_s: float = Field(description="the processes' wall times added up, s (each with its start-up and warm-up)")
+    timed_steps: int = Field(description="measured steps over all processes, both sides")
+
+
 ModeResult = ProbeResult | BuildResult | WarmupResult | ProfileResult | PairedResult
 R = TypeVar("R", bound=BaseModel)
 

@@ -463,9 +463,13 @@ def pull_paired_baseline(
     there is nothing to pair with (a first version: the compare stage says so). A ``keras.applications`` case
     re-measures a copy
     of its own build when the baseline's version is the same; another version (another Keras or architecture)
-    cannot be rebuilt here, so it gets no paired gate (logged) and the history comparison decides."""
+    cannot be rebuilt here, so it gets no paired gate (logged) and the history comparison decides. A
+    cross-environment gate (``Case.cross_environment``) re-measures ``pulled`` itself in the baseline environment
+    (unless ``ctx.paired_version`` names another version)."""
     from tasks.stages.pull import pull_model_version
 
+    if ctx.case.cross_environment and ctx.paired_version is None and pulled is not None:
+        return pulled  # a cross-environment gate: this version on both sides, A in the baseline environment
     found = baseline_version(settings.database_url, ctx.case.model, ctx.case.name, env.comparability_key)
     if found is None and pulled is not None:  # no baseline accepted: the newest earlier version measured
         found = measured_version(settings.database_url, ctx.case.model, ctx.case.name, pulled.version)

@@ -23,7 +23,9 @@ By default (``Case.paired_processes`` > 1) the process is the gate's unit: the s
 ``paired_processes`` fresh paired processes of ``Case.paired_process_pairs`` pairs each (no rounds inside a
 process) and looks across them after each from the third on (:func:`_process_gate`,
 ``tasks.analysis.processes``); the processes are kept in one ``PairedGate`` file. The rounds described above
-are the one-process design (``paired_processes=1``).
+are the one-process design (``paired_processes=1``). A cross-environment gate (``Case.baseline_runner``,
+``Case.baseline_env``) runs each side in its own processes instead, one of each per process pair
+(:func:`_environment_gate`, an ``EnvironmentGate`` file).
 
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
@@ -41,12 +43,15 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import random
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.analysis import calibration, percentiles, processes, sequential, serving, soundness
+from tasks.analysis import calibration, environment, percentiles, processes, sequential, serving, soundness
 from tasks.analysis.findings import Finding
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides, process_look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
@@ -54,6 +59,8 @@ from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, loadgen
 from tasks.runner.driver import as_runner
 from tasks.runner.protocol import (
     BlockPair,
+    EnvironmentGate,
+    EnvironmentProcess,
     PairedGate,
     PairedGateSamples,
     PairedResult,
@@ -61,6 +68,7 @@ from tasks.runner.protocol import (
     ProfileResult,
     RoundEvent,
     load_json,
+    read_result,
     read_view,
     write_result,
 )
@@ -208,6 +216,8 @@ def paired_run(
             block has fewer steps than asked or a non-positive/NaN step time (names the block and version).
     """
     setup = setup or GateSetup()
+    if case.cross_environment:
+        return _environment_gate(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup, gpu=gpu)
     if case.paired_processes > 1:
         return _process_gate(pulled, baseline, case, warmup, work_dir, runner, timeout_s, setup=setup, gpu=gpu)
     design = gate_design(case, setup.offset.sd)
@@ -436,6 +446,221 @@ def _process_gate(
     return str(path), total_wall
 
 
+def baseline_runner(case: Case, runner: RunnerProcess | str) -> RunnerProcess:
+    """Side A's runner of a cross-environment gate: ``Case.baseline_runner`` (split like a shell line) or else
+    ``runner``'s command, in ``runner``'s environment (default this process's) with ``Case.baseline_env`` set over
+    it."""
+    b = as_runner(runner)
+    command = shlex.split(case.baseline_runner) if case.baseline_runner else b.command
+    return RunnerProcess(command, env={**(os.environ if b.env is None else b.env), **(case.baseline_env or {})})
+
+
+def _side_settings(case: Case, a: RunnerProcess, b: RunnerProcess) -> dict[str, tuple[str | None, str | None]]:
+    """The settings a cross-environment gate was given, A's value and B's: ``runner`` and each ``env KEY`` of
+    ``Case.baseline_env`` (B's value: its runner's environment's, None where unset)."""
+    b_env = os.environ if b.env is None else b.env
+    out: dict[str, tuple[str | None, str | None]] = {"runner": (a.name, b.name)}
+    out.update({f"env {k}": (v, b_env.get(k)) for k, v in sorted((case.baseline_env or {}).items())})
+    return out
+
+
+def _environment_gate(
+    pulled: PulledModel,
+    baseline: PulledModel,
+    case: Case,
+    warmup: WarmupRecord,
+    work_dir: str | Path,
+    runner: RunnerProcess | str,
+    timeout_s: float | None,
+    *,
+    setup: GateSetup,
+    gpu: bool | None,
+) -> tuple[str, float]:
+    """A cross-environment gate (``Case.cross_environment``): side A is ``baseline`` in the baseline environment
+    (:func:`baseline_runner`), side B ``pulled`` in ``runner``'s (a cross-environment run pulls the same version
+    for both, ``tasks.stages.pipeline.pull_paired_baseline``). Each side's fingerprint is taken first (the
+    env-fingerprint stage's probe, ``take_fingerprint_in``, in each side's runner). Then up to
+    ``Case.paired_processes`` process pairs, one after another in ``<work_dir>/paired/p<k><side>``: a fresh
+    profile-mode process of each side (no profiler window), timing ``paired_process_pairs x paired_block_steps``
+    steps after the warm-up, the side that runs first drawn afresh per pair. A pair's unit is
+    ``processes.unit_from_sides`` of its two processes' steps; after each pair from the
+    ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the pairs (``verdict.process_look_decides``, as a
+    same-environment gate across processes) and stops when that look decides. Writes an ``EnvironmentGate`` to
+    ``<work_dir>/paired/result.json``: every process's result, ``environments`` (each side's runner, settings and
+    fingerprint; ``differs``: what differs, in records, and ``text``: in words,
+    ``environment.sides_differences``) and the gate record (``unit``: ``process-pair``, ``orders``: the side run
+    first per pair, and as :func:`_process_gate`'s).
+
+    Returns (that path, the processes' wall time in s added up).
+
+    Raises:
+        RunnerError: a probe or process failed or timed out, or a process returned fewer steps than asked or a
+            non-positive/NaN step time (names the pair and the side).
+    """
+    from tasks.stages.fingerprint import take_fingerprint_in
+
+    design = process_design(case)
+    out = Path(work_dir) / "paired"
+    runners = {"A": baseline_runner(case, runner), "B": as_runner(runner)}
+    models = {"A": baseline.local_path, "B": pulled.local_path}
+    prints = {side: take_fingerprint_in(r) for side, r in runners.items()}
+    settings = _side_settings(case, runners["A"], runners["B"])
+    rows, text = environment.sides_differences(
+        settings, environment.diff_fingerprints(prints["A"].data, prints["B"].data)
+    )
+    log.info("cross-environment gate of %s %s: %s", case.model, case.name, text)
+    steps = case.paired_process_pairs * case.paired_block_steps
+    limit, how = limit_after_warmup("paired-run", warmup, warmup.warmup_steps + steps, timeout_s)
+    draw = random.SystemRandom()
+    kept: list[EnvironmentProcess] = []
+    wall: list[processes.Unit] = []
+    cpu: list[processes.Unit | None] = []
+    looks: list[int] = []
+    stopping: list[str] = []
+    orders: list[str] = []
+    for k in range(design.max_processes):
+        order = "AB" if draw.random() < 0.5 else "BA"
+        orders.append(order)
+        got: dict[str, ProfileResult] = {}
+        for side in order:
+            spec = RunnerSpec(
+                mode="profile",
+                model_path=models[side],
+                out_dir=str(out / f"p{k}{side}"),
+                **case_options(case),
+                warmup_steps=warmup.warmup_steps,
+                measured_steps=steps,
+                profiled_steps=0,
+                process=k,
+                processes=design.max_processes,
+                xla_cache_dir=xla_cache_dir(case, work_dir),
+            )
+            r = runners[side].run(spec, ProfileResult, limit, limit_note=how)
+            bad = [(i, t) for i, t in enumerate(r.measured_step_times_ms) if not t > 0]
+            if len(r.measured_step_times_ms) < steps or bad:
+                raise RunnerError(
+                    f"cross-environment pair {k}, side {side}: {len(r.measured_step_times_ms)} measured steps of "
+                    f"{steps} asked" + (f", non-positive or NaN at (index, ms) {bad[:5]}" if bad else "")
+                )
+            got[side] = r
+            kept.append(EnvironmentProcess(pair=k, side=side, result=r))
+        a, b = got["A"], got["B"]
+        wall.append(processes.unit_from_sides(a.measured_step_times_ms, b.measured_step_times_ms, f"pair {k}"))
+        has_cpu = all(x.measured_cpu_ms and min(x.measured_cpu_ms) > 0 for x in (a, b))
+        cpu.append(processes.unit_from_sides(a.measured_cpu_ms, b.measured_cpu_ms) if has_cpu else None)
+        if k + 1 < processes.MIN_LOOK_PROCESSES:
+            continue
+        looks.append(k + 1)
+        load = combine_host_loads([a.host_load, b.host_load])
+        decided, metric = process_look_decides(
+            wall,
+            cpu,
+            looks,
+            design,
+            host_load=load,
+            max_other_cpu_share=case.max_other_cpu_share,
+            max_steal_share=case.max_steal_share,
+            gpu=gpu,
+        )
+        stopping.append(metric)
+        log.info(
+            "cross-environment gate of %s %s: look after pair %d of at most %d on %s time: %s",
+            case.model,
+            case.name,
+            k + 1,
+            design.max_processes,
+            metric,
+            "decided" if decided else "going on",
+        )
+        if decided:
+            break
+    environments = {
+        side: {
+            "runner": list(runners[side].command),
+            "env": dict(case.baseline_env or {}) if side == "A" else {},
+            "fingerprint_id": prints[side].fingerprint_id,
+            "comparability_key": prints[side].comparability_key,
+        }
+        for side in ("A", "B")
+    }
+    gate = {
+        "design": design.model_dump(mode="json"),
+        "unit": "process-pair",
+        "orders": orders,
+        "look_processes": looks,
+        "stopping": stopping,
+        "offset": setup.offset.model_dump(mode="json"),
+        "calibrated_noise": setup.noise.model_dump(mode="json"),
+        "environments": text,
+    }
+    results = [p.result for p in kept]
+    record = EnvironmentGate(
+        processes=kept,
+        environments={**environments, "differs": rows, "text": text},
+        gate=gate,
+        block_steps=case.paired_block_steps,
+        host_load=combine_host_loads([r.host_load for r in results]),
+        pairs_wall_s=sum(r.phases_s.get("measured_steps", 0.0) for r in results),
+        wall_s=sum(r.wall_s for r in results),
+        timed_steps=sum(len(r.measured_step_times_ms) for r in results),
+    )
+    path = out / "result.json"
+    write_result(path, record)
+    return str(path), record.wall_s
+
+
+def _blocks(steps: list[float], n: int, size: int) -> list[list[float]]:
+    return [steps[i * size : (i + 1) * size] for i in range(n)]
+
+
+def _read_environment_gate(path: str | Path) -> PairedBlocks:
+    """:func:`read_paired` of a cross-environment gate (an ``EnvironmentGate``): each pair's two processes'
+    steps cut into blocks of ``block_steps`` (A's blocks beside B's, as many as the shorter side has), each
+    block with its pair's index (``PairedBlocks.process``); ``layout["processes"]`` counts the pairs,
+    ``orders`` says which side ran first in each pair."""
+    g = read_result(path, EnvironmentGate)
+    size = g.block_steps
+    a: list[list[float]] = []
+    b: list[list[float]] = []
+    a_cpu: list[list[float]] = []
+    b_cpu: list[list[float]] = []
+    index: list[int] = []
+    pairs = sorted({p.pair for p in g.processes})
+    for k in pairs:
+        sides = {p.side: p.result for p in g.processes if p.pair == k}
+        ra, rb = sides["A"], sides["B"]
+        n = min(len(ra.measured_step_times_ms), len(rb.measured_step_times_ms)) // size
+        a += _blocks(ra.measured_step_times_ms, n, size)
+        b += _blocks(rb.measured_step_times_ms, n, size)
+        a_cpu += _blocks(ra.measured_cpu_ms, n, size)
+        b_cpu += _blocks(rb.measured_cpu_ms, n, size)
+        index += [k] * n
+    if not a:
+        raise ValueError(f"{path}: cross-environment gate holds no measured steps")
+    cpu = all(len(x) == size and min(x) > 0 for x in a_cpu + b_cpu)
+    layout = {
+        "blocks": len(a),
+        "block_steps": size,
+        "timed_steps": g.timed_steps,
+        "wall_s": g.wall_s,
+        "pairs_wall_s": g.pairs_wall_s,
+        "orders": "".join(g.gate.get("orders") or []),
+        "stopped_by": "parent",
+        "rounds": None,
+        "processes": len(pairs),
+    }
+    return PairedBlocks(
+        a=a,
+        b=b,
+        layout=layout,
+        gate=g.gate,
+        host_load=g.host_load,
+        a_cpu=a_cpu if cpu else None,
+        b_cpu=b_cpu if cpu else None,
+        process=index,
+    )
+
+
 def _tflite_file(out: Path, lite: dict[str, Any] | None) -> str | None:
     """The absolute path of a tflite run's converted model: its record's ``tflite_path`` (relative to the runner's
     out dir ``out``; an absolute one, from an older runner, is kept) resolved against ``out``; None without one."""
@@ -454,8 +679,11 @@ def read_paired(path: str | Path) -> PairedBlocks:
         ValueError: the file holds no ``blocks`` (names the path).
         tasks.runner.protocol.ProtocolMismatch: the file is of another protocol version.
     """
-    if load_json(path).get("mode") == "paired-gate":
+    mode = load_json(path).get("mode")
+    if mode == "paired-gate":
         return _read_gate(path)
+    if mode == "environment-gate":
+        return _read_environment_gate(path)
     r = read_view(path, PairedSamples)
     blocks = r.blocks
     if not blocks:
@@ -518,8 +746,17 @@ def _read_gate(path: str | Path) -> PairedBlocks:
 def gate_fed(path: str | Path) -> PairedSamples:
     """What a paired gate's file says each version was fed (``fed``, ``a_fed``): its one process's, or the first
     process's of a gate of several (every process feeds the same inputs)."""
-    if load_json(path).get("mode") == "paired-gate":
+    mode = load_json(path).get("mode")
+    if mode == "paired-gate":
         return read_view(path, PairedGateSamples).processes[0]
+    if mode == "environment-gate":  # each side's first process: B's feed as the candidate's, A's as the baseline's
+        g = read_result(path, EnvironmentGate)
+        first = {p.side: p.result for p in reversed(g.processes)}
+        return PairedSamples(
+            schema_version=g.schema_version,
+            fed={"paired": first["B"].fed["measured"]} if "measured" in first["B"].fed else {},
+            a_fed={"paired": first["A"].fed["measured"]} if "measured" in first["A"].fed else {},
+        )
     return read_view(path, PairedSamples)
 
 
