@@ -1007,10 +1007,10 @@ class RunContext(Record):
     def pairs_with(self, candidate_version: str | None, baseline_version: str | None) -> bool:
         """Whether this run gets the paired (A/B) gate against ``baseline_version``, the version to pair with
         (the accepted baseline's, else the newest earlier version measured: ``tasks.stages.pipeline.
-        pull_paired_baseline``; None: nothing to pair with, never paired unless ``paired_version`` names A or the case is a cross-environment gate):
-        when it ``wants_paired``, and also when a scheduled (nightly) run's resolved ``candidate_version``
-        (None: not known) differs from it -- the history verdict alone detects a 5% change in 0.4% of runs on
-        a drifting host."""
+        pull_paired_baseline``; None: nothing to pair with, never paired unless ``paired_version`` names A or the
+        case is a cross-environment gate): when it ``wants_paired``, and also when a scheduled (nightly) run's
+        resolved ``candidate_version`` (None: not known) differs from it -- the history verdict alone detects a 5%
+        change in 0.4% of runs on a drifting host."""
         if self.paired_version is not None or self.case.cross_environment:  # A: this run's version, elsewhere
             return True
         if baseline_version is None:
