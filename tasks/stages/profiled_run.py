@@ -551,15 +551,18 @@ def _environment_gate(
         if k + 1 < processes.MIN_LOOK_PROCESSES:
             continue
         looks.append(k + 1)
-        load = combine_host_loads([a.host_load, b.host_load])
+        # the deciding metric's rule (verdict.deciding_metric) over the process pairs so far: each pair's log ratio
+        # (its unit) is its one comparison, the host load is every process's so far; no step-level calibration
         decided, metric = process_look_decides(
             wall,
             cpu,
             looks,
             design,
-            host_load=load,
-            max_other_cpu_share=case.max_other_cpu_share,
-            max_steal_share=case.max_steal_share,
+            d_wall=[u.mean for u in wall],
+            d_cpu=None if None in cpu else [u.mean for u in cpu if u is not None],
+            case=case,
+            host_load=combine_host_loads([x.result.host_load for x in kept]),
+            calibrated=None,
             gpu=gpu,
         )
         stopping.append(metric)
