@@ -116,7 +116,10 @@ def run_series(
             q = q.where(Run.case_name == case_name)
         if since is not None:
             q = q.where(Run.started_at >= since)
-        runs = [SeriesRun(*r[:-1], throughput_def=r[-1]) for r in s.execute(q)]
+        runs = [
+            SeriesRun(rid, at, case, ver, src, fp, key, med, p90, thr, verdict, dev, throughput_def=tdef)
+            for rid, at, case, ver, src, fp, key, med, p90, thr, verdict, dev, tdef in s.execute(q)
+        ]
         medians = counter_medians(s, [r.run_id for r in runs]) if cpu and runs else {}
     return [replace(r, median_cpu_ms=medians[r.run_id][0]) if r.run_id in medians else r for r in runs]
 
