@@ -11,6 +11,7 @@ import datetime as dt
 import enum
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -146,6 +147,31 @@ METRICS: dict[str, str] = {
     "latency": "per-batch latency p50/p90/p99 with their intervals and n (infer/tflite)",
 }
 """The figures a case's ``metrics:`` line may name (``Case.metrics``), and what each is."""
+
+THROUGHPUT_DEFS: dict[str, str] = {
+    "median_step": "examples/s at the median step",
+    "server_achieved": "queries/s achieved",
+    "offline_run": "examples/s over the run",
+}
+"""What a stored ``runs.throughput_eps`` measures (``runs.throughput_def``, migration 0013), by definition name:
+``median_step`` a step's examples over the median step time (every run until scenarios had their own figure,
+and single-stream, train, tflite and ingested runs still), ``server_achieved`` a server run's queries served per
+second at its reported point, ``offline_run`` an offline run's examples over its measured wall time. Two
+definitions are two metrics: a series, a change-point search or a comparison of throughput keeps to one."""
+
+
+def throughput_def(serving: Mapping[str, Any] | None) -> str:
+    """The :data:`THROUGHPUT_DEFS` name of a run's throughput, from its scenario summary ``serving``
+    (``latency_ms.serving``, ``tasks.analysis.serving.summarize``; None for a run without one): ``server_achieved``
+    or ``offline_run`` for a server or offline run whose summary has a finite positive ``throughput_eps``
+    (examples/s, then the run's figure), else ``median_step``. The one rule ``serving.run_throughput_eps``
+    follows and the archive stores."""
+    s = serving or {}
+    own = s.get("throughput_eps")
+    if isinstance(own, int | float) and not isinstance(own, bool) and math.isfinite(own) and own > 0:
+        return {"server": "server_achieved", "offline": "offline_run"}.get(str(s.get("scenario")), "median_step")
+    return "median_step"
+
 
 DEFAULT_LEAD: tuple[str, ...] = ("step_time", "throughput")
 """What a verdict line leads with when the case has no ``metrics:`` line."""

@@ -42,7 +42,8 @@ class StoreCollector:
       run's median process CPU time and run-queue wait per measured step (``tasks.runner.counters``; only
       where the run recorded them);
     * ``perfwatch_baseline_step_time_seconds``: median step time of the active baseline run;
-    * ``perfwatch_throughput_examples_per_second``: the newest run's throughput (examples/s);
+    * ``perfwatch_throughput_examples_per_second``: the newest run's throughput (examples/s), labelled with its
+      ``definition`` (``runs.throughput_def``: a change of definition starts a new Prometheus series);
     * ``perfwatch_latest_verdict{verdict}``: 1 for the newest run's verdict, 0 for the others;
     * ``perfwatch_latest_run_info{version, source}``: 1, the newest run's version;
     * ``perfwatch_latest_decision_info{verdict, metric, method, ratio, interval, reason}``: 1, the newest run's
@@ -130,8 +131,9 @@ class StoreCollector:
         )
         thr = GaugeMetricFamily(
             "perfwatch_throughput_examples_per_second",
-            "Throughput of the newest successful run (examples/s at its median step time)",
-            labels=[*mc, "source"],
+            "Throughput of the newest successful run (examples/s; definition: median_step, server_achieved "
+            "queries/s or offline_run, each its own series)",
+            labels=[*mc, "source", "definition"],
         )
         verdict = GaugeMetricFamily(
             "perfwatch_latest_verdict", "1 for the verdict of the newest successful run", labels=[*mc, "verdict"]
@@ -227,7 +229,7 @@ class StoreCollector:
                 if ms is not None:
                     family.add_metric([*key, r.source], ms / 1000.0)
             if r.throughput_eps is not None:
-                thr.add_metric([*key, r.source], r.throughput_eps)
+                thr.add_metric([*key, r.source, r.throughput_def or "unknown"], r.throughput_eps)
             for v in sorted(set(VERDICTS) | ({r.verdict} if r.verdict else set())):
                 verdict.add_metric([*key, v], 1.0 if v == r.verdict else 0.0)
             info.add_metric([*key, r.version or "", r.source], 1.0)

@@ -3,7 +3,8 @@
 -- One row per run, oldest first (source: perfwatch, or external for `perfwatch ingest`): our-timer
 -- median step time (ms; xprof's for external runs) with the p10 and p90 of the
 -- run's measured samples (nearest rank, from the run's measured summary: kept when raw samples are thinned),
--- throughput (examples/s), the verdict with the baseline-compare ratio and its interval (of the metric that
+-- throughput (examples/s) with its definition (0013: median_step, server_achieved, offline_run; two are never one
+-- series), the verdict with the baseline-compare ratio and its interval (of the metric that
 -- decided: wall | cpu), the baseline run's median (the comparison as kept on the run, compare_*: migration 0009),
 -- and flags where the version or the environment fingerprint changed from the previous run of the same case that
 -- got that far (runs that failed before the pull or the fingerprint are skipped for the flags).
@@ -21,6 +22,7 @@ WITH picked AS (
            r.version_requested, r.model_version_id, r.environment_id,
            r.prev_model_version_id, r.prev_environment_id,
            r.median_step_ms, r.n_measured, r.p10_step_ms, r.p90_step_ms, r.mean_step_ms, r.throughput_eps,
+           r.throughput_def,
            r.compare_method, r.compare_metric, r.compare_ratio, r.compare_ci_low, r.compare_ci_high,
            r.compare_baseline_run_id, r.compare_baseline_median_ms
     FROM runs r
@@ -46,6 +48,7 @@ SELECT p.id AS run_id,
        p.n_measured,
        p.mean_step_ms,
        p.throughput_eps,
+       p.throughput_def,
        p.compare_method AS method,
        p.compare_metric AS metric,
        p.compare_ratio AS ratio,

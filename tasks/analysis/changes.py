@@ -110,6 +110,21 @@ class ChangePoint:
         return asdict(self)
 
 
+def definition_segments(definitions: Sequence[str | None]) -> list[range]:
+    """The stretches of one metric definition in a series, oldest first: the positions of each run of
+    consecutive equal ``definitions`` (one per value, e.g. each run's ``runs.throughput_def``,
+    ``tasks.records.THROUGHPUT_DEFS``). A change-point search, a series line or a comparison runs within one
+    stretch: where a stored metric's definition changed, its values are two metrics (asv and Otava keep one
+    benchmark one meaning), and the change of definition is no change of the model."""
+    out: list[range] = []
+    start = 0
+    for i in range(1, len(definitions) + 1):
+        if i == len(definitions) or definitions[i] != definitions[start]:
+            out.append(range(start, i))
+            start = i
+    return out if definitions else []
+
+
 def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.ndarray:
     import numpy as np
 

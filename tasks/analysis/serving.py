@@ -35,6 +35,7 @@ from typing import Any
 from tasks.analysis import percentiles
 from tasks.analysis.calibration import DEFAULT_MAX_OTHER_CPU_SHARE
 from tasks.analysis.findings import WARNING, Finding
+from tasks.records import throughput_def
 
 #: a single-stream run's median per-batch latency may differ from its mean by this fraction before
 #: "examples/s at the median" (batch_size / median) is said to disagree with the throughput over all batches
@@ -498,11 +499,10 @@ def run_throughput_eps(summary: Mapping[str, Any] | None, per_batch_eps: float) 
     pages and ``/metrics`` give), examples/s: a server run's queries served per second at its reported point (its
     queries/s achieved, one query one example), an offline run's examples over its measured wall time (LoadGen's
     samples per second), from its scenario ``summary`` (:func:`summarize`); a single-stream, train or tflite run's
-    ``per_batch_eps``, the examples of a step over the median step time (the stage's figure, ms timer)."""
-    scenario = (summary or {}).get("scenario")
-    own = (summary or {}).get("throughput_eps")
-    if scenario in ("server", "offline") and isinstance(own, int | float) and math.isfinite(own) and own > 0:
-        return float(own)
+    ``per_batch_eps``, the examples of a step over the median step time (the stage's figure, ms timer). Which of
+    them it is: ``tasks.records.throughput_def`` (stored as ``runs.throughput_def``)."""
+    if throughput_def(summary) != "median_step":  # the rule of which figure it is, and its stored name
+        return float((summary or {})["throughput_eps"])
     return per_batch_eps
 
 

@@ -19,7 +19,7 @@ the next change point. ``--format json`` is strict JSON (no NaN or Infinity: nul
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -99,39 +99,51 @@ def change_table(
         s = [r for r in runs if r.case_name == case_name]
         sizes[case_name] = len(s)
         for metric in metrics:
-            pts = [(r, getattr(r, metric)) for r in s if getattr(r, metric) is not None]
-            if not pts:
-                continue
-            ids = [r.run_id for r, _ in pts]
-            found = changes.detect_change_points([v for _, v in pts], ids, metric=metric, min_runs_after=min_runs_after)
-            for cp in found:
-                at, prev = pts[cp.index][0], pts[cp.index - 1][0]
-                night = changes.confirming_night(cp, pts[-1][0].started_at.date())
-                rows.append(
-                    {
-                        "case_name": case_name,
-                        "metric": metric,
-                        "run_id": at.run_id,
-                        "started_at": at.started_at,
-                        "version": at.version,
-                        "prev_version": prev.version,
-                        "env_key": (at.comparability_key or "")[:12],
-                        "env_changed": int(at.comparability_key != prev.comparability_key),
-                        "source": at.source,
-                        "before": cp.before,
-                        "after": cp.after,
-                        "ratio": cp.ratio,
-                        "ci_low": cp.ci_low,
-                        "ci_high": cp.ci_high,
-                        "p_value": cp.p_value,
-                        "n_before": cp.n_before,
-                        "n_after": cp.n_after,
-                        "direction": "slower" if cp.slower else "faster",
-                        "status": cp.status,
-                        "confirms_on": night.isoformat() if night else None,
-                    }
+            every = [(r, getattr(r, metric)) for r in s if getattr(r, metric) is not None]
+            # throughput: one search per stretch of one definition (runs.throughput_def), never across two
+            defs = [r.throughput_def if metric == "throughput_eps" else None for r, _ in every]
+            for seg in changes.definition_segments(defs):
+                pts = every[seg.start : seg.stop]
+                ids = [r.run_id for r, _ in pts]
+                found = changes.detect_change_points(
+                    [v for _, v in pts], ids, metric=metric, min_runs_after=min_runs_after
                 )
-    return pd.DataFrame(rows, columns=CHANGE_COLUMNS), sizes
+                rows += _change_rows(case_name, metric, pts, found)
+    df = pd.DataFrame(rows, columns=CHANGE_COLUMNS)
+    return df, sizes
+
+
+def _change_rows(case_name: str, metric: str, pts: list[tuple[Any, float]], found: list[Any]) -> list[dict[str, Any]]:
+    """One ``CHANGE_COLUMNS`` row per change point ``found`` of the series ``pts`` ((run, value), oldest first)."""
+    rows = []
+    for cp in found:
+        at, prev = pts[cp.index][0], pts[cp.index - 1][0]
+        night = changes.confirming_night(cp, pts[-1][0].started_at.date())
+        rows.append(
+            {
+                "case_name": case_name,
+                "metric": metric,
+                "run_id": at.run_id,
+                "started_at": at.started_at,
+                "version": at.version,
+                "prev_version": prev.version,
+                "env_key": (at.comparability_key or "")[:12],
+                "env_changed": int(at.comparability_key != prev.comparability_key),
+                "source": at.source,
+                "before": cp.before,
+                "after": cp.after,
+                "ratio": cp.ratio,
+                "ci_low": cp.ci_low,
+                "ci_high": cp.ci_high,
+                "p_value": cp.p_value,
+                "n_before": cp.n_before,
+                "n_after": cp.n_after,
+                "direction": "slower" if cp.slower else "faster",
+                "status": cp.status,
+                "confirms_on": night.isoformat() if night else None,
+            }
+        )
+    return rows
 
 
 def register(app: typer.Typer) -> None:

@@ -56,7 +56,8 @@ class VersionComparison:
 
     headline: one row per side (``side`` from/to): run_id, version, case, case_label (``tasks.records.case_label``
     of the run's params), started_at, median_step_ms (our
-    timer), throughput_eps (examples/s), profiler_avg_step_ms (xprof), input_bound_pct, verdict.
+    timer), throughput_eps (examples/s) and throughput_def (what it measures: ``tasks.records.THROUGHPUT_DEFS``),
+    profiler_avg_step_ms (xprof), input_bound_pct, verdict.
     ops: op deltas (µs per profiled step) ranked by growth (largest Δ first); categories: by |Δ|;
     findings: diagnosis findings of both runs (side, run_id, code, severity, message, figure, value,
     threshold); attribution: the full Attribution (summary text, top_share...); identical_bytes: both runs
@@ -105,7 +106,14 @@ class VersionComparison:
 
 
 #: the headline's columns a narrow terminal loses first (xprof's figures, the start time, the throughput)
-HEADLINE_DROPPED_FIRST = ["profiler_avg_step_ms", "input_bound_pct", "started_at", "throughput_eps", "case_label"]
+HEADLINE_DROPPED_FIRST = [
+    "profiler_avg_step_ms",
+    "input_bound_pct",
+    "started_at",
+    "throughput_eps",
+    "throughput_def",
+    "case_label",
+]
 FINDING_COLUMNS = ["side", "run_id", "code", "severity", "message", "figure", "value", "threshold"]
 HEADLINE_COLUMNS = [
     "side",
@@ -116,6 +124,7 @@ HEADLINE_COLUMNS = [
     "started_at",
     "median_step_ms",
     "throughput_eps",
+    "throughput_def",
     "profiler_avg_step_ms",
     "input_bound_pct",
     "verdict",
@@ -344,6 +353,20 @@ def _compare_sides(db_url: str, sides: dict[str, Any], *, top_n: int) -> Version
     )
 
 
+def _throughput_text(f: Any, t: Any) -> str:
+    """The headline's throughput of the two sides (examples/s), or where their ``throughput_def`` differ
+    (``tasks.records.THROUGHPUT_DEFS``: two metrics under one name) each named and not compared."""
+    from tasks.records import THROUGHPUT_DEFS
+
+    if f["throughput_def"] != t["throughput_def"]:
+        name = {k: THROUGHPUT_DEFS.get(str(k), "not recorded") for k in (f["throughput_def"], t["throughput_def"])}
+        return (
+            f"throughput not compared: {f['throughput_eps']:.1f} {name[f['throughput_def']]} vs "
+            f"{t['throughput_eps']:.1f} {name[t['throughput_def']]} (two definitions)"
+        )
+    return f"throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s"
+
+
 def _headline_text(vc: VersionComparison) -> str:
     from tasks.records import case_title
     from tasks.records import version_label as vl
@@ -355,8 +378,7 @@ def _headline_text(vc: VersionComparison) -> str:
         f"median step time {vl(f['version'])} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
         f"{vl(t['version'])} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
         f"({(ratio - 1):+.1%}; two processes' medians); "
-        f"throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s; "
-        f"case {case_title(t['case'], t['case_label'])}"
+        f"{_throughput_text(f, t)}; case {case_title(t['case'], t['case_label'])}"
     )
     if vc.identical_bytes:
         text += (

@@ -194,6 +194,7 @@ HISTORY_DROPPED_FIRST = [
     "p10_step_ms",
     "p90_step_ms",
     "throughput_eps",
+    "throughput_def",  # after its figure, so a throughput shown always says which one it is
     "method",
     "started_at",
     "baseline_median_ms",
@@ -882,6 +883,8 @@ def register(app: typer.Typer) -> None:
             cols = [*HISTORY_TABLE_COLUMNS]
             if "p99_latency_ms" in shown.columns:
                 cols.insert(cols.index("throughput_eps") + 1, "p99_latency_ms")
+            if df["throughput_def"].dropna().nunique() > 1:  # two metrics under one name: each row says which
+                cols.insert(cols.index("throughput_eps") + 1, "throughput_def")
             shown = metric_cells(df, shown[cols])
         else:
             shown = df.copy()

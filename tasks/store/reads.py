@@ -443,7 +443,8 @@ def run_findings(db_url: str, run_id: int) -> list[dict[str, Any]]:
 
 def latest_runs(db_url: str, model: str, version: str, case: str | None) -> list[Mapping[str, Any]]:
     """Successful runs of ``model`` ``version`` (optionally one case), newest first: run_id, version, case,
-    started_at, median_step_ms, throughput_eps, profiler_avg_step_ms, input_bound_pct, verdict, params.
+    started_at, median_step_ms, throughput_eps, throughput_def (0013), profiler_avg_step_ms, input_bound_pct, verdict,
+    params.
 
     Raises:
         LookupError: no model of that name in the store (names the models it has).
@@ -472,6 +473,7 @@ def _run_summary() -> Any:
         Run.started_at,
         Run.median_step_ms,
         Run.throughput_eps,
+        Run.throughput_def,
         Run.profiler_avg_step_ms,
         Run.input_bound_pct,
         Run.verdict,

@@ -174,6 +174,9 @@ class Run(Base):
     mean_step_ms: Mapped[float | None] = mapped_column(Float)
     p90_step_ms: Mapped[float | None] = mapped_column(Float)
     throughput_eps: Mapped[float | None] = mapped_column(Float)
+    # 0013: what throughput_eps measures (``tasks.records.THROUGHPUT_DEFS``: median_step, server_achieved,
+    # offline_run); NULL where the run has no throughput. Series and comparisons of throughput keep to one
+    throughput_def: Mapped[str | None] = mapped_column(String(24))
     cold_step_ms: Mapped[float | None] = mapped_column(Float)
     warmup_steps: Mapped[int | None] = mapped_column(Integer)
     steady: Mapped[bool | None] = mapped_column(Boolean)

@@ -65,6 +65,9 @@ class SeriesRun:
     verdict: str | None
     peak_device_bytes: int | None = None
     median_cpu_ms: float | None = None
+    #: what ``throughput_eps`` measures (``runs.throughput_def``, ``tasks.records.THROUGHPUT_DEFS``; None without
+    #: a throughput): a throughput series keeps to one definition (``tasks.analysis.changes.definition_segments``)
+    throughput_def: str | None = None
 
 
 def _model_id(s, model: str) -> int:
@@ -102,6 +105,7 @@ def run_series(
                 Run.throughput_eps,
                 Run.verdict,
                 Run.peak_device_bytes,
+                Run.throughput_def,
             )
             .outerjoin(ModelVersion, ModelVersion.id == Run.model_version_id)
             .outerjoin(Environment, Environment.id == Run.environment_id)
@@ -112,7 +116,10 @@ def run_series(
             q = q.where(Run.case_name == case_name)
         if since is not None:
             q = q.where(Run.started_at >= since)
-        runs = [SeriesRun(*r) for r in s.execute(q)]
+        runs = [
+            SeriesRun(rid, at, case, ver, src, fp, key, med, p90, thr, verdict, dev, throughput_def=tdef)
+            for rid, at, case, ver, src, fp, key, med, p90, thr, verdict, dev, tdef in s.execute(q)
+        ]
         medians = counter_medians(s, [r.run_id for r in runs]) if cpu and runs else {}
     return [replace(r, median_cpu_ms=medians[r.run_id][0]) if r.run_id in medians else r for r in runs]
 
@@ -184,6 +191,8 @@ class LatestRun:
     #: an infer/tflite run's per-batch latency (``run_tables`` row ``inputs``, ``latency_ms``): p50/p90/p99
     #: ms with ``n`` and ``ci`` (``tasks.analysis.percentiles.with_intervals``); None for a train run
     latency_ms: dict[str, Any] | None = None
+    #: what ``throughput_eps`` measures (``runs.throughput_def``: ``tasks.records.THROUGHPUT_DEFS``)
+    throughput_def: str | None = None
 
 
 @dataclass(frozen=True)
@@ -343,8 +352,8 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
     )
     with session_scope(db_url) as s:
         rows = [
-            LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver)
-            for m, c, rid, v, src, fin, med, p90, thr, ver in s.execute(
+            LatestRun(m, c, rid, v, src, _utc(fin), med, p90, thr, ver, throughput_def=tdef)
+            for m, c, rid, v, src, fin, med, p90, thr, ver, tdef in s.execute(
                 select(
                     Model.name,
                     Run.case_name,
@@ -356,6 +365,7 @@ def metrics_snapshot(db_url: str | None = None) -> MetricsSnapshot:
                     Run.p90_step_ms,
                     Run.throughput_eps,
                     Run.verdict,
+                    Run.throughput_def,
                 )
                 .join(ranked, (ranked.c.id == Run.id) & (ranked.c.rn == 1))
                 .join(Model, Model.id == Run.model_id)

@@ -34,6 +34,7 @@ from tasks.records import (
     PulledModel,
     RunContext,
     WarmupRecord,
+    throughput_def,
 )
 from tasks.store.engine import session_scope
 from tasks.store.reads import is_run_of
@@ -422,6 +423,10 @@ def store_run(
                 p10_step_ms=nearest_rank(ordered, 10),
                 p90_step_ms=nearest_rank(ordered, 90),
                 throughput_eps=run.throughput_eps,
+                # 0013: which figure it is (median step, server's queries/s, offline's run), the rule that chose it
+                throughput_def=None
+                if run.throughput_eps is None
+                else throughput_def((run.latency_ms or {}).get("serving")),
                 cold_step_ms=cold_step_ms,
                 warmup_steps=warmup.warmup_steps,
                 steady=warmup.steady,

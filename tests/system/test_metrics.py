@@ -95,7 +95,8 @@ def test_metrics_endpoint_names_units_and_values(tmp_path, monkeypatch):
     assert v[("perfwatch_baseline_step_time_seconds", rn)] == pytest.approx(
         0.0102
     )  # a regression is never the baseline
-    assert v[("perfwatch_throughput_examples_per_second", (*rn, ("source", "perfwatch")))] == 1600.0
+    thr = tuple(sorted([*rn, ("definition", "median_step"), ("source", "perfwatch")]))  # a train run's (0013)
+    assert v[("perfwatch_throughput_examples_per_second", thr)] == 1600.0
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "regression")))] == 1
     assert v[("perfwatch_latest_verdict", (*rn, ("verdict", "pass")))] == 0
     assert v[("perfwatch_runs_total", (*rn, ("status", "success")))] == 3
