@@ -584,8 +584,8 @@ def run_cmd(
     baseline_runner: Annotated[
         str | None,
         typer.Option(
-            help="A cross-environment gate: the command of side A's runner (another venv or image, e.g. "
-            "'/opt/tf222/bin/python -m tasks.runner'); the gate runs this version in both environments.",
+            help="A cross-environment gate: the command of side A's runner (another venv's or image's Python "
+            "running perfwatch's runner); the gate runs this version in both environments.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,
