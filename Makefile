@@ -138,13 +138,19 @@ test: airflow-init
 test-fast: airflow-init
 	$(VENV)/bin/pytest -q -m "not slow and not airflow_live" tests/unit
 
-# What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]), and the
+# What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]; and a negative
+# fixture, tests/typecheck/wrong_records.py, that mypy must reject, so a lost pydantic plugin setting fails), and the
 # manual (docs/, mkdocs.yml): --strict fails on any warning, a link to a missing page or anchor included (not with
 # --quiet, which hides the warnings and passes). The site goes to a temporary directory, removed after.
 check: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	@out=$$($(VENV)/bin/mypy tests/typecheck/wrong_records.py 2>&1) && { echo "mypy accepted tests/typecheck/wrong_records.py: the pydantic plugin's init_typed is off"; exit 1; }; \
+	for want in 'wrong_records.py:12: error: Argument "cold_step_ms"' 'wrong_records.py:13: error: Argument "batch_size"' \
+	  'wrong_records.py:14: error: Unexpected keyword argument "no_such_field"'; do \
+	  grep -qF "$$want" <<< "$$out" || { echo "mypy missed a wrongly typed record ($$want):"; echo "$$out"; exit 1; }; \
+	done; echo "mypy rejects the three wrongly typed records of tests/typecheck/wrong_records.py"
 	@site=$$(mktemp -d); trap 'rm -rf "$$site"' EXIT; \
 	out=$$($(VENV)/bin/mkdocs build --strict --site-dir "$$site" 2>&1) || { echo "$$out"; exit 1; }; \
 	echo "mkdocs build --strict: the manual (docs/) builds without a warning"

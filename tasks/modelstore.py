@@ -15,6 +15,7 @@ import hashlib
 import logging
 import posixpath
 from pathlib import Path
+from typing import Literal
 
 import fsspec
 
@@ -174,7 +175,7 @@ def sha256_tree(path: Path) -> str:
     return h.hexdigest()
 
 
-def detect_format(path: Path, where: str | None = None) -> str:
+def detect_format(path: Path, where: str | None = None) -> Literal["keras", "saved_model"]:
     """``keras`` or ``saved_model`` for a pulled version directory.
 
     ``where`` names the directory in messages (the store path it was copied from); default ``path``.

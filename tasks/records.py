@@ -15,7 +15,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
@@ -1379,7 +1379,7 @@ class VerdictStory(Record):
             failed_stage=failed_stage,
             verdict=None if status == "failed" else (str(verdict) if verdict is not None else None),
             reason=reason,
-            metric=metric if metric in ("wall", "cpu") else ("wall" if ratio is not None else None),
+            metric=cast(Metric, metric) if metric in get_args(Metric) else ("wall" if ratio is not None else None),
             ratio=ratio,
             ci_low=ci_low,
             ci_high=ci_high,

@@ -142,7 +142,7 @@ def compare_tail(
     label = f"p{percentile:g}"
     need = min_arm_samples(percentile, confidence)
     ratio = b.point / a.point
-    common = {
+    common: dict[str, Any] = {
         "percentile": float(percentile),
         "label": label,
         "confidence": confidence,

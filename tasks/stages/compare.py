@@ -286,7 +286,7 @@ def baseline_compare(
             run.median_step_ms,
         )
     return CompareRecord(
-        verdict=verdict,
+        verdict=Verdict(verdict),
         method=d.method,
         baseline_run_ids=d.baseline_run_ids,
         ratio=d.ratio,

@@ -49,7 +49,7 @@ import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tasks.analysis import calibration, environment, percentiles, processes, sequential, serving, soundness
 from tasks.analysis.findings import Finding
@@ -76,6 +76,9 @@ from tasks.stages.warmup import case_options, limit_after_warmup, xla_cache_dir
 from tasks.store import reads
 
 log = logging.getLogger(__name__)
+
+#: a cross-environment gate's side: A the baseline environment, B the candidate
+Side = Literal["A", "B"]
 
 
 @dataclass(frozen=True)
@@ -522,7 +525,8 @@ def _environment_gate(
         order = "AB" if draw.random() < 0.5 else "BA"
         orders.append(order)
         got: dict[str, ProfileResult] = {}
-        for side in order:
+        sides: tuple[Side, Side] = ("A", "B") if order == "AB" else ("B", "A")
+        for side in sides:
             spec = RunnerSpec(
                 mode="profile",
                 model_path=models[side],
@@ -914,7 +918,7 @@ def server_queries(case: Case) -> int:
     return n
 
 
-def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object], float, int]:
+def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, Any], float, int]:
     """The ``RunnerSpec`` fields of an infer/tflite case's scenario (``Case.scenario``; ``tasks.runner.loadgen``),
     the seconds its server arrivals may take at most (0: not a server case) and its timed steps at most.
 
@@ -927,7 +931,7 @@ def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, object
     to the runner (``upper_ranks``)."""
     if case.mode == "train":
         return {}, 0.0, case.measured_steps
-    opts: dict[str, object] = {"scenario": case.scenario, "latency_bound_ms": case.latency_bound_ms}
+    opts: dict[str, Any] = {"scenario": case.scenario, "latency_bound_ms": case.latency_bound_ms}
     if case.scenario != "server":
         return opts, 0.0, measured_steps(case)
     n = server_queries(case)
