@@ -88,6 +88,8 @@ def test_dag_imports_in_card_order_without_heavy_imports():
     assert info["heavy"] == []
     assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
     assert info["params"] == [
+        "baseline_env",
+        "baseline_runner",
         "batch_size",
         "case",
         "device",
