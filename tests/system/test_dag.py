@@ -23,6 +23,15 @@ STAGE_TASKS = [
     "outcome",
 ]
 CASE_TASKS = STAGE_TASKS[:5]  #: the mapped task group of one case
+#: plan -> each case -> watch_trend -> the paired gates that confirm tentative slowdowns -> judge_trend -> outcome
+CHAIN = [
+    *CASE_TASKS,
+    "watch_trend",
+    "route_confirm_default",
+    *(f"confirm.{t}" for t in CASE_TASKS),
+    "judge_trend",
+    "outcome",
+]
 
 _PROBE = """
 import json, sys
@@ -32,8 +41,9 @@ dag = bag.get_dag("perfwatch_profile")
 rel = bag.get_dag("perfwatch_release")
 rule = lambda t: getattr(t.weight_rule, "value", t.weight_rule)  # noqa: E731
 chain, t = [], dag.get_task("plan")
-while t.downstream_list:  # archive -> watch_trend -> outcome, and archive -> outcome
-    t = sorted(t.downstream_list, key=lambda d: d.task_id == "outcome")[0]
+while t.downstream_list:  # archive -> watch_trend -> the confirmations -> judge_trend -> outcome
+    last = ("watch_trend", "judge_trend")  # after the case's own stages
+    t = sorted(t.downstream_list, key=lambda d: (d.task_id == "outcome", d.task_id in last))[0]
     chain.append(t.task_id)
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
@@ -84,7 +94,7 @@ def _probe(**extra_env: str) -> dict:
 def test_dag_imports_in_card_order_without_heavy_imports():
     info = _probe()
     assert info["errors"] == {}
-    assert info["chain"] == STAGE_TASKS
+    assert info["chain"] == CHAIN
     assert info["heavy"] == []
     assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
     assert info["params"] == [
