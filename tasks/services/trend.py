@@ -8,7 +8,8 @@ For each model and case a DAG run stored, :func:`watch_case` reads the series of
   confirmed once ``PERFWATCH_CHANGE_MIN_RUNS_AFTER`` runs, default 3, follow it) — only when tonight's run is
   the newest of the series, so a case whose run failed tonight alerts nothing twice. A change point with fewer
   runs after it at the end of the series (a single slow night, say) is reported as tentative, with the
-  night that would confirm it, and neither alerts nor fails the DAG run;
+  night that would confirm it; a tentative slowdown gets the paired gate that re-measures it tonight
+  (:func:`confirmations`, :func:`confirm_state`), whose verdict decides whether it alerts (:func:`judge_night`);
 * runs the creep guard (``tasks.analysis.changes.creep_guard``): the level of the active baseline
   (the newest ``creep_runs`` accepted runs) against the level of the baseline accepted
   ``window_days`` days ago, in the same environment.
@@ -19,9 +20,10 @@ accepted runs of the newest run's environment, it drifts clearly less than the m
 carry the steps, and every run of the series recorded it; else the median step time (``median_step_ms``).
 The report names the metric (``TrendReport.metric``) and the rule's figures.
 
-:func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown and creep
-(``tasks.analysis.changes.alerts``), so the DAG run goes red and Airflow's alerting fires; a faster
-change point is reported, not alerted.
+:func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown, creep (once:
+``changes.creep_is_new``) and confirmed tentative slowdown (``tasks.analysis.changes.alerts``), so the DAG run goes
+red and Airflow's alerting fires; a faster change point is reported, not alerted. Each report also carries the
+sign test of the case's verdicts (``changes.sign_test``: one-sided or not).
 """
 
 from __future__ import annotations
