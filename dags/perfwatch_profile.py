@@ -21,9 +21,12 @@ measures one case at a time (docs/deployment.md: N hosts, N cases at once). A ca
 goes to that kind's queue (the config's ``queues:``): one mapped task group per measuring queue, the default
 queue's with the plain task ids, each other's named ``on_<queue>``. The stages form a task group mapped over the
 cases, so one DAG run profiles many models and matrix cases, each named in the grid, and a failing case fails
-only its own task instances. Failed runs, regressions and ``env-changed`` verdicts alert through
-``PerfwatchNotifier`` (``perfwatch_alerts.py``). The stages live in ``tasks.stages.pipeline``; nothing heavy is
-imported here, so parsing this file never imports TensorFlow.
+only its own task instances. After the cases, ``watch_trend`` looks at each case's nightly series and plans a paired
+gate for each tentative slowdown at a series' end (the version before it beside the newest, or the old environment
+beside the new); those gates are measured by the same mapped task groups (``confirm``, ``confirm_on_<queue>``),
+through the same measuring pool, and ``judge_trend`` alerts on what they confirm (docs/monitoring.md). Failed runs,
+regressions and ``env-changed`` verdicts alert through ``PerfwatchNotifier`` (``perfwatch_alerts.py``). The stages
+live in ``tasks.stages.pipeline``; nothing heavy is imported here, so parsing this file never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -241,15 +244,24 @@ def _stages():
             raise AirflowFailException(str(e)) from e
         return done.archived.to_xcom()
 
-    @task(trigger_rule="all_done")
-    def watch_trend() -> list[dict]:
-        """After archiving, whatever the verdicts: new change points in each case's nightly series and the
-        creep guard of its baseline; fails, so alerting fires, on a new slowdown or a creep."""
-        from tasks.services.trend import TrendAlert, check_dag_run
+    @task(trigger_rule="all_done", multiple_outputs=True)
+    def watch_trend(planned: list[dict]) -> dict[str, list[dict]]:
+        """After archiving, whatever the verdicts: new change points in each case's nightly series, the creep guard
+        of its baseline, and the paired gates that confirm tonight's tentative slowdowns (``confirm``, measured
+        next like any case). Alerts nothing itself: ``judge_trend`` does, after the confirmations."""
+        from tasks.services.trend import check_dag_run
 
         dag_run = get_current_context()["dag_run"]
+        return check_dag_run(dag_run.dag_id, dag_run.run_id, planned)
+
+    @task(trigger_rule="all_done")
+    def judge_trend(trend: dict) -> list[str]:
+        """After the confirmations, whatever they did: fails, so alerting fires, on a new slowdown, a creep, or a
+        tentative slowdown that its paired gate confirmed (naming the gate's interval)."""
+        from tasks.services.trend import TrendAlert, judge_night
+
         try:
-            return check_dag_run(dag_run.dag_id, dag_run.run_id)
+            return judge_night(trend)
         except TrendAlert as e:
             raise AirflowFailException(str(e)) from e
 
@@ -259,10 +271,13 @@ def _stages():
         skipped); otherwise it is upstream_failed, which makes the DAG run red (watch_trend, which runs whatever
         the cases did, would leave it green)."""
 
-    def each_case(queue: str):
+    def each_case(queue: str, confirming: bool = False):
         """The stages of one case whose measuring queue is ``queue``, as a task group to map over its cases: a task
-        instance waits only for the same case's upstream, so one failing case fails only itself."""
+        instance waits only for the same case's upstream, so one failing case fails only itself. ``confirming``:
+        the group of the night's paired confirmations (``confirm``, ``confirm_on_<queue>``)."""
         group = group_id(queue, PROFILE_QUEUE)
+        if confirming:
+            group = f"confirm_{group}" if group else "confirm"
 
         @task_group(group_id=group or "each_case", prefix_group_id=group is not None)
         def stages(state: dict):
@@ -271,13 +286,20 @@ def _stages():
 
         return stages
 
-    planned, trend, done = plan(), watch_trend(), outcome()
+    planned, done = plan(), outcome()
+    trend = watch_trend(planned)
+    judged = judge_trend(trend)
     for queue in MEASURING_QUEUES:
         routed = route.override(task_id=f"route_{id_part(queue)}")
         states = planned if len(MEASURING_QUEUES) == 1 else routed(planned, queue)
         cases = each_case(queue).expand(state=states)
-        cases >> trend >> done
+        cases >> trend
         cases >> done
+        to_confirm = route.override(task_id=f"route_confirm_{id_part(queue)}")(trend["confirm"], queue)
+        confirms = each_case(queue, confirming=True).expand(state=to_confirm)
+        confirms >> judged
+        confirms >> done
+    judged >> done
 
 
 perfwatch_profile = profile_dag("perfwatch_profile", NIGHTLY, max_active_runs=1, trigger="manual")()

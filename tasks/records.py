@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from tasks import wire
 
-Trigger = Literal["scheduled", "manual", "release", "cli", "test", "calibrate"]
+Trigger = Literal["scheduled", "manual", "release", "cli", "test", "calibrate", "confirm"]
 
 #: Longest model name, in characters (the store's ``models.name`` column).
 MAX_NAME_CHARS = 128
@@ -1439,6 +1439,37 @@ class ArchiveRecord(Record):
     verdict: str
 
 
+class Confirmation(Record):
+    """A tentative slowdown at the end of a case's nightly series and the paired gate that confirms it (or not) in
+    the same night, before anything alerts (``tasks.services.trend.confirmations``; the rule:
+    ``tasks.analysis.changes.confirm_choice``). ``kind`` None: no paired gate can confirm it (``reason`` says why)
+    and the point stays tentative.
+
+    Attributes:
+        model, case_name: the series; change_run_id: the first run after the tentative point; metric: the series'
+            metric (``median_step_ms``, ``median_cpu_ms``); ratio: after/before at the point.
+        kind: ``version`` (``baseline_version`` beside ``version`` in one paired gate) or ``environment`` (the old
+            environment beside the new: the case's cross-environment gate); baseline_version: side A's model
+            version; version: side B's (the newest run's).
+        reason: the choice in words.
+    """
+
+    model: str
+    case_name: str
+    change_run_id: int
+    metric: str
+    ratio: float
+    kind: Literal["version", "environment"] | None
+    baseline_version: str | None
+    version: str | None
+    reason: str
+
+    @property
+    def change(self) -> str:
+        """The point in words: ``tentative change point at run 12 (median_step_ms x1.083)``."""
+        return f"tentative change point at run {self.change_run_id} ({self.metric} x{self.ratio:.3f})"
+
+
 class RunState(Record):
     """One case's run as it goes from stage to stage: its identity, the grid label, and one record per stage
     that ran (None until it has; ``tasks.stages.registry`` says which stage fills which field). Through XCom it
@@ -1462,6 +1493,9 @@ class RunState(Record):
     parsed: ParseRecord | None = None
     verdict: CompareRecord | None = None
     archived: ArchiveRecord | None = None
+    #: the tentative slowdown this run re-measures to confirm (trigger ``confirm``: the nightly trend check planned
+    #: it), None for any other run
+    confirms: Confirmation | None = None
 
     def to_xcom(self) -> dict[str, Any]:
         """The state as a dict of strict JSON values (:meth:`Record.to_xcom`), without the stages that did not run."""

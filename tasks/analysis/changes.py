@@ -380,15 +380,213 @@ def creep_guard(
     )
 
 
-def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None) -> list[str]:
+def creep_is_new(now: CreepCheck, before: CreepCheck | None, shift_runs: Sequence[int] = ()) -> bool:
+    """Whether tonight's ``creep`` verdict ``now`` alerts: a creep alerts once, on the night its verdict turns to
+    ``creep`` (``before``, the guard at the previous run of the series, was not; None: there is none), and not
+    when a confirmed slower change point of the series explains it (``shift_runs``: the runs of such points; one
+    after the old baseline's runs is a level shift that alerted on the night it was confirmed). Without this
+    rule a confirmed step alerted again every night for a window (30 days) as creep."""
+    if now.verdict != "creep" or (before is not None and before.verdict == "creep"):
+        return False
+    newest_then = max(now.then_runs, default=None)
+    return not any(newest_then is None or r > newest_then for r in shift_runs)
+
+
+def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None, *, creep_alerts: bool = True) -> list[str]:
     """What a nightly trend check alerts on, one line each: every new confirmed change point that makes the
-    model slower (a faster, tentative or transient one is reported, never alerted), and a ``creep`` verdict."""
+    model slower (a faster, tentative or transient one is reported, never alerted), and a ``creep`` verdict when
+    ``creep_alerts`` (:func:`creep_is_new`: once, and never for a confirmed step that alerted already)."""
     out = [
         f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} {interval_text(cp)} "
         f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)"
         for cp in new_points
         if cp.slower and cp.status == "confirmed"
     ]
-    if creep is not None and creep.verdict == "creep":
+    if creep is not None and creep.verdict == "creep" and creep_alerts:
         out.append(f"creep: {creep.reason}")
     return out
+
+
+# ------------------------------------------------------------------------------ one-sided verdicts: a sign test
+
+#: A store's judged runs are called one-sided when a two-sided sign test of their regressions against their
+#: improvements gives p below this (the house's false-alarm target: 1%).
+ONE_SIDED_ALPHA = 0.01
+#: the verdicts a sign test counts as judged (a comparison was made): every verdict but ``no-baseline``
+JUDGED_VERDICTS = ("pass", "regression", "improvement", "inconclusive", "env-changed")
+
+
+@dataclass(frozen=True)
+class SignTest:
+    """Are a case's (or model's) judged runs one-sided? Under a measurement process that is symmetric (an
+    unchanged model is as likely to be called slower as faster), a run called ``regression`` is as likely as
+    one called ``improvement``; k regressions and 0 improvements over N judged runs is then improbable.
+
+    Attributes:
+        judged: runs with a verdict of :data:`JUDGED_VERDICTS`; regressions, improvements: how many of them.
+        p_value: two-sided exact binomial test (``scipy.stats.binomtest``) of ``regressions`` out of
+            ``regressions + improvements`` against 1/2; 1.0 without any decided run.
+        one_sided: ``p_value`` < ``alpha`` (:data:`ONE_SIDED_ALPHA`).
+        direction: ``slower`` (regressions dominate), ``faster`` or None (not one-sided).
+        reason: one line in words.
+    """
+
+    judged: int
+    regressions: int
+    improvements: int
+    p_value: float
+    one_sided: bool
+    direction: Literal["slower", "faster"] | None
+    alpha: float
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The test as a JSON-safe dict."""
+        return asdict(self)
+
+
+def sign_test(verdicts: Sequence[str | None], *, alpha: float = ONE_SIDED_ALPHA) -> SignTest:
+    """The sign test of a store's verdicts (:class:`SignTest`), e.g. ``runs.verdict`` of a case's successful runs;
+    verdicts outside :data:`JUDGED_VERDICTS` (``no-baseline``, None) are not counted.
+
+    Raises:
+        ValueError: ``alpha`` not in (0, 1).
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha = {alpha!r}: expected a level between 0 and 1")
+    judged = [v for v in verdicts if v in JUDGED_VERDICTS]
+    k, m = judged.count("regression"), judged.count("improvement")
+    p = 1.0
+    if k + m:
+        from scipy.stats import binomtest
+
+        p = float(binomtest(k, k + m, 0.5).pvalue)
+    one = p < alpha
+    direction: Literal["slower", "faster"] | None = ("slower" if k > m else "faster") if one else None
+    counts = f"{k} regression(s), {m} improvement(s) over {len(judged)} judged run(s)"
+    if one:
+        reason = (
+            f"one-sided: {counts} (sign test p={p:.2g} < {alpha:g}); a symmetric measurement cannot produce this: "
+            + (
+                "the model got slower run after run, or the measurement is biased towards slower"
+                if k > m
+                else "the model got faster run after run, or the measurement is biased towards faster"
+            )
+        )
+    else:
+        reason = f"{counts} (sign test p={p:.2g}): not one-sided"
+    return SignTest(len(judged), k, m, p, one, direction, alpha, reason)
+
+
+# ------------------------------------------------------------ a nightly that confirms itself: the paired gate
+
+#: how a tentative slowdown is re-measured tonight: ``version`` (the version before the point beside the newest
+#: run's, one paired gate) or ``environment`` (the old environment beside the new: the case's cross-environment
+#: gate, ``Case.baseline_runner``/``baseline_env``)
+ConfirmKind = Literal["version", "environment"]
+
+
+@dataclass(frozen=True)
+class ConfirmChoice:
+    """How (or why not) the tentative slowdown ``cp`` is confirmed by a paired gate tonight.
+
+    Attributes:
+        kind: :data:`ConfirmKind`, or None when no paired gate can confirm it (``reason`` says why).
+        baseline_version: side A's model version (the version before the point); version: side B's (the newest
+            run's).
+        reason: one line in words.
+    """
+
+    kind: ConfirmKind | None
+    baseline_version: str | None
+    version: str | None
+    reason: str
+
+
+def confirm_choice(
+    cp: ChangePoint,
+    *,
+    before_version: str | None,
+    before_key: str | None,
+    version: str | None,
+    key: str | None,
+    cross_environment: bool,
+) -> ConfirmChoice | None:
+    """How a paired gate confirms the change point ``cp`` tonight, before anything alerts: only a ``tentative``
+    point that makes the model slower is confirmed (None for any other). ``before_version``/``before_key``: the
+    model version and environment (comparability key) of the run before the point; ``version``/``key``: those of
+    the series' newest run; ``cross_environment``: the case records an old-environment runner
+    (``Case.cross_environment``).
+
+    * the environment changed and the case can run the old one: ``environment`` (the old environment, and the
+      version before the point, beside the new environment and the newest version);
+    * the environment changed and it cannot: no gate (a version gate cannot see an environment's change);
+    * the version changed: ``version`` (the version before the point beside the newest version, one paired
+      gate in the newest environment);
+    * neither changed: no gate (a paired gate would compare the version with itself, an A/A gate, which cannot
+      confirm a slowdown of the series).
+
+    Versions must be store versions (digits): a keras.applications build cannot be rebuilt in another version.
+    """
+    if cp.status != "tentative" or not cp.slower:
+        return None
+    pullable = all(str(v).isdigit() for v in (before_version, version))
+    if not pullable:
+        return ConfirmChoice(
+            None, before_version, version, f"v{before_version} and v{version} are not both store versions to pull"
+        )
+    assert before_version is not None and version is not None  # digits
+    if before_key != key:
+        if cross_environment:
+            return ConfirmChoice(
+                "environment",
+                before_version,
+                version,
+                f"the environment changed at run {cp.run_id}: the old environment (v{before_version}) beside the "
+                f"new (v{version}), one cross-environment gate",
+            )
+        return ConfirmChoice(
+            None,
+            before_version,
+            version,
+            f"the environment changed at run {cp.run_id} and the case records no old-environment runner "
+            "(baseline_runner, baseline_env) to run beside it",
+        )
+    if before_version != version:
+        return ConfirmChoice(
+            "version", before_version, version, f"v{before_version} beside v{version}, one paired gate"
+        )
+    return ConfirmChoice(
+        None,
+        before_version,
+        version,
+        f"the same version (v{version}) and environment on both sides of run {cp.run_id}: a paired gate would "
+        "compare the version with itself",
+    )
+
+
+def confirm_outcome(
+    change: str,
+    verdict: str | None,
+    ratio: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    run_id: int | None,
+) -> tuple[bool, str]:
+    """Whether a tentative slowdown alerts, from the verdict of the paired gate that re-measured it (its run
+    ``run_id``; ``ratio`` [``ci_low``, ``ci_high``] the gate's interval), and the line that says so. ``change``:
+    the point in words (``tentative change point at run 12 (median_step_ms x1.083)``); ``run_id`` None: the gate
+    stored no run.
+
+    ``regression`` confirms it: it alerts, naming the gate's interval. ``pass`` or ``improvement``: no alert, the
+    point was not confirmed by a paired gate. Anything else (``inconclusive``, a failed run: ``verdict`` None):
+    no alert tonight; the point stays tentative, and the persistence rule confirms it if it holds."""
+    gate = verdict
+    if ratio is not None and ci_low is not None and ci_high is not None:
+        gate = f"{verdict} x{ratio:.3f} [{ci_low:.3f}, {ci_high:.3f}]"
+    where = f"run {run_id}" if run_id is not None else "no run stored"
+    if verdict == "regression":
+        return True, f"{change} confirmed by a paired gate: {gate} ({where})"
+    if verdict in ("pass", "improvement"):
+        return False, f"{change} was not confirmed by a paired gate: {gate} ({where}); no alert"
+    return False, f"{change}: the paired gate did not decide ({gate or 'failed'}, {where}); it stays tentative"

@@ -9,7 +9,9 @@ interval (null in JSON, "—" in the table, when a segment has one run), the p-v
 the table), and the point's status: ``confirmed`` once ``--min-after`` runs (default
 ``PERFWATCH_CHANGE_MIN_RUNS_AFTER``, else 3) follow it, ``tentative`` with fewer at the end of the series
 (``confirms_on``: the night whose run would confirm it on a nightly schedule), ``transient`` with fewer before
-the next change point. ``--format json`` is strict JSON (no NaN or Infinity: null).
+the next change point. ``--format json`` is strict JSON (no NaN or Infinity: null). The table ends with the sign
+test of each case's verdicts (:func:`verdict_sign_tests`): one-sided when its runs' regressions outnumber their
+improvements (or the reverse) beyond what a symmetric measurement could produce.
 
 ``perfwatch creep MODEL`` compares each case's active baseline with the baseline of ``--window-days`` ago
 (``tasks.services.trend.creep_check``). Exit code 1 for an unknown model or a bad option value, 0 otherwise
@@ -146,6 +148,26 @@ def _change_rows(case_name: str, metric: str, pts: list[tuple[Any, float]], foun
     return rows
 
 
+def verdict_sign_tests(
+    db_url: str, model: str, case: str | None = None, since: dt.datetime | None = None
+) -> dict[str, changes.SignTest]:
+    """The sign test of the verdicts of each case's successful runs (``changes.sign_test``: are they one-sided,
+    k regressions and 0 improvements?), by case name, and of the model's runs of every case together
+    (``all cases``) when there are several.
+
+    Raises:
+        LookupError: unknown model.
+    """
+    from tasks.store.series import run_series
+
+    runs = run_series(db_url, model, case, since)
+    cases = sorted({r.case_name for r in runs})
+    out = {c: changes.sign_test([r.verdict for r in runs if r.case_name == c]) for c in cases}
+    if len(cases) > 1:
+        out["all cases"] = changes.sign_test([r.verdict for r in runs])
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Add ``changes`` and ``creep`` to ``app``."""
 
@@ -221,6 +243,8 @@ def register(app: typer.Typer) -> None:
                     for r in pending.itertuples()
                 )
                 typer.echo(f"{c}: {n} successful runs{note}, {len(mine)} change point(s){tentative}")
+            for who, test in verdict_sign_tests(_url(), model, case, start).items():
+                typer.echo(f"{who}: verdicts {test.reason}")
 
     @app.command("creep")
     def creep_cmd(

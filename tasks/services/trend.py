@@ -8,7 +8,8 @@ For each model and case a DAG run stored, :func:`watch_case` reads the series of
   confirmed once ``PERFWATCH_CHANGE_MIN_RUNS_AFTER`` runs, default 3, follow it) — only when tonight's run is
   the newest of the series, so a case whose run failed tonight alerts nothing twice. A change point with fewer
   runs after it at the end of the series (a single slow night, say) is reported as tentative, with the
-  night that would confirm it, and neither alerts nor fails the DAG run;
+  night that would confirm it; a tentative slowdown gets the paired gate that re-measures it tonight
+  (:func:`confirmations`, :func:`confirm_state`), whose verdict decides whether it alerts (:func:`judge_night`);
 * runs the creep guard (``tasks.analysis.changes.creep_guard``): the level of the active baseline
   (the newest ``creep_runs`` accepted runs) against the level of the baseline accepted
   ``window_days`` days ago, in the same environment.
@@ -19,9 +20,10 @@ accepted runs of the newest run's environment, it drifts clearly less than the m
 carry the steps, and every run of the series recorded it; else the median step time (``median_step_ms``).
 The report names the metric (``TrendReport.metric``) and the rule's figures.
 
-:func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown and creep
-(``tasks.analysis.changes.alerts``), so the DAG run goes red and Airflow's alerting fires; a faster
-change point is reported, not alerted.
+:func:`raise_on_trend_alert` raises :class:`TrendAlert` naming every new slowdown, creep (once:
+``changes.creep_is_new``) and confirmed tentative slowdown (``tasks.analysis.changes.alerts``), so the DAG run goes
+red and Airflow's alerting fires; a faster change point is reported, not alerted. Each report also carries the
+sign test of the case's verdicts (``changes.sign_test``: one-sided or not).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
 from tasks.analysis import calibration, changes
+from tasks.records import Case, Confirmation, RunContext, RunState
 from tasks.settings import Settings
 from tasks.store.queries import fingerprint_data
+from tasks.store.reads import stored_run, verdict_stories
 from tasks.store.series import SeriesRun, baseline_levels, dag_run_cases, run_series
 
 log = logging.getLogger(__name__)
@@ -100,6 +105,8 @@ class TrendReport:
     alerts: list[str] = field(default_factory=list)
     metric: str = "median_step_ms"
     history_metric: dict[str, Any] | None = None
+    confirmations: list[dict[str, Any]] = field(default_factory=list)
+    sign_test: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict."""
@@ -186,12 +193,15 @@ def watch_case(
     *,
     new_points: bool = True,
     now: dt.datetime | None = None,
+    case: Case | None = None,
     **creep_kwargs: Any,
 ) -> TrendReport:
     """The trend check of one case (module docstring). ``run_id``: tonight's run; new change points are
     looked for only when it is the newest run of the series (None: the newest run, whichever it is), and
     not at all with ``new_points=False`` (tonight's run failed); the runs that confirm one:
-    :func:`min_runs_after`. ``creep_kwargs`` go to :func:`creep_check`.
+    :func:`min_runs_after`. ``case``: the case as planned tonight; with it, each tentative slowdown gets the
+    paired gate that confirms it tonight (``changes.confirm_choice``), without it none is planned.
+    The creep guard alerts once (``changes.creep_is_new``). ``creep_kwargs`` go to :func:`creep_check`.
     Raises LookupError for an unknown model; ValueError for a bad ``PERFWATCH_CHANGE_MIN_RUNS_AFTER``."""
     series = run_series(db_url, model, case_name, cpu=True)
     ids = [r.run_id for r in series]
@@ -199,19 +209,32 @@ def watch_case(
     metric: Literal["median_step_ms", "median_cpu_ms"] = (
         "median_cpu_ms" if rule is not None and rule.metric == "cpu" else "median_step_ms"
     )
+    # CPU time is chosen only when every run of the series recorded it
+    values = [cast(float, r.median_cpu_ms) if metric == "median_cpu_ms" else r.median_step_ms for r in series]
+    after = min_runs_after()
+    points = changes.detect_change_points(values, ids, metric=metric, min_runs_after=after) if series else []
     new: list[changes.ChangePoint] = []
     tentative: list[dict[str, Any]] = []
+    confirming: list[Confirmation] = []
     if new_points and ids and (run_id is None or ids[-1] == run_id):
-        # CPU time is chosen only when every run of the series recorded it
-        values = [cast(float, r.median_cpu_ms) if metric == "median_cpu_ms" else r.median_step_ms for r in series]
-        after = min_runs_after()
         new = changes.new_change_points(values, ids, metric=metric, min_runs_after=after)
-        tentative = [
-            tentative_json(cp, series[-1].started_at.date())
-            for cp in changes.detect_change_points(values, ids, metric=metric, min_runs_after=after)
-            if cp.status == "tentative"
-        ]
+        tentative = [tentative_json(cp, series[-1].started_at.date()) for cp in points if cp.status == "tentative"]
+        confirming = confirmations(model, case_name, series, points, case)
     creep = creep_check(db_url, model, case_name, now=now, metric=metric, **creep_kwargs)
+    # the guard as it stood before tonight's run was accepted: a creep alerts on the night it turns
+    before = (
+        creep_check(
+            db_url,
+            model,
+            case_name,
+            now=series[-1].started_at - dt.timedelta(seconds=1),
+            metric=metric,
+            **creep_kwargs,
+        )
+        if creep.verdict == "creep" and len(series) > 1
+        else None
+    )
+    shifts = [cp.run_id for cp in changes.confirmed(points) if cp.slower]
     return TrendReport(
         model=model,
         case_name=case_name,
@@ -220,16 +243,100 @@ def watch_case(
         new_change_points=[cp.to_json() for cp in new],
         tentative_change_points=tentative,
         creep=creep.to_json(),
-        alerts=changes.alerts(new, creep),
+        alerts=changes.alerts(new, creep, creep_alerts=changes.creep_is_new(creep, before, shifts)),
         metric=metric,
         history_metric=rule.model_dump(mode="json") if rule is not None else None,
+        confirmations=[c.to_xcom() for c in confirming],
+        sign_test=changes.sign_test([r.verdict for r in series]).to_json(),
     )
 
 
-def watch_dag_run(db_url: str, dag_id: str, dag_run_id: str, **kwargs: Any) -> list[TrendReport]:
-    """:func:`watch_case` for every model and case the DAG run stored (successful or failed)."""
+def confirmations(
+    model: str,
+    case_name: str,
+    series: Sequence[SeriesRun],
+    points: Sequence[changes.ChangePoint],
+    case: Case | None,
+) -> list[Confirmation]:
+    """The :class:`~tasks.records.Confirmation` of each tentative slowdown of ``points`` (the change points of
+    ``series``, oldest first): the version and environment of the run before the point against the newest run's,
+    chosen by ``changes.confirm_choice``; none without ``case`` (its settings are not known)."""
+    if case is None or not series:
+        return []
+    newest = series[-1]
+    out = []
+    for cp in points:
+        prev = series[cp.index - 1]
+        choice = changes.confirm_choice(
+            cp,
+            before_version=prev.version,
+            before_key=prev.comparability_key,
+            version=newest.version,
+            key=newest.comparability_key,
+            cross_environment=case.cross_environment,
+        )
+        if choice is not None:
+            out.append(
+                Confirmation(
+                    model=model,
+                    case_name=case_name,
+                    change_run_id=cp.run_id,
+                    metric=cp.metric,
+                    ratio=cp.ratio,
+                    kind=choice.kind,
+                    baseline_version=choice.baseline_version,
+                    version=choice.version,
+                    reason=choice.reason,
+                )
+            )
+    return out
+
+
+#: a confirmation run's DAG run id is the night's with this suffix: its identity in the store
+#: (``RunContext``: dag_id, dag_run_id, model, version as planned, case) is never tonight's run's
+CONFIRM_RUN_SUFFIX = ".confirm"
+
+
+def confirm_state(planned: RunState, confirmation: Confirmation) -> RunState:
+    """The run state of the paired gate that confirms ``confirmation`` tonight (``kind`` set), from the state
+    ``planned`` for its case tonight: trigger ``confirm``, the case's version pinned to the newest run's (B), side
+    A the version before the point (``RunContext.paired_version``; for an ``environment`` gate only when the
+    version changed too: the case's cross-environment gate runs A in the old environment), the same measuring
+    queue; its stages are a run's like any other, through the same measuring pool.
+
+    Raises:
+        ValueError: ``confirmation`` has no gate (``kind`` None).
+    """
+    if confirmation.kind is None or confirmation.version is None or confirmation.baseline_version is None:
+        raise ValueError(f"{confirmation.change}: no paired gate can confirm it ({confirmation.reason})")
+    ctx = planned.ctx
+    case = Case.model_validate({**ctx.case.model_dump(), "version": confirmation.version})
+    paired: str | None = confirmation.baseline_version
+    if confirmation.kind == "environment" and paired == confirmation.version:
+        paired = None  # the same version on both sides, A in the old environment
+    return RunState(
+        ctx=RunContext(
+            dag_id=ctx.dag_id,
+            dag_run_id=ctx.dag_run_id + CONFIRM_RUN_SUFFIX,
+            trigger="confirm",
+            case=case,
+            paired_version=paired,
+        ),
+        label=f"{planned.label or f'{case.model} {case.name}'} (confirm run {confirmation.change_run_id})",
+        queue=planned.queue,
+        confirms=confirmation,
+    )
+
+
+def watch_dag_run(
+    db_url: str, dag_id: str, dag_run_id: str, cases: Mapping[tuple[str, str], Case] | None = None, **kwargs: Any
+) -> list[TrendReport]:
+    """:func:`watch_case` for every model and case the DAG run stored (successful or failed); ``cases``: the
+    planned Case of each (model, case name), for the confirmations."""
     return [
-        watch_case(db_url, model, case, run_id, new_points=status == "success", **kwargs)
+        watch_case(
+            db_url, model, case, run_id, new_points=status == "success", case=(cases or {}).get((model, case)), **kwargs
+        )
         for model, case, run_id, status in dag_run_cases(db_url, dag_id, dag_run_id)
     ]
 
@@ -241,14 +348,25 @@ def raise_on_trend_alert(reports: list[TrendReport]) -> None:
         raise TrendAlert("trend alert: " + "; ".join(lines) + " (`perfwatch changes MODEL` shows the series)")
 
 
-def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None) -> list[dict[str, Any]]:
+def check_dag_run(
+    dag_id: str, dag_run_id: str, planned: Sequence[Mapping[str, Any]] = (), settings: Settings | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """The DAG's watch-trend task: :func:`watch_dag_run` on the store of ``settings`` (default: from the
-    environment), then :func:`raise_on_trend_alert`. Returns the reports (``TrendReport.to_json``)."""
+    environment) with the cases ``planned`` tonight (the plan's run states), logged. Alerts nothing itself: the
+    night's alerts wait for the confirmations (:func:`judge_night`).
+
+    Returns:
+        ``{"reports": [TrendReport.to_json()], "confirm": [RunState.to_xcom()]}``: the reports, and the run state
+        of each paired gate to run tonight (:func:`confirm_state`), for the DAG to measure like any case.
+    """
     settings = settings or Settings.from_env()
-    reports = watch_dag_run(settings.database_url, dag_id, dag_run_id)
+    states = [RunState.model_validate(p) for p in planned]
+    by_case = {(st.ctx.case.model, st.ctx.case.name): st for st in states}
+    reports = watch_dag_run(settings.database_url, dag_id, dag_run_id, {k: st.ctx.case for k, st in by_case.items()})
+    confirm = []
     for r in reports:
         log.info(
-            "trend %s (%s): %d runs of %s, %d new change point(s), %d tentative%s, creep %s%s",
+            "trend %s (%s): %d runs of %s, %d new change point(s), %d tentative%s, creep %s%s; verdicts: %s",
             r.model,
             r.case_name,
             r.runs,
@@ -261,6 +379,56 @@ def check_dag_run(dag_id: str, dag_run_id: str, settings: Settings | None = None
             ),
             r.creep.get("verdict"),
             f": {r.creep.get('reason')}" if r.creep else "",
+            r.sign_test.get("reason"),
         )
-    raise_on_trend_alert(reports)
-    return [r.to_json() for r in reports]
+        for c in (Confirmation.model_validate(d) for d in r.confirmations):
+            if c.kind is None:
+                log.info(
+                    "trend %s (%s): %s: no paired gate can confirm it: %s", r.model, r.case_name, c.change, c.reason
+                )
+                continue
+            log.info("trend %s (%s): %s: confirming tonight: %s", r.model, r.case_name, c.change, c.reason)
+            confirm.append(confirm_state(by_case[(r.model, r.case_name)], c).to_xcom())
+    return {"reports": [r.to_json() for r in reports], "confirm": confirm}
+
+
+def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> list[str]:
+    """The DAG's last trend task, after the confirmations ran: the verdict of each paired gate of ``trend["confirm"]``
+    (as stored: ``tasks.store.reads.verdict_stories``) decides whether its tentative slowdown alerts
+    (``changes.confirm_outcome``); then :func:`raise_on_trend_alert` on the reports of ``trend["reports"]`` with
+    the confirmed slowdowns added to their alerts. Returns the line of each confirmation (logged).
+
+    Raises:
+        TrendAlert: a report alerts, or a paired gate confirmed a tentative slowdown (the gate's interval named).
+    """
+    settings = settings or Settings.from_env()
+    reports = [TrendReport(**r) for r in trend.get("reports", [])]
+    found: dict[tuple[str, str], list[str]] = {}
+    lines = []
+    for d in trend.get("confirm", []):
+        state = RunState.model_validate(d)
+        c = state.confirms
+        assert c is not None  # confirm_state made it
+        stored = stored_run(settings.database_url, state.ctx)
+        story = verdict_stories([stored.run_id], settings.database_url).get(stored.run_id) if stored else None
+        alert, line = changes.confirm_outcome(
+            c.change,
+            story.verdict if story else None,
+            story.ratio if story else None,
+            story.ci_low if story else None,
+            story.ci_high if story else None,
+            stored.run_id if stored else None,
+        )
+        log.info("trend %s (%s): %s", c.model, c.case_name, line)
+        lines.append(line)
+        if alert:
+            found.setdefault((c.model, c.case_name), []).append(line)
+    raise_on_trend_alert(
+        [
+            r
+            if (r.model, r.case_name) not in found
+            else TrendReport(**{**r.to_json(), "alerts": [*r.alerts, *found[(r.model, r.case_name)]]})
+            for r in reports
+        ]
+    )
+    return lines

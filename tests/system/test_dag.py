@@ -23,6 +23,15 @@ STAGE_TASKS = [
     "outcome",
 ]
 CASE_TASKS = STAGE_TASKS[:5]  #: the mapped task group of one case
+#: plan -> each case -> watch_trend -> the paired gates that confirm tentative slowdowns -> judge_trend -> outcome
+CHAIN = [
+    *CASE_TASKS,
+    "watch_trend",
+    "route_confirm_default",
+    *(f"confirm.{t}" for t in CASE_TASKS),
+    "judge_trend",
+    "outcome",
+]
 
 _PROBE = """
 import json, sys
@@ -32,8 +41,9 @@ dag = bag.get_dag("perfwatch_profile")
 rel = bag.get_dag("perfwatch_release")
 rule = lambda t: getattr(t.weight_rule, "value", t.weight_rule)  # noqa: E731
 chain, t = [], dag.get_task("plan")
-while t.downstream_list:  # archive -> watch_trend -> outcome, and archive -> outcome
-    t = sorted(t.downstream_list, key=lambda d: d.task_id == "outcome")[0]
+while t.downstream_list:  # archive -> watch_trend -> the confirmations -> judge_trend -> outcome
+    last = ("watch_trend", "judge_trend")  # after the case's own stages
+    t = sorted(t.downstream_list, key=lambda d: (d.task_id == "outcome", d.task_id in last))[0]
     chain.append(t.task_id)
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
@@ -84,7 +94,7 @@ def _probe(**extra_env: str) -> dict:
 def test_dag_imports_in_card_order_without_heavy_imports():
     info = _probe()
     assert info["errors"] == {}
-    assert info["chain"] == STAGE_TASKS
+    assert info["chain"] == CHAIN
     assert info["heavy"] == []
     assert info["schedule"] == "0 2 * * *" and info["catchup"] is False
     assert info["params"] == [
@@ -410,3 +420,97 @@ def test_a_nightly_of_two_models_with_one_case_name_keeps_both_runs_through_a_re
     assert sorted((m, st) for m, st, _ in runs) == sorted([("tiny", "success"), ("ranker", "success")] * 2)
     median = {m: med for m, _, med in runs}
     assert 2.5 < median["ranker"] / median["tiny"] < 3.5  # each run holds its own model's step times
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("v2_factor", "v1_level", "red"), [(1.5, 1.0, True), (1.0, 1 / 1.5, False)])
+def test_a_tentative_slowdown_is_confirmed_by_a_paired_gate_that_decides_the_alert(
+    home, tmp_path, v2_factor, v1_level, red
+):
+    """Issue 36 item 4: the store's nightly series of ``tiny train-bs16`` holds 12 nights of version 1 and one of
+    version 2, slower; tonight's DAG run (``dag.test()``, the fake runner) measures version 2 again, so the series
+    ends in a tentative slowdown (2 runs after it). ``watch_trend`` plans a paired gate of version 1 beside version
+    2, the ``confirm`` task group measures it through the measuring pool, and its verdict decides the night: the
+    model store's v2 really is x1.5 slower -> regression, ``judge_trend`` fails naming the gate's interval and the
+    DAG run is red; v2 as fast as v1 (the series' step was the host's) -> pass, no alert, the DAG run green."""
+    import datetime as dt
+    import shlex
+
+    from sqlalchemy import select
+
+    from tasks.records import Case
+    from tasks.runner import RunnerProcess
+    from tasks.settings import Settings
+    from tasks.stages.archive import archive_run
+    from tasks.stages.devices import with_device
+    from tasks.stages.fingerprint import take_fingerprint_in
+    from tasks.store import Run, migrate, session_scope
+    from tests.helpers import fake_runner
+    from tests.helpers.builders import make_records
+
+    fake_runner.write_model(home / "models" / "tiny" / "1" / "model.keras")
+    fake_runner.write_model(home / "models" / "tiny" / "2" / "model.keras", step_factor=v2_factor)
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(
+        "defaults: {version: '2', measured_steps: 60, profiled_steps: 2, warmup_max_steps: 10, lookback: 1}\n"
+        "models:\n  - {model: tiny}\n"
+    )
+    url = Settings.from_env({"PERFWATCH_HOME": str(home)}).database_url
+    migrate(url)
+    fp = take_fingerprint_in(RunnerProcess(shlex.split(fake_runner.command())))
+    key = with_device(fp, Case(model="tiny")).comparability_key  # the fake runner's environment: one series
+    now = dt.datetime.now(dt.UTC)
+    for i in range(13):  # 1% noise; the 13th night is version 2's
+        v2 = i == 12
+        ctx, pulled, env, *rest = make_records(
+            tmp_path,
+            dag_run_id=f"n{i}",
+            model="tiny",
+            median=(v2_factor if v2 else v1_level) * (1 + 0.01 * (i % 3 - 1)),
+        )
+        ctx = ctx.model_copy(update={"dag_id": "perfwatch_profile", "started_at": now - dt.timedelta(days=13 - i)})
+        pulled = pulled.model_copy(update={"version": "2" if v2 else "1", "digest": ("b" if v2 else "a") * 64})
+        archive_run(
+            url, str(tmp_path / "archive"), ctx, pulled, env.model_copy(update={"comparability_key": key}), *rest
+        )
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_CONFIG": str(cfg),
+        "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
+        "PERFWATCH_FAKE_NOISE_CV": "0.005",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    env.pop("PERFWATCH_RUNNER_PYTHON", None)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    states = {(t, label): state for t, _, state, label, _ in got["tis"]}
+    assert {t: states[(t, "tiny train-bs16")] for t in CASE_TASKS} == dict.fromkeys(CASE_TASKS, "success")
+    with session_scope(url) as s:
+        (gate,) = s.execute(select(Run.id, Run.verdict, Run.dag_run_id).where(Run.trigger == "confirm")).all()
+    assert gate.dag_run_id.endswith(".confirm")
+    (label,) = [label for t, label in states if t == "confirm.pull_model_version"]
+    assert label.startswith("tiny train-bs16") and "(confirm run " in label
+    confirm = {t: states[(f"confirm.{t}", label)] for t in CASE_TASKS}
+    if red:
+        assert gate.verdict == "regression"
+        assert confirm == {**dict.fromkeys(CASE_TASKS[:4], "success"), "archive": "failed"}
+        assert states[("judge_trend", None)] == "failed" and got["state"] == "failed"
+        assert "confirmed by a paired gate: regression x1." in proc.stdout + proc.stderr
+    else:
+        assert gate.verdict == "pass"
+        assert confirm == dict.fromkeys(CASE_TASKS, "success")
+        assert states[("judge_trend", None)] == "success" and got["state"] == "success"

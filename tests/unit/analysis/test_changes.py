@@ -3,6 +3,7 @@ watch-trend stage."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -137,11 +138,12 @@ def test_changes_cli_and_trend_stage_on_a_stored_series(db_url, tmp_path, cli):
     chk = creep_check(db_url, "m", "train-bs16", now=now)
     assert chk.verdict == "creep" and len(chk.now_runs) == 7 and chk.now_runs[0] == ids[-1]
     assert creep_check(db_url, "m", "train-bs16", now=T0 + dt.timedelta(days=20), window_days=10).verdict == "ok"
-    # the change point was new on one night only; watching the newest run now reports creep only
+    # the change point was new on one night only; watching the newest run now reports the creep, and alerts nothing:
+    # the confirmed step explains it and alerted on its night (issue 36 item 4)
     report = watch_case(db_url, "m", "train-bs16", ids[-1], now=now)
-    assert report.new_change_points == [] and report.alerts == [f"creep: {chk.reason}"]
+    assert report.new_change_points == [] and report.alerts == [] and report.creep["reason"] == chk.reason
     with pytest.raises(TrendAlert, match=r"m \(train-bs16\): creep"):
-        raise_on_trend_alert([report])
+        raise_on_trend_alert([dataclasses.replace(report, alerts=[f"creep: {chk.reason}"])])
 
 
 def test_trend_stage_alerts_on_the_night_a_step_is_confirmed(db_url, tmp_path):
@@ -213,3 +215,111 @@ def test_a_one_night_spike_is_tentative_in_the_cli_and_the_trend_and_json_is_str
     assert min_runs_after({"PERFWATCH_CHANGE_MIN_RUNS_AFTER": "5"}) == 5 and min_runs_after({}) == 3
     with pytest.raises(ValueError, match="PERFWATCH_CHANGE_MIN_RUNS_AFTER='0'"):
         min_runs_after({"PERFWATCH_CHANGE_MIN_RUNS_AFTER": "0"})
+
+
+# --------------------------------------------- issue 36 item 4: a nightly that confirms itself, no repeats, one-sided
+
+
+def test_one_sided_verdicts_are_called_so_by_a_sign_test():
+    """k regressions and 0 improvements over N judged runs: a symmetric measurement cannot produce that."""
+    st = changes.sign_test(["regression"] * 8 + ["pass"] * 30 + ["no-baseline", None])
+    assert (st.judged, st.regressions, st.improvements) == (38, 8, 0)
+    assert st.one_sided and st.direction == "slower" and st.p_value == pytest.approx(2 * 0.5**8)
+    assert st.reason.startswith("one-sided: 8 regression(s), 0 improvement(s) over 38 judged run(s)")
+    balanced = changes.sign_test(["regression"] * 4 + ["improvement"] * 3 + ["pass"] * 10)
+    assert not balanced.one_sided and balanced.direction is None and "not one-sided" in balanced.reason
+    few = changes.sign_test(["regression"] * 5)  # p = 0.0625: not enough to say so
+    assert not few.one_sided and few.p_value == pytest.approx(0.0625)
+    assert changes.sign_test([]).p_value == 1.0 and not changes.sign_test([]).one_sided
+    assert changes.sign_test(["improvement"] * 9).direction == "faster"
+
+
+def _tentative(slower: bool = True, status: str = "tentative") -> changes.ChangePoint:
+    return changes.ChangePoint(
+        "median_step_ms", 12, 112, 1.0, 1.5, 1.5 if slower else 0.7, None, None, 1e-9, 12, 1, slower, status=status
+    )
+
+
+def test_a_tentative_slowdown_is_confirmed_by_the_gate_that_sees_what_changed():
+    cp = _tentative()
+    kw = dict(before_version="1", before_key="k", version="2", key="k", cross_environment=False)
+    assert changes.confirm_choice(cp, **kw) == changes.ConfirmChoice(
+        "version", "1", "2", "v1 beside v2, one paired gate"
+    )
+    env = changes.confirm_choice(cp, **{**kw, "version": "1", "key": "k2", "cross_environment": True})
+    assert (env.kind, env.baseline_version, env.version) == ("environment", "1", "1")
+    blind = changes.confirm_choice(cp, **{**kw, "key": "k2"})  # a version gate cannot see the environment
+    assert blind.kind is None and "no old-environment runner" in blind.reason
+    same = changes.confirm_choice(cp, **{**kw, "version": "1"})
+    assert same.kind is None and "compare the version with itself" in same.reason
+    assert changes.confirm_choice(cp, **{**kw, "version": "keras3.1-ab"}).kind is None  # not a store version
+    assert changes.confirm_choice(_tentative(slower=False), **kw) is None  # faster: nothing to confirm
+    assert changes.confirm_choice(_tentative(status="confirmed"), **kw) is None  # the persistence rule alerts
+
+
+def test_the_confirming_gates_verdict_decides_the_alert():
+    change = "tentative change point at run 112 (median_step_ms x1.500)"
+    alert, line = changes.confirm_outcome(change, "regression", 1.48, 1.41, 1.55, 120)
+    assert alert and line == f"{change} confirmed by a paired gate: regression x1.480 [1.410, 1.550] (run 120)"
+    alert, line = changes.confirm_outcome(change, "pass", 1.004, 0.98, 1.03, 120)
+    assert not alert and line.endswith(
+        "was not confirmed by a paired gate: pass x1.004 [0.980, 1.030] (run 120); no alert"
+    )
+    alert, line = changes.confirm_outcome(change, "inconclusive", 1.04, 0.97, 1.12, 120)
+    assert not alert and line.endswith("it stays tentative")
+    assert changes.confirm_outcome(change, None, None, None, None, None) == (
+        False,
+        f"{change}: the paired gate did not decide (failed, no run stored); it stays tentative",
+    )
+
+
+def test_a_creep_alerts_once_and_never_for_a_step_that_alerted():
+    def creep(verdict: str, then: list[int]) -> changes.CreepCheck:
+        return changes.CreepCheck(verdict, 1.2, 1.1, 1.3, 12.0, 10.0, 0.05, 0.995, [40, 39], then)  # type: ignore[arg-type]
+
+    assert changes.creep_is_new(creep("creep", [5, 4]), None)
+    assert changes.creep_is_new(creep("creep", [5, 4]), creep("ok", [4, 3]))
+    assert not changes.creep_is_new(creep("creep", [5, 4]), creep("creep", [4, 3]))  # already said
+    assert not changes.creep_is_new(creep("creep", [5, 4]), creep("ok", [4, 3]), shift_runs=[30])  # the step's alert
+    assert changes.creep_is_new(creep("creep", [5, 4]), None, shift_runs=[3])  # a shift before the old level
+    assert not changes.creep_is_new(creep("ok", [5, 4]), None)
+    assert changes.alerts([], creep("creep", [5]), creep_alerts=False) == []
+
+
+def test_a_confirmed_level_shift_alerts_once_in_the_nights_that_follow(db_url, tmp_path):
+    """After a step is confirmed (its alert), the nights that follow alert nothing more: not the change point
+    again, and not the creep guard, whose baseline now holds the step (before: a creep alert every night for up to
+    a window, 30 days, after the step's)."""
+    x = noisy(44, 8, sd=0.015)
+    x[30:] *= 1.2
+    ids = store_series(db_url, tmp_path, x[:30])
+    alerted = {}
+    for n in range(30, 44):
+        ctx, *rest = make_records(tmp_path, dag_run_id=f"n{n}", median=float(x[n]), verdict="pass")
+        ctx = ctx.model_copy(update={"dag_id": "perfwatch_profile", "started_at": T0 + dt.timedelta(days=n)})
+        ids.append(archive_run(db_url, str(tmp_path / "archive"), ctx, *rest).run_id)
+        with session_scope(db_url) as s:
+            s.execute(
+                update(Baseline).where(Baseline.run_id == ids[-1]).values(accepted_at=s.get(Run, ids[-1]).started_at)
+            )
+        report = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=n, hours=1))
+        alerted[n] = (report.alerts, report.creep["verdict"])
+    nights = [n for n, (a, _) in alerted.items() if a]
+    assert len(nights) == 1 and alerted[nights[0]][0][0].startswith("change point at run "), alerted
+    assert alerted[43][1] == "creep"  # the guard still says so; the step alerted already
+
+
+def test_perfwatch_changes_says_when_the_verdicts_are_one_sided(db_url, tmp_path, cli):
+    """8 regressions and no improvement over the judged runs of a case: the trend check and ``perfwatch changes``
+    say the store's verdicts are one-sided (a symmetric measurement cannot produce them)."""
+    ids = store_series(db_url, tmp_path, noisy(20, 4))
+    with session_scope(db_url) as s:
+        s.execute(update(Run).where(Run.id.in_(ids[10:18])).values(verdict="regression"))
+    out = cli("changes", "m")
+    assert out.exit_code == 0, out.output
+    assert (
+        "train-bs16: verdicts one-sided: 8 regression(s), 0 improvement(s) over 20 judged run(s) (sign test p=0.0078"
+        in out.output
+    )
+    report = watch_case(db_url, "m", "train-bs16", ids[-1], now=T0 + dt.timedelta(days=21))
+    assert report.sign_test["one_sided"] and report.sign_test["direction"] == "slower"

@@ -101,3 +101,104 @@ def test_the_creep_guard_on_cpu_time(db_url, tmp_path):
     assert chk.verdict == "creep" and chk.metric == "median_cpu_ms" and chk.reason.startswith("on CPU time: ")
     assert chk.now_ms is not None and chk.now_ms > 18.0 * 1.004**30
     assert creep_check(db_url, "m", "train-bs16", now=now).metric == "median_step_ms"
+
+
+# ------------------------------------------------------ issue 36 item 4: a tentative slowdown confirms itself tonight
+
+
+def _store_version_step(db_url, tmp_path, *, nights=12, after=2, step=1.5):
+    """``nights`` runs of version 1 (10 ms, 1% noise), then ``after`` of version 2 ``step`` x slower: a tentative
+    slowdown at the series' end (fewer than 3 runs after it), in one environment."""
+    from tests.helpers.builders import make_records as records
+
+    rng = np.random.default_rng(1)
+    ids = []
+    for i in range(nights + after):
+        v2 = i >= nights
+        ctx, pulled, *rest = records(
+            tmp_path,
+            dag_run_id=f"n{i}",
+            median=float(10.0 * (step if v2 else 1.0) * np.exp(rng.normal(0, 0.01))),
+            verdict="pass",
+        )
+        ctx = ctx.model_copy(update={"dag_id": "perfwatch_profile", "started_at": T0 + dt.timedelta(days=i)})
+        pulled = pulled.model_copy(update={"version": "2" if v2 else "1", "digest": ("b" if v2 else "a") * 64})
+        ids.append(archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, *rest).run_id)
+    return ids, ctx
+
+
+def test_a_tentative_slowdown_plans_a_paired_gate_and_its_verdict_decides_the_alert(db_url, tmp_path):
+    import pytest
+
+    from tasks.records import RunState
+    from tasks.services.trend import CONFIRM_RUN_SUFFIX, TrendAlert, check_dag_run, judge_night
+    from tasks.settings import Settings
+
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_HOME": str(tmp_path / "home")})
+    ids, night = _store_version_step(db_url, tmp_path)
+    planned = RunState(ctx=night, label="m train-bs16", queue="default")
+    trend = check_dag_run("perfwatch_profile", night.dag_run_id, [planned.to_xcom()], settings)
+    (report,) = trend["reports"]
+    assert [t["run_id"] for t in report["tentative_change_points"]] == [ids[12]] and report["alerts"] == []
+    (plan,) = report["confirmations"]
+    assert (plan["kind"], plan["baseline_version"], plan["version"]) == ("version", "1", "2")
+    (state,) = [RunState.model_validate(d) for d in trend["confirm"]]
+    assert state.ctx.trigger == "confirm" and state.ctx.paired_version == "1" and state.ctx.case.version == "2"
+    assert state.ctx.dag_run_id == night.dag_run_id + CONFIRM_RUN_SUFFIX and state.queue == "default"
+    assert state.confirms is not None and state.confirms.change_run_id == ids[12]
+    assert state.label == f"m train-bs16 (confirm run {ids[12]})"
+    assert report["sign_test"]["judged"] == 14 and not report["sign_test"]["one_sided"]
+
+    # the gate has not run (no run stored): nothing alerts, the point stays tentative
+    (line,) = judge_night(trend, settings)
+    assert line.endswith("the paired gate did not decide (failed, no run stored); it stays tentative")
+
+    def gate(verdict: str, ratio: float, low: float, high: float, tag: str) -> int:
+        ctx, pulled, env, warm, run, parsed, comp = make_records(tmp_path, dag_run_id=tag, median=15.0, verdict=verdict)
+        comp = comp.model_copy(update={"method": "paired-abba", "ratio": ratio, "ci_low": low, "ci_high": high})
+        pulled = pulled.model_copy(update={"version": "2", "digest": "b" * 64})
+        return archive_run(
+            db_url,
+            str(tmp_path / "archive"),
+            state.ctx.model_copy(update={"dag_run_id": state.ctx.dag_run_id + tag}),
+            pulled,
+            env,
+            warm,
+            run,
+            parsed,
+            comp,
+        ).run_id
+
+    rid = gate("pass", 1.01, 0.98, 1.04, "")
+    (line,) = judge_night(trend, settings)  # a pass: no alert
+    assert line.endswith(f"was not confirmed by a paired gate: pass x1.010 [0.980, 1.040] (run {rid}); no alert")
+
+    other = {
+        **trend,
+        "confirm": [
+            state.model_copy(
+                update={"ctx": state.ctx.model_copy(update={"dag_run_id": state.ctx.dag_run_id + "x"})}
+            ).to_xcom()
+        ],
+    }
+    rid = gate("regression", 1.49, 1.44, 1.55, "x")
+    with pytest.raises(
+        TrendAlert, match=rf"confirmed by a paired gate: regression x1\.490 \[1\.440, 1\.550\] \(run {rid}\)"
+    ):
+        judge_night(other, settings)
+
+
+def test_no_gate_is_planned_when_nothing_but_the_series_changed(db_url, tmp_path):
+    """The same version and environment on both sides of a tentative slowdown: a paired gate would be an A/A gate;
+    none is planned and the report says why."""
+    from tasks.records import RunState
+    from tasks.services.trend import check_dag_run
+    from tasks.settings import Settings
+
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_HOME": str(tmp_path / "home")})
+    wall = [10.0 * (1.5 if i >= 12 else 1.0) * (1 + 0.005 * (i % 3)) for i in range(14)]
+    store_series(db_url, tmp_path, wall, [None] * 14)
+    ctx, *_ = make_records(tmp_path, dag_run_id="n13")
+    trend = check_dag_run("perfwatch_profile", "n13", [RunState(ctx=ctx).to_xcom()], settings)
+    (plan,) = trend["reports"][0]["confirmations"]
+    assert plan["kind"] is None and "compare the version with itself" in plan["reason"] and trend["confirm"] == []
