@@ -321,11 +321,19 @@ def test_cases_go_to_their_kinds_queue_and_a_failing_case_fails_only_itself(home
         "measure": "measure",
         "on_cpu-hosts.measure": "cpu-hosts",
         "on_gpu.measure": "gpu",
+        # the night's paired confirmations of tentative slowdowns measure on the same queues
+        "confirm.measure": "measure",
+        "confirm_on_cpu-hosts.measure": "cpu-hosts",
+        "confirm_on_gpu.measure": "gpu",
     }
     for group, queue in (("", "measure"), ("on_cpu-hosts.", "cpu-hosts"), ("on_gpu.", "gpu")):
         assert shape[f"{group}pull_model_version"]["up"] == [f"route_{queue}"]
         assert shape[f"route_{queue}"]["up"] == ["plan"]
         assert f"{group}archive" in shape["outcome"]["up"] and f"{group}archive" in shape["watch_trend"]["up"]
+        confirm = f"confirm_{group}" if group else "confirm."
+        assert shape[f"{confirm}pull_model_version"]["up"] == [f"route_confirm_{queue}"]
+        assert shape[f"route_confirm_{queue}"]["up"] == ["watch_trend"]
+        assert f"{confirm}archive" in shape["outcome"]["up"] and f"{confirm}archive" in shape["judge_trend"]["up"]
     proc = subprocess.run(
         [sys.executable, "-c", _MAPPED_RUN, str(ROOT / "dags")],
         env=env,
