@@ -461,10 +461,10 @@ class Case(Record):
     )
     auto_accept: bool = Field(
         True,
-        description="A run whose verdict is pass, no-baseline, improvement or env-changed becomes the active "
-        "baseline (a regression never does), unless its measurement was unsound: a busy host, a warm-up that "
-        "never got steady, or timed steps that compiled (CompareRecord.baseline_refused; accept it with "
-        "perfwatch baseline accept).",
+        description="A run whose verdict is pass, no-baseline or improvement becomes the active baseline (a "
+        "regression never does, nor an environment change left undecided: env-changed), unless its measurement "
+        "was unsound: a busy host, a warm-up that never got steady, or timed steps that compiled "
+        "(CompareRecord.baseline_refused; accept it with perfwatch baseline accept).",
         json_schema_extra=NOT_A_PARAM,
     )
     allow_partial_batches: bool = Field(
@@ -1155,13 +1155,17 @@ class Verdict(enum.StrEnum):
     REGRESSION = "regression"  #: slower than the baseline beyond the tolerance
     IMPROVEMENT = "improvement"  #: faster than the baseline beyond the tolerance
     INCONCLUSIVE = "inconclusive"  #: the interval is too wide to decide, or the host was busy
-    NO_BASELINE = "no-baseline"  #: no accepted run of the case in this environment to compare with
-    ENV_CHANGED = "env-changed"  #: compared with a baseline of another environment only
+    NO_BASELINE = "no-baseline"  #: no accepted run of the case in any environment to compare with
+    #: the environment changed (no accepted run in this one) and the change could not be judged: the interval across
+    #: it too wide, or the host busy. A change that was judged gets ``pass``, ``improvement`` or ``regression``
+    #: (method ``cross-environment``, the fields in ``evidence["env_changes"]``; ``tasks.analysis.verdict``)
+    ENV_CHANGED = "env-changed"
 
 
 #: Verdicts whose run becomes the new baseline when its case auto-accepts and nothing refuses it
-#: (``CompareRecord.baseline_refused``). A regression or an inconclusive run never moves the baseline.
-AUTO_ACCEPT_VERDICTS = frozenset({Verdict.PASS, Verdict.NO_BASELINE, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED})
+#: (``CompareRecord.baseline_refused``). A regression, an inconclusive run and an environment change left undecided
+#: (``env-changed``) never move the baseline by themselves: a person accepts those (``perfwatch baseline accept``).
+AUTO_ACCEPT_VERDICTS = frozenset({Verdict.PASS, Verdict.NO_BASELINE, Verdict.IMPROVEMENT})
 
 
 #: The per-step measure a verdict's ratio is of: ``wall`` the step's wall-clock time (our timer: what a user
@@ -1205,7 +1209,8 @@ class CompareRecord(Record):
 METHOD_WORDS = {
     "paired-abba": "paired ABBA gate: both versions in one process",
     "history-lookback": "two processes' medians: this run against the lookback history of accepted runs",
-    "cross-environment": "two processes' medians: against the newest baseline of another environment",
+    "cross-environment": "across an environment change: this run against the lookback history of accepted runs of "
+    "the previous environment, with the drift between processes",
     "fixed-threshold": "fixed threshold on the medians",
     "none": "no comparison (nothing to compare with)",
 }
@@ -1225,13 +1230,34 @@ def judged_profiles(xplane_paths: list[str] | None) -> list[str]:
 
 
 class ComparabilityChange(Record):
-    """One comparability field that differs between a run's environment and its baseline's (an ``env-changed``
-    verdict's ``evidence["env_changes"]``, ``tasks.analysis.environment.FieldChange``): the dotted field, the
-    baseline's value and the run's (``"absent"`` where a side lacks the field)."""
+    """One comparability field that differs between a run's environment and its baseline's (the
+    ``evidence["env_changes"]`` of a verdict across an environment change, ``tasks.analysis.environment.
+    FieldChange``): the dotted field, the baseline's value and the run's (``"absent"`` where a side lacks the
+    field)."""
 
     field: str
     old: Any = "absent"
     new: Any = "absent"
+
+
+#: how a verdict across an environment change begins its reason, followed by ``: `` and :func:`env_changes_text`
+ENV_CHANGED_REASON = "the environment changed"
+
+
+def env_changes_text(changes: Sequence[ComparabilityChange | Mapping[str, Any]]) -> str:
+    """The changed comparability fields, old -> new, "; "-joined: ``gpu.driver_version 535.104.05 -> 535.129.03;
+    tensorflow.build.cudnn_version 8.6 -> 8.9`` (``absent`` for a side that lacks the field: None or missing).
+    The one wording of a change, in a verdict's reason (``tasks.analysis.verdict``) and its story
+    (``tasks.services.story``); empty for no changes."""
+
+    def shown(v: Any) -> str:
+        return "absent" if v is None else str(v)
+
+    out = []
+    for c in changes:
+        d = c.model_dump() if isinstance(c, ComparabilityChange) else dict(c)
+        out.append(f"{d['field']} {shown(d.get('old', 'absent'))} -> {shown(d.get('new', 'absent'))}")
+    return "; ".join(out)
 
 
 class Acceptance(Record):
@@ -1278,8 +1304,9 @@ class VerdictStory(Record):
         tail_sides: with ``gated_on``, the deciding percentile of each side (``baseline``, ``candidate``: ``point``,
             ``low``, ``high`` in ms, ``n`` samples, ``confidence`` of each side's interval, ``estimable``; the
             ``tasks.analysis.percentiles.PercentileCI`` fields the tail gate kept).
-        env_changes: an ``env-changed`` verdict's comparability fields that differ from its baseline's
-            environment (:class:`ComparabilityChange`, old -> new); empty for any other verdict.
+        env_changes: the comparability fields that differ from its baseline's environment, for a verdict across
+            an environment change (method ``cross-environment``: ``pass``, ``improvement``, ``regression`` or the
+            undecided ``env-changed``; :class:`ComparabilityChange`, old -> new); empty for any other.
     """
 
     run_id: int | None = None
@@ -1527,10 +1554,11 @@ class CompareInputs(Record):
     )
     other_env: list[int] = Field(
         default_factory=list,
-        description="the newest accepted run id in another environment (at most one; only when same_env is empty)",
+        description="only when same_env is empty: the lookback baseline run ids of the environment of the case's "
+        "newest accepted run (another environment: the one before the change), newest first",
     )
     other_env_data: dict[str, Any] | None = Field(
-        default=None, description="the fingerprint record (environments.data) of the other_env run"
+        default=None, description="the fingerprint record (environments.data) of the newest other_env run"
     )
     samples: dict[int, list[float]] = Field(
         default_factory=dict,
@@ -1544,8 +1572,9 @@ class CompareInputs(Record):
     )
     calibration_runs: list[tuple[str, float]] = Field(
         default_factory=list,
-        description="(version, median step ms) of the newest accepted runs of the model, case and environment "
-        "(tasks.analysis.calibration.prior_for_case's input)",
+        description="(version, median step ms) of the newest accepted runs of the model, case and the baselines' "
+        "environment (same_env's; other_env's when same_env is empty) (tasks.analysis.calibration.prior_for_case's "
+        "input)",
     )
     calibration_cpu_ms: list[float | None] = Field(
         default_factory=list,

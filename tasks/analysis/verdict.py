@@ -15,8 +15,17 @@ calls ``decide`` runs the verdict as the product does:
   accepted runs' CPU medians; the tolerance is then a CPU-time tolerance ("on CPU time: ... median CPU-time
   ratio ..."). On a busy host (an unpaired run) a CPU-time history verdict stands by the busy-host rule
   (:func:`busy_verdict_from_ci`: every line moved by ``calibration.CPU_BIAS_BOUND``), as a paired gate's;
-* no baseline in this environment but one in another: ``stats.median_ratio_ci`` against it, verdict
-  ``env-changed`` naming the comparability fields that changed;
+* no baseline in this environment but one in another (an **environment change**: a TensorFlow, CUDA, cuDNN or
+  driver upgrade): the change is judged (:func:`judge_change`, method ``cross-environment``): the random-effects
+  interval of ``stats.compare_to_history`` across the change, this run against the lookback of accepted runs of
+  the environment before it, with the drift prior of that environment's accepted runs (two processes of one
+  version differ by several per cent: an interval from the steps of two processes would be far too narrow), on
+  wall time; a paired gate whose sides are the two environments (``Case.baseline_runner``/``baseline_env``, a
+  recorded way to run the old one) judges it instead; a paired gate of two versions in the new environment is
+  combined with the interval across the change. Judged, the verdict is the usual ``pass``/``improvement``/
+  ``regression``; undecided (the interval too wide, or the host busy) it is ``env-changed``, which never becomes
+  the baseline by itself. Every such reason begins ``the environment changed: <field old -> new; ...>``
+  (``evidence["env_changes"]``, ``evidence["env_change"]``: what judged it);
 * neither: ``no-baseline``;
 * paired gate: :func:`paired_comparison` (a gate of several processes: the interval across them,
   ``tasks.analysis.processes``, :func:`process_comparison`; one process: the sequential gate's final repeated
@@ -83,7 +92,7 @@ from typing import Any, Literal
 
 from tasks.analysis import calibration, processes, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
-from tasks.records import CompareInputs, Verdict
+from tasks.records import ENV_CHANGED_REASON, CompareInputs, Verdict, env_changes_text
 
 #: the verdicts the noise rule turns into inconclusive
 DECIDED = (Verdict.PASS, Verdict.REGRESSION, Verdict.IMPROVEMENT)
@@ -790,23 +799,13 @@ def decide(
         evidence["skipped_baselines"] = skipped_same + skipped_other
     d = Decision(verdict=Verdict.NO_BASELINE, method="none", baseline_run_ids=same or other, evidence=evidence)
     history_on = "wall"
+    across: dict[str, Any] | None = None
     if same:
         history_on = _decide_history(d, measured, measured_cpu, case, inputs, same, gpu)
     elif other:
-        est = stats.median_ratio_ci(measured, samples[other[0]], confidence=case.confidence)
-        changes = [
-            c.model_dump(mode="json")
-            for c in diff_fingerprints(dict(inputs.other_env_data or {}), dict(env_data))
-            if c.affects_comparability
-        ]
-        d.verdict, d.method = Verdict.ENV_CHANGED, "cross-environment"
-        d.ratio, d.ci_low, d.ci_high = est.ratio, est.low, est.high
-        d.reason = "the environment changed" + (": " + ", ".join(c["field"] for c in changes) if changes else "")
-        evidence.update(
-            stats=est.model_dump(mode="json"),
-            env_changes=changes,
-            baseline_median_ms=statistics.median(samples[other[0]]),
-        )
+        _decide_across(d, measured, case, inputs, other, env_data)
+        across = {"verdict": d.verdict, "method": d.method, "reason": d.reason, "limit": d.limit}
+        across.update(ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high)
     elif evidence.get("skipped_baselines"):
         evidence["reason"] = "every baseline run was skipped: " + "; ".join(
             f"run {x['run_id']}: {x['reason']}" for x in evidence["skipped_baselines"]
@@ -837,7 +836,110 @@ def decide(
             d.reason = f"{noise.get('reason')}; the statistics alone said {evidence['verdict_statistics']['verdict']}"
     if paired is not None and getattr(case, "gate_percentile", None) is not None:
         _gate_tail(d, case, paired, noise)
+    if across is not None:
+        judge_change(d, case, across, paired, noise)
     return d
+
+
+def _decide_across(
+    d: Decision,
+    measured: Sequence[float],
+    case: Any,
+    inputs: CompareInputs,
+    other: list[int],
+    env_data: Mapping[str, Any],
+) -> None:
+    """The interval across an environment change: ``stats.compare_to_history`` (a random-effects model of the
+    log medians, DerSimonian & Laird 1986) of this run against the usable lookback runs ``other`` of the
+    environment before the change, with the drift prior of that environment's accepted runs
+    (``calibration.prior_for_case`` of ``inputs.calibration_runs``): this run's own process offset and the
+    baselines' count in the interval, as in a nightly history verdict. On wall time (what a user waits for; an
+    upgrade may move CPU time and wall time apart). Records ``evidence["env_changes"]`` (the comparability fields
+    that differ, ``tasks.analysis.environment.diff_fingerprints``), ``stats``, ``prior``, ``baseline_median_ms``;
+    the verdict is the statistics' (:func:`judge_change` turns it into the final one)."""
+    ev = d.evidence
+    ev["env_changes"] = [
+        c.model_dump(mode="json")
+        for c in diff_fingerprints(dict(inputs.other_env_data or {}), dict(env_data))
+        if c.affects_comparability
+    ]
+    prior = calibration.prior_for_case(case, inputs.calibration_runs)
+    base = [inputs.samples[i] for i in other]
+    result = stats.compare_to_history(
+        measured,
+        base,
+        tolerance=case.tolerance,
+        confidence=case.confidence,
+        prior_between_sd=prior.between_sd,
+        prior_df=prior.prior_df,
+    )
+    ref = statistics.median(statistics.median(x) for x in base)
+    d.verdict, d.method = result.verdict, "cross-environment"
+    d.ratio, d.ci_low, d.ci_high = result.ratio, result.ci_low, result.ci_high
+    d.limit = ref * (1 + case.tolerance)
+    d.reason = f"across the change, {len(base)} accepted run(s) of the previous environment: {result.reason}"
+    ev.update(stats=result.model_dump(mode="json"), prior=prior.model_dump(mode="json"), baseline_median_ms=ref)
+
+
+def judge_change(
+    d: Decision,
+    case: Any,
+    across: Mapping[str, Any],
+    paired: PairedBlocks | None,
+    noise: Mapping[str, Any] | None,
+) -> None:
+    """The final verdict of a run across an environment change (issue 36 item 3; the one rule), from ``d`` as
+    the statistics, the paired gate and the noise rule left it and ``across``, the interval across the change
+    (:func:`_decide_across`: ``verdict``, ``reason``, ``ratio``, ``ci_low``, ``ci_high``, ``limit``, before the
+    noise rule):
+
+    * a cross-environment paired gate (``paired.gate["unit"] == "process-pair"``: side A run in the baseline
+      environment, ``Case.baseline_runner``/``baseline_env``) judged the two environments: its verdict stands;
+    * otherwise the interval across the change judges it (on a busy host a decided one is undecided, as every
+      unpaired verdict); with a paired gate of two versions in the new environment, the worse of the two
+      (``tail.combine``: ``regression`` when either is, undecided when either is), the figures of the one that
+      decided (the gate's kept in ``evidence["verdict_paired"]``);
+    * undecided (``inconclusive``) becomes ``env-changed``, which never becomes the baseline by itself
+      (``tasks.records.AUTO_ACCEPT_VERDICTS``), with how to judge or accept it; ``pass``, ``improvement`` and
+      ``regression`` stay (a regression across the change fails the run as any other).
+
+    The reason begins ``the environment changed: <field old -> new; ...>`` (``tasks.records.env_changes_text``);
+    ``evidence["env_change"]`` says what judged it (``by``) and the interval's own verdict.
+    """
+    from tasks.analysis import tail as tail_gate
+
+    ev = d.evidence
+    statistics_said = Verdict(across["verdict"])
+    across_verdict = statistics_said
+    busy = bool(noise is not None and noise.get("busy"))
+    if busy and across_verdict in DECIDED:
+        across_verdict = Verdict.INCONCLUSIVE
+    if paired is not None and (paired.gate or {}).get("unit") == "process-pair":
+        by = "cross-environment gate"
+    elif paired is not None:
+        by = "interval across the change and the paired gate"
+        gate_verdict = Verdict(d.verdict)
+        final = tail_gate.combine(gate_verdict, across_verdict)
+        if final != gate_verdict:  # the interval across the change decided: its figures
+            ev["verdict_paired"] = {"verdict": gate_verdict, "reason": d.reason, "ratio": d.ratio}
+            ev["verdict_paired"].update(ci_low=d.ci_low, ci_high=d.ci_high, method=d.method)
+            d.method, d.limit = "cross-environment", across["limit"]
+            d.ratio, d.ci_low, d.ci_high = across["ratio"], across["ci_low"], across["ci_high"]
+            d.reason = f"{across['reason']} The paired gate of the versions said {gate_verdict}: {d.reason}"
+        d.verdict = final
+    else:
+        by = "interval across the change"
+    ev["env_change"] = {"by": by, "verdict_statistics": statistics_said, "verdict": across_verdict}
+    fields = env_changes_text(ev.get("env_changes") or []) or "the comparability key differs (no field named)"
+    if d.verdict == Verdict.INCONCLUSIVE:
+        d.verdict = Verdict.ENV_CHANGED
+        d.reason = (
+            f"{(d.reason or '').rstrip('.')}; not judged, so not made the case's baseline: a cross-environment "
+            "gate judges the change where the previous environment can still run (perfwatch run "
+            f"{case.model} --baseline-runner 'PREVIOUS_RUNNER'), else (if the change is acceptable: perfwatch "
+            "baseline accept RUN_ID --by NAME --reason WHY)"
+        )
+    d.reason = f"{ENV_CHANGED_REASON}: {fields}; {d.verdict}: {d.reason}"
 
 
 def _gate_tail(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str, Any] | None) -> None:

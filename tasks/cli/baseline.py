@@ -2,7 +2,8 @@
 
 Every accepted run of a (model, case, environment) is a ``baselines`` row; the active one has no
 ``superseded_at``, the older ones are the lookback history. Runs are accepted automatically by the
-archive stage (verdict pass / no-baseline / improvement / env-changed, when ``Case.auto_accept``;
+archive stage (verdict pass / no-baseline / improvement, when ``Case.auto_accept``; an environment change left
+undecided, ``env-changed``, never;
 ``accepted_by`` is ``perfwatch``) or by a person with ``baseline accept`` — e.g. for an intended
 slowdown, even a run whose verdict was ``regression`` — recorded with who and why.
 """

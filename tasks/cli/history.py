@@ -15,8 +15,9 @@ run never overrides a release gate's verdict; a newer paired gate does), and it 
       never ``PASS``, for the cases not compared)
 1     regression: at least one case's verdict is ``regression``
 2     inconclusive or no data: a case is ``inconclusive``, its run failed, or it ran in a changed
-      environment (``env-changed``: no like-for-like baseline, so the release cannot be judged —
-      accept a baseline in the new environment first); a case answered ``no-baseline`` although an earlier
+      environment that the interval across the change could not judge (``env-changed``: judge it with a
+      cross-environment gate, or accept a baseline in the new environment first; a judged change is ``pass``,
+      ``improvement`` or ``regression``); a case answered ``no-baseline`` although an earlier
       version of it was measured (no baseline accepted, e.g. a first run on a busy host: ``NOT COMPARED``;
       ``perfwatch run MODEL --version V --paired`` pairs with that version); or there is no run of that version.
       Usage errors (bad option) also exit 2, as in every click program.
@@ -71,9 +72,10 @@ GATE_CODES: dict[str, int] = {  # by tasks.records.Verdict value (imported by co
 EXIT_CODES_HELP = (
     "Exit codes (perfwatch run and gate alike): 0 pass, improvement (faster beyond the tolerance: nothing to "
     "block) or no-baseline of a first version (nothing to regress against; gate --strict makes it 2); "
-    "1 regression; 2 undecided or failed: inconclusive (interval too wide, or host busy), env-changed (no "
-    "like-for-like baseline), no-baseline not compared (an earlier version was measured but no baseline "
-    "accepted; or run --paired found nothing to pair with), a failed stage, no run of the version, or bad input; "
+    "1 regression (also across an environment change); 2 undecided or failed: inconclusive (interval too wide, "
+    "or host busy), env-changed (an environment change the interval across it could not judge), no-baseline not "
+    "compared (an earlier version was measured but no baseline accepted; or run --paired found nothing to pair "
+    "with), a failed stage, no run of the version, or bad input; "
     "3 the store cannot be used."
 )
 """The exit codes as ``--help`` of ``run`` and ``gate`` print them (their epilog) and docs/cli.md says them."""

@@ -537,8 +537,9 @@ def run_cmd(
     auto_accept: Annotated[
         bool,
         typer.Option(
-            help="A sound run whose verdict is pass, no-baseline, improvement or env-changed becomes the case's "
-            "baseline; --no-auto-accept keeps an ad-hoc run out of the baseline.",
+            help="A sound run whose verdict is pass, no-baseline or improvement becomes the case's baseline (an "
+            "environment change left undecided, env-changed, never does); --no-auto-accept keeps an ad-hoc run "
+            "out of the baseline.",
             rich_help_panel=_VERDICT,
         ),
     ] = True,

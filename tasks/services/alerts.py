@@ -9,7 +9,8 @@ from the store's record of the DAG run:
   story as every command tells it (``tasks.services.story.story_line``: verdict, ratio of the metric that
   decided with its interval, regression line, method, baseline, why), the three ops whose self-time
   grew most (``tasks.analysis.attribution.top_ops_text``) and a link to the run's page;
-* an ``env-changed`` verdict: the fingerprint fields that changed against the baseline;
+* an ``env-changed`` verdict (an environment change left undecided): the fingerprint fields that changed against
+  the baseline (a judged change is a ``regression`` above, its reason naming them, or a quiet ``pass``);
 * a failed stage: the stage and the cause of its error (``tasks.analysis.failures``: the op XLA refused, the
   missing custom class, a string input without an input_fn), else its first line; likewise a failed task's error;
 * missing data: the models of the nightly config (``PERFWATCH_CONFIG``) without a successful run in

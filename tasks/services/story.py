@@ -18,17 +18,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tasks.records import Acceptance, VerdictStory, ratio_name
+from tasks.records import ENV_CHANGED_REASON, Acceptance, VerdictStory, ratio_name
+from tasks.records import env_changes_text as changes_text
 
 MISSING = "—"  #: a missing figure, as the pages show it
 
 #: the advice a verdict's reason carries when a run that looked sound was not made the baseline by itself
-#: (``tasks.stages.compare``, written before the run has an id): stale once someone accepted the run
-ACCEPT_ADVICE = re.compile(r"\s*\(if it is sound after all: perfwatch baseline accept RUN_ID[^)]*\)")
-
-
-#: how ``tasks.analysis.verdict`` begins an ``env-changed`` verdict's reason (followed by the fields' names)
-ENV_CHANGED_REASON = "the environment changed"
+#: (``tasks.stages.compare``: ``(if it is sound after all: ...)``; an environment change left undecided,
+#: ``tasks.analysis.verdict.judge_change``: ``(if the change is acceptable: ...)``; written before the run has an
+#: id): stale once someone accepted the run
+ACCEPT_ADVICE = re.compile(r"\s*\(if [^():]*: perfwatch baseline accept RUN_ID[^)]*\)")
 
 
 def _utc_minutes(t: dt.datetime) -> str:
@@ -65,14 +64,17 @@ def reason_text(s: VerdictStory, *, advice: bool = True) -> str | None:
     baseline (:data:`ACCEPT_ADVICE`) replaced by the acceptance when the run is or was one (``s.accepted``), else
     naming the run's id instead of ``RUN_ID`` (without ``advice``: left out, as a release gate shows the run it
     answers with: a gate never suggests making its candidate its own baseline); a ``no-baseline`` verdict stored
-    without a reason has :func:`no_baseline_text`; an ``env-changed`` verdict's reason names each field old -> new
-    (:func:`env_changes_text`); None for any other verdict without a reason."""
+    without a reason has :func:`no_baseline_text`; an ``env-changed`` reason stored with the fields' names only
+    (``the environment changed: gpu.driver_version``, before issue 36) names each field old -> new
+    (:func:`env_changes_text`), as a verdict across an environment change does now; None for any other verdict
+    without a reason."""
     reason = s.reason
     if not reason:
         if s.status == "success" and s.verdict == "no-baseline":
             return no_baseline_text(s, advice=advice)
         return None
-    if (changes := env_changes_text(s)) is not None and reason.startswith(ENV_CHANGED_REASON):
+    legacy = (ENV_CHANGED_REASON, f"{ENV_CHANGED_REASON}: " + ", ".join(c.field for c in s.env_changes))
+    if (changes := env_changes_text(s)) is not None and reason in legacy:  # stored before the fields' values
         return f"{ENV_CHANGED_REASON}: {changes}"
     if s.accepted is not None and ACCEPT_ADVICE.search(reason):
         accepted = f" ({acceptance_text(s.accepted)})"
@@ -86,16 +88,12 @@ def reason_text(s: VerdictStory, *, advice: bool = True) -> str | None:
 
 
 def env_changes_text(s: VerdictStory) -> str | None:
-    """An ``env-changed`` verdict's differing comparability fields, old -> new, "; "-joined (``gpu.driver_version
-    535.104.05 -> 535.129.03; tensorflow.build.cudnn_version 8.6 -> 8.9``; a field one side lacks shows
-    ``absent``); None when the story names none."""
+    """A verdict across an environment change: its differing comparability fields, old -> new, "; "-joined
+    (``gpu.driver_version 535.104.05 -> 535.129.03; tensorflow.build.cudnn_version 8.6 -> 8.9``; a field one side
+    lacks shows ``absent``: ``tasks.records.env_changes_text``); None when the story names none."""
     if not s.env_changes:
         return None
-
-    def shown(v: Any) -> str:
-        return "absent" if v is None else str(v)
-
-    return "; ".join(f"{c.field} {shown(c.old)} -> {shown(c.new)}" for c in s.env_changes)
+    return changes_text(s.env_changes)
 
 
 def verdict_text(s: VerdictStory) -> str:

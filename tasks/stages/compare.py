@@ -10,9 +10,11 @@
    (``tasks.store.reads.run_ops``, ``tasks.analysis.attribution``).
 
 The baseline is the lookback history of accepted runs (``baselines`` rows, newest first) of the
-same model, case and environment comparability key. Without one, the latest accepted run of the
-same model and case in another environment is compared anyway and the verdict is
-``env-changed``, naming the fingerprint fields that differ. With neither, ``no-baseline``.
+same model, case and environment comparability key. Without one, the environment changed: the change is
+judged against the lookback of the environment of the case's newest accepted run (``tasks.analysis.verdict.
+judge_change``: ``pass``/``improvement``/``regression`` when the interval across the change decides,
+``env-changed`` when it does not, which never becomes the baseline by itself), naming the fingerprint fields
+that differ. With neither, ``no-baseline``.
 
 Thresholds are tests: the statistics (``tasks.analysis.stats.verdict_from_ci``) decide
 ``pass``/``regression``/``improvement``/``inconclusive`` from the interval against the no-change line 1
@@ -41,7 +43,7 @@ cost actually spent in ``evidence["paired"]["spent"]``). The history verdict is 
 (``evidence["history"]``); the process-level offset the gate used is in ``evidence["paired_offset"]``.
 
 Baselines only from sound measurements: a run whose verdict would make it the baseline (``pass``,
-``no-baseline``, ``improvement``, ``env-changed``) is refused that when its host was busy, its warm-up never got
+``no-baseline``, ``improvement``) is refused that when its host was busy, its warm-up never got
 steady or its timed steps compiled (``tasks.analysis.soundness.baseline_refusals`` of ``run.noise`` and
 ``run.findings``): ``CompareRecord.baseline_refused`` and ``evidence["baseline_refused"]`` say why, the reason
 says so, and the archive does not accept it (``perfwatch baseline accept`` still can). ``run.findings`` are kept
@@ -72,7 +74,7 @@ from tasks.stages.profiled_run import read_paired, server_queries
 from tasks.store import reads
 
 #: methods whose verdict is the threshold rule on an interval (GX validates their result table)
-THRESHOLD_METHODS = ("history-lookback", "paired-abba")
+THRESHOLD_METHODS = ("history-lookback", "paired-abba", "cross-environment")
 
 
 class MeasurementRejected(ValueError):
@@ -124,7 +126,8 @@ def _validate(
             tolerance=case.tolerance,
             # the threshold is tested unless the noise rule left the verdict undecided (a busy host's CPU-time
             # regression fails it as a quiet one does)
-            host_busy=bool((d.evidence.get("noise") or {}).get("busy")) and d.verdict == "inconclusive",
+            host_busy=bool((d.evidence.get("noise") or {}).get("busy"))
+            and d.verdict in (Verdict.INCONCLUSIVE, Verdict.ENV_CHANGED),
         )
     outcomes["op_stats"] = expectations.validate_op_table(
         pd.DataFrame(

@@ -55,10 +55,9 @@ def _model_id(s: Session, model: str) -> int | None:
     return s.scalar(select(Model.id).where(Model.name == model))
 
 
-def _baselines(
-    s: Session, model_id: int, case_name: str, comparability_key: str, lookback: int
-) -> tuple[list[int], list[int], dict[str, Any] | None]:
-    same = list(
+def _lookback(s: Session, model_id: int, case_name: str, comparability_key: str, lookback: int) -> list[int]:
+    """The newest ``lookback`` accepted run ids of the case in the environment ``comparability_key``."""
+    return list(
         s.scalars(
             select(Baseline.run_id)
             .where(
@@ -70,17 +69,30 @@ def _baselines(
             .limit(lookback)
         )
     )
+
+
+def _baselines(
+    s: Session, model_id: int, case_name: str, comparability_key: str, lookback: int
+) -> tuple[list[int], list[int], dict[str, Any] | None, str]:
+    """(same-environment lookback, other-environment lookback, the newest other run's fingerprint, the key of the
+    environment the baselines are of): without an accepted run in ``comparability_key``, the lookback of the
+    environment of the case's newest accepted run (the one before the change)."""
+    same = _lookback(s, model_id, case_name, comparability_key, lookback)
     if same:
-        return same, [], None
-    other = s.execute(
-        select(Baseline.run_id, Environment.data)
+        return same, [], None, comparability_key
+    newest = s.execute(
+        select(Baseline.run_id, Baseline.comparability_key, Environment.data)
         .join(Run, Run.id == Baseline.run_id)
         .join(Environment, Environment.id == Run.environment_id)
         .where(Baseline.model_id == model_id, Baseline.case_name == case_name)
         .order_by(Baseline.accepted_at.desc(), Baseline.id.desc())
         .limit(1)
     ).first()
-    return ([], [], None) if other is None else ([], [other[0]], other[1])
+    if newest is None:
+        return [], [], None, comparability_key
+    run_id, key, data = newest
+    other = _lookback(s, model_id, case_name, key, lookback) or [run_id]
+    return [], other, data, key
 
 
 def _measured(s: Session, run_ids: list[int]) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
@@ -182,8 +194,9 @@ def gather_compare_inputs(
     """Baseline-compare's one read of the store (``tasks.records.CompareInputs``, the facts as stored);
     empty inputs for an unknown model.
 
-    ``lookback``: most baseline runs of the same environment; ``calibration_window``: most accepted runs
-    and paired gates looked at for calibration. The baselines' per-step CPU time comes with their step times
+    ``lookback``: most baseline runs of the same environment (of the environment before the change when this one
+    has none); ``calibration_window``: most accepted runs (of the baselines' environment) and paired gates (of this
+    one) looked at for calibration. The baselines' per-step CPU time comes with their step times
     (one query), the calibration runs' median CPU time from one grouped read of their measured steps
     (``tasks.store.series.counter_medians``).
     """
@@ -191,10 +204,10 @@ def gather_compare_inputs(
         model_id = _model_id(s, model)
         if model_id is None:
             return CompareInputs()
-        same, other, other_data = _baselines(s, model_id, case_name, comparability_key, lookback)
+        same, other, other_data, key = _baselines(s, model_id, case_name, comparability_key, lookback)
         ids = same or other
         wall, cpu = _measured(s, ids) if ids else ({}, {})
-        cal = _calibration_rows(s, model_id, case_name, comparability_key, calibration_window)
+        cal = _calibration_rows(s, model_id, case_name, key, calibration_window)  # the drift of the baselines' env
         cal_cpu = counter_medians(s, [i for i, _, _ in cal]) if cal else {}
         gates = _paired_gates(s, model_id, case_name, comparability_key, calibration_window)
         return CompareInputs(

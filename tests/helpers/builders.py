@@ -50,15 +50,20 @@ QUIET_HOST_LOAD = {
 }
 
 
-def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1"):
-    """Stage records of one finished run, with real files (a fake xplane, samples, parsed tables)."""
+def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m", median=10.0, key="k1", steps=None):
+    """Stage records of one finished run, with real files (a fake xplane, samples, parsed tables); ``steps``: its
+    measured step times (ms; default ten steps from ``median`` up by 0.01 ms), ``median`` then their median."""
+    if steps is None:
+        steps = [median + i * 0.01 for i in range(10)]
+    else:
+        steps, median = [float(t) for t in steps], statistics.median(steps)
     wd = tmp / dag_run_id
     prof = wd / "run" / "profile" / "plugins" / "profile" / "2026_01_01"
     prof.mkdir(parents=True, exist_ok=True)
     (prof / "host.xplane.pb").write_bytes(b"xplane-bytes")
     samples = {
         "schema_version": SCHEMA_VERSION,
-        "measured_step_times_ms": [median + i * 0.01 for i in range(10)],
+        "measured_step_times_ms": steps,
         "warmup_step_times_ms": [20.0, 15.0],
         "profiled_step_times_ms": [11.0, 12.0],
     }
@@ -97,7 +102,7 @@ def make_records(tmp: Path, *, dag_run_id="r1", verdict="no-baseline", model="m"
         work_dir=str(wd),
         samples_path=str(wd / "run" / "result.json"),
         profile_dir=str(wd / "run" / "profile"),
-        measured_steps=10,
+        measured_steps=len(steps),
         median_step_ms=median,
         throughput_eps=1600.0,
         profile_overhead_ratio=1.1,
@@ -502,18 +507,24 @@ CANDIDATE_FINGERPRINT = with_changes(
 
 
 def archive_with_env(
-    db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], *, median: float = 10.0, verdict=None
+    db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], *, median: float = 10.0, verdict=None, steps=None
 ) -> int:
-    """Archive one run (make_records' files) fingerprinted as ``data``; returns its run id."""
-    ctx, pulled, _, warm, run, parsed, comp = make_records(tmp, dag_run_id=dag_run_id, median=median)
+    """Archive one run (make_records' files, its measured ``steps`` when given) fingerprinted as ``data``; returns
+    its run id."""
+    ctx, pulled, _, warm, run, parsed, comp = make_records(tmp, dag_run_id=dag_run_id, median=median, steps=steps)
     return archive_run(
         db_url, str(tmp / "archive"), ctx, pulled, env_record(data), warm, run, parsed, verdict or comp
     ).run_id
 
 
-def compare_candidate(db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], median: float):
-    """baseline_compare for a candidate run fingerprinted as ``data``; returns (records, CompareRecord)."""
-    ctx, pulled, _, warm, run, parsed, _ = make_records(tmp, dag_run_id=dag_run_id, median=median)
+def compare_candidate(
+    db_url: str, tmp: Path, dag_run_id: str, data: dict[str, Any], median: float, *, steps=None, noise=None
+):
+    """baseline_compare for a candidate run fingerprinted as ``data`` (its measured ``steps`` when given; ``noise``:
+    the profiled run's judged noise, ``ProfiledRun.noise``); returns (records, CompareRecord)."""
+    ctx, pulled, _, warm, run, parsed, _ = make_records(tmp, dag_run_id=dag_run_id, median=median, steps=steps)
+    if noise is not None:
+        run = run.model_copy(update={"noise": noise})
     env = env_record(data)
     verdict = baseline_compare(db_url, ctx.case, env, run, parsed, tmp / dag_run_id / "work")
     return (ctx, pulled, env, warm, run, parsed), verdict

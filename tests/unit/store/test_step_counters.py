@@ -139,9 +139,10 @@ def test_compare_inputs_carry_the_baselines_cpu_samples_and_the_calibration_runs
     assert inputs.cpu_samples == {new: [pytest.approx(2 * t) for t in WALL]}  # old: none; partial: not every step
     assert [m for _, m in inputs.calibration_runs] == [10.0] * 3  # runs.median_step_ms
     assert inputs.calibration_cpu_ms == [pytest.approx(2 * 10.04), pytest.approx(2 * 10.045), None]
-    assert (
-        gather_compare_inputs(db_url, "m", "train-bs16", "other", lookback=5, calibration_window=50).cpu_samples == {}
-    )
+    # another environment (none accepted there): the lookback and calibration runs of k1, before the change
+    across = gather_compare_inputs(db_url, "m", "train-bs16", "other", lookback=5, calibration_window=50)
+    assert (across.same_env, across.other_env) == ([], [part, new, old])
+    assert across.cpu_samples == inputs.cpu_samples and across.calibration_runs == inputs.calibration_runs
 
 
 def test_baseline_compare_judges_the_history_on_cpu_time_when_it_drifts_less(db_url, tmp_path):
