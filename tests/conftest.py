@@ -37,19 +37,65 @@ def _fresh_pg_url() -> str:
     return PG_URL
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> str:
-    """A migrated, empty store on SQLite always, and on PostgreSQL when PERFWATCH_TEST_DATABASE_URL is set."""
-    from tasks.store import migrate
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """One SQLite store migrated to the newest schema per session: each test's store is a copy of it (a file copy
+    instead of 13 Alembic migrations per test)."""
+    import sqlite3
 
+    from tasks.store import get_engine, migrate
+
+    path = tmp_path_factory.mktemp("template") / "store.db"
+    migrate(f"sqlite:///{path}")
+    get_engine(f"sqlite:///{path}").dispose()
+    with sqlite3.connect(path) as conn:  # the store runs in WAL mode: everything into the file that is copied
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+#: the PostgreSQL test schema as a migration left it: (alembic version, table names), set on the first migration
+_pg_migrated: dict[str, object] = {}
+
+
+def _pg_schema(conn) -> tuple[str | None, tuple[str, ...]]:
+    from sqlalchemy import inspect, text
+
+    tables = tuple(sorted(inspect(conn).get_table_names(schema="public")))
+    if "alembic_version" not in tables:
+        return None, tables
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar(), tables
+
+
+def _empty_pg_url() -> str:
+    """The PostgreSQL test database with a migrated, empty store: where the schema is still the one the session
+    migrated (same Alembic version and tables), its tables are emptied (TRUNCATE ... RESTART IDENTITY, so ids start
+    at 1 again); otherwise (a test dropped it, or migrated it elsewhere) it is dropped and migrated afresh."""
+    from sqlalchemy import text
+
+    from tasks.store import get_engine, migrate
+
+    with get_engine(PG_URL).begin() as conn:
+        version, tables = _pg_schema(conn)
+        if _pg_migrated and (version, tables) == _pg_migrated["schema"]:
+            names = ", ".join(f'public."{t}"' for t in tables if t != "alembic_version")
+            conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            return PG_URL
+    migrate(_fresh_pg_url())
+    with get_engine(PG_URL).connect() as conn:
+        _pg_migrated["schema"] = _pg_schema(conn)
+    return PG_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path, _sqlite_template) -> str:
+    """A migrated, empty store on SQLite always, and on PostgreSQL when PERFWATCH_TEST_DATABASE_URL is set."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        if not PG_URL:
-            pytest.skip("PostgreSQL store tests need PERFWATCH_TEST_DATABASE_URL (set by .ci/run)")
-        url = _fresh_pg_url()
-    migrate(url)
-    return url
+        path = tmp_path / "store.db"
+        shutil.copy(_sqlite_template, path)
+        return f"sqlite:///{path}"
+    if not PG_URL:
+        pytest.skip("PostgreSQL store tests need PERFWATCH_TEST_DATABASE_URL (set by .ci/run)")
+    return _empty_pg_url()
 
 
 @pytest.fixture(scope="session")
