@@ -46,7 +46,7 @@ def test_the_registry_names_each_stage_once():
     assert [s.id for s in registry.STAGES] == list(registry.STAGE_IDS) == list(get_args(registry.StageId))
     assert [s.field for s in registry.STAGES] == list(get_args(registry.StateField))
     assert list(pipeline._WORK) == list(registry.STAGE_IDS)  # one implementation per stage, in order
-    state_fields = [f for f in RunState.model_fields if f not in ("ctx", "label", "queue", "refused")]
+    state_fields = [f for f in RunState.model_fields if f not in ("ctx", "label", "queue", "refused", "confirms")]
     assert [s.field for s in registry.STAGES] == state_fields
     for s in registry.STAGES:  # the RunState field holds the stage's record
         assert RunState.model_fields[s.field].annotation == s.record | None
