@@ -1316,6 +1316,26 @@ def env_changes_text(changes: Sequence[ComparabilityChange | Mapping[str, Any]])
     return "; ".join(out)
 
 
+ENV_CHANGE_NO_FIELDS = "the comparability key differs (no field named)"
+"""What an environment change's reason names when no comparability field is recorded as changed."""
+
+
+def env_change_reason(changes: Sequence[ComparabilityChange | Mapping[str, Any]], judgement: str) -> str:
+    """The reason of a verdict across an environment change: ``the environment changed: <fields>; <judgement>``
+    (``judgement``: the verdict and what said it, ``regression: ...``); the fields by :func:`env_changes_text`."""
+    return f"{ENV_CHANGED_REASON}: {env_changes_text(changes) or ENV_CHANGE_NO_FIELDS}; {judgement}"
+
+
+def env_change_judgement(reason: str | None, changes: Sequence[ComparabilityChange | Mapping[str, Any]]) -> str | None:
+    """The verdict part of an :func:`env_change_reason` (what the judgement said: ``env-changed: the interval
+    across the change ...``), without the fields it begins with; a reason of another shape as it is; None
+    without one."""
+    if not reason:
+        return None
+    head = env_change_reason(changes, "")
+    return reason[len(head) :] if reason.startswith(head) else reason
+
+
 class Acceptance(Record):
     """A run's acceptance as its case's baseline (the store's ``baselines`` row): who (``perfwatch`` itself,
     ``perfwatch baseline accept --by NAME``, ``make demo``), when (UTC), why, and when a later baseline superseded
