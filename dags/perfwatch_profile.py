@@ -234,13 +234,14 @@ def _stages():
     @task(map_index_template=CASE_LABEL)
     def archive(state: dict) -> dict:
         """Store run, samples, tables and verdict in one transaction; archive the profile.
-        Then fail the task if the verdict is a regression, or undecided on a busy host, so alerting fires."""
-        from tasks.stages.pipeline import HostBusy, RegressionDetected, raise_on_outcome, run_stage
+        Then fail the task if the verdict is a regression, undecided on a busy host, or a release gate that
+        compared nothing, so alerting fires."""
+        from tasks.stages.pipeline import HostBusy, NotCompared, RegressionDetected, raise_on_outcome, run_stage
 
         done = run_stage(state, "archive")
         try:
             raise_on_outcome(done)
-        except (RegressionDetected, HostBusy) as e:
+        except (RegressionDetected, HostBusy, NotCompared) as e:
             raise AirflowFailException(str(e)) from e
         return done.archived.to_xcom()
 

@@ -173,6 +173,62 @@ def throughput_def(serving: Mapping[str, Any] | None) -> str:
     return "median_step"
 
 
+# Throughput across definitions: one rule for every reader (the CLI, the pages, the hardware comparison). Two
+# definitions are two metrics under one name, so a figure is shown with its definition (throughput_text), two
+# runs' figures are compared only under one definition (throughput_pair_text), and a median is taken over runs of
+# one definition only (throughputs_of_one_definition).
+
+THROUGHPUT_NOT_RECORDED = "not recorded"
+"""What a throughput whose definition the store does not hold (None, or a name it does not know) is called."""
+
+
+def throughput_definition_text(definition: str | None) -> str:
+    """What a throughput of ``definition`` (a :data:`THROUGHPUT_DEFS` name) measures, in words with its unit:
+    ``examples/s at the median step``; :data:`THROUGHPUT_NOT_RECORDED` for None or an unknown name."""
+    return (
+        THROUGHPUT_DEFS.get(str(definition), THROUGHPUT_NOT_RECORDED)
+        if definition is not None
+        else THROUGHPUT_NOT_RECORDED
+    )
+
+
+def throughput_text(value: float, definition: str | None) -> str:
+    """One throughput with what it measures: ``812.4 examples/s at the median step`` (one decimal)."""
+    return f"{value:.1f} {throughput_definition_text(definition)}"
+
+
+def throughput_comparable(a: str | None, b: str | None) -> bool:
+    """Whether two throughputs of definitions ``a`` and ``b`` are one metric: the same definition."""
+    return a == b
+
+
+def throughput_pair_text(a_value: float, a_def: str | None, b_value: float, b_def: str | None) -> str:
+    """Two runs' throughputs, a then b: ``throughput 812.4 -> 790.1 examples/s at the median step`` under one
+    definition; under two, each named and not compared: ``throughput not compared: 812.4 examples/s at the median
+    step vs 95.0 queries/s achieved (two definitions)``."""
+    if not throughput_comparable(a_def, b_def):
+        return (
+            f"throughput not compared: {throughput_text(a_value, a_def)} vs {throughput_text(b_value, b_def)} "
+            "(two definitions)"
+        )
+    return f"throughput {a_value:.1f} -> {b_value:.1f} {throughput_definition_text(a_def)}"
+
+
+def throughputs_of_one_definition(
+    rows: Sequence[Mapping[str, Any]], *, value: str = "throughput_eps", definition: str = "throughput_def"
+) -> tuple[list[float], str | None, int]:
+    """The throughputs of ``rows`` (oldest first) that share the newest row's definition, to take one median of:
+    (the finite ``value`` of each row whose ``definition`` is the newest such row's, that definition, how many rows
+    with a throughput of another definition were left out). Rows without a throughput are skipped;
+    ([], None, 0) when none has one."""
+    have = [r for r in rows if isinstance(r.get(value), int | float) and math.isfinite(float(r[value]))]
+    if not have:
+        return [], None, 0
+    newest = have[-1].get(definition)
+    kept = [float(r[value]) for r in have if throughput_comparable(r.get(definition), newest)]
+    return kept, newest, len(have) - len(kept)
+
+
 DEFAULT_LEAD: tuple[str, ...] = ("step_time", "throughput")
 """What a verdict line leads with when the case has no ``metrics:`` line."""
 
@@ -1258,6 +1314,26 @@ def env_changes_text(changes: Sequence[ComparabilityChange | Mapping[str, Any]])
         d = c.model_dump() if isinstance(c, ComparabilityChange) else dict(c)
         out.append(f"{d['field']} {shown(d.get('old', 'absent'))} -> {shown(d.get('new', 'absent'))}")
     return "; ".join(out)
+
+
+ENV_CHANGE_NO_FIELDS = "the comparability key differs (no field named)"
+"""What an environment change's reason names when no comparability field is recorded as changed."""
+
+
+def env_change_reason(changes: Sequence[ComparabilityChange | Mapping[str, Any]], judgement: str) -> str:
+    """The reason of a verdict across an environment change: ``the environment changed: <fields>; <judgement>``
+    (``judgement``: the verdict and what said it, ``regression: ...``); the fields by :func:`env_changes_text`."""
+    return f"{ENV_CHANGED_REASON}: {env_changes_text(changes) or ENV_CHANGE_NO_FIELDS}; {judgement}"
+
+
+def env_change_judgement(reason: str | None, changes: Sequence[ComparabilityChange | Mapping[str, Any]]) -> str | None:
+    """The verdict part of an :func:`env_change_reason` (what the judgement said: ``env-changed: the interval
+    across the change ...``), without the fields it begins with; a reason of another shape as it is; None
+    without one."""
+    if not reason:
+        return None
+    head = env_change_reason(changes, "")
+    return reason[len(head) :] if reason.startswith(head) else reason
 
 
 class Acceptance(Record):

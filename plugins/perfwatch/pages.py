@@ -70,7 +70,7 @@ _HEADERS = {
     "p90_step_ms": "p90 step (ms) [95% interval] n",
     "p99_step_ms": "p99 step (ms)",
     "baseline_median_ms": "baseline median (ms)",
-    "throughput_eps": "throughput (examples/s)",
+    "throughput_eps": "throughput",
     "case_name": "case",
     "case_label": "case label",
     "n_measured": "steps measured",
@@ -315,7 +315,28 @@ def _cell(request: Request, col: str, rec: dict[str, Any]) -> str:
         return f"<td{attr}>{html.escape(_ratio_text(v, rec.get('ci_low'), rec.get('ci_high')) + cpu)}</td>"
     if col == "knee":
         return f"<td>{'★' if v else ''}</td>"
+    if col == "throughput_eps":  # with what it measures: two definitions are two metrics under one name
+        return f"<td{attr}>{html.escape(_throughput(v, rec.get('throughput_def'), rec.get('throughput_of')))}</td>"
     return f"<td{attr}>{html.escape(_text(v))}</td>"
+
+
+def _throughput(value: Any, definition: Any, of: Any = None) -> str:
+    """A throughput cell: the figure with what it measures (``tasks.records.throughput_text`` of its
+    ``runs.throughput_def``; a sweep point's own ``throughput_of`` where it has one, e.g. ``queries/s
+    achieved``); ``MISSING`` without a figure."""
+    from tasks.records import throughput_text
+
+    if _missing(value):
+        return MISSING
+    if isinstance(of, str):
+        return f"{float(value):.1f} {of}"
+    return throughput_text(float(value), None if _missing(definition) else str(definition))
+
+
+def _pair(side: Any) -> tuple[float, str | None]:
+    """A comparison headline side's throughput and its definition (None where not recorded)."""
+    d = side["throughput_def"]
+    return float(side["throughput_eps"]), None if _missing(d) else str(d)
 
 
 def _table(
@@ -1196,7 +1217,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
             [f"{pct(samples.get(i, []), 10)} / {pct(samples.get(i, []), 90)}" for _, _, i in sides],
         ),
         ("steps measured", [str(len(samples.get(i, []))) for _, _, i in sides]),
-        ("throughput (examples/s)", [html.escape(_text(r["throughput_eps"])) for _, r, _ in sides]),
+        ("throughput", [html.escape(_throughput(r["throughput_eps"], r["throughput_def"])) for _, r, _ in sides]),
         ("verdict", [_verdict(r["verdict"]) for _, r, _ in sides]),
         ("reason", [html.escape(reasons.get(i) or MISSING) for _, _, i in sides]),
     ]
@@ -1213,7 +1234,7 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
     ma, mb = h.loc["from"]["median_step_ms"], h.loc["to"]["median_step_ms"]
     ratio = mb / ma if ma else float("nan")
     from tasks.cli.compare import verdict_figure
-    from tasks.records import ratio_name
+    from tasks.records import ratio_name, throughput_pair_text
     from tasks.services.story import interval_text
     from tasks.store.reads import verdict_stories
 
@@ -1229,12 +1250,19 @@ def _comparison_body(request: Request, vc: Any, ia: int, ib: int) -> str:
             f"<span class='muted'>: the verdict's figure, run {ib} (b){html.escape(against)}, "
             f"{html.escape(story.method_text or '')}</span></p>"
         )
+    fa, ta = h.loc["from"], h.loc["to"]
+    throughput = (  # one definition or none compared (tasks.records: the CLI's rule too)
+        f"<p class='note throughput'>{html.escape(throughput_pair_text(*_pair(fa), *_pair(ta)))}</p>"
+        if not (_missing(fa["throughput_eps"]) or _missing(ta["throughput_eps"]))
+        else ""
+    )
     headline = (
         "<section class='story'>"
         + "".join(f"<p class='note env-warning'><b>{html.escape(w)}</b></p>" for w in vc.warnings)
         + f"<p class='headline'>median step time ×{ratio:.3f} ({ratio - 1:+.1%}), b over a"
         "<span class='muted'>: the ratio of the two runs' median step times (two processes, profiler off)</span></p>"
         + verdict
+        + throughput
         + (f"<p class='note' id='figures'>{html.escape(figure['note'])}.</p>" if figure["note"] else "")
         + "".join(f"<p class='note selection'>{_code_spans(line)}</p>" for line in vc.selection)
         + (

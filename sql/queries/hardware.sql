@@ -2,7 +2,7 @@
 -- The environments a model (one case, or all) was measured on, side by side: one row per successful
 -- run, newest environment facts first per key: the case, the environment (comparability key, the
 -- fingerprint and its environments row), the model version, the run's median step time (ms, our timer),
--- throughput (examples/s), peak memory (bytes: the device's where measured, and the runner process's RSS)
+-- throughput and what it measures (throughput_def: tasks.records.THROUGHPUT_DEFS), peak memory (bytes: the device's where measured, and the runner process's RSS)
 -- and when it started. tasks.analysis.gains groups the rows by case, version and environment (one version
 -- per case: never an average over versions), adds J/example from the telemetry summary (run_tables
 -- 'telemetry') and the ratio against a reference environment.
@@ -17,6 +17,7 @@ SELECT r.id AS run_id,
        COALESCE(mv.version, r.version_requested) AS version,
        r.median_step_ms,
        r.throughput_eps,
+       r.throughput_def,
        r.peak_device_bytes,
        r.peak_rss_bytes,
        r.started_at

@@ -2,7 +2,7 @@
 -- The newest runs (optionally of one model), newest first: status, version (as pulled; the
 -- requested one when the run failed before the pull), median step time (ms, our timer) with the measured
 -- steps it rests on (n_measured),
--- throughput (examples/s), peak host RSS and device memory (bytes), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
+-- throughput and what it measures (throughput_def: tasks.records.THROUGHPUT_DEFS), peak host RSS and device memory (bytes), verdict and the metric that decided it (wall | cpu: comparisons.metric), and for failed runs the stage and error (cut at 500 characters).
 -- params is the run's Case as JSON (its axes: mode, batch_size, precision, xla, strategy, quantization);
 -- fed is what the runner fed the model (run_tables tool 'inputs': per input shape, dtype, range; NULL
 -- for failed runs and runs stored before it was kept), and for infer/tflite runs latency_ms: the per-batch
@@ -27,6 +27,7 @@ SELECT r.id AS run_id,
        r.median_step_ms,
        r.n_measured,
        r.throughput_eps,
+       r.throughput_def,
        r.peak_rss_bytes,
        r.peak_device_bytes,
        r.verdict,

@@ -1,15 +1,16 @@
 """What would new hardware gain? The environments one case was measured on, side by side.
 
-Pure functions over the store's rows (``tasks.store.queries.hardware_inputs``): per case, one model version
-(never an average over versions: a new version's step time is no hardware's doing), and per environment
-(comparability key) the runs, the median step time (ms, our timer: the median of the runs' medians),
-throughput (examples/s, the runs' median), peak memory (bytes, the largest: the device's where measured,
-else the runner's RSS), J/example (the median of the telemetry summaries' ``energy_per_example_j``, where
-power was measured) and the ratio of its step time against a reference environment's with an interval:
-the ratio of medians of the two environments' pooled measured step times with a percentile bootstrap
-(:func:`tasks.analysis.stats.median_ratio_ci`; it counts step-to-step noise only, not the drift between
-processes, so with one run per environment the interval is too narrow by that drift: ``runs`` says how
-many went in). Below 1: faster than the reference.
+Pure functions over the store's rows (``tasks.store.queries.hardware_inputs``): per case, one model version (never
+an average over versions: a new version's step time is no hardware's doing), and per environment (comparability
+key) the runs, the median step time (ms, our timer: the median of the runs' medians), throughput (the runs'
+median, over the runs of the newest run's definition only: ``runs.throughput_def``,
+:func:`tasks.records.throughputs_of_one_definition`; never a median across two definitions), peak memory (bytes,
+the largest: the device's where measured, else the runner's RSS), J/example (the median of the telemetry
+summaries' ``energy_per_example_j``, where power was measured) and the ratio of its step time against a reference
+environment's with an interval: the ratio of medians of the two environments' pooled measured step times with a
+percentile bootstrap (:func:`tasks.analysis.stats.median_ratio_ci`; it counts step-to-step noise only, not the
+drift between processes, so with one run per environment the interval is too narrow by that drift: ``runs`` says
+how many went in). Below 1: faster than the reference.
 
 Which version: the one given, else per case the newest measured on every environment the case was measured on
 (:func:`compared_version`; where none was, the newest measured on the most of them); an environment without a
@@ -30,6 +31,7 @@ from typing import Any
 
 from tasks.analysis.environment import diff_fingerprints
 from tasks.analysis.stats import median_ratio_ci
+from tasks.records import throughput_definition_text, throughputs_of_one_definition
 
 #: comparability fields that describe the hardware itself (dotted-path prefixes): a difference here is what
 #: the comparison is about; any other comparability difference is flagged
@@ -221,8 +223,8 @@ def side_by_side(
 
     Args:
         rows: the hardware query's rows (``run_id``, ``case_name``, ``env_key``, ``environment_id``,
-            ``version``, ``median_step_ms``, ``throughput_eps``, ``peak_device_bytes``, ``peak_rss_bytes``,
-            ``energy_per_example_j``), oldest first within a case and key.
+            ``version``, ``median_step_ms``, ``throughput_eps``, ``throughput_def``, ``peak_device_bytes``,
+            ``peak_rss_bytes``, ``energy_per_example_j``), oldest first within a case and key.
         envs: fingerprint record of each ``environment_id``.
         steps: measured step times (ms) of each ``run_id``.
         reference: the reference environment: a comparability-key prefix, or text in its hardware label
@@ -233,7 +235,8 @@ def side_by_side(
 
     Returns:
         :class:`SideBySide`: ``rows``, dicts with ``case``, ``version``, ``env_key``, ``hardware`` (label),
-        ``runs``, ``median_step_ms``, ``throughput_eps``, ``peak_memory_bytes``, ``energy_per_example_j``,
+        ``runs``, ``median_step_ms``, ``throughput_eps`` (the median of the runs of the newest run's
+        definition), ``throughput_def`` (that definition), ``peak_memory_bytes``, ``energy_per_example_j``,
         ``reference`` (bool), ``ratio``, ``ratio_low``, ``ratio_high`` (step time / the reference's; None where
         either side has fewer than 5 steps), ``method`` and ``differs_beyond_hardware`` (list of changes, empty
         if none); ``notes`` (the version compared where a case has several, environments left out).
@@ -282,7 +285,12 @@ def side_by_side(
                 ratio, low, high = est.ratio, est.low, est.high
             mem = [v for r in rs for v in (r.get("peak_device_bytes") or r.get("peak_rss_bytes"),) if v is not None]
             energy = [float(r["energy_per_example_j"]) for r in rs if r.get("energy_per_example_j") is not None]
-            tput = [float(r["throughput_eps"]) for r in rs if r.get("throughput_eps") is not None]
+            tput, tdef, other = throughputs_of_one_definition(rs)  # a median of one definition's figures, never of two
+            if other:
+                notes.append(
+                    f"{case}: {labels[key]} ({key[:12]}): throughput of {len(tput)} of {len(tput) + other} runs "
+                    f"({throughput_definition_text(tdef)}); {other} measured another definition: left out of it"
+                )
             out.append(
                 {
                     "case": case,
@@ -292,6 +300,7 @@ def side_by_side(
                     "runs": len(rs),
                     "median_step_ms": statistics.median(float(r["median_step_ms"]) for r in rs),
                     "throughput_eps": statistics.median(tput) if tput else None,
+                    "throughput_def": tdef,
                     "peak_memory_bytes": int(max(mem)) if mem else None,
                     "energy_per_example_j": statistics.median(energy) if energy else None,
                     "reference": key == ref,

@@ -92,7 +92,7 @@ from typing import Any, Literal
 
 from tasks.analysis import calibration, processes, sequential, stats
 from tasks.analysis.environment import diff_fingerprints
-from tasks.records import ENV_CHANGED_REASON, CompareInputs, Verdict, env_changes_text
+from tasks.records import CompareInputs, Verdict, env_change_reason
 
 #: the verdicts the noise rule turns into inconclusive
 DECIDED = (Verdict.PASS, Verdict.REGRESSION, Verdict.IMPROVEMENT)
@@ -903,7 +903,7 @@ def judge_change(
       (``tasks.records.AUTO_ACCEPT_VERDICTS``), with how to judge or accept it; ``pass``, ``improvement`` and
       ``regression`` stay (a regression across the change fails the run as any other).
 
-    The reason begins ``the environment changed: <field old -> new; ...>`` (``tasks.records.env_changes_text``);
+    The reason begins ``the environment changed: <field old -> new; ...>`` (``tasks.records.env_change_reason``);
     ``evidence["env_change"]`` says what judged it (``by``) and the interval's own verdict.
     """
     from tasks.analysis import tail as tail_gate
@@ -930,7 +930,6 @@ def judge_change(
     else:
         by = "interval across the change"
     ev["env_change"] = {"by": by, "verdict_statistics": statistics_said, "verdict": across_verdict}
-    fields = env_changes_text(ev.get("env_changes") or []) or "the comparability key differs (no field named)"
     if d.verdict == Verdict.INCONCLUSIVE:
         d.verdict = Verdict.ENV_CHANGED
         d.reason = (
@@ -939,7 +938,7 @@ def judge_change(
             f"{case.model} --baseline-runner 'PREVIOUS_RUNNER'), else (if the change is acceptable: perfwatch "
             "baseline accept RUN_ID --by NAME --reason WHY)"
         )
-    d.reason = f"{ENV_CHANGED_REASON}: {fields}; {d.verdict}: {d.reason}"
+    d.reason = env_change_reason(ev.get("env_changes") or [], f"{d.verdict}: {d.reason}")
 
 
 def _gate_tail(d: Decision, case: Any, paired: PairedBlocks, noise: Mapping[str, Any] | None) -> None:

@@ -353,22 +353,8 @@ def _compare_sides(db_url: str, sides: dict[str, Any], *, top_n: int) -> Version
     )
 
 
-def _throughput_text(f: Any, t: Any) -> str:
-    """The headline's throughput of the two sides (examples/s), or where their ``throughput_def`` differ
-    (``tasks.records.THROUGHPUT_DEFS``: two metrics under one name) each named and not compared."""
-    from tasks.records import THROUGHPUT_DEFS
-
-    if f["throughput_def"] != t["throughput_def"]:
-        name = {k: THROUGHPUT_DEFS.get(str(k), "not recorded") for k in (f["throughput_def"], t["throughput_def"])}
-        return (
-            f"throughput not compared: {f['throughput_eps']:.1f} {name[f['throughput_def']]} vs "
-            f"{t['throughput_eps']:.1f} {name[t['throughput_def']]} (two definitions)"
-        )
-    return f"throughput {f['throughput_eps']:.1f} -> {t['throughput_eps']:.1f} examples/s"
-
-
 def _headline_text(vc: VersionComparison) -> str:
-    from tasks.records import case_title
+    from tasks.records import case_title, throughput_pair_text  # never two definitions compared
     from tasks.records import version_label as vl
 
     h = vc.headline.set_index("side")
@@ -378,7 +364,8 @@ def _headline_text(vc: VersionComparison) -> str:
         f"median step time {vl(f['version'])} (run {f['run_id']}) {f['median_step_ms']:.3f} ms -> "
         f"{vl(t['version'])} (run {t['run_id']}) {t['median_step_ms']:.3f} ms: x{ratio:.3f} "
         f"({(ratio - 1):+.1%}; two processes' medians); "
-        f"{_throughput_text(f, t)}; case {case_title(t['case'], t['case_label'])}"
+        f"{throughput_pair_text(f['throughput_eps'], f['throughput_def'], t['throughput_eps'], t['throughput_def'])}; "
+        f"case {case_title(t['case'], t['case_label'])}"
     )
     if vc.identical_bytes:
         text += (

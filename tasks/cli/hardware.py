@@ -135,7 +135,8 @@ def register(app: typer.Typer) -> None:
 
 def people_table(df: pd.DataFrame) -> pd.DataFrame:
     """``hardware``'s table for a terminal (120 columns): case, version, env (the comparability key's first 8
-    characters), hardware, runs, median step time, throughput, peak memory, J/example (only where some run
+    characters), hardware, runs, median step time, throughput (and ``throughput is``, what it measures, where
+    the rows' definitions differ: ``runs.throughput_def``), peak memory, J/example (only where some run
     measured power), the ratio to the reference with its interval in one cell (``0.396 [0.392, 0.400]``;
     ``reference`` for the reference itself) and ``beyond hardware``: what differs from the reference
     environment besides the hardware (the fields' names; ``same`` where nothing does; old -> new under the
@@ -176,6 +177,14 @@ def people_table(df: pd.DataFrame) -> pd.DataFrame:
             "beyond hardware": [beyond(r) for r in df.itertuples()],
         }
     )
+    if "throughput_def" in df.columns and df["throughput_def"].dropna().nunique() > 1:  # two metrics, one name
+        from tasks.records import throughput_definition_text
+
+        out.insert(
+            out.columns.get_loc("throughput_eps") + 1,
+            "throughput is",
+            [throughput_definition_text(d) for d in df["throughput_def"]],
+        )
     if out["J/example"].isna().all():
         out = out.drop(columns=["J/example"])
     return out

@@ -10,7 +10,8 @@ from the store's record of the DAG run:
   decided with its interval, regression line, method, baseline, why), the three ops whose self-time
   grew most (``tasks.analysis.attribution.top_ops_text``) and a link to the run's page;
 * an ``env-changed`` verdict (an environment change left undecided): the fingerprint fields that changed against
-  the baseline (a judged change is a ``regression`` above, its reason naming them, or a quiet ``pass``);
+  the baseline, then what the judgement said (the reason's verdict part: ``tasks.records.env_change_judgement``;
+  a judged change is a ``regression`` above, its reason naming them, or a quiet ``pass``);
 * a failed stage: the stage and the cause of its error (``tasks.analysis.failures``: the op XLA refused, the
   missing custom class, a string input without an input_fn), else its first line; likewise a failed task's error;
 * missing data: the models of the nightly config (``PERFWATCH_CONFIG``) without a successful run in
@@ -29,7 +30,7 @@ from typing import Any
 
 from tasks.analysis import failures
 from tasks.analysis.attribution import top_ops_text
-from tasks.records import Verdict, VerdictStory, case_label
+from tasks.records import Verdict, VerdictStory, case_label, env_change_judgement
 from tasks.services.story import story_line
 from tasks.settings import Settings
 
@@ -148,11 +149,14 @@ def note_text(n: RunNote, base_url: str | None) -> str:
     head += f" (run {n.run_id})"
     if n.status == "failed":
         body = f"failed at stage *{n.failed_stage}*: {_first_line(n.error)[:500]}"
-    elif n.verdict == Verdict.ENV_CHANGED:
+    elif n.verdict == Verdict.ENV_CHANGED:  # the fields that changed, then what the judgement said of it
         changes = n.evidence.get("env_changes") or []
         body = "verdict *env-changed*: " + (
             "; ".join(f"{c['field']} {c['old']!r} → {c['new']!r}" for c in changes) or "the comparability key changed"
         )
+        reason = (n.story.reason if n.story is not None else None) or n.evidence.get("reason")
+        if judgement := env_change_judgement(reason, changes):
+            body += f"; {judgement}"
     else:  # the verdict's story as every command tells it (tasks.services.story), then the ops that moved
         story = n.story or VerdictStory.from_evidence(
             run_id=n.run_id,

@@ -82,6 +82,11 @@ class HostBusy(RuntimeError):
     (``tasks.analysis.calibration.assess_noise``); the message gives the figures."""
 
 
+class NotCompared(RuntimeError):
+    """Raised after archiving when a release gate compared the version with nothing (``evidence["uncompared"]``:
+    ``tasks.stages.compare.uncompared_note``): a gate that compared nothing must not look passed."""
+
+
 def as_state(state: RunState | Mapping[str, Any]) -> RunState:
     """``state`` as a :class:`RunState`: a dict from XCom (``RunState.to_xcom()``, or the "bundle" of an
     earlier perfwatch, which has the same keys) is validated.
@@ -854,12 +859,32 @@ def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
         )
 
 
+def raise_on_uncompared(state: RunState | Mapping[str, Any]) -> None:
+    """After archiving: raise :class:`NotCompared` when a release gate (trigger ``release``) compared its version
+    with nothing (``evidence["uncompared"]``, e.g. a first version with nothing to pair with), as ``perfwatch run
+    --paired`` exits 2 for it; the message says why. Another trigger's run (a nightly first run) stays green."""
+    state = as_state(state)
+    verdict = state.verdict
+    if state.ctx.trigger != "release" or verdict is None:
+        return
+    uncompared = verdict.evidence.get("uncompared") or {}
+    if not uncompared:
+        return
+    case = state.ctx.case
+    raise NotCompared(
+        f"{case.model} v{_have(state.pulled, 'pulled').version} ({case.name}): release gate not compared, "
+        f"{uncompared.get('reason') or 'no reason'}; archived as run {_have(state.archived, 'archived').run_id}"
+    )
+
+
 def raise_on_outcome(state: RunState | Mapping[str, Any]) -> None:
     """After archiving, what turns the run red: :func:`raise_on_regression`, then :func:`raise_on_host_busy`
-    (a verdict undecided on a busy host)."""
+    (a verdict undecided on a busy host), then :func:`raise_on_uncompared` (a release gate that compared
+    nothing)."""
     state = as_state(state)
     raise_on_regression(state)
     raise_on_host_busy(state)
+    raise_on_uncompared(state)
 
 
 def run_case(ctx: RunContext, settings: Settings | None = None) -> RunState:

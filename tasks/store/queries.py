@@ -573,7 +573,8 @@ def runs(model: str | None = None, last: int | None = None, db_url: str | None =
     trigger, median_step_ms (ms, our timer), n_measured (the measured steps it rests on),
     median_cpu_ms and median_wait_ms (the measured steps' process CPU time and run-queue wait, ms:
     :func:`tasks.store.series.step_counter_stats`; None where not recorded) each with its n (``median_cpu_n``,
-    ``median_wait_n``: the steps that recorded it), throughput_eps (examples/s), the
+    ``median_wait_n``: the steps that recorded it), throughput_eps and throughput_def (what it measures:
+    ``tasks.records.THROUGHPUT_DEFS``), the
     infer/tflite per-batch latency percentiles with their intervals and n (:func:`latency_columns`), the
     scenario's own figures (:func:`scenario_columns`: a server run's rates and per-query percentiles, a search's
     max QPS),

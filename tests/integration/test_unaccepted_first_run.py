@@ -93,11 +93,19 @@ def test_a_first_version_is_no_baseline_never_pass_and_paired_says_it_had_nothin
 
 def test_the_dags_release_trigger_gates_against_the_first_version_nobody_accepted(store, home, monkeypatch):
     """What the DAG's tasks do for a release Asset event (plan -> pull -> measure -> parse -> compare -> archive,
-    then the archive task's outcome), in this process: the busy first release is not the baseline; the release of
-    version 2 is paired with version 1 and goes red as a regression."""
+    then the archive task's outcome), in this process: the busy first release is not the baseline, and it goes red
+    after archiving as not compared (issue 35 item 2: a release gate that compared nothing must not look passed);
+    the release of version 2 is paired with version 1 and goes red as a regression."""
     from tasks.records import Verdict
     from tasks.services.publish import model_asset, release_cases
-    from tasks.stages.pipeline import RegressionDetected, as_state, measure_case, raise_on_outcome, run_stage
+    from tasks.stages.pipeline import (
+        NotCompared,
+        RegressionDetected,
+        as_state,
+        measure_case,
+        raise_on_outcome,
+        run_stage,
+    )
 
     uri = model_asset("m")[0]
 
@@ -114,7 +122,14 @@ def test_the_dags_release_trigger_gates_against_the_first_version_nobody_accepte
     monkeypatch.delenv("PERFWATCH_FAKE_OTHER_CPU_SHARE")
     assert first.verdict is not None and first.verdict.verdict == Verdict.NO_BASELINE
     assert first.verdict.baseline_refused and "nothing to pair with" in (first.verdict.reason or "")
-    raise_on_outcome(first)  # a first version: nothing to compare with, the release run stays green
+    assert first.archived is not None and first.verdict.evidence["uncompared"]["version"] is None
+    with pytest.raises(NotCompared) as caught:  # after archiving, as for a regression
+        raise_on_outcome(first)
+    assert str(caught.value) == (
+        f"m v1 ({first.ctx.case.name}): release gate not compared, no paired gate: nothing to pair with (no baseline "
+        "is accepted and no version of m before 1 was measured in this case: a first version); archived as run "
+        f"{first.archived.run_id}"
+    )
     second = release("2")
     v = second.verdict
     assert v is not None and (v.verdict, v.method) == (Verdict.REGRESSION, "paired-abba")
@@ -123,3 +138,21 @@ def test_the_dags_release_trigger_gates_against_the_first_version_nobody_accepte
         raise_on_outcome(second)
     res, out = _cli("gate", "m", "2")
     assert res.exit_code == 1 and "gate m v2: REGRESSION (exit 1)" in out, out
+
+
+def test_a_nightly_first_run_compared_with_nothing_stays_green(store):
+    """The nightly (scheduled) first run of a model has nothing to compare with either, but it is no gate: its DAG
+    run stays green (only a release gate that compared nothing goes red)."""
+    from tasks.records import Case, RunContext, Verdict
+    from tasks.stages.pipeline import raise_on_outcome, run_case
+
+    ctx = RunContext(
+        dag_id="perfwatch_profile",
+        dag_run_id="scheduled__1",
+        trigger="scheduled",
+        case=Case(model="m", version="1", batch_size=4, measured_steps=20, profiled_steps=3, warmup_max_steps=20),
+    )
+    state = run_case(ctx)
+    assert state.verdict is not None and state.verdict.verdict == Verdict.NO_BASELINE
+    assert state.archived is not None
+    raise_on_outcome(state)  # green

@@ -246,3 +246,21 @@ def test_hardware_reads_the_samples_of_the_compared_runs_only(two_envs, tmp_path
     assert "1.00 GiB" in table.output and "1073741824" not in table.output  # make_records' peak RSS: 1 GiB
     csv = cli("hardware", "demo", "--case", "train-bs16", "--format", "csv")
     assert "peak_memory_bytes" in csv.output and "1073741824" in csv.output
+
+
+def test_a_throughput_median_never_spans_two_definitions():
+    """Issue 40 item 8: an environment's throughput is the median of its runs' figures of one definition (the
+    newest run's: ``runs.throughput_def``), never of two; the rows that measured another are named in a note and
+    the row says which definition its figure is."""
+    rows = _rows((1, "a", "1", 10.0), (2, "a", "1", 10.0), (3, "a", "1", 10.0))
+    for r, (eps, definition) in zip(
+        rows, ((500.0, "median_step"), (90.0, "server_achieved"), (95.0, "server_achieved")), strict=True
+    ):
+        r |= {"throughput_eps": eps, "throughput_def": definition}
+    got = side_by_side(rows, {1: A100}, _steps(rows))
+    ((row),) = got.rows
+    assert (row["throughput_eps"], row["throughput_def"]) == (92.5, "server_achieved")
+    assert got.notes == [
+        "infer-bs1: gpu: NVIDIA A100-SXM4-40GB (a): throughput of 2 of 3 runs (queries/s achieved); 1 measured "
+        "another definition: left out of it"
+    ]

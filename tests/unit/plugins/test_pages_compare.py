@@ -110,6 +110,11 @@ def pages(tmp_path_factory):
         )
         archive_run(url, str(tmp / "archive"), ctx, pulled.model_copy(update={"model": "ev"}), env_record(fp), *rest)
     ids["cpu_v1"], ids["cpu_v2"] = _cpu_gate(url, tmp)
+    from tests.helpers.builders import archive_scenario_run
+
+    # model tp: two runs whose throughputs are two definitions (runs.throughput_def): two metrics under one name
+    ids["tp_single"] = archive_scenario_run(url, tmp, "tp1", "single-stream", [8.0] * 40, model="tp")
+    ids["tp_offline"] = archive_scenario_run(url, tmp, "tp2", "offline", [8.0] * 40, wall_s=0.4, model="tp")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFWATCH_DATABASE_URL", url)
         mp.setenv(
@@ -205,3 +210,23 @@ def test_the_run_page_and_compare_give_one_attribution_on_one_metric_with_its_ba
     shown = {o.op_name: o.delta_us_per_step for o in compared.ops}
     assert "conv Conv2D convolution" in ops and f"{shown['conv']:+,.1f}" in ops  # op by op as compare has it
     assert (len(compared.appeared), len(compared.vanished)) == (1, 1) and "1 ops appeared, 1 vanished." in ops
+
+
+def test_the_pages_name_each_throughputs_definition_and_never_compare_two(pages):
+    """Issue 40 item 8: ``throughput_eps`` of an offline run is its examples over the run, of a single-stream run
+    a step's examples over the median step. The comparison page names each side's definition and compares them
+    only under one (``tasks.records.throughput_pair_text``, as ``perfwatch compare``); the latest runs and the
+    sweep name the definition of every figure."""
+    client, ids = pages
+    text = _text(client.get(f"/perfwatch/compare?a={ids['tp_single']}&b={ids['tp_offline']}").text)
+    assert "throughput 500.0 examples/s at the median step 400.0 examples/s over the run" in text
+    assert (
+        "throughput not compared: 500.0 examples/s at the median step vs 400.0 examples/s over the run "
+        "(two definitions)" in text
+    )
+    same = _text(client.get(f"/perfwatch/compare?a={ids['v1']}&b={ids['paired']}").text)
+    assert re.search(r"throughput [0-9.]+ -> [0-9.]+ examples/s at the median step", same), same
+    latest = _text(client.get("/perfwatch/").text)
+    assert "400.0 examples/s over the run" in latest and "500.0 examples/s at the median step" in latest
+    sweep = _text(client.get("/perfwatch/models/sw").text)
+    assert "examples/s at the median step" in sweep

@@ -100,13 +100,22 @@ def test_a_regression_reaches_the_webhook(db_url, tmp_path, sink, notifier_modul
 def test_env_changed_on_success_and_a_failed_stage(db_url, tmp_path, sink, notifier_module, monkeypatch):
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     run = add_run(db_url, tmp_path, "n3", verdict="env-changed", fp="e")
-    set_evidence(db_url, run, env_changes=[{"field": "tf.version", "old": "2.20", "new": "2.21"}])
+    from tasks.records import env_change_reason
+
+    changes = [{"field": "tf.version", "old": "2.20", "new": "2.21"}]
+    judgement = (  # what judge_change writes after the fields: the verdict part of the reason
+        "env-changed: step-time ratio 1.041 [0.902, 1.187] across the change (cross-environment); not judged, so "
+        "not made the case's baseline"
+    )
+    set_evidence(db_url, run, env_changes=changes, reason=env_change_reason(changes, judgement))
     notifier_module.PerfwatchNotifier(only_noteworthy=True)(dag_context("n3", reason="success"))
     failed = add_failure(db_url, tmp_path, "n4", stage="warm-up")
     notifier_module.PerfwatchNotifier()(dag_context("n4", reason="task_failure"))
     env_alert, fail_alert = (p["body"] for p in sink.posts)
     assert env_alert["blocks"][0]["text"]["text"] == "perfwatch: d finished (env-changed)"
-    assert "verdict *env-changed*: tf.version '2.20' → '2.21'" in env_alert["text"]
+    # the fields, then what the judgement said (issue 36 item 3), the fields not twice
+    assert f"verdict *env-changed*: tf.version '2.20' → '2.21'; {judgement}" in env_alert["text"]
+    assert "tf.version 2.20 -> 2.21" not in env_alert["text"]
     assert fail_alert["blocks"][0]["text"]["text"] == "perfwatch: d failed (failed stage)"
     assert (
         f"(run {failed}): failed at stage *warm-up*: RunnerError: training step failed\n"

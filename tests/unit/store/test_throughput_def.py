@@ -112,11 +112,11 @@ def test_metrics_label_the_throughputs_definition(db_url, tmp_path):
 
 
 def test_compare_headline_never_compares_two_definitions():
-    from tasks.cli.compare import _throughput_text
+    from tasks.records import throughput_pair_text as pair_text  # the one rule the CLI and the pages use
 
-    old = {"throughput_eps": 500.0, "throughput_def": "median_step"}
-    new = {"throughput_eps": 300.0, "throughput_def": "server_achieved"}
-    text_ = _throughput_text(old, new)
+    text_ = pair_text(500.0, "median_step", 300.0, "server_achieved")
     assert "->" not in text_ and "not compared" in text_
     assert "examples/s at the median step" in text_ and "queries/s achieved" in text_
-    assert _throughput_text(new, new | {"throughput_eps": 280.0}) == "throughput 300.0 -> 280.0 examples/s"
+    assert (
+        pair_text(300.0, "server_achieved", 280.0, "server_achieved") == "throughput 300.0 -> 280.0 queries/s achieved"
+    )
