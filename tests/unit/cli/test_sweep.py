@@ -361,8 +361,14 @@ def test_axes_of_runs_stored_before_the_axes_existed_are_the_defaults():
 def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, monkeypatch):
     from starlette.requests import Request
 
+    from plugins.perfwatch.auth import RunAccess
     from plugins.perfwatch.pages import _sweep_section, model_sweep_plot
 
+    class EveryDag:  # an auth manager that lets the user read every DAG (who sees what: test_authorization.py)
+        def filter_authorized_dag_ids(self, *, dag_ids, user, method):
+            return set(dag_ids)
+
+    access = RunAccess(EveryDag(), user=None)  # type: ignore[arg-type]
     monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
     request = Request(
         {
@@ -374,12 +380,12 @@ def test_model_page_of_the_airflow_plugin_has_the_sweep(db_url, matrix_runs, mon
             "query_string": b"",
         }
     )
-    html = _sweep_section(request, "demo")
+    html = _sweep_section(request, "demo", access)
     assert "<img src='/perfwatch/models/demo/sweep.png'" in html
     assert html.count("<tr>") == 1 + 6 and "train-bs16-mixed_bfloat16" in html  # header + one row per case
-    png = model_sweep_plot("demo")
+    png = model_sweep_plot("demo", access)
     assert png.media_type == "image/png" and png.body[:8] == b"\x89PNG\r\n\x1a\n"
-    assert _sweep_section(request, "nomodel") == ""  # no successful run: no section
+    assert _sweep_section(request, "nomodel", access) == ""  # no successful run: no section
 
 
 def test_sweep_says_when_its_points_come_from_more_than_one_version(cli, matrix_runs, db_url, tmp_path):
