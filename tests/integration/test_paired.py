@@ -188,6 +188,12 @@ def test_runner_paired_mode_abba_on_tiny_models(model_files, tmp_path):
     assert sorted(orders[:2]) == sorted(orders[2:]) == ["AB", "BA"] and r["timed_steps"] == 24  # drawn per quadruple
     assert all(len(b["a_cpu_ms"]) == len(b["b_cpu_ms"]) == 3 for b in r["blocks"])  # CPU time around every step
     assert all(len(b["a_wait_ms"]) == 3 for b in r["blocks"]) == Path("/proc/self/task").exists()
+    for side in ("wait", "a_wait"):  # how far each side's wait can be trusted, as the single-model modes say
+        wait = r["threads"][side]
+        if r["blocks"][0]["a_wait_ms"]:
+            assert wait["unavailable"] is None and wait["threads_read"] >= 12 and 0 <= wait["threads_lost"]
+        else:
+            assert wait["unavailable"]
     assert len(r["a_warmup_cpu_ms"]) == len(r["b_warmup_cpu_ms"]) == 2
     assert r["first_built"] in ("A", "B")  # drawn per gate (issue 12: the version set up first ran faster)
     assert all(len(b["a_ms"]) == len(b["b_ms"]) == 3 for b in r["blocks"])

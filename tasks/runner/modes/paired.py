@@ -140,8 +140,12 @@ def run(spec: RunnerSpec) -> PairedResult:
             )
     for who in setup_order:
         end_phase(who, "paired")
+    # how far each side's run-queue wait can be trusted (unavailable, threads that ended mid-step), as the
+    # single-model modes record it: the candidate's (B) as "wait", the baseline's as "a_wait"
+    case = measure.case_record(spec, step_b)
+    case["threads"] = {**case["threads"], "wait": steps["B"].wait_record(), "a_wait": steps["A"].wait_record()}
     return PairedResult(
-        **measure.case_record(spec, step_b),
+        **case,
         fed=fed["B"],
         a_fed=fed["A"],
         a_inputs={name: InputFeed(**feed) for name, feed in step_a.inputs.items()},
