@@ -214,3 +214,18 @@ def test_needed_processes_is_finite_for_a_wide_spread_and_none_beyond_reach():
     assert n is not None and n > 100  # 500 at sd 0.2
     assert processes.needed_processes(0.2, DESIGN, max_k=50) is None
     assert processes.needed_processes(0.001, DESIGN) == processes.MIN_LOOK_PROCESSES
+
+
+def test_a_gate_that_no_fit_metric_kept_going_is_judged_not_refused():
+    """A new team's first release gate (x20 slower, a busy host): the looks after processes 3 and 4 found no metric
+    fit ("none": the host too busy for either), so the gate measured on; the verdict, on wall time over all six
+    processes, found the third look decisive in hindsight and raised "look at 3 processes already decided" (the
+    gate and `perfwatch gate` said FAILED). A look that no metric judged kept the gate going by the busy-host rule,
+    as a CPU-time look does: the verdict is the final look's."""
+    rng = np.random.default_rng(3)
+    a, b, ac, bc, proc = _process_pairs(rng, 20.0, tau=0.02, sd=0.06)
+    looks = list(range(processes.MIN_LOOK_PROCESSES, K + 1))
+    g = _gate(a, b, ac, bc, proc, processes_design=True, looks=looks, stopping=["none", "none", "none", "wall"])
+    case = Case(model="m", measured_steps=10, paired_blocks=K * PER, paired_block_steps=1, paired_processes=K)
+    d = decide([10.0] * 10, case, CompareInputs(), env_data={}, paired=g)
+    assert d.verdict == Verdict.REGRESSION and d.ci_low > 15, d.reason
