@@ -388,7 +388,7 @@ def _fetch_inputs(state: RunState, stage_id: StageId, settings: Settings) -> Run
         and (path := getattr(record, attr))
         and (rel := scratch.relative(path, local))
     ]
-    scratch.fetch(settings, state.ctx, [*rels, *s.reads_dirs])
+    scratch.fetch(settings, state.ctx, rels, optional=s.reads_dirs)
     return state
 
 

@@ -28,7 +28,7 @@ import datetime as dt
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -111,17 +111,24 @@ def _stamp(p: Path) -> tuple[int, int]:
 READ_RETRIES_S = (0.2, 0.5, 1.0)
 
 
-def _fresh(fs: Any, src: str) -> list[str]:
+def _fresh(fs: Any, src: str, expected: bool = True) -> list[str]:
     """The files at ``src`` as the object store holds them now: ``[src]`` for a file (its exact key), every file
     under it for a directory, ``[]`` when neither. fsspec's listings cache (s3fs's ``dircache``, which has no
-    expiry: fsspec/s3fs#851) is dropped first, so a listing this process made before another host wrote is never
-    read as the truth."""
-    fs.invalidate_cache()
-    try:
-        kind = fs.info(src).get("type")
-    except FileNotFoundError:
-        return []
-    return [src] if kind == "file" else list(fs.find(src))
+    expiry: fsspec/s3fs#851) is dropped before each look, so a listing this process made before another host wrote
+    is never read as the truth. An ``expected`` path (a key an earlier stage's record names) that is not there is
+    looked up again after each of :data:`READ_RETRIES_S` (a lagging gateway); an optional one is looked up once."""
+    for wait in (*READ_RETRIES_S, None) if expected else (None,):
+        fs.invalidate_cache()
+        try:
+            kind = fs.info(src).get("type")
+        except FileNotFoundError:
+            if wait is None:
+                return []
+            log.info("scratch: %s not found, looking again in %.1f s", src, wait)
+            time.sleep(wait)
+            continue
+        return [src] if kind == "file" else list(fs.find(src))
+    return []
 
 
 def _get(fs: Any, src: str, dest: Path) -> None:
@@ -138,12 +145,13 @@ def _get(fs: Any, src: str, dest: Path) -> None:
             time.sleep(wait)
 
 
-def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
+def fetch(settings: Settings, ctx: RunContext, rels: list[str], optional: Sequence[str] = ()) -> list[str]:
     """Download ``<scratch>/<slug>/<rel>`` (a file, or a directory with everything under it) into the local work
-    dir for each ``rel`` not there already; one that the scratch space does not hold is skipped (the stage's own
-    input check then names it). Each ``rel`` is looked up as the store holds it now (:func:`_fresh`: a file by
-    its exact key, a directory by a new listing, never a cached one) and each read is retried briefly
-    (:data:`READ_RETRIES_S`). Returns the relative paths of the files downloaded.
+    dir for each of ``rels`` (keys an earlier stage wrote) and ``optional`` (directories that may not exist) not
+    there already; one that the scratch space does not hold is skipped (the stage's own input check then names
+    it). Each is looked up as the store holds it now (:func:`_fresh`: a file by its exact key, a directory by a new
+    listing, never a cached one), a missing one of ``rels`` again after each of :data:`READ_RETRIES_S`, and each
+    read is retried as briefly. Returns the relative paths of the files downloaded.
 
     Raises:
         OSError: the object store could not be read (e.g. credentials refused, bucket missing), also after the
@@ -153,9 +161,9 @@ def fetch(settings: Settings, ctx: RunContext, rels: list[str]) -> list[str]:
     fs, base = fsspec.core.url_to_fs(uri(settings, ctx))
     synced = _synced.setdefault(local, {})
     got: list[str] = []
-    for rel in rels:
+    for rel, expected in [*((r, True) for r in rels), *((r, False) for r in optional)]:
         src = f"{base}/{rel}"
-        files = _fresh(fs, src)
+        files = _fresh(fs, src, expected)
         for f in files:
             name = f"{rel}/{f[len(src) :].lstrip('/')}".rstrip("/") if f != src else rel
             dest = local / name

@@ -56,7 +56,9 @@ def test_stages_on_two_hosts_hand_files_on_through_s3_and_retries_change_nothing
     fetched: list[tuple[str, list[str]]] = []
     real_fetch = scratch.fetch
     monkeypatch.setattr(
-        scratch, "fetch", lambda st, ctx, rels: fetched.append((st.home.name, got := real_fetch(st, ctx, rels))) or got
+        scratch,
+        "fetch",
+        lambda st, ctx, rels, **kw: fetched.append((st.home.name, got := real_fetch(st, ctx, rels, **kw))) or got,
     )
     ctx = RunContext(dag_id="d", dag_run_id="r1", trigger="manual", case=Case(model="tiny", version="1", **SMALL))
     state = pipeline.run_stage(RunState(ctx=ctx), "pull-model-version", b)
