@@ -94,6 +94,19 @@ def list_versions(store_uri: str, model: str) -> list[int]:
     return list(version_dirs(store_uri, model))
 
 
+def earlier_version(store_uri: str, model: str, before: str) -> str | None:
+    """The newest integer version of ``model`` in the store below ``before`` (as a string, e.g. ``"1"``): what a
+    paired gate of ``before`` pairs with when no earlier version was measured. None when ``before`` is not an
+    integer version, the model has no directory, or no version is below it."""
+    if not str(before).isdigit():
+        return None
+    try:
+        below = [v for v in list_versions(store_uri, model) if v < int(before)]
+    except ModelNotFoundError:
+        return None
+    return str(max(below)) if below else None
+
+
 def layout(fs, path: str) -> str | None:
     """``keras`` or ``saved_model`` when the store directory ``path`` holds that layout, else None."""
     files = {_name(e["name"]) for e in fs.ls(path, detail=True) if e.get("type") != "directory"}

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tasks.analysis import failures
 from tasks.matrix import config_exists, load_config, select_cases
+from tasks.modelstore import earlier_version
 from tasks.records import (
     ArchiveRecord,
     Case,
@@ -462,7 +463,9 @@ def pull_paired_baseline(
     baseline's (the version of the baseline run found by ``tasks.store.reads.baseline_version``); without an
     accepted baseline, the newest earlier version measured (``tasks.store.reads.measured_version`` below
     ``pulled.version``: a first run that was not made the baseline, e.g. on a busy host, is still a version to
-    compare with); or ``ctx.paired_version`` when set (an A/A gate of ``perfwatch calibrate``). Paired when
+    compare with), else the newest earlier version in the model store (``tasks.modelstore.earlier_version``:
+    published and never measured; the gate measures both); or ``ctx.paired_version`` when set (an A/A gate of
+    ``perfwatch calibrate``). Paired when
     ``RunContext.pairs_with`` says so: a release trigger or ``Case.paired``, or a scheduled run whose
     resolved version (``pulled.version``) differs from that version. ``None`` otherwise, and when
     there is nothing to pair with (a first version: the compare stage says so). A ``keras.applications`` case
@@ -479,6 +482,8 @@ def pull_paired_baseline(
     if found is None and pulled is not None:  # no baseline accepted: the newest earlier version measured
         found = measured_version(settings.database_url, ctx.case.model, ctx.case.name, pulled.version)
     baseline = found[0] if found else None
+    if baseline is None and pulled is not None and not ctx.case.backbone:  # none measured: the store's newest earlier
+        baseline = earlier_version(settings.model_store, ctx.case.model, pulled.version)
     if not ctx.pairs_with(pulled.version if pulled else None, baseline):
         return None
     version = ctx.paired_version or baseline

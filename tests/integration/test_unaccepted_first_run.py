@@ -156,3 +156,15 @@ def test_a_nightly_first_run_compared_with_nothing_stays_green(store):
     assert state.verdict is not None and state.verdict.verdict == Verdict.NO_BASELINE
     assert state.archived is not None
     raise_on_outcome(state)  # green
+
+
+def test_a_paired_gate_pairs_with_a_published_version_never_measured(store):
+    """A new team's release: version 1 published and never run, version 2 4.4x slower. `run --paired` said "nothing
+    to pair with ... a first version" (exit 2) and `gate` "NO BASELINE (a first version)", exit 0, though version 1
+    was in the model store: a paired gate measures both versions itself, so it pairs with the newest earlier
+    version in the store when no version was measured."""
+    res, out = _cli("run", "m", "--version", "2", "--paired", *SMALL)
+    assert res.exit_code == 1, out
+    assert "verdict regression: step-time ratio 4." in out and "vs version 1 (no baseline accepted)" in out
+    res, out = _cli("gate", "m", "2")
+    assert res.exit_code == 1 and "gate m v2: REGRESSION (exit 1)" in out, out
