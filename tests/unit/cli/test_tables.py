@@ -253,3 +253,28 @@ def test_gates_answer_goes_to_stdout_and_stays_off_a_json_document(cli, demo):
     assert data.exit_code == 1
     assert json.loads(data.stdout)[0]["verdict"] == "regression"  # stdout: the JSON alone
     assert "gate demo_mobilenet v2: REGRESSION (exit 1)" in data.stderr
+
+
+def test_runs_at_100_columns_keeps_the_verdict_before_the_secondary_figures(cli, db_url, tmp_path, monkeypatch):
+    """A new team's `COLUMNS=100 perfwatch runs` left out the verdict to fit and kept the median CPU time and
+    run-queue wait: the secondary figures go first, the verdict stays."""
+    import json
+    from pathlib import Path
+
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import make_records
+
+    monkeypatch.setenv("COLUMNS", "100")
+    recs = make_records(tmp_path, dag_run_id="r1", model="a_rather_long_model_name", median=85.17)
+    path = Path(recs[4].samples_path)
+    samples = json.loads(path.read_text())
+    samples["measured_cpu_ms"] = [76.99] * len(samples["measured_step_times_ms"])
+    samples["measured_wait_ms"] = [121.44] * len(samples["measured_step_times_ms"])
+    path.write_text(json.dumps(samples))
+    archive_run(db_url, str(tmp_path / "archive"), *recs)
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    _fits(res.stdout)
+    table, below = res.stdout.split("└")
+    assert "no-baseline" in table and "verdict" not in below.split("\n")[1], res.stdout
+    assert "median wait" not in table and "left out to fit 100 columns: median wait ms" in below, res.stdout
