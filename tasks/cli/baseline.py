@@ -198,7 +198,9 @@ def register(app: typer.Typer) -> None:
         if not out["changed"]:
             typer.echo(f"run {run_id} already is the active baseline of {out['model']} {out['case']}; nothing changed")
             return
+        previous = out["previous_run_id"]
         typer.echo(
             f"run {run_id} is now the active baseline of {out['model']} {out['case']} (env {out['env_key']}), "
-            f"accepted by {by.strip()}: {reason.strip()}; previous baseline run: {out['previous_run_id']}"
+            f"accepted by {by.strip()}: {reason.strip()}; "
+            + (f"previous baseline run: {previous}" if previous is not None else "the case had no baseline before")
         )

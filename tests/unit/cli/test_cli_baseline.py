@@ -77,3 +77,12 @@ def test_show_unknown_model_lists_models(store):
 
 def test_show_other_case_is_empty(store):
     assert _show("--case", "train-bs32") == []
+
+
+def test_accepting_a_case_s_first_baseline_says_so_not_none(db_url, home, tmp_path, monkeypatch):
+    """A new team's first accept printed "previous baseline run: None"."""
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    run = archive_run(db_url, str(tmp_path / "a"), *make_records(tmp_path, dag_run_id="r1", verdict="inconclusive"))
+    res = runner.invoke(app, ["baseline", "accept", str(run.run_id), "--by", "alice", "--reason", "measured quiet"])
+    assert res.exit_code == 0, res.output
+    assert "the case had no baseline before" in res.stdout and "None" not in res.stdout
