@@ -183,6 +183,26 @@ def busy_verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+def gross_verdict_from_ci(low: float, high: float, tolerance: float) -> Verdict:
+    """The verdict a busy host's wall-time interval ``[low, high]`` still supports when no metric is fit to judge
+    a small change: ``regression`` when ``low`` lies above ``(1 + tolerance) x (1 + calibration.WALL_BIAS_BOUND)``
+    (more than load has been measured to move a wall-time ratio, beyond the tolerance), ``improvement`` when
+    ``high`` lies below its reciprocal, else ``inconclusive`` (never ``pass``: load may hide a slowdown). The one
+    rule of both the stop rule (:func:`look_decides`, :func:`process_look_decides`) and the verdict.
+
+    Raises:
+        ValueError: ``low > high`` or a non-positive bound.
+    """
+    if not 0 < low <= high:
+        raise ValueError(f"CI [{low}, {high}]: need 0 < low <= high")
+    line = (1 + tolerance) * (1 + calibration.WALL_BIAS_BOUND)
+    if low > line:
+        return Verdict.REGRESSION
+    if high < 1 / line:
+        return Verdict.IMPROVEMENT
+    return Verdict.INCONCLUSIVE
+
+
 def deciding_metric(
     case: Any,
     host_load: Mapping[str, Any] | None,
@@ -261,7 +281,8 @@ def look_decides(
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
     if metric == "wall":
         return sequential.look(d_wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
-    return False, "none"
+    f = sequential.look(d_wall, looks, design)  # no metric fit: only a change load cannot fake stops it
+    return gross_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "none"
 
 
 def process_look_decides(
@@ -296,7 +317,8 @@ def process_look_decides(
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
     if metric == "wall":
         return processes.look(wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
-    return False, "none"
+    f = processes.look(wall, looks, design)  # no metric fit: only a change load cannot fake stops it
+    return gross_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "none"
 
 
 def _busy_rule_text(verdict: Verdict, tolerance: float) -> str:
@@ -832,6 +854,23 @@ def decide(
             is None
         ):
             _decide_history_busy(d, case, noise)
+        elif (
+            paired is not None
+            and noise.get("busy")
+            and d.ci_low is not None
+            and d.ci_high is not None
+            and (gross := gross_verdict_from_ci(d.ci_low, d.ci_high, case.tolerance)) != Verdict.INCONCLUSIVE
+        ):
+            line = (1 + case.tolerance) * (1 + calibration.WALL_BIAS_BOUND)
+            evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
+            evidence["gross"] = {"line": line, "wall_bias_bound": calibration.WALL_BIAS_BOUND}
+            d.verdict = gross
+            d.reason = (
+                f"decided on wall time although the host was busy ({noise.get('reason')}): the interval "
+                f"[{d.ci_low:.3f}, {d.ci_high:.3f}] lies beyond x{line:.3f}, more than load has moved a wall-time "
+                f"ratio here ({calibration.WALL_BIAS_BOUND:.0%} with the tolerance), a change load cannot fake; "
+                f"the statistics said: {d.reason}"
+            )
         elif noise.get("busy") and d.verdict in DECIDED:
             evidence["verdict_statistics"] = {"verdict": d.verdict, "reason": d.reason}
             d.verdict = Verdict.INCONCLUSIVE

@@ -229,3 +229,43 @@ def test_a_gate_that_no_fit_metric_kept_going_is_judged_not_refused():
     case = Case(model="m", measured_steps=10, paired_blocks=K * PER, paired_block_steps=1, paired_processes=K)
     d = decide([10.0] * 10, case, CompareInputs(), env_data={}, paired=g)
     assert d.verdict == Verdict.REGRESSION and d.ci_low > 15, d.reason
+
+
+def test_a_busy_host_with_no_fit_metric_still_decides_a_change_load_cannot_fake():
+    """A new team's x12 slower release on a busy host (other processes 47-50% of the CPU) read wall time
+    [10.97, 14.59], its CPU time too noisy to be fit (scale 0.32 over the cap): no metric was fit, and the gate
+    measured its whole budget and said inconclusive. An interval beyond (1 + tolerance) x (1 + WALL_BIAS_BOUND),
+    more than load has been measured to move a wall-time ratio, stops the gate at its first look and is the
+    verdict; a x1.3 change on the same host stays undecided."""
+    from tasks.analysis.verdict import judge_noise
+
+    case = Case(model="m", measured_steps=10, paired_blocks=K * PER, paired_block_steps=1, paired_processes=K)
+    looks = [processes.MIN_LOOK_PROCESSES]
+
+    def units(xs, ys, proc, k):
+        return [
+            processes.unit_from_pairs([math.log(ys[i][0] / xs[i][0]) for i in range(len(xs)) if proc[i] == p])
+            for p in range(k)
+        ]
+
+    for ratio, want in ((12.0, Verdict.REGRESSION), (1.3, Verdict.INCONCLUSIVE)):
+        rng = np.random.default_rng(5)
+        a, b, ac, bc, proc = _process_pairs(rng, ratio, tau=0.02, sd=0.06, k=3, cpu_sd=0.5)
+        pairs = {
+            "d_wall": [math.log(b[i][0] / a[i][0]) for i in range(len(a))],
+            "d_cpu": [math.log(bc[i][0] / ac[i][0]) for i in range(len(ac))],
+        }
+        stop, metric = process_look_decides(
+            units(a, b, proc, 3), units(ac, bc, proc, 3), looks, DESIGN, host_load=LOADED, gpu=False,
+            case=case, calibrated=None, **pairs,
+        )  # fmt: skip
+        assert (stop, metric) == (want == Verdict.REGRESSION, "none")
+        g = _gate(a, b, ac, bc, proc, processes_design=True, host_load=LOADED, looks=looks, stopping=["none"])
+        noise = judge_noise(
+            case, LOADED, g, offset=OFFSET, calibrated=calibration.NoiseCalibration(sd_pair=None, n_gates=0), gpu=False
+        )
+        assert noise.busy and noise.metric is None
+        d = decide([10.0] * 10, case, CompareInputs(), env_data={}, paired=g, noise=noise.model_dump(mode="json"))
+        assert d.verdict == want, d.reason
+        if want == Verdict.REGRESSION:
+            assert "a change load cannot fake" in d.reason and d.ci_low > 1.05 * 1.3
