@@ -110,10 +110,16 @@ def keras_signature(model: Any) -> Signature:
     try:
         struct = model.input
     except (AttributeError, ValueError) as e:
-        raise RunnerError(
-            f"Keras model {model.name!r} declares no inputs ({e}); perfwatch needs a functional "
-            "or Sequential model built with keras.Input"
-        ) from e
+        # a loaded Sequential model raises "has never been called" for .input but keeps its keras.Input in .inputs
+        if len(declared := list(getattr(model, "inputs", None) or [])) == 1:
+            struct = declared[0]
+        elif declared:
+            struct = declared
+        else:
+            raise RunnerError(
+                f"Keras model {model.name!r} declares no inputs ({e}); perfwatch needs a functional "
+                "or Sequential model built with keras.Input"
+            ) from e
     if isinstance(struct, dict):
         pairs, kind = list(struct.items()), "dict"
     elif isinstance(struct, (list, tuple)):

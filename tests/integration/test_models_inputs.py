@@ -61,6 +61,8 @@ _BUILD = textwrap.dedent("""
     f = keras.Input((4,), name="f")                         # export-only SavedModel (serving endpoint)
     keras.Model(f, keras.layers.Dense(2)(f)).export(root + "/exported")
 
+    keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(2)]).save(root + "/seq.keras")
+
     g = keras.Input((4,), name="g")                         # a Lambda layer: code only a trusted model may run
     keras.Model(g, keras.layers.Dense(1)(keras.layers.Lambda(lambda t: t * 2.0)(g))).save(root + "/lambda.keras")
 """)
@@ -163,6 +165,16 @@ def test_dynamic_cnn_needs_its_shape_and_records_it(zoo, tmp_path):
     r = _run(zoo / "cnn.keras", tmp_path, inputs={"image": {"shape": [20, 12, 3]}})
     assert r["inputs"] == {"image": {"shape": [2, 20, 12, 3], "dtype": "float32", "min": None, "max": None}}
     assert (r["case_mode"], r["input_source"], r["safe_mode"]) == ("train", "synthetic", True)
+
+
+@pytest.mark.slow
+def test_a_sequential_model_built_with_keras_input_is_measured(zoo, tmp_path):
+    """A new team's keras.Sequential([keras.Input((256,)), Dense, ...]) was refused in warm-up: "declares no inputs
+    (... never been called ...); perfwatch needs a functional or Sequential model built with keras.Input". A loaded
+    Sequential model has no ``model.input`` (Keras raises) but has its ``model.inputs``."""
+    r = _run(zoo / "seq.keras", tmp_path)
+    assert r["inputs"] == {"input_layer": {"shape": [2, 16], "dtype": "float32", "min": None, "max": None}}
+    assert r["case_mode"] == "train"
 
 
 @pytest.mark.slow
