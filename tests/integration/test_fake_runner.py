@@ -87,7 +87,7 @@ def test_infer_and_tflite_latency_percentiles_reach_perfwatch_runs_end_to_end(fa
     assert tflite["latency_n"] == 40 and tflite["latency_p99_ms"] is None  # 40 batches cannot bound a p99
     assert tflite["latency_p99_low_ms"] is not None and tflite["latency_p50_ms"] is not None
     assert train["latency_n"] is None and train["latency_p50_ms"] is None
-    table = CliRunner().invoke(app, ["runs"], env={"COLUMNS": "160"}).stdout
+    table = CliRunner().invoke(app, ["runs"], env={"COLUMNS": "400"}).stdout  # a wide terminal: a cell a line
     head = " ".join(ln for ln in table.split("┡")[0].splitlines() if ln.startswith("┃"))
     assert "p99" in head and "latency" in head, table
     assert "] n=320" in table and "(n=40, no" in table  # the p99 column: with its interval, or its bound only
