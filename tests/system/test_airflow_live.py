@@ -488,6 +488,10 @@ def test_dag_runs_on_a_live_celery_airflow(live, home):
     run1 = wait_run(api, services, "live_v1")
 
     tis = task_instances(api, "live_v1")
+    # the night's paired confirmations (watch_trend found no tentative slowdown): mapped over none, skipped
+    confirming = {t: ti["state"] for t, ti in tis.items() if t.startswith("confirm.")}
+    assert confirming and set(confirming.values()) <= {"skipped", "removed"}, confirming
+    tis = {t: ti for t, ti in tis.items() if t not in confirming}
     states = {t: ti["state"] for t, ti in tis.items()}
     assert run1["state"] == "success", f"{states}\n{services.report()}"
     assert set(states.values()) == {"success"}, states

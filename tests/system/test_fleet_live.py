@@ -185,6 +185,10 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             status, body = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")
             assert status == 200, body
             tis = body["task_instances"]
+            # the night's paired confirmations (watch_trend found no tentative slowdown): mapped over none, skipped
+            confirming = [t for t in tis if t["task_id"].startswith("confirm")]
+            assert confirming and {t["state"] for t in confirming} <= {"skipped", "removed"}, confirming
+            tis = [t for t in tis if not t["task_id"].startswith("confirm")]
             archived: list = []
             states = sorted((t["task_id"], t["map_index"], t["state"]) for t in tis)
             assert run["state"] == "success", f"{states}\n{procs.report()}"
