@@ -134,7 +134,16 @@ SWEEP_COLUMNS = [
     "knee",
 ]
 #: cells of a figure with its interval and n (spread_cells, :func:`interval_cells`)
-SPREAD_COLUMNS = {"p10_step_ms", "p90_step_ms", "median_step_cell", "p99_latency_ms", "p99_cell", "ratio"}
+#: figures that wrap at their spaces: with an interval and n, or (throughput) with what the figure measures
+SPREAD_COLUMNS = {
+    "p10_step_ms",
+    "p90_step_ms",
+    "median_step_cell",
+    "p99_latency_ms",
+    "p99_cell",
+    "ratio",
+    "throughput_eps",
+}
 TEXT_COLUMNS = {"model", "version", "case", "case_name", "verdict", "reason", "series", "status"}
 WIDE_COLUMNS = {"reason"}
 #: text columns with a least width of their own in the style sheet (``td.c-model``...): a table laid out for 1280 px

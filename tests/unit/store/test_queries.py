@@ -186,6 +186,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "server_max_qps_target",
         "server_points",
         "server_findings",
+        "throughput_def",  # what throughput_eps measures (migration 0013): two definitions are two metrics
         "peak_rss_bytes",
         "peak_device_bytes",
         "metrics",
