@@ -38,10 +38,12 @@ def test_psutil_telemetry_runs_for_real_and_gpu_series_are_absent(monkeypatch):
     _no_nvml(monkeypatch)
     sampler = Sampler(10).start()
     step = sampler.count(_busy_step())
-    for _ in range(30):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.5:  # 50 intervals: at least 5 samples even on a busy 2-core host
         step()
     tel = sampler.stop()
-    assert tel["steps"] == 30 and tel["window_s"] > 0.1
+    n = tel["steps"]
+    assert n >= 30 and tel["window_s"] >= 0.5
     assert "NVML unavailable" in tel["nvml"] and tel["gpus"] == []
     rows = tel["samples"]
     assert {r["device"] for r in rows} == {"host"}  # no GPU rows at all, never zeros
@@ -49,11 +51,11 @@ def test_psutil_telemetry_runs_for_real_and_gpu_series_are_absent(monkeypatch):
     assert all(r["memory_bytes"] > 20 * 2**20 for r in rows)  # a Python process with pytest loaded
     assert all(0 <= r["utilization_pct"] <= 100 for r in rows)
     assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
-    assert rows[0]["step"] == 0 and rows[-1]["step"] == 30
+    assert rows[0]["step"] == 0 and rows[-1]["step"] == n
     assert all(r["power_w"] is None for r in rows)
     s = summarize(tel, batch_size=8)
     host = s["devices"]["host"]
-    assert s["examples"] == 240 and set(s["devices"]) == {"host"}
+    assert s["examples"] == 8 * n and set(s["devices"]) == {"host"}
     assert host["memory_peak_bytes"] == max(r["memory_bytes"] for r in rows)
     assert host["power_mean_w"] is None and host["energy_per_example_j"] is None
     assert host["examples_per_s_per_w"] is None
