@@ -2,8 +2,13 @@
 
 Pure functions over the runner's telemetry record (``result["telemetry"]``): per device (``host``,
 ``gpu0``...) utilization mean and p95 (%), peak memory (bytes), mean power (W), and where power exists
-the energy per example (J/example = mean power x window / examples) and the performance per watt
-(examples/s per W = throughput over the window / mean power). Memory growth is the slope of memory
+the energy per example (J/example = the window's energy / examples) and the performance per watt
+(examples/s per W = throughput over the window / mean power). A GPU's energy is its total-energy counter's
+difference over the window where NVML has one (``energy_source: "counter"``, Volta and later; mean power is
+then that energy over the counter's window), else mean sampled power x window (``"sampled power x window"``,
+the fallback: NVML's power field is itself a 1-s average on Ampere and Hopper); ``energy_sampled_j`` keeps
+the sampled figure beside the counter's, and ``energy_window_short`` flags a window under
+:data:`ENERGY_MIN_WINDOW_S`. Memory growth is the slope of memory
 (host RSS, GPU memory used) over the measured steps in bytes/step, from the Theil-Sen estimator
 (``scipy.stats.theilslopes``, robust to the allocator's jumps) with its 95% interval; it is *flagged* as
 a leak trend only when the whole interval lies above :data:`MEMORY_GROWTH_BOUND_BYTES_PER_STEP`.
@@ -19,6 +24,11 @@ from typing import Any
 #: 64 KiB/step is 64 MiB per 1000 steps, well above what a steady allocator drifts by in a run, and a
 #: 2-core host's RSS noise does not move the Theil-Sen interval's lower end past it
 MEMORY_GROWTH_BOUND_BYTES_PER_STEP = 64 * 1024
+#: shortest window (s) whose energy is read without a flag: the total-energy counter moves in steps of
+#: 100 ms on an H200 (``bench/gpu_check.py``, driver 580: median 100.0 ms between changes under load), so
+#: its two reads may each be up to one step stale, 2 x 0.1 s; under 4 s that can exceed 5% of the window.
+#: (NVML's power field, the fallback, is itself a 1-s average on Ampere and Hopper.)
+ENERGY_MIN_WINDOW_S = 4.0
 #: fewest samples (at distinct step counts) a slope is fitted on
 MIN_SLOPE_POINTS = 3
 
@@ -82,7 +92,8 @@ def summarize(telemetry: dict[str, Any], batch_size: int, examples: int | None =
 
     Returns ``{"interval_ms", "window_s", "steps", "examples", "nvml", "devices": {device: {"samples",
     "utilization_mean_pct", "utilization_p95_pct", "memory_peak_bytes", "power_mean_w", "energy_j",
-    "energy_per_example_j", "examples_per_s_per_w", "sm_clock_mean_mhz", "temperature_max_c",
+    "energy_source", "energy_sampled_j", "energy_window_short", "energy_per_example_j", "examples_per_s_per_w",
+    "sm_clock_mean_mhz", "temperature_max_c",
     "throttle_reasons_seen", "not_supported", "read_errors", "utilization_source", "memory_growth"}}}``
     (the three before ``memory_growth`` from the GPU's record, ``None`` for the host); a quantity without
     samples is ``None``.
@@ -108,7 +119,13 @@ def summarize(telemetry: dict[str, Any], batch_size: int, examples: int | None =
         util, mem, power = col("utilization_pct"), col("memory_bytes"), col("power_w")
         clock, temp = col("sm_clock_mhz"), col("temperature_c")
         mean_power = statistics.fmean(power) if power else None
-        energy = mean_power * window if mean_power is not None else None
+        sampled = mean_power * window if mean_power is not None else None
+        counter = gpus.get(dev, {}).get("energy_counter")
+        energy, source = sampled, "sampled power x window" if sampled is not None else None
+        if isinstance(counter, dict) and isinstance(counter.get("energy_j"), int | float):
+            energy, source = float(counter["energy_j"]), "counter"
+            if counter.get("window_s"):
+                mean_power = energy / float(counter["window_s"])
         with_mem = [r for r in rows if r.get("memory_bytes") is not None]
         devices[dev] = {
             "samples": len(rows),
@@ -117,6 +134,9 @@ def summarize(telemetry: dict[str, Any], batch_size: int, examples: int | None =
             "memory_peak_bytes": int(max(mem)) if mem else None,
             "power_mean_w": mean_power,
             "energy_j": energy,
+            "energy_source": source,
+            "energy_sampled_j": sampled,
+            "energy_window_short": bool(energy is not None and window < ENERGY_MIN_WINDOW_S),
             "energy_per_example_j": energy / examples if energy is not None and examples else None,
             "examples_per_s_per_w": (examples / window) / mean_power
             if mean_power and examples and window > 0

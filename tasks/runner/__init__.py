@@ -18,7 +18,29 @@ Rule: modules here import only ``tasks.runner.*`` (and TF, numpy, pydantic, psut
 the runner's venv needs nothing else from this project.
 """
 
-from tasks.runner.driver import RunnerProcess, launch, run_rounds
-from tasks.runner.spec import RunnerError, RunnerSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tasks.runner.driver import RunnerProcess, launch, run_rounds
+    from tasks.runner.spec import RunnerError, RunnerSpec
 
 __all__ = ["RunnerError", "RunnerProcess", "RunnerSpec", "launch", "run_rounds"]
+
+_LAZY = {
+    "RunnerProcess": "driver",
+    "launch": "driver",
+    "run_rounds": "driver",
+    "RunnerError": "spec",
+    "RunnerSpec": "spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use (PEP 562): ``tasks.runner.gpus`` and ``telemetry`` load
+    without pydantic, in a bare interpreter with only pynvml (``bench/gpu_check.py`` on a GPU machine)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"tasks.runner.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'tasks.runner' has no attribute {name!r}")

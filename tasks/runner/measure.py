@@ -13,9 +13,10 @@ Host load (:class:`HostLoad`, psutil): the 1-minute load average at start and en
 the other processes took, ``busy CPU time of the host (user + nice + system + irq + softirq, from /proc/stat) -
 this process's CPU time``, as a share of ``wall x logical CPUs`` (of the CPUs this process may run on
 when its affinity is a subset: ``taskset -c 0`` counts CPU 0 only); the steal time (hypervisor) as the same
-share; and, where NVML answers, the most processes other than this one seen on any GPU (the key is absent
-without NVML, never 0 by default). The load average counts this process's own threads too, so it is
-recorded, not judged here (``tasks.analysis.calibration`` judges).
+share; and, where NVML answers, the most processes other than this one seen on one of this process's GPUs
+(``CUDA_VISIBLE_DEVICES``'s; the key is absent without NVML or a visible GPU, never 0 by default). The load
+average counts this process's own threads too, so it is recorded, not judged here
+(``tasks.analysis.calibration`` judges).
 """
 
 from __future__ import annotations
@@ -30,14 +31,18 @@ from typing import Any
 
 from tasks.runner import cpus as cpus_mod
 from tasks.runner import execution
+from tasks.runner import gpus as gpus_mod
 from tasks.runner import inputs as inputs_mod
 from tasks.runner import tflite as tflite_mod
 from tasks.runner.spec import RunnerError, RunnerSpec
 
 
-def gpu_other_processes() -> int | None:
-    """Processes other than this one on any GPU (compute and graphics, NVML), the most on one device;
-    ``None`` when NVML is not there (no driver, no pynvml, or it fails)."""
+def gpu_other_processes() -> dict[str, Any] | None:
+    """The processes other than this one on this process's GPUs (``tasks.runner.gpus``: only the GPUs
+    ``CUDA_VISIBLE_DEVICES`` gives it, none for a ``cpu`` case; this process told apart by PID or, where NVML
+    lists host PIDs as in many containers, by its CUDA context): ``{"most": N, "own": "pid"|"context"|"none"}``
+    (``tasks.runner.gpus.other_processes``); ``None`` when NVML is not there (no driver, no pynvml, or it fails)
+    or this process has no GPU."""
     try:
         import pynvml
     except ImportError:
@@ -47,13 +52,8 @@ def gpu_other_processes() -> int | None:
     except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses (no driver, no GPU)
         return None
     try:
-        me, most = os.getpid(), 0
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
-            pids |= {p.pid for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)}
-            most = max(most, len(pids - {me}))
-        return most
+        visible, _ = gpus_mod.visible_gpus(pynvml)
+        return gpus_mod.other_processes(pynvml, visible)
     except Exception:  # noqa: BLE001
         return None
     finally:
@@ -74,8 +74,9 @@ class HostLoad:
     (1-min load average); ``other_cpu_s`` (CPU seconds other processes used on those CPUs) and
     ``other_cpu_share`` (that over ``wall_s x cpus``, 0..1); ``steal_share`` (likewise, steal time);
     ``own_cpu_share`` (this process);
-    ``gpu_other_processes`` only where NVML answers (the most seen at start or end). Without psutil,
-    ``{"error": ...}``.
+    ``gpu_other_processes`` only where NVML answers and this process has GPUs (the most seen on one of them at
+    start or end) with ``gpu_own_process``, how this process was told apart (:func:`gpu_other_processes`).
+    Without psutil, ``{"error": ...}``.
     """
 
     def __init__(self) -> None:
@@ -83,7 +84,7 @@ class HostLoad:
         self._sys0: Any = None  # psutil's cpu_times records
         self._me0: Any = None
         self._load0 = 0.0
-        self._gpu0: int | None = None
+        self._gpu0: dict[str, Any] | None = None
         self._cpu_set: dict[str, Any] = {}  # tasks.runner.cpus.cpu_facts and thread_settings at start
         self._pinned: list[int] = []  # the affinity set when it is a strict subset of the host's CPUs
         self._per0: list[Any] = []
@@ -138,7 +139,8 @@ class HostLoad:
         }
         gpu = [g for g in (self._gpu0, gpu_other_processes()) if g is not None]
         if gpu:
-            out["gpu_other_processes"] = max(gpu)
+            out["gpu_other_processes"] = max(g["most"] for g in gpu)
+            out["gpu_own_process"] = gpu[-1]["own"]
         return out
 
 

@@ -68,7 +68,7 @@ from typing import Any
 
 import psutil
 
-from tasks.runner import cpus, devices
+from tasks.runner import cpus, devices, gpus
 
 ABSENT = "absent"
 
@@ -225,27 +225,6 @@ def _tensorflow_section(include: bool) -> dict:
 # ---------------------------------------------------------------- gpu (NVML)
 
 
-def _visible_order(spec: str | None, uuids: list[Any]) -> list[int] | None:
-    """NVML indices in CUDA_VISIBLE_DEVICES order (CUDA stops at the first bad entry); None if unmappable.
-
-    Integer entries are taken as NVML (PCI bus) order, i.e. CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    """
-    if spec is None:
-        return list(range(len(uuids)))
-    order: list[int] = []
-    for tok in (t.strip() for t in spec.split(",")):
-        if tok.startswith("MIG-"):
-            return None
-        if tok.isdigit() and int(tok) < len(uuids):
-            hits = [int(tok)]
-        else:
-            hits = [i for i, u in enumerate(uuids) if tok.startswith("GPU-") and str(u).startswith(tok)]
-        if len(hits) != 1 or hits[0] in order:
-            break
-        order.append(hits[0])
-    return order
-
-
 def _enabled(value: int) -> str:
     return "enabled" if value else "disabled"
 
@@ -344,8 +323,17 @@ def _gpu_section() -> dict:
             except nv.NVMLError as exc:
                 handles.append(_unknown(exc))
         uuids = [h if isinstance(h, str) else _safe(nv.nvmlDeviceGetUUID, h) for h in handles]
-        order = _visible_order(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
-        out["devices"] = [_device(nv, i, handles[i]) for i in (range(count) if order is None else order)]
+        names = [h if isinstance(h, str) else _safe(nv.nvmlDeviceGetName, h) for h in handles]
+        spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+        mig = gpus.mig_instances(nv, handles) if spec and "MIG-" in spec else None
+        order, note = gpus.visible_order(
+            spec, uuids, names=names, device_order=os.environ.get("CUDA_DEVICE_ORDER"), mig=mig
+        )
+        if order is None:  # ordinals over different GPUs under FASTEST_FIRST: which GPUs is not knowable
+            out["count"] = f"unknown: {note}"
+            return out
+        shown = dict.fromkeys(i for i, _ in order)  # a MIG instance: its GPU
+        out["devices"] = [_device(nv, i, handles[i]) for i in shown]
         out["count"] = len(out["devices"])
     except Exception as exc:  # noqa: BLE001 - unexpected NVML/ctypes failure: record, never crash
         out["count"] = _unknown(exc)

@@ -4,8 +4,10 @@ A :class:`Sampler` thread wakes every ``interval_ms`` and appends one row per de
 
 * ``device="host"`` (always, psutil): ``utilization_pct`` = the host's CPU utilization over the interval
   (all logical CPUs, 0..100, ``psutil.cpu_percent``), ``memory_bytes`` = this process's RSS;
-* ``device="gpu<i>"`` (per GPU, only where NVML answers: pynvml from nvidia-ml-py, as ``nvidia-smi``
-  reads it): ``utilization_pct`` (the share of time a kernel ran, %, the mean of NVML's utilization
+* ``device="gpu<i>"`` (per GPU of this process, only where NVML answers: pynvml from nvidia-ml-py, as
+  ``nvidia-smi`` reads it; ``i`` is CUDA's ordinal, TF's ``GPU:i``, and only the GPUs ``CUDA_VISIBLE_DEVICES``
+  gives the process are read, ``tasks.runner.gpus``, so a ``cpu`` case, whose runner has them hidden, reads
+  none): ``utilization_pct`` (the share of time a kernel ran, %, the mean of NVML's utilization
   samples since the previous row: ``nvmlDeviceGetSamples``, so a row covers its whole interval and a GPU
   busy 1 s of every 2 reads about 50% at any phase), ``memory_bytes`` (used), ``power_w`` (board power, W,
   NVML's mW / 1000), ``sm_clock_mhz``, ``temperature_c`` and ``throttle_reasons`` (NVML's clock-event
@@ -18,6 +20,11 @@ The interval is at most :data:`MAX_INTERVAL_MS` (``Case.telemetry_interval_ms``)
 the memory-growth fit and the run page's series are drawn from, and a GPU without NVML's sample buffer
 falls back to ``nvmlDeviceGetUtilizationRates``, one sample period (1/6 to 1 s), which must cover a
 good part of each interval to mean anything.
+
+Energy comes from each GPU's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ, Volta and
+later), read when sampling starts and when it stops (the GPU record's ``energy_counter``: ``energy_j`` and
+its ``window_s``); NVML's power field is itself a 1-s average on Ampere and Hopper, so mean sampled power x
+window reads short windows wrong, and is only the labelled fallback (``tasks.analysis.telemetry``).
 
 Every row carries ``t_s`` (s since the sampler started, ``time.perf_counter``) and ``step`` (measured
 steps finished at that moment: the caller counts them through :meth:`Sampler.count`), so memory can be
@@ -33,6 +40,8 @@ import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from tasks.runner import gpus as gpus_mod
 
 #: longest sampling interval, ms (module docstring; ``Case.telemetry_interval_ms`` has the same bound)
 MAX_INTERVAL_MS = 1000
@@ -105,8 +114,13 @@ class _Gpu:
     """One GPU's state for the sampler's life: which quantity is read how, which is not supported (found once,
     at start), the read errors counted per quantity, and the sample buffer's last timestamp (µs)."""
 
-    def __init__(self, index: int, handle: Any, name: Any) -> None:
+    def __init__(self, index: int, handle: Any, name: Any, visible: gpus_mod.VisibleGpu | None = None) -> None:
         self.index, self.handle, self.name = index, handle, name
+        self.nvml_index = visible.nvml_index if visible is not None else index
+        self.uuid = visible.uuid if visible is not None else None
+        self.mig_uuid = visible.mig_uuid if visible is not None else None
+        self.energy_mj: list[tuple[float, int]] = []  # (perf_counter s, NVML's total energy mJ) at start, stop
+        self.energy_error: str | None = None
         self.reader: dict[str, str] = {}  # row key -> the pynvml function that reads it
         self.not_supported: list[str] = []
         self.errors: dict[str, dict[str, Any]] = {}
@@ -118,10 +132,19 @@ class _Gpu:
         err["last"] = f"{type(e).__name__}: {e}"
 
     def record(self) -> dict[str, Any]:
+        counter = None
+        if len(self.energy_mj) == 2:
+            (t0, e0), (t1, e1) = self.energy_mj
+            counter = {"energy_j": (e1 - e0) / 1000.0, "window_s": t1 - t0}
         return {
             "device": f"gpu{self.index}",
             "index": self.index,
+            "nvml_index": self.nvml_index,
+            "uuid": self.uuid,
+            "mig_uuid": self.mig_uuid,
             "name": self.name,
+            "energy_counter": counter,
+            "energy_counter_error": self.energy_error,
             "utilization_source": {
                 "nvmlDeviceGetSamples": "samples",
                 "nvmlDeviceGetUtilizationRates": "rates",
@@ -166,15 +189,15 @@ class _Nvml:
         )
         try:
             n.nvmlInit()
-            for i in range(n.nvmlDeviceGetCount()):
-                h = n.nvmlDeviceGetHandleByIndex(i)
-                self.gpus.append(_Gpu(i, h, self._name(h)))
+            visible, note = gpus_mod.visible_gpus(n)
+            for g in visible:
+                self.gpus.append(_Gpu(g.ordinal, g.handle, self._name(g.handle), g))
         except Exception as e:  # noqa: BLE001 - NVMLError subclasses: no driver, no GPU, library not found
             self.error = f"NVML unavailable: {type(e).__name__}: {e}"
             self.gpus = []
             return
         if not self.gpus:
-            self.error = "NVML reports no GPU"
+            self.error = note or "NVML reports no GPU"
         for gpu in self.gpus:
             self._probe(gpu)
 
@@ -236,6 +259,20 @@ class _Nvml:
         gpu.last_sample_us = max(s.timeStamp for s in fresh)
         return statistics.fmean(_sample_value(self._n, value_type, s) for s in fresh)
 
+    def mark_energy(self) -> None:
+        """Read each GPU's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver
+        loaded, Volta and later) with the time; the first and last marks bound the window's counted energy. A GPU
+        without the counter keeps its reason in ``energy_counter_error`` and is marked no more."""
+        for gpu in self.gpus:
+            if gpu.energy_error is not None:
+                continue
+            try:
+                mj = int(self._n.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
+            except Exception as e:  # noqa: BLE001 - NVMLError subclasses: NotSupported before Volta
+                gpu.energy_error, gpu.energy_mj = f"{type(e).__name__}: {e}", []
+                continue
+            gpu.energy_mj = [*gpu.energy_mj[:1], (time.perf_counter(), mj)]
+
     def read(self) -> list[dict[str, Any]]:
         """One row per GPU (the module docstring's keys): ``None`` for a quantity not supported, a failed
         reading (counted in the GPU's ``errors``) or, for utilization, no driver sample since the last row."""
@@ -275,7 +312,9 @@ class Sampler:
 
     :meth:`stop` takes a last sample, joins the thread and returns the JSON-safe record: ``interval_ms``,
     ``window_s`` (start to stop, s), ``steps`` (counted), ``samples`` (rows with :data:`FIELDS`),
-    ``gpus`` (``device``, ``index``, ``name``, ``utilization_source``: ``samples`` (NVML's sample buffer),
+    ``gpus`` (``device``, ``index`` (CUDA's ordinal), ``nvml_index``, ``uuid``, ``mig_uuid``, ``name``,
+    ``energy_counter`` (``{"energy_j", "window_s"}`` from NVML's total-energy counter, or None) and
+    ``energy_counter_error`` (why not), ``utilization_source``: ``samples`` (NVML's sample buffer),
     ``rates`` (the fallback) or None (not supported); ``not_supported``: the row keys this GPU does not
     support, found at start; ``errors``: row key -> ``{"count", "last"}`` of failed readings;
     ``throttle_reasons_seen``: names of every reason bit seen),
@@ -318,6 +357,7 @@ class Sampler:
             psutil.cpu_percent(interval=None)  # primes the counter: the next call covers the interval since now
         except ImportError:
             self._psutil, self._psutil_error = None, "psutil is not installed in the runner's interpreter"
+        self._nvml.mark_energy()
         self._t0 = time.perf_counter()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="perfwatch-telemetry", daemon=True)
@@ -355,6 +395,7 @@ class Sampler:
         self._thread.join()
         self._sample()
         window = time.perf_counter() - self._t0
+        self._nvml.mark_energy()
         self._nvml.close()
         gpus = []
         for dev in self._nvml.devices:

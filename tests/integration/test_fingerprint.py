@@ -148,14 +148,27 @@ def test_nvml_without_gpus(monkeypatch):
         ("0,7,1", [H100["name"]]),
         ("", []),
         ("-1", []),
-        ("MIG-abc", [H100["name"], A100["name"]]),
+        ("MIG-abc", []),  # no such MIG instance: CUDA sees no GPU
+        ("MIG-c1", [A100["name"]]),  # a MIG instance is read on its GPU
     ],
 )
 def test_cuda_visible_devices_selects_gpus(monkeypatch, spec, names):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", spec)
-    g, _ = gpu(monkeypatch, [H100, A100])
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # ordinals over two GPU models need it
+    slices = [{"name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "uuid": "MIG-c1d2", "mem": 20 << 30}]
+    g, _ = gpu(monkeypatch, [H100, {**A100, "mig": [1, 1], "migs": slices}])
     assert [d["name"] for d in g["devices"]] == names
     assert (g["count"], g["physical_count"]) == (len(names), 2)
+
+
+def test_ordinals_over_two_gpu_models_in_fastest_first_order_are_unknown(monkeypatch):
+    """Issue 39: ordinals were read as NVML's (PCI) order, which CUDA's default FASTEST_FIRST order is not over
+    different GPUs; which GPUs the run has is unknown then, and the record says how to make it known."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    g, _ = gpu(monkeypatch, [H100, A100])
+    assert g["count"].startswith("unknown: ") and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in g["count"]
+    assert g["devices"] == [] and g["physical_count"] == 2
 
 
 def test_real_machine_cpu_only():
