@@ -28,7 +28,8 @@ DEMO_STEPS := 100
 # run" warning, once a second while a retry waits, folded into a line a minute (tasks/cli/follow.py).
 DEMO_FOLLOW := $(PERFWATCH) demo follow
 
-.PHONY: demo test test-fast check bootstrap airflow-init airflow ui env lint bench clean
+.PHONY: demo test test-fast check bootstrap airflow-init airflow ui env lint bench clean gpu-runner gpu-runner-lock \
+	gpu-runner-lock-check
 
 $(UV):
 	$(PY) -m venv $(ROOT)/.venv-uv
@@ -44,6 +45,31 @@ $(VENV)/.synced: pyproject.toml uv.lock Makefile | $(UV)
 	@touch $@
 
 bootstrap: $(VENV)/.synced
+
+# The GPU runner's environment (docs/gpu.md): TensorFlow's CUDA build and its nvidia-* wheels, for
+# PERFWATCH_RUNNER_PYTHON on a GPU host (the Dockerfile's gpu target installs the same lock). The lock,
+# gpu-runner/requirements.txt, is resolved from gpu-runner/requirements.in within uv.lock's versions (so the
+# runner's numpy, protobuf, keras... are the project's), for CPython 3.11 on manylinux_2_28, with hashes; its
+# resolution reads the registry's metadata only, no wheel (tests/unit/test_deployment.py checks it is current).
+# It sees only releases before GPU_LOCK_DATE, so a new nvidia-* wheel on PyPI changes nothing until the date moves.
+GPU_RUNNER ?= $(ROOT)/.venv-gpu
+GPU_LOCK := gpu-runner/requirements.txt
+GPU_LOCK_DATE := 2026-12-04T00:00:00Z
+GPU_LOCK_RESOLVE = $(UV) pip compile gpu-runner/requirements.in --quiet --no-header --generate-hashes \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --exclude-newer $(GPU_LOCK_DATE) \
+	--constraints <($(UV) export --frozen --quiet --no-dev --no-hashes --no-emit-project --no-header)
+
+gpu-runner: | $(UV)
+	$(UV) venv --quiet --python 3.11 $(GPU_RUNNER)
+	$(UV) pip install --quiet --compile-bytecode --require-hashes --python $(GPU_RUNNER)/bin/python -r $(GPU_LOCK)
+	@echo "the GPU runner is ready: export PERFWATCH_RUNNER_PYTHON=$(GPU_RUNNER)/bin/python"
+
+gpu-runner-lock: | $(UV)
+	$(GPU_LOCK_RESOLVE) --output-file $(GPU_LOCK)
+
+gpu-runner-lock-check: | $(UV)
+	@diff <($(GPU_LOCK_RESOLVE) --output-file /dev/stdout) $(GPU_LOCK) > /dev/null || \
+	  { echo "$(GPU_LOCK) is not what gpu-runner/requirements.in resolves to: run make gpu-runner-lock"; exit 1; }
 
 $(AIRFLOW_HOME)/.initialised: $(VENV)/.synced
 	mkdir -p $(AIRFLOW_HOME)

@@ -210,7 +210,7 @@ def test_compose_environment_is_made_local(tmp_path):
     envs = {
         s: local.env(s, spec)
         for s, spec in compose()["services"].items()
-        if spec.get("image") == "perfwatch-airflow:latest"
+        if str(spec.get("image")).startswith("perfwatch-airflow")  # the GPU worker: -gpu
     }
     for service, env in envs.items():
         text = json.dumps(env)
@@ -381,7 +381,7 @@ def live(tmp_path, home, model_store):
     airflow_services = {
         s: spec
         for s, spec in specs.items()
-        if spec.get("image") == "perfwatch-airflow:latest" and not spec.get("profiles")
+        if str(spec.get("image")).startswith("perfwatch-airflow")  # the GPU worker: -gpu and not spec.get("profiles")
     }
     assert {
         "airflow-init",
