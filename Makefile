@@ -67,8 +67,12 @@ gpu-runner: | $(UV)
 gpu-runner-lock: | $(UV)
 	$(GPU_LOCK_RESOLVE) --output-file $(GPU_LOCK)
 
+# Compared as pins and hashes only (comments, spacing and line continuations stripped): another uv writes
+# another layout of the same lock.
+GPU_LOCK_PINS = sed -e 's/\#.*//' -e 's/[[:space:]\\]*$$//' -e 's/^[[:space:]]*//' | grep -v '^$$'
 gpu-runner-lock-check: | $(UV)
-	@diff <($(GPU_LOCK_RESOLVE) --output-file /dev/stdout) $(GPU_LOCK) > /dev/null || \
+	@diff <($(GPU_LOCK_RESOLVE) --output-file /dev/stdout | $(GPU_LOCK_PINS)) <(cat $(GPU_LOCK) | $(GPU_LOCK_PINS)) | head -20 && \
+	  cmp -s <($(GPU_LOCK_RESOLVE) --output-file /dev/stdout | $(GPU_LOCK_PINS)) <(cat $(GPU_LOCK) | $(GPU_LOCK_PINS)) || \
 	  { echo "$(GPU_LOCK) is not what gpu-runner/requirements.in resolves to: run make gpu-runner-lock"; exit 1; }
 
 $(AIRFLOW_HOME)/.initialised: $(VENV)/.synced
