@@ -12,6 +12,8 @@ sees, the fingerprint stage what NVML sees), stdlib only, so they load in a bare
   (``CUDA_VISIBLE_DEVICES=""``), so a cpu case on a GPU host really measures the CPU; the runner also
   hides them from TF itself (``tf.config.set_visible_devices([], "GPU")``, tasks.runner.process).
 * :func:`device_section`: the fingerprint's ``device`` section, which device measured.
+* :func:`cpu_only_tensorflow`: why the runner's TensorFlow cannot use a GPU (a build without CUDA) although NVML
+  sees one: a gpu case is refused with it, an auto case's device section says it measured the CPU.
 """
 
 from __future__ import annotations
@@ -156,6 +158,21 @@ def host_seen(data: Mapping[str, Any]) -> list[str]:
     return [*nvml_seen(data), *["TPU"] * (count if isinstance(count, int) else 0)]
 
 
+def cpu_only_tensorflow(data: Mapping[str, Any]) -> str | None:
+    """Why the runner's TensorFlow of fingerprint record ``data`` cannot use a GPU, or None (a CUDA build, or not
+    known): its ``tensorflow.build.is_cuda_build`` (``tf.sysconfig.get_build_info()``, read by the probe without
+    importing TF) is False, e.g. the ``tensorflow-cpu`` wheel."""
+    tf = section(data, "tensorflow")
+    build = tf.get("build")
+    if not isinstance(build, Mapping) or build.get("is_cuda_build") is not False:
+        return None
+    return (
+        f"the runner's TensorFlow ({tf.get('version', 'unknown version')}) is a build without CUDA "
+        "(tf.sysconfig build_info is_cuda_build: False, e.g. the tensorflow-cpu wheel): install tensorflow[and-cuda] "
+        "in the runner's environment (make gpu-runner, docs/gpu.md)"
+    )
+
+
 def device_section(requested: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint's ``device`` section: which device measured a run on the host of record ``data``.
 
@@ -165,22 +182,26 @@ def device_section(requested: str, data: Mapping[str, Any]) -> dict[str, Any]:
     device was requested (tasks.analysis.environment): a cpu run on a GPU host and a gpu run there never
     share a history, and the keys of runs that requested none are what they were.
     """
-    kind = requested
+    kind, note = requested, None
     if requested == "auto":
         kind = "gpu" if "GPU" in nvml_seen(data) else "cpu"
+        if kind == "gpu" and (why := cpu_only_tensorflow(data)) is not None:
+            kind, note = "cpu", f"device auto measured the CPU although NVML sees a GPU: {why}"
     if kind == "gpu":
         names = [d.get("name") for d in section(data, "gpu").get("devices") or [] if isinstance(d, Mapping)]
     elif kind == "cpu":
         names = [section(data, "host").get("cpu_model", "unknown")]
     else:
         names = [f"TPU {v}" for v in section(data, "tpu").get("versions") or []]  # the chips' PCI ids
-    return {"requested": requested, "kind": kind, "names": names}
+    out = {"requested": requested, "kind": kind, "names": names}
+    return out if note is None else {**out, "note": note}
 
 
 def select(device: str, case_name: str) -> list[str]:
     """In the runner, after ``import tensorflow`` and before TF initialises its devices: for a ``cpu`` case hide
     the GPUs from TF (``tf.config.set_visible_devices([], "GPU")``), so the CPU is measured; for ``gpu`` and
-    ``tpu`` check that TF sees one (:func:`refusal`). Returns the device types TF sees (``CPU``, ``GPU``, ...).
+    ``tpu`` check that TF sees one (:func:`refusal`; a gpu refusal by a TF built without CUDA says so).
+    Returns the device types TF sees (``CPU``, ``GPU``, ...).
 
     Raises:
         tasks.runner.protocol.RunnerError: the case's device kind is not visible to TF here (the message names
@@ -198,5 +219,11 @@ def select(device: str, case_name: str) -> list[str]:
         seen = [d.device_type for d in tf.config.list_physical_devices()]
     tpu = tpu_section() if device == "tpu" else None
     if (why := refusal(case_name, device, seen, os.environ.get("CUDA_VISIBLE_DEVICES"), tpu=tpu)) is not None:
+        if device == "gpu" and not tf.test.is_built_with_cuda():
+            why += (
+                f"; this TensorFlow ({tf.__version__}) is a build without CUDA (tf.test.is_built_with_cuda() is False, "
+                "e.g. the tensorflow-cpu wheel): install tensorflow[and-cuda] in the runner's environment "
+                "(make gpu-runner, docs/gpu.md)"
+            )
         raise RunnerError(why)
     return seen

@@ -226,13 +226,17 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
     """``fp`` with its ``device`` section (:func:`tasks.runner.devices.device_section`: the kind and names of
     the device that measures ``case``), hashed again; for a case of kind ``auto``, ``fp`` itself (its record,
     ``fingerprint_id`` and key stay what they were before cases named a device; ``gpu.count`` and
-    ``gpu.devices`` say whether a GPU measured); a ``gpu`` case on a host whose NVML shows no visible GPU,
-    or a ``tpu`` case on one whose ``tpu`` section (``tasks.runner.devices.tpu_section``) shows no usable TPU
-    chip, is refused here, before any model is loaded (the runner checks again with what TF sees).
+    ``gpu.devices`` say whether a GPU measured), except on a host whose NVML sees a GPU that the runner's
+    TensorFlow, a build without CUDA, cannot use: there the section says it measured the CPU and why
+    (``device.note``; the key is unchanged, ``device.kind`` of an auto case is not in it); a ``gpu`` case on a
+    host whose NVML shows no visible GPU, or a ``tpu`` case on one whose ``tpu`` section
+    (``tasks.runner.devices.tpu_section``) shows no usable TPU chip, is refused here, before any model is
+    loaded (the runner checks again with what TF sees).
 
     Raises:
         DeviceMissing: ``case.device`` is gpu and the fingerprint shows no GPU (names the case,
-            ``CUDA_VISIBLE_DEVICES`` and what NVML sees), or tpu and it shows no TPU (names the case, the TPU
+            ``CUDA_VISIBLE_DEVICES`` and what NVML sees) or one the runner's TensorFlow, built without CUDA,
+            cannot use (names the build and the fix), or tpu and it shows no TPU (names the case, the TPU
             chips on PCI and their device nodes).
     """
     from tasks.analysis.environment import Fingerprint
@@ -241,8 +245,8 @@ def with_device(fp: Fingerprint, case: Case) -> Fingerprint:
     data = dict(fp.data)
     if case.device in ("gpu", "tpu") and (why := host_refusal(case, data)) is not None:
         raise DeviceMissing(why)
-    if case.device == "auto":  # as before cases named a device: the same record, id and key (gpu.count says it)
-        return fp
+    if case.device == "auto" and "note" not in device_section("auto", data):
+        return fp  # as before cases named a device: the same record, id and key (gpu.count says it)
     data["device"] = device_section(case.device, data)
     return Fingerprint.from_data(data)
 
@@ -251,9 +255,12 @@ def host_refusal(case: Case, data: Mapping[str, Any]) -> str | None:
     """Why ``case`` cannot run on the host of fingerprint record ``data`` (``tasks.runner.probe.collect``, or
     its ``hardware()`` part at plan time), or None: a gpu case where NVML shows no visible GPU, a tpu case where
     the ``tpu`` section shows no usable chip (``tasks.runner.devices.refusal``, ``who`` NVML or the probe)."""
-    from tasks.runner.devices import host_seen, refusal, section
+    from tasks.runner.devices import cpu_only_tensorflow, host_seen, refusal, section
 
     cuda = section(data, "env_vars").get("CUDA_VISIBLE_DEVICES", "absent")
+    if case.device == "gpu" and "GPU" in host_seen(data) and (why := cpu_only_tensorflow(data)) is not None:
+        n = host_seen(data).count("GPU")
+        return f"case {case.model} {case.name} asks for device gpu; NVML sees {n} GPU(s), but {why}"
     return refusal(
         f"{case.model} {case.name}",
         case.device,

@@ -91,3 +91,20 @@ def test_an_xla_step_fed_new_shapes_records_every_batch_and_flags_the_compiles(m
     assert first["figure"] == "fed.measured.compiled_steps" and first["value"] == 5
     assert "5 of 5 measured steps compiled (steps 0, 1, 2, 3, 4;" in first["message"]
     assert run.throughput_eps == pytest.approx(27 / (run.median_step_ms / 1000))  # the examples fed, not 32
+
+
+def test_a_gpu_case_under_a_tensorflow_built_without_cuda_names_the_build(tmp_path):
+    """Issue 39: the runner refused a gpu case with "TF sees [CPU]" only. This machine's TensorFlow is the real
+    tensorflow-cpu wheel: the refusal now says it is a build without CUDA and how to get one."""
+    import subprocess
+
+    code = (
+        "from tasks.runner import devices\n"
+        "try:\n    devices.select('gpu', 'm train-bs16-gpu')\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("RunnerError case m train-bs16-gpu asks for device gpu; this host has none visible")
+    assert "is a build without CUDA (tf.test.is_built_with_cuda() is False" in got.stdout
+    assert "tensorflow[and-cuda]" in got.stdout

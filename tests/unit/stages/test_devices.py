@@ -386,3 +386,32 @@ def test_a_hardware_label_the_gpu_does_not_bear_is_flagged_at_plan_time_and_in_t
     assert label_mismatch("gpu-rtx4090", ["NVIDIA GeForce RTX 4090"]) is None  # letters and digits, any case
     assert label_mismatch("cpu-epyc", ["AMD EPYC 7742 64-Core Processor"]) is None
     assert label_mismatch("gpu-h100", []) is None  # nothing read: nothing to compare
+
+
+CPU_WHEEL_ON_GPU_HOST = with_changes(
+    GPU_HOST,
+    {"tensorflow.version": "2.21.0", "tensorflow.build.is_cuda_build": False, "packages.tensorflow-cpu": "2.21.0"},
+)
+
+
+def test_a_gpu_case_with_a_cpu_only_tensorflow_is_refused_naming_the_build():
+    """Issue 39: NVML sees the GPU, so --device gpu passed the fingerprint and failed later with "TF sees [CPU]",
+    never naming the cause: the runner's TensorFlow is the tensorflow-cpu wheel. Refused now, before any model
+    loads, with the cause and the fix."""
+    with pytest.raises(DeviceMissing) as e:
+        with_device(_fp(CPU_WHEEL_ON_GPU_HOST), Case(model="m", device="gpu"))
+    msg = str(e.value)
+    assert msg.startswith("case m train-bs16-gpu asks for device gpu; NVML sees 1 GPU(s), but the runner's TensorFlow")
+    assert "(2.21.0) is a build without CUDA" in msg and "tensorflow[and-cuda]" in msg and "make gpu-runner" in msg
+
+
+def test_an_auto_case_on_a_gpu_host_with_a_cpu_only_tensorflow_says_it_measured_the_cpu():
+    """Issue 39: device auto measured the CPU while the fingerprint listed the GPU and said nothing. The device
+    section now says the CPU measured and why; the comparability key is what it was (auto keys no device kind)."""
+    fp = _fp(CPU_WHEEL_ON_GPU_HOST)
+    auto = with_device(fp, Case(model="m"))
+    dev = auto.data["device"]
+    assert dev["requested"] == "auto" and dev["kind"] == "cpu"
+    assert dev["note"].startswith("device auto measured the CPU although NVML sees a GPU: the runner's TensorFlow")
+    assert auto.comparability_key == fp.comparability_key
+    assert with_device(_fp(GPU_HOST), Case(model="m")) == _fp(GPU_HOST)  # a CUDA build: unchanged
