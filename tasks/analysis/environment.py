@@ -93,6 +93,7 @@ COMPARABILITY_FIELDS: tuple[str, ...] = (
     "packages.tensorflow-cpu",
     "packages.keras",
     "packages.numpy",
+    "packages.nvidia_runtime.*",  # the CUDA runtime wheels the runner loads (cuDNN, cuBLAS...), where installed
     *(f"env_vars.{name}" for name in _ALWAYS_IN_KEY_ENV),  # see PERFORMANCE_ENV_VARS
 )
 

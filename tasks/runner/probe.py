@@ -408,11 +408,20 @@ def _packages_section() -> dict:
     }
     versions = dict(sorted(installed, reverse=True))  # duplicates on sys.path: any one wins
     lines = sorted(f"{n}=={v}" for n, v in installed)
+    runtime = {n: v for n, v in versions.items() if _NVIDIA_RUNTIME.match(n) and n not in _NVIDIA_NOT_RUNTIME}
     return {
         **{name: versions.get(name, ABSENT) for name in PACKAGES},
         "installed_count": len(lines),
         "installed_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+        **({"nvidia_runtime": dict(sorted(runtime.items()))} if runtime else {}),
     }
+
+
+#: the CUDA runtime wheels TensorFlow's ``and-cuda`` extra installs (nvidia-cudnn-cu12, nvidia-cublas-cu12, ...):
+#: their versions are what the runner loads, not TF's build-time ``cuda_version``/``cudnn_version``, so they are in
+#: the comparability key (``packages.nvidia_runtime.*``) and a cuDNN upgrade reads env-changed
+_NVIDIA_RUNTIME = re.compile(r"nvidia-[a-z0-9-]+")
+_NVIDIA_NOT_RUNTIME = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})  # NVML's Python bindings, not a runtime library
 
 
 def _env_section() -> dict:

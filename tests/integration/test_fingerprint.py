@@ -424,3 +424,31 @@ def test_tensorflow_facts_equal_what_imported_tensorflow_reports(env):
         out.append(json.loads(proc.stdout.splitlines()[-1]))
     read, imported = out
     assert read == imported
+
+
+def test_a_cudnn_wheel_upgrade_is_an_environment_change_and_a_cpu_host_keeps_its_key(record, monkeypatch):
+    """Issue 39: only TF's build-time CUDA/cuDNN versions were recorded, so upgrading the nvidia-cudnn-cu12 wheel the
+    runner loads never read env-changed. The nvidia-* runtime wheels are now in the record and the key; a host
+    without them (this CPU venv: nvidia-ml-py is NVML's bindings, no runtime) records none and keeps its key."""
+    import importlib.metadata
+
+    assert "nvidia_runtime" not in probe._packages_section()  # this venv has nvidia-ml-py only
+    fake = [
+        type("D", (), {"metadata": {"Name": n}, "version": v})()
+        for n, v in [("nvidia-cudnn-cu12", "9.28.0.42"), ("nvidia_cublas_cu12", "12.9.3.13"), ("nvidia-ml-py", "13.1")]
+    ]
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: fake)
+    runtime = probe._packages_section()["nvidia_runtime"]
+    assert runtime == {"nvidia-cublas-cu12": "12.9.3.13", "nvidia-cudnn-cu12": "9.28.0.42"}
+    with_wheels = {**record, "packages": {**record["packages"], "nvidia_runtime": runtime}}
+    base = envm.Fingerprint.from_data(with_wheels)
+    upgraded = changed(with_wheels, "packages.nvidia_runtime.nvidia-cudnn-cu12", "9.30.0.1")
+    assert envm.Fingerprint.from_data(upgraded).comparability_key != base.comparability_key
+    (c,) = [c for c in envm.diff_fingerprints(with_wheels, upgraded) if "cudnn" in c.field]
+    assert c.affects_comparability and (c.old, c.new) == ("9.28.0.42", "9.30.0.1")
+    assert (
+        envm.Fingerprint.from_data(record).comparability_key
+        == envm.Fingerprint.from_data(
+            {**record, "packages": {k: v for k, v in record["packages"].items() if k != "nvidia_runtime"}}
+        ).comparability_key
+    )
