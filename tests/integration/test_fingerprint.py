@@ -446,9 +446,4 @@ def test_a_cudnn_wheel_upgrade_is_an_environment_change_and_a_cpu_host_keeps_its
     assert envm.Fingerprint.from_data(upgraded).comparability_key != base.comparability_key
     (c,) = [c for c in envm.diff_fingerprints(with_wheels, upgraded) if "cudnn" in c.field]
     assert c.affects_comparability and (c.old, c.new) == ("9.28.0.42", "9.30.0.1")
-    assert (
-        envm.Fingerprint.from_data(record).comparability_key
-        == envm.Fingerprint.from_data(
-            {**record, "packages": {k: v for k, v in record["packages"].items() if k != "nvidia_runtime"}}
-        ).comparability_key
-    )
+    assert not any(k.startswith("packages.nvidia_runtime") for k in envm.comparability_fields(record))  # no wheels
