@@ -851,6 +851,11 @@ class Case(Record):
                 f"mode 'tflite' times the TFLite interpreter: precision={self.precision!r}, xla={self.xla}, "
                 f"strategy={self.strategy!r} do not apply to it (give fp32, no xla, none; use quantization)"
             )
+        if self.mode == "tflite" and self.device in ("gpu", "tpu"):
+            raise ValueError(
+                f"mode 'tflite' runs the TFLite interpreter on the CPU (perfwatch loads no GPU or TPU delegate): "
+                f"device={self.device!r} would time the CPU under a {self.device} case name; give device cpu or auto"
+            )
         if self.hardware is not None and self.hardware.split("-", 1)[0] != self.device:
             raise ValueError(f"hardware={self.hardware!r} is not a label of device {self.device!r} (it starts with it)")
         if self.inputs and self.input_fn:

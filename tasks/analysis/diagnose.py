@@ -30,10 +30,11 @@ def _share_pct(avg: dict[str, float], *keys: str) -> float:
     return 100.0 * sum(avg.get(k, 0.0) for k in keys) / step if step > 0 else 0.0
 
 
-def diagnose(parsed: ParsedProfile) -> list[Finding]:
+def diagnose(parsed: ParsedProfile, *, gpu_run: bool = False) -> list[Finding]:
     """Return findings for ``parsed`` (possibly empty). Codes: ``no_step_markers`` (a user job's profile
     without steps: says how to mark them), ``steps_not_found`` (xprof found no steps in a profile the runner
-    marked, ``parsed.marker_steps`` set: says so, no advice), ``cpu_only``,
+    marked, ``parsed.marker_steps`` set: says so, no advice), ``cpu_only`` (no device planes), or for a run that
+    measured a GPU (``gpu_run``: the fingerprint's device kind) ``no_device_planes`` (CUPTI not loaded),
     ``device_idle``, ``input_bound``, ``host_bound``, ``compile_time_large``, ``op_dominates``.
     Raises nothing for missing figures: a rule whose figure is unknown is not evaluated."""
     out: list[Finding] = []
@@ -52,7 +53,21 @@ def diagnose(parsed: ParsedProfile) -> list[Finding]:
                 ).strip(),
             )
         )
-    if not parsed.has_device:
+    if not parsed.has_device and gpu_run:
+        out.append(
+            Finding(
+                code="no_device_planes",
+                severity=WARNING,
+                figure="device_core_count",
+                value=float(parsed.device_core_count or 0),
+                message=f"No device planes (hardware {parsed.hardware_type or 'unknown'}) although this run measured "
+                "a GPU: the profiler saw the host only, most likely because the runner could not load CUPTI "
+                "(libcupti: the nvidia-cuda-cupti wheel of tensorflow[and-cuda], or the CUDA toolkit's extras/CUPTI "
+                "on LD_LIBRARY_PATH). Device compute, kernel launch and kernel statistics are absent; the step times "
+                "(our timer) are unaffected.",
+            )
+        )
+    elif not parsed.has_device:
         out.append(
             Finding(
                 code="cpu_only",

@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 #: what kind of failure a :class:`Cause` is
-Kind = Literal["xla-unsupported", "xla-compile", "custom-class", "string-input", "unsafe-code"]
+Kind = Literal[
+    "xla-unsupported",
+    "xla-compile",
+    "custom-class",
+    "string-input",
+    "unsafe-code",
+    "gpu-oom",
+    "gpu-dnn-library",
+    "xla-gpu-toolchain",
+    "cuda-error",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,24 @@ _STRING_INPUT = re.compile(
 _UNSAFE = re.compile(r"Requested the deserialization of a `?(?P<what>Lambda|\w+)`? (?:layer|object)")
 
 #: what to do about an unregistered custom class (the runner's PERFWATCH_RUNNER_IMPORTS, tasks.runner.process)
+# GPU failures, in the words TensorFlow and XLA raise them (tensorflow/core/common_runtime/bfc_allocator.cc,
+# stream_executor's dnn.h, xla/service/gpu/llvm_gpu_backend), not captured here: this machine has no TF GPU runner
+# "OOM when allocating tensor with shape[32,64,112,112] and type float on /job:.../device:GPU:0 by allocator GPU_0_bfc"
+_GPU_OOM = re.compile(
+    r"OOM when allocating tensor with shape\s*(?P<shape>\[[^\]]*\])(?: and type (?P<dtype>\w+))?"
+    r"(?: on (?P<device>\S+))?"
+)
+# "DNN library is not found.", "Failed to get convolution algorithm. This is probably because cuDNN failed to
+# initialize", "Loaded runtime CuDNN library: 8.1.0 but source was compiled with: 8.6.0"
+_DNN = re.compile(
+    r"DNN library is not found|cuDNN failed to initialize"
+    r"|Loaded runtime CuDNN library: [\d.]*\d but source was compiled with: [\d.]*\d"
+)
+# "libdevice not found at ./libdevice.10.bc", "Couldn't find ptxas" / "Can't find ptxas binary", "ptxas exited"
+_XLA_GPU_TOOLS = re.compile(r"libdevice not found at \S+|Can't find libdevice directory \S+|\S*ptxas[^\n]{0,120}")
+# "CUDA_ERROR_OUT_OF_MEMORY: out of memory", "failed call to cuInit: CUDA_ERROR_NO_DEVICE"
+_CUDA_ERROR = re.compile(r"CUDA_ERROR_[A-Z_]+(?::[^\n]{0,120})?")
+
 _IMPORTS_HINT = (
     "register it: decorate {name} with @keras.saving.register_keras_serializable() in a module the runner "
     "imports before it loads the model (PERFWATCH_RUNNER_IMPORTS=package.module, importable in the runner's "
@@ -92,10 +120,17 @@ def explain(text: str | None) -> Cause | None:
     * ``custom-class``: Keras could not locate a class or function (its name; the registered name when the
       config has one) — ``Could not locate class 'X'`` (Keras 3) or ``Unknown layer: 'X'`` (Keras 2);
     * ``unsafe-code``: Keras's ``safe_mode`` refused a ``Lambda`` layer (arbitrary code);
-    * ``string-input``: the runner refused to make up synthetic strings for a string input.
+    * ``string-input``: the runner refused to make up synthetic strings for a string input;
+    * ``gpu-oom``: the GPU allocator ran out of memory (the shape, type and device it was allocating);
+    * ``gpu-dnn-library``: cuDNN is missing or another version than TensorFlow's build (``DNN library is not
+      found``, ``cuDNN failed to initialize``, a runtime/compiled-with mismatch);
+    * ``xla-gpu-toolchain``: XLA on the GPU could not find ``libdevice`` or ``ptxas`` (the CUDA compiler wheel);
+    * ``cuda-error``: another ``CUDA_ERROR_*`` of the driver (the code).
     """
     if not text:
         return None
+    if gpu := _gpu_cause(text):
+        return gpu
     ops = list(dict.fromkeys(m["op"] for m in _XLA_OP.finditer(text)))
     if ops:
         first = _XLA_OP.search(text)
@@ -148,6 +183,41 @@ def explain(text: str | None) -> Cause | None:
             f"string input: give an input_fn (input {string['name']!r} takes strings)",
             "synthetic strings mean nothing: set input_fn: package.module:function in the case, returning a "
             "tf.data.Dataset of real batches",
+        )
+    return None
+
+
+def _gpu_cause(text: str) -> Cause | None:
+    """The GPU failure kinds of :func:`explain`, or None."""
+    if oom := _GPU_OOM.search(text):
+        what = f"tensor {oom['shape']}" + (f" of {oom['dtype']}" if oom["dtype"] else "")
+        where = f" on {oom['device'].rsplit('/', 1)[-1]}" if oom["device"] else ""
+        return Cause(
+            "gpu-oom",
+            f"GPU out of memory allocating a {what}{where}",
+            "lower the case's batch_size, or measure on a GPU with more memory; another process on the GPU "
+            "(perfwatch's host load names it) takes memory too",
+        )
+    if dnn := _DNN.search(text):
+        return Cause(
+            "gpu-dnn-library",
+            f"cuDNN could not be used: {_short(dnn[0])}",
+            "install the cuDNN that this TensorFlow was built with in the runner's environment (make gpu-runner "
+            "installs the locked nvidia-cudnn wheel; docs/gpu.md)",
+        )
+    if tools := _XLA_GPU_TOOLS.search(text):
+        return Cause(
+            "xla-gpu-toolchain",
+            f"XLA on the GPU could not find its CUDA tools: {_short(tools[0])}",
+            "install nvidia-cuda-nvcc (ptxas, libdevice) in the runner's environment (tensorflow[and-cuda] pulls "
+            "it in; make gpu-runner), or set XLA_FLAGS=--xla_gpu_cuda_data_dir=<the CUDA directory>",
+        )
+    if err := _CUDA_ERROR.search(text):
+        return Cause(
+            "cuda-error",
+            f"the CUDA driver failed: {_short(err[0])}",
+            "check the driver and the GPU (nvidia-smi; bench/gpu_check.py), and that the runner's CUDA wheels "
+            "suit the driver (its CUDA version is the fingerprint's gpu.cuda_driver_version)",
         )
     return None
 

@@ -459,6 +459,7 @@ def parse_run(
     *,
     max_full_parse_bytes: int = 200 * 2**20,
     extra_findings: Sequence[Finding] = (),
+    gpu_run: bool = False,
 ) -> ParseRecord:
     """The pipeline's parse stage: parse ``run.profile_dir`` (a ``tasks.records.ProfiledRun``), diagnose it,
     look for the runner's step markers when xprof found no steps (:func:`marker_steps`, in ``marker_steps`` of the
@@ -473,7 +474,9 @@ def parse_run(
     window (``profile_absent_reason``, a tflite run) gets a record with every profile figure None and the
     ``no_profile`` finding, never zeros. The parsed profile's ``collectives`` holds the all-reduce /
     collective time per step (``tasks.analysis.collectives``; None where the profile has none).
-    ``extra_findings`` (e.g. the hardware's, ``tasks.analysis.hardware.case_findings``) are added to the run's.
+    ``extra_findings`` (e.g. the hardware's, ``tasks.analysis.hardware.case_findings``) are added to the run's;
+    ``gpu_run``: the run measured a GPU, so a profile without device planes is CUPTI missing, not a CPU profile
+    (``tasks.analysis.diagnose.diagnose``).
 
     Raises what parse_profile raises (ProfileNotFoundError, ProfileParseError), OSError when the runner's
     samples file is missing or unreadable, ``tasks.runner.protocol.ProtocolMismatch`` when it is of another
@@ -511,7 +514,7 @@ def parse_run(
         [s["step_time_ms"] for s in parsed.step_breakdown],
         profiler_avg_step_ms=parsed.avg_step_time_ms,
     )
-    findings = diagnose(parsed) + diagnose_window(check) + steps + list(extra_findings)
+    findings = diagnose(parsed, gpu_run=gpu_run) + diagnose_window(check) + steps + list(extra_findings)
     out = Path(work_dir) / "parse" / "parsed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tables = {

@@ -527,10 +527,13 @@ def _profile(s: RunState, ctx: RunContext, st: Settings) -> ProfiledRun:
 
 def _parse(s: RunState, ctx: RunContext, st: Settings) -> ParseRecord:
     from tasks.analysis.hardware import case_findings
+    from tasks.runner.devices import device_section
     from tasks.stages.parse import parse_run
 
-    hardware = case_findings(ctx.case.precision, ctx.case.strategy, _have(s.env, "env").data, ctx.case.hardware)
-    return parse_run(_have(s.run, "run"), work_dir(st, ctx), extra_findings=hardware)
+    data = _have(s.env, "env").data
+    hardware = case_findings(ctx.case.precision, ctx.case.strategy, data, ctx.case.hardware)
+    gpu_run = device_section(ctx.case.device, data)["kind"] == "gpu"
+    return parse_run(_have(s.run, "run"), work_dir(st, ctx), extra_findings=hardware, gpu_run=gpu_run)
 
 
 def _compare(s: RunState, ctx: RunContext, st: Settings) -> CompareRecord:

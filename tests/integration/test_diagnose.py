@@ -148,3 +148,22 @@ def test_real_profiles(tmp_path_factory):
     assert {"cpu_only", "no_step_markers"} <= set(without) and "input_bound" not in without
     for f in [*with_markers.values(), *without.values()]:
         assert f.figure and f.message
+
+
+def test_a_gpu_runs_profile_without_device_planes_names_cupti_not_a_cpu_profile():
+    """Issue 39: a GPU run whose profiler saw no device (CUPTI not loaded) was called "a CPU-only profile"."""
+    no_planes = _profile(hardware_type="CPU_ONLY", device_core_count=0)
+    gpu = _codes_of(dg.diagnose(no_planes, gpu_run=True))
+    assert "cpu_only" not in gpu and gpu["no_device_planes"].severity == dg.WARNING
+    assert (
+        "CUPTI" in gpu["no_device_planes"].message
+        and "although this run measured a GPU" in gpu["no_device_planes"].message
+    )
+    assert "cpu_only" in _codes_of(dg.diagnose(no_planes)) and "no_device_planes" not in _codes_of(
+        dg.diagnose(no_planes)
+    )
+    assert "no_device_planes" not in _codes_of(dg.diagnose(_profile(), gpu_run=True))  # device planes present
+
+
+def _codes_of(findings):
+    return {f.code: f for f in findings}

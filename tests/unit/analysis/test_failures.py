@@ -96,3 +96,49 @@ def test_unknown_errors_keep_their_first_line_and_the_cause_goes_first_once():
     # a retry that failed otherwise: the earlier attempt's cause is not this attempt's
     retried = "RunnerError: warm-up timed out" + failures.EARLIER_ATTEMPT + " 2026-01-01: " + stored
     assert failures.headline(retried) == "RunnerError: warm-up timed out"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "cause"),
+    [
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Graph execution error:\n\n"
+            "Detected at node functional_1/conv1/Conv2D defined at (most recent call last):\n...\n"
+            "OOM when allocating tensor with shape[256,64,112,112] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n\t [[{{node functional_1/conv1}}]]",
+            "gpu-oom",
+            "GPU out of memory allocating a tensor [256,64,112,112] of float on device:GPU:0",
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.UnimplementedError: Graph execution error:\n...\n"
+            "DNN library is not found.\n\t [[{{node functional_1/conv1/convolution}}]]",
+            "gpu-dnn-library",
+            "cuDNN could not be used: DNN library is not found",
+        ),
+        (
+            "E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:535] Loaded runtime CuDNN library: 9.1.0 but "
+            "source was compiled with: 9.3.0.  CuDNN library needs to have matching major version and equal or "
+            "higher minor version.",
+            "gpu-dnn-library",
+            "cuDNN could not be used: Loaded runtime CuDNN library: 9.1.0 but source was compiled with: 9.3.0",
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.InternalError: libdevice not found at ./libdevice.10.bc "
+            "[Op:__inference_train_step_812]",
+            "xla-gpu-toolchain",
+            "XLA on the GPU could not find its CUDA tools: libdevice not found at ./libdevice.10.bc",
+        ),
+        (
+            "E tensorflow/stream_executor/cuda/cuda_driver.cc:271] failed call to cuInit: CUDA_ERROR_NO_DEVICE: "
+            "no CUDA-capable device is detected",
+            "cuda-error",
+            "the CUDA driver failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        ),
+    ],
+)
+def test_gpu_failures_name_their_cause(text, kind, cause):
+    """Issue 39: GPU failures (out of memory, cuDNN missing or of another version, XLA's CUDA tools, a CUDA driver
+    error) got no cause line; their own first line ("Graph execution error:") was all a reader saw."""
+    c = failures.explain(text)
+    assert c is not None and (c.kind, c.cause) == (kind, cause)
+    assert failures.headline(text) == c.line()

@@ -321,3 +321,17 @@ def test_the_metrics_line_is_carried_checked_by_name_and_never_splits_a_history(
         expand_entry({"model": "m", "matrix": {"metrics": ["throughput"]}})
     with pytest.raises(ValueError, match="'step_time' is listed twice"):
         config_cases({"defaults": {"metrics": ["step_time", "step_time"]}, "models": [{"model": "m"}]}, where="cfg")
+
+
+def test_tflite_on_a_gpu_is_refused_not_timed_on_the_cpu_under_a_gpu_name():
+    """Issue 39: mode tflite with device gpu ran the interpreter on the CPU under the case name tflite-bs16-gpu."""
+    with pytest.raises(ValueError, match=r"runs the TFLite interpreter on the CPU .*device='gpu' would time the CPU"):
+        expand_entry({"model": "m", "matrix": {"mode": ["tflite"], "device": ["gpu"]}})
+    cases = expand_entry(
+        {
+            "model": "m",
+            "matrix": {"mode": ["tflite", "infer"], "device": ["cpu", "gpu"]},
+            "exclude": [{"mode": "tflite", "device": "gpu"}],
+        }
+    )
+    assert [c.name for c in cases] == ["tflite-bs16-cpu", "infer-bs16-cpu", "infer-bs16-gpu"]
