@@ -514,12 +514,32 @@ def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded
     )
 
 
-def device_peak_bytes() -> int | None:
+def _logical_gpus(tf: Any) -> list[str]:
+    """TF's logical GPU devices in this process (``GPU:0``...): none for a cpu case, whose runner hides the GPUs
+    with ``tf.config.set_visible_devices([], "GPU")`` while ``list_physical_devices`` still shows them."""
+    return [d.name.split("device:", 1)[-1] for d in tf.config.list_logical_devices("GPU")]
+
+
+def reset_device_peak() -> None:
+    """Start the device-memory peak afresh (``tf.config.experimental.reset_memory_stats`` on each logical GPU),
+    before a measured window, so its peak is the window's own, not the cold step's autotuning scratch or an
+    earlier phase's. Nothing on a host or case without GPUs."""
     import tensorflow as tf
 
-    if not tf.config.list_physical_devices("GPU"):
+    for dev in _logical_gpus(tf):
+        tf.config.experimental.reset_memory_stats(dev)
+
+
+def device_peak_bytes() -> int | None:
+    """The peak of TF's GPU allocator since :func:`reset_device_peak` (or process start), bytes, summed over this
+    process's logical GPUs (``tf.config.experimental.get_memory_info(dev)["peak"]``: the model's tensors and
+    workspace, not the allocator's reservation that NVML's memory used shows); None without a logical GPU."""
+    import tensorflow as tf
+
+    devices = _logical_gpus(tf)
+    if not devices:
         return None
-    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return sum(int(tf.config.experimental.get_memory_info(dev)["peak"]) for dev in devices)
 
 
 def cold_step(step, model_path: str, case_mode: str = "train") -> float:

@@ -365,7 +365,11 @@ class _Measured(_Result):
     deterministic: bool
     cold_step_ms: float = Field(description="the first step: tracing/compilation and one step, ms")
     peak_rss_bytes: int = Field(description="this process's peak resident memory (getrusage), bytes")
-    peak_device_bytes: int | None = Field(description="GPU:0's peak allocation (TF's allocator), bytes; None on CPU")
+    peak_device_bytes: int | None = Field(
+        description="TF's GPU allocator peak, bytes, over this process's logical GPUs, from the start of the measured "
+        "steps (profile mode; warm-up mode: from process start; paired mode: the candidate's blocks); None without a "
+        "GPU (tasks.runner.measure.device_peak_bytes)"
+    )
     wall_s: float = Field(description="from the model load to the result, s (our timer)")
     xla_cache: XlaCache | None = None
     fed: dict[str, Fed] = Field(
@@ -450,6 +454,14 @@ class PairedResult(_Measured):
     b_warmup_cpu_ms: list[float] = Field(default_factory=list, description="per B warm-up step, process CPU time, ms")
     a_warmup_wait_ms: list[float] = Field(default_factory=list, description="per A warm-up step, run-queue wait, ms")
     b_warmup_wait_ms: list[float] = Field(default_factory=list, description="per B warm-up step, run-queue wait, ms")
+    a_peak_device_bytes: int | None = Field(
+        None, description="the baseline's (A) GPU allocator peak over its own timed blocks, bytes; None without a GPU"
+    )
+    b_peak_device_bytes: int | None = Field(
+        None,
+        description="the candidate's (B) likewise (also ``peak_device_bytes``): each block starts the peak afresh "
+        "(tasks.runner.measure.reset_device_peak), so neither side's peak holds the other's or the warm-up's",
+    )
 
 
 class ErrorResult(_Record):

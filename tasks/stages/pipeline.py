@@ -416,8 +416,12 @@ def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
         raise QueueError(s.refused)
     if ctx.case.backbone:
         from tasks.runner import RunnerProcess
+        from tasks.runner.devices import hidden_gpus_env
 
-        return build_application(ctx.case, work_dir(st, ctx), RunnerProcess(st.runner_command))
+        # the build runs outside the measuring pool, maybe beside another case's measurement: with the GPUs hidden
+        # (a cpu process's environment) it cannot take GPU memory or time from it; the weights are random anyway
+        builder = RunnerProcess(st.runner_command, env=hidden_gpus_env("cpu"))
+        return build_application(ctx.case, work_dir(st, ctx), builder)
     return pull_model_version(st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx))
 
 

@@ -90,6 +90,8 @@ def run(spec: RunnerSpec) -> PairedResult:
     per_round = spec.round_pairs or spec.blocks
     stopped_by: StopReason = "budget"
     t_pairs = time.perf_counter()
+    on_gpu = measure.device_peak_bytes() is not None
+    peaks: dict[str, int | None] = {"A": None, "B": None}  # each version's own GPU allocator peak over its blocks
     phase = measure.HostLoad().start()
     while len(blocks) < spec.blocks:
         load = measure.HostLoad().start()
@@ -100,8 +102,12 @@ def run(spec: RunnerSpec) -> PairedResult:
             cpu: dict[str, list[float]] = {}
             wait: dict[str, list[float]] = {}
             for who in order:
+                if on_gpu:
+                    measure.reset_device_peak()
                 times[who] = [steps[who]() for _ in range(spec.block_steps)]
                 cpu[who], wait[who] = steps[who].take()
+                if on_gpu:
+                    peaks[who] = max(peaks[who] or 0, measure.device_peak_bytes() or 0)
             blocks.append(
                 BlockPair(
                     pair=i,
@@ -174,6 +180,8 @@ def run(spec: RunnerSpec) -> PairedResult:
         pairs_wall_s=time.perf_counter() - t_pairs,
         timed_steps=2 * len(blocks) * spec.block_steps,
         peak_rss_bytes=measure.peak_rss_bytes(),
-        peak_device_bytes=measure.device_peak_bytes(),
+        peak_device_bytes=peaks["B"],
+        a_peak_device_bytes=peaks["A"],
+        b_peak_device_bytes=peaks["B"],
         wall_s=time.perf_counter() - t_start,
     )

@@ -47,6 +47,7 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
     phases["warmup_steps"] = time.perf_counter() - t0
     started.end_phase("warmup")
     warm_cpu, warm_wait = recorded.take()
+    measure.reset_device_peak()  # the peak of the measured steps, not of the cold step's autotuning
     load = measure.HostLoad().start()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # device telemetry (tasks.runner.telemetry)
     counted = sampler.count(recorded)

@@ -249,3 +249,72 @@ def test_the_gpu_check_loads_without_the_projects_dependencies_and_says_when_the
     except OSError:
         assert "no GPU here: NVML unavailable" in got.stdout and "nothing to check" in got.stdout
         assert json.loads(out.read_text())["lines"] == [got.stdout.strip()]
+
+
+class FakeTF:
+    """``tensorflow`` at the boundary the runner's memory reads use: physical GPUs (NVML/CUDA's), the logical ones
+    left after ``set_visible_devices`` (none for a cpu case), and a per-device allocator peak that reset clears."""
+
+    def __init__(self, physical: int, logical: int) -> None:
+        self.peak = {f"GPU:{i}": 100 * (i + 1) for i in range(logical)}
+        self.resets: list[str] = []
+        dev = SimpleNamespace
+        phys = [dev(name=f"/physical_device:GPU:{i}", device_type="GPU") for i in range(physical)]
+        logi = [dev(name=f"/device:GPU:{i}", device_type="GPU") for i in range(logical)]
+
+        def info(d):
+            if d not in self.peak:
+                raise ValueError(f"No matching devices found for '{d}'")  # TF's message for a hidden GPU
+            return {"current": 1, "peak": self.peak[d]}
+
+        def reset(d):
+            self.resets.append(d)
+            self.peak[d] = 1
+
+        self.config = SimpleNamespace(
+            list_physical_devices=lambda kind=None: phys,
+            list_logical_devices=lambda kind=None: logi,
+            experimental=SimpleNamespace(get_memory_info=info, reset_memory_stats=reset),
+        )
+
+
+def test_device_memory_reads_the_logical_gpus_and_starts_afresh_before_the_window(monkeypatch):
+    """Issue 39: the peak was read on GPU:0 after checking the *physical* devices, which a cpu case's runner still
+    lists after hiding them from TF (get_memory_info then raised), and from process start (the cold step's
+    autotuning scratch). Now: the logical GPUs, summed, from the last reset."""
+    import sys
+
+    hidden = FakeTF(physical=1, logical=0)
+    monkeypatch.setitem(sys.modules, "tensorflow", hidden)
+    assert measure.device_peak_bytes() is None  # a cpu case on a GPU host: no GPU of its own, no error
+    measure.reset_device_peak()
+    assert hidden.resets == []
+    two = FakeTF(physical=2, logical=2)
+    monkeypatch.setitem(sys.modules, "tensorflow", two)
+    assert measure.device_peak_bytes() == 100 + 200
+    measure.reset_device_peak()
+    assert two.resets == ["GPU:0", "GPU:1"] and measure.device_peak_bytes() == 2
+
+
+def test_an_application_is_built_with_the_gpus_hidden(monkeypatch, tmp_path):
+    """Issue 39: the pull stage's keras.applications build ran outside the measuring pool with the GPUs visible, so
+    it could take GPU memory and time during another case's measurement."""
+    from tasks.records import Case
+    from tasks.settings import Settings
+    from tasks.stages import pipeline, pull
+
+    seen = {}
+
+    def fake_build(case, dest, runner):
+        seen["env"] = runner.env
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(pull, "build_application", fake_build)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    case = Case(model="resnet50", backbone="keras.applications")
+    ctx = SimpleNamespace(case=case, dag_id="d", run_id="r", key=lambda: "k")
+    st = Settings.from_env()
+    monkeypatch.setattr(pipeline, "work_dir", lambda st, ctx: tmp_path)
+    with pytest.raises(RuntimeError, match="stop here"):
+        pipeline._pull(SimpleNamespace(refused=None), ctx, st)
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == ""
