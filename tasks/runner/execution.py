@@ -99,6 +99,32 @@ def configure_xla_cache(cache_dir: str | None, environ: dict[str, str] | None = 
     return cache_dir
 
 
+#: CUDA's JIT cache size, bytes: its documented maximum (CUDA_CACHE_MAXSIZE, 4 GiB; the default is 256 MiB, which
+#: one large model's kernels for a new architecture can overflow, so every process would JIT them again)
+CUDA_CACHE_MAXSIZE = 4 * 2**30
+
+
+def configure_cuda_cache(environ: dict[str, str] | None = None) -> str | None:
+    """Keep CUDA's JIT cache (PTX compiled for this GPU) across runner processes on this host: point
+    ``CUDA_CACHE_PATH`` at ``<PERFWATCH_HOME>/cuda-cache`` (default ``~/.perfwatch/cuda-cache``, created) and
+    ``CUDA_CACHE_MAXSIZE`` at :data:`CUDA_CACHE_MAXSIZE` in ``environ`` (default this process's), so a fresh
+    process on a GPU newer than the wheel's prebuilt kernels (Hopper and later) does not JIT-compile every kernel
+    again in its cold step. Must run before CUDA initialises (before ``import tensorflow``). A value the user set
+    wins. Returns the cache directory (the user's, or ours)."""
+    env = os.environ if environ is None else environ
+    if "CUDA_CACHE_PATH" not in env:
+        home = env.get("PERFWATCH_HOME") or os.path.join(os.path.expanduser("~"), ".perfwatch")
+        env["CUDA_CACHE_PATH"] = os.path.join(home, "cuda-cache")
+    env.setdefault("CUDA_CACHE_MAXSIZE", str(CUDA_CACHE_MAXSIZE))
+    os.makedirs(env["CUDA_CACHE_PATH"], exist_ok=True)
+    return env["CUDA_CACHE_PATH"]
+
+
+def cache_entries(path: str) -> int:
+    """Files under ``path`` (CUDA's cache is a tree of files), 0 for a missing directory."""
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
 def with_precision(model: Any, precision: str) -> Any:
     """``model`` (a loaded Keras model) computing in ``precision``'s dtype policy.
 

@@ -131,10 +131,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             xla_cache = execution.configure_xla_cache(spec.xla_cache_dir if spec.xla else None)  # before TF
             cached = len(os.listdir(xla_cache)) if xla_cache else None
+            gpu_host = os.path.exists("/dev/nvidiactl")  # an NVIDIA driver's control node: CUDA may run here
+            cuda_cache = execution.configure_cuda_cache() if spec.device != "cpu" and gpu_host else None  # before CUDA
+            cuda_before = execution.cache_entries(cuda_cache) if cuda_cache else 0
             result = run(spec)
             if xla_cache:
                 cache = {"dir": xla_cache, "entries_before": cached, "entries_after": len(os.listdir(xla_cache))}
                 result = type(result).model_validate({**result.model_dump(), "xla_cache": cache})
+            if cuda_cache and getattr(result, "peak_device_bytes", None) is not None:  # a GPU ran
+                jit = {
+                    "dir": cuda_cache,
+                    "entries_before": cuda_before,
+                    "entries_after": execution.cache_entries(cuda_cache),
+                    "first_on_host": cuda_before == 0,
+                }
+                result = type(result).model_validate({**result.model_dump(), "cuda_cache": jit})
         code = 0
     except Exception as e:  # noqa: BLE001 - every failure is reported in result.json
         result = ErrorResult(

@@ -299,6 +299,18 @@ class XlaCache(_Record):
     entries_after: int = Field(description="files in it when this process ended")
 
 
+class CudaCache(_Record):
+    """CUDA's JIT cache of a GPU run (``CUDA_CACHE_PATH``, ``tasks.runner.execution.configure_cuda_cache``)."""
+
+    dir: str
+    entries_before: int = Field(description="files in it when this process started")
+    entries_after: int = Field(description="files in it when this process ended")
+    first_on_host: bool = Field(
+        description="the cache was empty at start: the cold step may hold CUDA's JIT of every kernel for this GPU, "
+        "which later processes on this host read from the cache"
+    )
+
+
 class _Result(_Record):
     schema_version: int = SCHEMA_VERSION
     status: Literal["ok"] = "ok"
@@ -372,6 +384,7 @@ class _Measured(_Result):
     )
     wall_s: float = Field(description="from the model load to the result, s (our timer)")
     xla_cache: XlaCache | None = None
+    cuda_cache: CudaCache | None = Field(None, description="a GPU run's CUDA JIT cache; None without a GPU")
     fed: dict[str, Fed] = Field(
         default_factory=dict,
         description="phase (cold, warmup, measured, profiled; paired: the candidate's cold, warmup, paired) -> "

@@ -278,3 +278,27 @@ def test_runs_at_100_columns_keeps_the_verdict_before_the_secondary_figures(cli,
     table, below = res.stdout.split("└")
     assert "no-baseline" in table and "verdict" not in below.split("\n")[1], res.stdout
     assert "median wait" not in table and "left out to fit 100 columns: median wait ms" in below, res.stdout
+
+
+def test_a_gpu_runs_cpu_time_says_it_is_the_host_thread_waiting(cli, db_url, tmp_path, monkeypatch):
+    """Issue 39: `runs` printed a GPU run's median CPU time like a CPU run's; on a GPU it is the host thread,
+    most of it waiting for the device, and measures nothing of the GPU's work."""
+    import json
+    from pathlib import Path
+
+    from tasks.stages.archive import archive_run
+    from tests.helpers.builders import make_records
+
+    monkeypatch.setenv("COLUMNS", "200")
+    for rid, model, device in (("r1", "on_gpu", 2**30), ("r2", "on_cpu", None)):
+        recs = make_records(tmp_path, dag_run_id=rid, model=model, median=20.0)
+        recs = (*recs[:4], recs[4].model_copy(update={"peak_device_bytes": device}), *recs[5:])
+        path = Path(recs[4].samples_path)
+        samples = json.loads(path.read_text())
+        samples["measured_cpu_ms"] = [19.5] * len(samples["measured_step_times_ms"])
+        path.write_text(json.dumps(samples))
+        archive_run(db_url, str(tmp_path / "archive"), *recs)
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    rows = {m: [x for x in res.stdout.splitlines() if m in x][0] for m in ("on_gpu", "on_cpu")}
+    assert "host, waits on GPU" in rows["on_gpu"] and "host, waits on GPU" not in rows["on_cpu"], res.stdout

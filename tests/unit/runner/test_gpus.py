@@ -318,3 +318,20 @@ def test_an_application_is_built_with_the_gpus_hidden(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="stop here"):
         pipeline._pull(SimpleNamespace(refused=None), ctx, st)
     assert seen["env"]["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_cudas_jit_cache_is_kept_per_host_and_a_users_choice_wins(tmp_path):
+    """Issue 39: nothing set CUDA_CACHE_PATH, so each fresh runner process on a GPU newer than the wheel's kernels
+    JIT-compiled them again in its cold step (CUDA's default cache, 256 MiB, under a home that containers lose)."""
+    from tasks.runner import execution
+
+    env = {"PERFWATCH_HOME": str(tmp_path / "pw")}
+    got = execution.configure_cuda_cache(env)
+    assert got == str(tmp_path / "pw" / "cuda-cache") == env["CUDA_CACHE_PATH"]
+    assert env["CUDA_CACHE_MAXSIZE"] == str(4 * 2**30) and (tmp_path / "pw" / "cuda-cache").is_dir()
+    assert execution.cache_entries(got) == 0
+    (tmp_path / "pw" / "cuda-cache" / "ComputeCache" / "a").mkdir(parents=True)
+    (tmp_path / "pw" / "cuda-cache" / "ComputeCache" / "a" / "k1").write_bytes(b"x")
+    assert execution.cache_entries(got) == 1
+    mine = {"CUDA_CACHE_PATH": str(tmp_path / "mine"), "CUDA_CACHE_MAXSIZE": "1000"}
+    assert execution.configure_cuda_cache(mine) == str(tmp_path / "mine") and mine["CUDA_CACHE_MAXSIZE"] == "1000"
