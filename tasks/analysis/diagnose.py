@@ -53,29 +53,31 @@ def diagnose(parsed: ParsedProfile, *, gpu_run: bool = False) -> list[Finding]:
                 ).strip(),
             )
         )
-    if not parsed.has_device and gpu_run:
-        out.append(
-            Finding(
-                code="no_device_planes",
-                severity=WARNING,
-                figure="device_core_count",
-                value=float(parsed.device_core_count or 0),
-                message=f"No device planes (hardware {parsed.hardware_type or 'unknown'}) although this run measured "
-                "a GPU: the profiler saw the host only, most likely because the runner could not load CUPTI "
-                "(libcupti: the nvidia-cuda-cupti wheel of tensorflow[and-cuda], or the CUDA toolkit's extras/CUPTI "
-                "on LD_LIBRARY_PATH). Device compute, kernel launch and kernel statistics are absent; the step times "
-                "(our timer) are unaffected.",
+    if not parsed.has_device:
+        hardware = f"No device planes (hardware {parsed.hardware_type or 'unknown'})"
+        code, severity, message = (
+            (
+                "no_device_planes",
+                WARNING,
+                f"{hardware} although this run measured a GPU: the profiler saw the host only, most likely because "
+                "the runner could not load CUPTI (libcupti: the nvidia-cuda-cupti wheel of tensorflow[and-cuda], or "
+                "the CUDA toolkit's extras/CUPTI on LD_LIBRARY_PATH). Device compute, kernel launch and kernel "
+                "statistics are absent; the step times (our timer) are unaffected.",
+            )
+            if gpu_run
+            else (
+                "cpu_only",
+                INFO,
+                f"{hardware}: a CPU-only profile; device compute, kernel launch and kernel statistics are absent.",
             )
         )
-    elif not parsed.has_device:
         out.append(
             Finding(
-                code="cpu_only",
-                severity=INFO,
+                code=code,
+                severity=severity,
                 figure="device_core_count",
                 value=float(parsed.device_core_count or 0),
-                message=f"No device planes (hardware {parsed.hardware_type or 'unknown'}): a CPU-only profile; "
-                "device compute, kernel launch and kernel statistics are absent.",
+                message=message,
             )
         )
     elif parsed.device_idle_pct is not None and parsed.device_idle_pct > DEVICE_IDLE_PCT:
