@@ -1413,6 +1413,10 @@ class VerdictStory(Record):
     gated_on: str | None = None
     tail_sides: dict[str, dict[str, Any]] | None = None
     env_changes: list[ComparabilityChange] = Field(default_factory=list)
+    #: a paired gate over fresh processes: how many (process pairs, for a cross-environment gate)
+    processes: int | None = None
+    #: a cross-environment gate: each side ran in its own fresh processes, not both versions in one
+    across_environments: bool = False
 
     @property
     def threshold(self) -> float | None:
@@ -1432,9 +1436,19 @@ class VerdictStory(Record):
         text = METHOD_WORDS.get(self.method, self.method)
         if self.gated_on is not None:
             text += f"; decided by its tail gate on the {self.gated_on}"
-        if self.method == "paired-abba":
+        if self.method == "paired-abba" and self.across_environments:
+            text = "cross-environment gate: each environment in its own fresh processes, alternating in random order"
+            if self.processes is not None:
+                text += f", {self.processes} process pairs"
+            if self.pairs is not None:
+                text += f", {self.pairs} step pairs" + (f" of at most {self.max_pairs}" if self.max_pairs else "")
+        elif self.method == "paired-abba":
             if self.sequential:
                 text = text.replace("paired ABBA gate", "paired ABBA sequential gate")
+            if self.processes is not None:
+                text = text.replace(
+                    "both versions in one process", f"both versions in each of {self.processes} processes"
+                )
             if self.pairs is not None:
                 text += f", {self.pairs} pairs" + (f" of at most {self.max_pairs}" if self.max_pairs else "")
         elif self.baseline_runs is not None and self.method == "history-lookback":
@@ -1497,6 +1511,8 @@ class VerdictStory(Record):
             sequential=bool((paired.get("sequential") or {}).get("design")) if method == "paired-abba" else False,
             pairs=(spent.get("pairs") or paired.get("n_candidate")) if method == "paired-abba" else None,
             max_pairs=spent.get("max_pairs") if method == "paired-abba" else None,
+            processes=spent.get("processes") if method == "paired-abba" else None,
+            across_environments=bool(spent.get("environments")) if method == "paired-abba" else False,
             baseline_runs=(ev.get("stats") or {}).get("n_baseline") if method == "history-lookback" else None,
             baseline_run_id=baseline_run_id,
             baseline_version=baseline_version or paired.get("baseline_version"),

@@ -1321,6 +1321,7 @@ def _decide_paired(
     else:
         budget = design["max_pairs"] if design else pairs
     k = len(paired.by_process())
+    across = bool((paired.gate or {}).get("environments"))  # a cross-environment gate: one side per process
     ev["paired"] = {
         **res.model_dump(mode="json"),
         **layout,
@@ -1336,9 +1337,16 @@ def _decide_paired(
             "timed_steps": timed,
             "wall_s": wall,
             **({"processes": k} if k > 1 else {}),
+            **({"environments": True} if across else {}),
         },
-        "cost": f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
-        f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
-        f"measured steps) in {wall:.1f} s, "
-        + ("plus a second model load and warm-up" if k == 1 else f"in {k} processes, each loading both versions"),
+        "cost": (
+            f"{pairs} of at most {budget} step pairs x {block_steps} step(s) x 2 environments = {timed} extra timed "
+            f"steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} measured steps) in {wall:.1f} s, in "
+            f"{k} process pairs, each environment in its own fresh process"
+            if across
+            else f"{pairs} of at most {budget} ABBA block pairs x {block_steps} step(s) x 2 versions = "
+            f"{timed} extra timed steps ({timed / max(len(measured), 1):.1f}x the {len(measured)} "
+            f"measured steps) in {wall:.1f} s, "
+            + ("plus a second model load and warm-up" if k == 1 else f"in {k} processes, each loading both versions")
+        ),
     }

@@ -229,3 +229,43 @@ def test_a_run_accepted_after_its_advice_tells_who_accepted_it_everywhere(db_url
     for told in (story_line(story), "\n".join(story_lines(story)), story_dict(story)["reason"], story_html(story)):
         assert "accepted as the baseline by make demo on " in told and "if it is sound after all" not in told, told
     assert story.reason == why  # what was stored stays as it was: only what is shown changes
+
+
+def test_a_cross_environment_gate_is_not_told_as_both_versions_in_one_process():
+    """A real two-TensorFlow-version gate's story read "paired ABBA sequential gate: both versions in one process,
+    318 pairs of at most 318" and its cost "in 6 processes, each loading both versions": each side ran in its own
+    processes. The story and the cost now say what ran."""
+    from tasks.records import VerdictStory
+
+    spent = {"pairs": 318, "max_pairs": 318, "timed_steps": 636, "wall_s": 65.6, "processes": 6}
+    evidence = {"paired": {"spent": {**spent, "environments": True}, "sequential": {"design": {"kind": "processes"}}}}
+    story = VerdictStory.from_evidence(
+        run_id=1,
+        verdict="inconclusive",
+        method="paired-abba",
+        metric="wall",
+        ratio=0.999,
+        ci_low=0.82,
+        ci_high=1.218,
+        evidence=evidence,
+        baseline_run_id=None,
+    )
+    assert story.method_text == (
+        "cross-environment gate: each environment in its own fresh processes, alternating in random order, "
+        "6 process pairs, 318 step pairs of at most 318"
+    )
+    same = VerdictStory.from_evidence(
+        run_id=1,
+        verdict="pass",
+        method="paired-abba",
+        metric="wall",
+        ratio=1.0,
+        ci_low=0.99,
+        ci_high=1.01,
+        evidence={"paired": {"spent": spent, "sequential": {"design": {"kind": "processes"}}}},
+        baseline_run_id=None,
+    )
+    assert (
+        same.method_text
+        == "paired ABBA sequential gate: both versions in each of 6 processes, 318 pairs of at most 318"
+    )
