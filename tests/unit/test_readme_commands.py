@@ -34,6 +34,9 @@ SKIPPED = {
     "make test": "the whole test suite, this test included",
     "make airflow": "starts Airflow's api-server, scheduler and dag-processor and runs until Ctrl-C",
     "tensorboard --logdir": "starts TensorBoard's web server and runs until Ctrl-C",
+    "perfwatch run my_model --baseline-runner": "needs a second runner environment (another TensorFlow's venv, "
+    "minutes to install); tests/integration/test_environment_gate_runner.py runs a gate's two sides as real "
+    "processes of two environments (other variables)",
 }
 
 #: Commands whose documented exit code is not 0 (the whole command line, its comment left out).
