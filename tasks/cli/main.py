@@ -207,8 +207,10 @@ def runs(
         for col in ("median_cpu_ms", "median_wait_ms"):
             df[col] = [counted_cell(v, n) for v, n in zip(df[col], df.pop(col.replace("_ms", "_n")), strict=True)]
         # a GPU run's CPU time is the host thread's, most of it waiting for the GPU: no measure of the GPU's work
-        on_gpu = df["peak_device_bytes"].notna()
-        df.loc[on_gpu & df["median_cpu_ms"].notna(), "median_cpu_ms"] += " host, waits on GPU"
+        df["median_cpu_ms"] = [
+            f"{c} host, waits on GPU" if isinstance(c, str) and pd.notna(d) else c
+            for c, d in zip(df["median_cpu_ms"], df["peak_device_bytes"], strict=True)
+        ]
         df = df.drop(columns=list(MEDIAN_COLUMNS))
         for col in ("median_wait_ms", "median_cpu_ms", "inputs"):  # no run recorded it (older runs, no schedstat)
             if df[col].isna().all():
