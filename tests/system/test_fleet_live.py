@@ -152,9 +152,11 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
         procs = Services(local)
         try:
             procs.run("airflow-init", services.pop("airflow-init"), timeout=600)
-            for service, spec in services.items():
-                worker = procs.command(spec)[1:3] == ["celery", "worker"]
-                procs.start(service, spec, ("--celery-hostname", f"{service}@%h") if worker else ())
+            # the API server first: the pool is resized before the scheduler starts. Airflow's scheduler takes the
+            # pool rows FOR UPDATE NOWAIT and, under psycopg 3, does not recognise the lock-not-available error
+            # (airflow.utils.sqlalchemy.is_lock_not_available_error reads psycopg2's pgcode): a PATCH that held
+            # the row at that moment made the scheduler exit with LockNotAvailable (seen once in CI)
+            procs.start("airflow-apiserver", services.pop("airflow-apiserver"), ())
             api = Api(f"http://127.0.0.1:{local.api_port}")
             wait_for("the API server", lambda: api.call("GET", "/api/v2/monitor/health")[0] == 200, procs, 300, 1)
             pw_file = tmp_path / "airflow" / "airflow-apiserver" / "simple_auth_manager_passwords.json.generated"
@@ -163,6 +165,9 @@ def test_measuring_hosts_and_no_shared_disk_on_a_live_celery_airflow(tmp_path):
             pool = {"pool": "perfwatch_profile", "slots": len(CASES), "include_deferred": False}
             status, body = api.call("PATCH", "/api/v2/pools/perfwatch_profile?update_mask=slots", pool)
             assert status == 200, body
+            for service, spec in services.items():
+                worker = procs.command(spec)[1:3] == ["celery", "worker"]
+                procs.start(service, spec, ("--celery-hostname", f"{service}@%h") if worker else ())
             wait_for(
                 f"the dag-processor to parse {DAG_ID}",
                 lambda: api.call("GET", f"/api/v2/dags/{DAG_ID}")[0] == 200,
