@@ -104,7 +104,7 @@ def configure_xla_cache(cache_dir: str | None, environ: dict[str, str] | None = 
 CUDA_CACHE_MAXSIZE = 4 * 2**30
 
 
-def configure_cuda_cache(environ: dict[str, str] | None = None) -> str | None:
+def configure_cuda_cache(environ: dict[str, str] | None = None) -> str:
     """Keep CUDA's JIT cache (PTX compiled for this GPU) across runner processes on this host: point
     ``CUDA_CACHE_PATH`` at ``<PERFWATCH_HOME>/cuda-cache`` (default ``~/.perfwatch/cuda-cache``, created) and
     ``CUDA_CACHE_MAXSIZE`` at :data:`CUDA_CACHE_MAXSIZE` in ``environ`` (default this process's), so a fresh

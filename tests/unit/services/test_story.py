@@ -238,34 +238,26 @@ def test_a_cross_environment_gate_is_not_told_as_both_versions_in_one_process():
     from tasks.records import VerdictStory
 
     spent = {"pairs": 318, "max_pairs": 318, "timed_steps": 636, "wall_s": 65.6, "processes": 6}
-    evidence = {"paired": {"spent": {**spent, "environments": True}, "sequential": {"design": {"kind": "processes"}}}}
-    story = VerdictStory.from_evidence(
-        run_id=1,
-        verdict="inconclusive",
-        method="paired-abba",
-        metric="wall",
-        ratio=0.999,
-        ci_low=0.82,
-        ci_high=1.218,
-        evidence=evidence,
-        baseline_run_id=None,
-    )
-    assert story.method_text == (
+
+    def method_text(spent: dict) -> str | None:
+        evidence = {"paired": {"spent": spent, "sequential": {"design": {"kind": "processes"}}}}
+        story = VerdictStory.from_evidence(
+            run_id=1,
+            verdict="inconclusive",
+            method="paired-abba",
+            metric="wall",
+            ratio=0.999,
+            ci_low=0.82,
+            ci_high=1.218,
+            evidence=evidence,
+            baseline_run_id=None,
+        )
+        return story.method_text
+
+    assert method_text({**spent, "environments": True}) == (
         "cross-environment gate: each environment in its own fresh processes, alternating in random order, "
         "6 process pairs, 318 step pairs of at most 318"
     )
-    same = VerdictStory.from_evidence(
-        run_id=1,
-        verdict="pass",
-        method="paired-abba",
-        metric="wall",
-        ratio=1.0,
-        ci_low=0.99,
-        ci_high=1.01,
-        evidence={"paired": {"spent": spent, "sequential": {"design": {"kind": "processes"}}}},
-        baseline_run_id=None,
-    )
-    assert (
-        same.method_text
-        == "paired ABBA sequential gate: both versions in each of 6 processes, 318 pairs of at most 318"
+    assert method_text(spent) == (
+        "paired ABBA sequential gate: both versions in each of 6 processes, 318 pairs of at most 318"
     )
