@@ -31,6 +31,8 @@ from tasks.cli.render import Format, render
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
     import pandas as pd
 
+    from tasks.records import Case
+
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 CaseOpt = Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")]
 
@@ -62,6 +64,42 @@ def _url() -> str:
     from tasks.cli.context import settings
 
     return settings().database_url
+
+
+def config_cases_of(model: str, names: list[str]) -> tuple[list[Case], list[str]]:
+    """The Cases of ``model`` named ``names`` as the nightly plans them (the config, ``PERFWATCH_CONFIG``; a name
+    the config lacks is the default Case's when it matches), and the names whose settings are not known."""
+    from tasks.cli.context import settings
+    from tasks.matrix import config_exists, load_config
+    from tasks.records import Case
+
+    path = settings().config_path
+    planned = [c for c in load_config(path) if c.model == model] if config_exists(path) else []
+    by_name = {c.name: c for c in planned}
+    default = Case(model=model)
+    by_name.setdefault(default.name, default)
+    return [by_name[n] for n in names if n in by_name], [n for n in names if n not in by_name]
+
+
+def _confirm(model: str, names: list[str]) -> None:
+    """``changes --confirm``: run the confirming gates (``tasks.services.trend.confirm_now``), print a line for
+    each, exit 1 when one confirms its slowdown."""
+    from tasks.cli.context import settings
+    from tasks.services.trend import confirm_now
+
+    cases, unknown = config_cases_of(model, names)
+    for n in unknown:
+        typer.echo(
+            f"{n}: not a case of {model} in the config ({settings().config_path}): its settings are not known, "
+            "so no gate can confirm its slowdowns here"
+        )
+    results = confirm_now(settings(), model, cases)
+    for r in results:
+        typer.echo(f"{r.confirmation.case_name}: {r.line}")
+    if not results:
+        typer.echo("no tentative slowdown at a series' end: nothing to confirm")
+    if any(r.alert for r in results):
+        raise typer.Exit(1)
 
 
 def _parse_since(since: str | None) -> dt.datetime | None:
@@ -196,10 +234,20 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         fmt: FormatOpt = Format.table,
+        confirm: Annotated[
+            bool,
+            typer.Option(
+                "--confirm",
+                help="Then run, in this process, the paired gate that confirms each tentative slowdown at a "
+                "case's series end, as the nightly DAG does (the case's settings from the config, "
+                "PERFWATCH_CONFIG), and say whether it alerts; exit 1 when a gate confirms one.",
+            ),
+        ] = False,
     ) -> None:
         """Change points of MODEL's nightly series: run, version and environment at each, magnitude (ratio
         after/before with its 95% interval), p-value (Apache Otava, E-divisive means) and status (confirmed,
-        or tentative with the night that would confirm it)."""
+        or tentative with the night that would confirm it). With --confirm, the paired gate of each tentative
+        slowdown runs now (the version before it beside the newest, or the old environment beside the new)."""
         from tasks.cli.history import titled_cases
         from tasks.services.trend import min_runs_after
         from tasks.store.queries import with_case_labels
@@ -245,6 +293,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{c}: {n} successful runs{note}, {len(mine)} change point(s){tentative}")
             for who, test in verdict_sign_tests(_url(), model, case, start).items():
                 typer.echo(f"{who}: verdicts {test.reason}")
+        if confirm:
+            _confirm(model, list(sizes))
 
     @app.command("creep")
     def creep_cmd(

@@ -392,6 +392,72 @@ def check_dag_run(
     return {"reports": [r.to_json() for r in reports], "confirm": confirm}
 
 
+@dataclass(frozen=True)
+class ConfirmedNow:
+    """One tentative slowdown and what its paired gate, run now in this process, said (:func:`confirm_now`).
+
+    Attributes:
+        confirmation: the point and the gate planned for it (``kind`` None: no gate can confirm it, nothing ran).
+        run_id: the gate's stored run (None: no gate ran, or it failed before a run was stored).
+        alert: the gate confirmed the slowdown (``regression``): it alerts.
+        line: what to print: ``changes.confirm_outcome``'s line, or why no gate ran or why it failed.
+    """
+
+    confirmation: Confirmation
+    run_id: int | None
+    alert: bool
+    line: str
+
+
+def confirm_now(settings: Settings, model: str, cases: Sequence[Case]) -> list[ConfirmedNow]:
+    """Run, in this process and one after another, the paired gate that confirms each tentative slowdown at the
+    end of ``model``'s series of each of ``cases`` (``perfwatch changes MODEL --confirm``): the nightly's rule
+    (:func:`watch_case` with the case, :func:`confirmations`, :func:`confirm_state`; trigger ``confirm``, a run
+    of the case like any other, stored, joining its series), judged as ``judge_night`` judges it
+    (``changes.confirm_outcome``). A point no gate can confirm is returned with its reason and nothing runs; a
+    gate whose stage fails is recorded failed (as every run is) and leaves the point tentative.
+
+    Raises:
+        LookupError: ``model`` has no runs in the store.
+    """
+    from tasks.stages.pipeline import run_case
+
+    out = []
+    stamp = dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f")
+    for case in cases:
+        report = watch_case(settings.database_url, model, case.name, case=case)
+        planned = RunState(ctx=RunContext(dag_id="perfwatch_cli", dag_run_id=stamp, trigger="cli", case=case))
+        for c in (Confirmation.model_validate(d) for d in report.confirmations):
+            if c.kind is None:
+                out.append(ConfirmedNow(c, None, False, f"{c.change}: no paired gate can confirm it: {c.reason}"))
+                continue
+            state = confirm_state(planned, c)
+            log.info("trend %s (%s): %s: confirming now: %s", model, case.name, c.change, c.reason)
+            try:
+                done = run_case(state.ctx, settings)
+            except Exception as e:  # noqa: BLE001 - recorded as a failed run by its stage; the point stays tentative
+                stored = stored_run(settings.database_url, state.ctx)
+                alert, line = changes.confirm_outcome(
+                    c.change, None, None, None, None, stored.run_id if stored else None
+                )
+                out.append(
+                    ConfirmedNow(c, stored.run_id if stored else None, alert, f"{line}: {type(e).__name__}: {e}")
+                )
+                continue
+            v, archived = done.verdict, done.archived
+            run_id = archived.run_id if archived else None
+            alert, line = changes.confirm_outcome(
+                c.change,
+                v.verdict if v else None,
+                v.ratio if v else None,
+                v.ci_low if v else None,
+                v.ci_high if v else None,
+                run_id,
+            )
+            out.append(ConfirmedNow(c, run_id, alert, line))
+    return out
+
+
 def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> list[str]:
     """The DAG's last trend task, after the confirmations ran: the verdict of each paired gate of ``trend["confirm"]``
     (as stored: ``tasks.store.reads.verdict_stories``) decides whether its tentative slowdown alerts

@@ -202,3 +202,97 @@ def test_no_gate_is_planned_when_nothing_but_the_series_changed(db_url, tmp_path
     trend = check_dag_run("perfwatch_profile", "n13", [RunState(ctx=ctx).to_xcom()], settings)
     (plan,) = trend["reports"][0]["confirmations"]
     assert plan["kind"] is None and "compare the version with itself" in plan["reason"] and trend["confirm"] == []
+
+
+# ------------------------------------- issue 36 item 4, without Airflow: `perfwatch changes MODEL --confirm` runs it
+
+
+def _fake_run_case(db_url, tmp_path, verdict, ratio, low, high, seen):
+    """A stand-in for ``tasks.stages.pipeline.run_case`` that stores the gate's run (the version B of the context it
+    is given) with the given verdict, and records the contexts it ran."""
+    from tasks.records import RunState
+
+    def run_case(ctx, settings):
+        seen.append(ctx)
+        _, pulled, env, warm, run, parsed, comp = make_records(tmp_path, dag_run_id=f"g{len(seen)}", median=15.0)
+        comp = comp.model_copy(
+            update={"verdict": verdict, "method": "paired-abba", "ratio": ratio, "ci_low": low, "ci_high": high}
+        )
+        pulled = pulled.model_copy(update={"version": ctx.case.version, "digest": "b" * 64})
+        archived = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, comp)
+        return RunState(ctx=ctx, verdict=comp, archived=archived)
+
+    return run_case
+
+
+def test_confirm_now_runs_the_nightlys_gate_in_this_process_and_its_verdict_decides(db_url, tmp_path, monkeypatch):
+    from tasks.records import Case
+    from tasks.services.trend import confirm_now
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_HOME": str(tmp_path / "home")})
+    ids, _ = _store_version_step(db_url, tmp_path, after=1)  # the gate's run joins the series: still tentative
+    seen: list = []
+    monkeypatch.setattr(pipeline, "run_case", _fake_run_case(db_url, tmp_path, "regression", 1.49, 1.44, 1.55, seen))
+    (r,) = confirm_now(settings, "m", [Case(model="m")])
+    (ctx,) = seen
+    assert ctx.trigger == "confirm" and ctx.paired_version == "1" and ctx.case.version == "2"
+    assert r.alert and r.run_id is not None and r.confirmation.change_run_id == ids[12]
+    assert r.line.endswith(f"confirmed by a paired gate: regression x1.490 [1.440, 1.550] (run {r.run_id})")
+
+    monkeypatch.setattr(pipeline, "run_case", _fake_run_case(db_url, tmp_path, "pass", 1.01, 0.98, 1.04, seen))
+    (r,) = confirm_now(settings, "m", [Case(model="m")])
+    assert not r.alert and r.line.endswith("no alert")
+
+
+def test_a_failed_confirming_gate_leaves_the_point_tentative(db_url, tmp_path, monkeypatch):
+    from tasks.records import Case
+    from tasks.services.trend import confirm_now
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_HOME": str(tmp_path / "home")})
+    _store_version_step(db_url, tmp_path)
+
+    def broken(ctx, settings):
+        raise RuntimeError("the runner died")
+
+    monkeypatch.setattr(pipeline, "run_case", broken)
+    (r,) = confirm_now(settings, "m", [Case(model="m")])
+    assert not r.alert and "it stays tentative" in r.line and "RuntimeError: the runner died" in r.line
+
+
+def test_confirm_now_says_why_no_gate_runs(db_url, tmp_path, monkeypatch):
+    """The same version on both sides of a tentative slowdown: no gate runs, and the line says why."""
+    from tasks.records import Case
+    from tasks.services.trend import confirm_now
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_DATABASE_URL": db_url, "PERFWATCH_HOME": str(tmp_path / "home")})
+    wall = [10.0 * (1.5 if i >= 12 else 1.0) * (1 + 0.005 * (i % 3)) for i in range(14)]
+    store_series(db_url, tmp_path, wall, [None] * 14)
+    monkeypatch.setattr(pipeline, "run_case", None)  # never called
+    out = confirm_now(settings, "m", [Case(model="m")])
+    assert any("no paired gate can confirm it" in x.line and x.run_id is None for x in out)
+
+
+def test_changes_confirm_prints_each_gate_and_exits_1_when_one_confirms(db_url, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+    from tasks.stages import pipeline
+
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PERFWATCH_CONFIG", str(tmp_path / "none.yaml"))  # no config: the default case
+    _store_version_step(db_url, tmp_path, after=1)
+    seen: list = []
+    monkeypatch.setattr(pipeline, "run_case", _fake_run_case(db_url, tmp_path, "regression", 1.49, 1.44, 1.55, seen))
+    res = CliRunner().invoke(app, ["changes", "m", "--confirm"])
+    assert res.exit_code == 1, res.output
+    assert "train-bs16: tentative change point at run" in res.output and "confirmed by a paired gate" in res.output
+    monkeypatch.setattr(pipeline, "run_case", _fake_run_case(db_url, tmp_path, "pass", 1.0, 0.98, 1.02, seen))
+    res = CliRunner().invoke(app, ["changes", "m", "--confirm"])
+    assert res.exit_code == 0 and "no alert" in res.output, res.output
