@@ -22,6 +22,11 @@ DEMO_MODEL := demo_mobilenet
 # (paired gates on the 2-core dev machine: x1.74-1.76 by wall time quiet and at 1-min load 1.5-3, up to x2.1 at
 # load 3; x1.90-2.07 by CPU time).
 DEMO_STEPS := 100
+# A measurement on a busy host is taken again later (the DAG's measure task: PERFWATCH_HOST_BUSY_RETRIES tries,
+# PERFWATCH_HOST_BUSY_RETRY_DELAY_S apart, 600 s for the nightly). The demo waits 60 s instead: a second `make
+# demo` on a busy host (v1 then has a baseline to be judged against) waited 2 x 10 min before it went on; now it
+# shows the retry and goes on within minutes, the last try archived `inconclusive (host busy)`.
+DEMO_BUSY_RETRY_S := 60
 # What a DAG run is doing, read from its log as it is written (the full log stays in the file): each task's
 # start and end, and perfwatch's own lines (each stage's start, warm-up / measured-step / profiling / paired-round
 # progress, a busy host's wait for the retry and until when) with their UTC time; the scheduler's "No tasks to
@@ -141,9 +146,9 @@ demo: airflow-init
 	if [ $$status = 0 ]; then \
 	  echo "== DAG run 1: $(DEMO_MODEL) version 1 (on a fresh store it becomes the baseline if measured soundly; later runs join its history)"; \
 	  echo "   (full log: $(PERFWATCH_HOME)/demo-v1.log)"; \
-	  $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	  PERFWATCH_HOST_BUSY_RETRY_DELAY_S=$(DEMO_BUSY_RETRY_S) $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "1", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
 	    | tee $(PERFWATCH_HOME)/demo-v1.log | $(DEMO_FOLLOW) \
-	    || { status=1; tail -40 $(PERFWATCH_HOME)/demo-v1.log; echo "   (DAG run 1 ended failed: the last 40 lines of its log above)"; }; \
+	    || { tail -40 $(PERFWATCH_HOME)/demo-v1.log; echo "   (DAG run 1 ended failed: the last 40 lines of its log above; the demo goes on when version 1 has a successful run: a busy host's inconclusive one)"; }; \
 	fi; \
 	if [ $$status = 0 ]; then \
 	  $(PERFWATCH) demo baseline --model $(DEMO_MODEL) || status=1; \
@@ -151,7 +156,7 @@ demo: airflow-init
 	if [ $$status = 0 ]; then \
 	  echo "== DAG run 2: $(DEMO_MODEL) version 2 (heavier: expected to be flagged; the DAG run then fails by design)"; \
 	  echo "   (full log: $(PERFWATCH_HOME)/demo-v2.log)"; \
-	  $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
+	  PERFWATCH_HOST_BUSY_RETRY_DELAY_S=$(DEMO_BUSY_RETRY_S) $(AIRFLOW) dags test perfwatch_profile -c '{"model": "$(DEMO_MODEL)", "version": "2", "trigger": "release", "measured_steps": $(DEMO_STEPS)}' 2>&1 \
 	    | tee $(PERFWATCH_HOME)/demo-v2.log | $(DEMO_FOLLOW) || echo "   (DAG run 2 ended failed — see $(PERFWATCH_HOME)/demo-v2.log)"; \
 	  $(PERFWATCH) demo check --model $(DEMO_MODEL) || status=1; \
 	fi; \

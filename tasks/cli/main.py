@@ -872,9 +872,10 @@ def demo_build_zoo(force: Annotated[bool, typer.Option(help="Rebuild existing mo
 def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None:
     """Between the demo's two DAG runs: say whether the newest run of version 1 became its case's baseline.
     When the compare stage refused to make it one by itself (a busy host, an unsteady warm-up, timed steps
-    that compiled), print why and accept it explicitly, as a user would with 'perfwatch baseline accept RUN
-    --by NAME --reason WHY', recorded as accepted by 'make demo', so that version 2's release gate has a
-    baseline version to pair with. Exit 1 when version 1 has no successful run."""
+    that compiled), print why and, unless an earlier run of version 1 is still its case's baseline (a second
+    'make demo'), accept it explicitly, as a user would with 'perfwatch baseline accept RUN --by NAME --reason
+    WHY', recorded as accepted by 'make demo', so that version 2's release gate has a baseline version to pair
+    with. Exit 1 when version 1 has no successful run."""
     # why it was refused: the comparison's evidence["baseline_refused"]
     from sqlalchemy import select
 
@@ -889,12 +890,20 @@ def demo_baseline(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> N
         raise typer.Exit(1)
     run_id = int(v1.iloc[-1]["run_id"])
     active = baseline_frame(url, model)
-    if run_id in set(active.loc[active["active"].astype(bool), "run_id"]):
+    active = active[active["active"].astype(bool)]
+    if run_id in set(active["run_id"]):
         typer.echo(f"demo baseline: version 1's run {run_id} is its case's baseline (accepted by itself)")
         return
     with session_scope(url) as s:
         evidence = s.scalar(select(RunComparison.evidence).where(RunComparison.run_id == run_id)) or {}
     refused = "; ".join(evidence.get("baseline_refused") or []) or f"its verdict was {v1.iloc[-1]['verdict']!r}"
+    earlier = active[(active["version"] == "1") & (active["case"] == v1.iloc[-1]["case"])]
+    if not earlier.empty:  # a second `make demo`: this run is judged against the earlier one, which stays
+        typer.echo(
+            f"demo baseline: version 1's newest run {run_id} was not made the baseline ({refused}); its case's "
+            f"baseline stays version 1's run {int(earlier.iloc[0]['run_id'])}, which version 2's gate pairs with"
+        )
+        return
     reason = f"the demo's version 1, accepted explicitly although it was not made the baseline by itself: {refused}"
     accept_run(url, run_id, by="make demo", reason=reason)
     typer.echo(

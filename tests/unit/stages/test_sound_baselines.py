@@ -121,3 +121,14 @@ def test_make_demo_accepts_a_refused_version_1_explicitly_and_says_why(db_url, c
     res = cli("demo", "baseline", "--model", "demo_mobilenet")
     assert res.exit_code == 0 and f"version 1's run {stored.run_id} is its case's baseline" in res.output
     assert cli("demo", "baseline", "--model", "other").exit_code == 1
+
+    # a second `make demo` on a busy host: its version 1 run is judged against the first and refused; the first
+    # stays the baseline (nothing accepted), and version 2's gate pairs with it
+    ctx2, pulled2, env2, warm2, _, parsed2, _ = make_records(tmp_path, dag_run_id="busy2", model="demo_mobilenet")
+    v2 = baseline_compare(db_url, ctx2.case, env2, busy, parsed2, tmp_path / "w2")
+    again = archive_run(db_url, archive, ctx2, pulled2, env2, warm2, busy, parsed2, v2)
+    res = cli("demo", "baseline", "--model", "demo_mobilenet")
+    assert res.exit_code == 0, res.output
+    assert f"version 1's newest run {again.run_id} was not made the baseline (" in res.output
+    assert f"its case's baseline stays version 1's run {stored.run_id}" in res.output
+    assert _active(db_url) == [stored.run_id]
