@@ -392,6 +392,27 @@ def check_dag_run(
     return {"reports": [r.to_json() for r in reports], "confirm": confirm}
 
 
+def gate_outcome(db_url: str, state: RunState) -> tuple[bool, str, int | None]:
+    """How the confirming gate of ``state`` (a :func:`confirm_state`) came out, read from the store at ``db_url``
+    (its run by the run's identity, ``stored_run``; its verdict's story, ``verdict_stories``): whether its
+    tentative slowdown alerts and the line that says so (``changes.confirm_outcome``), and the gate's run (None:
+    none stored, e.g. it failed before archiving)."""
+    c = state.confirms
+    if c is None:
+        raise ValueError(f"{state.ctx.dag_run_id}: not a confirming gate's run state (no confirms)")
+    stored = stored_run(db_url, state.ctx)
+    story = verdict_stories([stored.run_id], db_url).get(stored.run_id) if stored else None
+    alert, line = changes.confirm_outcome(
+        c.change,
+        story.verdict if story else None,
+        story.ratio if story else None,
+        story.ci_low if story else None,
+        story.ci_high if story else None,
+        stored.run_id if stored else None,
+    )
+    return alert, line, stored.run_id if stored else None
+
+
 @dataclass(frozen=True)
 class ConfirmedNow:
     """One tentative slowdown and what its paired gate, run now in this process, said (:func:`confirm_now`).
@@ -426,35 +447,21 @@ def confirm_now(settings: Settings, model: str, cases: Sequence[Case]) -> list[C
     stamp = dt.datetime.now(dt.UTC).strftime("cli__%Y%m%dT%H%M%S%f")
     for case in cases:
         report = watch_case(settings.database_url, model, case.name, case=case)
-        planned = RunState(ctx=RunContext(dag_id="perfwatch_cli", dag_run_id=stamp, trigger="cli", case=case))
         for c in (Confirmation.model_validate(d) for d in report.confirmations):
             if c.kind is None:
                 out.append(ConfirmedNow(c, None, False, f"{c.change}: no paired gate can confirm it: {c.reason}"))
                 continue
-            state = confirm_state(planned, c)
+            # one DAG-run-like identity per gate: its stored run is found by it (stored_run)
+            ctx = RunContext(dag_id="perfwatch_cli", dag_run_id=f"{stamp}.{c.change_run_id}", trigger="cli", case=case)
+            state = confirm_state(RunState(ctx=ctx), c)
             log.info("trend %s (%s): %s: confirming now: %s", model, case.name, c.change, c.reason)
+            failed = ""
             try:
-                done = run_case(state.ctx, settings)
+                run_case(state.ctx, settings)
             except Exception as e:  # noqa: BLE001 - recorded as a failed run by its stage; the point stays tentative
-                stored = stored_run(settings.database_url, state.ctx)
-                alert, line = changes.confirm_outcome(
-                    c.change, None, None, None, None, stored.run_id if stored else None
-                )
-                out.append(
-                    ConfirmedNow(c, stored.run_id if stored else None, alert, f"{line}: {type(e).__name__}: {e}")
-                )
-                continue
-            v, archived = done.verdict, done.archived
-            run_id = archived.run_id if archived else None
-            alert, line = changes.confirm_outcome(
-                c.change,
-                v.verdict if v else None,
-                v.ratio if v else None,
-                v.ci_low if v else None,
-                v.ci_high if v else None,
-                run_id,
-            )
-            out.append(ConfirmedNow(c, run_id, alert, line))
+                failed = f": {type(e).__name__}: {e}"
+            alert, line, run_id = gate_outcome(settings.database_url, state)
+            out.append(ConfirmedNow(c, run_id, alert, line + failed))
     return out
 
 
@@ -475,16 +482,7 @@ def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> l
         state = RunState.model_validate(d)
         c = state.confirms
         assert c is not None  # confirm_state made it
-        stored = stored_run(settings.database_url, state.ctx)
-        story = verdict_stories([stored.run_id], settings.database_url).get(stored.run_id) if stored else None
-        alert, line = changes.confirm_outcome(
-            c.change,
-            story.verdict if story else None,
-            story.ratio if story else None,
-            story.ci_low if story else None,
-            story.ci_high if story else None,
-            stored.run_id if stored else None,
-        )
+        alert, line, _ = gate_outcome(settings.database_url, state)
         log.info("trend %s (%s): %s", c.model, c.case_name, line)
         lines.append(line)
         if alert:
