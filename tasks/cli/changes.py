@@ -13,6 +13,9 @@ the next change point. ``--format json`` is strict JSON (no NaN or Infinity: nul
 test of each case's verdicts (:func:`verdict_sign_tests`): one-sided when its runs' regressions outnumber their
 improvements (or the reverse) beyond what a symmetric measurement could produce.
 
+``--confirm`` then runs, in this process, the paired gate that confirms each tentative slowdown at a series' end, as
+the nightly DAG does (``tasks.services.trend.confirm_now``), and exits 1 when one confirms it.
+
 ``perfwatch creep MODEL`` compares each case's active baseline with the baseline of ``--window-days`` ago
 (``tasks.services.trend.creep_check``). Exit code 1 for an unknown model or a bad option value, 0 otherwise
 (also when nothing is found).
@@ -87,7 +90,11 @@ def _confirm(model: str, names: list[str]) -> None:
     from tasks.cli.context import settings
     from tasks.services.trend import confirm_now
 
-    cases, unknown = config_cases_of(model, names)
+    try:
+        cases, unknown = config_cases_of(model, names)
+    except ValueError as e:  # a config that does not parse: the message names the entry and field
+        typer.echo(f"error: --confirm reads the cases' settings from the config: {e}", err=True)
+        raise typer.Exit(1) from None
     for n in unknown:
         typer.echo(
             f"{n}: not a case of {model} in the config ({settings().config_path}): its settings are not known, "

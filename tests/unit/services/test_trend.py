@@ -296,3 +296,19 @@ def test_changes_confirm_prints_each_gate_and_exits_1_when_one_confirms(db_url, 
     monkeypatch.setattr(pipeline, "run_case", _fake_run_case(db_url, tmp_path, "pass", 1.0, 0.98, 1.02, seen))
     res = CliRunner().invoke(app, ["changes", "m", "--confirm"])
     assert res.exit_code == 0 and "no alert" in res.output, res.output
+
+
+def test_changes_confirm_names_a_config_that_does_not_parse(db_url, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  - model: m\n    batch_size: many\n")
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", db_url)
+    monkeypatch.setenv("PERFWATCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PERFWATCH_CONFIG", str(bad))
+    _store_version_step(db_url, tmp_path, after=1)
+    res = CliRunner().invoke(app, ["changes", "m", "--confirm"])
+    assert res.exit_code == 1 and "--confirm reads the cases' settings from the config" in res.output, res.output
+    assert "batch_size" in res.output
