@@ -22,7 +22,8 @@ of a gate (its 40 pairs).
    a random process of that level, its 80 steps resampled with replacement, their median times the night's true
    factor (1, or 1.05 from the slower release on): one value of the nightly series (``--metric``: wall or CPU
    time; default the product's choice, ``calibration.history_metric`` on the drawn processes' medians: CPU time
-   on both levels of the 2026-12-04 samples, whose quiet wall-time medians spread 9.5% with heavy tails).
+   on both levels of the 2026-12-04 samples, whose quiet wall-time medians spread 9.4% with one
+   process 4.5 sd out: the bench prints both metrics' spread).
 2. *The release gate.* When the night's version is not the accepted baseline's, the run gets the paired gate
    (``RunContext.pairs_with``): up to ``K`` (``Case.paired_processes``, 6) processes drawn from the night's level,
    side B slowed by the true ratio of the two versions, looked at and judged by the product's functions
@@ -239,6 +240,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{os.getloadavg()[0]:.2f}\nthe product's rule on these processes' medians (calibration.history_metric): "
         f"{rule.reason}"
     )
+    for m in ("wall", "cpu"):  # the drift between processes the series sees, and its tails
+        logs = np.log([_median(p, m) for p in used])
+        z = np.abs(logs - logs.mean()) / logs.std()
+        print(f"  {m}: sd of the log medians {logs.std():.3f}, the farthest process {z.max():.1f} sd from the mean")
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     res: dict[str, list[dict[str, Any]]] = {}

@@ -266,15 +266,21 @@ def one_process(p: dict[str, Any], case: Case) -> str:
     ).verdict
 
 
+def _pair_s(p: dict[str, Any]) -> float:
+    return statistics.mean(a + b for a, b in zip(p["a_ms"], p["b_ms"], strict=True)) / 1000
+
+
+def start_up_s(procs: Sequence[dict[str, Any]]) -> float:
+    """The median start-up of these processes (s): each one's wall time less its pairs' step times (TensorFlow's
+    import, both model loads, warm-up, writing the result)."""
+    return statistics.median(p["wall_s"] - len(p["a_ms"]) * _pair_s(p) for p in procs)
+
+
 def one_process_cost_s(procs: Sequence[dict[str, Any]], pairs: int) -> float:
     """The wall time (s) of one process timing ``pairs`` pairs (the design before issue 36: 320 pairs in one
-    process), estimated from these processes: the median of each process's own start-up (its wall minus its
-    pairs' step times) plus ``pairs`` times its mean pair time (A's and B's step)."""
-    est = []
-    for p in procs:
-        pair_s = statistics.mean(a + b for a, b in zip(p["a_ms"], p["b_ms"], strict=True)) / 1000
-        est.append(p["wall_s"] - len(p["a_ms"]) * pair_s + pairs * pair_s)
-    return statistics.median(est)
+    process), estimated, not measured, from these processes: the median of each process's own start-up plus
+    ``pairs`` times its mean pair time (A's and B's step)."""
+    return statistics.median(p["wall_s"] - len(p["a_ms"]) * _pair_s(p) + pairs * _pair_s(p) for p in procs)
 
 
 def _resampled(procs: list[dict[str, Any]], case: Case, k: int, trials: int, seed: int, shift: float) -> list[dict]:
@@ -317,7 +323,8 @@ def level_report(
     before_s = one_process_cost_s(procs, 320)
     lines = [
         f"== level {level}, {variant}: {len(procs)} processes of {len(procs[0]['a_ms'])} pairs, load1 {load_range} "
-        f"(mean {load1:.2f}) on {os.cpu_count()} CPUs, other processes {other:.0%} of the CPU",
+        f"(mean {load1:.2f}) on {os.cpu_count()} CPUs, other processes {other:.0%} of the CPU; a process took "
+        f"{statistics.median(p['wall_s'] for p in procs):.1f} s (median), {start_up_s(procs):.1f} s of it start-up",
         f"  1. one process each: ratios x{min(ratios):.4f} .. x{max(ratios):.4f} (sd of log {log_sd:.4f}); "
         f"interval excludes 1.0 in {false_one:.0%} of processes",
         f"  2. {len(real)} real gates of at most K = {k} (processes in collection order): "
@@ -325,7 +332,8 @@ def level_report(
             f"{v} {sum(r['verdict'] == v for r in real)}" for v in ("pass", "inconclusive", "regression", "improvement")
         )
         + f"; median {statistics.median(r['k'] for r in real) if real else float('nan'):.0f} processes, "
-        f"{real_wall:.0f} s of runner wall time (one process of 320 pairs, the design before: about {before_s:.0f} s)",
+        f"{real_wall:.0f} s of runner wall time (one process of 320 pairs, the design before: about {before_s:.0f} s, "
+        "estimated from these processes)",
         f"     {real_text}",
         f"  3. {len(res)} resampled gates of at most K = {k}: "
         + ", ".join(f"{v} {x:.1%}" for v, x in shares.items())

@@ -34,8 +34,6 @@ from tasks.cli.render import Format, render
 if TYPE_CHECKING:  # the store and pandas are imported where used: `perfwatch --help` must stay quick
     import pandas as pd
 
-    from tasks.records import Case
-
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
 CaseOpt = Annotated[str | None, typer.Option("--case", help="Only this case, e.g. train-bs16.")]
 
@@ -69,29 +67,14 @@ def _url() -> str:
     return settings().database_url
 
 
-def config_cases_of(model: str, names: list[str]) -> tuple[list[Case], list[str]]:
-    """The Cases of ``model`` named ``names`` as the nightly plans them (the config, ``PERFWATCH_CONFIG``; a name
-    the config lacks is the default Case's when it matches), and the names whose settings are not known."""
-    from tasks.cli.context import settings
-    from tasks.matrix import config_exists, load_config
-    from tasks.records import Case
-
-    path = settings().config_path
-    planned = [c for c in load_config(path) if c.model == model] if config_exists(path) else []
-    by_name = {c.name: c for c in planned}
-    default = Case(model=model)
-    by_name.setdefault(default.name, default)
-    return [by_name[n] for n in names if n in by_name], [n for n in names if n not in by_name]
-
-
 def _confirm(model: str, names: list[str]) -> None:
     """``changes --confirm``: run the confirming gates (``tasks.services.trend.confirm_now``), print a line for
     each, exit 1 when one confirms its slowdown."""
     from tasks.cli.context import settings
-    from tasks.services.trend import confirm_now
+    from tasks.services.trend import confirm_now, planned_cases
 
     try:
-        cases, unknown = config_cases_of(model, names)
+        cases, unknown = planned_cases(settings(), model, names)
     except ValueError as e:  # a config that does not parse: the message names the entry and field
         typer.echo(f"error: --confirm reads the cases' settings from the config: {e}", err=True)
         raise typer.Exit(1) from None

@@ -396,7 +396,11 @@ def gate_outcome(db_url: str, state: RunState) -> tuple[bool, str, int | None]:
     """How the confirming gate of ``state`` (a :func:`confirm_state`) came out, read from the store at ``db_url``
     (its run by the run's identity, ``stored_run``; its verdict's story, ``verdict_stories``): whether its
     tentative slowdown alerts and the line that says so (``changes.confirm_outcome``), and the gate's run (None:
-    none stored, e.g. it failed before archiving)."""
+    none stored, e.g. it failed before archiving).
+
+    Raises:
+        ValueError: ``state`` is not a confirming gate's (no ``confirms``).
+    """
     c = state.confirms
     if c is None:
         raise ValueError(f"{state.ctx.dag_run_id}: not a confirming gate's run state (no confirms)")
@@ -428,6 +432,23 @@ class ConfirmedNow:
     run_id: int | None
     alert: bool
     line: str
+
+
+def planned_cases(settings: Settings, model: str, names: Sequence[str]) -> tuple[list[Case], list[str]]:
+    """The Cases of ``model`` named ``names`` as the nightly plans them, from the config (``settings.config_path``,
+    ``PERFWATCH_CONFIG``; a name the config lacks is the default Case's when it matches), and the names whose
+    settings are not known (no gate can be planned for them).
+
+    Raises:
+        ValueError: the config does not parse (``tasks.matrix.load_config`` names the entry and field).
+    """
+    from tasks.matrix import config_exists, load_config
+
+    path = settings.config_path
+    by_name = {c.name: c for c in (load_config(path) if config_exists(path) else []) if c.model == model}
+    default = Case(model=model)
+    by_name.setdefault(default.name, default)
+    return [by_name[n] for n in names if n in by_name], [n for n in names if n not in by_name]
 
 
 def confirm_now(settings: Settings, model: str, cases: Sequence[Case]) -> list[ConfirmedNow]:
@@ -480,9 +501,8 @@ def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> l
     lines = []
     for d in trend.get("confirm", []):
         state = RunState.model_validate(d)
-        c = state.confirms
-        assert c is not None  # confirm_state made it
         alert, line, _ = gate_outcome(settings.database_url, state)
+        c = cast(Confirmation, state.confirms)  # gate_outcome raised without it
         log.info("trend %s (%s): %s", c.model, c.case_name, line)
         lines.append(line)
         if alert:
