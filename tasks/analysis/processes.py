@@ -73,6 +73,9 @@ METHOD = "two-level: mean of process means, cluster-level t (K - 1 df), Lan-DeMe
 #: fewest units (processes, or process pairs of a cross-environment gate) at a look: 2 df of the between spread
 MIN_LOOK_PROCESSES = 3
 
+#: the widest a look's interval goes on the log scale, either side (e^40: about 2e17); past it says nothing more
+LOG_CAP = 40.0
+
 
 class ProcessDesign(BaseModel):
     """A process-level gate's fixed design, chosen before the first process.
@@ -298,7 +301,9 @@ def look(units: Sequence[Unit], look_processes: Sequence[int], design: ProcessDe
     mean = float(np.mean([u.mean for u in units[:k]]))
     se = s.sd_means / math.sqrt(k)
     b = _t_boundary(c, k - 1)
-    low, high = math.exp(mean - b * se), math.exp(mean + b * se)
+    # an early look of a long design (3 of 40 units) has a boundary of 1e11 and more: capped, its interval is
+    # finite (stored as JSON) and still undecided
+    low, high = math.exp(max(mean - b * se, -LOG_CAP)), math.exp(min(mean + b * se, LOG_CAP))
     return ProcessLook(
         processes=k,
         fraction=k / design.max_processes,

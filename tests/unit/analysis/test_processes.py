@@ -269,3 +269,12 @@ def test_a_busy_host_with_no_fit_metric_still_decides_a_change_load_cannot_fake(
         assert d.verdict == want, d.reason
         if want == Verdict.REGRESSION:
             assert "a change load cannot fake" in d.reason and d.ci_low > 1.05 * 1.3
+
+
+def test_an_early_look_of_a_long_design_is_finite_and_undecided():
+    """The first look of a 40-unit design (a cross-environment gate's default) has a boundary past 1e11: its
+    interval is capped at e^LOG_CAP either side (finite, so it is stored), and it decides nothing."""
+    units = [processes.unit_from_pairs([m, m + 0.01, m - 0.01, m]) for m in (0.05, -0.04, 0.12)]
+    first = processes.look(units, [3], processes.ProcessDesign(max_processes=40, pairs_per_process=4))
+    assert first.boundary > 1e11 and first.verdict == "inconclusive"
+    assert first.ci_high == pytest.approx(math.exp(processes.LOG_CAP)) and 0 < first.ci_low < 1e-10
