@@ -297,6 +297,15 @@ class Record(BaseModel):
 #: measured steps per run when a case does not say (see ``Case``): enough for the paired gate to
 #: resolve a 5% slowdown on the noisy 2-core dev machine (``bench/detection.py``).
 DEFAULT_MEASURED_STEPS = 320
+#: most processes of a paired gate (Case.paired_processes) unless the case says: both versions share each process,
+#: so the spread between processes largely cancels within it (bench/processes.py: median 5 processes)
+PAIRED_PROCESSES = 6
+#: most process pairs of a cross-environment gate unless the case says: each side has its own processes, so every
+#: pair holds the whole spread between two processes (sd 0.069 of the log ratio with 2 intra-op threads, 0.031
+#: with 1, demo_mobilenet on the 2-core dev VM, 2026-12-04); at sd 0.07 the 99% interval of the last look is
+#: +/-3.2% at 40 pairs (+/-4.2% at 24), so an identical pair of environments passes the 5% tolerance in about
+#: 89% of gates (38% at 24), while a difference of 20% or more decides within a few pairs
+ENVIRONMENT_PROCESS_PAIRS = 40
 
 
 #: ``json_schema_extra`` of a Case field set in the YAML config and by ``perfwatch run``, but not a DAG Param (the
@@ -474,14 +483,17 @@ class Case(Record):
         "budget under 32 pairs gets one look at the end).",
         json_schema_extra=NOT_A_PARAM,
     )
-    paired_processes: int = Field(
-        6,
+    # never None on a Case: the before-validator _paired_layout fills an unset one
+    paired_processes: int = Field(  # type: ignore[assignment]
+        None,
         ge=1,
         le=1000,
         description="Most fresh processes of the paired gate, the unit of its interval (tasks.analysis.processes): "
         "each times paired_blocks // paired_processes ABBA pairs of both versions, and the gate looks after each "
         "process from the third on, stopping when the interval across processes decides. 1: one process, whose "
-        "interval comes from its steps (the design before processes were the unit).",
+        f"interval comes from its steps (the design before processes were the unit). Unset: {PAIRED_PROCESSES}; "
+        f"a cross-environment gate (baseline_runner, baseline_env): {ENVIRONMENT_PROCESS_PAIRS} process pairs, "
+        "since its two sides cannot share a process and each pair holds the whole spread between processes.",
         json_schema_extra=NOT_A_PARAM,
     )
     baseline_runner: str | None = Field(
@@ -778,7 +790,11 @@ class Case(Record):
         """Unset ``paired_blocks`` becomes ``measured_steps // paired_block_steps`` (at least 2): each
         version of a paired gate then gets as many timed steps as a normal run measures. The derived
         value is kept within its limits, so a bad ``measured_steps`` is reported as such, never as a
-        ``paired_blocks`` the user did not give."""
+        ``paired_blocks`` the user did not give. Unset ``paired_processes`` becomes :data:`PAIRED_PROCESSES`,
+        or :data:`ENVIRONMENT_PROCESS_PAIRS` for a cross-environment case."""
+        if isinstance(data, dict) and data.get("paired_processes") is None:
+            cross = data.get("baseline_runner") is not None or bool(data.get("baseline_env"))
+            data = {**data, "paired_processes": ENVIRONMENT_PROCESS_PAIRS if cross else PAIRED_PROCESSES}
         if isinstance(data, dict) and data.get("paired_blocks") is None:
             try:
                 steps = int(data.get("measured_steps", DEFAULT_MEASURED_STEPS))

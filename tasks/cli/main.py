@@ -585,14 +585,14 @@ def run_cmd(
         ),
     ] = 16,
     paired_processes: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="Most fresh processes of the paired gate, the unit of its interval: each times "
             "paired_blocks // paired_processes pairs, and the gate looks after each from the third on; "
-            "1: one process (its interval from its steps).",
+            "1: one process (its interval from its steps). Unset: 6; a cross-environment gate: 40 process pairs.",
             rich_help_panel=_PAIRED,
         ),
-    ] = 6,
+    ] = None,
     baseline_runner: Annotated[
         str | None,
         typer.Option(

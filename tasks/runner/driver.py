@@ -32,6 +32,7 @@ from tasks.runner.protocol import (
     STOP,
     BuildResult,
     BuildSpec,
+    CueEvent,
     HelloEvent,
     PairedResult,
     ProbeResult,
@@ -52,6 +53,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 R = TypeVar("R", ProbeResult, BuildResult, WarmupResult, ProfileResult, PairedResult)
 OnRound = Callable[[RoundEvent], bool]
+OnCue = Callable[[CueEvent], bool]
 
 
 def default_command(python: str) -> tuple[str, ...]:
@@ -111,6 +113,7 @@ class RunnerProcess:
         *,
         limit_note: str | None = None,
         on_round: OnRound | None = None,
+        on_cue: OnCue | None = None,
     ) -> R:
         """Run ``spec`` in a fresh runner process and return its result, a ``kind`` (the mode's record).
 
@@ -121,6 +124,9 @@ class RunnerProcess:
             on_round: a paired gate in rounds: called with each round event, returns True for ``more`` and
                 False for ``stop`` (not answered for the ``final`` round); an exception in it stops the
                 runner and propagates.
+            on_cue: a run that measures on cue (``RunnerSpec.cue_block_steps``, ``cue_start``): called with each
+                cue event, may block until the runner's turn, returns True for ``more`` and False for ``stop``;
+                an exception in it stops the runner and propagates.
 
         Raises:
             RunnerError: the process could not start, timed out, wrote a malformed event, exited without a
@@ -148,7 +154,7 @@ class RunnerProcess:
             try:
                 proc = subprocess.Popen(
                     [*self.command, str(spec_path)],
-                    stdin=subprocess.PIPE if on_round else subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if on_round or on_cue else subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=err,
                     text=True,
@@ -189,6 +195,13 @@ class RunnerProcess:
                             raise mismatch(runner, event.schema_version)
                     elif isinstance(event, RoundEvent):
                         self._answer(proc, event, on_round, spec, stage, who)
+                    elif isinstance(event, CueEvent):
+                        if on_cue is None:
+                            raise RunnerError(f"{stage}: {who} sent a cue event, but no cues were asked")
+                        go_on = on_cue(event)
+                        assert proc.stdin is not None
+                        proc.stdin.write((MORE if go_on else STOP) + "\n")
+                        proc.stdin.flush()
                     elif event is not None:
                         progress.report(event.fields())
                 try:
@@ -198,7 +211,7 @@ class RunnerProcess:
             except BrokenPipeError as e:
                 proc.wait(timeout=30)
                 raise RunnerError(
-                    f"{stage}: {who} exited {proc.returncode} while the parent answered a round; "
+                    f"{stage}: {who} exited {proc.returncode} while the parent answered a round or cue; "
                     f"stderr tail:\n{_log_tail(log)}"
                 ) from e
             finally:

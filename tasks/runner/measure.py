@@ -88,6 +88,10 @@ class HostLoad:
         self._cpu_set: dict[str, Any] = {}  # tasks.runner.cpus.cpu_facts and thread_settings at start
         self._pinned: list[int] = []  # the affinity set when it is a strict subset of the host's CPUs
         self._per0: list[Any] = []
+        self._paused = False
+        # what the windows before the current one added up: wall s, and busy, own and steal CPU s
+        self._done = {"wall": 0.0, "busy": 0.0, "own": 0.0, "steal": 0.0}
+        self._cpus = 1
 
     def start(self) -> HostLoad:
         try:
@@ -95,37 +99,65 @@ class HostLoad:
         except ImportError:
             return self
         self._psutil = psutil
-        self._t0 = time.perf_counter()
         self._cpu_set = {**cpus_mod.cpu_facts(psutil.cpu_count()), **cpus_mod.thread_settings()}
         allowed = cpus_mod.affinity() or []
-        self._per0 = psutil.cpu_times(percpu=True)
-        self._pinned = allowed if 0 < len(allowed) < len(self._per0) and max(allowed) < len(self._per0) else []
-        self._sys0, self._me0 = psutil.cpu_times(), psutil.Process().cpu_times()
+        n = len(psutil.cpu_times(percpu=True))
+        self._pinned = allowed if 0 < len(allowed) < n and max(allowed) < n else []
+        self._cpus = len(self._pinned) or psutil.cpu_count() or 1
         self._load0 = os.getloadavg()[0]
         self._gpu0 = gpu_other_processes()
+        self._open()
         return self
 
-    def result(self) -> dict[str, Any]:
-        if self._t0 is None:
-            return {"error": "psutil is not installed in the runner's interpreter: host load not recorded"}
+    def _open(self) -> None:
         psutil = self._psutil
-        wall = max(time.perf_counter() - self._t0, 1e-9)
+        self._t0 = time.perf_counter()
+        self._per0 = psutil.cpu_times(percpu=True)
+        self._sys0, self._me0 = psutil.cpu_times(), psutil.Process().cpu_times()
+
+    def _close(self) -> None:
+        """Add the current window (since :meth:`_open`) to what is done."""
+        psutil = self._psutil
+        assert self._t0 is not None
+        self._done["wall"] += max(time.perf_counter() - self._t0, 0.0)
         sys1, me1 = psutil.cpu_times(), psutil.Process().cpu_times()
-        cpus = psutil.cpu_count() or 1
-        pinned = self._pinned
-        if pinned:  # only the CPUs this process may run on compete with it (taskset, a cpuset)
-            per0, per1 = self._per0, psutil.cpu_times(percpu=True)
-            sys0, sys1 = _sum_times([per0[i] for i in pinned]), _sum_times([per1[i] for i in pinned])
-            cpus = len(pinned)
+        if self._pinned:  # only the CPUs this process may run on compete with it (taskset, a cpuset)
+            per1 = psutil.cpu_times(percpu=True)
+            sys0, sys1 = _sum_times([self._per0[i] for i in self._pinned]), _sum_times([per1[i] for i in self._pinned])
         else:
             sys0 = self._sys0
 
         def busy(t) -> float:
             return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
 
-        own = (me1.user + me1.system) - (self._me0.user + self._me0.system)
-        other = max(0.0, busy(sys1) - busy(sys0) - own)
-        steal = max(0.0, getattr(sys1, "steal", 0.0) - getattr(sys0, "steal", 0.0))
+        self._done["busy"] += busy(sys1) - busy(sys0)
+        self._done["own"] += (me1.user + me1.system) - (self._me0.user + self._me0.system)
+        self._done["steal"] += max(0.0, getattr(sys1, "steal", 0.0) - getattr(sys0, "steal", 0.0))
+
+    def pause(self) -> None:
+        """Leave the window out until :meth:`resume`: a process that waits for its turn to measure
+        (``tasks.runner.interleave``) is not measuring, and what another process does meanwhile is not load on
+        its steps. A no-op when paused, or without psutil."""
+        if self._t0 is not None and not self._paused:
+            self._close()
+            self._paused = True
+
+    def resume(self) -> None:
+        """Count the window again from now (after :meth:`pause`); a no-op when not paused."""
+        if self._t0 is not None and self._paused:
+            self._open()
+            self._paused = False
+
+    def result(self) -> dict[str, Any]:
+        if self._t0 is None:
+            return {"error": "psutil is not installed in the runner's interpreter: host load not recorded"}
+        if not self._paused:
+            self._close()
+            self._paused = True
+        done, cpus = self._done, self._cpus
+        wall = max(done["wall"], 1e-9)
+        own = done["own"]
+        other = max(0.0, done["busy"] - own)
         out: dict[str, Any] = {
             "wall_s": wall,
             "cpus": cpus,
@@ -134,7 +166,7 @@ class HostLoad:
             "load1_end": os.getloadavg()[0],
             "other_cpu_s": other,
             "other_cpu_share": min(1.0, other / (wall * cpus)),
-            "steal_share": min(1.0, steal / (wall * cpus)),
+            "steal_share": min(1.0, done["steal"] / (wall * cpus)),
             "own_cpu_share": min(1.0, max(0.0, own) / (wall * cpus)),
         }
         gpu = [g for g in (self._gpu0, gpu_other_processes()) if g is not None]

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from tasks.runner.protocol import ProgressEvent, event_line
+from tasks.runner.protocol import MORE, STOP, CueEvent, ProgressEvent, event_line
+from tasks.runner.spec import RunnerError
 
 #: longest silence (s) between two progress lines of a counted phase
 EVERY_S = 5.0
@@ -45,6 +46,23 @@ def emit(phase: str, *, stream: IO[str] | None = None, **fields: Any) -> None:
     out = stream or sys.stdout
     out.write(event_line(ProgressEvent(phase=phase, **fields)))
     out.flush()
+
+
+def wait_for_cue(block: int, of: int, mode: str) -> bool:
+    """Write a ``CueEvent`` (``block`` of ``of``) on stdout and read the parent's answer on stdin: True for
+    ``more``, False for ``stop`` or a closed stdin (the parent is gone).
+
+    Raises:
+        RunnerError: a line that is neither ``more`` nor ``stop`` (quoted, with ``mode`` and the cue).
+    """
+    sys.stdout.write(event_line(CueEvent(block=block, of=of)))
+    sys.stdout.flush()
+    command = sys.stdin.readline().strip()
+    if command not in ("", MORE, STOP):
+        raise RunnerError(
+            f"{mode} mode: unknown command {command!r} on stdin at cue {block} of {of}; expected {MORE!r} or {STOP!r}"
+        )
+    return command == MORE
 
 
 class Ticker:

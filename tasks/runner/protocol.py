@@ -173,17 +173,29 @@ class RoundEvent(RoundSummary):
     blocks: list[BlockPair] = Field(description="the block pairs of this round")
 
 
-Event = Annotated[HelloEvent | ProgressEvent | RoundEvent, Field(discriminator="event")]
-_EVENT: TypeAdapter[HelloEvent | ProgressEvent | RoundEvent] = TypeAdapter(Event)
+class CueEvent(_Record):
+    """A runner waiting for its turn to measure: profile mode with cued blocks (``RunnerSpec.cue_block_steps``)
+    is ready to time block ``block`` of ``of`` (from 0; ``block == of``: the measured blocks are done, and it
+    waits before it goes on); paired mode with ``RunnerSpec.cue_start`` sends block 0 of 1 once, warmed up,
+    before its first pair. The parent answers ``more`` (go on) or ``stop`` on stdin."""
+
+    event: Literal["cue"] = "cue"
+    block: int = Field(ge=0, description="the block the runner would time next, from 0; ``of``: all are done")
+    of: int = Field(ge=1, description="measured blocks in all")
 
 
-def event_line(event: HelloEvent | ProgressEvent | RoundEvent) -> str:
+AnyEvent = HelloEvent | ProgressEvent | RoundEvent | CueEvent
+Event = Annotated[AnyEvent, Field(discriminator="event")]
+_EVENT: TypeAdapter[AnyEvent] = TypeAdapter(Event)
+
+
+def event_line(event: AnyEvent) -> str:
     """The stdout line of ``event`` (with its newline); only the fields set are written."""
     fields = {"event": event.event, **event.model_dump(mode="json", exclude_unset=True)}
     return EVENT_PREFIX + wire.dumps(fields) + "\n"
 
 
-def parse_event(line: str) -> HelloEvent | ProgressEvent | RoundEvent | None:
+def parse_event(line: str) -> AnyEvent | None:
     """The event of one stdout line, or ``None`` for a line that is not an event (TF's chatter).
 
     Raises:
@@ -512,7 +524,10 @@ class PairedGate(_Record):
     block_steps: int = Field(description="timed steps per version and block")
     host_load: dict[str, Any] = Field(description="host load over all processes' pairs, time-weighted")
     pairs_wall_s: float = Field(description="the processes' pair phases added up, s")
-    wall_s: float = Field(description="the processes' wall times added up, s (each with its start-up and warm-up)")
+    wall_s: float = Field(
+        description="the gate's wall time, s (our timer, start-ups included): its processes start two at a time, so "
+        "their wall times overlap"
+    )
     timed_steps: int = Field(description="2 x pairs x block_steps over all processes")
 
 
@@ -541,8 +556,14 @@ class EnvironmentGate(_Record):
     gate: dict[str, Any] = Field(description="design, look_processes, stopping (tasks.stages.profiled_run)")
     block_steps: int = Field(description="timed steps per side and block (the steps are cut into blocks)")
     host_load: dict[str, Any] = Field(description="host load over all processes' measured steps, time-weighted")
-    pairs_wall_s: float = Field(description="the processes' measured phases added up, s")
-    wall_s: float = Field(description="the processes' wall times added up, s (each with its start-up and warm-up)")
+    pairs_wall_s: float = Field(
+        description="the pairs' measured phases, s: both sides' added up where they ran one after another, the "
+        "longer of the two where they were interleaved"
+    )
+    wall_s: float = Field(
+        description="the gate's wall time, s: its processes' wall times added up where they ran one after another, "
+        "each pair's elapsed time where its two processes ran together (interleaved; start-up and warm-up included)"
+    )
     timed_steps: int = Field(description="measured steps over all processes, both sides")
 
 

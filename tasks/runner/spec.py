@@ -73,6 +73,16 @@ class RunnerSpec(BaseModel):
     target_qps: float | None = Field(None, gt=0)  # server: the rate; search: the first rate tried
     queries: int | None = Field(None, ge=1, le=10_000_000)  # server: queries per point (the stage's minimum n)
     search: bool = False  # server: bisect on the rate (tasks.runner.loadgen.QpsSearch)
+    # profile mode, single-stream: time the measured steps in blocks of this many steps, each on the parent's cue.
+    # Before every block the runner writes a cue event (``tasks.runner.protocol.CueEvent``) and reads one line on
+    # stdin: ``more`` times the block, ``stop`` (or a closed stdin) ends the measured steps there; one last cue
+    # (``block == of``) after the last block waits for the parent before the run goes on. None: no cues, the
+    # measured steps in one go. A cross-environment gate interleaves two processes' blocks this way.
+    cue_block_steps: int | None = Field(None, ge=1, le=100_000)
+    # paired mode without rounds: after both versions' warm-up, one cue (``CueEvent`` block 0 of 1) and a line read
+    # on stdin before the first pair: ``more`` times the pairs, ``stop`` (or a closed stdin) none. A gate of
+    # several processes starts two together and times their pairs one after the other this way.
+    cue_start: bool = False
     search_max_points: int = Field(8, ge=1, le=64)
     latency_bound_ms: float | None = Field(None, gt=0)
     # server: the rank (1-based) among ``queries`` sorted latencies of the percentile's 95% upper bound, from
@@ -88,6 +98,20 @@ class RunnerSpec(BaseModel):
     def _paired_needs_baseline(self) -> RunnerSpec:
         if self.mode == "paired" and not self.baseline_model_path:
             raise ValueError("paired mode needs baseline_model_path (the baseline version, A)")
+        return self
+
+    @model_validator(mode="after")
+    def _cues_single_stream(self) -> RunnerSpec:
+        if self.cue_block_steps is not None and (self.mode != "profile" or self.scenario != "single-stream"):
+            raise ValueError(
+                f"cue_block_steps applies to profile mode's single-stream steps (mode {self.mode!r}, "
+                f"scenario {self.scenario!r})"
+            )
+        if self.cue_start and (self.mode != "paired" or self.round_pairs is not None):
+            raise ValueError(
+                f"cue_start applies to paired mode without rounds (mode {self.mode!r}, round_pairs "
+                f"{self.round_pairs!r})"
+            )
         return self
 
     @model_validator(mode="after")

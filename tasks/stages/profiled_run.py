@@ -24,8 +24,8 @@ By default (``Case.paired_processes`` > 1) the process is the gate's unit: the s
 process) and looks across them after each from the third on (:func:`_process_gate`,
 ``tasks.analysis.processes``); the processes are kept in one ``PairedGate`` file. The rounds described above
 are the one-process design (``paired_processes=1``). A cross-environment gate (``Case.baseline_runner``,
-``Case.baseline_env``) runs each side in its own processes instead, one of each per process pair
-(:func:`_environment_gate`, an ``EnvironmentGate`` file).
+``Case.baseline_env``) runs each side in its own processes instead, one of each per process pair, the pair's
+blocks interleaved (:func:`_environment_gate`, an ``EnvironmentGate`` file).
 
 Noise: the runner records the host's load during the measured steps and the paired phase
 (``tasks.runner.measure.HostLoad``); this stage judges it, with the gate's own pair noise against
@@ -46,7 +46,10 @@ import math
 import os
 import random
 import shlex
+import shutil
 import statistics
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -55,7 +58,7 @@ from tasks.analysis import calibration, environment, percentiles, processes, seq
 from tasks.analysis.findings import Finding
 from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides, process_look_decides
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
-from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, loadgen
+from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, interleave, loadgen
 from tasks.runner.driver import as_runner
 from tasks.runner.protocol import (
     BlockPair,
@@ -79,6 +82,10 @@ log = logging.getLogger(__name__)
 
 #: a cross-environment gate's side: A the baseline environment, B the candidate
 Side = Literal["A", "B"]
+
+#: processes of a same-environment gate started together (their start-ups side by side, :func:`_relay_batch`);
+#: each measures alone. On the 2-core dev VM a process's start-up is 3.9 of its 4.9 s (bench/processes.py)
+PROCESSES_AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -337,16 +344,17 @@ def _process_gate(
     gpu: bool | None,
 ) -> tuple[str, float]:
     """The paired gate with the process as its unit (``tasks.analysis.processes``): up to
-    ``Case.paired_processes`` fresh runner processes, one after another in ``<work_dir>/paired/p<k>``, each
-    timing ``Case.paired_process_pairs`` ABBA pairs of both versions (which is set up first, and each
-    quadruple's order, drawn afresh in each process). After each process from the
+    ``Case.paired_processes`` fresh runner processes in ``<work_dir>/paired/p<k>``, each timing
+    ``Case.paired_process_pairs`` ABBA pairs of both versions (which is set up first, and each quadruple's order,
+    drawn afresh in each process). They start :data:`PROCESSES_AT_ONCE` at a time and measure one after another
+    (:func:`_relay_batch`): start-ups side by side, never beside a measurement. After each process from the
     ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the processes (``verdict.process_look_decides``:
     wall time, or on a busy host the CPU time, by the newest process's host load) and stops when that look
     decides. A tail gate (``Case.gate_percentile``) runs every process. Writes a ``PairedGate`` to
     ``<work_dir>/paired/result.json`` with the gate record: ``design`` (``ProcessDesign`` fields),
     ``look_processes``, ``stopping`` (per look, the metric judged), ``offset`` and ``calibrated_noise``.
 
-    Returns (that path, the processes' wall time in s added up).
+    Returns (that path, the gate's wall time in s, our timer: its processes overlap).
 
     Raises:
         RunnerError: a process failed or timed out, returned fewer pairs than asked, or a block with fewer steps
@@ -355,7 +363,8 @@ def _process_gate(
     design = process_design(case)
     out = Path(work_dir) / "paired"
     per = design.pairs_per_process
-    steps = 2 * warmup.warmup_steps + 2 * per * case.paired_block_steps
+    # a process lives through its own warm-ups and pairs and its batch-mate's pairs
+    steps = 2 * warmup.warmup_steps + 2 * PROCESSES_AT_ONCE * per * case.paired_block_steps
     limit, how = limit_after_warmup("paired-run", warmup, steps, timeout_s)
     tail = tail_plan(case)
     if tail is not None and (not tail["enough"] or case.scenario == "server"):
@@ -367,8 +376,9 @@ def _process_gate(
     stopping: list[str] = []
     pairs_wall: list[float] = []  # every pair log ratio so far, process after process (the deciding-metric rule's)
     pairs_cpu: list[float | None] = []
-    for k in range(design.max_processes):
-        spec = RunnerSpec(
+
+    def spec_of(k: int) -> RunnerSpec:
+        return RunnerSpec(
             mode="paired",
             model_path=pulled.local_path,
             baseline_model_path=baseline.local_path,
@@ -381,8 +391,11 @@ def _process_gate(
             process=k,
             processes=design.max_processes,
             xla_cache_dir=xla_cache_dir(case, work_dir),
+            cue_start=True,
         )
-        r = as_runner(runner).run(spec, PairedResult, limit, limit_note=how)
+
+    def take(k: int, r: PairedResult) -> bool:
+        """Keep process ``k``'s result and look across the processes so far: True when the gate has decided."""
         if len(r.blocks) < per:
             raise RunnerError(f"paired process {k} returned {len(r.blocks)} block pairs, {per} were asked")
         try:
@@ -397,11 +410,11 @@ def _process_gate(
         pairs_wall.extend(d_wall)
         pairs_cpu.extend(d_cpu)
         if k + 1 < processes.MIN_LOOK_PROCESSES:
-            continue
+            return False
         looks.append(k + 1)
         if case.gate_percentile is not None:  # a tail gate is one look at the end: every process
             stopping.append("tail")
-            continue
+            return False
         decided, metric = process_look_decides(
             wall,
             cpu,
@@ -424,8 +437,16 @@ def _process_gate(
             metric,
             "decided" if decided else "going on",
         )
+        return decided
+
+    t_gate = time.perf_counter()
+    decided = False
+    for first in range(0, design.max_processes, PROCESSES_AT_ONCE):
+        batch = list(range(first, min(first + PROCESSES_AT_ONCE, design.max_processes)))
+        decided = _relay_batch(batch, spec_of, take, runner, limit, how)
         if decided:
             break
+    total_wall = time.perf_counter() - t_gate  # processes of a batch overlap: their wall times do not add up
     gate = {
         **({"tail": tail} if tail is not None else {}),
         "design": design.model_dump(mode="json"),
@@ -434,7 +455,6 @@ def _process_gate(
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
     }
-    total_wall = sum(r.wall_s for r in results)
     record = PairedGate(
         processes=results,
         gate=gate,
@@ -447,6 +467,65 @@ def _process_gate(
     path = out / "result.json"
     write_result(path, record)
     return str(path), total_wall
+
+
+def _relay_batch(
+    batch: list[int],
+    spec_of: Any,
+    take: Any,
+    runner: RunnerProcess | str,
+    limit: float,
+    how: str | None,
+) -> bool:
+    """Processes ``batch`` of a same-environment gate, started together (``tasks.runner.interleave.Relay``): once
+    all are warmed up (at their start cue), each times its pairs in turn, the next only after the one before has
+    exited and ``take(k, result)`` has looked; when a look decides, the processes still waiting are told ``stop``
+    and their out dirs removed (they measured nothing). Returns whether a look decided.
+
+    Raises:
+        RunnerError: a process failed or timed out (its own error), or ``take`` refused its result.
+    """
+    relay = interleave.Relay(timeout_s=limit)
+    got: dict[int, PairedResult] = {}
+    errors: dict[int, Exception] = {}
+
+    def run_one(k: int) -> None:
+        try:
+            got[k] = as_runner(runner).run(
+                spec_of(k), PairedResult, limit, limit_note=how, on_cue=lambda e: relay.cue(k, e)
+            )
+        except Exception as e:  # raised in the caller below; a turn that never came is a stuck gate
+            errors[k] = RunnerError(f"paired-run: {e}") if isinstance(e, TimeoutError) else e
+        finally:
+            relay.ended(k)
+
+    threads = {k: threading.Thread(target=run_one, args=(k,), name=f"process-{k}") for k in batch}
+    for t in threads.values():
+        t.start()
+    decided = False
+    taken: list[int] = []
+    try:
+        try:
+            relay.wait_ready(batch)
+        except TimeoutError as e:
+            raise RunnerError(f"paired-run: {e}") from e
+        for k in batch:
+            relay.grant(k)
+            threads[k].join()
+            if k in errors:
+                raise errors[k]
+            taken.append(k)
+            if take(k, got[k]):
+                decided = True
+                break
+    finally:
+        relay.stop()  # those still waiting measure nothing
+        for t in threads.values():
+            t.join()
+    for k in batch:
+        if k not in taken:
+            shutil.rmtree(spec_of(k).out_dir, ignore_errors=True)
+    return decided
 
 
 def baseline_runner(case: Case, runner: RunnerProcess | str) -> RunnerProcess:
@@ -485,7 +564,11 @@ def _environment_gate(
     env-fingerprint stage's probe, ``take_fingerprint_in``, in each side's runner). Then up to
     ``Case.paired_processes`` process pairs, one after another in ``<work_dir>/paired/p<k><side>``: a fresh
     profile-mode process of each side (no profiler window), timing ``paired_process_pairs x paired_block_steps``
-    steps after the warm-up, the side that runs first drawn afresh per pair. A pair's unit is
+    steps after the warm-up. Single-stream (every train case), both processes of a pair start together and time
+    their steps in blocks of ``paired_block_steps`` on cue, one block at a time in a randomized order
+    (:func:`_interleaved_pair`; ``gate.block_orders``), so both sides meet the host's same slow drift and their
+    start-ups overlap; other scenarios run the two processes one after the other, the side that runs first drawn
+    afresh per pair. A pair's unit is
     ``processes.unit_from_sides`` of its two processes' steps; after each pair from the
     ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the pairs (``verdict.process_look_decides``, as a
     same-environment gate across processes) and stops when that look decides. Writes an ``EnvironmentGate`` to
@@ -494,7 +577,7 @@ def _environment_gate(
     ``environment.sides_differences``) and the gate record (``unit``: ``process-pair``, ``orders``: the side run
     first per pair, and as :func:`_process_gate`'s).
 
-    Returns (that path, the processes' wall time in s added up).
+    Returns (that path, the gate's wall time in s, our timer).
 
     Raises:
         RunnerError: a probe or process failed or timed out, or a process returned fewer steps than asked or a
@@ -513,7 +596,9 @@ def _environment_gate(
     )
     log.info("cross-environment gate of %s %s: %s", case.model, case.name, text)
     steps = case.paired_process_pairs * case.paired_block_steps
-    limit, how = limit_after_warmup("paired-run", warmup, warmup.warmup_steps + steps, timeout_s)
+    interleaved = case.scenario == "single-stream"  # each side's process then lives through both sides' blocks
+    lived = warmup.warmup_steps + (2 if interleaved else 1) * steps
+    limit, how = limit_after_warmup("paired-run", warmup, lived, timeout_s)
     draw = random.SystemRandom()
     kept: list[EnvironmentProcess] = []
     wall: list[processes.Unit] = []
@@ -521,13 +606,12 @@ def _environment_gate(
     looks: list[int] = []
     stopping: list[str] = []
     orders: list[str] = []
+    block_orders: list[str] = []
+    elapsed = 0.0  # the gate's wall time: interleaved processes overlap, so their wall times do not add up
     for k in range(design.max_processes):
-        order = "AB" if draw.random() < 0.5 else "BA"
-        orders.append(order)
-        got: dict[str, ProfileResult] = {}
-        sides: tuple[Side, Side] = ("A", "B") if order == "AB" else ("B", "A")
-        for side in sides:
-            spec = RunnerSpec(
+
+        def spec_of(side: Side, k: int = k) -> RunnerSpec:
+            return RunnerSpec(
                 mode="profile",
                 model_path=models[side],
                 out_dir=str(out / f"p{k}{side}"),
@@ -538,15 +622,29 @@ def _environment_gate(
                 process=k,
                 processes=design.max_processes,
                 xla_cache_dir=xla_cache_dir(case, work_dir),
+                cue_block_steps=case.paired_block_steps if interleaved else None,
             )
-            r = runners[side].run(spec, ProfileResult, limit, limit_note=how)
+
+        if interleaved:
+            order = interleave.block_order(case.paired_process_pairs, draw)
+            block_orders.append(order)
+            t0 = time.perf_counter()
+            got = _interleaved_pair(runners, spec_of, order, limit, how)
+            elapsed += time.perf_counter() - t0
+            sides: tuple[Side, Side] = ("A", "B") if order[0] == "A" else ("B", "A")
+        else:
+            sides = ("A", "B") if draw.random() < 0.5 else ("B", "A")
+            got = {side: runners[side].run(spec_of(side), ProfileResult, limit, limit_note=how) for side in sides}
+            elapsed += sum(r.wall_s for r in got.values())
+        orders.append("".join(sides))
+        for side in sides:
+            r = got[side]
             bad = [(i, t) for i, t in enumerate(r.measured_step_times_ms) if not t > 0]
             if len(r.measured_step_times_ms) < steps or bad:
                 raise RunnerError(
                     f"cross-environment pair {k}, side {side}: {len(r.measured_step_times_ms)} measured steps of "
                     f"{steps} asked" + (f", non-positive or NaN at (index, ms) {bad[:5]}" if bad else "")
                 )
-            got[side] = r
             kept.append(EnvironmentProcess(pair=k, side=side, result=r))
         a, b = got["A"], got["B"]
         wall.append(processes.unit_from_sides(a.measured_step_times_ms, b.measured_step_times_ms, f"pair {k}"))
@@ -594,6 +692,8 @@ def _environment_gate(
         "design": design.model_dump(mode="json"),
         "unit": "process-pair",
         "orders": orders,
+        "interleaved": interleaved,
+        "block_orders": block_orders,
         "look_processes": looks,
         "stopping": stopping,
         "offset": setup.offset.model_dump(mode="json"),
@@ -607,13 +707,56 @@ def _environment_gate(
         gate=gate,
         block_steps=case.paired_block_steps,
         host_load=combine_host_loads([r.host_load for r in results]),
-        pairs_wall_s=sum(r.phases_s.get("measured_steps", 0.0) for r in results),
-        wall_s=sum(r.wall_s for r in results),
+        pairs_wall_s=sum(
+            (max if interleaved else sum)(  # interleaved: both sides' measured phases span the pair's blocks
+                [p.result.phases_s.get("measured_steps", 0.0) for p in kept if p.pair == k]
+            )
+            for k in range(len(orders))
+        ),
+        wall_s=elapsed,
         timed_steps=sum(len(r.measured_step_times_ms) for r in results),
     )
     path = out / "result.json"
     write_result(path, record)
     return str(path), record.wall_s
+
+
+def _interleaved_pair(
+    runners: dict[str, RunnerProcess],
+    spec_of: Any,
+    order: str,
+    limit: float,
+    how: str | None,
+) -> dict[str, ProfileResult]:
+    """One process pair of a cross-environment gate, interleaved: both sides' processes started together (their
+    start-up and warm-up side by side), then their measured blocks timed one at a time in ``order``
+    (``tasks.runner.interleave.Turns``), each side's runner in a thread of its own. Returns each side's result.
+
+    Raises:
+        RunnerError: a side's process failed or timed out (the first failure; the other side is told ``stop``).
+    """
+    turns = interleave.Turns(order, timeout_s=limit)
+    errors: dict[str, BaseException] = {}
+    got: dict[str, ProfileResult] = {}
+
+    def run_side(side: str) -> None:
+        try:
+            got[side] = runners[side].run(
+                spec_of(side), ProfileResult, limit, limit_note=how, on_cue=lambda e: turns.cue(side, e)
+            )
+        except Exception as e:  # raised in the caller below; a turn that never came is the other side stuck
+            errors[side] = RunnerError(f"paired-run: cross-environment {e}") if isinstance(e, TimeoutError) else e
+            turns.fail(side)
+
+    threads = [threading.Thread(target=run_side, args=(side,), name=f"side-{side}") for side in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        first = turns.failed or next(iter(errors))
+        raise errors.get(first) or next(iter(errors.values()))
+    return got
 
 
 def _blocks(steps: list[float], n: int, size: int) -> list[list[float]]:

@@ -39,6 +39,10 @@ Configuration:
 * ``PERFWATCH_FAKE_PROCESS_SD``: sd (log scale) of a paired process's own offset between its two model copies
   (B's steps x exp(N(0, sd)), drawn per process of the gate, ``RunnerSpec.process``; default 0): the drift of
   real processes; each process of a gate also draws its own step noise;
+* profile mode with cued blocks (``RunnerSpec.cue_block_steps``) times its measured steps with the real runner's
+  ``tasks.runner.modes.profile.cued_steps`` (cue events, ``more``/``stop`` on stdin); ``PERFWATCH_FAKE_BLOCK_LOG``
+  (a file): each block's span is appended to it (``<out dir name> <start> <end>``, time.time() s); paired mode
+  with ``cue_start`` waits for its cue the same way and logs the span of its pairs there when it timed any;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -56,10 +60,13 @@ import socket
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
+from tasks.runner import progress
 from tasks.runner.measure import latency_summary
 from tasks.runner.modes.paired import pair_orders
+from tasks.runner.modes.profile import cued_steps
 from tasks.runner.protocol import (
     MORE,
     SCHEMA_VERSION,
@@ -181,9 +188,29 @@ class Steps:
         return cpu, wait
 
 
-def _emit_progress(phase: str, n: int, of: int, times: list[float]) -> None:
-    from tasks.runner import progress
+def _logged_blocks(step: Steps, spec: RunnerSpec) -> Callable[[], float]:
+    """``step``, or with ``PERFWATCH_FAKE_BLOCK_LOG`` (a file) a step that appends ``<out dir name> <start>
+    <end>`` (time.time() s) per cued block to it: the steps of one block are timed back to back, so a block's
+    first step starts it and its ``cue_block_steps``-th step ends it."""
+    path = os.environ.get("PERFWATCH_FAKE_BLOCK_LOG")
+    if not path or spec.cue_block_steps is None:
+        return step
+    size, name, count = spec.cue_block_steps, Path(spec.out_dir).name, [0, 0.0]
 
+    def logged() -> float:
+        if count[0] % size == 0:
+            count[1] = time.time()
+        t = step()
+        count[0] += 1
+        if count[0] % size == 0 or count[0] == spec.measured_steps:
+            with open(path, "a") as f:
+                f.write(f"{name} {count[1]:.6f} {time.time():.6f}\n")
+        return t
+
+    return logged
+
+
+def _emit_progress(phase: str, n: int, of: int, times: list[float]) -> None:
     median = sorted(times)[len(times) // 2] if times else None
     progress.emit(phase, n=n, of=of, median_ms=median, final=True)
 
@@ -236,7 +263,10 @@ def profile(spec: RunnerSpec) -> ProfileResult:
     warm_cpu, warm_wait = step.take()
     sampler = Sampler(spec.telemetry_interval_ms).start()  # the real runner's telemetry of this host (no TF)
     t_measured = time.perf_counter()
-    measured = step.run(spec.measured_steps)
+    if spec.cue_block_steps is not None:  # the real runner's cued blocks, each block's span logged when asked
+        measured = cued_steps(_logged_blocks(step, spec), spec.measured_steps, spec.cue_block_steps)
+    else:
+        measured = step.run(spec.measured_steps)
     sampler.steps += len(measured)
     telemetry = sampler.stop()
     measured_cpu, measured_wait = step.take()
@@ -302,8 +332,10 @@ def paired(spec: RunnerSpec) -> PairedResult:
     blocks: list[BlockPair] = []
     rounds: list[RoundSummary] = []
     per_round = spec.round_pairs or spec.blocks
-    stopped_by = "budget"
-    while len(blocks) < spec.blocks:
+    go = progress.wait_for_cue(0, 1, "paired") if spec.cue_start else True  # the real runner's start cue
+    t_pairs = time.time()
+    stopped_by = "budget" if go else "parent"
+    while go and len(blocks) < spec.blocks:
         first = len(blocks)
         for i in range(first, min(spec.blocks, first + per_round)):
             a, (a_cpu, a_wait) = step["A"].run(spec.block_steps), step["A"].take()
@@ -336,6 +368,9 @@ def paired(spec: RunnerSpec) -> PairedResult:
             stopped_by = "parent" if command else "stdin closed"
             break
         assert command == MORE, command
+    if blocks and os.environ.get("PERFWATCH_FAKE_BLOCK_LOG"):
+        with open(os.environ["PERFWATCH_FAKE_BLOCK_LOG"], "a") as f:
+            f.write(f"{Path(spec.out_dir).name} {t_pairs:.6f} {time.time():.6f}\n")
     cold = 20 * step["B"].ms
     return PairedResult(
         **_case(spec, cold),

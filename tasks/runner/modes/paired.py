@@ -13,7 +13,9 @@ steps plus two warm-ups.
 With ``round_pairs`` set the pairs are measured in rounds and the *parent* decides after each one whether to
 go on (a sequential gate, ``tasks.runner.driver``): the runner writes each round as a round event
 (``tasks.runner.protocol.RoundEvent``) and reads one line on stdin, ``more`` or ``stop``; it stops by itself
-once ``blocks`` pairs are done (``final``, nothing is read) and treats a closed stdin as ``stop``. The
+once ``blocks`` pairs are done (``final``, nothing is read) and treats a closed stdin as ``stop``. With
+``cue_start`` it waits once, after the warm-ups, for the parent's cue before its first pair (a gate of several
+processes starts two together, ``tasks.runner.interleave.Relay``). The
 decision never lives here: the runner only measures. The host's load is recorded over every round and all
 pairs (``tasks.runner.measure.HostLoad``).
 """
@@ -83,17 +85,19 @@ def run(spec: RunnerSpec) -> PairedResult:
         warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
         warm_cpu[who], warm_wait[who] = steps[who].take()
         end_phase(who, "warmup")
+    # a gate's processes started two at a time: this one waits for its turn (tasks.runner.interleave.Relay)
+    go = progress.wait_for_cue(0, 1, "paired") if spec.cue_start else True
     step_a, step_b = built["A"], built["B"]
     orders = pair_orders(random.SystemRandom())
     blocks: list[BlockPair] = []
     rounds: list[RoundSummary] = []
     per_round = spec.round_pairs or spec.blocks
-    stopped_by: StopReason = "budget"
+    stopped_by: StopReason = "budget" if go else "parent"
     t_pairs = time.perf_counter()
     on_gpu = measure.device_peak_bytes() is not None
     peaks: dict[str, int | None] = {"A": None, "B": None}  # each version's own GPU allocator peak over its blocks
     phase = measure.HostLoad().start()
-    while len(blocks) < spec.blocks:
+    while go and len(blocks) < spec.blocks:
         load = measure.HostLoad().start()
         first = len(blocks)
         for i in range(first, min(spec.blocks, first + per_round)):

@@ -11,7 +11,9 @@ measured steps one after another (as before scenarios existed); ``offline`` runs
 batch issued before the previous one's outputs are fetched (``Step.pipelined``; a tflite invocation cannot be
 issued early), its step times the intervals between results; ``server`` serves ``spec.queries`` Poisson
 arrivals per rate (:func:`serve_points`, a QPS search with ``spec.search``), its step times each batch's service
-time, with every query's latency from arrival to result in its point. ``tflite`` has no profiler
+time, with every query's latency from arrival to result in its point. With ``spec.cue_block_steps`` set
+(single-stream) the measured steps are timed in blocks, each on the parent's cue (:func:`cued_steps`: a
+cross-environment gate interleaves two processes' blocks). ``tflite`` has no profiler
 window (the TF profiler cannot see the TFLite interpreter) and says so in ``profile_absent_reason``. Each
 warm-up and measured step also records the process's CPU time and run-queue wait (``tasks.runner.counters``),
 and every step what it was fed and whether it compiled, per phase (``fed``: ``cold``, ``warmup``, ``measured``,
@@ -20,6 +22,7 @@ and every step what it was fed and whether it compiled, per phase (``fed``: ``co
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +63,8 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         progress.emit("measure", n=0, of=spec.measured_steps, text=f"offline: {spec.measured_steps} batches")
         measured = step.pipelined(spec.measured_steps)  # per batch, the interval between results
         sampler.steps += len(measured)
+    elif spec.cue_block_steps is not None:  # single-stream, each block on the parent's cue
+        measured = cued_steps(counted, spec.measured_steps, spec.cue_block_steps, load)
     else:  # single-stream; offline where the step cannot be pipelined (tflite): batches back to back
         measured = progress.run_steps("measure", counted, spec.measured_steps)
     phases["measured_steps"] = time.perf_counter() - t0
@@ -127,6 +132,32 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         peak_device_bytes=measure.device_peak_bytes(),
         wall_s=time.perf_counter() - started.t_start,
     )
+
+
+def cued_steps(
+    step: Callable[[], float], n: int, block_steps: int, load: measure.HostLoad | None = None
+) -> list[float]:
+    """``n`` step times (ms, our timer) in blocks of ``block_steps`` (the last may be shorter), each block timed
+    on the parent's cue (``RunnerSpec.cue_block_steps``): before it a ``CueEvent`` on stdout, then one line read
+    on stdin; after the last block one more cue (``block == of``), answered before this returns. Fewer than
+    ``n`` when the parent says ``stop`` (or closes stdin) before a block. ``load`` (the measured phase's host
+    load) is paused while this waits, so the other process's blocks are not counted as load on these.
+
+    Raises:
+        RunnerError: a line on stdin that is neither ``more`` nor ``stop`` (quoted).
+    """
+    of = -(-n // block_steps)
+    times: list[float] = []
+    for block in range(of + 1):
+        if load is not None:
+            load.pause()
+        if not progress.wait_for_cue(block, of, "profile") or block == of:
+            break
+        if load is not None:
+            load.resume()
+        times += [step() for _ in range(min(block_steps, n - len(times)))]
+        progress.emit("measure", n=len(times), of=n, median_ms=statistics.median(times))
+    return times
 
 
 def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoint]:

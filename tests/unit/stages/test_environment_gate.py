@@ -12,7 +12,15 @@ import pytest
 from pydantic import ValidationError
 
 from tasks.analysis.verdict import decide
-from tasks.records import Case, CompareInputs, PulledModel, RunContext, WarmupRecord
+from tasks.records import (
+    ENVIRONMENT_PROCESS_PAIRS,
+    PAIRED_PROCESSES,
+    Case,
+    CompareInputs,
+    PulledModel,
+    RunContext,
+    WarmupRecord,
+)
 from tasks.runner.driver import RunnerProcess
 from tasks.runner.protocol import EnvironmentGate, read_result
 from tasks.stages.profiled_run import baseline_runner, gate_fed, paired_run, read_paired
@@ -38,7 +46,8 @@ def _runner(**env: str) -> RunnerProcess:
 
 
 def _case(**kw: object) -> Case:
-    return Case(model="m", measured_steps=10, paired_blocks=120, paired_block_steps=2, paired_processes=6, **kw)
+    fields: dict[str, object] = {"paired_blocks": 120, "paired_block_steps": 2, "paired_processes": 6, **kw}
+    return Case(model="m", measured_steps=10, **fields)
 
 
 def test_a_slower_environment_is_a_regression_that_names_what_differs(tmp_path):
@@ -70,6 +79,25 @@ def test_a_slower_environment_is_a_regression_that_names_what_differs(tmp_path):
     assert gate_fed(path).fed == {}  # the fake records no feed (the real runner's: tests/tf/test_environment_gate.py)
 
 
+def test_the_two_processes_of_a_pair_time_their_blocks_in_turn(tmp_path, monkeypatch):
+    """Both processes of a pair start together and time their blocks one at a time, in the pair's drawn order
+    (``gate.block_orders``): no block of one side overlaps a block of the other (each fake step sleeps its
+    time, and logs its block's span, ``PERFWATCH_FAKE_BLOCK_LOG``)."""
+    spans = tmp_path / "blocks.log"
+    pulled, copy = _pulled(tmp_path), _pulled(tmp_path, "baseline")
+    case = _case(baseline_env={"PERFWATCH_FAKE_STEP_MS": "3.0"}, paired_blocks=24)  # 4 blocks of 2 steps a side
+    runner = _runner(PERFWATCH_FAKE_STEP_MS="6.0", PERFWATCH_FAKE_TAKE_TIME="1", PERFWATCH_FAKE_BLOCK_LOG=str(spans))
+    path, _ = paired_run(pulled, copy, case, WARM, tmp_path / "wd", runner, gpu=False)
+    g = read_result(path, EnvironmentGate)
+    assert g.gate["interleaved"] and len(g.gate["block_orders"]) == len(g.gate["orders"]) == 3
+    rows = [line.split() for line in spans.read_text().splitlines()]
+    for k, order in enumerate(g.gate["block_orders"]):
+        pair = sorted((float(start), float(end), name[-1]) for name, start, end in rows if name[:-1] == f"p{k}")
+        assert "".join(side for _, _, side in pair) == order and len(order) == 8
+        assert all(pair[i][1] <= pair[i + 1][0] for i in range(len(pair) - 1)), pair  # one block at a time
+        assert order[0] == g.gate["orders"][k][0]
+
+
 def test_an_identical_environment_gate_is_not_a_regression(tmp_path):
     pulled, copy = _pulled(tmp_path), _pulled(tmp_path, "baseline")
     case = _case(baseline_env={"PERFWATCH_FAKE_NOISE_CV": "0.02"})  # the same value on both sides
@@ -98,6 +126,9 @@ def test_cross_environment_case_fields():
         Case(model="m", baseline_env={"1X": "1"})
     with pytest.raises(ValidationError, match="cross-environment gate"):
         Case(model="m", baseline_runner="/x/python -m tasks.runner", paired_processes=1)
+    # unset, a cross-environment gate takes more process pairs than a same-environment gate takes processes
+    assert (c.paired_processes, Case(model="m").paired_processes) == (ENVIRONMENT_PROCESS_PAIRS, PAIRED_PROCESSES)
+    assert Case(model="m", baseline_env={"X": "1"}, paired_processes=5).paired_processes == 5
     ctx = RunContext(dag_id="d", dag_run_id="r", trigger="scheduled", case=Case(model="m", baseline_env={"X": "1"}))
     assert ctx.wants_paired and ctx.pairs_with("1", None)
 
