@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tasks.runner.interleave import Turns, block_order
+from tasks.runner.interleave import Relay, Turns, block_order
 from tasks.runner.protocol import CueEvent
 
 
@@ -71,3 +71,39 @@ def test_a_stuck_peer_is_a_timeout_that_names_the_side():
 def test_an_order_with_unequal_sides_is_refused():
     with pytest.raises(ValueError, match="as many 'A' as 'B'"):
         Turns("AAB", timeout_s=1)
+
+
+def test_a_relay_lets_no_process_measure_before_its_batch_is_ready_and_stops_the_rest():
+    """Process 0 is ready at once, process 1 after 0.2 s (a slower start-up): the parent's wait_ready returns only
+    when both are at their cue; 0 measures on its grant; a stop then answers 1 with False."""
+    relay = Relay(timeout_s=10)
+    answers: dict[int, bool] = {}
+
+    def process(k: int, delay_s: float) -> None:
+        time.sleep(delay_s)
+        answers[k] = relay.cue(k, CueEvent(block=0, of=1))
+        relay.ended(k)
+
+    threads = [threading.Thread(target=process, args=(k, d)) for k, d in ((0, 0.0), (1, 0.2))]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    relay.wait_ready([0, 1])
+    assert time.perf_counter() - t0 >= 0.2 and answers == {}  # 0 waits for 1's start-up, nobody measures
+    relay.grant(0)
+    threads[0].join(5)
+    assert answers == {0: True}
+    relay.stop()  # the look after 0 decided
+    threads[1].join(5)
+    assert answers == {0: True, 1: False}
+
+
+def test_a_process_that_dies_in_its_start_up_does_not_hold_the_batch():
+    relay = Relay(timeout_s=10)
+    relay.ended(1)  # its run raised before its cue
+    t = threading.Thread(target=lambda: relay.cue(0, CueEvent(block=0, of=1)))
+    t.start()
+    relay.wait_ready([0, 1])  # returns: 0 at its cue, 1 gone
+    relay.stop()
+    t.join(5)
+    assert not t.is_alive()
