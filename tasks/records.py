@@ -302,9 +302,9 @@ DEFAULT_MEASURED_STEPS = 320
 PAIRED_PROCESSES = 6
 #: most process pairs of a cross-environment gate unless the case says: each side has its own processes, so every
 #: pair holds the whole spread between two processes (sd 0.069 of the log ratio with 2 intra-op threads, 0.031
-#: with 1, demo_mobilenet on the 2-core dev VM, 2026-12-04); at sd 0.07 the 99% interval of the last look is
-#: +/-3.2% at 40 pairs (+/-4.2% at 24), so an identical pair of environments passes the 5% tolerance in about
-#: 89% of gates (38% at 24), while a difference of 20% or more decides within a few pairs
+#: with 1, demo_mobilenet on the 2-core dev VM, 2026-12-04, bench/process_offset.py); at sd 0.07 the 99%
+#: interval of the last look is +/-3.2% at 40 pairs (+/-4.2% at 24), so an identical pair of environments passes
+#: the 5% tolerance in about 89% of gates (38% at 24), while a difference of 20% or more decides within a few pairs
 ENVIRONMENT_PROCESS_PAIRS = 40
 
 

@@ -50,6 +50,7 @@ import shutil
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -471,8 +472,8 @@ def _process_gate(
 
 def _relay_batch(
     batch: list[int],
-    spec_of: Any,
-    take: Any,
+    spec_of: Callable[[int], RunnerSpec],
+    take: Callable[[int, PairedResult], bool],
     runner: RunnerProcess | str,
     limit: float,
     how: str | None,
@@ -723,7 +724,7 @@ def _environment_gate(
 
 def _interleaved_pair(
     runners: dict[str, RunnerProcess],
-    spec_of: Any,
+    spec_of: Callable[[Side], RunnerSpec],
     order: str,
     limit: float,
     how: str | None,
@@ -739,7 +740,7 @@ def _interleaved_pair(
     errors: dict[str, BaseException] = {}
     got: dict[str, ProfileResult] = {}
 
-    def run_side(side: str) -> None:
+    def run_side(side: Side) -> None:
         try:
             got[side] = runners[side].run(
                 spec_of(side), ProfileResult, limit, limit_note=how, on_cue=lambda e: turns.cue(side, e)
@@ -748,7 +749,8 @@ def _interleaved_pair(
             errors[side] = RunnerError(f"paired-run: cross-environment {e}") if isinstance(e, TimeoutError) else e
             turns.fail(side)
 
-    threads = [threading.Thread(target=run_side, args=(side,), name=f"side-{side}") for side in "AB"]
+    sides: tuple[Side, Side] = ("A", "B")
+    threads = [threading.Thread(target=run_side, args=(side,), name=f"side-{side}") for side in sides]
     for t in threads:
         t.start()
     for t in threads:
