@@ -248,6 +248,30 @@ def deciding_metric(
     )
 
 
+def environment_metric(
+    case: Any,
+    host_load: Mapping[str, Any] | None,
+    wall: Sequence[processes.Unit],
+    cpu: Sequence[processes.Unit | None] | None,
+    *,
+    gpu: bool | None,
+) -> calibration.Noise:
+    """The deciding metric of a cross-environment gate over its process pairs so far: the one rule both its looks
+    (``tasks.stages.profiled_run._environment_gate``, through :func:`process_look_decides`) and its verdict
+    (:func:`judge_noise`) apply. :func:`deciding_metric` of each pair's one comparison (``wall``, ``cpu``: the
+    pairs' ``processes.unit_from_sides``, whose ``mean`` is log median B over A; ``cpu`` None, or a pair None,
+    without usable CPU time) and ``host_load`` (over the pairs' processes), with no calibrated noise: a case's
+    calibrated gate noise is the scale of block pairs inside one process, which a pair of two processes in two
+    environments, each with its own process offset, is not comparable with (it would read every such gate as
+    noisy, hence busy).
+
+    Raises:
+        ValueError: as :func:`deciding_metric` (fewer than 2 pairs).
+    """
+    d_cpu = None if cpu is None or any(u is None for u in cpu) else [u.mean for u in cpu if u is not None]
+    return deciding_metric(case, host_load, [u.mean for u in wall], d_cpu, calibrated=None, gpu=gpu)
+
+
 def look_decides(
     d_wall: Sequence[float],
     d_cpu: Sequence[float] | None,
@@ -771,9 +795,14 @@ def judge_noise(
     n = comparison.n_candidate
     # a sequential gate's looks judged the rounds' load (the gate record keeps the last look's): the verdict the same
     load = (paired.gate or {}).get("host_load") or paired.host_load
-    noise = deciding_metric(
-        case, load, _wall_log_ratios(paired, n), _cpu_log_ratios(paired, n), calibrated=calibrated, gpu=gpu
-    )
+    if (paired.gate or {}).get("unit") == "process-pair":
+        wall, cpu = process_units(paired, "wall"), process_units(paired, "cpu")
+        assert wall is not None  # wall time is always recorded
+        noise = environment_metric(case, load, wall, cpu, gpu=gpu)
+    else:
+        noise = deciding_metric(
+            case, load, _wall_log_ratios(paired, n), _cpu_log_ratios(paired, n), calibrated=calibrated, gpu=gpu
+        )
     if noise.metric == "cpu":
         return noise.model_copy(update={"decided_on": "cpu"})
     return noise

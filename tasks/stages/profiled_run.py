@@ -654,8 +654,8 @@ def _environment_gate(
         if k + 1 < processes.MIN_LOOK_PROCESSES:
             continue
         looks.append(k + 1)
-        # the deciding metric's rule (verdict.deciding_metric) over the process pairs so far: each pair's log ratio
-        # (its unit) is its one comparison, the host load is every process's so far; no step-level calibration
+        # the verdict's rule (verdict.environment_metric) over the process pairs so far: each pair's log ratio (its
+        # unit) is its one comparison, the host load is every process's so far; no step-level calibration
         decided, metric = process_look_decides(
             wall,
             cpu,
@@ -665,7 +665,7 @@ def _environment_gate(
             d_cpu=None if None in cpu else [u.mean for u in cpu if u is not None],
             case=case,
             host_load=combine_host_loads([x.result.host_load for x in kept]),
-            calibrated=None,
+            calibrated=None,  # as verdict.environment_metric: a same-environment calibration does not apply here
             gpu=gpu,
         )
         stopping.append(metric)
