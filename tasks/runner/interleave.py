@@ -14,10 +14,10 @@ the other's before it goes on (so neither side's shutdown overlaps a measured bl
 condition, no TensorFlow.
 
 :class:`Relay` does the same for a same-environment gate of several processes (each holds both versions, so
-nothing is interleaved between them): processes start two at a time, and once both are warmed up they time
-their pairs one after the other (``RunnerSpec.cue_start``), the next only after the one before has exited and
-been looked at. So a process's start-up runs beside another's start-up, never beside a measurement, and a gate
-that decides after a process tells the one still waiting to stop.
+nothing is interleaved between them): processes start in batches (``profiled_run.start_batches``), and once all
+are warmed up they time their pairs one after the other (``RunnerSpec.cue_start``), the next only after the one
+before has exited and been looked at. So a process's start-up runs beside another's start-up, never beside a
+measurement, and a gate that decides after a process tells those still waiting to stop.
 """
 
 from __future__ import annotations

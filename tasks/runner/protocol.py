@@ -525,7 +525,7 @@ class PairedGate(_Record):
     host_load: dict[str, Any] = Field(description="host load over all processes' pairs, time-weighted")
     pairs_wall_s: float = Field(description="the processes' pair phases added up, s")
     wall_s: float = Field(
-        description="the gate's wall time, s (our timer, start-ups included): its processes start two at a time, so "
+        description="the gate's wall time, s (our timer, start-ups included): its processes start in batches, so "
         "their wall times overlap"
     )
     timed_steps: int = Field(description="2 x pairs x block_steps over all processes")

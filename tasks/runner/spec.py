@@ -81,7 +81,7 @@ class RunnerSpec(BaseModel):
     cue_block_steps: int | None = Field(None, ge=1, le=100_000)
     # paired mode without rounds: after both versions' warm-up, one cue (``CueEvent`` block 0 of 1) and a line read
     # on stdin before the first pair: ``more`` times the pairs, ``stop`` (or a closed stdin) none. A gate of
-    # several processes starts two together and times their pairs one after the other this way.
+    # several processes starts them in batches and times their pairs one after the other this way.
     cue_start: bool = False
     search_max_points: int = Field(8, ge=1, le=64)
     latency_bound_ms: float | None = Field(None, gt=0)

@@ -85,8 +85,26 @@ log = logging.getLogger(__name__)
 Side = Literal["A", "B"]
 
 #: processes of a same-environment gate started together (their start-ups side by side, :func:`_relay_batch`);
-#: each measures alone. On the 2-core dev VM a process's start-up is 3.9 of its 4.9 s (bench/processes.py)
+#: each measures alone. On the 2-core dev VM a process's start-up is 3.9 of its 4.9 s (bench/processes.py).
+#: Three first (the first look needs three) was measured and not kept: with gates that often run 5-6 processes,
+#: three start-ups on two cores cost more than they saved (bench/relay.py --designs processes,threes,one)
 PROCESSES_AT_ONCE = 2
+
+
+def start_batches(max_processes: int, gpu: bool | None) -> list[list[int]]:
+    """The batches a same-environment gate starts its processes in (:func:`_relay_batch`), in order:
+    :data:`PROCESSES_AT_ONCE` at a time; where a GPU may carry the steps (``gpu``: ``calibration.gpu_in_use``, True
+    or None = unsure) one at a time: TensorFlow maps nearly all of a visible GPU's memory into the first process
+    that uses it (its default, no memory growth; TensorFlow's GPU guide, "Limiting GPU memory growth"), so a
+    second process warming up beside a waiting one could not allocate.
+
+    Raises:
+        ValueError: ``max_processes`` < 1.
+    """
+    if max_processes < 1:
+        raise ValueError(f"max_processes = {max_processes}: a gate runs at least one process")
+    at_once = 1 if gpu is not False else PROCESSES_AT_ONCE
+    return [list(range(k, min(k + at_once, max_processes))) for k in range(0, max_processes, at_once)]
 
 
 @dataclass(frozen=True)
@@ -347,13 +365,15 @@ def _process_gate(
     """The paired gate with the process as its unit (``tasks.analysis.processes``): up to
     ``Case.paired_processes`` fresh runner processes in ``<work_dir>/paired/p<k>``, each timing
     ``Case.paired_process_pairs`` ABBA pairs of both versions (which is set up first, and each quadruple's order,
-    drawn afresh in each process). They start :data:`PROCESSES_AT_ONCE` at a time and measure one after another
-    (:func:`_relay_batch`): start-ups side by side, never beside a measurement. After each process from the
+    drawn afresh in each process). They start in batches (:func:`start_batches`: :data:`PROCESSES_AT_ONCE` at a
+    time; one at a time where a GPU may carry the steps) and measure one after another (:func:`_relay_batch`):
+    start-ups side by side, never beside a measurement. After each process from the
     ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the processes (``verdict.process_look_decides``:
     wall time, or on a busy host the CPU time, by the newest process's host load) and stops when that look
     decides. A tail gate (``Case.gate_percentile``) runs every process. Writes a ``PairedGate`` to
     ``<work_dir>/paired/result.json`` with the gate record: ``design`` (``ProcessDesign`` fields),
-    ``look_processes``, ``stopping`` (per look, the metric judged), ``offset`` and ``calibrated_noise``.
+    ``look_processes``, ``stopping`` (per look, the metric judged), ``offset``, ``calibrated_noise`` and
+    ``start_batches`` (the size of each batch planned).
 
     Returns (that path, the gate's wall time in s, our timer: its processes overlap).
 
@@ -364,8 +384,9 @@ def _process_gate(
     design = process_design(case)
     out = Path(work_dir) / "paired"
     per = design.pairs_per_process
-    # a process lives through its own warm-ups and pairs and its batch-mate's pairs
-    steps = 2 * warmup.warmup_steps + 2 * PROCESSES_AT_ONCE * per * case.paired_block_steps
+    batches = start_batches(design.max_processes, gpu)
+    # a process lives through its own warm-ups and pairs and those of its batch-mates
+    steps = 2 * warmup.warmup_steps + 2 * max(map(len, batches)) * per * case.paired_block_steps
     limit, how = limit_after_warmup("paired-run", warmup, steps, timeout_s)
     tail = tail_plan(case)
     if tail is not None and (not tail["enough"] or case.scenario == "server"):
@@ -442,8 +463,7 @@ def _process_gate(
 
     t_gate = time.perf_counter()
     decided = False
-    for first in range(0, design.max_processes, PROCESSES_AT_ONCE):
-        batch = list(range(first, min(first + PROCESSES_AT_ONCE, design.max_processes)))
+    for batch in batches:
         decided = _relay_batch(batch, spec_of, take, runner, limit, how)
         if decided:
             break
@@ -455,6 +475,7 @@ def _process_gate(
         "stopping": stopping,
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
+        "start_batches": [len(b) for b in batches],
     }
     record = PairedGate(
         processes=results,
@@ -568,8 +589,9 @@ def _environment_gate(
     steps after the warm-up. Single-stream (every train case), both processes of a pair start together and time
     their steps in blocks of ``paired_block_steps`` on cue, one block at a time in a randomized order
     (:func:`_interleaved_pair`; ``gate.block_orders``), so both sides meet the host's same slow drift and their
-    start-ups overlap; other scenarios run the two processes one after the other, the side that runs first drawn
-    afresh per pair. A pair's unit is
+    start-ups overlap; other scenarios, and any case a GPU may carry (``gpu`` not False: two processes cannot
+    both hold its memory, :func:`start_batches`), run the two processes one after the other, the side that runs
+    first drawn afresh per pair. A pair's unit is
     ``processes.unit_from_sides`` of its two processes' steps; after each pair from the
     ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the pairs (``verdict.process_look_decides``, as a
     same-environment gate across processes) and stops when that look decides. Writes an ``EnvironmentGate`` to
@@ -597,7 +619,9 @@ def _environment_gate(
     )
     log.info("cross-environment gate of %s %s: %s", case.model, case.name, text)
     steps = case.paired_process_pairs * case.paired_block_steps
-    interleaved = case.scenario == "single-stream"  # each side's process then lives through both sides' blocks
+    # each side's process then lives through both sides' blocks; not where a GPU may carry the steps: the two
+    # processes would hold the GPU together, and the first maps nearly all its memory (as start_batches)
+    interleaved = case.scenario == "single-stream" and gpu is False
     lived = warmup.warmup_steps + (2 if interleaved else 1) * steps
     limit, how = limit_after_warmup("paired-run", warmup, lived, timeout_s)
     draw = random.SystemRandom()

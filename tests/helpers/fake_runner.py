@@ -333,7 +333,7 @@ def paired(spec: RunnerSpec) -> PairedResult:
     rounds: list[RoundSummary] = []
     per_round = spec.round_pairs or spec.blocks
     go = progress.wait_for_cue(0, 1, "paired") if spec.cue_start else True  # the real runner's start cue
-    t_pairs = time.time()
+    t_pairs, t_pairs_perf = time.time(), time.perf_counter()  # after the cue, as the real runner's pairs_wall_s
     stopped_by = "budget" if go else "parent"
     while go and len(blocks) < spec.blocks:
         first = len(blocks)
@@ -393,7 +393,7 @@ def paired(spec: RunnerSpec) -> PairedResult:
         rounds=rounds,
         stopped_by=stopped_by,
         host_load=host_load(),
-        pairs_wall_s=time.perf_counter() - t0,
+        pairs_wall_s=time.perf_counter() - t_pairs_perf,
         timed_steps=2 * len(blocks) * spec.block_steps,
         wall_s=time.perf_counter() - t0,
     )

@@ -15,7 +15,7 @@ go on (a sequential gate, ``tasks.runner.driver``): the runner writes each round
 (``tasks.runner.protocol.RoundEvent``) and reads one line on stdin, ``more`` or ``stop``; it stops by itself
 once ``blocks`` pairs are done (``final``, nothing is read) and treats a closed stdin as ``stop``. With
 ``cue_start`` it waits once, after the warm-ups, for the parent's cue before its first pair (a gate of several
-processes starts two together, ``tasks.runner.interleave.Relay``). The
+processes starts them in batches, ``tasks.runner.interleave.Relay``). The
 decision never lives here: the runner only measures. The host's load is recorded over every round and all
 pairs (``tasks.runner.measure.HostLoad``).
 """
@@ -85,7 +85,7 @@ def run(spec: RunnerSpec) -> PairedResult:
         warm[who] = progress.run_steps(f"warm-up {who}", steps[who], spec.warmup_steps)
         warm_cpu[who], warm_wait[who] = steps[who].take()
         end_phase(who, "warmup")
-    # a gate's processes started two at a time: this one waits for its turn (tasks.runner.interleave.Relay)
+    # a gate's processes started in batches: this one waits for its turn (tasks.runner.interleave.Relay)
     go = progress.wait_for_cue(0, 1, "paired") if spec.cue_start else True
     step_a, step_b = built["A"], built["B"]
     orders = pair_orders(random.SystemRandom())

@@ -167,3 +167,15 @@ def test_the_verdict_judges_the_metric_its_looks_judged(tmp_path):
     assert not noise.busy and noise.metric == "wall", noise.reason
     d = decide([1.5] * 10, case, CompareInputs(), env_data={}, paired=paired, noise=noise.model_dump(mode="json"))
     assert d.verdict == "regression", d.reason
+
+
+def test_where_a_gpu_may_carry_the_steps_the_two_sides_run_one_after_the_other(tmp_path):
+    """``gpu`` None (unsure) or True: the two processes of a pair would hold one GPU together (TensorFlow maps
+    nearly all of its memory into the first), so they run one after the other, in a drawn order, not interleaved."""
+    pulled, copy = _pulled(tmp_path), _pulled(tmp_path, "baseline")
+    case = _case(baseline_env={"PERFWATCH_FAKE_STEP_MS": "1.0"})
+    runner = _runner(PERFWATCH_FAKE_STEP_MS="1.5", PERFWATCH_FAKE_NOISE_CV="0.01")
+    path, _ = paired_run(pulled, copy, case, WARM, tmp_path / "wd", runner, gpu=None)
+    g = read_result(path, EnvironmentGate)
+    assert not g.gate["interleaved"] and g.gate["block_orders"] == [] and len(g.gate["orders"]) >= 3
+    assert {p.pair for p in g.processes} == set(range(len(g.gate["orders"])))

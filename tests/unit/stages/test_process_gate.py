@@ -16,7 +16,7 @@ from tasks.analysis.verdict import decide, judge_noise
 from tasks.records import Case, CompareInputs, PulledModel, WarmupRecord
 from tasks.runner.driver import RunnerProcess
 from tasks.runner.protocol import PairedGate, read_result
-from tasks.stages.profiled_run import paired_run, read_paired
+from tasks.stages.profiled_run import paired_run, read_paired, start_batches
 from tests.helpers import fake_runner
 
 pytestmark = pytest.mark.slow  # fresh interpreters
@@ -87,27 +87,56 @@ def test_a_slower_candidate_stops_at_the_first_look_across_processes(tmp_path):
     }
 
 
+def _spans(path: Path) -> list[tuple[float, float, str]]:
+    """The fake runner's ``PERFWATCH_FAKE_BLOCK_LOG``: (start, end, process) of each process's timed pairs, by start."""
+    return sorted((float(a), float(b), name) for name, a, b in (r.split() for r in path.read_text().splitlines()))
+
+
 def test_processes_start_two_at_a_time_and_measure_one_at_a_time(tmp_path):
-    """A x1.5 candidate decides at the first look (3 processes): processes start in twos (p1 is started before p0
-    measures), their pairs never overlap (each fake step sleeps its time and logs its pairs' span,
-    ``PERFWATCH_FAKE_BLOCK_LOG``), and p3, started beside p2, is told to stop: it measured nothing and left no
-    directory; the gate's wall time is its own elapsed time (the fake's processes report none of their start-up)."""
+    """A x1.5 candidate decides at the first look (3 processes): processes start in twos (``start_batches``: p1 is
+    started before p0 measures), their pairs never overlap (each fake step sleeps its time and logs its pairs'
+    span, ``PERFWATCH_FAKE_BLOCK_LOG``), and p3, started beside p2, is told to stop: it measured nothing and left
+    no directory; the gate's wall time is its own elapsed time (the fake's processes report none of their
+    start-up)."""
     spans = tmp_path / "pairs.log"
     b, a, warm = _setup(tmp_path, 1.5)
     case = Case(model="m", measured_steps=10, paired_blocks=120, paired_block_steps=1, paired_processes=6)
     env = {"PERFWATCH_FAKE_NOISE_CV": "0.01", "PERFWATCH_FAKE_STEP_MS": "5", "PERFWATCH_FAKE_TAKE_TIME": "1"}
-    path, wall = paired_run(b, a, case, warm, tmp_path / "wd", _runner(**env, PERFWATCH_FAKE_BLOCK_LOG=str(spans)))
+    runner = _runner(**env, PERFWATCH_FAKE_BLOCK_LOG=str(spans))
+    path, wall = paired_run(b, a, case, warm, tmp_path / "wd", runner, gpu=False)
     gate = read_result(path, PairedGate)
     assert len(gate.processes) == 3 and gate.gate["stopping"] == ["wall"]
-    rows = sorted(
-        (float(start), float(end), name) for name, start, end in (r.split() for r in spans.read_text().splitlines())
-    )
+    assert gate.gate["start_batches"] == [2, 2, 2]
+    rows = _spans(spans)
     assert [name for _, _, name in rows] == ["p0", "p1", "p2"]  # p3 timed no pair
     assert all(rows[i][1] <= rows[i + 1][0] for i in range(2)), rows  # one process measures at a time
     paired_dir = tmp_path / "wd" / "paired"
     assert sorted(d.name for d in paired_dir.iterdir() if d.is_dir()) == ["p0", "p1", "p2"]
     assert (paired_dir / "p1" / "paired_spec.json").stat().st_mtime < rows[0][0]  # p1 started before p0 measured
     assert wall == gate.wall_s > gate.pairs_wall_s > 0
+
+
+def test_where_a_gpu_may_carry_the_steps_processes_start_one_at_a_time(tmp_path):
+    """``gpu`` True or None (unsure): TensorFlow maps nearly all of a GPU's memory into the first process, so no
+    process starts before the one before it has exited (its spec is written after that one's last pair)."""
+    spans = tmp_path / "pairs.log"
+    b, a, warm = _setup(tmp_path, 1.5)
+    case = Case(model="m", measured_steps=10, paired_blocks=120, paired_block_steps=1, paired_processes=6)
+    env = {"PERFWATCH_FAKE_NOISE_CV": "0.01", "PERFWATCH_FAKE_STEP_MS": "5", "PERFWATCH_FAKE_TAKE_TIME": "1"}
+    path, _ = paired_run(b, a, case, warm, tmp_path / "wd", _runner(**env, PERFWATCH_FAKE_BLOCK_LOG=str(spans)))
+    gate = read_result(path, PairedGate)
+    assert gate.gate["start_batches"] == [1] * 6
+    rows = _spans(spans)
+    for (_, end, _), (_, _, name) in zip(rows, rows[1:], strict=False):
+        assert end <= (tmp_path / "wd" / "paired" / name / "paired_spec.json").stat().st_mtime, rows
+
+
+def test_start_batches():
+    assert start_batches(6, False) == [[0, 1], [2, 3], [4, 5]]
+    assert start_batches(1, False) == [[0]] and start_batches(5, False)[-1] == [4]
+    assert start_batches(3, True) == start_batches(3, None) == [[0], [1], [2]]
+    with pytest.raises(ValueError, match="max_processes = 0"):
+        start_batches(0, False)
 
 
 def test_a_busy_host_gate_across_processes_stops_on_cpu_time(tmp_path):
