@@ -257,7 +257,7 @@ def environment_metric(
     gpu: bool | None,
 ) -> calibration.Noise:
     """The deciding metric of a cross-environment gate over its process pairs so far: the one rule both its looks
-    (``tasks.stages.profiled_run._environment_gate``, through :func:`process_look_decides`) and its verdict
+    (``tasks.stages.profiled_run._environment_gate``, then :func:`process_look_on`) and its verdict
     (:func:`judge_noise`) apply. :func:`deciding_metric` of each pair's one comparison (``wall``, ``cpu``: the
     pairs' ``processes.unit_from_sides``, whose ``mean`` is log median B over A; ``cpu`` None, or a pair None,
     without usable CPU time) and ``host_load`` (over the pairs' processes), with no calibrated noise: a case's
@@ -332,14 +332,32 @@ def process_look_decides(
     Raises:
         ValueError: as ``processes.look`` and :func:`deciding_metric`.
     """
-    metric = deciding_metric(
+    noise = deciding_metric(
         case, host_load, list(d_wall), list(d_cpu) if d_cpu is not None else None, calibrated=calibrated, gpu=gpu
-    ).metric
-    if metric == "cpu":
+    )
+    return process_look_on(noise, wall, cpu, looks, design)
+
+
+def process_look_on(
+    noise: calibration.Noise,
+    wall: Sequence[processes.Unit],
+    cpu: Sequence[processes.Unit | None],
+    looks: Sequence[int],
+    design: processes.ProcessDesign,
+) -> tuple[bool, Literal["wall", "cpu", "none"]]:
+    """Whether a process-level gate may stop at its newest look, judged on ``noise.metric`` (:func:`deciding_metric`
+    or, across environments, :func:`environment_metric`): ``processes.look`` across the units of wall time
+    (``wall``) or CPU time (``cpu``, the busy-host rule); ``none`` (no metric fit) stops only on a change load
+    cannot fake. Returns (decided, the metric judged).
+
+    Raises:
+        ValueError: as ``processes.look``.
+    """
+    if noise.metric == "cpu":
         usable = [u for u in cpu[: looks[-1]] if u is not None]
         f = processes.look(usable, looks, design)
         return busy_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "cpu"
-    if metric == "wall":
+    if noise.metric == "wall":
         return processes.look(wall, looks, design).verdict != Verdict.INCONCLUSIVE, "wall"
     f = processes.look(wall, looks, design)  # no metric fit: only a change load cannot fake stops it
     return gross_verdict_from_ci(f.ci_low, f.ci_high, design.tolerance) != Verdict.INCONCLUSIVE, "none"

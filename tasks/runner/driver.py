@@ -198,10 +198,7 @@ class RunnerProcess:
                     elif isinstance(event, CueEvent):
                         if on_cue is None:
                             raise RunnerError(f"{stage}: {who} sent a cue event, but no cues were asked")
-                        go_on = on_cue(event)
-                        assert proc.stdin is not None
-                        proc.stdin.write((MORE if go_on else STOP) + "\n")
-                        proc.stdin.flush()
+                        _reply(proc, on_cue(event))
                     elif event is not None:
                         progress.report(event.fields())
                 try:
@@ -253,9 +250,14 @@ class RunnerProcess:
             }
         )
         if not event.final:
-            assert proc.stdin is not None
-            proc.stdin.write((MORE if go_on else STOP) + "\n")
-            proc.stdin.flush()
+            _reply(proc, go_on)
+
+
+def _reply(proc: subprocess.Popen[str], go_on: bool) -> None:
+    """Answer the runner's round or cue on its stdin: ``more`` or ``stop``."""
+    assert proc.stdin is not None
+    proc.stdin.write((MORE if go_on else STOP) + "\n")
+    proc.stdin.flush()
 
 
 def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:

@@ -57,7 +57,14 @@ from typing import Any, Literal
 
 from tasks.analysis import calibration, environment, percentiles, processes, sequential, serving, soundness
 from tasks.analysis.findings import Finding
-from tasks.analysis.verdict import PairedBlocks, judge_noise, look_decides, process_look_decides
+from tasks.analysis.verdict import (
+    PairedBlocks,
+    environment_metric,
+    judge_noise,
+    look_decides,
+    process_look_decides,
+    process_look_on,
+)
 from tasks.records import Case, ProfiledRun, PulledModel, WarmupRecord
 from tasks.runner import RunnerError, RunnerProcess, RunnerSpec, interleave, loadgen
 from tasks.runner.driver import as_runner
@@ -591,10 +598,10 @@ def _environment_gate(
     (:func:`_interleaved_pair`; ``gate.block_orders``), so both sides meet the host's same slow drift and their
     start-ups overlap; other scenarios, and any case a GPU may carry (``gpu`` not False: two processes cannot
     both hold its memory, :func:`start_batches`), run the two processes one after the other, the side that runs
-    first drawn afresh per pair. A pair's unit is
-    ``processes.unit_from_sides`` of its two processes' steps; after each pair from the
-    ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the pairs (``verdict.process_look_decides``, as a
-    same-environment gate across processes) and stops when that look decides. Writes an ``EnvironmentGate`` to
+    first drawn afresh per pair. A pair's unit is ``processes.unit_from_sides`` of its two processes' steps; after
+    each pair from the ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the pairs
+    (``verdict.environment_metric``, the verdict's rule, then ``verdict.process_look_on``, as a same-environment
+    gate across processes) and stops when that look decides. Writes an ``EnvironmentGate`` to
     ``<work_dir>/paired/result.json``: every process's result, ``environments`` (each side's runner, settings and
     fingerprint; ``differs``: what differs, in records, and ``text``: in words,
     ``environment.sides_differences``) and the gate record (``unit``: ``process-pair``, ``orders``: the side run
@@ -678,20 +685,11 @@ def _environment_gate(
         if k + 1 < processes.MIN_LOOK_PROCESSES:
             continue
         looks.append(k + 1)
-        # the verdict's rule (verdict.environment_metric) over the process pairs so far: each pair's log ratio (its
-        # unit) is its one comparison, the host load is every process's so far; no step-level calibration
-        decided, metric = process_look_decides(
-            wall,
-            cpu,
-            looks,
-            design,
-            d_wall=[u.mean for u in wall],
-            d_cpu=None if None in cpu else [u.mean for u in cpu if u is not None],
-            case=case,
-            host_load=combine_host_loads([x.result.host_load for x in kept]),
-            calibrated=None,  # as verdict.environment_metric: a same-environment calibration does not apply here
-            gpu=gpu,
-        )
+        # the verdict's rule over the process pairs so far: each pair's log ratio (its unit) is its one comparison,
+        # the host load is every process's so far
+        load = combine_host_loads([x.result.host_load for x in kept])
+        noise = environment_metric(case, load, wall, cpu, gpu=gpu)
+        decided, metric = process_look_on(noise, wall, cpu, looks, design)
         stopping.append(metric)
         log.info(
             "cross-environment gate of %s %s: look after pair %d of at most %d on %s time: %s",
