@@ -72,8 +72,10 @@ class StoreCollector:
       ``perfwatch_server_latency_seconds{quantile="0.5"|"0.9"|"0.99"}``: the per-query latency percentiles
       (arrival to result, queueing included; absent where not estimable) with
       ``perfwatch_server_latency_bound_seconds{quantile, bound}`` and ``perfwatch_server_latency_samples`` (the
-      queries); for a QPS search ``perfwatch_server_max_qps`` (the issued rate of the highest rate that met the
-      bound; absent when none met), ``perfwatch_server_latency_bound_target_seconds`` (the bound) and
+      queries); ``perfwatch_server_point_invalid`` (1 when the point's queue grew through the run, a rate above
+      the server's capacity: then no latency figure is exported, they grow with the run's length; else 0); for a
+      QPS search ``perfwatch_server_max_qps`` (the issued rate of the highest rate that met the bound; absent when
+      none met), ``perfwatch_server_latency_bound_target_seconds`` (the bound) and
       ``perfwatch_server_search_unstable`` (1 when the search's points flag it: non-monotonic, a disagreeing
       re-measure, a change of host load; 0 otherwise).
 
@@ -300,6 +302,11 @@ def server_families(latest: Iterable[Any], ident: Callable[[str, str], list[str]
         ["quantile", "bound"],
     )
     samples = gauge("perfwatch_server_latency_samples", "Server scenario: queries the per-query percentiles rest on")
+    invalid = gauge(
+        "perfwatch_server_point_invalid",
+        "Server scenario: 1 when the reported point is invalid (its queue grew through the run: a rate above the "
+        "server's capacity, no latency figures), else 0",
+    )
     best = gauge("perfwatch_server_max_qps", "QPS search: issued rate of the highest rate that met the latency bound")
     target = gauge("perfwatch_server_latency_bound_target_seconds", "QPS search: the latency bound it searched for")
     unstable = gauge("perfwatch_server_search_unstable", "QPS search: 1 when its points flag an unstable search")
@@ -315,8 +322,9 @@ def server_families(latest: Iterable[Any], ident: Callable[[str, str], list[str]
         ):
             if isinstance(v, int | float):
                 family.add_metric(key, float(v))
+        invalid.add_metric(key, 1.0 if s.get("invalid") else 0.0)
         for name, q in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
-            c = (s.get("latency") or {}).get(name) or {}
+            c = {} if s.get("invalid") else (s.get("latency") or {}).get(name) or {}
             if c.get("estimable") and c.get("point") is not None:
                 lat.add_metric([*key, q], c["point"] / 1000.0)
             for side in ("low", "high"):
@@ -330,7 +338,7 @@ def server_families(latest: Iterable[Any], ident: Callable[[str, str], list[str]
             if s.get("latency_bound_ms") is not None:
                 target.add_metric(key, s["latency_bound_ms"] / 1000.0)
             unstable.add_metric(key, 1.0 if s.get("findings") else 0.0)
-    return [offered, issued, achieved, lat, bound, samples, best, target, unstable]
+    return [offered, issued, achieved, lat, bound, samples, invalid, best, target, unstable]
 
 
 @router.get("/metrics", dependencies=[Depends(metrics_access)])

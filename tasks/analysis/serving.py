@@ -17,6 +17,11 @@ percentile intervals (``tasks.analysis.percentiles``), and checks that the numbe
   is at least its batch's service time, and Little's law holds (:func:`littles_law_check`: the time-average
   number of queries in the system, from the arrival and completion timestamps, equals the achieved rate times
   the mean latency).
+* **validity**: a server point whose queue grew through the run (the runner's ``tasks.runner.loadgen.
+  overload_reason``: its queueing delay rose faster than ``BACKLOG_GROWTH_LIMIT`` s per s of the run) is
+  ``invalid``, as MLPerf LoadGen's "Result is: INVALID": its rate is above the server's capacity, so its latency
+  percentiles grow with the run's length and are not reported as results (:func:`point_summary`), its bound's
+  outcome is ``invalid`` (not met), and a search never reports it as its max.
 * **search**: a QPS search's points are checked for what would make its max QPS a guess
   (:func:`search_findings`): a rate that missed below one that met (non-monotonic), a re-measure that
   disagreed with the first measure of a rate, and a change of the host's load between points; its max QPS is
@@ -255,12 +260,15 @@ def precision_checks(precision: str, compute_dtypes: Sequence[str] | None) -> li
     ]
 
 
-def outcome(upper_ms: float | None, bound_ms: float | None) -> str | None:
+def outcome(upper_ms: float | None, bound_ms: float | None, invalid: str | None = None) -> str | None:
     """A latency bound's outcome from the percentile's upper bound (ms): ``met`` (within ``bound_ms``),
-    ``missed``, or ``not estimable`` (the sample is too short to bound the percentile from above: it can show
-    neither); None without a bound. As the runner's ``loadgen.bound_outcome``."""
+    ``missed``, ``not estimable`` (the sample is too short to bound the percentile from above: it can show
+    neither), or ``invalid`` (a server point whose queue grew through the run, ``invalid`` its reason: no
+    percentile of it is a result); None without a bound. As the runner's ``loadgen.bound_outcome``."""
     if bound_ms is None:
         return None
+    if invalid is not None:
+        return "invalid"
     if upper_ms is None:
         return "not estimable"
     return "met" if upper_ms <= bound_ms else "missed"
@@ -274,7 +282,9 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
     bound ``upper_ms`` against ``bound_ms``) and ``met`` (the outcome is ``met``; None without a bound),
     ``floor_upper_ms`` (the same upper bound of the latencies without their queueing, ``latency - queue`` per
     query: what a query sees at a rate low enough never to wait; None when not estimable), the host's load over
-    the point, and the point's checks."""
+    the point, the point's checks, ``backlog_growth`` (s of queueing gained per s of the run, the runner's
+    ``loadgen.backlog_growth``; None where not recorded) and ``invalid`` (why the point is not a valid measurement,
+    the runner's ``loadgen.overload_reason``; None: valid, or stored before validity was judged)."""
     lat = point["latency_ms"]
     qs = sorted({50.0, 90.0, 99.0, float(percentile)})
     cis = percentiles.latency_cis(lat, qs)
@@ -283,7 +293,8 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
     floor = [a - b for a, b in zip(lat, point["queue_ms"], strict=True)]
     floor_upper = percentiles.latency_cis(floor, [float(percentile)])[key]["high"] if floor else None
     load = point.get("host_load") or {}
-    result = outcome(upper, bound_ms)
+    invalid = point.get("invalid")
+    result = outcome(upper, bound_ms, invalid)
     return {
         "target_qps": point["target_qps"],
         "issued_qps": point["issued_qps"],
@@ -299,6 +310,8 @@ def point_summary(point: dict[str, Any], percentile: float, bound_ms: float | No
         "floor_upper_ms": floor_upper,
         "outcome": result,
         "met": None if result is None else result == "met",
+        "backlog_growth": point.get("backlog_growth"),
+        "invalid": invalid,
         "host_load": {k: load.get(k) for k in ("load1_start", "load1_end", "other_cpu_share", "steal_share")},
         "checks": server_checks(point, batch_size),
     }
@@ -397,7 +410,7 @@ def search_findings(points: Sequence[Mapping[str, Any]], percentile: float) -> l
 
 
 #: the reported point's fields a server summary repeats at its top level
-SHOWN_KEYS = ("target_qps", "issued_qps", "achieved_qps", "queries", "latency", "outcome", "met", "upper_ms")
+SHOWN_KEYS = ("target_qps", "issued_qps", "achieved_qps", "queries", "latency", "outcome", "met", "upper_ms", "invalid")
 
 
 def summarize(
@@ -428,9 +441,9 @@ def summarize(
         (the outcome is ``met``), ``upper_ms`` and ``upper_needs`` (the upper bound, ms, and the samples a
         two-sided interval of the percentile needs), ``checks`` (module docstring); server adds ``points`` (every
         rate tried, :func:`point_summary`), the reported point's fields (``target_qps``, ``issued_qps``,
-        ``achieved_qps``, ``queries``, ``latency``: in a search its max, :func:`consistent_max`, else the only or
-        last point; ``point_index``: its index in ``points``) and, in a search, ``max_qps`` (the max's issued
-        rate, q/s; None: no rate met it), ``max_qps_target`` (its nominal rate) and ``findings``
+        ``achieved_qps``, ``queries``, ``latency``, ``invalid``: in a search its max, :func:`consistent_max`, else
+        the only or last point; ``point_index``: its index in ``points``) and, in a search, ``max_qps`` (the max's
+        issued rate, q/s; None: no rate met it), ``max_qps_target`` (its nominal rate) and ``findings``
         (:func:`search_findings`, as dicts).
 
     Raises:
@@ -544,6 +557,8 @@ def bound_text(s: Mapping[str, Any], unit: str = "samples") -> str:
         return ""
     key = f"p{s['percentile']:g}"
     bound = f"within {s['latency_bound_ms']:g} ms"
+    if s["outcome"] == "invalid":
+        return f"{key}'s 95% upper bound {bound}: not judged, the point is invalid ({s.get('invalid')})"
     if s["outcome"] == "not estimable":
         have = f", have {s['n']}" if s.get("n") is not None else ""
         needs = s.get("upper_needs") or percentiles.min_samples(s["percentile"])
@@ -563,7 +578,9 @@ def max_qps_text(s: Mapping[str, Any]) -> str | None:
     if s.get("max_qps") is None:
         lowest = min(points, key=lambda p: p["target_qps"]) if points else None
         text = f"max QPS with {key}'s 95% upper bound{bound}: none of the {len(points)} rates tried"
-        if lowest is not None:
+        if lowest is not None and lowest.get("invalid"):
+            text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, the queue grew through the run: invalid)"
+        elif lowest is not None:
             r = percentiles.PercentileCI(**lowest["latency"][key])
             text += f" (at the lowest, {lowest['issued_qps']:.4g} q/s, {r.text(name=key + ' per query')})"
             floor = lowest.get("floor_upper_ms")
@@ -590,16 +607,20 @@ def serving_text(s: dict[str, Any]) -> list[str]:
     lines = []
     if s["scenario"] == "server":
         for p in s["points"]:
+            head = (
+                f"server {offered_text(p)}: achieved {p['achieved_qps']:.4g}, {p['queries']} queries, "
+                f"{p['duration_s']:.1f} s, load {p['host_load'].get('load1_start') or 0:.1f}, others "
+                f"{_pct(p['host_load'].get('other_cpu_share'))} of the CPU: "
+            )
+            if p.get("invalid"):
+                lines.append(f"{head}INVALID, {p['invalid']}")
+                continue
             r = percentiles.PercentileCI(**p["latency"][key])
             verdict = {None: "", "met": " met", "missed": " missed", "not estimable": " could not judge"}[
                 p.get("outcome", None if p["met"] is None else ("met" if p["met"] else "missed"))
             ]
             verdict += f" the bound{bound}" if verdict else ""
-            lines.append(
-                f"server {offered_text(p)}: achieved {p['achieved_qps']:.4g}, {p['queries']} queries, "
-                f"{p['duration_s']:.1f} s, load {p['host_load'].get('load1_start') or 0:.1f}, others "
-                f"{_pct(p['host_load'].get('other_cpu_share'))} of the CPU: per query {r.text()}{verdict}"
-            )
+            lines.append(f"{head}per query {r.text()}{verdict}")
         if (answer := max_qps_text(s)) is not None:
             lines.append(answer)
         for f in s.get("findings") or []:
@@ -629,6 +650,8 @@ def summary_line(s: Mapping[str, Any], batch_size: int | None = None) -> str:
     if s["scenario"] == "server":
         if (answer := max_qps_text(s)) is not None:
             return f"server search{batch}: {answer}"
+        if s.get("invalid"):
+            return f"server{batch} at {offered_text(s)}: achieved {s['achieved_qps']:.4g} q/s; INVALID, {s['invalid']}"
         r = percentiles.PercentileCI(**s["latency"][key])
         met = bound_text(s, "queries")
         return (

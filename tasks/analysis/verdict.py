@@ -1096,8 +1096,10 @@ def gate_per_query(
     (its other processes' CPU share above ``case.max_other_cpu_share``) leaves a decided verdict ``inconclusive``.
     Recorded in ``evidence["per_query_tail"]``; the verdict becomes ``tail.combine`` of both, and where that
     changed it the ratio and interval are the per-query test's (``evidence["gated_on"]`` = ``p99 per query``).
-    Nothing changes without a baseline point, or when the two points are at different rates (a search case whose
-    maxima differ: not like for like; said in the evidence)."""
+    Nothing changes without a baseline point, when the two points are at different rates (a search case whose
+    maxima differ: not like for like; said in the evidence) or when the baseline's point is invalid (its queue grew
+    through the run: ``baseline["invalid"]``); this run's invalid point against a valid one is a regression
+    (:func:`_gate_overloaded`)."""
     from tasks.analysis import tail as tail_gate
 
     ev = d.evidence
@@ -1113,6 +1115,15 @@ def gate_per_query(
             "skipped": f"not like for like: this run's point issued {rate_c:.4g} q/s, the baseline's {rate_b:.4g} q/s "
             "(a per-query percentile grows with the rate)"
         }
+        return
+    if baseline.get("invalid"):
+        ev["per_query_tail"] = {
+            "skipped": f"the baseline run's point at {rate_b:.4g} q/s is invalid, so its percentiles are no result to "
+            f"compare with: {baseline['invalid']}"
+        }
+        return
+    if candidate.get("invalid"):
+        _gate_overloaded(d, case, candidate, noise, rate_c, label)
         return
     offset_sd = float((ev.get("paired_offset") or {}).get("sd") or 0.0)
     t = tail_gate.compare_tail(
@@ -1143,6 +1154,49 @@ def gate_per_query(
     if verdict != Verdict.INCONCLUSIVE and t.ci_low is not None and t.ci_high is not None:
         d.ratio, d.ci_low, d.ci_high = t.ratio, t.ci_low, t.ci_high
         d.limit = float(t.a["point"]) * (1 + case.tolerance)
+    d.verdict = final
+    d.reason = f"{final} on the {label}: {reason} Before it the gate said {before}: {d.reason}"
+
+
+def _gate_overloaded(
+    d: Decision,
+    case: Any,
+    candidate: Mapping[str, Any],
+    noise: Mapping[str, Any] | None,
+    rate_qps: float,
+    label: str,
+) -> None:
+    """:func:`gate_per_query` where this run's point is invalid (its queue grew through the run,
+    ``candidate["invalid"]``, the runner's ``loadgen.overload_reason``) and the baseline run's at the same rate
+    was not: the server no longer keeps up with a rate it served, a ``regression`` on ``label`` whatever its
+    percentiles (they grow with the run's length). On a busy host (``noise["busy"]``) the capacity it lost may be
+    the host's: ``inconclusive``. Recorded in ``evidence["per_query_tail"]`` (``invalid``, ``rate_qps``,
+    ``verdict_after_noise``, ``reason``); the verdict becomes ``tail.combine`` of the gate's and this one."""
+    from tasks.analysis import tail as tail_gate
+
+    verdict = Verdict.REGRESSION
+    reason = (
+        f"this run's server did not keep up at {rate_qps:.4g} q/s where the baseline run's did: {candidate['invalid']}"
+    )
+    if noise is not None and noise.get("busy"):
+        verdict = Verdict.INCONCLUSIVE
+        reason = (
+            f"host busy: {label} gate left undecided (this run's host was busy: the capacity it lost may be the "
+            f"host's); {reason}"
+        )
+    d.evidence["per_query_tail"] = {
+        "invalid": candidate["invalid"],
+        "rate_qps": rate_qps,
+        "verdict_after_noise": verdict,
+        "reason": reason,
+    }
+    before = Verdict(d.verdict)
+    final = tail_gate.combine(before, verdict)
+    if final == before:
+        d.reason = f"{d.reason}; {reason}" if d.reason else reason
+        return
+    d.evidence["verdict_before_per_query"] = {"verdict": before, "reason": d.reason, "ratio": d.ratio}
+    d.evidence["gated_on"] = label
     d.verdict = final
     d.reason = f"{final} on the {label}: {reason} Before it the gate said {before}: {d.reason}"
 

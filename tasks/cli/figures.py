@@ -50,13 +50,16 @@ def latency_lead(latency: Mapping[str, Any] | None) -> str | None:
     ``tasks.analysis.percentiles.with_intervals``): per batch, ``latency p99 12.31 ms [11.9, 13.0] (95%,
     n=1000)``, or what a short sample supports (``PercentileCI.text``); a server run's per query, arrival to
     result (``latency_ms["serving"]["latency"]``: what its users wait, not its batches' service time), ``latency
-    p99 per query 40.07 ms [38.1, 42.9] (95%, n=299)``. None for a run without latency."""
+    p99 per query 40.07 ms [38.1, 42.9] (95%, n=299)``, or none at an invalid point (``serving["invalid"]``). None
+    for a run without latency."""
     if not latency:
         return None
     from tasks.analysis.percentiles import PercentileCI
 
     served = latency.get("serving")
     if isinstance(served, Mapping) and served.get("scenario") == "server":
+        if served.get("invalid"):
+            return "latency: none, the point is invalid (its queue grew through the run)"
         per_query = (served.get("latency") or {}).get("p99")
         if per_query:
             return "latency " + PercentileCI(**per_query).text("ms", name="p99 per query")
@@ -172,7 +175,8 @@ def p99_cell(row: dict) -> str | None:
     ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
     it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals
     were kept; None otherwise. A server run's is its per-query p99 (``server_p99_*``: arrival to result, what its
-    users wait), marked ``per query``, not its batches' service time."""
+    users wait), marked ``per query``, not its batches' service time; ``invalid`` at a point whose queue grew
+    through the run (``server_invalid``)."""
     import pandas as pd
 
     def num(k: str) -> float | None:
@@ -181,6 +185,8 @@ def p99_cell(row: dict) -> str | None:
 
     prefix, n_key, unit = "latency_p99", "latency_n", ""
     if num("server_queries") is not None:
+        if isinstance(row.get("server_invalid"), str):
+            return "invalid (the queue grew)"
         prefix, n_key, unit = "server_p99", "server_queries", " per query"
     p99, low, high, n = num(f"{prefix}_ms"), num(f"{prefix}_low_ms"), num(f"{prefix}_high_ms"), num(n_key)
     if n is None:
@@ -264,8 +270,8 @@ def serving_texts(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
     the rooms that may not import the analysis (the plugin's run page): ``summary`` (one line:
     ``serving.summary_line``), ``lines`` (``serving.serving_text``: per rate tried, the search's answer, its
     findings, the checks), ``points`` (a server run's rates, one dict of texts each: ``offered``, ``issued``,
-    ``achieved`` in q/s, ``queries``, ``p99`` per query with its interval and n, ``outcome``, ``load``) and
-    ``findings`` (the search's, as stored). None without a summary."""
+    ``achieved`` in q/s, ``queries``, ``p99`` per query with its interval and n (a dash at an invalid point),
+    ``outcome``, ``load``) and ``findings`` (the search's, as stored). None without a summary."""
     if not summary:
         return None
     from tasks.analysis.percentiles import PercentileCI
@@ -283,8 +289,12 @@ def serving_texts(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
                 "issued": "—" if p.get("issued_qps") is None else f"{p['issued_qps']:.4g}",
                 "achieved": f"{p['achieved_qps']:.4g}",
                 "queries": str(p.get("queries")),
-                key: PercentileCI(**ci).text("ms", name=f"{key} per query") if ci else "—",
-                "outcome": p.get("outcome") or ("—" if p.get("met") is None else ("met" if p["met"] else "missed")),
+                key: "— (invalid: the queue grew through the run)"
+                if p.get("invalid")
+                else (PercentileCI(**ci).text("ms", name=f"{key} per query") if ci else "—"),
+                "outcome": "invalid"
+                if p.get("invalid")
+                else (p.get("outcome") or ("—" if p.get("met") is None else ("met" if p["met"] else "missed"))),
                 "load": f"{load.get('load1_start') or 0:.1f}"
                 + ("" if share is None else f", others {100 * share:.0f}% of the CPU"),
             }

@@ -49,12 +49,21 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 #: a query due within this many seconds counts as arrived (a clock's rounding must not spin the idle loop)
 CLOCK_RESOLUTION_S = 1e-9
+
+#: a server point is invalid when its queries' queueing delay grows by more than this many seconds per second of
+#: the run (:func:`backlog_growth`): at a rate ``rho`` times the server's capacity the queue grows for the whole
+#: run and a query arriving at ``t`` waits about ``(rho - 1) t``, so the limit flags a rate above 1.05x capacity
+BACKLOG_GROWTH_LIMIT = 0.05
+#: ... and when the later third's median queueing delay exceeds the first third's by more than this many median
+#: service times (a stable queue's waits move by a batch or two between thirds; a short point's slope alone is noisy)
+BACKLOG_FLOOR_SERVICES = 2.0
 
 SCENARIOS = ("single-stream", "offline", "server")
 """The scenario names, LoadGen's (``TestScenario::SingleStream``, ``Offline``, ``Server``) in its spelling."""
@@ -181,6 +190,65 @@ def serve(
         i = j
     trace.duration_s = clock() - t0
     return trace
+
+
+def _thirds(arrivals_s: Sequence[float], queue_ms: Sequence[float]) -> tuple[float, float, float] | None:
+    """The first and last thirds of the queries in arrival order: their median queueing delays (ms) and the
+    difference of their median arrivals (s); None for fewer than 6 queries or thirds that arrived at one instant."""
+    if len(arrivals_s) != len(queue_ms):
+        raise ValueError(f"arrivals_s has {len(arrivals_s)} queries, queue_ms {len(queue_ms)}: one each expected")
+    n = len(arrivals_s)
+    if n < 6:
+        return None
+    order = sorted(range(n), key=lambda i: arrivals_s[i])
+    first, last = order[: n // 3], order[n - n // 3 :]
+    span = statistics.median(arrivals_s[i] for i in last) - statistics.median(arrivals_s[i] for i in first)
+    if span <= 0:
+        return None
+    return statistics.median(queue_ms[i] for i in first), statistics.median(queue_ms[i] for i in last), span
+
+
+def backlog_growth(arrivals_s: Sequence[float], queue_ms: Sequence[float]) -> float | None:
+    """How fast a server point's queue grew: the slope of each query's queueing delay (``queue_ms``, converted to
+    s) against its arrival (``arrivals_s``, s from the start), dimensionless (s of waiting gained per s of the
+    run), by Tukey's three-group resistant line (Tukey 1977, *Exploratory Data Analysis*, ch. 10; Bartlett 1949):
+    the queries in arrival order are cut into thirds, and the slope is the difference of the last and first
+    thirds' median delays over the difference of their median arrivals. Medians, so a stall that delays one burst
+    does not read as growth. A stable queue's slope is near 0; a rate ``rho`` times the capacity grows the
+    queue for the whole run, ``rho - 1``.
+
+    Returns:
+        The slope, or None for fewer than 6 queries or thirds that arrived at one instant.
+
+    Raises:
+        ValueError: ``arrivals_s`` and ``queue_ms`` differ in length."""
+    thirds = _thirds(arrivals_s, queue_ms)
+    if thirds is None:
+        return None
+    early_ms, late_ms, span_s = thirds
+    return (late_ms - early_ms) / 1000.0 / span_s
+
+
+def overload_reason(trace: ServerTrace) -> str | None:
+    """Why a server point is not a valid measurement (MLPerf LoadGen's "Result is: INVALID"), None when it is: its
+    queue grew through the run (:func:`backlog_growth` above :data:`BACKLOG_GROWTH_LIMIT`, and the last third's
+    median queueing delay above the first third's by more than :data:`BACKLOG_FLOOR_SERVICES` median service
+    times). Such a rate is above what the server can serve: every percentile of its latencies grows with the run's
+    length (a longer run, a longer queue), so they are no property of the model at that rate."""
+    thirds = _thirds(trace.arrivals_s, trace.queue_ms)
+    if thirds is None or not trace.service_ms:
+        return None
+    early_ms, late_ms, span_s = thirds
+    growth = (late_ms - early_ms) / 1000.0 / span_s
+    service_ms = statistics.median(trace.service_ms)
+    if growth <= BACKLOG_GROWTH_LIMIT or late_ms - early_ms <= BACKLOG_FLOOR_SERVICES * service_ms:
+        return None
+    return (
+        f"the queue grew through the run: queueing delay rose {growth:.3f} s per s of the run (limit "
+        f"{BACKLOG_GROWTH_LIMIT:g}), from a median {early_ms:.1f} ms in the first third of the queries to "
+        f"{late_ms:.1f} ms in the last (median service {service_ms:.1f} ms a batch): the rate is above the server's "
+        "capacity, so its latencies grow with the run's length and are not results"
+    )
 
 
 def point_queries(

@@ -260,7 +260,17 @@ class ServerPoint(_Record):
         default_factory=list, description="per batch, when its result was on the host, s from the start"
     )
     upper_ms: float | None = Field(None, description="the upper_rank-th smallest latency, ms (None: no rank)")
-    met: bool | None = Field(None, description="upper_ms within latency_bound_ms (None: no bound)")
+    met: bool | None = Field(
+        None, description="upper_ms within latency_bound_ms (None: no bound); False for an invalid point"
+    )
+    backlog_growth: float | None = Field(
+        None,
+        description="the queueing delay's growth, s per s of the run (``loadgen.backlog_growth``; None: too few "
+        "queries, or a point stored before it was kept)",
+    )
+    invalid: str | None = Field(
+        None, description="why the point is not a valid measurement (``loadgen.overload_reason``); None: valid"
+    )
     host_load: dict[str, Any] = Field(description="host load over this point (``tasks.runner.measure.HostLoad``)")
 
 

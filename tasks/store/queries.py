@@ -665,19 +665,22 @@ def scenario_columns(fed: list[Any]) -> dict[str, list[Any]]:
       throughput (examples/s: single-stream over the batches' time, offline over the whole run, server the
       queries served per second at its reported point), beside ``throughput_eps`` (batch size over the median
       step, the same formula for every run);
-    * the bound: ``latency_bound_ms``, ``latency_percentile`` and ``bound_outcome`` (met, missed, not estimable);
+    * the bound: ``latency_bound_ms``, ``latency_percentile`` and ``bound_outcome`` (met, missed, not
+      estimable, invalid);
     * server only: ``server_offered_qps`` (the nominal rate of the reported point), ``server_issued_qps`` (what
-      its schedule issued), ``server_achieved_qps`` (queries served per second), ``server_queries``; the per-query
-      latency percentiles ``server_p50_ms`` (nearest rank, ms, queueing included) with ``server_p50_low_ms``,
-      ``server_p50_high_ms`` (95% interval) and ``server_p50_estimable``, likewise p90 and p99 (a percentile the
-      point is too short for has no point, as :func:`latency_columns`); and for a QPS search ``server_max_qps``
-      (the max's issued rate, q/s; None: no rate met), ``server_max_qps_target`` (its nominal rate),
+      its schedule issued), ``server_achieved_qps`` (queries served per second), ``server_queries``,
+      ``server_invalid`` (why the point is no valid measurement: its queue grew through the run; None: valid); the
+      per-query latency percentiles ``server_p50_ms`` (nearest rank, ms, queueing included) with
+      ``server_p50_low_ms``, ``server_p50_high_ms`` (95% interval) and ``server_p50_estimable``, likewise p90 and
+      p99 (a percentile the point is too short for has no point, as :func:`latency_columns`, and an invalid point
+      has none); and for a QPS search ``server_max_qps`` (the max's issued rate, q/s; None: no rate met),
+      ``server_max_qps_target`` (its nominal rate),
       ``server_points`` (rates measured) and ``server_findings`` (codes of its warnings, ``,``-joined: an
       unstable search; None when there are none).
 
     All None for a run without a scenario summary; the server ones None for other scenarios."""
     names = ["scenario", "scenario_throughput_eps", "latency_bound_ms", "latency_percentile", "bound_outcome"]
-    names += ["server_offered_qps", "server_issued_qps", "server_achieved_qps", "server_queries"]
+    names += ["server_offered_qps", "server_issued_qps", "server_achieved_qps", "server_queries", "server_invalid"]
     for key in SERVER_KEYS:
         names += [f"server_{key}{col}" for col in ("_ms", "_low_ms", "_high_ms", "_estimable")]
     names += ["server_max_qps", "server_max_qps_target", "server_points", "server_findings"]
@@ -700,10 +703,11 @@ def scenario_columns(fed: list[Any]) -> dict[str, list[Any]]:
                 "server_issued_qps": s.get("issued_qps"),
                 "server_achieved_qps": s.get("achieved_qps"),
                 "server_queries": s.get("queries"),
+                "server_invalid": s.get("invalid"),
             }
-            for key in SERVER_KEYS:
-                ci = (s.get("latency") or {}).get(key) or {}
-                estimable = ci.get("estimable")
+            for key in SERVER_KEYS:  # an invalid point's percentiles are no result (they grow with the run)
+                ci = {} if s.get("invalid") else (s.get("latency") or {}).get(key) or {}
+                estimable = False if s.get("invalid") else ci.get("estimable")
                 row |= {
                     f"server_{key}_ms": None if estimable is False else ci.get("point"),
                     f"server_{key}_low_ms": ci.get("low"),

@@ -520,15 +520,16 @@ def server_point_record(samples: dict[str, Any], latency_ms: dict[str, Any] | No
     """The per-query latencies of a server run's reported point (its ``latency_ms["serving"]["point_index"]``,
     ``tasks.analysis.serving.summarize``; a search's max, else its only or last rate), from the runner's result
     (``samples["serving"]["points"]``): ``target_qps``, ``issued_qps``, ``seed``, ``latency_ms`` (per query,
-    arrival to result, ms) and ``host_load``, what a later run's per-query tail gate compares with
-    (``tasks.analysis.verdict.gate_per_query``). Kept in its own ``run_tables`` row (:data:`SERVER_POINT_TOOL`),
-    out of the ``inputs`` row that ``runs`` reads for every listed run. None for another scenario."""
+    arrival to result, ms), ``host_load`` and ``invalid`` (the runner's ``loadgen.overload_reason``), what a
+    later run's per-query tail gate compares with (``tasks.analysis.verdict.gate_per_query``). Kept in its own
+    ``run_tables`` row (:data:`SERVER_POINT_TOOL`), out of the ``inputs`` row that ``runs`` reads for every listed
+    run. None for another scenario."""
     served = (latency_ms or {}).get("serving") or {}
     points = (samples.get("serving") or {}).get("points") or []
     if served.get("scenario") != "server" or not points:
         return None
     p = points[min(int(served.get("point_index", len(points) - 1)), len(points) - 1)]
-    out = {k: p.get(k) for k in ("target_qps", "issued_qps", "seed", "host_load")}
+    out = {k: p.get(k) for k in ("target_qps", "issued_qps", "seed", "host_load", "invalid")}
     # to 0.1 us: the timer's figures need no more, and a fast point's 10,000 queries stay ~100 KB of JSON
     return out | {"latency_ms": [round(float(x), 4) for x in p.get("latency_ms") or []]}
 

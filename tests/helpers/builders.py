@@ -638,6 +638,8 @@ def server_point(
         "batch_queries": t.batch_queries,
         "arrivals_s": t.arrivals_s,
         "done_s": t.done_s,
+        "backlog_growth": loadgen.backlog_growth(t.arrivals_s, t.queue_ms),
+        "invalid": loadgen.overload_reason(t),
         "host_load": {**QUIET_HOST_LOAD, **(host_load or {})},
     }
 

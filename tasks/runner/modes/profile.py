@@ -166,7 +166,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
     (seed ``spec.seed`` + the point's index) served by ``step`` in arrival order, batches of up to
     ``batch_size`` waiting queries, on our timer (``time.perf_counter``, ``time.sleep`` while none waits); each
     point's host load recorded around it. With ``spec.search``, the next rate comes from
-    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms``; a miss without the
+    ``loadgen.QpsSearch`` (met: the ``upper_rank``-th latency within ``latency_bound_ms`` at a valid point, one
+    whose queue did not grow through the run, ``loadgen.overload_reason``; a miss without the
     queueing, ``loadgen.service_floor_missed``, ends a search that has not met) until it is done, its
     final rates re-measured (``confirm``: up to ``loadgen.CONFIRM_POINTS`` more points, each with its own seed).
 
@@ -190,7 +191,9 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
         )
         load = measure.HostLoad().start()
         trace = loadgen.serve(arrivals, spec.batch_size, step, time.perf_counter, time.sleep, qps)
+        invalid = loadgen.overload_reason(trace)
         met = loadgen.upper_bound_met(trace.latency_ms, rank, spec.latency_bound_ms)
+        met = False if invalid is not None and met is not None else met  # its percentiles grow with the run
         upper = sorted(trace.latency_ms)[rank - 1] if rank is not None and rank <= trace.served else None
         points.append(
             ServerPoint(
@@ -207,6 +210,8 @@ def serve_points(spec: RunnerSpec, step: Callable[[], float]) -> list[ServerPoin
                 done_s=trace.done_s,
                 upper_ms=upper,
                 met=met,
+                backlog_growth=loadgen.backlog_growth(trace.arrivals_s, trace.queue_ms),
+                invalid=invalid,
                 host_load=load.result(),
             )
         )

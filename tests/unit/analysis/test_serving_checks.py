@@ -74,6 +74,36 @@ def test_a_point_needs_the_queries_of_its_percentile_and_its_rank_is_the_interva
     assert serving.capacity_qps(4, 8.0) == 500.0
 
 
+def test_an_overloaded_server_point_is_invalid_and_its_percentiles_are_no_result():
+    """900 q/s against a capacity of 500: the queue grows for the whole run, so its p99 grows with the run's
+    length. With a bound every latency is within, the point would read ``met``; it reads ``invalid`` instead, its
+    percentiles are not printed as results, and a search does not take it as its max."""
+    from tasks.cli.figures import latency_lead, p99_cell, serving_texts
+
+    over = server_point(900.0)
+    record = {"scenario": "server", "wall_s": over["duration_s"], "examples": 0, "points": [over]}
+    s = serving.summarize(record, {}, [], batch_size=2, percentile=99, bound_ms=1e6)
+    assert s["outcome"] == "invalid" and s["met"] is False and s["invalid"].startswith("the queue grew")
+    assert s["points"][0]["backlog_growth"] == pytest.approx(0.8, abs=0.15)  # rho 1.8: waits grow 0.8 s per s
+    line = serving.summary_line(s)
+    assert "INVALID, the queue grew" in line and "p99 per query" not in line
+    assert "INVALID" in serving.serving_text(s)[0] and "per query" not in serving.serving_text(s)[0]
+    assert "not judged, the point is invalid" in serving.bound_text(s)
+    cells = serving_texts(s)["points"][0]
+    assert cells["outcome"] == "invalid" and cells["p99"].startswith("— (invalid")
+    assert latency_lead({"serving": s}) == "latency: none, the point is invalid (its queue grew through the run)"
+    assert p99_cell({"server_queries": 400, "server_invalid": s["invalid"]}) == "invalid (the queue grew)"
+    under = serving.summarize(
+        {**record, "points": [server_point(200.0)]}, {}, [], batch_size=2, percentile=99, bound_ms=1e6
+    )
+    assert under["invalid"] is None and under["outcome"] == "met"
+    points = [server_point(q, seed=i) for i, q in enumerate((100.0, 200.0, 900.0))]
+    search = serving.summarize(
+        {**record, "points": points, "search": True}, {}, [], batch_size=2, percentile=99, bound_ms=1e6
+    )
+    assert search["max_qps_target"] == 200.0 and [p["outcome"] for p in search["points"]] == ["met", "met", "invalid"]
+
+
 def test_a_search_reports_every_point_and_the_highest_rate_that_met():
     points = [server_point(q, seed=i) for i, q in enumerate((100.0, 200.0, 450.0, 950.0))]
     record = {"scenario": "server", "wall_s": 9.0, "examples": 0, "points": points, "search": True}

@@ -152,3 +152,22 @@ def test_the_per_query_tail_is_gated_against_the_baseline_runs_at_the_same_rate(
     none = _passed()
     gate_per_query(none, case, slow, None, QUIET)
     assert none.verdict == Verdict.PASS and "skipped" in none.evidence["per_query_tail"]
+
+
+def test_a_server_that_no_longer_keeps_up_with_the_baselines_rate_is_a_regression():
+    """This run's point is invalid (its queue grew through the run) where the baseline run's at the same rate was
+    valid: a regression whatever its percentiles; on a busy host inconclusive; an invalid baseline point is no
+    result to compare with."""
+    case = Case(model="m", mode="infer", scenario="server", target_qps=50, gate_percentile=99, paired=True)
+    base = _point(50.0, _latencies(600, 1))
+    over = {**_point(50.0, _latencies(600, 2)), "invalid": "the queue grew through the run: ..."}
+    d = _passed()
+    gate_per_query(d, case, over, base, QUIET)
+    assert d.verdict == Verdict.REGRESSION and d.evidence["gated_on"] == "p99 per query"
+    assert d.reason.startswith("regression on the p99 per query: this run's server did not keep up at 50 q/s")
+    busy = _passed()
+    gate_per_query(busy, case, over, base, {"busy": True, "reason": "others"})
+    assert busy.verdict == Verdict.INCONCLUSIVE and "host busy" in busy.reason
+    stale = _passed()
+    gate_per_query(stale, case, _point(50.0, _latencies(600, 2)), over, QUIET)
+    assert stale.verdict == Verdict.PASS and "is invalid" in stale.evidence["per_query_tail"]["skipped"]

@@ -92,7 +92,9 @@ def test_perfwatch_run_of_a_server_search_prints_one_throughput_and_each_finding
     assert f"{served['achieved_qps']:.1f} queries/s achieved" in out and run.throughput_eps == served["achieved_qps"]
     assert "service rate" not in out and "at the median batch" not in out
     assert "service capacity" in out and "not a rate the server delivered" in out
-    for p in points:
+    for p in points:  # a rate above the capacity (200 q/s of 30-45 ms batches of 4, 400 of 12-18) is invalid
         ci = percentile_ci(p["latency_ms"], 99)
-        assert f"p99 {ci.point:.2f} ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n={ci.n})" in out
+        shown = f"p99 {ci.point:.2f} ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n={ci.n})" in out
+        assert shown == (p["invalid"] is None), p["target_qps"]
+    assert out.count("INVALID, the queue grew through the run") == 2  # 200 and 400 q/s
     assert out.count("finding search_non_monotonic:") == 1, res.output

@@ -92,12 +92,22 @@ def test_the_reported_points_per_query_latencies_are_kept_for_the_next_runs_tail
     at_max = [p for p in served["points"]["search"] if p["target_qps"] == 100.0]
     assert kept is not None and kept["target_qps"] == 100.0
     assert kept["latency_ms"] == pytest.approx(at_max[0]["latency_ms"], abs=1e-4)
-    slow = server_points([(300.0, 0.008)], n=640)  # the baseline: 640 queries at 300 q/s, 8-12 ms a batch
+    slow = server_points([(200.0, 0.008)], n=640)  # the baseline: 640 queries at 200 q/s, 8-12 ms a batch
     base = archive_server_run(db_url, tmp_path, "base", slow, model="g", gate_percentile=99)
-    worse = server_points([(300.0, 0.016)], n=640)  # twice the service time: queues grow, the tail with them
+    # 1.5x the service time: at 0.75 of its capacity (0.5 before) queues grow longer, the tail with them; the
+    # server still keeps up (a valid point)
+    worse = server_points([(200.0, 0.012)], n=640)
     ctx, pulled, env, warm, run, parsed, _ = server_run_records(tmp_path, "cand", worse, model="g", gate_percentile=99)
     verdict = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "cand" / "work")
     tail = verdict.evidence["per_query_tail"]
-    assert verdict.baseline_run_ids == [base] and tail["rate_qps"] == pytest.approx(300.0)
+    assert verdict.baseline_run_ids == [base] and tail["rate_qps"] == pytest.approx(200.0)
     assert tail["verdict"] == "regression" and (tail["n_a"], tail["n_b"]) == (640, 640)
     assert verdict.verdict == "regression" and "p99 per query" in (verdict.reason or "")
+    # three times the baseline's service time: 200 q/s is 1.5x its capacity (4 / 30 ms), the queue grows through
+    # the run (an invalid point), a regression named as the rate the server no longer keeps up with
+    over = server_points([(200.0, 0.024)], n=640)
+    assert over[0]["invalid"] is not None and slow[0]["invalid"] is None
+    ctx, pulled, env, warm, run, parsed, _ = server_run_records(tmp_path, "over", over, model="g", gate_percentile=99)
+    lost = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "over" / "work")
+    assert lost.verdict == "regression" and lost.evidence["per_query_tail"]["invalid"] == over[0]["invalid"]
+    assert "this run's server did not keep up at 200 q/s where the baseline run's did" in (lost.reason or "")

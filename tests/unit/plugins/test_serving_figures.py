@@ -36,9 +36,11 @@ def test_the_run_page_section_gives_every_rate_and_the_max_qps(db_url, served):
     page = _text(serving_section(run_tool_tables(db_url, served["search"]).get("inputs")))
     assert page.startswith("Serving scenario server search: max QPS 100 q/s issued (nominal 100)")
     assert "unstable search: search_non_monotonic" in page and "search_non_monotonic: QPS search not monotonic" in page
-    for p in served["points"]["search"]:
+    for p in served["points"]["search"]:  # above capacity: invalid (200 q/s of 30-45 ms batches of 4)
         ci = percentile_ci(p["latency_ms"], 99)
-        assert f"p99 per query {ci.point:.2f} ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n=320)" in page
+        shown = f"p99 per query {ci.point:.2f} ms [{ci.low:.2f}, {ci.high:.2f}] (95%, n=320)" in page
+        assert shown == (p["invalid"] is None), p["target_qps"]
+    assert page.count("— (invalid: the queue grew through the run)") == 2  # 200 and 400 q/s
     assert "numbers agree" in page
     assert serving_section(None) == "" and serving_section({"latency_ms": {"p50": 1.0}}) == ""
 
@@ -69,6 +71,26 @@ def test_metrics_carry_the_servers_rates_per_query_latency_and_max_qps(db_url, s
     assert values("perfwatch_server_search_unstable") == {"b": 1.0}
     assert values("perfwatch_server_latency_bound_target_seconds") == {"b": pytest.approx(0.020)}
     assert {s.labels["scenario"] for s in families["perfwatch_server_offered_qps"].samples} == {"server"}
+    assert values("perfwatch_server_point_invalid") == {"a": 0.0, "b": 0.0}
+
+
+def test_an_invalid_point_exports_no_latency_and_says_it_is_invalid():
+    """400 q/s of 12-18 ms batches of 4 is 1.5x the capacity: its queue grows through the run, so its percentiles
+    grow with the run's length; /metrics says the point is invalid and exports none of them."""
+    from types import SimpleNamespace
+
+    from plugins.perfwatch.metrics import server_families
+    from tasks.analysis import serving
+
+    over = server_points([(400.0, 0.012)])
+    record = {"scenario": "server", "wall_s": over[0]["duration_s"], "examples": 0, "points": over}
+    s = serving.summarize(record, {}, [], batch_size=4, percentile=99, bound_ms=None)
+    run = SimpleNamespace(model="m", case_name="", latency_ms={"serving": s})
+    families = {f.name: f for f in server_families([run], lambda model, case: [model, case, case])}
+    assert [x.value for x in families["perfwatch_server_point_invalid"].samples] == [1.0]
+    assert families["perfwatch_server_latency_seconds"].samples == []
+    assert families["perfwatch_server_latency_bound_seconds"].samples == []
+    assert [x.value for x in families["perfwatch_server_achieved_qps"].samples] == [pytest.approx(s["achieved_qps"])]
 
 
 def test_the_run_page_shows_the_section(db_url, served, monkeypatch):

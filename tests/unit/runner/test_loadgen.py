@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from tasks.runner import loadgen
+from tests.helpers import builders
 
 
 class SimClock:
@@ -198,3 +199,46 @@ def test_the_service_floor_is_each_querys_latency_without_its_queueing():
     assert not loadgen.service_floor_missed(latency, queue, 95, None)
     with pytest.raises(ValueError, match="latency_ms has 100 queries, queue_ms 99"):
         loadgen.service_floor_missed(latency, queue[:-1], 95, 9.0)
+
+
+def _trace(rho: float, seed: int, batch_size: int = 4, n: int = 299, stall_at: int | None = None):
+    """A server point at ``rho`` times the capacity of batches of ``batch_size`` taking 10 and 15 ms in turn (mean
+    12.5 ms), on the simulated clock; ``stall_at``: that batch takes 500 ms instead (one stall of the host)."""
+    services = [0.010, 0.015] * (n + 1)
+    if stall_at is not None:
+        services[stall_at] = 0.5
+    qps = rho * batch_size / 0.0125
+    sim = builders.SimClock(services)
+    return loadgen.serve(loadgen.poisson_arrivals(qps, n, seed), batch_size, sim.step, sim.clock, sim.sleep, qps)
+
+
+@pytest.mark.parametrize("rho", [1.3, 2.0])
+def test_above_capacity_the_backlog_grows_at_rho_minus_one_and_the_point_is_invalid(rho):
+    """A query arriving at t waits about (rho - 1) t: the three-group slope reads it, and the point is invalid."""
+    for seed in range(5):
+        trace = _trace(rho, seed)
+        assert loadgen.backlog_growth(trace.arrivals_s, trace.queue_ms) == pytest.approx(rho - 1, abs=0.15)
+        reason = loadgen.overload_reason(trace)
+        assert reason is not None and reason.startswith("the queue grew through the run")
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_under_capacity_the_backlog_does_not_grow_and_the_point_is_valid(rho):
+    for seed in range(20):
+        trace = _trace(rho, seed)
+        assert abs(loadgen.backlog_growth(trace.arrivals_s, trace.queue_ms)) < 0.03
+        assert loadgen.overload_reason(trace) is None
+
+
+def test_one_stall_of_a_stable_server_is_no_growing_backlog():
+    """A 500 ms stall in the first third queues 40 times a service time: the medians of the thirds do not move."""
+    trace = _trace(0.5, 1, stall_at=20)
+    assert max(trace.queue_ms) > 400
+    assert loadgen.overload_reason(trace) is None
+
+
+def test_backlog_growth_needs_six_queries_in_pairs():
+    assert loadgen.backlog_growth([0.1, 0.2, 0.3], [0.0, 0.0, 0.0]) is None
+    assert loadgen.backlog_growth([0.0] * 6, [1.0] * 6) is None  # one instant: no span to grow over
+    with pytest.raises(ValueError, match="queue_ms 2: one each"):
+        loadgen.backlog_growth([0.1, 0.2, 0.3], [0.0, 0.0])

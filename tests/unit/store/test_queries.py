@@ -181,6 +181,7 @@ def test_runs_frame_keeps_its_contract(db_url, story):
         "server_issued_qps",
         "server_achieved_qps",
         "server_queries",
+        "server_invalid",
         *(f"server_{q}{c}" for q in ("p50", "p90", "p99") for c in ("_ms", "_low_ms", "_high_ms", "_estimable")),
         "server_max_qps",
         "server_max_qps_target",
