@@ -1143,6 +1143,10 @@ class PulledModel(Record):
     format: Literal["keras", "saved_model"]
     digest: str  # sha256 hex over the copied files (path + bytes)
     size_bytes: int
+    #: a built model's (``backbone``): what the builder built, from the runner's ``BuildResult``: constructor,
+    #: keras_version, params, input_shape and output_shape (one example), config_sha256 and weights_sha256 (hex);
+    #: None for a model pulled from the store (its files' ``digest`` says what it is)
+    built: dict[str, Any] | None = None
 
 
 class EnvRecord(Record):

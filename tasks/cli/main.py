@@ -752,6 +752,12 @@ def run_cmd(
             f"model {state.pulled.version}: {state.pulled.source_uri}; agreement and accuracy-like figures "
             "compare untrained functions"
         )
+        if built := state.pulled.built:
+            typer.echo(
+                f"  built {built['constructor']} under Keras {built['keras_version']}: {built['params']:,} parameters, "
+                f"input {tuple(built['input_shape'])}, output {tuple(built['output_shape'])}, weights sha256 "
+                f"{str(built.get('weights_sha256'))[:12]}, config sha256 {built['config_sha256'][:12]}"
+            )
     if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
         from tasks.store.reads import run_tool_tables
 

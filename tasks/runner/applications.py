@@ -148,6 +148,49 @@ def describe_call(constructor: str, input_shape: list[int] | None, classes: int 
     return f"{BACKBONE}.{constructor}({', '.join(args)}), random weights (seed {seed}), nothing downloaded"
 
 
+def first_kernel(layers: Iterable[Any]) -> tuple[str, list[int]] | None:
+    """The first layer of ``layers`` (a Keras model's ``layers``, in order) with a convolution kernel (rank 3 to 5:
+    ``(..., in_channels, out_channels)``): ``(its name, the kernel's shape)``; None when there is none (a model
+    that starts with a Dense layer, an embedding)."""
+    for layer in layers:
+        kernel = getattr(layer, "kernel", None)
+        shape = getattr(kernel, "shape", None)
+        if shape is not None and 3 <= len(shape) <= 5:
+            return str(layer.name), [int(d) for d in shape]
+    return None
+
+
+def stem_mismatch(
+    input_shape: list[int | None], kernel: tuple[str, list[int]] | None, channels_last: bool = True
+) -> str | None:
+    """Why a built image model is not the one asked for, None when it is: its first convolution's kernel
+    (:func:`first_kernel`: ``(name, shape)``) must read as many input channels as the model's input has
+    (``input_shape``, one example, batch left out: the last dimension, or the first with ``channels_last``
+    False). Keras 3.11's EfficientNets built a 1-channel ``stem_conv`` behind their ``Rescaling`` layer for 3-channel
+    inputs, without an error (keras-team/keras#21529): a model with a third of its stem's work, whose step time
+    is no EfficientNet's. None too where the model has no convolution or its input channels are unknown."""
+    if kernel is None or not input_shape:
+        return None
+    channels = input_shape[-1] if channels_last else input_shape[0]
+    name, shape = kernel
+    if channels is None or shape[-2] == channels:
+        return None
+    return (
+        f"its first convolution {name!r} reads {shape[-2]} input channel(s) (kernel {tuple(shape)}) where the "
+        f"model's input has {channels}: the builder did not build the architecture asked for"
+    )
+
+
+def weights_sha256(weights: Iterable[Any]) -> str:
+    """sha256 (hex) of a model's weights (``model.get_weights()``: numpy arrays, in order), each array's dtype,
+    shape and bytes: the digest of the weights the run measured, beside the config's (:func:`config_sha256`)."""
+    h = hashlib.sha256()
+    for w in weights:
+        h.update(f"{w.dtype.str}{tuple(w.shape)}".encode())
+        h.update(memoryview(w).tobytes() if w.flags.c_contiguous else w.tobytes())
+    return h.hexdigest()
+
+
 def build(name: str, input_shape: list[int] | None, classes: int | None, seed: int) -> tuple[Any, str]:
     """Build ``keras.applications.<constructor of name>`` with random weights (``weights=None``, after
     ``keras.utils.set_random_seed(seed)``); ``input_shape`` (one example, without the batch dimension) and
@@ -156,8 +199,9 @@ def build(name: str, input_shape: list[int] | None, classes: int | None, seed: i
     constructor name)``.
 
     Raises:
-        RunnerError: an unknown name (:func:`resolve`), or the constructor refuses the arguments (its
-            message, e.g. an input smaller than the architecture accepts).
+        RunnerError: an unknown name (:func:`resolve`), the constructor refuses the arguments (its
+            message, e.g. an input smaller than the architecture accepts), or it built another model than the
+            architecture asked for (:func:`stem_mismatch`: names the layer, its kernel and the Keras version).
     """
     import keras
 
@@ -176,4 +220,10 @@ def build(name: str, input_shape: list[int] | None, classes: int | None, seed: i
         model = getattr(keras.applications, constructor)(**kwargs)
     except (ValueError, TypeError) as e:
         raise RunnerError(f"{describe_call(constructor, input_shape, classes, seed)} failed: {e}") from e
+    channels_last = keras.backend.image_data_format() == "channels_last"
+    built = [None if d is None else int(d) for d in list(model.input_shape)[1:]]
+    if (why := stem_mismatch(built, first_kernel(model.layers), channels_last)) is not None:
+        raise RunnerError(
+            f"refused: {describe_call(constructor, input_shape, classes, seed)} under Keras {keras.__version__}: {why}"
+        )
     return model, constructor

@@ -369,6 +369,9 @@ class BuildResult(_Result):
     params: int = Field(description="the model's parameter count (count_params)")
     input_shape: list[int | None] = Field(description="the built model's input shape, batch dimension left out")
     output_shape: list[int | None] = Field(description="the built model's output shape, batch dimension left out")
+    weights_sha256: str | None = Field(
+        None, description="sha256 (hex) of the built weights (``applications.weights_sha256``, get_weights order)"
+    )
 
 
 class _Measured(_Result):

@@ -99,12 +99,15 @@ def build_application(
         PulledModel: ``version`` ``keras<Keras version>-<8 hex>``, ``digest`` the sha256 of the architecture's
         config (canonical JSON), ``source_uri`` the constructor call in words (``keras.applications.ResNet50(
         input_shape=(96, 96, 3), classes=10, weights=None), random weights (seed 0), nothing downloaded``),
-        ``format`` keras, ``size_bytes`` of the saved file.
+        ``format`` keras, ``size_bytes`` of the saved file, ``built``: what was built (constructor, Keras version,
+        parameter count, input and output shapes, the config's and the weights' sha256).
 
     Raises:
         ValueError: the case has no ``backbone``.
         tasks.runner.RunnerError: an unknown name (the message lists close matches), arguments the
-            constructor refuses (its message), or the runner failing or timing out.
+            constructor refuses (its message), a model that is not the architecture asked for (its first
+            convolution reads other channels than its input has: ``applications.stem_mismatch``), or the runner
+            failing or timing out.
     """
     if case.backbone is None:
         raise ValueError(f"case of model {case.model!r} has no backbone: pull it from the model store")
@@ -131,4 +134,16 @@ def build_application(
         format="keras",
         digest=built.config_sha256,
         size_bytes=built.size_bytes,
+        built=built.model_dump(
+            mode="json",
+            include={
+                "constructor",
+                "keras_version",
+                "params",
+                "input_shape",
+                "output_shape",
+                "config_sha256",
+                "weights_sha256",
+            },
+        ),
     )

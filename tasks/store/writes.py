@@ -480,6 +480,8 @@ def store_run(
                 s.add(RunTable(run_id=r.id, tool="inputs", data=fed))
             if (point := server_point_record(samples, run.latency_ms)) is not None:
                 s.add(RunTable(run_id=r.id, tool=SERVER_POINT_TOOL, data=point))
+            if pulled.built is not None:  # what a builder built (its weights' and config's digests)
+                s.add(RunTable(run_id=r.id, tool=BUILT_MODEL_TOOL, data=pulled.built))
             s.add(
                 RunComparison(
                     run_id=r.id,
@@ -512,6 +514,9 @@ def store_run(
     return _with_retries(tx)
 
 
+#: the ``run_tables`` tool of a built model's record (``PulledModel.built``: constructor, Keras version, parameter
+#: count, shapes, the config's and the weights' sha256)
+BUILT_MODEL_TOOL = "model_built"
 #: the ``run_tables`` tool of a server run's reported point's per-query latencies (:func:`server_point_record`)
 SERVER_POINT_TOOL = "server_point"
 

@@ -44,6 +44,9 @@ def test_the_smallest_application_is_built_versioned_by_its_config_and_steps(tmp
     assert small.name != other.name  # another input shape: another case, its own history and baseline
     assert "MobileNetV3Small(input_shape=(32, 32, 3), classes=10, weights=None)" in a.source_uri
     assert (tmp_path / "0" / "model" / "model.keras").is_file()
+    assert a.built is not None and a.built["constructor"] == "MobileNetV3Small" and a.built["params"] > 0
+    assert a.built["input_shape"] == [32, 32, 3] and a.built["output_shape"] == [10]
+    assert a.built["config_sha256"] == a.digest and len(a.built["weights_sha256"]) == 64
     w = warm_up(a, small, tmp_path / "0", sys.executable, 300)  # the built model runs, as every stage loads it
     assert 1 <= w.warmup_steps <= 10 and w.cold_step_ms > 0 and all(t > 0 for t in w.step_times_ms)
 

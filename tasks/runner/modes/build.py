@@ -25,7 +25,8 @@ def run(spec: BuildSpec) -> BuildResult:
     """Build, save and hash the model ``spec.name`` (module docstring).
 
     Raises:
-        RunnerError: unknown name (lists close matches) or arguments the constructor refuses.
+        RunnerError: unknown name (lists close matches), arguments the constructor refuses, or a model that is not
+            the architecture asked for (``applications.stem_mismatch``).
     """
     t0 = time.perf_counter()
     import keras
@@ -48,4 +49,5 @@ def run(spec: BuildSpec) -> BuildResult:
         params=int(model.count_params()),
         input_shape=_shape(model.input_shape),
         output_shape=_shape(model.output_shape),
+        weights_sha256=applications.weights_sha256(model.get_weights()),
     )

@@ -93,3 +93,37 @@ def test_a_constructor_without_a_static_default_gets_the_documented_shape_and_sa
     assert apps.describe_call("MobileNetV3Small", None, None, 0).startswith(
         "keras.applications.MobileNetV3Small(input_shape=(224, 224, 3) (Keras's documented default), weights=None)"
     )
+
+
+def _layer(name: str, kernel_shape: tuple[int, ...] | None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, kernel=None if kernel_shape is None else SimpleNamespace(shape=kernel_shape))
+
+
+def test_a_stem_that_reads_other_channels_than_the_input_is_refused_by_name():
+    """keras-team/keras#21529: Keras 3.11's EfficientNetB0 built ``stem_conv`` with a (3, 3, 1, 32) kernel behind
+    its Rescaling layer for 224x224x3 inputs, without an error. The first convolution must read the input's
+    channels; a Dense-first model or unknown channels are not judged."""
+    bug = [_layer("rescaling", None), _layer("normalization", None), _layer("stem_conv", (3, 3, 1, 32))]
+    assert apps.first_kernel(bug) == ("stem_conv", [3, 3, 1, 32])
+    why = apps.stem_mismatch([224, 224, 3], apps.first_kernel(bug))
+    assert why is not None and "'stem_conv' reads 1 input channel(s) (kernel (3, 3, 1, 32))" in why
+    assert "the model's input has 3" in why
+    good = [_layer("rescaling", None), _layer("stem_conv", (3, 3, 3, 32))]
+    assert apps.stem_mismatch([224, 224, 3], apps.first_kernel(good)) is None
+    assert apps.stem_mismatch([3, 224, 224], apps.first_kernel(good), channels_last=False) is None
+    assert apps.stem_mismatch([224, 224, 3], apps.first_kernel([_layer("dense", (8, 4))])) is None
+    assert apps.stem_mismatch([None, None, None], apps.first_kernel(bug)) is None
+
+
+def test_the_weights_digest_sees_every_value_dtype_and_shape():
+    import numpy as np
+
+    w = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros(3, dtype=np.float32)]
+    digest = apps.weights_sha256(w)
+    assert digest == apps.weights_sha256([x.copy() for x in w]) and len(digest) == 64
+    assert digest != apps.weights_sha256([w[0] + 1e-6, w[1]])
+    assert digest != apps.weights_sha256([w[0].reshape(3, 2), w[1]])
+    assert digest != apps.weights_sha256([w[0].astype(np.float64), w[1]])
+    assert digest != apps.weights_sha256([w[0].T, w[1]])  # the same bytes in another order

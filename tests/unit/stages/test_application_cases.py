@@ -153,6 +153,7 @@ class _Builds(RunnerProcess):
             params=1000,
             input_shape=[32, 32, 3],
             output_shape=[10],
+            weights_sha256="cd" * 32,
         )
 
 
@@ -166,8 +167,37 @@ def test_the_pull_stage_records_the_build_as_a_version_with_the_configs_digest(t
     assert pulled.version == "keras3.15.1-abababab" and pulled.digest == "ab" * 32
     assert pulled.format == "keras" and pulled.local_path == str(tmp_path / "model") and pulled.size_bytes == 3
     assert "weights=None" in pulled.source_uri and "nothing downloaded" in pulled.source_uri
+    assert pulled.built == {
+        "constructor": "MobileNetV3Small",
+        "keras_version": "3.15.1",
+        "params": 1000,
+        "input_shape": [32, 32, 3],
+        "output_shape": [10],
+        "config_sha256": "ab" * 32,
+        "weights_sha256": "cd" * 32,
+    }
     with pytest.raises(ValueError, match="has no backbone"):
         build_application(Case(model="m"), tmp_path, runner)
+
+
+def test_what_was_built_is_stored_with_the_run(db_url, tmp_path):
+    """The built model's record (its weights' and config's digests, parameters, shapes) goes into the store with
+    the run (``run_tables`` ``model_built``); a model pulled from the store has none."""
+    from tasks.stages.archive import archive_run
+    from tasks.store.reads import run_tool_tables
+    from tests.helpers.builders import server_points, server_run_records
+
+    built = {"constructor": "MobileNetV3Small", "params": 1000, "weights_sha256": "cd" * 32}
+    ids = []
+    for name, record in (("built", built), ("stored", None)):
+        ctx, pulled, env, warm, run, parsed, comp = server_run_records(
+            tmp_path, name, server_points([(100.0, 0.004)]), model=name
+        )
+        pulled = pulled.model_copy(update={"built": record})
+        archived = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, comp)
+        ids.append(archived.run_id)
+    assert run_tool_tables(db_url, ids[0]).get("model_built") == built
+    assert "model_built" not in run_tool_tables(db_url, ids[1])
 
 
 def test_a_paired_gate_re_measures_its_own_build_and_never_a_version_it_cannot_rebuild(home, monkeypatch, caplog):
