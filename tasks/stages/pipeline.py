@@ -421,8 +421,25 @@ def _pull(s: RunState, ctx: RunContext, st: Settings) -> PulledModel:
         # the build runs outside the measuring pool, maybe beside another case's measurement: with the GPUs hidden
         # (a cpu process's environment) it cannot take GPU memory or time from it; the weights are random anyway
         builder = RunnerProcess(st.runner_command, env=hidden_gpus_env("cpu"))
-        return build_application(ctx.case, work_dir(st, ctx), builder)
+        pulled = build_application(ctx.case, work_dir(st, ctx), builder)
+        return _checked_build(pulled, ctx, st)
     return pull_model_version(st.model_store, ctx.case.model, ctx.case.version, work_dir(st, ctx))
+
+
+def _checked_build(pulled: PulledModel, ctx: RunContext, st: Settings) -> PulledModel:
+    """A build checked against the case's earlier builds in the store (``pull.check_built``: refused where it
+    differs under the same Keras); differences from another Keras version's are logged and kept in
+    ``built["reference_differences"]``."""
+    from tasks.stages.pull import check_built
+    from tasks.store.reads import built_references
+
+    if pulled.built is None:
+        return pulled
+    differs = check_built(pulled.built, built_references(st.database_url, ctx.case.model, ctx.case.name))
+    if not differs:
+        return pulled
+    log.warning("%s: the build differs from an earlier Keras's: %s", ctx.case.name, "; ".join(differs))
+    return pulled.model_copy(update={"built": {**pulled.built, "reference_differences": differs}})
 
 
 def _fingerprint(s: RunState, ctx: RunContext, st: Settings) -> EnvRecord:

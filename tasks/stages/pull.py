@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from tasks.modelstore import (
     CorruptModelError,
@@ -80,6 +81,50 @@ def pull_model_version(store_uri: str, model: str, version: str, dest_dir: str |
         digest=sha256_tree(dest),
         size_bytes=size,
     )
+
+
+#: what a build of one case must reproduce under one Keras version (:func:`check_built`)
+BUILT_FIELDS = ("params", "input_shape", "output_shape")
+
+
+class BuildMismatch(RuntimeError):
+    """The model built is not the one this case built before under the same Keras (:func:`check_built`)."""
+
+
+def check_built(built: dict[str, Any], references: dict[str, dict[str, Any]]) -> list[str]:
+    """Check what a build made (``PulledModel.built``) against the case's earlier builds (``references``:
+    ``tasks.store.reads.built_references``, per Keras version the newest run's record with its ``run_id``).
+
+    Under the same Keras version the parameter count and the input and output shapes (:data:`BUILT_FIELDS`) must
+    be the reference's: one architecture under one Keras builds one model (a builder that reads a global, a
+    patched Keras, another ``image_data_format``). Under another Keras version they may differ (a release may
+    change an architecture), and each difference is returned in words for the run's log and record, e.g.
+    ``params 5,329,995 under Keras 3.11.1, 5,330,571 under Keras 3.10.0 (run 12)``.
+
+    Raises:
+        BuildMismatch: a field differs from the same Keras version's reference (names the fields, both values and
+            the reference's run).
+    """
+    version = str(built.get("keras_version"))
+
+    def differences(ref: dict[str, Any]) -> list[str]:
+        return [
+            f"{k} {_fmt(built.get(k))} under Keras {version}, {_fmt(ref.get(k))} under Keras "
+            f"{ref.get('keras_version')} (run {ref.get('run_id')})"
+            for k in BUILT_FIELDS
+            if ref.get(k) is not None and built.get(k) != ref.get(k)
+        ]
+
+    if version in references and (same := differences(references[version])):
+        raise BuildMismatch(
+            f"refused: {built.get('constructor')} is not the model this case built before under the same Keras: "
+            + "; ".join(same)
+        )
+    return [d for v, ref in references.items() if v != version for d in differences(ref)]
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(tuple(value) if isinstance(value, list) else value)
 
 
 def build_application(

@@ -438,6 +438,30 @@ def run_tool_tables(db_url: str, run_id: int) -> dict[str, dict[str, Any]]:
         return {t: d for t, d in s.execute(select(RunTable.tool, RunTable.data).where(RunTable.run_id == run_id))}
 
 
+def built_references(db_url: str, model: str, case_name: str) -> dict[str, dict[str, Any]]:
+    """What earlier successful runs of ``model``'s case ``case_name`` built (``run_tables`` 'model_built':
+    ``PulledModel.built``), the newest run's per Keras version: ``{keras_version: built record with its
+    run_id}``. Empty for a case never built, or a store without the model."""
+    with session_scope(db_url) as s:
+        rows = s.execute(
+            select(Run.id, RunTable.data)
+            .join(RunTable, RunTable.run_id == Run.id)
+            .join(Model, Model.id == Run.model_id)
+            .where(
+                Model.name == model,
+                Run.case_name == case_name,
+                Run.status == "success",
+                RunTable.tool == "model_built",
+            )
+            .order_by(Run.started_at.desc(), Run.id.desc())
+        ).all()
+    out: dict[str, dict[str, Any]] = {}
+    for run_id, data in rows:
+        if isinstance(data, dict) and (version := data.get("keras_version")) and version not in out:
+            out[str(version)] = {**data, "run_id": run_id}
+    return out
+
+
 def server_point(db_url: str, run_id: int) -> dict[str, Any] | None:
     """A server run's reported point with its per-query latencies (``run_tables`` 'server_point':
     ``tasks.store.writes.server_point_record``); None for a run without one."""

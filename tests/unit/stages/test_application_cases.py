@@ -229,3 +229,42 @@ def test_a_paired_gate_re_measures_its_own_build_and_never_a_version_it_cannot_r
     with caplog.at_level("WARNING"):
         assert pipeline.pull_paired_baseline(ctx, env, settings, pulled) is None
     assert "cannot be rebuilt; compared with the history only" in caplog.text
+
+
+def test_a_build_must_match_the_cases_earlier_build_under_the_same_keras(db_url, tmp_path):
+    """The store keeps each case's builds; a build under a Keras version the case was built with before must have
+    that build's parameters and shapes (refused by name otherwise), and one under another Keras says how it
+    differs (EfficientNetB0 under Keras 3.11.1 against 3.10.0: the 1-channel stem has 576 parameters fewer)."""
+    from tasks.stages.archive import archive_run
+    from tasks.stages.pull import BuildMismatch, check_built
+    from tasks.store.reads import built_references
+    from tests.helpers.builders import server_points, server_run_records
+
+    ref = {"constructor": "EfficientNetB0", "keras_version": "3.10.0", "params": 5_330_571,
+           "input_shape": [224, 224, 3], "output_shape": [1000]}  # fmt: skip
+    ctx, pulled, env, warm, run, parsed, comp = server_run_records(
+        tmp_path, "ref", server_points([(100.0, 0.004)]), model="effnet"
+    )
+    pulled = pulled.model_copy(update={"built": ref})
+    run_id = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, comp).run_id
+    refs = built_references(db_url, "effnet", ctx.case.name)
+    assert refs == {"3.10.0": {**ref, "run_id": run_id}} and built_references(db_url, "effnet", "other") == {}
+    assert check_built(dict(ref), refs) == []
+    with pytest.raises(BuildMismatch, match=r"params 5,329,995 under Keras 3.10.0, 5,330,571 under Keras 3.10.0"):
+        check_built({**ref, "params": 5_329_995}, refs)
+    with pytest.raises(BuildMismatch, match=r"output_shape \(10,\) under Keras 3.10.0, \(1000,\)"):
+        check_built({**ref, "output_shape": [10]}, refs)
+    newer = {**ref, "keras_version": "3.11.1", "params": 5_329_995}
+    assert check_built(newer, refs) == [
+        f"params 5,329,995 under Keras 3.11.1, 5,330,571 under Keras 3.10.0 (run {run_id})"
+    ]
+    # the pull stage's glue: a same-Keras mismatch fails the stage, another Keras's difference is kept with the build
+    from tasks.settings import Settings
+    from tasks.stages import pipeline
+
+    settings = Settings.from_env({"PERFWATCH_HOME": str(tmp_path / "home"), "PERFWATCH_DATABASE_URL": db_url})
+    with pytest.raises(BuildMismatch, match="refused: EfficientNetB0 is not the model this case built before"):
+        pipeline._checked_build(pulled.model_copy(update={"built": {**ref, "params": 1}}), ctx, settings)
+    kept = pipeline._checked_build(pulled.model_copy(update={"built": newer}), ctx, settings)
+    assert kept.built is not None and kept.built["reference_differences"] == check_built(newer, refs)
+    assert pipeline._checked_build(pulled.model_copy(update={"built": None}), ctx, settings).built is None
