@@ -164,9 +164,11 @@ demo: airflow-init
 	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2 || status=1; \
 	exit $$status
 
-# --durations: the 25 slowest tests, printed at the end (where the 30-minute budget goes).
+# Two worker processes (pytest-xdist; tests/conftest.py gives each its own PostgreSQL and Airflow metadata
+# database, and keeps the tests that share Redis on one worker: --dist loadgroup). --durations: the 25 slowest
+# tests, printed at the end (where the 20-minute budget goes).
 test: airflow-init
-	$(VENV)/bin/pytest -q --durations=25
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=25
 
 # The unit tests (tests/unit): pure Python, SQLite (PostgreSQL too when PERFWATCH_TEST_DATABASE_URL is set),
 # no TensorFlow runner and no Airflow services; the marker filter keeps a slow or live test out if one lands there.

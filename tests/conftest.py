@@ -13,7 +13,57 @@ from tests.helpers.models import make_model
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+#: pytest-xdist's name of this worker process (``gw0``, ``gw1``; ``make test`` runs two), None without xdist
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+#: test files that share one outside resource no worker may use beside another: the live Airflow tests empty and
+#: use Redis database 0 and start Celery workers on it; ``--dist loadgroup`` runs a group on one worker, in turn
+SHARED_GROUPS = {"test_airflow_live.py": "redis", "test_fleet_live.py": "redis"}
+
+
+def _own_databases(worker: str) -> None:
+    """Give this xdist worker its own databases, before any test module reads the environment: the PostgreSQL
+    test database ``<name>_<worker>`` on the same server (created when missing; each test empties or drops its
+    tables, so two workers on one database would empty each other's), and a copy of ``AIRFLOW_HOME``'s
+    SQLite metadata database (``make airflow-init`` migrated it) in a directory of its own, removed at exit."""
+    import atexit
+    import tempfile
+
+    url = os.environ.get("PERFWATCH_TEST_DATABASE_URL")
+    if url:
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.engine import make_url
+
+        base = make_url(url)
+        name = f"{base.database}_{worker}"
+        engine = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar() is None:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+        engine.dispose()
+        os.environ["PERFWATCH_TEST_DATABASE_URL"] = base.set(database=name).render_as_string(hide_password=False)
+    metadata = Path(os.environ.get("AIRFLOW_HOME", "")) / "airflow.db"
+    if os.environ.get("AIRFLOW_HOME") and metadata.is_file():
+        own = Path(tempfile.mkdtemp(prefix=f"perfwatch-{worker}-"))
+        atexit.register(shutil.rmtree, own, True)
+        shutil.copy(metadata, own / "airflow.db")
+        os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{own / 'airflow.db'}"
+
+
+if WORKER:
+    _own_databases(WORKER)
+    # execnet starts xdist's workers with COLUMNS=80 and LINES=24; a test process of a serial run has neither (the
+    # CLI then renders 200 columns wide, tasks.cli.render): a test that wants a width sets its own
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 PG_URL = os.environ.get("PERFWATCH_TEST_DATABASE_URL")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests of a file in :data:`SHARED_GROUPS` go into that xdist group (one worker runs them in turn)."""
+    for item in items:
+        if (group := SHARED_GROUPS.get(item.path.name)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
