@@ -23,8 +23,10 @@ SHARED_GROUPS = {"test_airflow_live.py": "redis", "test_fleet_live.py": "redis"}
 def _own_databases(worker: str) -> None:
     """Give this xdist worker its own databases, before any test module reads the environment: the PostgreSQL
     test database ``<name>_<worker>`` on the same server (created when missing; each test empties or drops its
-    tables, so two workers on one database would empty each other's), and a copy of ``AIRFLOW_HOME``'s
-    SQLite metadata database (``make airflow-init`` migrated it) in a directory of its own, removed at exit."""
+    tables, so two workers on one database would empty each other's), and its own ``AIRFLOW_HOME``: a copy of
+    the one ``make airflow-init`` migrated (its SQLite metadata database; ``airflow.cfg``'s paths rewritten to the
+    copy) in a directory of its own, removed at exit. A test that sets an ``AIRFLOW_HOME`` of its own still gets
+    that home's database, as in a serial run."""
     import atexit
     import tempfile
 
@@ -41,12 +43,15 @@ def _own_databases(worker: str) -> None:
                 conn.execute(text(f'CREATE DATABASE "{name}"'))
         engine.dispose()
         os.environ["PERFWATCH_TEST_DATABASE_URL"] = base.set(database=name).render_as_string(hide_password=False)
-    metadata = Path(os.environ.get("AIRFLOW_HOME", "")) / "airflow.db"
-    if os.environ.get("AIRFLOW_HOME") and metadata.is_file():
-        own = Path(tempfile.mkdtemp(prefix=f"perfwatch-{worker}-"))
-        atexit.register(shutil.rmtree, own, True)
-        shutil.copy(metadata, own / "airflow.db")
-        os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{own / 'airflow.db'}"
+    home = os.environ.get("AIRFLOW_HOME")
+    if home and (Path(home) / "airflow.db").is_file():
+        root = Path(tempfile.mkdtemp(prefix=f"perfwatch-{worker}-"))
+        atexit.register(shutil.rmtree, root, True)
+        own = root / "airflow"
+        shutil.copytree(home, own, ignore=shutil.ignore_patterns("logs"))
+        if (cfg := own / "airflow.cfg").is_file():  # it names its database, logs and dags by the home's path
+            cfg.write_text(cfg.read_text().replace(str(Path(home)), str(own)))
+        os.environ["AIRFLOW_HOME"] = str(own)
 
 
 if WORKER:
