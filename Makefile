@@ -164,8 +164,8 @@ demo: airflow-init
 	$(PERFWATCH) runs --model $(DEMO_MODEL) --last 2 || status=1; \
 	exit $$status
 
-# Two worker processes (pytest-xdist; tests/conftest.py gives each its own PostgreSQL and Airflow metadata
-# database, and keeps the tests that share Redis on one worker: --dist loadgroup). --durations: the 25 slowest
+# Two worker processes (pytest-xdist; tests/conftest.py gives each its own PostgreSQL test database and its own
+# copy of AIRFLOW_HOME, and keeps the tests that share Redis on one worker: --dist loadgroup). --durations: the 25 slowest
 # tests, printed at the end (where the 20-minute budget goes).
 test: airflow-init
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup --durations=25

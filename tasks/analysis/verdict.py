@@ -1099,7 +1099,8 @@ def gate_per_query(
     Nothing changes without a baseline point, when the two points are at different rates (a search case whose
     maxima differ: not like for like; said in the evidence) or when the baseline's point is invalid (its queue grew
     through the run: ``baseline["invalid"]``); this run's invalid point against a valid one is a regression
-    (:func:`_gate_overloaded`)."""
+    whatever its percentiles (they grow with the run's length), ``inconclusive`` on a busy host (the capacity it
+    lost may be the host's), recorded with ``invalid`` in place of the tail test's figures."""
     from tasks.analysis import tail as tail_gate
 
     ev = d.evidence
@@ -1122,28 +1123,42 @@ def gate_per_query(
             f"compare with: {baseline['invalid']}"
         }
         return
-    if candidate.get("invalid"):
-        _gate_overloaded(d, case, candidate, noise, rate_c, label)
-        return
-    offset_sd = float((ev.get("paired_offset") or {}).get("sd") or 0.0)
-    t = tail_gate.compare_tail(
-        baseline["latency_ms"],
-        candidate["latency_ms"],
-        case.gate_percentile,
-        confidence=case.confidence,
-        tolerance=case.tolerance,
-        offset_sd=offset_sd,
-    )
-    verdict, reason = t.verdict, f"per query at {rate_c:.4g} q/s against the baseline run's: {t.reason}"
-    base_share = (baseline.get("host_load") or {}).get("other_cpu_share")
-    busy_base = isinstance(base_share, int | float) and base_share > case.max_other_cpu_share
-    if verdict in DECIDED and ((noise is not None and noise.get("busy")) or busy_base):
-        where = "this run's host" if noise is not None and noise.get("busy") else "the baseline run's host"
-        verdict = Verdict.INCONCLUSIVE
-        reason = f"host busy: {label} gate left undecided ({where} was busy; two runs at two times); it said: {reason}"
-    reason += " (two runs, two processes: a change of the host between them moves the ratio)"
-    ev["per_query_tail"] = {**t.model_dump(mode="json"), "rate_qps": rate_c, "verdict_after_noise": verdict}
-    ev["per_query_tail"]["reason"] = reason
+    t: tail_gate.TailComparison | None = None
+    if candidate.get("invalid"):  # the server no longer keeps up with a rate it served: its percentiles grow
+        verdict = Verdict.REGRESSION  # with the run's length, so no ratio of them is the change
+        reason = (
+            f"this run's server did not keep up at {rate_c:.4g} q/s where the baseline run's did: "
+            f"{candidate['invalid']}"
+        )
+        if noise is not None and noise.get("busy"):
+            verdict = Verdict.INCONCLUSIVE
+            reason = (
+                f"host busy: {label} gate left undecided (this run's host was busy: the capacity it lost may be "
+                f"the host's); {reason}"
+            )
+        record: dict[str, Any] = {"invalid": candidate["invalid"]}
+    else:
+        offset_sd = float((ev.get("paired_offset") or {}).get("sd") or 0.0)
+        t = tail_gate.compare_tail(
+            baseline["latency_ms"],
+            candidate["latency_ms"],
+            case.gate_percentile,
+            confidence=case.confidence,
+            tolerance=case.tolerance,
+            offset_sd=offset_sd,
+        )
+        verdict, reason = t.verdict, f"per query at {rate_c:.4g} q/s against the baseline run's: {t.reason}"
+        base_share = (baseline.get("host_load") or {}).get("other_cpu_share")
+        busy_base = isinstance(base_share, int | float) and base_share > case.max_other_cpu_share
+        if verdict in DECIDED and ((noise is not None and noise.get("busy")) or busy_base):
+            where = "this run's host" if noise is not None and noise.get("busy") else "the baseline run's host"
+            verdict = Verdict.INCONCLUSIVE
+            reason = (
+                f"host busy: {label} gate left undecided ({where} was busy; two runs at two times); it said: {reason}"
+            )
+        reason += " (two runs, two processes: a change of the host between them moves the ratio)"
+        record = t.model_dump(mode="json")
+    ev["per_query_tail"] = {**record, "rate_qps": rate_c, "verdict_after_noise": verdict, "reason": reason}
     before = Verdict(d.verdict)
     final = tail_gate.combine(before, verdict)
     if final == before:
@@ -1151,52 +1166,9 @@ def gate_per_query(
         return
     ev["verdict_before_per_query"] = {"verdict": before, "reason": d.reason, "ratio": d.ratio}
     ev["gated_on"] = label
-    if verdict != Verdict.INCONCLUSIVE and t.ci_low is not None and t.ci_high is not None:
+    if t is not None and verdict != Verdict.INCONCLUSIVE and t.ci_low is not None and t.ci_high is not None:
         d.ratio, d.ci_low, d.ci_high = t.ratio, t.ci_low, t.ci_high
         d.limit = float(t.a["point"]) * (1 + case.tolerance)
-    d.verdict = final
-    d.reason = f"{final} on the {label}: {reason} Before it the gate said {before}: {d.reason}"
-
-
-def _gate_overloaded(
-    d: Decision,
-    case: Any,
-    candidate: Mapping[str, Any],
-    noise: Mapping[str, Any] | None,
-    rate_qps: float,
-    label: str,
-) -> None:
-    """:func:`gate_per_query` where this run's point is invalid (its queue grew through the run,
-    ``candidate["invalid"]``, the runner's ``loadgen.overload_reason``) and the baseline run's at the same rate
-    was not: the server no longer keeps up with a rate it served, a ``regression`` on ``label`` whatever its
-    percentiles (they grow with the run's length). On a busy host (``noise["busy"]``) the capacity it lost may be
-    the host's: ``inconclusive``. Recorded in ``evidence["per_query_tail"]`` (``invalid``, ``rate_qps``,
-    ``verdict_after_noise``, ``reason``); the verdict becomes ``tail.combine`` of the gate's and this one."""
-    from tasks.analysis import tail as tail_gate
-
-    verdict = Verdict.REGRESSION
-    reason = (
-        f"this run's server did not keep up at {rate_qps:.4g} q/s where the baseline run's did: {candidate['invalid']}"
-    )
-    if noise is not None and noise.get("busy"):
-        verdict = Verdict.INCONCLUSIVE
-        reason = (
-            f"host busy: {label} gate left undecided (this run's host was busy: the capacity it lost may be the "
-            f"host's); {reason}"
-        )
-    d.evidence["per_query_tail"] = {
-        "invalid": candidate["invalid"],
-        "rate_qps": rate_qps,
-        "verdict_after_noise": verdict,
-        "reason": reason,
-    }
-    before = Verdict(d.verdict)
-    final = tail_gate.combine(before, verdict)
-    if final == before:
-        d.reason = f"{d.reason}; {reason}" if d.reason else reason
-        return
-    d.evidence["verdict_before_per_query"] = {"verdict": before, "reason": d.reason, "ratio": d.ratio}
-    d.evidence["gated_on"] = label
     d.verdict = final
     d.reason = f"{final} on the {label}: {reason} Before it the gate said {before}: {d.reason}"
 

@@ -187,7 +187,7 @@ def weights_sha256(weights: Iterable[Any]) -> str:
     h = hashlib.sha256()
     for w in weights:
         h.update(f"{w.dtype.str}{tuple(w.shape)}".encode())
-        h.update(memoryview(w).tobytes() if w.flags.c_contiguous else w.tobytes())
+        h.update(w.tobytes())  # C order whatever the array's layout
     return h.hexdigest()
 
 

@@ -238,8 +238,9 @@ def overload_reason(trace: ServerTrace) -> str | None:
     thirds = _thirds(trace.arrivals_s, trace.queue_ms)
     if thirds is None or not trace.service_ms:
         return None
-    early_ms, late_ms, span_s = thirds
-    growth = (late_ms - early_ms) / 1000.0 / span_s
+    early_ms, late_ms, _ = thirds
+    growth = backlog_growth(trace.arrivals_s, trace.queue_ms)
+    assert growth is not None  # the same thirds
     service_ms = statistics.median(trace.service_ms)
     if growth <= BACKLOG_GROWTH_LIMIT or late_ms - early_ms <= BACKLOG_FLOOR_SERVICES * service_ms:
         return None
