@@ -580,6 +580,7 @@ def model_history(request: Request, model: str, access: Readable) -> HTMLRespons
         "diamonds: runs that served as a baseline; dotted lines: a new version, red dashed: a new environment. "
         "Hover a point for the run, click it to open the run.</p>"
         f"<div class='chart'>{chart}</div>"
+        + _ops_section(request, model, access)
         + _versions_section(request, model, df)
         + "<h2>Runs</h2>"
         + _table(
@@ -598,6 +599,41 @@ def _failed_verdicts(df: pd.DataFrame) -> pd.DataFrame:
     out["verdict"] = out["verdict"].astype(object)
     out.loc[failed, "verdict"] = "failed@" + out.loc[failed, "failed_stage"].fillna("unknown stage").astype(str)
     return out
+
+
+#: the op change points on a model's page (``tasks.services.op_changes.OP_CHANGE_COLUMNS``)
+OP_CHANGE_PAGE_COLUMNS = [
+    "case_name",
+    "op_name",
+    "op_type",
+    "run_id",
+    "prev_version",
+    "version",
+    "ratio",
+    "before_us",
+    "after_us",
+    "status",
+    "confirms_on",
+]
+
+
+def _ops_section(request: Request, model: str, access: RunAccess) -> str:
+    """Which op moved over the nights (``perfwatch changes MODEL --ops``): the change points of each case's
+    largest ops' time per step, at runs the user may read; empty when no case has an op table."""
+    from tasks.services.op_changes import DEFAULT_TOP_OPS, op_change_table
+
+    df, series = op_change_table(_db(), model)
+    if not series or not any(s.runs for s in series.values()):
+        return ""
+    return (
+        "<h2>Which op moved</h2><p class='note'>Change points of the time per step (µs: its share of the profiled "
+        "window's op self-time times the run's median CPU time per step, or its median step time where a run "
+        "lacks CPU time or a GPU carries the steps) of each case's "
+        f"{DEFAULT_TOP_OPS} largest ops over its runs (E-divisive means, as the step-time trend); "
+        "ratio: after / before with its 95% interval; tentative: fewer runs after it than confirm it "
+        f"(<code>perfwatch changes {html.escape(shlex.quote(model))} --ops</code>).</p>"
+        + _table(request, _readable(df, access), OP_CHANGE_PAGE_COLUMNS, empty="No op moved.")
+    )
 
 
 def _versions_section(request: Request, model: str, df: pd.DataFrame) -> str:

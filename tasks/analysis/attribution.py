@@ -480,6 +480,35 @@ def attribute_runs(
     )
 
 
+def op_times(
+    run: RunOps, *, rename: Mapping[str, str] | None = None, step_ms: float | None = None
+) -> tuple[pd.Series, bool]:
+    """One run's time per step of each op, µs: the op's share of its profiled window's op self-time (xprof
+    framework_op_stats, IDLE left out, host and device rows alike) times the run's measured median step time (ms,
+    profiler off; our timer), as :func:`attribute` scales a side; ``step_ms``: another per-step figure of the run
+    to split instead (ms, e.g. its median CPU time per step). ``rename``: top-level op scopes to rename first
+    (``match_scopes``, e.g. to another run's names). Without a median (or with a window holding no op self-time)
+    the raw window self-time per profiled step.
+
+    Returns:
+        (a Series of µs/step indexed by ``KEY`` (host_or_device, op_type, op_name), whether it is scaled to the
+        measured median).
+
+    Raises:
+        ValueError: the run records no profiled steps, or its measured median is not a positive number.
+    """
+    label = f"run {run.run_id}" if run.run_id is not None else "the run"
+    if run.profiled_steps is None:
+        raise ValueError(f"{label} records no profiled_steps: its op self-times cannot be put per step")
+    median = _measured(step_ms if step_ms is not None else run.measured_median_ms, f"{label}'s measured median")
+    df = _frame(run.ops, label)
+    per_step = _per_step(_rename_scopes(df, dict(rename or {})), run.profiled_steps, label)
+    total = float(per_step.sum())
+    if median is None or total <= 0:
+        return per_step, False
+    return per_step * (median * 1e3 / total), True
+
+
 def window_warnings(checks: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
     """One warning per profiled window that is not representative of its run's measured steps.
 

@@ -21,6 +21,11 @@ between processes on the 2-core dev machine) and a slow creep that the auto-acce
   point is ``transient`` (an excursion that ended). :func:`new_change_points` is what a nightly check alerts
   on: the confirmed points of the series that the series without its newest run did not have confirmed,
   so a change alerts once, on the night that confirms it; tentative and transient points never alert.
+* **Per-op change points** (:func:`op_change_points`): the same search on each of a case's largest ops' series
+  (:func:`watched_ops`; each run's op time per step, µs: ``attribution.op_times``), with a larger
+  ``min_magnitude`` (an op spreads more than the step). :func:`ops_at` picks the ops that moved where a step-time
+  change point is, so an alert names them (FBDetect does this per subroutine at Meta: Tang et al., "FBDetect:
+  Catching Tiny Performance Regressions at Hyperscale", SOSP 2024).
 * **Creep guard** (:func:`creep_guard`): the level of the active baseline (the median step times of
   the newest accepted runs) against the level of the baseline that was active a window ago (e.g.
   30 days): ratio of geometric means with a one-sided Welch t bound. ``creep`` when the lower bound
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +48,10 @@ if TYPE_CHECKING:  # numpy and scipy are imported where used: `perfwatch --help`
 
 #: metric -> +1 when a higher value is slower (times), -1 when a lower value is slower (throughput).
 METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "median_cpu_ms": +1, "throughput_eps": -1}
+#: The series of one op (:func:`op_change_points`): its time per step, µs (``attribution.op_times``).
+OP_METRIC = "op_us_per_step"
+#: every series a change point can be looked for in, with its direction (as :data:`METRICS`)
+DIRECTIONS: dict[str, int] = {**METRICS, OP_METRIC: +1}
 
 #: Otava's significance threshold for the final change points (bench/changes.py: false alarms per series).
 DEFAULT_MAX_PVALUE = 2e-5
@@ -75,7 +84,8 @@ class ChangePoint:
     """One change point of a series.
 
     Attributes:
-        metric: the series (``median_step_ms``, ``p90_step_ms``: ms; ``throughput_eps``: examples/s).
+        metric: the series (``median_step_ms``, ``p90_step_ms``, ``median_cpu_ms``: ms; ``throughput_eps``:
+            examples/s; ``op_us_per_step``: one op's time per step, µs).
         index: position in the series of the first run after the change.
         run_id: that run's id.
         before, after: geometric means of the segments before and after (the series' unit).
@@ -128,8 +138,8 @@ def definition_segments(definitions: Sequence[str | None]) -> list[range]:
 def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.ndarray:
     import numpy as np
 
-    if metric not in METRICS:
-        raise ValueError(f"metric {metric!r}: expected one of {sorted(METRICS)}")
+    if metric not in DIRECTIONS:
+        raise ValueError(f"metric {metric!r}: expected one of {sorted(DIRECTIONS)}")
     if len(values) != len(run_ids):
         raise ValueError(f"{len(values)} values but {len(run_ids)} run ids: expected one run id per value")
     x = np.asarray(values, dtype=float)
@@ -170,7 +180,7 @@ def detect_change_points(
     Args:
         values: one value per run (``metric``'s unit: ms, or examples/s for throughput), oldest first.
         run_ids: the run of each value.
-        metric: a key of :data:`METRICS` (which direction is slower).
+        metric: a key of :data:`DIRECTIONS` (which direction is slower).
         max_pvalue, min_magnitude, window_len: Otava's significance threshold, smallest relative change of
             the segment means, and split window (runs).
         confidence: of the ratio intervals (two-sided).
@@ -220,12 +230,107 @@ def detect_change_points(
                 p_value=float(cp.stats.pvalue),
                 n_before=len(before),
                 n_after=len(after),
-                slower=(ratio > 1) == (METRICS[metric] > 0),
+                slower=(ratio > 1) == (DIRECTIONS[metric] > 0),
                 confidence=confidence,
                 status=status,
                 runs_to_confirm=min_runs_after - len(after) if status == "tentative" else 0,
             )
         )
+    return out
+
+
+#: Ops of a case whose series are searched (:func:`watched_ops`): the largest by time per step.
+DEFAULT_TOP_OPS = 10
+#: Smallest relative change of an op's segment means reported (Otava's ``min_magnitude`` for op series): an op's
+#: time per step spreads more from run to run than the step time (bench/op_changes.py).
+DEFAULT_OP_MIN_MAGNITUDE = 0.05
+
+
+@dataclass(frozen=True)
+class OpChangePoint:
+    """A change point of one op's time per step in a nightly series (:func:`op_change_points`).
+
+    Attributes:
+        op: the op's key, (host_or_device, op_type, op_name) as xprof's framework_op_stats names it.
+        point: the change point of its series (``metric`` ``op_us_per_step``; ``before``/``after`` in µs per step;
+            ``index`` counts the runs that hold the op).
+        runs: runs of the series that hold the op (its series' length).
+        missing: runs of the series whose op table lacks it (left out of its series, never read as 0 µs).
+    """
+
+    op: tuple[str, str, str]
+    point: ChangePoint
+    runs: int
+    missing: int
+
+
+def watched_ops(per_run: Sequence[Mapping[tuple[str, str, str], float]], top: int = DEFAULT_TOP_OPS) -> list[Any]:
+    """The ``top`` ops of a series with the largest 90th percentile of their time per step over its runs (an op
+    absent from a run counts 0 µs there), largest first, ties by key. A percentile, not the newest run: an op that
+    grew in the last nights and one that shrank away are both watched.
+
+    ``per_run``: one mapping per run, op key -> µs per step (``attribution.op_times``).
+
+    Raises:
+        ValueError: ``top`` < 1.
+    """
+    import numpy as np
+
+    if top < 1:
+        raise ValueError(f"top = {top!r}: expected a whole number of ops >= 1")
+    keys = sorted({k for r in per_run for k in r})
+    if not keys:
+        return []
+    p90 = np.percentile([[r.get(k, 0.0) for r in per_run] for k in keys], 90, axis=1)
+    order = sorted(range(len(keys)), key=lambda i: (-p90[i], keys[i]))
+    return [keys[i] for i in order[:top] if p90[i] > 0]
+
+
+def op_change_points(
+    per_run: Sequence[Mapping[tuple[str, str, str], float]],
+    run_ids: Sequence[int],
+    *,
+    top: int = DEFAULT_TOP_OPS,
+    min_magnitude: float = DEFAULT_OP_MIN_MAGNITUDE,
+    max_pvalue: float | None = None,
+    **kwargs: Any,
+) -> list[OpChangePoint]:
+    """Change points of each watched op's time per step over a nightly series (Otava's E-divisive means, as
+    :func:`detect_change_points`, on each op's own series): which op moved, at which run, by how much.
+
+    Args:
+        per_run: one mapping per run, oldest first: op key -> the op's time per step there (µs, each run's op shares
+            scaled to its own measured median step time: ``attribution.op_times``); an op a run lacks is left out
+            of that op's series (``OpChangePoint.missing``), not read as 0.
+        run_ids: the run of each mapping.
+        top: how many ops are watched (:func:`watched_ops`).
+        min_magnitude: smallest relative change of an op's segment means reported.
+        max_pvalue: Otava's significance threshold per op; default :data:`DEFAULT_MAX_PVALUE` / ``top``
+            (Bonferroni over the watched ops. bench/op_changes.py, 150 resampled series of 30 nights: a confirmed
+            op point in 4.0% of no-change series at 2e-5 per op and 1.3% at 2e-6, while 75% and 73% of the ops a
+            real version moved were found within 5 nights; 400 series at the default: 3.0% and 73.5%).
+        kwargs: the rest of :func:`detect_change_points`'s settings (``min_runs_after``, ...).
+
+    Returns:
+        The change points of every watched op, by op (largest first) then in series order.
+
+    Raises:
+        ValueError: lengths differ, ``top`` < 1, or a setting :func:`detect_change_points` refuses.
+    """
+    if len(per_run) != len(run_ids):
+        raise ValueError(f"{len(per_run)} op tables but {len(run_ids)} run ids: expected one run id per table")
+    out = []
+    for op in watched_ops(per_run, top):
+        held = [(rid, float(r[op])) for rid, r in zip(run_ids, per_run, strict=True) if r.get(op, 0.0) > 0]
+        found = detect_change_points(
+            [v for _, v in held],
+            [rid for rid, _ in held],
+            metric=OP_METRIC,
+            min_magnitude=min_magnitude,
+            max_pvalue=max_pvalue if max_pvalue is not None else DEFAULT_MAX_PVALUE / top,
+            **kwargs,
+        )
+        out += [OpChangePoint(op=op, point=cp, runs=len(held), missing=len(per_run) - len(held)) for cp in found]
     return out
 
 
@@ -392,13 +497,50 @@ def creep_is_new(now: CreepCheck, before: CreepCheck | None, shift_runs: Sequenc
     return not any(newest_then is None or r > newest_then for r in shift_runs)
 
 
-def alerts(new_points: Sequence[ChangePoint], creep: CreepCheck | None, *, creep_alerts: bool = True) -> list[str]:
+def ops_at(cp: ChangePoint, op_points: Sequence[OpChangePoint], positions: Mapping[int, int]) -> list[OpChangePoint]:
+    """The op change points that moved where the step-time change point ``cp`` is: within
+    :data:`SAME_CHANGE_RUNS` runs of it, in the direction of the change, largest relative change first.
+
+    ``positions``: run id -> position in ``cp``'s series (an op's own series leaves out runs that lack it, so
+    the positions come from the step-time series). An op point at a run not in ``positions`` is left out.
+    """
+    import math
+
+    near = [
+        o
+        for o in op_points
+        if o.point.run_id in positions
+        and abs(positions[o.point.run_id] - cp.index) <= SAME_CHANGE_RUNS
+        and o.point.slower == cp.slower
+    ]
+    return sorted(near, key=lambda o: (-abs(math.log(o.point.ratio)), o.op))
+
+
+def moved_ops_text(ops: Sequence[OpChangePoint], n: int = 3) -> str:
+    """``ops that moved there: NAME [TYPE] x1.600 [1.520, 1.690], ...``: the first ``n`` of ``ops`` (as
+    :func:`ops_at` orders them) and how many more; '' without any."""
+    if not ops:
+        return ""
+    shown = ", ".join(f"{o.op[2]} [{o.op[1]}] x{o.point.ratio:.3f} {interval_text(o.point)}" for o in ops[:n])
+    more = f" and {len(ops) - n} more" if len(ops) > n else ""
+    return f"ops that moved there: {shown}{more}"
+
+
+def alerts(
+    new_points: Sequence[ChangePoint],
+    creep: CreepCheck | None,
+    *,
+    creep_alerts: bool = True,
+    moved: Mapping[int, Sequence[OpChangePoint]] | None = None,
+) -> list[str]:
     """What a nightly trend check alerts on, one line each: every new confirmed change point that makes the
     model slower (a faster, tentative or transient one is reported, never alerted), and a ``creep`` verdict when
-    ``creep_alerts`` (:func:`creep_is_new`: once, and never for a confirmed step that alerted already)."""
+    ``creep_alerts`` (:func:`creep_is_new`: once, and never for a confirmed step that alerted already).
+    ``moved``: a change point's run id -> the op change points at it (:func:`ops_at`), named in its line."""
     out = [
         f"change point at run {cp.run_id}: {cp.metric} x{cp.ratio:.3f} {interval_text(cp)} "
         f"(p={cp.p_value:.2g}, {cp.n_before} runs before, {cp.n_after} after)"
+        + (f"; {moved_ops_text(ops)}" if (ops := (moved or {}).get(cp.run_id)) else "")
         for cp in new_points
         if cp.slower and cp.status == "confirmed"
     ]

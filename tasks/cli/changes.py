@@ -13,6 +13,10 @@ the next change point. ``--format json`` is strict JSON (no NaN or Infinity: nul
 test of each case's verdicts (:func:`verdict_sign_tests`): one-sided when its runs' regressions outnumber their
 improvements (or the reverse) beyond what a symmetric measurement could produce.
 
+``--ops`` looks at each case's largest ops instead (``tasks.services.op_changes``): the change points of each
+op's time per step (µs, its share of the profiled window scaled to the run's measured median), which op moved,
+at which run and version, by how much (``--top``: how many ops per case are watched).
+
 ``--confirm`` then runs, in this process, the paired gate that confirms each tentative slowdown at a series' end, as
 the nightly DAG does (``tasks.services.trend.confirm_now``), and exits 1 when one confirms it.
 
@@ -24,7 +28,7 @@ the nightly DAG does (``tasks.services.trend.confirm_now``), and exits 1 when on
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -176,6 +180,72 @@ def _change_rows(case_name: str, metric: str, pts: list[tuple[Any, float]], foun
     return rows
 
 
+def short_op(name: str, width: int = 52) -> str:
+    """A TF op path in at most about ``width`` characters for a table: ``gradient_tape/`` as ``grad``, the model's
+    scope left out, and when still too long the layer and the op with ``…`` between:
+    ``gradient_tape/mobilenetv2_0.75_96_1/block_1_depthwise_1/depthwise/DepthwiseConv2dNativeBackpropFilter`` ->
+    ``grad block_1_depthwise_1/…/DepthwiseConv2dNativeBackpropFilter``; a name within ``width`` as it is."""
+    if len(name) <= width:
+        return name
+    parts = name.split("/")
+    grad = parts[0] == "gradient_tape" and len(parts) > 2
+    rest = parts[1:] if grad else parts
+    if len(rest) > 2:
+        rest = rest[1:]  # the model's scope
+    short = "/".join(rest)
+    if len(short) > width and len(rest) > 2:
+        short = f"{rest[0]}/…/{rest[-1]}"
+    return ("grad " if grad else "") + short
+
+
+def _no_runs(model: str, case: str | None, start: dt.datetime | None) -> NoReturn:
+    """Say that ``model`` (``case``, from ``start``) has no successful run, and exit 1."""
+    typer.echo(
+        f"error: no successful runs of {model!r}"
+        + (f" case {case!r}" if case else "")
+        + (f" since {start:%Y-%m-%d}" if start else ""),
+        err=True,
+    )
+    raise typer.Exit(1)
+
+
+def _op_changes(model: str, case: str | None, start: dt.datetime | None, top: int, after: int, fmt: Format) -> None:
+    """Print ``perfwatch changes --ops``: the op change table and, as a table, a line per case."""
+    from tasks.cli.history import titled_cases
+    from tasks.services.op_changes import op_change_table
+    from tasks.store.queries import with_case_labels
+
+    try:
+        df, series = op_change_table(_url(), model, case, start, top=top, min_runs_after=after)
+    except LookupError as e:
+        typer.echo(f"error: {e.args[0]}", err=True)
+        raise typer.Exit(1) from None
+    if not series:
+        _no_runs(model, case, start)
+    if not (df.empty and fmt is Format.table):
+        shown = df
+        if fmt in (Format.table, Format.markdown):
+            shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]])
+        if fmt is Format.table:  # the ratio and status must fit beside a TF op path; csv/json/markdown keep it whole
+            shown = shown.assign(op_name=[short_op(n) for n in shown["op_name"]])
+        shown = titled_cases(with_case_labels(shown, _url(), model=model), fmt)
+        render(shown, fmt, title=f"{model}: op change points (time per step, µs)")
+    if fmt is Format.table:
+        for c, s in series.items():
+            n = len(s.runs)
+            note = f" (change points need at least {changes.MIN_POINTS})" if n < changes.MIN_POINTS else ""
+            left = f", {s.left_out} without an op table left out" if s.left_out else ""
+            raw = len(s.scaled) - sum(s.scaled)
+            unscaled = f" ({raw} run(s) without it: raw window self-times)" if raw else ""
+            mine = df[df["case_name"] == c]
+            split = "median CPU time per step" if s.basis == "median_cpu_ms" else "median step time"
+            typer.echo(
+                f"{c}: {n} runs with op tables{note}{left}, the {len(changes.watched_ops(s.per_run, top))} largest "
+                f"ops watched, {len(mine)} op change point(s) in {mine['op_name'].nunique()} op(s); the op shares "
+                f"split each run's {split}{unscaled}"
+            )
+
+
 def verdict_sign_tests(
     db_url: str, model: str, case: str | None = None, since: dt.datetime | None = None
 ) -> dict[str, changes.SignTest]:
@@ -224,6 +294,17 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         fmt: FormatOpt = Format.table,
+        ops: Annotated[
+            bool,
+            typer.Option(
+                "--ops",
+                help="Which op moved: change points of the time per step (µs) of each case's largest ops "
+                "(--top), from the op tables xprof gave each run, instead of the step-time series.",
+            ),
+        ] = False,
+        top: Annotated[
+            int, typer.Option("--top", min=1, help="--ops: how many of each case's ops are watched (the largest).")
+        ] = changes.DEFAULT_TOP_OPS,
         confirm: Annotated[
             bool,
             typer.Option(
@@ -236,7 +317,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Change points of MODEL's nightly series: run, version and environment at each, magnitude (ratio
         after/before with its 95% interval), p-value (Apache Otava, E-divisive means) and status (confirmed,
-        or tentative with the night that would confirm it). With --confirm, the paired gate of each tentative
+        or tentative with the night that would confirm it). With --ops, the same for each case's largest ops:
+        which op moved, when, by how much. With --confirm, the paired gate of each tentative
         slowdown runs now (the version before it beside the newest, or the old environment beside the new)."""
         from tasks.cli.history import titled_cases
         from tasks.services.trend import min_runs_after
@@ -251,19 +333,20 @@ def register(app: typer.Typer) -> None:
             after = min_after if min_after is not None else min_runs_after()
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--min-after") from None
+        if ops:
+            if metric or confirm:
+                raise typer.BadParameter(
+                    "--ops looks at the op series: expected it without --metric and --confirm", param_hint="--ops"
+                )
+            _op_changes(model, case, start, top, after, fmt)
+            return
         try:
             df, sizes = change_table(_url(), model, case, start, metrics, after)
         except LookupError as e:
             typer.echo(f"error: {e.args[0]}", err=True)
             raise typer.Exit(1) from None
         if not sizes:
-            typer.echo(
-                f"error: no successful runs of {model!r}"
-                + (f" case {case!r}" if case else "")
-                + (f" since {start:%Y-%m-%d}" if start else ""),
-                err=True,
-            )
-            raise typer.Exit(1)
+            _no_runs(model, case, start)
         if not (df.empty and fmt is Format.table):
             shown = df
             if fmt in (Format.table, Format.markdown):  # p-values of 1e-5 are not 0.000

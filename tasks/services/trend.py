@@ -93,6 +93,9 @@ class TrendReport:
         metric: the series looked at: ``median_step_ms`` (each run's median step time) or ``median_cpu_ms``
             (its median per-step process CPU time); history_metric: ``calibration.HistoryMetric`` as a dict, the
             rule that chose it (None without runs).
+        moved_ops: a new slower change point's run id (a string, as JSON keys are) -> the op change points at it
+            (``moved_ops``: op key, then ``ChangePoint`` fields in µs per step, and ``missing_runs``), largest
+            first; each alert line names the first three.
     """
 
     model: str
@@ -107,6 +110,7 @@ class TrendReport:
     history_metric: dict[str, Any] | None = None
     confirmations: list[dict[str, Any]] = field(default_factory=list)
     sign_test: dict[str, Any] = field(default_factory=dict)
+    moved_ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict."""
@@ -235,6 +239,7 @@ def watch_case(
         else None
     )
     shifts = [cp.run_id for cp in changes.confirmed(points) if cp.slower]
+    moved = moved_ops(db_url, model, case_name, ids, new, after)
     return TrendReport(
         model=model,
         case_name=case_name,
@@ -243,12 +248,37 @@ def watch_case(
         new_change_points=[cp.to_json() for cp in new],
         tentative_change_points=tentative,
         creep=creep.to_json(),
-        alerts=changes.alerts(new, creep, creep_alerts=changes.creep_is_new(creep, before, shifts)),
+        alerts=changes.alerts(new, creep, creep_alerts=changes.creep_is_new(creep, before, shifts), moved=moved),
         metric=metric,
         history_metric=rule.model_dump(mode="json") if rule is not None else None,
         confirmations=[c.to_xcom() for c in confirming],
         sign_test=changes.sign_test([r.verdict for r in series]).to_json(),
+        moved_ops={
+            str(rid): [{"op": list(o.op), **o.point.to_json(), "missing_runs": o.missing} for o in ops]
+            for rid, ops in moved.items()
+        },
     )
+
+
+def moved_ops(
+    db_url: str, model: str, case_name: str, ids: Sequence[int], new: Sequence[changes.ChangePoint], after: int
+) -> dict[int, list[changes.OpChangePoint]]:
+    """Which ops moved where each new slower change point is (``changes.ops_at`` over the case's op series,
+    ``tasks.services.op_changes``): change point run id -> its op change points, none read without such a point.
+    ``ids``: the step-time series' run ids, oldest first; ``after``: the runs that confirm a point."""
+    slower = [cp for cp in new if cp.slower and cp.status == "confirmed"]
+    if not slower:
+        return {}
+    from tasks.services.op_changes import op_series
+
+    positions = {rid: i for i, rid in enumerate(ids)}
+    out: dict[int, list[changes.OpChangePoint]] = {}
+    for s in op_series(db_url, model, case_name).values():
+        found = changes.op_change_points(s.per_run, [r.run_id for r in s.runs], min_runs_after=after)
+        for cp in slower:
+            if ops := changes.ops_at(cp, found, positions):
+                out[cp.run_id] = ops
+    return out
 
 
 def confirmations(

@@ -162,30 +162,42 @@ def _aa_gates(s: Session, model_id: int, case_name: str, comparability_key: str,
 
 
 def _run_ops(s: Session, run_id: int) -> RunOps | None:
-    base = s.execute(select(Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id == run_id)).first()
-    if base is None:
-        return None
-    rows = s.execute(
-        select(*[getattr(OpStat, c) for c in OP_STATS_COLUMNS]).where(OpStat.run_id == run_id).order_by(OpStat.id)
+    return _runs_ops(s, [run_id]).get(run_id)
+
+
+def _runs_ops(s: Session, run_ids: list[int]) -> dict[int, RunOps]:
+    found = s.execute(
+        select(Run.id, Run.params, Run.profiler_avg_step_ms, Run.median_step_ms).where(Run.id.in_(run_ids))
     ).all()
-    tables: dict[str, Any] = dict(
-        s.execute(
-            select(RunTable.tool, RunTable.data).where(
-                RunTable.run_id == run_id, RunTable.tool.in_(("cross_check", "framework_op_stats"))
+    ops: dict[int, list[dict[str, Any]]] = {r.id: [] for r in found}
+    for row in s.execute(
+        select(OpStat.run_id, *[getattr(OpStat, c) for c in OP_STATS_COLUMNS])
+        .where(OpStat.run_id.in_(run_ids))
+        .order_by(OpStat.run_id, OpStat.id)
+    ):
+        ops[row[0]].append(dict(zip(OP_STATS_COLUMNS, row[1:], strict=True)))
+    tables: dict[tuple[int, str], Any] = {
+        (rid, tool): data
+        for rid, tool, data in s.execute(
+            select(RunTable.run_id, RunTable.tool, RunTable.data).where(
+                RunTable.run_id.in_(run_ids), RunTable.tool.in_(("cross_check", "framework_op_stats"))
             )
-        ).all()
-    )
-    steps = (base.params or {}).get("profiled_steps")
-    idle = (tables.get("framework_op_stats") or {}).get("idle_time_us") or {}
-    return RunOps(
-        run_id=run_id,
-        ops=[dict(zip(OP_STATS_COLUMNS, r, strict=True)) for r in rows],
-        profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
-        profiler_avg_step_ms=base.profiler_avg_step_ms,
-        measured_median_ms=base.median_step_ms,
-        window_check=(tables.get("cross_check") or {}).get("cross_check"),
-        idle_rows=len(idle),
-    )
+        )
+    }
+    out = {}
+    for base in found:
+        steps = (base.params or {}).get("profiled_steps")
+        idle = (tables.get((base.id, "framework_op_stats")) or {}).get("idle_time_us") or {}
+        out[base.id] = RunOps(
+            run_id=base.id,
+            ops=ops[base.id],
+            profiled_steps=steps if isinstance(steps, int) and steps > 0 else None,
+            profiler_avg_step_ms=base.profiler_avg_step_ms,
+            measured_median_ms=base.median_step_ms,
+            window_check=(tables.get((base.id, "cross_check")) or {}).get("cross_check"),
+            idle_rows=len(idle),
+        )
+    return out
 
 
 def gather_compare_inputs(
@@ -244,6 +256,15 @@ def aa_gates(db_url: str, model: str, case_name: str, comparability_key: str, wi
     with session_scope(db_url) as s:
         model_id = _model_id(s, model)
         return [] if model_id is None else _aa_gates(s, model_id, case_name, comparability_key, window)
+
+
+def runs_ops(db_url: str, run_ids: list[int]) -> dict[int, RunOps]:
+    """The op tables of ``run_ids`` and the facts of their profiled windows (as :func:`run_ops`), read in one
+    session: run id -> ``RunOps``; a run not in the store is left out."""
+    if not run_ids:
+        return {}
+    with session_scope(db_url) as s:
+        return _runs_ops(s, list(run_ids))
 
 
 def run_ops(db_url: str, run_id: int) -> RunOps | None:

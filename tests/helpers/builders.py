@@ -164,10 +164,12 @@ def add_run(
     method="none",
     reason=None,
     trigger="test",
+    cpu_ms=None,
 ) -> int:
     """Archive one run (make_records) with the given version, environment, day, verdict and comparison
     (``method``: the stored ``comparisons.method``, e.g. ``paired-abba``; ``reason``: the verdict's reason;
-    ``trigger``: the run's, e.g. ``calibrate`` for an A/A gate)."""
+    ``trigger``: the run's, e.g. ``calibrate`` for an A/A gate; ``cpu_ms``: each measured step's process CPU
+    time, ms, recorded with the steps)."""
     ctx, pulled, env, warm, run, parse, comp = make_records(
         tmp, dag_run_id=name, verdict=verdict, model=model, median=median, key=f"key-{fp}"
     )
@@ -191,6 +193,10 @@ def add_run(
             "evidence": {**comp.evidence, **({"reason": reason} if reason else {})},
         }
     )
+    if cpu_ms is not None:
+        samples = json.loads(Path(run.samples_path).read_text())
+        samples["measured_cpu_ms"] = [float(cpu_ms)] * len(samples["measured_step_times_ms"])
+        Path(run.samples_path).write_text(json.dumps(samples))
     if ops is not None:
         p = Path(parse.parsed_path)
         parsed = json.loads(p.read_text())

@@ -110,6 +110,22 @@ def pages(tmp_path_factory):
         )
         archive_run(url, str(tmp / "archive"), ctx, pulled.model_copy(update={"model": "ev"}), env_record(fp), *rest)
     ids["cpu_v1"], ids["cpu_v2"] = _cpu_gate(url, tmp)
+    from tests.helpers.builders import add_run
+
+    # model om: 12 nights; from the 9th (version 2) its conv op takes 1.5x its time per step, relu the same
+    noise = [1.0, 1.03, 0.98, 1.01, 0.97, 1.02, 0.99, 1.04, 1.0, 0.98, 1.02, 1.01]
+    for i, k in enumerate(noise):
+        conv = (750.0 if i >= 8 else 500.0) * k
+        ids[f"om{i}"] = add_run(
+            url,
+            tmp,
+            f"om{i}",
+            model="om",
+            version="2" if i >= 8 else "1",
+            median=(conv + 250.0) / 500.0,
+            day=10 + i,
+            ops=[("om/conv", "Conv2D", conv), ("om/relu", "Relu", 250.0 * noise[-1 - i])],
+        )
     from tests.helpers.builders import archive_scenario_run
 
     # model tp: two runs whose throughputs are two definitions (runs.throughput_def): two metrics under one name
@@ -230,3 +246,18 @@ def test_the_pages_name_each_throughputs_definition_and_never_compare_two(pages)
     assert "400.0 examples/s over the run" in latest and "500.0 examples/s at the median step" in latest
     sweep = _text(client.get("/perfwatch/models/sw").text)
     assert "examples/s at the median step" in sweep
+
+
+def test_the_model_page_says_which_op_moved_over_the_nights(pages):
+    client, ids = pages
+    page = client.get("/perfwatch/models/om")
+    assert page.status_code == 200
+    text = _text(page.text)
+    assert "Which op moved" in text and "perfwatch changes om --ops" in text
+    section = text[text.index("Which op moved") : text.index("Versions")]
+    assert "om/conv Conv2D" in section and "om/relu" not in section and "confirmed" in section
+    assert f"/runs/{ids['om8']}" in page.text.split("Which op moved")[1].split("Versions")[0]
+    assert "×1.497 [1.457, 1.537]" in section  # conv's share of the window grew from 2/3 to 3/4 of a longer step
+    # model m has op tables but too few runs for a change point: the section says nothing moved
+    m = _text(client.get("/perfwatch/models/m").text)
+    assert "No op moved." in m[m.index("Which op moved") :]
