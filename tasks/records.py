@@ -595,6 +595,25 @@ class Case(Record):
         "tflite, num_threads).",
         json_schema_extra=NOT_A_PARAM,
     )
+    min_top1_agreement: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Mixed precision, XLA or tflite: the least share of examples whose top-1 class must match the fp32 "
+        "eager model's on the same inputs (tasks.runner.agreement, classifier outputs); a run below it is a "
+        "regression on output agreement, whatever its step time. Unset: recorded, not judged. Not part of the case "
+        "identity.",
+        json_schema_extra=NOT_A_PARAM,
+    )
+    max_output_rel_diff: float | None = Field(
+        None,
+        gt=0,
+        description="Mixed precision, XLA or tflite: the largest relative difference of the outputs from the fp32 "
+        "eager model's on the same inputs (per output, its largest absolute difference over the reference's largest "
+        "magnitude); a run above it is a regression on output agreement. Unset: recorded, not judged. Not part of "
+        "the case identity.",
+        json_schema_extra=NOT_A_PARAM,
+    )
     scenario: Scenario = Field(
         "single-stream",
         description="infer/tflite: how queries reach the model (MLPerf LoadGen's scenarios, tasks.runner.loadgen): "

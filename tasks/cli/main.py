@@ -341,6 +341,22 @@ def run_cmd(
             rich_help_panel=_CASE,
         ),
     ] = None,
+    min_top1_agreement: Annotated[
+        float | None,
+        typer.Option(
+            help="Mixed precision, XLA or tflite: the least top-1 agreement (0..1) with the fp32 eager model's "
+            "outputs on the same inputs; below it the run is a regression on output agreement.",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
+    max_output_rel_diff: Annotated[
+        float | None,
+        typer.Option(
+            help="Mixed precision, XLA or tflite: the largest relative output difference from the fp32 eager model; "
+            "above it the run is a regression on output agreement.",
+            rich_help_panel=_CASE,
+        ),
+    ] = None,
     device: Annotated[
         str,
         typer.Option(
@@ -758,11 +774,14 @@ def run_cmd(
                 f"input {tuple(built['input_shape'])}, output {tuple(built['output_shape'])}, weights sha256 "
                 f"{str(built.get('weights_sha256'))[:12]}, config sha256 {built['config_sha256'][:12]}"
             )
-    if case.mode == "tflite":  # the converted model's size and agreement with TF (run_tables tool tflite)
+    if case.mode == "tflite" or case.precision != "fp32" or case.xla:  # agreement with the fp32 model's outputs
         from tasks.store.reads import run_tool_tables
 
-        if lite := run_tool_tables(settings.database_url, archived.run_id).get("tflite"):
+        tables = run_tool_tables(settings.database_url, archived.run_id)
+        if lite := tables.get("tflite"):
             typer.echo(tflite_summary(lite))
+        if agree := tables.get("agreement"):
+            typer.echo(agreement_summary(agree))
     from tasks.cli.env import env_change_summary
 
     if changed := env_change_summary(v.to_xcom()):
@@ -830,6 +849,19 @@ def tflite_summary(lite: dict) -> str:
         f"tflite ({lite.get('label') or lite.get('quantization')}): {size}, converted in "
         f"{lite.get('conversion_s') or 0:.1f} s; agreement with TF: max |diff| {diff_text}, "
         f"top-1 {'—' if top1 is None else f'{100 * top1:.1f}%'}{threads}"
+    )
+
+
+def agreement_summary(agree: dict) -> str:
+    """One line of a mixed-precision or XLA run's output agreement (``tasks.runner.agreement``, run_tables tool
+    ``agreement``): ``outputs (mixed_float16, eager) against fp32, eager on 16 examples: max |diff| 0.00123, max
+    relative diff 0.0021, top-1 100.0%`` (top-1 for classifier outputs only)."""
+    diff, rel, top1 = agree.get("max_abs_diff"), agree.get("max_rel_diff"), agree.get("top1_agreement")
+    diff_text = "—" if diff is None else f"{diff:.3g}"
+    rel_text = "—" if rel is None else f"{rel:.3g}"
+    return (
+        f"outputs ({agree.get('candidate')}) against {agree.get('reference')} on {agree.get('examples')} examples: "
+        f"max |diff| {diff_text}, max relative diff {rel_text}, top-1 {'—' if top1 is None else f'{100 * top1:.1f}%'}"
     )
 
 

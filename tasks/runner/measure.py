@@ -394,6 +394,9 @@ class Step:
     #: issued before the previous one's outputs are fetched, and returns per batch the interval between
     #: consecutive results (ms, our timer; they sum to the loop's wall time). None: batches back to back.
     pipelined: Callable[[int], list[float]] | None = None
+    #: the outputs' agreement with the fp32 eager model, where the step computes another way (mixed precision,
+    #: XLA): ``agree()`` gives ``tasks.runner.agreement.outputs_agreement``'s record; None: nothing to compare
+    agree: Callable[[], dict[str, Any]] | None = None
 
     def __call__(self) -> float:
         return self.run()
@@ -460,6 +463,7 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
             spec.tflite_threads,
         )
         return Step(lite.run, inputs, source, extra={"tflite": lite.record})
+    agree = _agreement_check(spec, m, ds, model_path)
     ds = ex.distribute(ds)
     fed = FedLog(spec.batch_size, xla=spec.xla, allow_partial=spec.allow_partial_batches, source=source)
     if spec.case_mode == "infer":
@@ -489,7 +493,9 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
                 pending = following
             return intervals
 
-        return Step(infer, inputs, source, extra={"execution": ex.describe()}, fed=fed, pipelined=pipelined)
+        return Step(
+            infer, inputs, source, extra={"execution": ex.describe()}, fed=fed, pipelined=pipelined, agree=agree
+        )
 
     if m.no_training:
         raise RunnerError(m.no_training)
@@ -521,7 +527,42 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
         fed.add({n: t.numpy() for n, t in shapes.items()}, train_traced())  # after the timer
         return elapsed
 
-    return Step(step, inputs, source, extra={"execution": ex.describe()}, fed=fed)
+    return Step(step, inputs, source, extra={"execution": ex.describe()}, fed=fed, agree=agree)
+
+
+def _agreement_check(spec: RunnerSpec, m: Loaded, ds: Any, model_path: str) -> Callable[[], dict[str, Any]] | None:
+    """The step's agreement check (``Step.agree``, ``tasks.runner.agreement``): for a Keras model computed in
+    mixed precision or under XLA without a distribution strategy, a function that loads the fp32 model from
+    ``model_path``, gives it the weights ``m`` has then (a train case's steps updated them) and compares the two
+    on the dataset's first ``AGREEMENT_BATCHES`` batches (taken now). None where the step computes the model as
+    saved (fp32, no XLA), for a SavedModel (its graph is fixed) or under a strategy."""
+    if m.kind != "keras" or spec.strategy != "none" or (spec.precision == "fp32" and not spec.xla):
+        return None
+    import tensorflow as tf
+
+    from tasks.runner.agreement import AGREEMENT_BATCHES, outputs_agreement
+
+    batches = [m.sig.pack(b) for b in ds.take(AGREEMENT_BATCHES)]
+    label = ", ".join([spec.precision] + (["XLA"] if spec.xla else ["eager"]))
+
+    def agree() -> dict[str, Any]:
+        ref = load_model(model_path, spec) if spec.precision != "fp32" else m
+        if ref is not m:
+            ref.obj.set_weights(m.obj.get_weights())
+
+        def forward(x: Any) -> Any:
+            return m.forward(x, False)
+
+        candidate = tf.function(forward, jit_compile=spec.xla, autograph=False)
+        return outputs_agreement(
+            lambda x: ref.forward(x, False),
+            candidate,
+            batches,
+            reference_label="fp32, eager",
+            candidate_label=label,
+        )
+
+    return agree
 
 
 def _in_precision(m: Loaded, ex: execution.Execution, model_path: str) -> Loaded:

@@ -397,6 +397,12 @@ class _Measured(_Result):
         description="TF's thread pools as configured and as TF reports them, the CPU set they run on "
         "(``tasks.runner.measure.thread_record``)",
     )
+    agreement: dict[str, Any] | None = Field(
+        None,
+        description="profile mode, mixed precision or XLA: the outputs' agreement with the fp32 eager model on the "
+        "same batches (``tasks.runner.agreement.outputs_agreement``: max_abs_diff, max_rel_diff, top1_agreement, "
+        "examples, reference, candidate); None where the step computes the model as saved",
+    )
     batch_size: int
     seed: int
     deterministic: bool

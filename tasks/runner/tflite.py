@@ -28,8 +28,8 @@ interpreter (runner side; TensorFlow runs here only).
   model on the same inputs: outputs paired by name (a SavedModel signature's or a Keras model's dict keys)
   or by index (a Keras model's list of outputs, which TFLite names ``output_<index>``), never by sorting
   names as strings (``output_10`` before ``output_2``); max absolute difference over every floating output
-  (in output units) and, for classifiers (a rank-2 output with more than one class), top-1 agreement (share
-  of examples whose argmax matches, 0..1), also per output.
+  (in output units), the relative one and, for classifiers (a rank-2 output with more than one class), top-1
+  agreement (share of examples whose argmax matches, 0..1), also per output (``tasks.runner.agreement``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.runner.agreement import agreement
 from tasks.runner.spec import RunnerError
 
 #: why a tflite run has no xplane (recorded in the runner's result as ``profile_absent_reason``)
@@ -255,54 +256,6 @@ class _Invoker:
             self.interp.set_tensor(self.inputs[self.rename[name]], arr)
         self.interp.invoke()
         return {n: self.interp.get_tensor(i) for n, i in self.outputs.items()}
-
-
-def agreement(
-    tf_outputs: list[list[Any]], lite_outputs: list[list[Any]], names: list[str] | None = None
-) -> dict[str, Any]:
-    """TF vs TFLite on the same batches: per batch, the floating outputs of each, already paired (the same
-    position is the same output, :func:`pair_outputs`); ``names``: the outputs' names, in that order.
-
-    Returns ``{"max_abs_diff"`` (largest absolute difference of any element, output units; None when no
-    output is floating)``, "top1_agreement"`` (share of examples whose argmax over the classes matches, over
-    the rank-2 outputs with more than one class; None when none)``, "examples"}``, and with ``names``
-    ``"outputs"``: per output ``{"name", "max_abs_diff", "top1_agreement"}``.
-
-    Raises:
-        RunnerError: the two give different numbers or shapes of outputs.
-    """
-    import numpy as np
-
-    diffs, same, total, examples = [], 0, 0, 0
-    per: dict[int, list[float]] = {}  # output position -> [max diff, same, total]
-    for ref, lite in zip(tf_outputs, lite_outputs, strict=True):
-        if len(ref) != len(lite):
-            raise RunnerError(f"TF gives {len(ref)} floating outputs, TFLite {len(lite)}: cannot compare them")
-        for i, (a, b) in enumerate(zip(ref, lite, strict=True)):
-            a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-            if a.shape != b.shape:
-                raise RunnerError(f"TF output shape {a.shape} differs from TFLite's {b.shape}")
-            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
-            diffs.append(diff)
-            o = per.setdefault(i, [0.0, 0, 0])
-            o[0] = max(o[0], diff)
-            if a.ndim == 2 and a.shape[1] > 1:
-                hit = int(np.sum(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
-                same, total = same + hit, total + a.shape[0]
-                o[1], o[2] = o[1] + hit, o[2] + a.shape[0]
-        examples += int(next(iter(ref)).shape[0]) if ref else 0
-    out: dict[str, Any] = {
-        "max_abs_diff": max(diffs) if diffs else None,
-        "top1_agreement": same / total if total else None,
-        "examples": examples,
-    }
-    if names is not None:
-        out["outputs"] = [
-            {"name": n, "max_abs_diff": per[i][0], "top1_agreement": per[i][1] / per[i][2] if per[i][2] else None}
-            for i, n in enumerate(names)
-            if i in per
-        ]
-    return out
 
 
 def build(

@@ -49,6 +49,13 @@ steady or its timed steps compiled (``tasks.analysis.soundness.baseline_refusals
 says so, and the archive does not accept it (``perfwatch baseline accept`` still can). ``run.findings`` are kept
 in ``evidence["measurement_findings"]``.
 
+Output agreement: a case that bounds it (``Case.min_top1_agreement``, ``Case.max_output_rel_diff``) has the run's
+agreement with the fp32 eager model (the runner's ``agreement`` record, a tflite run's ``tflite.agreement``)
+judged beside step time (``tasks.analysis.agreement``): a broken bound makes the verdict ``regression``, the reason
+leading with it ("output agreement (mixed_float16, eager against fp32, eager; 16 examples): top-1 agreement 0.910
+below the case's 0.99; step time: ..."); a bound that could not be checked is said in the reason and never passes
+silently. ``evidence["agreement"]`` keeps the check.
+
 Noise (``run.noise``, judged once, by the profiled-run stage: ``tasks.analysis.verdict.judge_noise``; this
 stage only applies it): on a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
 ``CompareRecord.reason`` and ``evidence["noise"]``), the statistics' own verdict kept in
@@ -65,6 +72,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.analysis import calibration, processes, sequential, soundness
+from tasks.analysis.agreement import AgreementCheck, judge_agreement
 from tasks.analysis.attribution import attribute_against_run
 from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun, Verdict
@@ -164,6 +172,21 @@ def uncompared_note(
     return None
 
 
+def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | None:
+    """The run's output agreement (the runner's ``agreement`` record, or a tflite run's ``tflite.agreement``)
+    against the case's bounds (``tasks.analysis.agreement.judge_agreement``); None when the case sets none."""
+    record = samples.get("agreement") or (samples.get("tflite") or {}).get("agreement")
+    if case.mode != "tflite" and case.precision == "fp32" and not case.xla:
+        why = "the run computes the model as saved (fp32, no XLA): nothing to compare"
+    elif case.strategy != "none":
+        why = "the runner does not compare outputs under a distribution strategy"
+    else:
+        why = "the runner recorded no agreement (a SavedModel, whose graph is fixed, is not compared)"
+    return judge_agreement(
+        record, min_top1=case.min_top1_agreement, max_rel_diff=case.max_output_rel_diff, why_absent=why
+    )
+
+
 def baseline_compare(
     db_url: str,
     case: Case,
@@ -253,6 +276,14 @@ def baseline_compare(
             "step-time samples failed data-quality expectations: " + "; ".join(f.text for f in quality)
         )
     verdict, reason = d.verdict, d.reason
+    check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
+    if check is not None:  # the case bounds its outputs' agreement with the fp32 eager model: judged beside step time
+        evidence["agreement"] = {**check.model_dump(mode="json"), "failed": check.failed}
+        if check.failed:
+            verdict = Verdict.REGRESSION
+            reason = evidence["reason"] = f"{check.text()}; step time: {reason}" if reason else check.text()
+        elif check.unchecked:
+            reason = evidence["reason"] = f"{reason}; {check.text()}" if reason else check.text()
     earlier = None
     if verdict == Verdict.NO_BASELINE and paired is None and version is not None:
         earlier = reads.measured_version(db_url, case.model, case.name, version)

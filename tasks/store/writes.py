@@ -460,7 +460,7 @@ def store_run(
                 s.add(RunTable(run_id=r.id, tool=REUSED_WARMUP_TOOL, data={"run_id": warmup.reused_from_run_id}))
             s.add_all(
                 RunTable(run_id=r.id, tool=key, data=samples[key])  # how it ran; a tflite run's figures
-                for key in ("execution", "tflite", "threads")
+                for key in ("execution", "tflite", "threads", "agreement")
                 if samples.get(key)
             )
             s.add_all(

@@ -44,6 +44,11 @@ def test_bfloat16_with_xla_computes_in_bfloat16_and_runs_compiled(model_files, t
     assert not any("Conv2D" in t for t in ops), ops
     parsed = parse_profile(r["profile_dir"])
     assert parsed.collectives["ms_per_step"] is None and "single-device" in parsed.collectives["absent_reason"]
+    # the outputs in bfloat16 under XLA against the fp32 model's, eager, on the same 2 batches (issue 38 item 3)
+    agree = r["agreement"]
+    assert (agree["reference"], agree["candidate"], agree["examples"]) == ("fp32, eager", "mixed_bfloat16, XLA", 16)
+    assert 0 < agree["max_abs_diff"] < 0.5 and 0 < agree["max_rel_diff"] < 0.2, agree
+    assert "agreement" in r["phases_s"]
 
 
 def test_mirrored_float16_over_two_logical_cpus(model_files, tmp_path, monkeypatch):
@@ -112,7 +117,10 @@ def test_the_profiled_run_loads_what_the_warm_up_compiled(model_files, tmp_path)
     assert entries and w["xla_cache"] == {"dir": str(cache), "entries_before": 0, "entries_after": len(entries)}
     r = _profile(tmp_path, model_files["tiny"], xla=True, xla_cache_dir=str(cache))
     assert r["xla_cache"]["entries_before"] == len(entries)
-    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == entries  # loaded, not compiled again
+    after = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert {k: after.get(k) for k in entries} == entries  # loaded, not compiled again
+    # and one executable more: the agreement check's forward pass under XLA (tasks.runner.agreement), after the steps
+    assert len(set(after) - set(entries)) == 1 and r["agreement"]["candidate"] == "fp32, XLA"
     assert len(r["measured_step_times_ms"]) == 6 and all(t > 0 for t in r["measured_step_times_ms"])
 
 

@@ -111,6 +111,12 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
             tf.profiler.experimental.stop()
         started.end_phase("profiled")
     phases["profiled_window"] = time.perf_counter() - t_prof  # profiler start, steps, XSpace written
+    peak_rss, peak_device = measure.peak_rss_bytes(), measure.device_peak_bytes()  # before the agreement check
+    agreement = None
+    if step.agree is not None:  # outputs vs the fp32 eager model (tasks.runner.agreement), after the timings
+        t0 = time.perf_counter()
+        agreement = step.agree()
+        phases["agreement"] = time.perf_counter() - t0
     return ProfileResult(
         **started.record(wait=recorded.wait_record()),
         phases_s=phases,
@@ -128,8 +134,9 @@ def run(spec: RunnerSpec, import_s: float) -> ProfileResult:
         profiled_step_times_ms=profiled,
         profile_dir=str(logdir),
         profiled_window_s=phases["profiled_window"],
-        peak_rss_bytes=measure.peak_rss_bytes(),
-        peak_device_bytes=measure.device_peak_bytes(),
+        peak_rss_bytes=peak_rss,
+        peak_device_bytes=peak_device,
+        agreement=agreement,
         wall_s=time.perf_counter() - started.t_start,
     )
 
