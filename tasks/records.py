@@ -595,6 +595,18 @@ class Case(Record):
         "tflite, num_threads).",
         json_schema_extra=NOT_A_PARAM,
     )
+    cold_step_tolerance: float | None = Field(
+        None,
+        gt=0,
+        le=10,
+        description="A paired gate of several processes also gates the cold step (the first step: tracing, with XLA "
+        "the compilation, and one step; ms) of the two versions, one figure per version and process, the order the "
+        "versions were set up in taken out (tasks.analysis.metric_gates): a ratio whose interval lies above 1 and "
+        "past 1 + this tolerance is a regression on the cold step, whatever the step time; an undecided one is said "
+        "in the reason. Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case "
+        "identity.",
+        json_schema_extra=NOT_A_PARAM,
+    )
     min_top1_agreement: float | None = Field(
         None,
         ge=0,

@@ -641,6 +641,14 @@ def run_cmd(
             rich_help_panel=_PAIRED,
         ),
     ] = None,
+    cold_step_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            help="Also gate the cold step (tracing, XLA compilation, one step) over the paired gate's processes: "
+            "a slowdown past this relative change (0.5 = 50%) is a regression; unset: recorded, not judged.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow, and print the run's
     figures and its verdict's story. Every option is the benchmark case's field of the same name, with its
@@ -782,6 +790,9 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
         if agree := tables.get("agreement"):
             typer.echo(agreement_summary(agree))
+    if cold := v.evidence.get("cold_step"):  # the versions' cold steps over the paired gate's processes
+        judged = case.cold_step_tolerance is not None
+        typer.echo(f"cold step: {cold['reason']}" + ("" if judged else " (recorded, not judged: cold_step_tolerance)"))
     from tasks.cli.env import env_change_summary
 
     if changed := env_change_summary(v.to_xcom()):

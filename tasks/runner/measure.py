@@ -534,18 +534,19 @@ def _agreement_check(spec: RunnerSpec, m: Loaded, ds: Any, model_path: str) -> C
     """The step's agreement check (``Step.agree``, ``tasks.runner.agreement``): for a Keras model computed in
     mixed precision or under XLA without a distribution strategy, a function that loads the fp32 model from
     ``model_path``, gives it the weights ``m`` has then (a train case's steps updated them) and compares the two
-    on the dataset's first ``AGREEMENT_BATCHES`` batches (taken now). None where the step computes the model as
-    saved (fp32, no XLA), for a SavedModel (its graph is fixed) or under a strategy."""
+    on the dataset's first ``AGREEMENT_BATCHES`` batches (a new iterator of ``ds``, taken then, so that nothing of
+    the check runs before the cold step). None where the step computes the model as saved (fp32, no XLA), for a
+    SavedModel (its graph is fixed) or under a strategy."""
     if m.kind != "keras" or spec.strategy != "none" or (spec.precision == "fp32" and not spec.xla):
         return None
     import tensorflow as tf
 
     from tasks.runner.agreement import AGREEMENT_BATCHES, outputs_agreement
 
-    batches = [m.sig.pack(b) for b in ds.take(AGREEMENT_BATCHES)]
     label = ", ".join([spec.precision] + (["XLA"] if spec.xla else ["eager"]))
 
     def agree() -> dict[str, Any]:
+        batches = [m.sig.pack(b) for b in ds.take(AGREEMENT_BATCHES)]
         ref = load_model(model_path, spec) if spec.precision != "fp32" else m
         if ref is not m:
             ref.obj.set_weights(m.obj.get_weights())

@@ -669,6 +669,9 @@ class PairedSamples(_View):
     host_load: dict[str, Any] | None = None
     fed: dict[str, Fed] = {}
     a_fed: dict[str, Fed] = {}
+    a_cold_step_ms: float | None = None
+    b_cold_step_ms: float | None = None
+    first_built: Literal["A", "B"] | None = None
 
 
 class PairedGateSamples(_View):

@@ -74,9 +74,10 @@ import pandas as pd
 from tasks.analysis import calibration, processes, sequential, soundness
 from tasks.analysis.agreement import AgreementCheck, judge_agreement
 from tasks.analysis.attribution import attribute_against_run
+from tasks.analysis.metric_gates import ProcessMetricGate, process_metric_gate
 from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun, Verdict
-from tasks.runner.protocol import StepSamples, read_view
+from tasks.runner.protocol import PairedGateSamples, StepSamples, load_json, read_view
 from tasks.stages import expectations
 from tasks.stages.profiled_run import read_paired, server_queries
 from tasks.store import reads
@@ -187,6 +188,34 @@ def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | No
     )
 
 
+#: the tolerance a cold-step gate is recorded with when the case sets none (``Case.cold_step_tolerance``)
+COLD_STEP_RECORD_TOLERANCE = 0.5
+
+
+def _cold_step_gate(case: Case, run: ProfiledRun) -> ProcessMetricGate | None:
+    """The gate of the two versions' cold steps over a paired gate's processes (``tasks.analysis.metric_gates``;
+    tolerance ``case.cold_step_tolerance``, else :data:`COLD_STEP_RECORD_TOLERANCE` for the record), or None without
+    a gate of several processes that recorded them."""
+    if not run.paired_path or load_json(run.paired_path).get("mode") != "paired-gate":
+        return None
+    procs = [
+        p
+        for p in read_view(run.paired_path, PairedGateSamples).processes
+        if p.a_cold_step_ms and p.b_cold_step_ms and p.first_built
+    ]
+    if not procs:
+        return None
+    return process_metric_gate(
+        [float(p.a_cold_step_ms or 0) for p in procs],
+        [float(p.b_cold_step_ms or 0) for p in procs],
+        [p.first_built == "B" for p in procs],
+        metric="cold_step_ms",
+        unit="ms",
+        tolerance=case.cold_step_tolerance if case.cold_step_tolerance is not None else COLD_STEP_RECORD_TOLERANCE,
+        confidence=case.confidence,
+    )
+
+
 def baseline_compare(
     db_url: str,
     case: Case,
@@ -284,6 +313,20 @@ def baseline_compare(
             reason = evidence["reason"] = f"{check.text()}; step time: {reason}" if reason else check.text()
         elif check.unchecked:
             reason = evidence["reason"] = f"{reason}; {check.text()}" if reason else check.text()
+    cold = _cold_step_gate(case, run)
+    if cold is not None:  # the versions' cold steps over the gate's processes: recorded, judged when the case asks
+        evidence["cold_step"] = cold.model_dump(mode="json")
+        if case.cold_step_tolerance is not None and cold.verdict not in (Verdict.PASS, Verdict.IMPROVEMENT):
+            busy = bool((run.noise or {}).get("busy"))
+            if cold.verdict == Verdict.REGRESSION and not busy:
+                said = f"regression on the cold step (tracing, compilation, one step): {cold.reason}"
+                verdict = Verdict.REGRESSION
+                reason = evidence["reason"] = f"{said}; step time: {reason}" if reason else said
+            else:
+                said = f"cold step undecided: {cold.reason}" + (
+                    " (not judged: the host was busy, and a cold step is wall time)" if busy else ""
+                )
+                reason = evidence["reason"] = f"{reason}; {said}" if reason else said
     earlier = None
     if verdict == Verdict.NO_BASELINE and paired is None and version is not None:
         earlier = reads.measured_version(db_url, case.model, case.name, version)

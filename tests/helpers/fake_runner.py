@@ -110,26 +110,31 @@ def command() -> str:
     return f"{sys.executable} -m tests.helpers.fake_runner"
 
 
-def write_model(path: Path, step_factor: float = 1.0) -> Path:
-    """Write a fake ``.keras`` model (a zip, as the model store checks) whose steps take ``step_factor`` x the base."""
+def write_model(path: Path, step_factor: float = 1.0, cold_factor: float = 1.0) -> Path:
+    """Write a fake ``.keras`` model (a zip, as the model store checks) whose steps take ``step_factor`` x the base
+    and whose cold step (in paired mode) ``cold_factor`` x more again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("fake_runner.json", json.dumps({"step_factor": step_factor}))
+        z.writestr("fake_runner.json", json.dumps({"step_factor": step_factor, "cold_factor": cold_factor}))
     return path
 
 
-def step_factor(model_path: str) -> float:
-    """The ``step_factor`` of the fake model at ``model_path`` (a ``.keras`` file or a directory holding one;
-    1.0 for any other path or file)."""
+def step_factor(model_path: str, key: str = "step_factor") -> float:
+    """The ``step_factor`` (or ``key``) of the fake model at ``model_path`` (a ``.keras`` file or a directory holding
+    one; 1.0 for any other path or file, or a model written without it)."""
     p = Path(model_path)
     files = [p] if p.is_file() else sorted(p.glob("*.keras"))
     if not files:
         return 1.0
     try:
         with zipfile.ZipFile(files[0]) as z:
-            return float(json.loads(z.read("fake_runner.json"))["step_factor"])
+            return float(json.loads(z.read("fake_runner.json")).get(key, 1.0))
     except (KeyError, zipfile.BadZipFile):
         return 1.0
+
+
+#: what the version set up first in a paired process pays on its cold step (the process's one-time costs)
+FIRST_COLD_COST = 1.3
 
 
 def host_load(busy_once_key: str | None = None) -> dict[str, float | int]:
@@ -371,15 +376,27 @@ def paired(spec: RunnerSpec) -> PairedResult:
     if blocks and os.environ.get("PERFWATCH_FAKE_BLOCK_LOG"):
         with open(os.environ["PERFWATCH_FAKE_BLOCK_LOG"], "a") as f:
             f.write(f"{Path(spec.out_dir).name} {t_pairs:.6f} {time.time():.6f}\n")
-    cold = 20 * step["B"].ms
+    # the cold steps: 20 steps' worth x the model's cold_factor, the version set up first (drawn per process, as the
+    # real runner draws it) paying FIRST_COLD_COST more, each with 5% noise (log scale)
+    draw = random.Random(f"{spec.seed}:{spec.process}:cold")
+    first_built = draw.choice(("A", "B"))
+    paths = {"A": spec.baseline_model_path, "B": spec.model_path}
+    cold_of = {
+        who: 20
+        * step[who].ms
+        * step_factor(paths[who], "cold_factor")
+        * (FIRST_COLD_COST if who == first_built else 1.0)
+        * math.exp(draw.gauss(0.0, 0.05))
+        for who in ("A", "B")
+    }
     return PairedResult(
-        **_case(spec, cold),
+        **_case(spec, cold_of["B"]),
         a_inputs={"input": InputFeed(shape=[spec.batch_size, 16, 16, 3], dtype="float32", min=None, max=None)},
         baseline_model_path=spec.baseline_model_path,
         candidate_model_path=spec.model_path,
-        a_cold_step_ms=20 * step["A"].ms,
-        b_cold_step_ms=cold,
-        first_built="A",
+        a_cold_step_ms=cold_of["A"],
+        b_cold_step_ms=cold_of["B"],
+        first_built=first_built,
         a_warmup_step_times_ms=warm["A"],
         b_warmup_step_times_ms=warm["B"],
         a_warmup_cpu_ms=warm_counts["A"][0],

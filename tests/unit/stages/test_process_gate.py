@@ -160,3 +160,49 @@ def test_a_busy_host_gate_across_processes_stops_on_cpu_time(tmp_path):
     # the spread reported is the deciding metric's (CPU time, steady here), wall time's beside it
     assert d.evidence["processes"]["metric"] == "cpu" and d.evidence["processes_wall"]["metric"] == "wall"
     assert d.evidence["processes"]["within_sd"] < d.evidence["processes_wall"]["within_sd"]
+
+
+def test_a_version_that_only_grows_its_cold_step_is_a_regression_on_it(db_url, tmp_path):
+    """Issue 38 item 1: the candidate steps as fast as the baseline and its cold step (tracing, compilation) takes
+    1.6x as long; the version set up first in each process pays 1.3x more (the fake draws the order per process).
+    With the case's cold-step tolerance the gate is a regression named as the cold step's; without one the figure
+    is recorded beside a pass."""
+    from tasks.stages.compare import baseline_compare
+    from tests.helpers.builders import make_records
+
+    a = fake_runner.write_model(tmp_path / "store" / "1" / "model.keras", 1.0)
+    b = fake_runner.write_model(tmp_path / "store" / "2" / "model.keras", 1.0, cold_factor=1.6)
+    warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=5.0, step_times_ms=[1.0] * 3, wall_s=1)
+    ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand", median=1.0)
+    for tolerance in (0.25, None):
+        case = ctx.case.model_copy(
+            update={
+                "measured_steps": 10,
+                "paired_blocks": 120,
+                "paired_block_steps": 1,
+                "paired_processes": 6,
+                "cold_step_tolerance": tolerance,
+            }
+        )
+        wd = tmp_path / f"wd-{tolerance}"
+        path, _ = paired_run(
+            _pulled(b.parent, "2"),
+            _pulled(a.parent, "1"),
+            case,
+            warm,
+            wd,
+            _runner(PERFWATCH_FAKE_NOISE_CV="0.01"),
+            gpu=False,
+        )
+        cand = run.model_copy(update={"paired_path": str(path), "baseline_model": _pulled(a.parent, "1")})
+        v = baseline_compare(db_url, case, env, cand, parsed, wd / "work")
+        cold = v.evidence["cold_step"]
+        assert cold["processes"] >= 3 and cold["ci_low"] < 1.6 < cold["ci_high"] and cold["verdict"] == "regression"
+        if tolerance is not None:
+            assert v.verdict == "regression" and v.ratio == pytest.approx(1.0, abs=0.05)
+            assert v.reason.startswith(
+                "regression on the cold step (tracing, compilation, one step): cold_step_ms ratio"
+            )
+            assert "; step time: " in v.reason
+        else:  # recorded, not judged
+            assert v.verdict == "pass" and "cold step" not in (v.reason or ""), v.reason
