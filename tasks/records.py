@@ -607,6 +607,17 @@ class Case(Record):
         "identity.",
         json_schema_extra=NOT_A_PARAM,
     )
+    memory_tolerance: float | None = Field(
+        None,
+        gt=0,
+        le=10,
+        description="A paired gate of several processes also gates each version's resident memory (what its load, "
+        "build and cold step added to the process's resident set, bytes), one figure per version and process, the "
+        "set-up order taken out (tasks.analysis.metric_gates): a ratio whose interval lies above 1 and past 1 + this "
+        "tolerance is a regression on memory, whatever the step time (judged on a busy host too: it is no time). "
+        "Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case identity.",
+        json_schema_extra=NOT_A_PARAM,
+    )
     min_top1_agreement: float | None = Field(
         None,
         ge=0,

@@ -2,8 +2,9 @@
 
 A paired gate of K fresh processes measures both versions in each process (ABBA inside). Some figures exist once
 per version and process, not per step: the **cold step** (the first step: tracing, and with XLA the compilation,
-and one step; ms, our timer) is the one here. The process is the unit: each process gives the log ratio
-``d_k = ln(B_k / A_k)`` of its two versions' figures.
+and one step; ms, our timer) and the **model's resident memory** (what the version's load, build and cold step
+added to the process's resident set; bytes, ``/proc/self/statm``). The process is the unit: each process gives the
+log ratio ``d_k = ln(B_k / A_k)`` of its two versions' figures.
 
 The two versions of a process are set up one after the other, in an order drawn per process (``first_built``), and
 the version set up first pays the process's one-time costs (TensorFlow's first graph, thread pools, oneDNN's first
@@ -98,6 +99,7 @@ def process_metric_gate(
     d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
     s = np.where(np.asarray(b_first, dtype=bool), 1.0, -1.0)
     med_a, med_b = float(np.median(a)), float(np.median(b))
+    medians = f"medians {_figure(med_a, unit)} -> {_figure(med_b, unit)}"
 
     def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
         return ProcessMetricGate(
@@ -122,13 +124,12 @@ def process_metric_gate(
         return out(
             Verdict.INCONCLUSIVE,
             f"{metric}: every one of the {k} process(es) set up {first} first, so what being first costs cannot be "
-            f"told from the versions' difference (medians {med_a:.1f} -> {med_b:.1f} {unit})",
+            f"told from the versions' difference ({medians})",
         )
     if k < 3:
         return out(
             Verdict.INCONCLUSIVE,
-            f"{metric}: {k} processes give no interval with the order taken out (needs 3; medians {med_a:.1f} -> "
-            f"{med_b:.1f} {unit})",
+            f"{metric}: {k} processes give no interval with the order taken out (needs 3; {medians})",
         )
     design = np.column_stack([np.ones(k), s])
     coef, *_ = np.linalg.lstsq(design, d, rcond=None)
@@ -141,8 +142,13 @@ def process_metric_gate(
     ratio, low, high = math.exp(mu), math.exp(mu - half), math.exp(mu + half)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
-        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} over {k} processes (medians "
-        f"{med_a:.1f} -> {med_b:.1f} {unit}; the version set up first paid x{math.exp(beta):.2f}, taken out), "
+        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} over {k} processes ({medians}; "
+        f"the version set up first paid x{math.exp(beta):.2f}, taken out), "
         f"tolerance {tolerance:.0%}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high, order_ratio=math.exp(beta))
+
+
+def _figure(x: float, unit: str) -> str:
+    """``x`` in ``unit`` for a reason: bytes as MiB (``52.3 MiB``), anything else with one decimal (``4693.0 ms``)."""
+    return f"{x / 2**20:.1f} MiB" if unit == "bytes" else f"{x:.1f} {unit}"

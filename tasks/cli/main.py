@@ -649,6 +649,14 @@ def run_cmd(
             rich_help_panel=_PAIRED,
         ),
     ] = None,
+    memory_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            help="Also gate each version's resident memory (its load, build and cold step) over the paired gate's "
+            "processes: growth past this relative change (0.2 = 20%) is a regression; unset: recorded, not judged.",
+            rich_help_panel=_PAIRED,
+        ),
+    ] = None,
 ) -> None:
     """Run the seven stages for one model version in this process, without Airflow, and print the run's
     figures and its verdict's story. Every option is the benchmark case's field of the same name, with its
@@ -790,9 +798,12 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
         if agree := tables.get("agreement"):
             typer.echo(agreement_summary(agree))
-    if cold := v.evidence.get("cold_step"):  # the versions' cold steps over the paired gate's processes
-        judged = case.cold_step_tolerance is not None
-        typer.echo(f"cold step: {cold['reason']}" + ("" if judged else " (recorded, not judged: cold_step_tolerance)"))
+    for key, field in (("cold_step", "cold_step_tolerance"), ("model_memory", "memory_tolerance")):
+        if gate := v.evidence.get(key):  # a per-process figure of both versions over the paired gate's processes
+            judged = getattr(case, field) is not None
+            typer.echo(
+                f"{key.replace('_', ' ')}: {gate['reason']}" + ("" if judged else f" (recorded, not judged: {field})")
+            )
     from tasks.cli.env import env_change_summary
 
     if changed := env_change_summary(v.to_xcom()):

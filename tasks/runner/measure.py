@@ -183,6 +183,16 @@ def _sum_times(rows: list[Any]) -> Any:
     return SimpleNamespace(**{f: sum(getattr(r, f, 0.0) for r in rows) for f in rows[0]._fields})
 
 
+def rss_bytes() -> int | None:
+    """This process's resident set now, bytes (``/proc/self/statm``'s resident pages x the page size); None where
+    there is no ``/proc`` (not Linux)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def peak_rss_bytes() -> int:
     # ru_maxrss is in KiB on Linux.
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

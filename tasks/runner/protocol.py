@@ -478,6 +478,12 @@ class PairedResult(_Measured):
     candidate_model_path: str
     a_cold_step_ms: float
     b_cold_step_ms: float = Field(description="also in ``cold_step_ms``")
+    a_model_rss_bytes: int | None = Field(
+        None,
+        description="what the baseline's (A) load, build and cold step added to this process's resident set, bytes "
+        "(/proc/self/statm); the version set up first also adds the process's one-time costs; None without /proc",
+    )
+    b_model_rss_bytes: int | None = Field(None, description="the candidate's (B) likewise")
     first_built: Literal["A", "B"] = Field(description="the version set up first, drawn per gate")
     a_warmup_step_times_ms: list[float]
     b_warmup_step_times_ms: list[float]
@@ -671,6 +677,8 @@ class PairedSamples(_View):
     a_fed: dict[str, Fed] = {}
     a_cold_step_ms: float | None = None
     b_cold_step_ms: float | None = None
+    a_model_rss_bytes: int | None = None
+    b_model_rss_bytes: int | None = None
     first_built: Literal["A", "B"] | None = None
 
 

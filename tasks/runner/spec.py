@@ -43,6 +43,10 @@ class RunnerSpec(BaseModel):
     # (tasks.analysis.processes: the process is the gate's unit); shown in progress lines
     process: int = Field(0, ge=0)
     processes: int = Field(1, ge=1)
+    # paired mode: which version is set up first (it pays the process's one-time costs on its cold step and memory);
+    # the parent alternates it over a gate's processes from a random start, so any 2 of them hold both orders
+    # (tasks.analysis.metric_gates); None: the runner draws it
+    first_built: Literal["A", "B"] | None = None
     # What is measured (the Case fields of the same names, ``tasks.records.Case``; plain values here so
     # the runner needs only pydantic): the step kind, how inputs are fed, and the execution options.
     case_mode: Literal["train", "infer", "tflite"] = "train"

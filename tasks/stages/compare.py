@@ -188,32 +188,60 @@ def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | No
     )
 
 
-#: the tolerance a cold-step gate is recorded with when the case sets none (``Case.cold_step_tolerance``)
-COLD_STEP_RECORD_TOLERANCE = 0.5
+#: The figures each process of a paired gate measures once per version, gated beside step time
+#: (``tasks.analysis.metric_gates``): evidence key -> (A's and B's ``PairedSamples`` field, metric, unit, the
+#: ``Case`` field of its tolerance, its words in a reason, whether it is wall time: not judged on a busy host).
+PROCESS_METRICS: dict[str, tuple[str, str, str, str, str, str, bool]] = {
+    "cold_step": (
+        "a_cold_step_ms",
+        "b_cold_step_ms",
+        "cold_step_ms",
+        "ms",
+        "cold_step_tolerance",
+        "the cold step (tracing, compilation, one step)",
+        True,
+    ),
+    "model_memory": (
+        "a_model_rss_bytes",
+        "b_model_rss_bytes",
+        "model_rss_bytes",
+        "bytes",
+        "memory_tolerance",
+        "the model's resident memory (load, build, cold step)",
+        False,
+    ),
+}
+#: the tolerance a figure's gate is recorded with when its case sets none (not judged then)
+RECORD_TOLERANCE = 0.5
 
 
-def _cold_step_gate(case: Case, run: ProfiledRun) -> ProcessMetricGate | None:
-    """The gate of the two versions' cold steps over a paired gate's processes (``tasks.analysis.metric_gates``;
-    tolerance ``case.cold_step_tolerance``, else :data:`COLD_STEP_RECORD_TOLERANCE` for the record), or None without
-    a gate of several processes that recorded them."""
+def _process_gates(case: Case, run: ProfiledRun) -> dict[str, ProcessMetricGate]:
+    """The gates of the per-process figures (:data:`PROCESS_METRICS`) over a paired gate's processes, by evidence
+    key (``tasks.analysis.metric_gates``; each at its case tolerance, else :data:`RECORD_TOLERANCE`); a figure no
+    process recorded for both versions (and every figure of a gate of one process) has none."""
     if not run.paired_path or load_json(run.paired_path).get("mode") != "paired-gate":
-        return None
-    procs = [
-        p
-        for p in read_view(run.paired_path, PairedGateSamples).processes
-        if p.a_cold_step_ms and p.b_cold_step_ms and p.first_built
-    ]
-    if not procs:
-        return None
-    return process_metric_gate(
-        [float(p.a_cold_step_ms or 0) for p in procs],
-        [float(p.b_cold_step_ms or 0) for p in procs],
-        [p.first_built == "B" for p in procs],
-        metric="cold_step_ms",
-        unit="ms",
-        tolerance=case.cold_step_tolerance if case.cold_step_tolerance is not None else COLD_STEP_RECORD_TOLERANCE,
-        confidence=case.confidence,
-    )
+        return {}
+    procs = read_view(run.paired_path, PairedGateSamples).processes
+    out = {}
+    for key, (a_field, b_field, metric, unit, field, _, _) in PROCESS_METRICS.items():
+        held = [
+            (getattr(p, a_field), getattr(p, b_field), p.first_built == "B")
+            for p in procs
+            if p.first_built and (getattr(p, a_field) or 0) > 0 and (getattr(p, b_field) or 0) > 0
+        ]
+        if not held:
+            continue
+        tolerance = getattr(case, field)
+        out[key] = process_metric_gate(
+            [float(a) for a, _, _ in held],
+            [float(b) for _, b, _ in held],
+            [first for _, _, first in held],
+            metric=metric,
+            unit=unit,
+            tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+            confidence=case.confidence,
+        )
+    return out
 
 
 def baseline_compare(
@@ -308,25 +336,31 @@ def baseline_compare(
     check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
     if check is not None:  # the case bounds its outputs' agreement with the fp32 eager model: judged beside step time
         evidence["agreement"] = {**check.model_dump(mode="json"), "failed": check.failed}
-        if check.failed:
+        if check.failed and verdict == Verdict.REGRESSION:  # the step time's regression leads; this is said beside
+            reason = evidence["reason"] = f"{reason}; also a regression on {check.text()}" if reason else check.text()
+        elif check.failed:
             verdict = Verdict.REGRESSION
             reason = evidence["reason"] = f"{check.text()}; step time: {reason}" if reason else check.text()
         elif check.unchecked:
             reason = evidence["reason"] = f"{reason}; {check.text()}" if reason else check.text()
-    cold = _cold_step_gate(case, run)
-    if cold is not None:  # the versions' cold steps over the gate's processes: recorded, judged when the case asks
-        evidence["cold_step"] = cold.model_dump(mode="json")
-        if case.cold_step_tolerance is not None and cold.verdict not in (Verdict.PASS, Verdict.IMPROVEMENT):
-            busy = bool((run.noise or {}).get("busy"))
-            if cold.verdict == Verdict.REGRESSION and not busy:
-                said = f"regression on the cold step (tracing, compilation, one step): {cold.reason}"
-                verdict = Verdict.REGRESSION
-                reason = evidence["reason"] = f"{said}; step time: {reason}" if reason else said
+    busy = bool((run.noise or {}).get("busy"))
+    for key, gate in _process_gates(case, run).items():  # per-process figures of both versions: recorded, and
+        evidence[key] = gate.model_dump(mode="json")  # judged where the case gives the figure a tolerance
+        _, _, _, _, field, words, wall = PROCESS_METRICS[key]
+        if getattr(case, field) is None or gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
+            continue
+        if gate.verdict == Verdict.REGRESSION and not (busy and wall):
+            said = f"regression on {words}: {gate.reason}"
+            if verdict == Verdict.REGRESSION:  # the step time's regression leads; this one is said beside it
+                reason = evidence["reason"] = f"{reason}; also a {said}" if reason else said
             else:
-                said = f"cold step undecided: {cold.reason}" + (
-                    " (not judged: the host was busy, and a cold step is wall time)" if busy else ""
-                )
-                reason = evidence["reason"] = f"{reason}; {said}" if reason else said
+                reason = evidence["reason"] = f"{said}; step time: {reason}" if reason else said
+            verdict = Verdict.REGRESSION
+        else:
+            said = f"{words} undecided: {gate.reason}" + (
+                " (not judged: the host was busy, and it is wall time)" if busy and wall else ""
+            )
+            reason = evidence["reason"] = f"{reason}; {said}" if reason else said
     earlier = None
     if verdict == Verdict.NO_BASELINE and paired is None and version is not None:
         earlier = reads.measured_version(db_url, case.model, case.name, version)

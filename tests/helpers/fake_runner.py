@@ -110,12 +110,14 @@ def command() -> str:
     return f"{sys.executable} -m tests.helpers.fake_runner"
 
 
-def write_model(path: Path, step_factor: float = 1.0, cold_factor: float = 1.0) -> Path:
-    """Write a fake ``.keras`` model (a zip, as the model store checks) whose steps take ``step_factor`` x the base
-    and whose cold step (in paired mode) ``cold_factor`` x more again."""
+def write_model(path: Path, step_factor: float = 1.0, cold_factor: float = 1.0, memory_factor: float = 1.0) -> Path:
+    """Write a fake ``.keras`` model (a zip, as the model store checks) whose steps take ``step_factor`` x the base,
+    whose cold step (in paired mode) ``cold_factor`` x more again, and whose resident memory (paired mode)
+    ``memory_factor`` x :data:`MODEL_RSS_BYTES`."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    factors = {"step_factor": step_factor, "cold_factor": cold_factor, "memory_factor": memory_factor}
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("fake_runner.json", json.dumps({"step_factor": step_factor, "cold_factor": cold_factor}))
+        z.writestr("fake_runner.json", json.dumps(factors))
     return path
 
 
@@ -133,8 +135,10 @@ def step_factor(model_path: str, key: str = "step_factor") -> float:
         return 1.0
 
 
-#: what the version set up first in a paired process pays on its cold step (the process's one-time costs)
+#: what the version set up first in a paired process pays on its cold step and its memory (one-time costs)
 FIRST_COLD_COST = 1.3
+#: a fake model's resident memory in paired mode (its load, build and cold step), bytes
+MODEL_RSS_BYTES = 50 * 2**20
 
 
 def host_load(busy_once_key: str | None = None) -> dict[str, float | int]:
@@ -379,7 +383,7 @@ def paired(spec: RunnerSpec) -> PairedResult:
     # the cold steps: 20 steps' worth x the model's cold_factor, the version set up first (drawn per process, as the
     # real runner draws it) paying FIRST_COLD_COST more, each with 5% noise (log scale)
     draw = random.Random(f"{spec.seed}:{spec.process}:cold")
-    first_built = draw.choice(("A", "B"))
+    first_built = spec.first_built or draw.choice(("A", "B"))
     paths = {"A": spec.baseline_model_path, "B": spec.model_path}
     cold_of = {
         who: 20
@@ -389,6 +393,15 @@ def paired(spec: RunnerSpec) -> PairedResult:
         * math.exp(draw.gauss(0.0, 0.05))
         for who in ("A", "B")
     }
+    rss_of = {
+        who: int(
+            MODEL_RSS_BYTES
+            * step_factor(paths[who], "memory_factor")
+            * (FIRST_COLD_COST if who == first_built else 1.0)
+            * math.exp(draw.gauss(0.0, 0.03))
+        )
+        for who in ("A", "B")
+    }
     return PairedResult(
         **_case(spec, cold_of["B"]),
         a_inputs={"input": InputFeed(shape=[spec.batch_size, 16, 16, 3], dtype="float32", min=None, max=None)},
@@ -396,6 +409,8 @@ def paired(spec: RunnerSpec) -> PairedResult:
         candidate_model_path=spec.model_path,
         a_cold_step_ms=cold_of["A"],
         b_cold_step_ms=cold_of["B"],
+        a_model_rss_bytes=rss_of["A"],
+        b_model_rss_bytes=rss_of["B"],
         first_built=first_built,
         a_warmup_step_times_ms=warm["A"],
         b_warmup_step_times_ms=warm["B"],

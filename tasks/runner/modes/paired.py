@@ -66,11 +66,28 @@ def run(spec: RunnerSpec) -> PairedResult:
     # gates on the 2-core dev machine the version set up first ran about 1% faster (issue 12). A fixed order
     # would put that bias on every gate in one direction, unseen by A/A calibration; drawn per gate it is
     # zero-mean gate-to-gate spread, which the calibrated offset (``paired_offset_sd``) covers.
-    first_built: Literal["A", "B"] = random.SystemRandom().choice(("A", "B"))
+    # The parent of a gate of several processes alternates it from a random start (RunnerSpec.first_built), so the
+    # order's one-time costs on each version's cold step and memory can be taken out (tasks.analysis.metric_gates).
+    first_built: Literal["A", "B"] = (
+        spec.first_built if spec.first_built is not None else random.SystemRandom().choice(("A", "B"))
+    )
     paths = {"A": spec.baseline_model_path, "B": spec.model_path}
     setup_order = sorted("AB", key=lambda w: w != first_built)
-    built = {who: measure.build_step(spec, paths[who]) for who in setup_order}
-    cold = {who: measure.cold_step(built[who], paths[who], spec.case_mode) for who in setup_order}
+    # each version's resident memory: what its load and build, then its cold step, added to the process's
+    # resident set (tasks.runner.measure.rss_bytes; the version set up first also adds the process's one-time costs)
+    built: dict[str, measure.Step] = {}
+    grown: dict[str, int | None] = {}
+    for who in setup_order:
+        r0 = measure.rss_bytes()
+        built[who] = measure.build_step(spec, paths[who])
+        r1 = measure.rss_bytes()
+        grown[who] = r1 - r0 if r0 is not None and r1 is not None else None
+    cold: dict[str, float] = {}
+    for who in setup_order:
+        r0 = measure.rss_bytes()
+        cold[who] = measure.cold_step(built[who], paths[who], spec.case_mode)
+        r1, g = measure.rss_bytes(), grown[who]
+        grown[who] = g + r1 - r0 if g is not None and r0 is not None and r1 is not None else None
     fed: dict[str, dict[str, Any]] = {who: {} for who in setup_order}  # per version, phase -> protocol.Fed
 
     def end_phase(who: str, phase: str) -> None:
@@ -167,6 +184,8 @@ def run(spec: RunnerSpec) -> PairedResult:
         cold_step_ms=cold["B"],
         a_cold_step_ms=cold["A"],
         b_cold_step_ms=cold["B"],
+        a_model_rss_bytes=grown["A"],
+        b_model_rss_bytes=grown["B"],
         first_built=first_built,
         a_warmup_step_times_ms=warm["A"],
         b_warmup_step_times_ms=warm["B"],
