@@ -334,6 +334,27 @@ def op_change_points(
     return out
 
 
+def point_row(cp: ChangePoint, newest: dt.date, *, unit: str = "") -> dict[str, Any]:
+    """The columns a listing shows of ``cp``: ``before``/``after`` (named ``before<unit>``, e.g. ``before_us``),
+    ``ratio``, ``ci_low``, ``ci_high``, ``p_value``, ``n_before``, ``n_after``, ``direction`` (``slower`` or
+    ``faster``), ``status`` and ``confirms_on`` (a tentative point's confirming night, :func:`confirming_night` from
+    ``newest``, the series' newest run's date, as an ISO date; None otherwise)."""
+    night = confirming_night(cp, newest)
+    return {
+        f"before{unit}": cp.before,
+        f"after{unit}": cp.after,
+        "ratio": cp.ratio,
+        "ci_low": cp.ci_low,
+        "ci_high": cp.ci_high,
+        "p_value": cp.p_value,
+        "n_before": cp.n_before,
+        "n_after": cp.n_after,
+        "direction": "slower" if cp.slower else "faster",
+        "status": cp.status,
+        "confirms_on": night.isoformat() if night else None,
+    }
+
+
 def new_change_points(values: Sequence[float], run_ids: Sequence[int], **kwargs: Any) -> list[ChangePoint]:
     """The confirmed change points of the series that the same series without its newest run did not have
     confirmed (none within :data:`SAME_CHANGE_RUNS` runs of it): what a nightly check alerts on once, on the

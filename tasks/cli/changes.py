@@ -28,7 +28,8 @@ the nightly DAG does (``tasks.services.trend.confirm_now``), and exits 1 when on
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -152,7 +153,6 @@ def _change_rows(case_name: str, metric: str, pts: list[tuple[Any, float]], foun
     rows = []
     for cp in found:
         at, prev = pts[cp.index][0], pts[cp.index - 1][0]
-        night = changes.confirming_night(cp, pts[-1][0].started_at.date())
         rows.append(
             {
                 "case_name": case_name,
@@ -164,17 +164,7 @@ def _change_rows(case_name: str, metric: str, pts: list[tuple[Any, float]], foun
                 "env_key": (at.comparability_key or "")[:12],
                 "env_changed": int(at.comparability_key != prev.comparability_key),
                 "source": at.source,
-                "before": cp.before,
-                "after": cp.after,
-                "ratio": cp.ratio,
-                "ci_low": cp.ci_low,
-                "ci_high": cp.ci_high,
-                "p_value": cp.p_value,
-                "n_before": cp.n_before,
-                "n_after": cp.n_after,
-                "direction": "slower" if cp.slower else "faster",
-                "status": cp.status,
-                "confirms_on": night.isoformat() if night else None,
+                **changes.point_row(cp, pts[-1][0].started_at.date()),
             }
         )
     return rows
@@ -198,6 +188,30 @@ def short_op(name: str, width: int = 52) -> str:
     return ("grad " if grad else "") + short
 
 
+T = TypeVar("T")
+
+
+def _read_or_exit(read: Callable[[], T]) -> T:
+    """``read()``; an unknown model (``LookupError``, naming the store's models) is said and exits 1."""
+    try:
+        return read()
+    except LookupError as e:
+        typer.echo(f"error: {e.args[0]}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _render_points(df: pd.DataFrame, fmt: Format, model: str, title: str) -> None:
+    """Render a change-point listing (p-values in scientific notation in a table or markdown: 1e-5 is not 0.000;
+    each case with its label); an empty one prints nothing as a table."""
+    from tasks.cli.history import titled_cases
+    from tasks.store.queries import with_case_labels
+
+    if df.empty and fmt is Format.table:
+        return
+    shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]]) if fmt in (Format.table, Format.markdown) else df
+    render(titled_cases(with_case_labels(shown, _url(), model=model), fmt), fmt, title=title)
+
+
 def _no_runs(model: str, case: str | None, start: dt.datetime | None) -> NoReturn:
     """Say that ``model`` (``case``, from ``start``) has no successful run, and exit 1."""
     typer.echo(
@@ -211,25 +225,14 @@ def _no_runs(model: str, case: str | None, start: dt.datetime | None) -> NoRetur
 
 def _op_changes(model: str, case: str | None, start: dt.datetime | None, top: int, after: int, fmt: Format) -> None:
     """Print ``perfwatch changes --ops``: the op change table and, as a table, a line per case."""
-    from tasks.cli.history import titled_cases
     from tasks.services.op_changes import op_change_table
-    from tasks.store.queries import with_case_labels
 
-    try:
-        df, series = op_change_table(_url(), model, case, start, top=top, min_runs_after=after)
-    except LookupError as e:
-        typer.echo(f"error: {e.args[0]}", err=True)
-        raise typer.Exit(1) from None
+    df, series = _read_or_exit(lambda: op_change_table(_url(), model, case, start, top=top, min_runs_after=after))
     if not series:
         _no_runs(model, case, start)
-    if not (df.empty and fmt is Format.table):
-        shown = df
-        if fmt in (Format.table, Format.markdown):
-            shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]])
-        if fmt is Format.table:  # the ratio and status must fit beside a TF op path; csv/json/markdown keep it whole
-            shown = shown.assign(op_name=[short_op(n) for n in shown["op_name"]])
-        shown = titled_cases(with_case_labels(shown, _url(), model=model), fmt)
-        render(shown, fmt, title=f"{model}: op change points (time per step, µs)")
+    if fmt is Format.table:  # the ratio and status must fit beside a TF op path; csv/json/markdown keep it whole
+        df = df.assign(op_name=[short_op(n) for n in df["op_name"]])
+    _render_points(df, fmt, model, f"{model}: op change points (time per step, µs)")
     if fmt is Format.table:
         for c, s in series.items():
             n = len(s.runs)
@@ -320,9 +323,7 @@ def register(app: typer.Typer) -> None:
         or tentative with the night that would confirm it). With --ops, the same for each case's largest ops:
         which op moved, when, by how much. With --confirm, the paired gate of each tentative
         slowdown runs now (the version before it beside the newest, or the old environment beside the new)."""
-        from tasks.cli.history import titled_cases
         from tasks.services.trend import min_runs_after
-        from tasks.store.queries import with_case_labels
 
         metrics = tuple(metric or ["median_step_ms"])
         for m in metrics:
@@ -340,19 +341,10 @@ def register(app: typer.Typer) -> None:
                 )
             _op_changes(model, case, start, top, after, fmt)
             return
-        try:
-            df, sizes = change_table(_url(), model, case, start, metrics, after)
-        except LookupError as e:
-            typer.echo(f"error: {e.args[0]}", err=True)
-            raise typer.Exit(1) from None
+        df, sizes = _read_or_exit(lambda: change_table(_url(), model, case, start, metrics, after))
         if not sizes:
             _no_runs(model, case, start)
-        if not (df.empty and fmt is Format.table):
-            shown = df
-            if fmt in (Format.table, Format.markdown):  # p-values of 1e-5 are not 0.000
-                shown = df.assign(p_value=[f"{p:.2e}" for p in df["p_value"]])
-            shown = titled_cases(with_case_labels(shown, _url(), model=model), fmt)  # label beside the case
-            render(shown, fmt, title=f"{model}: change points")
+        _render_points(df, fmt, model, f"{model}: change points")
         if fmt is Format.table:
             for c, n in sizes.items():
                 note = f" (change points need at least {changes.MIN_POINTS})" if n < changes.MIN_POINTS else ""

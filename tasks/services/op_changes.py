@@ -167,7 +167,6 @@ def op_change_table(
             cp, run = f.point, s.runs[at[f.point.run_id]]
             # the run of the op's series just before the point (its series leaves out runs that lack the op)
             prev = s.runs[max(i for i in range(at[cp.run_id]) if s.per_run[i].get(f.op, 0.0) > 0)]
-            night = changes.confirming_night(cp, s.runs[-1].started_at.date())
             rows.append(
                 {
                     "case_name": name,
@@ -178,17 +177,7 @@ def op_change_table(
                     "started_at": run.started_at,
                     "version": run.version,
                     "prev_version": prev.version,
-                    "before_us": cp.before,
-                    "after_us": cp.after,
-                    "ratio": cp.ratio,
-                    "ci_low": cp.ci_low,
-                    "ci_high": cp.ci_high,
-                    "p_value": cp.p_value,
-                    "n_before": cp.n_before,
-                    "n_after": cp.n_after,
-                    "direction": "slower" if cp.slower else "faster",
-                    "status": cp.status,
-                    "confirms_on": night.isoformat() if night else None,
+                    **changes.point_row(cp, s.runs[-1].started_at.date(), unit="_us"),
                     "missing_runs": f.missing,
                 }
             )
