@@ -56,6 +56,13 @@ leading with it ("output agreement (mixed_float16, eager against fp32, eager; 16
 below the case's 0.99; step time: ..."); a bound that could not be checked is said in the reason and never passes
 silently. ``evidence["agreement"]`` keeps the check.
 
+Per-process figures: a paired gate of several processes records, per version and process, the cold step and
+what the version's load, build and cold step added to the resident set; their gates over the processes
+(:data:`PROCESS_METRICS`, ``tasks.analysis.metric_gates``) go into ``evidence["cold_step"]`` and
+``evidence["model_memory"]``, and a case's ``cold_step_tolerance`` / ``memory_tolerance`` makes one that regresses a
+``regression`` (said beside a step-time regression, else leading the reason); the cold step, wall time, is not
+judged on a busy host.
+
 Noise (``run.noise``, judged once, by the profiled-run stage: ``tasks.analysis.verdict.judge_noise``; this
 stage only applies it): on a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
 ``CompareRecord.reason`` and ``evidence["noise"]``), the statistics' own verdict kept in
