@@ -1,8 +1,9 @@
 """Paired mode: the A/B release gate, both versions in this ONE process, timed in ABBA block pairs.
 
 Loads the baseline version (A, ``baseline_model_path``) and the candidate (B, ``model_path``), each with its
-own ``tf.data`` iterator, optimizer and compiled step (which of the two is set up first is drawn per gate,
-``first_built``); runs each one's cold step and ``warmup_steps`` warm-up steps, then ``blocks`` block pairs
+own ``tf.data`` iterator, optimizer and compiled step (which of the two is set up first: the spec's
+``first_built``, else drawn); records what each one's build and cold step added to the resident set; runs each
+one's cold step and ``warmup_steps`` warm-up steps, then ``blocks`` block pairs
 of ``block_steps`` steps each. The order is drawn per quadruple (``random.SystemRandom``): pairs 2k and 2k+1
 are AB, BA or BA, AB with probability 1/2 each (recorded in ``BlockPair.order``), so process-level drift
 cancels within a pair and a linear trend over each quadruple, every batch of an even number of pairs holds as
@@ -62,12 +63,12 @@ def run(spec: RunnerSpec) -> PairedResult:
     """
     t_start = time.perf_counter()
     assert spec.baseline_model_path is not None  # checked by RunnerSpec
-    # Which version is loaded, traced and warmed up first is drawn for each gate (``first_built``): in A/A
-    # gates on the 2-core dev machine the version set up first ran about 1% faster (issue 12). A fixed order
-    # would put that bias on every gate in one direction, unseen by A/A calibration; drawn per gate it is
-    # zero-mean gate-to-gate spread, which the calibrated offset (``paired_offset_sd``) covers.
-    # The parent of a gate of several processes alternates it from a random start (RunnerSpec.first_built), so the
-    # order's one-time costs on each version's cold step and memory can be taken out (tasks.analysis.metric_gates).
+    # Which version is loaded, traced and warmed up first (``first_built``) is not fixed: in A/A gates on the
+    # 2-core dev machine the version set up first ran about 1% faster (issue 12), and a fixed order would put that
+    # bias on every gate in one direction, unseen by A/A calibration. The parent of a gate of several processes
+    # alternates it from a random start (RunnerSpec.first_built), so the bias cancels across the processes and the
+    # order's one-time costs on each version's cold step and memory can be taken out (tasks.analysis.metric_gates);
+    # a process without it draws it.
     first_built: Literal["A", "B"] = (
         spec.first_built if spec.first_built is not None else random.SystemRandom().choice(("A", "B"))
     )
