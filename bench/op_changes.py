@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -67,7 +68,7 @@ def collect(home: Path, v1: int, v2: int) -> None:
                 print(json.dumps(line), flush=True)
 
 
-def analyse(home: Path, trials: int, seed: int) -> None:
+def analyse(home: Path, trials: int, seed: int, pvalues: list[float]) -> None:
     """Print the real and the resampled figures (module docstring)."""
     from tasks.analysis import changes
     from tasks.services.op_changes import op_change_table, op_series
@@ -100,19 +101,59 @@ def analyse(home: Path, trials: int, seed: int) -> None:
     )
     print(table[["op_name", "run_id", "version", "before_us", "after_us", "ratio", "status"]].to_string())
 
-    rng = random.Random(seed)
     v1 = [t for t, v in zip(s.per_run, versions, strict=True) if v == "1"]
     v2 = [t for t, v in zip(s.per_run, versions, strict=True) if v == "2"]
+    if s.basis == "median_cpu_ms":  # each basis's op spread over the v1 runs, and what v2 read on each
+        wall = [
+            {k: x * r.median_step_ms / r.median_cpu_ms for k, x in t.items()}
+            for t, r in zip(s.per_run, s.runs, strict=True)
+        ]
+        for basis, tables in (("CPU time", s.per_run), ("wall time", wall)):
+            t1 = [t for t, v in zip(tables, versions, strict=True) if v == "1"]
+            t2 = [t for t, v in zip(tables, versions, strict=True) if v == "2"]
+            sds = [statistics.stdev(math.log(t[k]) for t in t1) for k in watched if all(k in t for t in t1)]
+            ratios = [
+                math.exp(statistics.mean(math.log(t[k]) for t in t2) - statistics.mean(math.log(t[k]) for t in t1))
+                for k in watched
+                if all(k in t for t in t1 + t2)
+            ]
+            print(
+                f"split from {basis}: a watched op's sd of log over the v1 runs, median {statistics.median(sds):.3f}"
+                + (f"; v2/v1 per op, median x{statistics.median(ratios):.2f}" if ratios else "")
+            )
+    for pvalue in pvalues or [None]:
+        fa, li, det = resampled(v1, v2, trials, seed, pvalue)
+        at = "the product's default" if pvalue is None else f"{pvalue:g} per op"
+        print(
+            f"resampled at {at}, {trials} series of {NIGHTS} nights: a confirmed op change point in {fa:.1f}% of the "
+            f"no-change series (any listed: {li:.1f}%); {det:.1f}% of the watched ops found slower within {WITHIN} "
+            "nights of a version-2 step"
+        )
+    print(
+        f"op_changes: runs={n1}+{len(v2)} basis={s.basis} real_false={real_false} "
+        f"real_moved={moved['op_name'].nunique()}/{len(watched)} false_alarm={fa:.1f}% listed={li:.1f}% "
+        f"detect={det:.1f}% load1={load1:.2f}"
+    )
+
+
+def resampled(
+    v1: list[dict], v2: list[dict], trials: int, seed: int, pvalue: float | None
+) -> tuple[float, float, float]:
+    """The resampled series (module docstring) at Otava's ``pvalue`` per op (None: the product's default): the % of
+    no-change series with a confirmed op point, with any, and the % of watched ops found after a version-2 step."""
+    from tasks.analysis import changes
+
+    rng = random.Random(seed)
     false = listed = hits = watched_n = 0
     for _ in range(trials):
         nights = [rng.choice(v1) for _ in range(NIGHTS)]
-        found = changes.op_change_points(nights, list(range(NIGHTS)))
+        found = changes.op_change_points(nights, list(range(NIGHTS)), max_pvalue=pvalue)
         false += bool(changes.confirmed([f.point for f in found]))
         listed += bool(found)
         if v2:
             nights = [rng.choice(v1) for _ in range(STEP_AT)] + [rng.choice(v2) for _ in range(WITHIN)]
             ops = changes.watched_ops(nights)
-            found = changes.op_change_points(nights, list(range(len(nights))))
+            found = changes.op_change_points(nights, list(range(len(nights))), max_pvalue=pvalue)
             got = {
                 f.op
                 for f in found
@@ -120,18 +161,8 @@ def analyse(home: Path, trials: int, seed: int) -> None:
             }
             hits += len(got)
             watched_n += len(ops)
-    fa, li = 100 * false / trials, 100 * listed / trials
     det = 100 * hits / watched_n if watched_n else float("nan")
-    print(
-        f"resampled, {trials} series of {NIGHTS} nights: a confirmed op change point in {fa:.1f}% of the no-change "
-        f"series (any listed: {li:.1f}%); {det:.1f}% of the watched ops found slower within {WITHIN} nights of a "
-        "version-2 step"
-    )
-    print(
-        f"op_changes: runs={n1}+{len(v2)} basis={s.basis} real_false={real_false} "
-        f"real_moved={moved['op_name'].nunique()}/{len(watched)} false_alarm={fa:.1f}% listed={li:.1f}% "
-        f"detect={det:.1f}% load1={load1:.2f}"
-    )
+    return 100 * false / trials, 100 * listed / trials, det
 
 
 def main() -> None:
@@ -142,11 +173,17 @@ def main() -> None:
     p.add_argument("--v2", type=int, default=6)
     p.add_argument("--trials", type=int, default=400)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-pvalue",
+        type=float,
+        action="append",
+        help="Otava's threshold per op to resample at (repeatable; default: the product's, 2e-5 / the ops watched)",
+    )
     a = p.parse_args()
     if a.collect:
         collect(a.home, a.v1, a.v2)
     else:
-        analyse(a.home, a.trials, a.seed)
+        analyse(a.home, a.trials, a.seed, a.max_pvalue or [])
 
 
 if __name__ == "__main__":

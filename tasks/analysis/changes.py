@@ -306,9 +306,10 @@ def op_change_points(
         top: how many ops are watched (:func:`watched_ops`).
         min_magnitude: smallest relative change of an op's segment means reported.
         max_pvalue: Otava's significance threshold per op; default :data:`DEFAULT_MAX_PVALUE` / ``top``
-            (Bonferroni over the watched ops. bench/op_changes.py, 150 resampled series of 30 nights: a confirmed
-            op point in 4.0% of no-change series at 2e-5 per op and 1.3% at 2e-6, while 75% and 73% of the ops a
-            real version moved were found within 5 nights; 400 series at the default: 3.0% and 73.5%).
+            (Bonferroni over the watched ops. ``bench/op_changes.py --max-pvalue 2e-5 --max-pvalue 2e-6``, 400
+            resampled series of 30 nights each: a confirmed op point in 5.2% of no-change series at 2e-5 per op and
+            3.0% at 2e-6, the default for 10 ops, while 74.6% and 73.5% of the ops a real version moved were found
+            within 5 nights).
         kwargs: the rest of :func:`detect_change_points`'s settings (``min_runs_after``, ...).
 
     Returns:

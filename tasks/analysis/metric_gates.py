@@ -8,14 +8,13 @@ log ratio ``d_k = ln(B_k / A_k)`` of its two versions' figures.
 
 The two versions of a process are set up one after the other, in an order drawn per process (``first_built``), and
 the version set up first pays the process's one-time costs (TensorFlow's first graph, thread pools, oneDNN's first
-primitives). So the model is a paired design with the order as a covariate (ordinary least squares):
-``d_k = mu + beta * s_k + e_k`` with ``s_k = +1`` when B was set up first and ``-1`` when A was; ``exp(mu)`` is the
-ratio of the two versions' figures with the order's effect taken out, ``exp(beta)`` what being first costs, and
-the interval is Student's t on ``mu`` with K - 2 degrees of freedom (scipy). With every process in one order, the
-order's effect cannot be told from the versions' (the verdict is ``inconclusive`` and says so); with two processes or
-fewer there is no interval. The verdict on the interval is the step-time rule (``stats.verdict_from_ci``): a ratio
-whose interval lies above 1 and reaches past ``1 + tolerance`` is a regression.
-"""
+primitives). So the model is a paired design with the order as a covariate (ordinary least squares): ``d_k = mu +
+beta * s_k + e_k`` with ``s_k = +1`` when B was set up first and ``-1`` when A was; ``exp(mu)`` is the ratio of the
+two versions' figures with the order's effect taken out, ``exp(beta)`` what being first costs, and the interval is
+Student's t on ``mu`` with K - 2 degrees of freedom (``scipy.stats.linregress``). With every process in one order,
+the order's effect cannot be told from the versions' (the verdict is ``inconclusive`` and says so); with two
+processes or fewer there is no interval. The verdict on the interval is the step-time rule
+(``stats.verdict_from_ci``): a ratio whose interval lies above 1 and reaches past ``1 + tolerance`` is a regression."""
 
 from __future__ import annotations
 
@@ -131,14 +130,10 @@ def process_metric_gate(
             Verdict.INCONCLUSIVE,
             f"{metric}: {k} processes give no interval with the order taken out (needs 3; {medians})",
         )
-    design = np.column_stack([np.ones(k), s])
-    coef, *_ = np.linalg.lstsq(design, d, rcond=None)
-    resid = d - design @ coef
+    fit = sps.linregress(s, d)  # d = mu + beta * s: intercept mu, slope beta, with the intercept's standard error
     df = k - 2
-    sigma2 = float(resid @ resid) / df
-    se = math.sqrt(sigma2 * float(np.linalg.inv(design.T @ design)[0, 0]))
-    half = float(sps.t.ppf((1 + confidence) / 2, df)) * se
-    mu, beta = float(coef[0]), float(coef[1])
+    half = float(sps.t.ppf((1 + confidence) / 2, df)) * float(fit.intercept_stderr)
+    mu, beta = float(fit.intercept), float(fit.slope)
     ratio, low, high = math.exp(mu), math.exp(mu - half), math.exp(mu + half)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (

@@ -798,7 +798,9 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
         if agree := tables.get("agreement"):
             typer.echo(agreement_summary(agree))
-    for key, field in (("cold_step", "cold_step_tolerance"), ("model_memory", "memory_tolerance")):
+    from tasks.stages.compare import PROCESS_METRICS
+
+    for key, (*_, field, _words, _wall) in PROCESS_METRICS.items():
         if gate := v.evidence.get(key):  # a per-process figure of both versions over the paired gate's processes
             judged = getattr(case, field) is not None
             typer.echo(

@@ -7,9 +7,9 @@ every run (xprof's framework_op_stats, ``op_stats`` rows) say *where*. For each 
    (``tasks.store.reads.runs_ops``) and puts each run's ops per step as the attribution does
    (``tasks.analysis.attribution.op_times``: the op's share of its profiled window's op self-time × a per-step
    figure of the run, µs). That figure is the run's median CPU time per step when every run of the series
-   recorded one and none allocated GPU memory, else its median step time: on a busy 2-core host an op's
-   figure spread 0.23 (sd of its log over 12 runs of one version) split from CPU time and 0.38 from wall time,
-   and a version that doubled the work read x1.97 and x1.48 (``bench/op_changes.py``); where a GPU carries
+   recorded one and none allocated GPU memory, else its median step time: on a busy 2-core host a watched op's
+   figure spread 0.236 (median sd of its log over 12 runs of one version) split from CPU time and 0.368 from wall
+   time, and the next version read x2.18 and x1.80 per op (``bench/op_changes.py``); where a GPU carries
    the steps the host's CPU time is not the ops' time. Op scopes that another version named differently (Keras
    names a model after its config) are renamed to the newest run's (``attribution.match_scopes``), so an op
    keeps one series across versions. Runs without an op table or without profiled steps (external runs, a failed
