@@ -8,8 +8,9 @@ processes each, into a fresh perfwatch home), then ``.venv/bin/python bench/proc
 
 Printed per gate: its processes, the host (other processes' share of the CPU over the pairs, the 1-min load at the
 start), and each figure's gate as the compare stage records it (``tasks.analysis.metric_gates``: ln(B/A) per
-process with the set-up order taken out, its 99% interval and what being set up first cost), recomputed from the
-gate's archived ``paired/result.json`` at tolerances 0.2 and 0.5. Last line::
+process with the set-up order taken out, its 99% repeated interval at the gate's last look and what being set up
+first cost), recomputed from the gate's archived ``paired/result.json`` at tolerances 0.5 (cold step) and 0.2
+(memory). Last line::
 
     process_figures: gates=<n> processes=<n> cold_ci=<widest [low, high]> memory_ci=<widest [low, high]>
     cold_false=<regressions at 0.5> memory_false=<regressions at 0.2> load1=<mean>
@@ -18,7 +19,6 @@ gate's archived ``paired/result.json`` at tolerances 0.2 and 0.5. Last line::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -28,10 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FIGURES = {
-    "cold_step_ms": ("a_cold_step_ms", "b_cold_step_ms", "ms", 0.5),
-    "model_rss_bytes": ("a_model_rss_bytes", "b_model_rss_bytes", "bytes", 0.2),
-}
+#: the tolerances each figure is judged at here: what the docs suggest for a case
+TOLERANCES = {"cold_step_tolerance": 0.5, "memory_tolerance": 0.2}
+FIGURES = ("cold_step_ms", "model_rss_bytes")
 
 
 def collect(home: Path, gates: int) -> None:
@@ -47,7 +46,8 @@ def collect(home: Path, gates: int) -> None:
 
 def analyse(homes: list[Path]) -> None:
     """Print every gate's figures (module docstring)."""
-    from tasks.analysis.metric_gates import process_metric_gate
+    from tasks.analysis.metric_gates import process_gates
+    from tasks.runner.protocol import PairedGateSamples, read_view
 
     widest: dict[str, tuple[float, float]] = {}
     false = dict.fromkeys(FIGURES, 0)
@@ -57,30 +57,26 @@ def analyse(homes: list[Path]) -> None:
         if (home / "load1_start.txt").exists():
             loads.append(float((home / "load1_start.txt").read_text()))
         for path in sorted(home.glob("archive/*/*/paired/result.json")):
-            g = json.loads(path.read_text())
-            procs = g.get("processes") or []
-            n_gates, n_procs = n_gates + 1, n_procs + len(procs)
-            share = (g.get("host_load") or {}).get("other_cpu_share")
-            print(f"{path.parts[-3][:9]} ({home.name}): {len(procs)} processes, other processes' CPU share {share}")
-            for metric, (a_key, b_key, unit, tolerance) in FIGURES.items():
-                held = [p for p in procs if (p.get(a_key) or 0) > 0 and (p.get(b_key) or 0) > 0]
-                if len(held) < 3:
-                    print(f"  {metric}: not recorded by {len(procs) - len(held)} of the processes")
-                    continue
-                gate = process_metric_gate(
-                    [p[a_key] for p in held],
-                    [p[b_key] for p in held],
-                    [p["first_built"] == "B" for p in held],
-                    metric=metric,
-                    unit=unit,
-                    tolerance=tolerance,
-                    confidence=0.99,
-                )
+            g = read_view(path, PairedGateSamples)
+            n_gates, n_procs = n_gates + 1, n_procs + len(g.processes)
+            share = g.host_load.get("other_cpu_share")
+            k = len(g.processes)
+            print(f"{path.parts[-3][:9]} ({home.name}): {k} processes, other processes' CPU share {share}")
+            gates = process_gates(  # as the compare stage computes them: the repeated interval of the gate's last look
+                g.processes,
+                TOLERANCES,
+                confidence=0.99,
+                looks=g.gate.get("look_processes") or None,
+                max_processes=(g.gate.get("design") or {}).get("max_processes"),
+            )
+            for gate in gates.values():
                 print(f"  {gate.reason}")
-                false[metric] += gate.verdict == "regression"
+                false[gate.metric] += gate.verdict == "regression"
                 if gate.ci_low is not None and gate.ci_high is not None:
-                    lo, hi = widest.get(metric, (1.0, 1.0))
-                    widest[metric] = (min(lo, gate.ci_low), max(hi, gate.ci_high))
+                    lo, hi = widest.get(gate.metric, (1.0, 1.0))
+                    widest[gate.metric] = (min(lo, gate.ci_low), max(hi, gate.ci_high))
+            if len(gates) < len(FIGURES):
+                print(f"  not recorded by its processes: {sorted(set(FIGURES) - {x.metric for x in gates.values()})}")
 
     def span(m: str) -> str:
         return f"[{widest[m][0]:.3f},{widest[m][1]:.3f}]" if m in widest else "none"

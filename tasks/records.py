@@ -1479,6 +1479,16 @@ class VerdictStory(Record):
     processes: int | None = None
     #: a cross-environment gate: each side ran in its own fresh processes, not both versions in one
     across_environments: bool = False
+    #: the figures beside step time that regressed (``evidence["regressed_on"]``: the cold step, memory, output
+    #: agreement), each in words with its figure; step_verdict: step time's own verdict where they are set
+    regressed_on: list[str] = Field(default_factory=list)
+    step_verdict: str | None = None
+
+    @property
+    def led_by_other(self) -> bool:
+        """A regression that another figure than step time made (step time itself did not regress): the headline
+        names that figure, and step time's ratio follows as context."""
+        return self.verdict == "regression" and bool(self.regressed_on) and self.step_verdict != "regression"
 
     @property
     def threshold(self) -> float | None:
@@ -1586,6 +1596,8 @@ class VerdictStory(Record):
                 for c in ev.get("env_changes") or []
                 if isinstance(c, Mapping) and c.get("field")
             ],
+            regressed_on=[str(x) for x in ev.get("regressed_on") or []],
+            step_verdict=str(ev["step_verdict"]) if ev.get("step_verdict") else None,
         )
 
     @classmethod

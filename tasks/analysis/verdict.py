@@ -620,9 +620,11 @@ def process_comparison(paired: PairedBlocks) -> tuple[stats.Comparison, processe
     units = process_units(paired, "wall")
     assert units is not None  # wall time is always there
     # strict unless another look than the wall-time one's kept the gate going (as the one-process gate's rule): a
-    # busy host's CPU time, a busy host where no metric was fit ("none"), or a tail gate
+    # busy host's CPU time, a busy host where no metric was fit ("none"), a tail gate, or a per-process figure the
+    # case gates (cold step, memory) still undecided at a look where step time had decided (``waited_for``)
     stopping = set(gate.get("stopping") or ())
-    g = processes.analyse(units, gate["look_processes"], dz, strict=stopping <= {"wall"})
+    strict = stopping <= {"wall"} and not gate.get("waited_for")
+    g = processes.analyse(units, gate["look_processes"], dz, strict=strict)
     f = g.final
     what = (
         f"paired-abba across processes: {len(g.looks)} look(s), stopped at {f.processes} of at most "
@@ -1349,6 +1351,7 @@ def _decide_paired(
             "method": gate.method,
             "stopped": "decided on CPU time" if stopping[-1:] == ["cpu"] and gate.stopped == "open" else gate.stopped,
             "stopping": stopping,
+            "waited_for": (paired.gate or {}).get("waited_for") or {},
             "looks": [
                 {
                     "processes": x.processes,

@@ -798,9 +798,10 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
         if agree := tables.get("agreement"):
             typer.echo(agreement_summary(agree))
-    from tasks.stages.compare import PROCESS_METRICS
+    from tasks.analysis.metric_gates import PROCESS_METRICS
 
-    for key, (*_, field, _words, _wall) in PROCESS_METRICS.items():
+    for key, metric in PROCESS_METRICS.items():
+        field = metric.tolerance_field
         if gate := v.evidence.get(key):  # a per-process figure of both versions over the paired gate's processes
             judged = getattr(case, field) is not None
             typer.echo(

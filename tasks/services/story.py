@@ -167,7 +167,12 @@ def story_line(s: VerdictStory, *, advice: bool = True) -> str:
     :func:`reason_text` with ``advice``)."""
     head = verdict_text(s)
     figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
-    parts = [f"{head}: {figures}" if figures else head]
+    if s.led_by_other:  # another figure regressed, step time did not: the headline names it, step time follows
+        parts = [f"{head} on {'; '.join(s.regressed_on)}"] + ([f"step time: {figures}"] if figures else [])
+    else:
+        parts = [f"{head}: {figures}" if figures else head]
+        if s.verdict == "regression" and s.regressed_on:
+            parts.append(f"also a regression on {'; '.join(s.regressed_on)}")
     parts += [x for x in (s.method_text, baseline_text(s)) if x]
     if reason := reason_text(s, advice=advice):
         parts.append(f"why: {reason}")
@@ -175,11 +180,19 @@ def story_line(s: VerdictStory, *, advice: bool = True) -> str:
 
 
 def story_lines(s: VerdictStory) -> list[str]:
-    """The story as a few lines (``perfwatch run``'s and ``gate``'s output): the verdict with its figure and
-    the regression line, then ``how:`` (the method and what it spent, the baseline), ``why:`` (the reason) and
-    ``profile judged:`` (the xplane files parsed), each only when known."""
+    """The story as a few lines (``perfwatch run``'s and ``gate``'s output): the verdict with its figure and the
+    regression line (where another figure than step time made a regression, ``VerdictStory.led_by_other``: the
+    verdict on that figure, then step time's figure on its own line), then ``how:`` (the method and what it spent,
+    the baseline), ``why:`` (the reason) and ``profile judged:`` (the xplane files parsed), each only when known."""
     figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
-    out = [f"verdict {verdict_text(s)}" + (f": {figures}" if figures else "")]
+    if s.led_by_other:  # another figure regressed, step time did not: the headline names it, step time follows
+        out = [f"verdict {verdict_text(s)} on {'; '.join(s.regressed_on)}"]
+        if figures:
+            out.append(f"  step time: {figures}" + (f" ({s.step_verdict})" if s.step_verdict else ""))
+    else:
+        out = [f"verdict {verdict_text(s)}" + (f": {figures}" if figures else "")]
+        if s.verdict == "regression" and s.regressed_on:
+            out.append(f"  also a regression on {'; '.join(s.regressed_on)}")
     how = "; ".join(x for x in (s.method_text, baseline_text(s)) if x)
     if how:
         out.append(f"  how: {how}")
@@ -218,10 +231,10 @@ def story_labels(s: VerdictStory) -> dict[str, str]:
 
 
 def story_html(s: VerdictStory, *, heading: str | None = "Verdict", level: int = 2) -> str:
-    """The story as an HTML fragment for the plugin's pages: ``<section class="verdict-story">`` with an
-    optional heading (``<h{level}>``; id ``verdict`` at level 2) and a ``<dl>`` of verdict, figure (ratio and
-    interval), regression line, method, baseline, why (the reason) and the judged profile; every text escaped;
-    missing items left out."""
+    """The story as an HTML fragment for the plugin's pages: ``<section class="verdict-story">`` with an optional
+    heading (``<h{level}>``; id ``verdict`` at level 2) and a ``<dl>`` of verdict, the figures beside step time that
+    regressed (``regression on`` / ``also a regression on``), figure (ratio and interval), regression line, method,
+    baseline, why (the reason) and the judged profile; every text escaped; missing items left out."""
     e = html.escape
     items = [
         (
@@ -229,6 +242,8 @@ def story_html(s: VerdictStory, *, heading: str | None = "Verdict", level: int =
             f"<span class='verdict v-{e(verdict_text(s).split('@')[0].split(' ')[0])}'>{e(verdict_text(s))}</span>",
         )
     ]
+    if s.verdict == "regression" and s.regressed_on:  # the figures beside step time that regressed, named first
+        items.append(("regression on" if s.led_by_other else "also a regression on", e("; ".join(s.regressed_on))))
     items += [
         (k, e(v))
         for k, v in (

@@ -81,7 +81,7 @@ import pandas as pd
 from tasks.analysis import calibration, processes, sequential, soundness
 from tasks.analysis.agreement import AgreementCheck, judge_agreement
 from tasks.analysis.attribution import attribute_against_run
-from tasks.analysis.metric_gates import ProcessMetricGate, process_metric_gate
+from tasks.analysis.metric_gates import PROCESS_METRICS, ProcessMetric, ProcessMetricGate, process_gates
 from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun, Verdict
 from tasks.runner.protocol import PairedGateSamples, StepSamples, load_json, read_view
@@ -195,60 +195,36 @@ def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | No
     )
 
 
-#: The figures each process of a paired gate measures once per version, gated beside step time
-#: (``tasks.analysis.metric_gates``): evidence key -> (A's and B's ``PairedSamples`` field, metric, unit, the
-#: ``Case`` field of its tolerance, its words in a reason, whether it is wall time: not judged on a busy host).
-PROCESS_METRICS: dict[str, tuple[str, str, str, str, str, str, bool]] = {
-    "cold_step": (
-        "a_cold_step_ms",
-        "b_cold_step_ms",
-        "cold_step_ms",
-        "ms",
-        "cold_step_tolerance",
-        "the cold step (tracing, compilation, one step)",
-        True,
-    ),
-    "model_memory": (
-        "a_model_rss_bytes",
-        "b_model_rss_bytes",
-        "model_rss_bytes",
-        "bytes",
-        "memory_tolerance",
-        "the model's resident memory (load, build, cold step)",
-        False,
-    ),
-}
-#: the tolerance a figure's gate is recorded with when its case sets none (not judged then)
-RECORD_TOLERANCE = 0.5
-
-
 def _process_gates(case: Case, run: ProfiledRun) -> dict[str, ProcessMetricGate]:
     """The gates of the per-process figures (:data:`PROCESS_METRICS`) over a paired gate's processes, by evidence
-    key (``tasks.analysis.metric_gates``; each at its case tolerance, else :data:`RECORD_TOLERANCE`); a figure no
-    process recorded for both versions (and every figure of a gate of one process) has none."""
+    key (``tasks.analysis.metric_gates.process_gates``: each at its case tolerance, else ``RECORD_TOLERANCE``;
+    the repeated interval of the gate's last look); a figure no process recorded for both versions has none."""
     if not run.paired_path or load_json(run.paired_path).get("mode") != "paired-gate":
         return {}
-    procs = read_view(run.paired_path, PairedGateSamples).processes
-    out = {}
-    for key, (a_field, b_field, metric, unit, field, _, _) in PROCESS_METRICS.items():
-        held = [
-            (getattr(p, a_field), getattr(p, b_field), p.first_built == "B")
-            for p in procs
-            if p.first_built and (getattr(p, a_field) or 0) > 0 and (getattr(p, b_field) or 0) > 0
-        ]
-        if not held:
-            continue
-        tolerance = getattr(case, field)
-        out[key] = process_metric_gate(
-            [float(a) for a, _, _ in held],
-            [float(b) for _, b, _ in held],
-            [first for _, _, first in held],
-            metric=metric,
-            unit=unit,
-            tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
-            confidence=case.confidence,
+    samples = read_view(run.paired_path, PairedGateSamples)
+    design = samples.gate.get("design") or {}
+    return process_gates(
+        samples.processes,
+        case.model_dump(),
+        confidence=case.confidence,
+        looks=samples.gate.get("look_processes") or None,
+        max_processes=design.get("max_processes"),
+    )
+
+
+def _unmeasured(m: ProcessMetric, run: ProfiledRun) -> str:
+    """Why a figure the case gates (``m.tolerance_field``) has no gate over this paired run, in words."""
+    mode = load_json(run.paired_path).get("mode") if run.paired_path else None
+    if mode == "paired-gate":
+        why = "no process of the paired gate recorded it for both versions"
+    elif mode == "environment-gate":
+        why = "a cross-environment gate runs each side in its own processes, and the figure is paired inside one"
+    else:
+        why = (
+            "it is measured once per process and version, and this paired gate ran one process "
+            "(paired_processes 3 or more gives it an interval)"
         )
-    return out
+    return f"{m.words} not judged ({m.tolerance_field} is set): {why}"
 
 
 def baseline_compare(
@@ -340,9 +316,12 @@ def baseline_compare(
             "step-time samples failed data-quality expectations: " + "; ".join(f.text for f in quality)
         )
     verdict, reason = d.verdict, d.reason
+    regressed_on: list[str] = []  # the figures beside step time that regressed, each with its figure, in words
     check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
     if check is not None:  # the case bounds its outputs' agreement with the fp32 eager model: judged beside step time
         evidence["agreement"] = {**check.model_dump(mode="json"), "failed": check.failed}
+        if check.failed:
+            regressed_on.append(check.text())
         if check.failed and verdict == Verdict.REGRESSION:  # the step time's regression leads; this is said beside
             reason = evidence["reason"] = f"{reason}; also a regression on {check.text()}" if reason else check.text()
         elif check.failed:
@@ -351,13 +330,20 @@ def baseline_compare(
         elif check.unchecked:
             reason = evidence["reason"] = f"{reason}; {check.text()}" if reason else check.text()
     busy = bool((run.noise or {}).get("busy"))
-    for key, gate in _process_gates(case, run).items():  # per-process figures of both versions: recorded, and
+    figures = _process_gates(case, run)
+    for key, m in PROCESS_METRICS.items():  # a figure the case gates and that no process measured is said, not passed
+        if getattr(case, m.tolerance_field) is not None and key not in figures and paired is not None:
+            said = _unmeasured(m, run)
+            evidence[key] = {"metric": m.metric, "measured": False, "reason": said}
+            reason = evidence["reason"] = f"{reason}; {said}" if reason else said
+    for key, gate in figures.items():  # per-process figures of both versions: recorded, and
         evidence[key] = gate.model_dump(mode="json")  # judged where the case gives the figure a tolerance
-        _, _, _, _, field, words, wall = PROCESS_METRICS[key]
+        field, words, wall = (m := PROCESS_METRICS[key]).tolerance_field, m.words, m.wall
         if getattr(case, field) is None or gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
             continue
         if gate.verdict == Verdict.REGRESSION and not (busy and wall):
             said = f"regression on {words}: {gate.reason}"
+            regressed_on.append(f"{words}: {gate.figure_text()}")
             if verdict == Verdict.REGRESSION:  # the step time's regression leads; this one is said beside it
                 reason = evidence["reason"] = f"{reason}; also a {said}" if reason else said
             else:
@@ -368,6 +354,9 @@ def baseline_compare(
                 " (not judged: the host was busy, and it is wall time)" if busy and wall else ""
             )
             reason = evidence["reason"] = f"{reason}; {said}" if reason else said
+    if regressed_on:  # what the headline of every front door names (VerdictStory.regressed_on)
+        evidence["regressed_on"] = regressed_on
+        evidence["step_verdict"] = str(d.verdict)
     earlier = None
     if verdict == Verdict.NO_BASELINE and paired is None and version is not None:
         earlier = reads.measured_version(db_url, case.model, case.name, version)

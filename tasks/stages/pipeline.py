@@ -860,9 +860,11 @@ def check_work_dirs(
 
 
 def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
-    """After archiving: raise RegressionDetected when the verdict is ``regression``; the message names the
-    three ops whose self-time per step grew most (``evidence["attribution"]``). For a retried task of a
-    run already archived (its state may lack the verdict) the stored run's verdict decides."""
+    """After archiving: raise RegressionDetected when the verdict is ``regression``; the message names the figure that
+    regressed (step time's ratio, or another figure first where it made the regression:
+    ``evidence["regressed_on"]``) and the three ops whose self-time per step grew most
+    (``evidence["attribution"]``). For a retried task of a run already archived (its state may lack the verdict) the
+    stored run's verdict decides."""
     state = as_state(state)
     ctx, verdict, archived = state.ctx, state.verdict, _have(state.archived, "archived")
     if verdict is None:
@@ -880,11 +882,20 @@ def raise_on_regression(state: RunState | Mapping[str, Any]) -> None:
             against = (
                 f"vs version {(verdict.evidence.get('paired') or {}).get('baseline_version')} (no baseline accepted)"
             )
-        raise RegressionDetected(  # the ratio of the metric that decided: wall time, or CPU time on a busy host
+        step = (
+            f"{ratio_name(verdict.metric)} {verdict.ratio:.3f} [{verdict.ci_low:.3f}, {verdict.ci_high:.3f}]"
+            if verdict.ratio is not None and verdict.ci_low is not None and verdict.ci_high is not None
+            else "no step-time ratio"
+        )
+        others = [str(x) for x in verdict.evidence.get("regressed_on") or []]
+        if others and verdict.evidence.get("step_verdict") != Verdict.REGRESSION:  # another figure made it
+            what = f"on {'; '.join(others)} (step time: {step})"
+        else:  # the ratio of the metric that decided: wall time, or CPU time on a busy host
+            what = step + (f"; also a regression on {'; '.join(others)}" if others else "")
+        raise RegressionDetected(
             f"{ctx.case.model} v{_have(state.pulled, 'pulled').version} ({ctx.case.name}) regressed "
-            f"({verdict.method}): {ratio_name(verdict.metric)} {verdict.ratio:.3f} "
-            f"[{verdict.ci_low:.3f}, {verdict.ci_high:.3f}] "
-            f"{against}; archived as run {archived.run_id}; " + top_ops_text(verdict.evidence.get("attribution"))
+            f"({verdict.method}): {what} {against}; archived as run {archived.run_id}; "
+            + top_ops_text(verdict.evidence.get("attribution"))
         )
 
 

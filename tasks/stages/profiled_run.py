@@ -55,7 +55,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tasks.analysis import calibration, environment, percentiles, processes, sequential, serving, soundness
+from tasks.analysis import (
+    calibration,
+    environment,
+    metric_gates,
+    percentiles,
+    processes,
+    sequential,
+    serving,
+    soundness,
+)
 from tasks.analysis.findings import Finding
 from tasks.analysis.verdict import (
     PairedBlocks,
@@ -377,10 +386,12 @@ def _process_gate(
     start-ups side by side, never beside a measurement. After each process from the
     ``processes.MIN_LOOK_PROCESSES``-th on the gate looks across the processes (``verdict.process_look_decides``:
     wall time, or on a busy host the CPU time, by the newest process's host load) and stops when that look
-    decides. A tail gate (``Case.gate_percentile``) runs every process. Writes a ``PairedGate`` to
-    ``<work_dir>/paired/result.json`` with the gate record: ``design`` (``ProcessDesign`` fields),
-    ``look_processes``, ``stopping`` (per look, the metric judged), ``offset``, ``calibrated_noise`` and
-    ``start_batches`` (the size of each batch planned).
+    decides and so has every per-process figure the case gates (cold step, memory: repeated intervals on the same
+    looks, ``tasks.analysis.metric_gates``). A tail gate (``Case.gate_percentile``) runs every process. Writes a
+    ``PairedGate`` to ``<work_dir>/paired/result.json`` with the gate record: ``design`` (``ProcessDesign`` fields),
+    ``look_processes``, ``stopping`` (per look, the metric judged), ``waited_for`` (per look whose step time
+    decided, the gated per-process figures still undecided: ``metric_gates.undecided_gated``; the gate goes on for
+    them), ``offset``, ``calibrated_noise`` and ``start_batches`` (the size of each batch planned).
 
     Returns (that path, the gate's wall time in s, our timer: its processes overlap).
 
@@ -405,6 +416,7 @@ def _process_gate(
     stopping: list[str] = []
     pairs_wall: list[float] = []  # every pair log ratio so far, process after process (the deciding-metric rule's)
     pairs_cpu: list[float | None] = []
+    waited_for: dict[str, list[str]] = {}  # look (processes) -> the gated figures still undecided when step time was
 
     # which version each process sets up first: alternating from a random start, so any two processes hold both
     # orders and the order's one-time costs can be taken out of the cold-step and memory gates (metric_gates)
@@ -463,6 +475,15 @@ def _process_gate(
             gpu=gpu,
         )
         stopping.append(metric)
+        waiting: list[str] = []
+        if decided:  # a figure the case gates (cold step, memory) and is undecided keeps the gate going
+            tolerances = case.model_dump()
+            figures = metric_gates.process_gates(
+                results, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes
+            )
+            waiting = metric_gates.undecided_gated(figures, tolerances, busy=metric == "cpu")
+            if waiting:
+                waited_for[str(k + 1)] = waiting
         log.info(
             "paired gate of %s %s: look after process %d of at most %d on %s time: %s",
             case.model,
@@ -470,9 +491,13 @@ def _process_gate(
             k + 1,
             design.max_processes,
             metric,
-            "decided" if decided else "going on",
+            f"step time decided, going on for {', '.join(waiting)}"
+            if waiting
+            else "decided"
+            if decided
+            else "going on",
         )
-        return decided
+        return decided and not waiting
 
     t_gate = time.perf_counter()
     decided = False
@@ -486,6 +511,7 @@ def _process_gate(
         "design": design.model_dump(mode="json"),
         "look_processes": looks,
         "stopping": stopping,
+        "waited_for": waited_for,
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
         "start_batches": [len(b) for b in batches],

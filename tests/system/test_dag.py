@@ -522,3 +522,81 @@ def test_a_tentative_slowdown_is_confirmed_by_a_paired_gate_that_decides_the_ale
         assert gate.verdict == "pass"
         assert confirm == dict.fromkeys(CASE_TASKS, "success")
         assert states[("judge_trend", None)] == "success" and got["state"] == "success"
+
+
+@pytest.mark.slow
+def test_a_version_that_only_grows_memory_or_its_cold_step_is_a_regression_through_the_dag_and_the_cli(
+    home, tmp_path, monkeypatch
+):
+    """Issue 38's done-when, item 1: version 2 steps as fast as version 1 and takes 1.3x its resident memory; version 3
+    steps as fast as version 2 and its cold step (tracing, compilation) takes 1.6x as long (the fake runner:
+    ``write_model(memory_factor=..., cold_factor=...)``). A manual DAG run (``dag.test()``; the model, ``version``,
+    ``paired`` and ``memory_tolerance`` as Params) of version 2 runs the paired gate of 6 processes: the run is a
+    ``regression`` named as the memory's, the archive task fails after archiving it and the DAG run is red; then
+    ``perfwatch run tiny --version 3 --paired --cold-step-tolerance 0.2`` is a ``regression`` on the cold step, exit
+    1, and ``perfwatch gate tiny 3`` says REGRESSION."""
+    from sqlalchemy import select
+    from typer.testing import CliRunner
+
+    from tasks.cli.main import app
+    from tasks.settings import Settings
+    from tasks.store import Run, RunComparison, session_scope
+    from tests.helpers import fake_runner
+
+    for version, grown in (("1", {}), ("2", {"memory_factor": 1.3}), ("3", {"memory_factor": 1.3, "cold_factor": 1.6})):
+        fake_runner.write_model(home / "models" / "tiny" / version / "model.keras", **grown)
+    small = {"measured_steps": 10, "profiled_steps": 2, "warmup_max_steps": 10, "batch_size": 4}
+    gate = {"paired_processes": 6, "paired_blocks": 120, "paired_block_steps": 1}
+    cfg = tmp_path / "perfwatch.yaml"
+    cfg.write_text(f"defaults: {json.dumps(small)}\nmodels:\n  - {{model: tiny}}\n")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "PERFWATCH_CONFIG": str(cfg),
+        "PERFWATCH_RUNNER_COMMAND": fake_runner.command(),
+        "PERFWATCH_FAKE_NOISE_CV": "0.01",
+        "GX_ANALYTICS_ENABLED": "false",
+    }
+    env.pop("PERFWATCH_RUNNER_PYTHON", None)
+    env.pop("PERFWATCH_FAKE_OTHER_CPU_SHARE", None)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=ROOT)
+    conf = {"model": "tiny", "version": "2", "paired": True, **small, **gate, "memory_tolerance": 0.2}
+    script = _MAPPED_RUN.replace("run_conf={}", f"run_conf={conf!r}")
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "dags")], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    states = {t: state for t, _, state, label, _ in got["tis"] if label == "tiny train-bs4"}
+    assert {t: states[t] for t in CASE_TASKS} == {**dict.fromkeys(CASE_TASKS[:4], "success"), "archive": "failed"}
+    assert got["state"] == "failed"
+    url = Settings.from_env().database_url
+    with session_scope(url) as s:
+        ((verdict, evidence),) = s.execute(
+            select(Run.verdict, RunComparison.evidence).join(RunComparison, RunComparison.run_id == Run.id)
+        ).all()
+    reason = evidence["reason"]
+    assert verdict == "regression", reason
+    assert reason.startswith("regression on the model's resident memory (load, build, cold step): model_rss_bytes")
+    assert evidence["model_memory"]["ci_low"] < 1.3 < evidence["model_memory"]["ci_high"] and "; step time: " in reason
+    assert evidence["regressed_on"][0].startswith("the model's resident memory (load, build, cold step): model_rss")
+    assert "regressed (paired-abba): on the model's resident memory" in proc.stdout + proc.stderr  # the task's error
+
+    for key, value in env.items():  # the CLI, in this process, with the same config and runner
+        if key.startswith("PERFWATCH_"):
+            monkeypatch.setenv(key, value)
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in {**small, **gate}.items()]
+    res = CliRunner().invoke(app, ["run", "tiny", "--version", "3", "--paired", "--cold-step-tolerance=0.2", *options])
+    out = res.stdout + res.stderr
+    assert res.exit_code == 1, out
+    # the headline names the figure that regressed; step time's own figure and verdict follow
+    assert "verdict regression on the cold step (tracing, compilation, one step): cold_step_ms ratio 1." in out
+    assert "  step time: step-time ratio 1.0" in out and "(pass)" in out
+    assert "regressed (paired-abba): on the cold step (tracing, compilation, one step): cold_step_ms" in out
+    assert "vs version 2" in out
+    res = CliRunner().invoke(app, ["gate", "tiny", "3"])
+    assert res.exit_code == 1 and "gate tiny v3: REGRESSION (exit 1)" in res.stdout, res.stdout

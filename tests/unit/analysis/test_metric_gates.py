@@ -54,3 +54,55 @@ def test_bad_figures_are_named():
         gate([1.0, 1.0], [1.0, 0.0], [True, False])
     with pytest.raises(ValueError, match="expected one each per process"):
         gate([1.0], [1.0, 2.0], [True])
+
+
+def test_an_early_look_is_wider_than_the_last_and_one_look_is_the_fixed_interval():
+    """The repeated interval of the gate's looks (O'Brien-Fleming): at the first look of a 6-process budget it is
+    wider than the fixed t interval; a single look at the budget is the fixed interval."""
+    a, b, first = cold_steps(6, 1.6, 1)
+    fixed = gate(a, b, first)
+    at_end = process_metric_gate(
+        a, b, first, metric="cold_step_ms", unit="ms", tolerance=0.25, confidence=0.99, looks=[6], max_processes=6
+    )
+    assert at_end.ci_low == pytest.approx(fixed.ci_low) and at_end.ci_high == pytest.approx(fixed.ci_high)
+    looked = process_metric_gate(
+        a[:4],
+        b[:4],
+        first[:4],
+        metric="cold_step_ms",
+        unit="ms",
+        tolerance=0.25,
+        confidence=0.99,
+        looks=[3, 4],
+        max_processes=6,
+    )
+    once = gate(a[:4], b[:4], first[:4])
+    assert looked.ci_high / looked.ci_low > once.ci_high / once.ci_low and "look 2, 4 processes" in looked.reason
+    with pytest.raises(ValueError, match="expected increasing process counts"):
+        process_metric_gate(
+            a, b, first, metric="m", unit="ms", tolerance=0.25, confidence=0.99, looks=[4, 3], max_processes=6
+        )
+
+
+def test_a_gate_waits_only_for_figures_the_case_gates_and_that_will_be_judged():
+    from types import SimpleNamespace
+
+    from tasks.analysis.metric_gates import process_gates, undecided_gated
+
+    a, b, first = cold_steps(3, 1.6, 1)
+    procs = [
+        SimpleNamespace(
+            a_cold_step_ms=x,
+            b_cold_step_ms=y,
+            a_model_rss_bytes=None,
+            b_model_rss_bytes=None,
+            first_built="B" if f else "A",
+        )
+        for x, y, f in zip(a, b, first, strict=True)
+    ]
+    tol = {"cold_step_tolerance": 0.1, "memory_tolerance": 0.2}
+    gates = process_gates(procs, tol, confidence=0.99, looks=[3], max_processes=6)
+    assert set(gates) == {"cold_step"} and gates["cold_step"].verdict == "inconclusive"  # 1 df at a first look
+    assert undecided_gated(gates, tol, busy=False) == ["cold_step"]  # memory was not measured: not waited for
+    assert undecided_gated(gates, tol, busy=True) == []  # wall time is not judged on a busy host
+    assert undecided_gated(gates, {"memory_tolerance": 0.2}, busy=False) == []  # the cold step is only recorded

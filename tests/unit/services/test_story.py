@@ -261,3 +261,37 @@ def test_a_cross_environment_gate_is_not_told_as_both_versions_in_one_process():
     assert method_text(spent) == (
         "paired ABBA sequential gate: both versions in each of 6 processes, 318 pairs of at most 318"
     )
+
+
+@pytest.mark.parametrize("step_verdict", ["pass", "regression"])
+def test_a_regression_another_figure_made_is_headed_by_that_figure_everywhere(step_verdict):
+    """Issue 38 item 1: "a gate's headline says which metric failed". A paired gate whose step time passed and whose
+    memory regressed read "verdict regression: step-time ratio 1.000 [0.978, 1.024]" in `run`, `gate`, the pages
+    and the alert: the figure that failed was only in the reason. The headline names it; where step time regressed
+    too it leads and the other figure is said beside it."""
+    memory = "the model's resident memory (load, build, cold step): model_rss_bytes ratio 1.287 [1.153, 1.437] at 99%"
+    evidence = {"reason": "r", "regressed_on": [memory], "step_verdict": step_verdict}
+    ratio = 1.0 if step_verdict == "pass" else 1.5
+    story = VerdictStory.from_evidence(
+        run_id=1,
+        verdict="regression",
+        method="paired-abba",
+        metric="wall",
+        ratio=ratio,
+        ci_low=ratio - 0.02,
+        ci_high=ratio + 0.02,
+        evidence=evidence,
+        baseline_run_id=None,
+    )
+    lines, line, page = story_lines(story), story_line(story), story_html(story)
+    if step_verdict == "pass":
+        assert lines[0] == f"verdict regression on {memory}"
+        assert lines[1] == "  step time: step-time ratio 1.000 [0.980, 1.020] (pass)"
+        assert line.startswith(f"regression on {memory}; step time: step-time ratio 1.000")
+        assert "<dt>regression on</dt><dd>the model&#x27;s resident memory" in page
+    else:
+        assert lines[0] == "verdict regression: step-time ratio 1.500 [1.480, 1.520]"
+        assert lines[1] == f"  also a regression on {memory}"
+        assert line.startswith("regression: step-time ratio 1.500 [1.480, 1.520]; also a regression on the model")
+        assert "<dt>also a regression on</dt>" in page
+    assert story_dict(story)["regressed_on"] == [memory]

@@ -174,8 +174,8 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
 ):
     """Issue 38 item 1: the candidate steps as fast as the baseline and its cold step (tracing, compilation) takes
     1.6x as long, or its resident memory is 1.3x; the version set up first in each process pays 1.3x more (the fake
-    draws the order per process). With the case's tolerance the gate is a regression named as that figure's;
-    without one the figure is recorded beside a pass."""
+    draws the order per process). With the case's tolerance the gate is a regression named as that figure's (the
+    gate goes on until the figure decides); without one the figure is recorded beside a pass."""
     from tasks.stages.compare import baseline_compare
     from tests.helpers.builders import make_records
 
@@ -194,11 +194,15 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
         v = baseline_compare(db_url, case, env, cand, parsed, wd / "work")
         figure = v.evidence[key]
         assert figure["processes"] >= 3 and figure["ci_low"] < factor < figure["ci_high"], figure
-        assert figure["verdict"] == ("regression" if tolerance or factor > 1.5 else "pass")  # recorded at 0.5
-        if tolerance is not None:
+        if tolerance is not None:  # the gate goes on past step time's decision until the figure decides
+            assert figure["verdict"] == "regression", figure
+            looks = read_paired(path).gate["look_processes"]
+            assert figure["processes"] == looks[-1] and figure["reason"].startswith(f"{figure['metric']} ratio")
+            assert f"look {len(looks)}, {looks[-1]} processes" in figure["reason"]
             assert v.verdict == "regression" and v.ratio == pytest.approx(1.0, abs=0.05)
             assert v.reason.startswith(f"regression on {words}") and "; step time: " in v.reason
-        else:  # recorded, not judged
+        else:  # recorded (at 0.5), not judged, and not waited for
+            assert figure["tolerance"] == 0.5 and not read_paired(path).gate["waited_for"]
             assert v.verdict == "pass" and "regression on" not in (v.reason or ""), v.reason
 
 
@@ -221,3 +225,21 @@ def test_a_step_time_regression_leads_and_a_memory_one_is_said_beside_it(db_url,
     # the parent alternates the version each process sets up first, so the 3 processes of an early stop hold both
     firsts = [p.first_built for p in read_result(path, PairedGate).processes]
     assert len(firsts) >= 3 and all(x != y for x, y in zip(firsts, firsts[1:], strict=False)), firsts
+
+
+def test_a_gated_figure_a_one_process_gate_cannot_judge_is_said_not_passed(db_url, tmp_path):
+    """Issue 38 item 1: a metric that could not be measured says so and never passes silently. A one-process gate
+    gives the cold step and memory one figure per version, no interval: a case that gates memory hears why."""
+    from tasks.stages.compare import baseline_compare
+    from tests.helpers.builders import make_records
+
+    b, a, warm = _setup(tmp_path, 1.0)
+    ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand", median=1.0)
+    gate = {"paired_blocks": 40, "paired_block_steps": 1, "paired_processes": 1, "memory_tolerance": 0.2}
+    case = ctx.case.model_copy(update={"measured_steps": 10, **gate})
+    path, _ = paired_run(b, a, case, warm, tmp_path / "wd", _runner(PERFWATCH_FAKE_NOISE_CV="0.01"), gpu=False)
+    cand = run.model_copy(update={"paired_path": str(path), "baseline_model": a})
+    v = baseline_compare(db_url, case, env, cand, parsed, tmp_path / "wd" / "work")
+    said = "the model's resident memory (load, build, cold step) not judged (memory_tolerance is set)"
+    assert said in v.reason and "this paired gate ran one process" in v.reason, v.reason
+    assert v.evidence["model_memory"]["measured"] is False and "cold_step" not in v.evidence  # not gated: not said
