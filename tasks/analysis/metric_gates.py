@@ -18,13 +18,23 @@ its z boundary is the O'Brien-Fleming-type boundary of the looks so far (Jenniso
 has decided keeps its level over all looks. With every process in one order,
 the order's effect cannot be told from the versions' (the verdict is ``inconclusive`` and says so); with two
 processes or fewer there is no interval. The verdict on the interval is the step-time rule
-(``stats.verdict_from_ci``): a ratio whose interval lies above 1 and reaches past ``1 + tolerance`` is a regression."""
+(``stats.verdict_from_ci``): a ratio whose interval lies above 1 and reaches past ``1 + tolerance`` is a regression.
+
+The model's resident memory does not fit that model: what the version set up second adds shares what the first
+left behind, so it is not its own (measured: :func:`first_built_gate`). It is compared where each version was set
+up first, between processes (:func:`first_built_gate`), as a process serving that version alone would hold it.
+
+A cross-environment gate (``--baseline-env``, ``--baseline-runner``) runs each side in processes of its own, one of
+each per process pair: there is no set-up order inside a process, the unit is the pair, and its figure is
+``ln(B / A)`` of its two processes' cold steps and peak resident memory (the whole process: what a runtime upgrade
+moves; :data:`ENVIRONMENT_METRICS`); the interval is the paired t interval over the pairs (K - 1 degrees of
+freedom), repeated over the looks in the same way."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
@@ -46,6 +56,8 @@ class ProcessMetric(NamedTuple):
         tolerance_field: the ``Case`` field of its tolerance (None there: recorded, not judged).
         words: the figure in a verdict's reason.
         wall: whether it is wall time (then not judged on a busy host).
+        first_only: each process gives the figure of the version it set up first only, and the gate compares
+            the processes that set up B first with those that set up A first (:func:`first_built_gate`).
     """
 
     a_field: str
@@ -55,6 +67,7 @@ class ProcessMetric(NamedTuple):
     tolerance_field: str
     words: str
     wall: bool
+    first_only: bool = False
 
 
 #: The figures gated beside step time, by evidence key.
@@ -76,8 +89,35 @@ PROCESS_METRICS: dict[str, ProcessMetric] = {
         "memory_tolerance",
         "the model's resident memory (load, build, cold step)",
         False,
+        True,
     ),
 }
+#: The figures each process of a cross-environment gate measures (one version in one environment per process), by
+#: evidence key: a_field and b_field are the field on side A's and side B's ``ProfileResult``. The process is
+#: the whole runtime here, so its peak resident memory is the figure (what a TensorFlow, CUDA or allocator upgrade
+#: moves), not the model's share of it.
+ENVIRONMENT_METRICS: dict[str, ProcessMetric] = {
+    "cold_step": ProcessMetric(
+        "cold_step_ms",
+        "cold_step_ms",
+        "cold_step_ms",
+        "ms",
+        "cold_step_tolerance",
+        "the cold step (tracing, compilation, one step)",
+        True,
+    ),
+    "process_memory": ProcessMetric(
+        "peak_rss_bytes",
+        "peak_rss_bytes",
+        "peak_rss_bytes",
+        "bytes",
+        "memory_tolerance",
+        "the process's peak resident memory (the runtime, the model and its steps)",
+        False,
+    ),
+}
+#: every figure by evidence key (a key means the same figure in both tables: the cold step)
+METRICS: dict[str, ProcessMetric] = {**PROCESS_METRICS, **ENVIRONMENT_METRICS}
 #: the tolerance a figure's gate is recorded with when its case sets none (not judged then)
 RECORD_TOLERANCE = 0.5
 
@@ -133,7 +173,7 @@ class ProcessMetricGate(BaseModel):
 def process_metric_gate(
     a: Sequence[float],
     b: Sequence[float],
-    b_first: Sequence[bool],
+    b_first: Sequence[bool] | None,
     *,
     metric: str,
     unit: str,
@@ -141,12 +181,16 @@ def process_metric_gate(
     confidence: float,
     looks: Sequence[int] | None = None,
     max_processes: int | None = None,
+    unit_name: str = "processes",
 ) -> ProcessMetricGate:
     """The gate of a figure measured once per version in each of K processes (module docstring).
 
     Args:
         a, b: the baseline's (A) and the candidate's (B) figure in each process (``unit``, > 0).
-        b_first: per process, whether B was set up first (``PairedResult.first_built == "B"``).
+        b_first: per process, whether B was set up first (``PairedResult.first_built == "B"``); None where each
+            version (environment) has processes of its own (a cross-environment gate's process pairs): no order to
+            take out, so the interval is the paired t interval of the mean log ratio, K - 1 degrees of freedom.
+        unit_name: what the K units are called in the reason (``processes``, ``process pairs``).
         metric, unit: names for the record and the reason (``cold_step_ms``, ``ms``).
         tolerance: the relative change that counts (0.25 = 25%); confidence: of all the looks' intervals together.
         looks, max_processes: the processes at each look of the gate so far and its budget: the interval is the
@@ -160,9 +204,10 @@ def process_metric_gate(
     from scipy import stats as sps
 
     k = len(a)
-    if not (len(b) == len(b_first) == k) or k == 0:
+    if not (len(b) == (k if b_first is None else len(b_first)) == k) or k == 0:
+        n_order = "no" if b_first is None else len(b_first)
         raise ValueError(
-            f"{len(a)} baseline, {len(b)} candidate and {len(b_first)} order values: expected one each per process"
+            f"{len(a)} baseline, {len(b)} candidate and {n_order} order values: expected one each per process"
         )
     for side, xs in (("baseline", a), ("candidate", b)):
         for i, x in enumerate(xs):
@@ -173,7 +218,6 @@ def process_metric_gate(
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
     d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
-    s = np.where(np.asarray(b_first, dtype=bool), 1.0, -1.0)
     med_a, med_b = float(np.median(a)), float(np.median(b))
     medians = f"medians {_figure(med_a, unit)} -> {_figure(med_b, unit)}"
 
@@ -194,6 +238,20 @@ def process_metric_gate(
             reason=reason,
         )
 
+    z, look = _look_boundary(confidence, looks, max_processes)  # the repeated interval's (module docstring)
+    if b_first is None:  # process pairs, one version (environment) per process: the paired t interval
+        if k < 2 or float(np.std(d, ddof=1)) == 0.0:
+            return out(Verdict.INCONCLUSIVE, f"{metric}: {k} {unit_name} give no interval ({medians})")
+        mean, se = float(np.mean(d)), float(np.std(d, ddof=1)) / math.sqrt(k)
+        half = min(float(sps.t.isf(sps.norm.sf(z), k - 1)) * se, LOG_CAP)
+        ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+        verdict = verdict_from_ci(low, high, tolerance)
+        reason = (
+            f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({look}{k} {unit_name}; "
+            f"{medians}), tolerance {tolerance:.0%}: {verdict}"
+        )
+        return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high)
+    s = np.where(np.asarray(b_first, dtype=bool), 1.0, -1.0)
     both = bool((s > 0).any() and (s < 0).any())
     if not both:
         first = "B (the candidate)" if s[0] > 0 else "A (the baseline)"
@@ -208,14 +266,6 @@ def process_metric_gate(
             f"{metric}: {k} processes give no interval with the order taken out (needs 3; {medians})",
         )
     fit = sps.linregress(s, d)  # d = mu + beta * s: intercept mu, slope beta, with the intercept's standard error
-    if looks and max_processes:
-        steps = zip(looks, looks[1:], strict=False)
-        if any(not 0 < p <= max_processes for p in looks) or any(q <= p for p, q in steps):
-            raise ValueError(f"looks {list(looks)}: expected increasing process counts in (0, {max_processes}]")
-        z = sequential.boundaries(tuple(p / max_processes for p in looks), 1 - confidence)[-1]
-        look = f"look {len(looks)}, "
-    else:
-        z, look = float(sps.norm.isf((1 - confidence) / 2)), ""
     half = min(float(sps.t.isf(sps.norm.sf(z), k - 2)) * float(fit.intercept_stderr), LOG_CAP)
     mu, beta = float(fit.intercept), float(fit.slope)
     ratio, low, high = math.exp(mu), math.exp(mu - half), math.exp(mu + half)
@@ -226,6 +276,109 @@ def process_metric_gate(
         f"tolerance {tolerance:.0%}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high, order_ratio=math.exp(beta))
+
+
+def first_built_gate(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    metric: str,
+    unit: str,
+    tolerance: float,
+    confidence: float,
+    looks: Sequence[int] | None = None,
+    max_processes: int | None = None,
+) -> ProcessMetricGate:
+    """The gate of a figure taken only where its version was set up first in a process (the model's memory).
+
+    Why: a version set up second in a process shares what the first left behind (TensorFlow's one-time state, the
+    allocator's freed pages, oneDNN's primitive caches), so its resident-memory growth is not its own. Measured on
+    ``demo_mobilenet`` v2 beside v1 (2026-12-07, load 3-6): set up second, v1 added -9, 18 and 37 MiB and v2 139-191
+    MiB; set up first, v1 added 233-243 MiB and v2 321-341 MiB. The log ratio with the order as a covariate read
+    x2.95 [0.83, 10.49] there. Set up first, each figure is what a process serving that version alone holds for it
+    (its load, build and cold step with the runtime's one-time state), as a serving process does.
+
+    The unit is the process, unpaired: ``ln`` of the figures of the processes that set up B first against those
+    that set up A first, Welch's t interval on the difference of the means (Welch-Satterthwaite degrees of
+    freedom), repeated over the looks as :func:`process_metric_gate`'s.
+
+    Args:
+        a, b: the figure of A in each process that set A up first, and of B in each that set B up first (> 0).
+        metric, unit, tolerance, confidence, looks, max_processes: as :func:`process_metric_gate`.
+
+    Raises:
+        ValueError: a figure not finite and > 0, a tolerance or confidence out of range, bad looks.
+    """
+    import numpy as np
+    from scipy import stats as sps
+
+    for side, xs in (("baseline", a), ("candidate", b)):
+        for i, x in enumerate(xs):
+            if not (isinstance(x, int | float) and math.isfinite(x) and x > 0):
+                raise ValueError(f"{metric} of the {side} in process {i} = {x!r}: expected a finite value > 0 ({unit})")
+    if not 0 < tolerance < 10:
+        raise ValueError(f"tolerance = {tolerance!r}: expected a relative change > 0 (0.25 = 25%)")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
+    k = len(a) + len(b)
+    med_a = float(np.median(a)) if a else math.nan
+    med_b = float(np.median(b)) if b else math.nan
+    what = f"where set up first: {len(a)} process(es) of A, {len(b)} of B; medians {_figure(med_a, unit)} -> " + (
+        _figure(med_b, unit)
+    )
+
+    def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
+        return ProcessMetricGate(
+            metric=metric,
+            unit=unit,
+            processes=k,
+            baseline_median=med_a,
+            candidate_median=med_b,
+            ratio=kw.get("ratio"),
+            ci_low=kw.get("ci_low"),
+            ci_high=kw.get("ci_high"),
+            order_ratio=None,
+            verdict=verdict,
+            tolerance=tolerance,
+            confidence=confidence,
+            reason=reason,
+        )
+
+    if len(a) < 2 or len(b) < 2:
+        return out(Verdict.INCONCLUSIVE, f"{metric}: no interval, each version needs 2 processes ({what})")
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    va, vb = float(la.var(ddof=1)) / len(a), float(lb.var(ddof=1)) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return out(Verdict.INCONCLUSIVE, f"{metric}: no spread between processes, no interval ({what})")
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))  # Welch-Satterthwaite
+    z, look = _look_boundary(confidence, looks, max_processes)
+    half = min(float(sps.t.isf(sps.norm.sf(z), df)) * se, LOG_CAP)
+    mean = float(lb.mean() - la.mean())
+    ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    verdict = verdict_from_ci(low, high, tolerance)
+    reason = (
+        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({look}{k} processes, each "
+        f"version {what}), tolerance {tolerance:.0%}: {verdict}"
+    )
+    return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high)
+
+
+def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes: int | None) -> tuple[float, str]:
+    """The z boundary of the last look (the O'Brien-Fleming-type spending over ``looks`` of ``max_processes``), and
+    ``look N, `` for a reason; without looks, the fixed two-sided z of ``confidence`` and ``""``.
+
+    Raises:
+        ValueError: looks not increasing within ``(0, max_processes]``.
+    """
+    from scipy import stats as sps
+
+    if not (looks and max_processes):
+        return float(sps.norm.isf((1 - confidence) / 2)), ""
+    steps = zip(looks, looks[1:], strict=False)
+    if any(not 0 < p <= max_processes for p in looks) or any(q <= p for p, q in steps):
+        raise ValueError(f"looks {list(looks)}: expected increasing process counts in (0, {max_processes}]")
+    return sequential.boundaries(tuple(p / max_processes for p in looks), 1 - confidence)[-1], f"look {len(looks)}, "
 
 
 def _figure(x: float, unit: str) -> str:
@@ -254,6 +407,26 @@ def process_gates(
     """
     out = {}
     for key, m in PROCESS_METRICS.items():
+        tolerance = tolerances.get(m.tolerance_field)
+        if m.first_only:
+            firsts = {
+                who: [float(getattr(p, field)) for p in procs if p.first_built == who and (getattr(p, field) or 0) > 0]
+                for who, field in (("A", m.a_field), ("B", m.b_field))
+            }
+            if not (firsts["A"] or firsts["B"]):
+                continue
+            held_k = len(firsts["A"]) + len(firsts["B"])
+            out[key] = first_built_gate(
+                firsts["A"],
+                firsts["B"],
+                metric=m.metric,
+                unit=m.unit,
+                tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+                confidence=confidence,
+                looks=[p for p in looks if p <= held_k] if looks else None,
+                max_processes=max_processes,
+            )
+            continue
         held = [
             (float(getattr(p, m.a_field)), float(getattr(p, m.b_field)), p.first_built == "B")
             for p in procs
@@ -261,7 +434,6 @@ def process_gates(
         ]
         if not held:
             continue
-        tolerance = tolerances.get(m.tolerance_field)
         out[key] = process_metric_gate(
             [a for a, _, _ in held],
             [b for _, b, _ in held],
@@ -276,6 +448,48 @@ def process_gates(
     return out
 
 
+def environment_gates(
+    pairs: Sequence[tuple[Any, Any]],
+    tolerances: Mapping[str, float | None],
+    *,
+    confidence: float,
+    looks: Sequence[int] | None = None,
+    max_processes: int | None = None,
+) -> dict[str, ProcessMetricGate]:
+    """The gates of every :data:`ENVIRONMENT_METRICS` figure over a cross-environment gate's process pairs, by
+    evidence key: per pair ``ln(B / A)`` of its two processes' figures, the paired t interval (no set-up order to
+    take out: each process holds one side), repeated over the gate's looks as :func:`process_metric_gate`.
+
+    Args:
+        pairs: per process pair in measurement order, (side A's, side B's) result (``ProfileResult``); a pair
+            lacking a figure on either side is left out of that figure's gate.
+        tolerances, confidence, looks, max_processes: as :func:`process_gates`.
+    """
+    out = {}
+    for key, m in ENVIRONMENT_METRICS.items():
+        held = [
+            (float(getattr(a, m.a_field)), float(getattr(b, m.b_field)))
+            for a, b in pairs
+            if (getattr(a, m.a_field) or 0) > 0 and (getattr(b, m.b_field) or 0) > 0
+        ]
+        if not held:
+            continue
+        tolerance = tolerances.get(m.tolerance_field)
+        out[key] = process_metric_gate(
+            [a for a, _ in held],
+            [b for _, b in held],
+            None,
+            metric=m.metric,
+            unit=m.unit,
+            tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+            confidence=confidence,
+            looks=[p for p in looks if p <= len(held)] if looks else None,
+            max_processes=max_processes,
+            unit_name="process pairs",
+        )
+    return out
+
+
 def undecided_gated(
     gates: Mapping[str, ProcessMetricGate], tolerances: Mapping[str, float | None], *, busy: bool
 ) -> list[str]:
@@ -284,9 +498,8 @@ def undecided_gated(
     the processes did not measure has no gate and is not waited for (more processes would not measure it)."""
     return [
         key
-        for key, m in PROCESS_METRICS.items()
-        if tolerances.get(m.tolerance_field) is not None
+        for key, gate in gates.items()
+        if tolerances.get((m := METRICS[key]).tolerance_field) is not None
         and not (busy and m.wall)
-        and key in gates
-        and gates[key].verdict == Verdict.INCONCLUSIVE
+        and gate.verdict == Verdict.INCONCLUSIVE
     ]

@@ -59,9 +59,10 @@ silently. ``evidence["agreement"]`` keeps the check.
 Per-process figures: a paired gate of several processes records, per version and process, the cold step and
 what the version's load, build and cold step added to the resident set; their gates over the processes
 (:data:`PROCESS_METRICS`, ``tasks.analysis.metric_gates``) go into ``evidence["cold_step"]`` and
-``evidence["model_memory"]``, and a case's ``cold_step_tolerance`` / ``memory_tolerance`` makes one that regresses a
-``regression`` (said beside a step-time regression, else leading the reason); the cold step, wall time, is not
-judged on a busy host.
+``evidence["model_memory"]`` (a cross-environment gate's process pairs: ``evidence["cold_step"]`` and
+``evidence["process_memory"]``, each process's peak resident memory), and a case's ``cold_step_tolerance`` /
+``memory_tolerance`` makes one that regresses a ``regression`` (said beside a step-time regression, else leading the
+reason); the cold step, wall time, is not judged on a busy host.
 
 Noise (``run.noise``, judged once, by the profiled-run stage: ``tasks.analysis.verdict.judge_noise``; this
 stage only applies it): on a busy host the verdict is ``inconclusive`` with the reason "host busy: ..." (in
@@ -81,10 +82,26 @@ import pandas as pd
 from tasks.analysis import calibration, processes, sequential, soundness
 from tasks.analysis.agreement import AgreementCheck, judge_agreement
 from tasks.analysis.attribution import attribute_against_run
-from tasks.analysis.metric_gates import PROCESS_METRICS, ProcessMetric, ProcessMetricGate, process_gates
+from tasks.analysis.metric_gates import (
+    ENVIRONMENT_METRICS,
+    METRICS,
+    PROCESS_METRICS,
+    ProcessMetric,
+    ProcessMetricGate,
+    environment_gates,
+    process_gates,
+)
 from tasks.analysis.verdict import Decision, decide, gate_per_query, is_process_gate
 from tasks.records import AUTO_ACCEPT_VERDICTS, Case, CompareRecord, EnvRecord, ParseRecord, ProfiledRun, Verdict
-from tasks.runner.protocol import PairedGateSamples, StepSamples, load_json, read_view
+from tasks.runner.protocol import (
+    EnvironmentGate,
+    PairedGateSamples,
+    ProfileResult,
+    StepSamples,
+    load_json,
+    read_result,
+    read_view,
+)
 from tasks.stages import expectations
 from tasks.stages.profiled_run import read_paired, server_queries
 from tasks.store import reads
@@ -107,10 +124,11 @@ def _validate(
     gx_dir: Path,
     docs_title: str | None,
     query_latencies: list[float] | None = None,
+    gated: list[expectations.GatedFigure] | None = None,
 ) -> tuple[dict[str, expectations.GxOutcome], Path]:
-    """Run the GX suites (step samples' data quality, a server run's per-query latencies, paired blocks' data
-    quality, the verdict's result table, op table), render Data Docs (named ``docs_title``) under ``gx_dir`` and
-    write the full results to ``gx_dir/validation_results.json``.
+    """Run the GX suites (step samples' data quality, a server run's per-query latencies, paired blocks' data quality,
+    the verdict's result table, the figures the case gates beside step time (``gated``), op table), render Data Docs
+    (named ``docs_title``) under ``gx_dir`` and write the full results to ``gx_dir/validation_results.json``.
 
     A server run's step samples are its batches: a point issues ``server_queries(case)`` queries or more, served
     up to ``batch_size`` at a time, so at least ``ceil(queries / batch_size)`` batches, not ``measured_steps``
@@ -145,6 +163,8 @@ def _validate(
             host_busy=bool((d.evidence.get("noise") or {}).get("busy"))
             and d.verdict in (Verdict.INCONCLUSIVE, Verdict.ENV_CHANGED),
         )
+    if gated:  # the figures the case gates beside step time, each threshold an expectation of its own
+        outcomes["gated_figures"] = expectations.validate_gated_figures(gated)
     outcomes["op_stats"] = expectations.validate_op_table(
         pd.DataFrame(
             parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]
@@ -195,21 +215,64 @@ def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | No
     )
 
 
-def _process_gates(case: Case, run: ProfiledRun) -> dict[str, ProcessMetricGate]:
-    """The gates of the per-process figures (:data:`PROCESS_METRICS`) over a paired gate's processes, by evidence
-    key (``tasks.analysis.metric_gates.process_gates``: each at its case tolerance, else ``RECORD_TOLERANCE``;
-    the repeated interval of the gate's last look); a figure no process recorded for both versions has none."""
-    if not run.paired_path or load_json(run.paired_path).get("mode") != "paired-gate":
-        return {}
+def _process_gates(case: Case, run: ProfiledRun) -> tuple[dict[str, ProcessMetric], dict[str, ProcessMetricGate]]:
+    """The figures a paired run measures once per process and version, and their gates by evidence key
+    (``tasks.analysis.metric_gates``: each at its case tolerance, else ``RECORD_TOLERANCE``; the repeated interval
+    of the gate's last look): a paired gate of several processes, each holding both versions
+    (:data:`PROCESS_METRICS`: the order they were set up in taken out), or a cross-environment gate's process
+    pairs, one side per process (``ENVIRONMENT_METRICS``); a figure no process (pair) recorded on both sides has
+    no gate. Any other run: :data:`PROCESS_METRICS` and no gates."""
+    if not run.paired_path:
+        return PROCESS_METRICS, {}
+    mode = load_json(run.paired_path).get("mode")
+    if mode == "environment-gate":
+        g = read_result(run.paired_path, EnvironmentGate)
+        sides: dict[int, dict[str, ProfileResult]] = {}
+        for p in g.processes:
+            sides.setdefault(p.pair, {})[p.side] = p.result
+        pairs = [(x["A"], x["B"]) for _, x in sorted(sides.items()) if {"A", "B"} <= set(x)]
+        figures = environment_gates(
+            pairs,
+            case.model_dump(),
+            confidence=case.confidence,
+            looks=g.gate.get("look_processes") or None,
+            max_processes=(g.gate.get("design") or {}).get("max_processes"),
+        )
+        return ENVIRONMENT_METRICS, figures
+    if mode != "paired-gate":
+        return PROCESS_METRICS, {}
     samples = read_view(run.paired_path, PairedGateSamples)
     design = samples.gate.get("design") or {}
-    return process_gates(
+    figures = process_gates(
         samples.processes,
         case.model_dump(),
         confidence=case.confidence,
         looks=samples.gate.get("look_processes") or None,
         max_processes=design.get("max_processes"),
     )
+    return PROCESS_METRICS, figures
+
+
+def _gated_rows(case: Case, figures: dict[str, ProcessMetricGate], *, busy: bool) -> list[expectations.GatedFigure]:
+    """The rows of the ``perfwatch_gated_figures`` GX suite: each figure the case gives a tolerance whose gate has an
+    interval; judged unless it is wall time on a busy host (as the verdict judges it)."""
+    rows = []
+    for key, gate in figures.items():
+        m = METRICS[key]
+        tolerance = getattr(case, m.tolerance_field)
+        if tolerance is None or gate.ratio is None or gate.ci_low is None or gate.ci_high is None:
+            continue
+        rows.append(
+            expectations.GatedFigure(
+                figure=m.metric,
+                ratio=gate.ratio,
+                ci_low=gate.ci_low,
+                ci_high=gate.ci_high,
+                tolerance=tolerance,
+                judged=not (busy and m.wall),
+            )
+        )
+    return rows
 
 
 def _unmeasured(m: ProcessMetric, run: ProfiledRun) -> str:
@@ -218,7 +281,7 @@ def _unmeasured(m: ProcessMetric, run: ProfiledRun) -> str:
     if mode == "paired-gate":
         why = "no process of the paired gate recorded it for both versions"
     elif mode == "environment-gate":
-        why = "a cross-environment gate runs each side in its own processes, and the figure is paired inside one"
+        why = "no process pair of the cross-environment gate recorded it on both sides"
     else:
         why = (
             "it is measured once per process and version, and this paired gate ran one process "
@@ -290,6 +353,8 @@ def baseline_compare(
         gate_per_query(d, case, point, reads.server_point(db_url, d.baseline_run_ids[0]), run.noise)
     parsed_tables = json.loads(Path(parsed.parsed_path).read_text())
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
+    busy = bool((run.noise or {}).get("busy"))
+    table, figures = _process_gates(case, run)
     outcomes, gx_results = _validate(
         d,
         case,
@@ -300,6 +365,7 @@ def baseline_compare(
         Path(work_dir) / "gx",
         docs_title,
         query_latencies=point["latency_ms"] if point else None,
+        gated=_gated_rows(case, figures, busy=busy),
     )
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
@@ -329,16 +395,14 @@ def baseline_compare(
             reason = evidence["reason"] = f"{check.text()}; step time: {reason}" if reason else check.text()
         elif check.unchecked:
             reason = evidence["reason"] = f"{reason}; {check.text()}" if reason else check.text()
-    busy = bool((run.noise or {}).get("busy"))
-    figures = _process_gates(case, run)
-    for key, m in PROCESS_METRICS.items():  # a figure the case gates and that no process measured is said, not passed
+    for key, m in table.items():  # a figure the case gates and that no process measured is said, not passed
         if getattr(case, m.tolerance_field) is not None and key not in figures and paired is not None:
             said = _unmeasured(m, run)
             evidence[key] = {"metric": m.metric, "measured": False, "reason": said}
             reason = evidence["reason"] = f"{reason}; {said}" if reason else said
     for key, gate in figures.items():  # per-process figures of both versions: recorded, and
         evidence[key] = gate.model_dump(mode="json")  # judged where the case gives the figure a tolerance
-        field, words, wall = (m := PROCESS_METRICS[key]).tolerance_field, m.words, m.wall
+        field, words, wall = (m := METRICS[key]).tolerance_field, m.words, m.wall
         if getattr(case, field) is None or gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
             continue
         if gate.verdict == Verdict.REGRESSION and not (busy and wall):

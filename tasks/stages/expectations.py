@@ -12,6 +12,9 @@
   so the suite is the same for every run). That expectation fails exactly when
   ``tasks.analysis.stats.verdict_from_ci`` says ``regression`` and the noise rule lets it stand, so GX
   and the verdict cannot disagree.
+* :func:`validate_gated_figures` -- the figures a case gates beside step time (the cold step, the model's memory:
+  ``tasks.analysis.metric_gates``), one row each with its interval: each figure's threshold ``1 + tolerance`` is
+  an expectation of its own (suite parameter ``<figure>_threshold_ratio``), failing exactly for a regression on it.
 * :func:`validate_op_table` -- the parsed xprof op table: non-empty, the expected columns,
   self-times and occurrence counts non-negative.
 * :func:`render_data_docs` -- GX Data Docs HTML for any of these results, written only under
@@ -81,6 +84,11 @@ __all__ = [
     "validate_step_times",
     "validate_verdict",
     "verdict_expectations",
+    "GatedFigure",
+    "gated_figure_expectations",
+    "limit_param",
+    "validate_gated_figures",
+    "GATED_SUITE",
     "STEP_SUITE",
     "QUERY_SUITE",
     "OP_SUITE",
@@ -94,6 +102,7 @@ __all__ = [
 
 STEP_SUITE = "perfwatch_step_times"
 OP_SUITE = "perfwatch_op_table"
+GATED_SUITE = "perfwatch_gated_figures"
 STEP_COLUMN = "step_time_ms"
 QUERY_SUITE = "perfwatch_query_latencies"
 QUERY_COLUMN = "latency_ms"
@@ -322,6 +331,87 @@ def validate_verdict(
     df = pd.DataFrame({k: pd.Series([math.nan if v is None else v], dtype="float64") for k, v in row.items()})
     df["host_busy"] = pd.Series([bool(host_busy)], dtype="bool")
     return _run(df, VERDICT_SUITE, verdict_expectations(), {THRESHOLD_PARAM: 1.0 + tolerance})
+
+
+class GatedFigure(BaseModel):
+    """One figure beside step time that a case gates, as the ``perfwatch_gated_figures`` suite validates it.
+
+    Attributes:
+        figure: its metric name (``cold_step_ms``, ``model_rss_bytes``: ``tasks.analysis.metric_gates``).
+        ratio, ci_low, ci_high: candidate over baseline and its interval (> 0).
+        tolerance: the case's tolerance of it (``cold_step_tolerance``...): the threshold is ``1 + tolerance``.
+        judged: whether the figure is judged on this run (a wall-time figure is not on a busy host).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    figure: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    tolerance: float
+    judged: bool
+
+
+def limit_param(figure: str) -> str:
+    """The suite parameter of ``figure``'s threshold (``1 + tolerance``): ``cold_step_ms_threshold_ratio``."""
+    return f"{figure}_{THRESHOLD_PARAM}"
+
+
+def gated_figure_expectations(figures: Sequence[str]) -> list:
+    """The expectations of the ``perfwatch_gated_figures`` suite for these figures (see
+    :func:`validate_gated_figures`): sound rows, and per figure its threshold (suite parameter
+    :func:`limit_param`), carrying ``meta={"perfwatch": "limit", "figure": <figure>}``."""
+    import great_expectations as gx
+    from great_expectations.expectations.row_conditions import Column
+
+    E = gx.expectations
+    exps: list = [E.ExpectTableRowCountToBeBetween(min_value=1)]
+    for c in ("ratio", "ci_low", "ci_high"):
+        exps += [
+            E.ExpectColumnValuesToNotBeNull(column=c),
+            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True),
+        ]
+    exps += [
+        E.ExpectColumnValuesToNotBeNull(column="judged"),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
+    ]
+    for f in figures:
+        exps.append(
+            E.ExpectColumnValuesToBeBetween(
+                column="ci_high",
+                max_value={"$PARAMETER": limit_param(f)},
+                row_condition=(Column("figure") == f) & (Column("ci_low") > NO_CHANGE) & (Column("judged") == True),  # noqa: E712
+                meta={"perfwatch": "limit", "figure": f},
+                notes=f"{f}'s threshold as a test: where its interval lies above 1 (significantly larger), its "
+                "upper end must stay within 1 + the case's tolerance of it; fails exactly for a regression on it.",
+            )
+        )
+    return exps
+
+
+def validate_gated_figures(rows: Sequence[GatedFigure]) -> GxOutcome:
+    """Validate the figures beside step time that a case gates (one row each: the cold step, the model's memory;
+    ``tasks.analysis.metric_gates``) with the ``perfwatch_gated_figures`` suite: sound intervals, and each figure's
+    threshold ``1 + tolerance`` (suite parameter :func:`limit_param`) not exceeded by an interval that lies above 1
+    where it is judged. A failed threshold is the figure's ``regression`` (``is_limit=True``; its
+    ``kwargs["row_condition"]`` names the figure), so Data Docs show each figure's check beside step time's.
+
+    Raises:
+        ValueError: no rows, or two rows of one figure.
+    """
+    import pandas as pd
+
+    if not rows:
+        raise ValueError("rows: expected at least one gated figure")
+    names = [r.figure for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"figures {names}: expected each figure once")
+    df = pd.DataFrame([r.model_dump() for r in rows])
+    df["judged"] = df["judged"].astype("bool")
+    params = {limit_param(r.figure): 1.0 + r.tolerance for r in rows}
+    return _run(df, GATED_SUITE, gated_figure_expectations(names), params)
 
 
 def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:

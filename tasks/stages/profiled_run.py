@@ -491,11 +491,7 @@ def _process_gate(
             k + 1,
             design.max_processes,
             metric,
-            f"step time decided, going on for {', '.join(waiting)}"
-            if waiting
-            else "decided"
-            if decided
-            else "going on",
+            _look_words(decided, waiting),
         )
         return decided and not waiting
 
@@ -607,6 +603,14 @@ def _side_settings(case: Case, a: RunnerProcess, b: RunnerProcess) -> dict[str, 
     return out
 
 
+def _look_words(decided: bool, waiting: list[str]) -> str:
+    """A gate's look in a log line: ``decided``, ``going on``, or ``step time decided, going on for cold_step``
+    (the gated figures it waits for: ``metric_gates.undecided_gated``)."""
+    if waiting:
+        return f"step time decided, going on for {', '.join(waiting)}"
+    return "decided" if decided else "going on"
+
+
 def _environment_gate(
     pulled: PulledModel,
     baseline: PulledModel,
@@ -671,6 +675,8 @@ def _environment_gate(
     stopping: list[str] = []
     orders: list[str] = []
     block_orders: list[str] = []
+    waited_for: dict[str, list[str]] = {}  # look (pairs) -> the gated figures still undecided when step time was
+    side_pairs: list[tuple[ProfileResult, ProfileResult]] = []  # (A's, B's) result per pair, as run
     elapsed = 0.0  # the gate's wall time: interleaved processes overlap, so their wall times do not add up
     for k in range(design.max_processes):
 
@@ -711,6 +717,7 @@ def _environment_gate(
                 )
             kept.append(EnvironmentProcess(pair=k, side=side, result=r))
         a, b = got["A"], got["B"]
+        side_pairs.append((a, b))
         wall.append(processes.unit_from_sides(a.measured_step_times_ms, b.measured_step_times_ms, f"pair {k}"))
         has_cpu = all(x.measured_cpu_ms and min(x.measured_cpu_ms) > 0 for x in (a, b))
         cpu.append(processes.unit_from_sides(a.measured_cpu_ms, b.measured_cpu_ms) if has_cpu else None)
@@ -723,6 +730,15 @@ def _environment_gate(
         noise = environment_metric(case, load, wall, cpu, gpu=gpu)
         decided, metric = process_look_on(noise, wall, cpu, looks, design)
         stopping.append(metric)
+        waiting: list[str] = []
+        if decided:  # a figure the case gates (cold step, memory) and is undecided keeps the gate going
+            tolerances = case.model_dump()
+            figures = metric_gates.environment_gates(
+                side_pairs, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes
+            )
+            waiting = metric_gates.undecided_gated(figures, tolerances, busy=metric == "cpu")
+            if waiting:
+                waited_for[str(k + 1)] = waiting
         log.info(
             "cross-environment gate of %s %s: look after pair %d of at most %d on %s time: %s",
             case.model,
@@ -730,9 +746,9 @@ def _environment_gate(
             k + 1,
             design.max_processes,
             metric,
-            "decided" if decided else "going on",
+            _look_words(decided, waiting),
         )
-        if decided:
+        if decided and not waiting:
             break
     environments = {
         side: {
@@ -751,6 +767,7 @@ def _environment_gate(
         "block_orders": block_orders,
         "look_processes": looks,
         "stopping": stopping,
+        "waited_for": waited_for,
         "offset": setup.offset.model_dump(mode="json"),
         "calibrated_noise": setup.noise.model_dump(mode="json"),
         "environments": text,

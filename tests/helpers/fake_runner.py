@@ -43,6 +43,7 @@ Configuration:
   ``tasks.runner.modes.profile.cued_steps`` (cue events, ``more``/``stop`` on stdin); ``PERFWATCH_FAKE_BLOCK_LOG``
   (a file): each block's span is appended to it (``<out dir name> <start> <end>``, time.time() s); paired mode
   with ``cue_start`` waits for its cue the same way and logs the span of its pairs there when it timed any;
+* a process's peak resident memory: 50 MiB x ``PERFWATCH_FAKE_RSS_FACTOR`` (default 1.0), 2% noise per process;
 * ``PERFWATCH_FAKE_FAIL``: a mode (``warmup``, ``profile``, ``paired``, ``probe``) that fails with an error result;
 * ``PERFWATCH_FAKE_SCHEMA_VERSION``: the protocol version it claims (default the real one), to test refusals;
 * the host load it reports is a quiet host's (other processes 1% of the CPU) unless
@@ -235,7 +236,13 @@ def _case(spec: RunnerSpec, cold_ms: float) -> dict[str, object]:
         "seed": spec.seed,
         "deterministic": spec.deterministic,
         "cold_step_ms": cold_ms,
-        "peak_rss_bytes": 50 * 2**20,
+        # the process's peak: 50 MiB x PERFWATCH_FAKE_RSS_FACTOR, with 2% noise (log scale) per process
+        "peak_rss_bytes": int(
+            50
+            * 2**20
+            * float(os.environ.get("PERFWATCH_FAKE_RSS_FACTOR", "1.0"))
+            * math.exp(random.Random(f"{spec.seed}:{spec.out_dir}:rss").gauss(0.0, 0.02))
+        ),
         "peak_device_bytes": None,
     }
 

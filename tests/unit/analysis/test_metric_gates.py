@@ -106,3 +106,69 @@ def test_a_gate_waits_only_for_figures_the_case_gates_and_that_will_be_judged():
     assert undecided_gated(gates, tol, busy=False) == ["cold_step"]  # memory was not measured: not waited for
     assert undecided_gated(gates, tol, busy=True) == []  # wall time is not judged on a busy host
     assert undecided_gated(gates, {"memory_tolerance": 0.2}, busy=False) == []  # the cold step is only recorded
+
+
+def test_process_pairs_of_two_environments_take_the_paired_t_interval():
+    """A cross-environment gate's units are process pairs, one side per process: no set-up order to take out, so
+    the interval is the paired t interval of ln(B/A) over the pairs (K - 1 degrees of freedom)."""
+    from types import SimpleNamespace
+
+    from scipy import stats
+
+    from tasks.analysis.metric_gates import environment_gates
+
+    rng = np.random.default_rng(3)
+    a = [100.0 * math.exp(rng.normal(0, 0.02)) for _ in range(5)]
+    b = [130.0 * math.exp(rng.normal(0, 0.02)) for _ in range(5)]
+    g = process_metric_gate(a, b, None, metric="peak_rss_bytes", unit="bytes", tolerance=0.2, confidence=0.99)
+    d = np.log(np.asarray(b) / np.asarray(a))
+    half = stats.t.ppf(0.995, 4) * d.std(ddof=1) / math.sqrt(5)
+    assert g.ci_low == pytest.approx(math.exp(d.mean() - half)) and g.ci_high == pytest.approx(
+        math.exp(d.mean() + half)
+    )
+    assert g.verdict == "regression" and g.order_ratio is None and "set up first" not in g.reason
+    one = process_metric_gate(a[:1], b[:1], None, metric="m", unit="ms", tolerance=0.2, confidence=0.99)
+    assert one.verdict == "inconclusive" and "1 processes give no interval" in one.reason
+    side = [SimpleNamespace(cold_step_ms=x, peak_rss_bytes=int(y * 2**20)) for x, y in zip(a, a, strict=True)]
+    other = [SimpleNamespace(cold_step_ms=x, peak_rss_bytes=int(y * 2**20)) for x, y in zip(a, b, strict=True)]
+    gates = environment_gates(list(zip(side, other, strict=True)), {"memory_tolerance": 0.2}, confidence=0.99)
+    assert gates["process_memory"].verdict == "regression" and gates["process_memory"].tolerance == 0.2
+    assert gates["cold_step"].verdict == "inconclusive" and gates["cold_step"].tolerance == 0.5  # recorded at 0.5
+
+
+#: a real paired gate of demo_mobilenet v2 beside v1 (2026-12-07, 6 processes, load 3-6): per process the version
+#: set up first and what each version's load, build and cold step added to the resident set, MiB
+REAL_V2_V1 = [
+    ("B", -8.79, 316.33),
+    ("A", 222.80, 182.78),
+    ("B", 17.56, 325.63),
+    ("A", 231.66, 132.95),
+    ("B", 35.06, 306.04),
+    ("A", 231.05, 155.80),
+]
+
+
+def test_memory_is_compared_where_each_version_was_set_up_first():
+    """Set up second, a version's memory growth shares what the first left behind (v1 added -9 to 35 MiB there, v2
+    133-183): the log ratio with the order as a covariate cannot hold that (the negative figure is not even a
+    ratio). Where each was set up first, v2's process held 1.38x v1's, a regression at tolerance 0.2."""
+    from types import SimpleNamespace
+
+    from tasks.analysis.metric_gates import first_built_gate, process_gates
+
+    procs = [
+        SimpleNamespace(
+            first_built=f,
+            a_model_rss_bytes=a * 2**20,
+            b_model_rss_bytes=b * 2**20,
+            a_cold_step_ms=None,
+            b_cold_step_ms=None,
+        )
+        for f, a, b in REAL_V2_V1
+    ]
+    g = process_gates(procs, {"memory_tolerance": 0.2}, confidence=0.99, looks=[3, 4, 5, 6], max_processes=6)
+    memory = g["model_memory"]
+    assert memory.verdict == "regression" and 1.3 < memory.ratio < 1.45 and memory.ci_low > 1.2, memory.reason
+    assert "look 4, 6 processes, each version where set up first: 3 process(es) of A, 3 of B" in memory.reason
+    one = first_built_gate([230.0], [320.0, 330.0], metric="m", unit="bytes", tolerance=0.2, confidence=0.99)
+    assert one.verdict == "inconclusive" and "each version needs 2 processes" in one.reason

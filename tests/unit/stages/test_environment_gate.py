@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -179,3 +180,26 @@ def test_where_a_gpu_may_carry_the_steps_the_two_sides_run_one_after_the_other(t
     g = read_result(path, EnvironmentGate)
     assert not g.gate["interleaved"] and g.gate["block_orders"] == [] and len(g.gate["orders"]) >= 3
     assert {p.pair for p in g.processes} == set(range(len(g.gate["orders"])))
+
+
+def test_an_environment_that_only_grows_the_process_memory_is_a_regression_on_it(home, cli, monkeypatch):
+    """Issue 38 item 1 across environments: "will this TensorFlow (or CUDA, or allocator) grow my model's memory?".
+    This run's environment steps as fast as the baseline environment, and each process's peak resident memory is
+    1.3x (``PERFWATCH_FAKE_RSS_FACTOR``). With ``--memory-tolerance 0.2`` the cross-environment gate goes on past
+    step time's decision until memory decides (process pairs as units, the paired t interval), and the run is a
+    ``regression`` headed by the process's memory, exit 1."""
+    fake_runner.write_model(home / "models" / "m" / "1" / "model.keras", 1.0)
+    monkeypatch.setenv("PERFWATCH_RUNNER_COMMAND", fake_runner.command())
+    monkeypatch.setenv("PERFWATCH_FAKE_NOISE_CV", "0.01")
+    monkeypatch.setenv("PERFWATCH_FAKE_RSS_FACTOR", "1.3")
+    res = cli(
+        "run", "m", "--version", "1", "--measured-steps", "20", "--paired-blocks", "120", "--paired-processes", "6",
+        "--baseline-env", "PERFWATCH_FAKE_RSS_FACTOR=1.0", "--memory-tolerance", "0.2",
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    out = res.stdout
+    assert "verdict regression on the process's peak resident memory (the runtime, the model and its steps): " in out
+    figure = re.search(r"peak_rss_bytes ratio ([\d.]+) \[([\d.]+), ([\d.]+)\] at 99% \(look \d+, \d process pairs", out)
+    assert figure and float(figure[2]) < 1.3 < float(figure[3]) and 1.0 < float(figure[2]), out
+    assert "  step time: step-time ratio 1.0" in out and "(pass)" in out, out
+    assert "env PERFWATCH_FAKE_RSS_FACTOR 1.0 -> 1.3" in res.output

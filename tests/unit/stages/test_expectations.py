@@ -10,9 +10,11 @@ import pytest
 
 from tasks.analysis.stats import verdict_from_ci
 from tasks.stages.expectations import (
+    GatedFigure,
     GxOutcome,
     render_data_docs,
     step_time_expectations,
+    validate_gated_figures,
     validate_op_table,
     validate_step_times,
     validate_verdict,
@@ -196,3 +198,37 @@ def test_importing_great_expectations_through_the_stage_logs_nothing_at_info():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert [ln for ln in out.stdout.splitlines() if ln.startswith("great_expectations")] == []
+
+
+def test_each_gated_figure_has_its_own_threshold_which_fails_exactly_for_its_regression():
+    """Issue 38 item 1: "Great Expectations suites carry the thresholds, so Data Docs show every metric's check".
+    One row per figure the case gates; each figure's threshold is its own expectation (its own suite parameter),
+    failing where the verdict rule says regression on it and the figure is judged (a wall-time figure on a busy
+    host is not), so the failure names the figure."""
+    cases = [  # (ci_low, ci_high, tolerance, judged)
+        (0.8, 1.4, 0.5, True),  # undecided
+        (1.1, 1.8, 0.5, True),  # regression
+        (1.1, 1.8, 0.5, False),  # regression, but not judged here
+        (1.05, 1.15, 0.2, True),  # larger, within the band
+        (1.25, 1.4, 0.2, True),  # regression
+    ]
+    for i, (low, high, tol, judged) in enumerate(cases):
+        rows = [
+            GatedFigure(
+                figure="cold_step_ms", ratio=(low * high) ** 0.5, ci_low=low, ci_high=high, tolerance=tol, judged=judged
+            ),
+            GatedFigure(figure="model_rss_bytes", ratio=1.0, ci_low=0.95, ci_high=1.05, tolerance=0.2, judged=True),
+        ]
+        o = validate_gated_figures(rows)
+        regression = verdict_from_ci(low, high, tol) == "regression" and judged
+        assert o.success is (not regression), (i, [f.text for f in o.failures])
+        if regression:
+            (f,) = o.failures
+            assert f.is_limit and f.kwargs["max_value"] == pytest.approx(1 + tol)
+            assert "cold_step_ms" in json.dumps(f.kwargs["row_condition"])
+    names = [r.get("expectation_config", {}).get("meta", {}).get("figure") for r in o.result_json["results"]]
+    assert {"cold_step_ms", "model_rss_bytes"} <= set(names)  # Data Docs list each figure's check
+    with pytest.raises(ValueError, match="each figure once"):
+        validate_gated_figures(rows + rows[:1])
+    with pytest.raises(ValueError, match="at least one"):
+        validate_gated_figures([])

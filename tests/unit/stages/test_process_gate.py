@@ -185,7 +185,7 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
     warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=5.0, step_times_ms=[1.0] * 3, wall_s=1)
     ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand", median=1.0)
     for tolerance in (0.1, None):
-        gate = {"paired_blocks": 120, "paired_block_steps": 1, "paired_processes": 6, field: tolerance}
+        gate = {"paired_blocks": 160, "paired_block_steps": 1, "paired_processes": 8, field: tolerance}
         case = ctx.case.model_copy(update={"measured_steps": 10, **gate})
         wd = tmp_path / f"wd-{tolerance}"
         runner = _runner(PERFWATCH_FAKE_NOISE_CV="0.01")
@@ -199,10 +199,14 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
             looks = read_paired(path).gate["look_processes"]
             assert figure["processes"] == looks[-1] and figure["reason"].startswith(f"{figure['metric']} ratio")
             assert f"look {len(looks)}, {looks[-1]} processes" in figure["reason"]
+            # GX carries the figure's threshold: its own expectation fails, and Data Docs show it
+            assert v.evidence["gx"]["gated_figures"] == {"success": False, "failures": 1}
+            assert list((wd / "work" / "gx").rglob("perfwatch_gated_figures*.html"))
             assert v.verdict == "regression" and v.ratio == pytest.approx(1.0, abs=0.05)
             assert v.reason.startswith(f"regression on {words}") and "; step time: " in v.reason
         else:  # recorded (at 0.5), not judged, and not waited for
             assert figure["tolerance"] == 0.5 and not read_paired(path).gate["waited_for"]
+            assert "gated_figures" not in v.evidence["gx"]  # recorded, not gated: no threshold to test
             assert v.verdict == "pass" and "regression on" not in (v.reason or ""), v.reason
 
 
@@ -214,7 +218,7 @@ def test_a_step_time_regression_leads_and_a_memory_one_is_said_beside_it(db_url,
     b = fake_runner.write_model(tmp_path / "store" / "2" / "model.keras", 1.5, memory_factor=1.3)
     warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=5.0, step_times_ms=[1.0] * 3, wall_s=1)
     ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand", median=1.5)
-    gate = {"paired_blocks": 120, "paired_block_steps": 1, "paired_processes": 6, "memory_tolerance": 0.1}
+    gate = {"paired_blocks": 160, "paired_block_steps": 1, "paired_processes": 8, "memory_tolerance": 0.1}
     case = ctx.case.model_copy(update={"measured_steps": 10, **gate})
     runner = _runner(PERFWATCH_FAKE_NOISE_CV="0.01")
     path, _ = paired_run(_pulled(b.parent, "2"), _pulled(a.parent, "1"), case, warm, tmp_path / "wd", runner, gpu=False)
