@@ -1414,6 +1414,27 @@ class Acceptance(Record):
     superseded_at: dt.datetime | None = None
 
 
+#: the evidence keys of the per-process figures a paired gate records beside step time (``tasks.analysis.metric_gates``)
+FIGURE_KEYS = ("cold_step", "model_memory", "process_memory")
+#: what :attr:`VerdictStory.figures` keeps of each: the figure and its unit, B/A with its interval, the verdict at
+#: the tolerance, the processes, both sides' medians (``unit``), whether it was measured (False: said, not judged)
+#: and whether the case gates it (False: recorded, its verdict read against ``RECORD_TOLERANCE``, not judged)
+FIGURE_FIELDS = (
+    "metric",
+    "unit",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "verdict",
+    "tolerance",
+    "processes",
+    "baseline_median",
+    "candidate_median",
+    "measured",
+    "gated",
+)
+
+
 class VerdictStory(Record):
     """One run's verdict with its story: the ONE record of a decision that every command and page renders
     (``tasks.services.story``: text lines for the CLI, a dict for JSON, an HTML fragment for the pages, the
@@ -1483,6 +1504,10 @@ class VerdictStory(Record):
     #: agreement), each in words with its figure; step_verdict: step time's own verdict where they are set
     regressed_on: list[str] = Field(default_factory=list)
     step_verdict: str | None = None
+    #: the per-process figures a paired gate recorded beside step time, by evidence key (``cold_step``,
+    #: ``model_memory``, ``process_memory``: ``tasks.analysis.metric_gates``), each with :data:`FIGURE_FIELDS`
+    #: (None where absent), so JSON readers need not parse a reason
+    figures: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @property
     def led_by_other(self) -> bool:
@@ -1598,6 +1623,11 @@ class VerdictStory(Record):
             ],
             regressed_on=[str(x) for x in ev.get("regressed_on") or []],
             step_verdict=str(ev["step_verdict"]) if ev.get("step_verdict") else None,
+            figures={
+                key: {f: ev[key].get(f) for f in FIGURE_FIELDS}
+                for key in FIGURE_KEYS
+                if isinstance(ev.get(key), Mapping)
+            },
         )
 
     @classmethod

@@ -182,6 +182,7 @@ def process_metric_gate(
     looks: Sequence[int] | None = None,
     max_processes: int | None = None,
     unit_name: str = "processes",
+    gated: bool = True,
 ) -> ProcessMetricGate:
     """The gate of a figure measured once per version in each of K processes (module docstring).
 
@@ -191,6 +192,8 @@ def process_metric_gate(
             version (environment) has processes of its own (a cross-environment gate's process pairs): no order to
             take out, so the interval is the paired t interval of the mean log ratio, K - 1 degrees of freedom.
         unit_name: what the K units are called in the reason (``processes``, ``process pairs``).
+        gated: the case gives the figure its tolerance; False: recorded only, its reason says it is read against
+            ``tolerance`` (:data:`RECORD_TOLERANCE`) and not gated.
         metric, unit: names for the record and the reason (``cold_step_ms``, ``ms``).
         tolerance: the relative change that counts (0.25 = 25%); confidence: of all the looks' intervals together.
         looks, max_processes: the processes at each look of the gate so far and its budget: the interval is the
@@ -219,7 +222,7 @@ def process_metric_gate(
         raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
     d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
     med_a, med_b = float(np.median(a)), float(np.median(b))
-    medians = f"medians {_figure(med_a, unit)} -> {_figure(med_b, unit)}"
+    medians = _medians(med_a, med_b, unit)
 
     def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
         return ProcessMetricGate(
@@ -247,8 +250,8 @@ def process_metric_gate(
         ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
         verdict = verdict_from_ci(low, high, tolerance)
         reason = (
-            f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({look}{k} {unit_name}; "
-            f"{medians}), tolerance {tolerance:.0%}: {verdict}"
+            f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} {unit_name}{look}; "
+            f"{medians}), {_tolerance_text(tolerance, gated)}: {verdict}"
         )
         return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high)
     s = np.where(np.asarray(b_first, dtype=bool), 1.0, -1.0)
@@ -271,9 +274,9 @@ def process_metric_gate(
     ratio, low, high = math.exp(mu), math.exp(mu - half), math.exp(mu + half)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
-        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({look}{k} processes; {medians}; "
+        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} processes{look}; {medians}; "
         f"the version set up first paid x{math.exp(beta):.2f}, taken out), "
-        f"tolerance {tolerance:.0%}: {verdict}"
+        f"{_tolerance_text(tolerance, gated)}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high, order_ratio=math.exp(beta))
 
@@ -288,6 +291,7 @@ def first_built_gate(
     confidence: float,
     looks: Sequence[int] | None = None,
     max_processes: int | None = None,
+    gated: bool = True,
 ) -> ProcessMetricGate:
     """The gate of a figure taken only where its version was set up first in a process (the model's memory).
 
@@ -304,7 +308,7 @@ def first_built_gate(
 
     Args:
         a, b: the figure of A in each process that set A up first, and of B in each that set B up first (> 0).
-        metric, unit, tolerance, confidence, looks, max_processes: as :func:`process_metric_gate`.
+        metric, unit, tolerance, confidence, looks, max_processes, gated: as :func:`process_metric_gate`.
 
     Raises:
         ValueError: a figure not finite and > 0, a tolerance or confidence out of range, bad looks.
@@ -323,9 +327,7 @@ def first_built_gate(
     k = len(a) + len(b)
     med_a = float(np.median(a)) if a else math.nan
     med_b = float(np.median(b)) if b else math.nan
-    what = f"where set up first: {len(a)} process(es) of A, {len(b)} of B; medians {_figure(med_a, unit)} -> " + (
-        _figure(med_b, unit)
-    )
+    what = f"where set up first: {len(a)} process(es) of A, {len(b)} of B; {_medians(med_a, med_b, unit)}"
 
     def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
         return ProcessMetricGate(
@@ -358,15 +360,15 @@ def first_built_gate(
     ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
-        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({look}{k} processes, each "
-        f"version {what}), tolerance {tolerance:.0%}: {verdict}"
+        f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} processes{look}, each "
+        f"version {what}), {_tolerance_text(tolerance, gated)}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high)
 
 
 def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes: int | None) -> tuple[float, str]:
     """The z boundary of the last look (the O'Brien-Fleming-type spending over ``looks`` of ``max_processes``), and
-    ``look N, `` for a reason; without looks, the fixed two-sided z of ``confidence`` and ``""``.
+    `` at the gate's look N`` for a reason; without looks, the fixed two-sided z of ``confidence`` and ``""``.
 
     Raises:
         ValueError: looks not increasing within ``(0, max_processes]``.
@@ -378,7 +380,19 @@ def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes
     steps = zip(looks, looks[1:], strict=False)
     if any(not 0 < p <= max_processes for p in looks) or any(q <= p for p, q in steps):
         raise ValueError(f"looks {list(looks)}: expected increasing process counts in (0, {max_processes}]")
-    return sequential.boundaries(tuple(p / max_processes for p in looks), 1 - confidence)[-1], f"look {len(looks)}, "
+    z = sequential.boundaries(tuple(p / max_processes for p in looks), 1 - confidence)[-1]
+    return z, f" at the gate's look {len(looks)}"
+
+
+def _tolerance_text(tolerance: float, gated: bool) -> str:
+    """``tolerance 20%``, or for a figure the case does not gate ``not gated, read against 50%``."""
+    return f"tolerance {tolerance:.0%}" if gated else f"not gated, read against {tolerance:.0%}"
+
+
+def _medians(a: float, b: float, unit: str) -> str:
+    """``medians 31.2 MiB -> 131.1 MiB (+99.9 MiB)``: both sides' medians and B's change (``unit``)."""
+    change = f" ({'+' if b >= a else '-'}{_figure(abs(b - a), unit)})" if math.isfinite(a) and math.isfinite(b) else ""
+    return f"medians {_figure(a, unit)} -> {_figure(b, unit)}{change}"
 
 
 def _figure(x: float, unit: str) -> str:
@@ -425,6 +439,7 @@ def process_gates(
                 confidence=confidence,
                 looks=[p for p in looks if p <= held_k] if looks else None,
                 max_processes=max_processes,
+                gated=tolerance is not None,
             )
             continue
         held = [
@@ -444,6 +459,7 @@ def process_gates(
             confidence=confidence,
             looks=[p for p in looks if p <= len(held)] if looks else None,
             max_processes=max_processes,
+            gated=tolerance is not None,
         )
     return out
 
@@ -486,6 +502,7 @@ def environment_gates(
             looks=[p for p in looks if p <= len(held)] if looks else None,
             max_processes=max_processes,
             unit_name="process pairs",
+            gated=tolerance is not None,
         )
     return out
 

@@ -394,7 +394,7 @@ def verdict_figure(vc: VersionComparison, story: Any) -> dict[str, Any]:
         verdict compared with its lookback baselines; the verdict's baseline is another run or version; CPU
         time decided).
     """
-    from tasks.services.story import figure_text, story_dict
+    from tasks.services.story import baseline_text, figure_text, story_dict
 
     h = vc.headline.set_index("side")
     f, t = h.loc["from"], h.loc["to"]
@@ -412,16 +412,17 @@ def verdict_figure(vc: VersionComparison, story: Any) -> dict[str, Any]:
         out["verdict"] = story_dict(story) if story is not None else None
         return out
     out["verdict"] = story_dict(story)
-    base = (
-        f" against baseline run {story.baseline_run_id}"
-        + (f" (v{story.baseline_version})" if story.baseline_version else "")
-        if story.baseline_run_id is not None or story.baseline_version
-        else ""
-    )
-    out["marked"] = (
-        f"verdict of run {t['run_id']}: {story.verdict}, {figure_text(story)}{base} ({story.method_text}) "
-        "<- the verdict's figure"
-    )
+    base = f" against {baseline_text(story)}" if baseline_text(story) else ""
+    if story.led_by_other:  # another figure than step time made the regression: it is the verdict's figure
+        out["marked"] = (
+            f"verdict of run {t['run_id']}: regression on {'; '.join(story.regressed_on)} <- the verdict's figure; "
+            f"step time: {figure_text(story)} ({story.step_verdict or 'no verdict'}){base} ({story.method_text})"
+        )
+    else:
+        out["marked"] = (
+            f"verdict of run {t['run_id']}: {story.verdict}, {figure_text(story)}{base} ({story.method_text}) "
+            "<- the verdict's figure"
+        )
     medians_text = f"x{medians:.3f}" if medians is not None else "the medians' ratio"
     why = []
     if medians is not None and abs(medians / story.ratio - 1) <= SAME_FIGURE and story.metric != "cpu":

@@ -1034,13 +1034,20 @@ def register(app: typer.Typer) -> None:
         for line in reasons:
             typer.echo(f"  {line}", err=beside_data)
         for i in ids:  # a tail gate decided: the ratio column is that tail's, not the medians'
-            if (st := stories.get(i)) is not None and st.gated_on:
+            if (st := stories.get(i)) is not None and st.led_by_other:  # another figure than step time decided
+                typer.echo(
+                    f"  note: run {i}'s verdict is a regression on {'; '.join(st.regressed_on)}; its ratio, ci low "
+                    f"and ci high are step time's ({st.step_verdict or 'no verdict'}), not the figure that decided",
+                    err=beside_data,
+                )
+            if st is not None and st.gated_on:
                 typer.echo(
                     f"  note: run {i}'s ratio, ci low and ci high are its {st.gated_on} ratio (its tail gate "
                     "decided), not the medians' beside them",
                     err=beside_data,
                 )
-        if not rows.empty and (rows["method"] == "paired-abba").any():  # which figure of the table decided
+        led = {i for i in ids if (st := stories.get(i)) is not None and st.led_by_other}
+        if not rows.empty and (rows["method"] == "paired-abba").any() and not set(ids) <= led:  # which figure decided
             typer.echo(
                 "  note: the verdict's figure is the ratio column (a paired gate: both versions timed in one "
                 "process); the median step ms and baseline median ms columns are two processes' medians and may "

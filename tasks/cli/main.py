@@ -174,7 +174,7 @@ def runs(
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1)
     df = runs_frame(url, model, last)
-    from tasks.services.story import reason_text, story_dict, story_line
+    from tasks.services.story import led_by_figure, reason_text, story_dict, story_line
     from tasks.store.reads import verdict_stories
 
     ids = [int(i) for i in df["run_id"]]
@@ -253,7 +253,11 @@ def runs(
             df.insert(df.columns.get_loc("throughput_eps") + 1, "peak_memory", memory)
         df = df[lead_columns(list(df.columns), shared)]
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
+        # a regression another figure made (the compare stage leads its reason with "regression on <figure>: ")
+        # names that figure in the cell, not the step time's metric
+        other = [led_by_figure(v, r) for v, r in zip(df["verdict"], df["reason"], strict=True)]
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
+        df["verdict"] = [f"regression (on {o})" if o else v for v, o in zip(df["verdict"], other, strict=True)]
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell
         reasons = df.pop("reason")  # a sentence each: under the table, where it is read whole
         # what each run was fed: a secondary detail, long (names, shapes, dtypes, ranges), under the table so
@@ -798,9 +802,9 @@ def run_cmd(
             typer.echo(tflite_summary(lite))
         if agree := tables.get("agreement"):
             typer.echo(agreement_summary(agree))
-    from tasks.analysis.metric_gates import PROCESS_METRICS
+    from tasks.analysis.metric_gates import METRICS
 
-    for key, metric in PROCESS_METRICS.items():
+    for key, metric in METRICS.items():  # a paired gate's (cold step, model memory) or a cross-environment one's
         field = metric.tolerance_field
         if gate := v.evidence.get(key):  # a per-process figure of both versions over the paired gate's processes
             judged = getattr(case, field) is not None

@@ -104,6 +104,15 @@ def verdict_text(s: VerdictStory) -> str:
     return s.verdict or "no verdict"
 
 
+def led_by_figure(verdict: object, reason: object) -> str | None:
+    """The figure that made a stored run's ``regression`` where step time did not (``the model's resident memory``),
+    from its reason as the compare stage leads it (``regression on <figure> (...): ...``); None otherwise."""
+    if verdict != "regression" or not isinstance(reason, str) or not reason.startswith("regression on "):
+        return None
+    head = reason.removeprefix("regression on ").split(":", 1)[0]
+    return head.split(" (", 1)[0].removeprefix("the ")
+
+
 def ratio_text(s: VerdictStory) -> str | None:
     """The ratio with 3 decimals (``2.523``); None without one."""
     return None if s.ratio is None else f"{s.ratio:.3f}"
@@ -168,7 +177,8 @@ def story_line(s: VerdictStory, *, advice: bool = True) -> str:
     head = verdict_text(s)
     figures = ", ".join(x for x in (figure_text(s), threshold_text(s)) if x)
     if s.led_by_other:  # another figure regressed, step time did not: the headline names it, step time follows
-        parts = [f"{head} on {'; '.join(s.regressed_on)}"] + ([f"step time: {figures}"] if figures else [])
+        step = f"step time: {figures}" + (f" ({s.step_verdict})" if s.step_verdict else "")
+        parts = [f"{head} on {'; '.join(s.regressed_on)}"] + ([step] if figures else [])
     else:
         parts = [f"{head}: {figures}" if figures else head]
         if s.verdict == "regression" and s.regressed_on:

@@ -398,11 +398,12 @@ def baseline_compare(
     for key, m in table.items():  # a figure the case gates and that no process measured is said, not passed
         if getattr(case, m.tolerance_field) is not None and key not in figures and paired is not None:
             said = _unmeasured(m, run)
-            evidence[key] = {"metric": m.metric, "measured": False, "reason": said}
+            evidence[key] = {"metric": m.metric, "measured": False, "gated": True, "reason": said}
             reason = evidence["reason"] = f"{reason}; {said}" if reason else said
     for key, gate in figures.items():  # per-process figures of both versions: recorded, and
-        evidence[key] = gate.model_dump(mode="json")  # judged where the case gives the figure a tolerance
         field, words, wall = (m := METRICS[key]).tolerance_field, m.words, m.wall
+        # judged where the case gives the figure a tolerance
+        evidence[key] = {**gate.model_dump(mode="json"), "gated": getattr(case, field) is not None}
         if getattr(case, field) is None or gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
             continue
         if gate.verdict == Verdict.REGRESSION and not (busy and wall):

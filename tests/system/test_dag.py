@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -595,8 +596,21 @@ def test_a_version_that_only_grows_memory_or_its_cold_step_is_a_regression_throu
     assert res.exit_code == 1, out
     # the headline names the figure that regressed; step time's own figure and verdict follow
     assert "verdict regression on the cold step (tracing, compilation, one step): cold_step_ms ratio 1." in out
-    assert "  step time: step-time ratio 1.0" in out and "(pass)" in out
+    assert re.search(
+        r"\n  step time: step-time ratio (0.99|1.0)\d+ \[[^]]+\] at 99%, regression line 1.050 "
+        r"\(tolerance 5%\) \(pass\)\n",
+        out,
+    ), out
     assert "regressed (paired-abba): on the cold step (tracing, compilation, one step): cold_step_ms" in out
     assert "vs version 2" in out
     res = CliRunner().invoke(app, ["gate", "tiny", "3"])
     assert res.exit_code == 1 and "gate tiny v3: REGRESSION (exit 1)" in res.stdout, res.stdout
+    # the table's ratio is step time's: the gate says which figure decided, and so do `runs` and the JSON
+    assert "note: run 2's verdict is a regression on the cold step (tracing, compilation, one step)" in res.stdout
+    assert "the verdict's figure is the ratio column" not in res.stdout
+    res = CliRunner().invoke(app, ["runs", "--model", "tiny"])
+    assert "regression (on cold step)" in res.stdout and "regression (on model's resident memory)" in res.stdout
+    res = CliRunner().invoke(app, ["gate", "tiny", "3", "-f", "json"])
+    (row,) = json.loads(res.stdout)
+    cold = row["decision"]["figures"]["cold_step"]
+    assert cold["gated"] is True and cold["verdict"] == "regression" and cold["ci_low"] > 1.0, cold

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -77,7 +78,10 @@ def test_an_early_look_is_wider_than_the_last_and_one_look_is_the_fixed_interval
         max_processes=6,
     )
     once = gate(a[:4], b[:4], first[:4])
-    assert looked.ci_high / looked.ci_low > once.ci_high / once.ci_low and "look 2, 4 processes" in looked.reason
+    assert (
+        looked.ci_high / looked.ci_low > once.ci_high / once.ci_low
+        and "4 processes at the gate's look 2" in looked.reason
+    )
     with pytest.raises(ValueError, match="expected increasing process counts"):
         process_metric_gate(
             a, b, first, metric="m", unit="ms", tolerance=0.25, confidence=0.99, looks=[4, 3], max_processes=6
@@ -169,6 +173,12 @@ def test_memory_is_compared_where_each_version_was_set_up_first():
     g = process_gates(procs, {"memory_tolerance": 0.2}, confidence=0.99, looks=[3, 4, 5, 6], max_processes=6)
     memory = g["model_memory"]
     assert memory.verdict == "regression" and 1.3 < memory.ratio < 1.45 and memory.ci_low > 1.2, memory.reason
-    assert "look 4, 6 processes, each version where set up first: 3 process(es) of A, 3 of B" in memory.reason
+    assert (
+        "(6 processes at the gate's look 4, each version where set up first: 3 process(es) of A, 3 of B; medians "
+        in memory.reason
+    )
+    assert re.search(r"medians 2\d\d\.\d MiB -> 3\d\d\.\d MiB \(\+\d+\.\d MiB\)", memory.reason), memory.reason
+    recorded = process_gates(procs, {}, confidence=0.99, looks=[3, 4, 5, 6], max_processes=6)["model_memory"]
+    assert "not gated, read against 50%" in recorded.reason and "tolerance 50%" not in recorded.reason
     one = first_built_gate([230.0], [320.0, 330.0], metric="m", unit="bytes", tolerance=0.2, confidence=0.99)
     assert one.verdict == "inconclusive" and "each version needs 2 processes" in one.reason

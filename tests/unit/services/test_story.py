@@ -270,7 +270,8 @@ def test_a_regression_another_figure_made_is_headed_by_that_figure_everywhere(st
     and the alert: the figure that failed was only in the reason. The headline names it; where step time regressed
     too it leads and the other figure is said beside it."""
     memory = "the model's resident memory (load, build, cold step): model_rss_bytes ratio 1.287 [1.153, 1.437] at 99%"
-    evidence = {"reason": "r", "regressed_on": [memory], "step_verdict": step_verdict}
+    figure = {"metric": "model_rss_bytes", "ratio": 1.287, "ci_low": 1.153, "ci_high": 1.437, "verdict": "regression"}
+    evidence = {"reason": "r", "regressed_on": [memory], "step_verdict": step_verdict, "model_memory": figure}
     ratio = 1.0 if step_verdict == "pass" else 1.5
     story = VerdictStory.from_evidence(
         run_id=1,
@@ -295,3 +296,5 @@ def test_a_regression_another_figure_made_is_headed_by_that_figure_everywhere(st
         assert line.startswith("regression: step-time ratio 1.500 [1.480, 1.520]; also a regression on the model")
         assert "<dt>also a regression on</dt>" in page
     assert story_dict(story)["regressed_on"] == [memory]
+    # JSON readers get the figure itself, not only its words
+    assert story_dict(story)["figures"]["model_memory"]["ci_low"] == 1.153 and "cold_step" not in story.figures

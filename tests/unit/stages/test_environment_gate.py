@@ -199,7 +199,10 @@ def test_an_environment_that_only_grows_the_process_memory_is_a_regression_on_it
     assert res.exit_code == 1, res.output
     out = res.stdout
     assert "verdict regression on the process's peak resident memory (the runtime, the model and its steps): " in out
-    figure = re.search(r"peak_rss_bytes ratio ([\d.]+) \[([\d.]+), ([\d.]+)\] at 99% \(look \d+, \d process pairs", out)
+    figure = re.search(
+        r"peak_rss_bytes ratio ([\d.]+) \[([\d.]+), ([\d.]+)\] at 99% \(\d process pairs at the gate's look \d+", out
+    )
     assert figure and float(figure[2]) < 1.3 < float(figure[3]) and 1.0 < float(figure[2]), out
     assert "  step time: step-time ratio 1.0" in out and "(pass)" in out, out
     assert "env PERFWATCH_FAKE_RSS_FACTOR 1.0 -> 1.3" in res.output
+    assert "\nprocess memory: peak_rss_bytes ratio " in out  # the figure's own line, as a same-environment gate's

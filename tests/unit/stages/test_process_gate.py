@@ -198,7 +198,7 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
             assert figure["verdict"] == "regression", figure
             looks = read_paired(path).gate["look_processes"]
             assert figure["processes"] == looks[-1] and figure["reason"].startswith(f"{figure['metric']} ratio")
-            assert f"look {len(looks)}, {looks[-1]} processes" in figure["reason"]
+            assert f"{looks[-1]} processes at the gate's look {len(looks)}" in figure["reason"]
             # GX carries the figure's threshold: its own expectation fails, and Data Docs show it
             assert v.evidence["gx"]["gated_figures"] == {"success": False, "failures": 1}
             assert list((wd / "work" / "gx").rglob("perfwatch_gated_figures*.html"))
