@@ -33,7 +33,7 @@ freedom), repeated over the looks in the same way."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel
@@ -212,34 +212,12 @@ def process_metric_gate(
         raise ValueError(
             f"{len(a)} baseline, {len(b)} candidate and {n_order} order values: expected one each per process"
         )
-    for side, xs in (("baseline", a), ("candidate", b)):
-        for i, x in enumerate(xs):
-            if not (isinstance(x, int | float) and math.isfinite(x) and x > 0):
-                raise ValueError(f"{metric} of the {side} in process {i} = {x!r}: expected a finite value > 0 ({unit})")
-    if not 0 < tolerance < 10:
-        raise ValueError(f"tolerance = {tolerance!r}: expected a relative change > 0 (0.25 = 25%)")
-    if not 0.5 < confidence < 1:
-        raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
+    _check(a, b, metric=metric, unit=unit, tolerance=tolerance, confidence=confidence)
     d = np.log(np.asarray(b, dtype=float)) - np.log(np.asarray(a, dtype=float))
     med_a, med_b = float(np.median(a)), float(np.median(b))
     medians = _medians(med_a, med_b, unit)
 
-    def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
-        return ProcessMetricGate(
-            metric=metric,
-            unit=unit,
-            processes=k,
-            baseline_median=med_a,
-            candidate_median=med_b,
-            ratio=kw.get("ratio"),
-            ci_low=kw.get("ci_low"),
-            ci_high=kw.get("ci_high"),
-            order_ratio=kw.get("order_ratio"),
-            verdict=verdict,
-            tolerance=tolerance,
-            confidence=confidence,
-            reason=reason,
-        )
+    out = _outcome(metric, unit, k, (med_a, med_b), tolerance, confidence)
 
     z, look = _look_boundary(confidence, looks, max_processes)  # the repeated interval's (module docstring)
     if b_first is None:  # process pairs, one version (environment) per process: the paired t interval
@@ -316,35 +294,13 @@ def first_built_gate(
     import numpy as np
     from scipy import stats as sps
 
-    for side, xs in (("baseline", a), ("candidate", b)):
-        for i, x in enumerate(xs):
-            if not (isinstance(x, int | float) and math.isfinite(x) and x > 0):
-                raise ValueError(f"{metric} of the {side} in process {i} = {x!r}: expected a finite value > 0 ({unit})")
-    if not 0 < tolerance < 10:
-        raise ValueError(f"tolerance = {tolerance!r}: expected a relative change > 0 (0.25 = 25%)")
-    if not 0.5 < confidence < 1:
-        raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
+    _check(a, b, metric=metric, unit=unit, tolerance=tolerance, confidence=confidence)
     k = len(a) + len(b)
     med_a = float(np.median(a)) if a else math.nan
     med_b = float(np.median(b)) if b else math.nan
     what = f"where set up first: {len(a)} process(es) of A, {len(b)} of B; {_medians(med_a, med_b, unit)}"
 
-    def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
-        return ProcessMetricGate(
-            metric=metric,
-            unit=unit,
-            processes=k,
-            baseline_median=med_a,
-            candidate_median=med_b,
-            ratio=kw.get("ratio"),
-            ci_low=kw.get("ci_low"),
-            ci_high=kw.get("ci_high"),
-            order_ratio=None,
-            verdict=verdict,
-            tolerance=tolerance,
-            confidence=confidence,
-            reason=reason,
-        )
+    out = _outcome(metric, unit, k, (med_a, med_b), tolerance, confidence)
 
     if len(a) < 2 or len(b) < 2:
         return out(Verdict.INCONCLUSIVE, f"{metric}: no interval, each version needs 2 processes ({what})")
@@ -364,6 +320,47 @@ def first_built_gate(
         f"version {what}), {_tolerance_text(tolerance, gated)}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high)
+
+
+def _outcome(
+    metric: str, unit: str, k: int, medians: tuple[float, float], tolerance: float, confidence: float
+) -> Callable[..., ProcessMetricGate]:
+    """``out(verdict, reason, ratio=..., ci_low=..., ci_high=..., order_ratio=...)``: the gate's record with these
+    fixed fields (``medians``: A's and B's, ``unit``)."""
+
+    def out(verdict: Verdict, reason: str, **kw: float | None) -> ProcessMetricGate:
+        return ProcessMetricGate(
+            metric=metric,
+            unit=unit,
+            processes=k,
+            baseline_median=medians[0],
+            candidate_median=medians[1],
+            tolerance=tolerance,
+            confidence=confidence,
+            verdict=verdict,
+            reason=reason,
+            **{f: kw.get(f) for f in ("ratio", "ci_low", "ci_high", "order_ratio")},
+        )
+
+    return out
+
+
+def _check(
+    a: Sequence[float], b: Sequence[float], *, metric: str, unit: str, tolerance: float, confidence: float
+) -> None:
+    """Both sides' figures finite and > 0, the tolerance and confidence in range.
+
+    Raises:
+        ValueError: names the side and process of a bad figure, or the bad tolerance or confidence.
+    """
+    for side, xs in (("baseline", a), ("candidate", b)):
+        for i, x in enumerate(xs):
+            if not (isinstance(x, int | float) and math.isfinite(x) and x > 0):
+                raise ValueError(f"{metric} of the {side} in process {i} = {x!r}: expected a finite value > 0 ({unit})")
+    if not 0 < tolerance < 10:
+        raise ValueError(f"tolerance = {tolerance!r}: expected a relative change > 0 (0.25 = 25%)")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence = {confidence!r}: expected a level between 0.5 and 1")
 
 
 def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes: int | None) -> tuple[float, str]:

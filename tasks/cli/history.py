@@ -1033,7 +1033,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"gate {model} {version_label(version)}: {word} (exit {code})", err=beside_data)
         for line in reasons:
             typer.echo(f"  {line}", err=beside_data)
-        for i in ids:  # a tail gate decided: the ratio column is that tail's, not the medians'
+        for i in ids:  # where another figure or a tail gate decided, the ratio column is not the figure that did
             if (st := stories.get(i)) is not None and st.led_by_other:  # another figure than step time decided
                 typer.echo(
                     f"  note: run {i}'s verdict is a regression on {'; '.join(st.regressed_on)}; its ratio, ci low "

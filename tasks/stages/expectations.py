@@ -273,6 +273,26 @@ def _validate_samples(values_ms: Sequence[float], min_rows: int, suite: str, col
     return _run(df, suite, step_time_expectations(min_rows, column), None)
 
 
+def _sound_intervals(flag: str) -> list:
+    """Sound rows of ``ratio``, ``ci_low``, ``ci_high`` (no nulls, all > 0, ``ci_low <= ratio <= ci_high``) and a
+    non-null boolean column ``flag`` (``host_busy``, ``judged``)."""
+    import great_expectations as gx
+
+    E = gx.expectations
+    exps: list = []
+    for c in ("ratio", "ci_low", "ci_high"):
+        exps += [
+            E.ExpectColumnValuesToNotBeNull(column=c),
+            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True),
+        ]
+    return [
+        *exps,
+        E.ExpectColumnValuesToNotBeNull(column=flag),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
+        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
+    ]
+
+
 def verdict_expectations() -> list:
     """The expectations of the ``perfwatch_verdict`` suite (see :func:`validate_verdict`). The threshold
     expectation takes ``max_value={"$PARAMETER": "threshold_ratio"}`` and carries
@@ -281,16 +301,8 @@ def verdict_expectations() -> list:
     from great_expectations.expectations.row_conditions import Column
 
     E = gx.expectations
-    exps: list = [E.ExpectTableRowCountToEqual(value=1)]
-    for c in ("ratio", "ci_low", "ci_high"):
-        exps += [
-            E.ExpectColumnValuesToNotBeNull(column=c),
-            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True),
-        ]
+    exps: list = [E.ExpectTableRowCountToEqual(value=1), *_sound_intervals("host_busy")]
     exps += [
-        E.ExpectColumnValuesToNotBeNull(column="host_busy"),
-        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
-        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
         E.ExpectColumnValuesToBeBetween(
             column="ci_high",
             max_value={"$PARAMETER": THRESHOLD_PARAM},
@@ -366,17 +378,7 @@ def gated_figure_expectations(figures: Sequence[str]) -> list:
     from great_expectations.expectations.row_conditions import Column
 
     E = gx.expectations
-    exps: list = [E.ExpectTableRowCountToBeBetween(min_value=1)]
-    for c in ("ratio", "ci_low", "ci_high"):
-        exps += [
-            E.ExpectColumnValuesToNotBeNull(column=c),
-            E.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True),
-        ]
-    exps += [
-        E.ExpectColumnValuesToNotBeNull(column="judged"),
-        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ratio", column_B="ci_low", or_equal=True),
-        E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ratio", or_equal=True),
-    ]
+    exps: list = [E.ExpectTableRowCountToBeBetween(min_value=1), *_sound_intervals("judged")]
     for f in figures:
         exps.append(
             E.ExpectColumnValuesToBeBetween(

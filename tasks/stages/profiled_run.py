@@ -475,15 +475,10 @@ def _process_gate(
             gpu=gpu,
         )
         stopping.append(metric)
-        waiting: list[str] = []
-        if decided:  # a figure the case gates (cold step, memory) and is undecided keeps the gate going
-            tolerances = case.model_dump()
-            figures = metric_gates.process_gates(
-                results, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes
-            )
-            waiting = metric_gates.undecided_gated(figures, tolerances, busy=metric == "cpu")
-            if waiting:
-                waited_for[str(k + 1)] = waiting
+        # a figure the case gates (cold step, memory) and is undecided keeps the gate going
+        waiting = _waiting(metric_gates.process_gates, results, case, looks, design, metric) if decided else []
+        if waiting:
+            waited_for[str(k + 1)] = waiting
         log.info(
             "paired gate of %s %s: look after process %d of at most %d on %s time: %s",
             case.model,
@@ -601,6 +596,23 @@ def _side_settings(case: Case, a: RunnerProcess, b: RunnerProcess) -> dict[str, 
     out: dict[str, tuple[str | None, str | None]] = {"runner": (a.name, b.name)}
     out.update({f"env {k}": (v, b_env.get(k)) for k, v in sorted((case.baseline_env or {}).items())})
     return out
+
+
+def _waiting(
+    gates: Callable[..., dict[str, metric_gates.ProcessMetricGate]],
+    units: Any,
+    case: Case,
+    looks: list[int],
+    design: processes.ProcessDesign,
+    metric: str,
+) -> list[str]:
+    """The figures the case gates that are still undecided after this look (``metric_gates.undecided_gated``):
+    ``gates`` (``metric_gates.process_gates`` or ``environment_gates``) over the ``units`` so far, at the gate's
+    looks. A look that was not on wall time (``cpu``, ``none``: a busy host) does not wait for a wall-time figure,
+    which the verdict would not judge."""
+    tolerances = case.model_dump()
+    figures = gates(units, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes)
+    return metric_gates.undecided_gated(figures, tolerances, busy=metric != "wall")
 
 
 def _look_words(decided: bool, waiting: list[str]) -> str:
@@ -730,15 +742,10 @@ def _environment_gate(
         noise = environment_metric(case, load, wall, cpu, gpu=gpu)
         decided, metric = process_look_on(noise, wall, cpu, looks, design)
         stopping.append(metric)
-        waiting: list[str] = []
-        if decided:  # a figure the case gates (cold step, memory) and is undecided keeps the gate going
-            tolerances = case.model_dump()
-            figures = metric_gates.environment_gates(
-                side_pairs, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes
-            )
-            waiting = metric_gates.undecided_gated(figures, tolerances, busy=metric == "cpu")
-            if waiting:
-                waited_for[str(k + 1)] = waiting
+        # a figure the case gates (cold step, memory) and is undecided keeps the gate going
+        waiting = _waiting(metric_gates.environment_gates, side_pairs, case, looks, design, metric) if decided else []
+        if waiting:
+            waited_for[str(k + 1)] = waiting
         log.info(
             "cross-environment gate of %s %s: look after pair %d of at most %d on %s time: %s",
             case.model,
