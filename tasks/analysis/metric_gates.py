@@ -224,8 +224,7 @@ def process_metric_gate(
         if k < 2 or float(np.std(d, ddof=1)) == 0.0:
             return out(Verdict.INCONCLUSIVE, f"{metric}: {k} {unit_name} give no interval ({medians})")
         mean, se = float(np.mean(d)), float(np.std(d, ddof=1)) / math.sqrt(k)
-        half = min(float(sps.t.isf(sps.norm.sf(z), k - 1)) * se, LOG_CAP)
-        ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+        ratio, low, high = _ratio_interval(mean, se, z, k - 1)
         verdict = verdict_from_ci(low, high, tolerance)
         reason = (
             f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} {unit_name}{look}; "
@@ -247,9 +246,8 @@ def process_metric_gate(
             f"{metric}: {k} processes give no interval with the order taken out (needs 3; {medians})",
         )
     fit = sps.linregress(s, d)  # d = mu + beta * s: intercept mu, slope beta, with the intercept's standard error
-    half = min(float(sps.t.isf(sps.norm.sf(z), k - 2)) * float(fit.intercept_stderr), LOG_CAP)
     mu, beta = float(fit.intercept), float(fit.slope)
-    ratio, low, high = math.exp(mu), math.exp(mu - half), math.exp(mu + half)
+    ratio, low, high = _ratio_interval(mu, float(fit.intercept_stderr), z, k - 2)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
         f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} processes{look}; {medians}; "
@@ -292,7 +290,6 @@ def first_built_gate(
         ValueError: a figure not finite and > 0, a tolerance or confidence out of range, bad looks.
     """
     import numpy as np
-    from scipy import stats as sps
 
     _check(a, b, metric=metric, unit=unit, tolerance=tolerance, confidence=confidence)
     k = len(a) + len(b)
@@ -311,9 +308,7 @@ def first_built_gate(
         return out(Verdict.INCONCLUSIVE, f"{metric}: no spread between processes, no interval ({what})")
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))  # Welch-Satterthwaite
     z, look = _look_boundary(confidence, looks, max_processes)
-    half = min(float(sps.t.isf(sps.norm.sf(z), df)) * se, LOG_CAP)
-    mean = float(lb.mean() - la.mean())
-    ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    ratio, low, high = _ratio_interval(float(lb.mean() - la.mean()), se, z, df)
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
         f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} processes{look}, each "
@@ -343,6 +338,15 @@ def _outcome(
         )
 
     return out
+
+
+def _ratio_interval(mean: float, se: float, z: float, df: float) -> tuple[float, float, float]:
+    """``exp(mean)`` and its interval ``exp(mean -/+ t se)``, t the Student quantile on ``df`` degrees of freedom at the
+    tail probability of the z boundary ``z``; the log half-width capped at :data:`LOG_CAP`."""
+    from scipy import stats as sps
+
+    half = min(float(sps.t.isf(sps.norm.sf(z), df)) * se, LOG_CAP)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _check(
