@@ -601,10 +601,10 @@ class Case(Record):
         le=10,
         description="A paired gate of several processes also gates the cold step (the first step: tracing, with XLA "
         "the compilation, and one step; ms) of the two versions, one figure per version and process, the order the "
-        "versions were set up in taken out (tasks.analysis.metric_gates): a ratio whose interval lies above 1 and "
-        "past 1 + this tolerance is a regression on the cold step, whatever the step time; an undecided one is said "
-        "in the reason. Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case "
-        "identity.",
+        "versions were set up in taken out (tasks.analysis.metric_gates; a cross-environment gate: over its process "
+        "pairs): a ratio whose interval lies above 1 and past 1 + this tolerance is a regression on the cold step, "
+        "whatever the step time; the gate goes on until it decides, and an undecided one is said in the reason. "
+        "Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
     memory_tolerance: float | None = Field(
@@ -612,10 +612,12 @@ class Case(Record):
         gt=0,
         le=10,
         description="A paired gate of several processes also gates each version's resident memory (what its load, "
-        "build and cold step added to the process's resident set, bytes), one figure per version and process, the "
-        "set-up order taken out (tasks.analysis.metric_gates): a ratio whose interval lies above 1 and past 1 + this "
-        "tolerance is a regression on memory, whatever the step time (judged on a busy host too: it is no time). "
-        "Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case identity.",
+        "build and cold step added to the process's resident set, bytes), taken in the processes that set that "
+        "version up first and compared between processes (tasks.analysis.metric_gates.first_built_gate); a "
+        "cross-environment gate gates each process's peak resident memory over its process pairs. A ratio whose "
+        "interval lies above 1 and past 1 + this tolerance is a regression on memory, whatever the step time "
+        "(judged on a busy host too: it is no time); the gate goes on until it decides. Unset: measured and recorded "
+        "in the verdict's evidence, not judged. Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
     min_top1_agreement: float | None = Field(

@@ -656,8 +656,9 @@ def run_cmd(
     memory_tolerance: Annotated[
         float | None,
         typer.Option(
-            help="Also gate each version's resident memory (its load, build and cold step) over the paired gate's "
-            "processes: growth past this relative change (0.2 = 20%) is a regression; unset: recorded, not judged.",
+            help="Also gate each version's resident memory (its load, build and cold step, where it was set up "
+            "first) over the paired gate's processes, or each process's peak memory across environments: growth "
+            "past this relative change (0.2 = 20%) is a regression; unset: recorded, not judged.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,

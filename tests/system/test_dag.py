@@ -532,10 +532,10 @@ def test_a_version_that_only_grows_memory_or_its_cold_step_is_a_regression_throu
     """Issue 38's done-when, item 1: version 2 steps as fast as version 1 and takes 1.3x its resident memory; version 3
     steps as fast as version 2 and its cold step (tracing, compilation) takes 1.6x as long (the fake runner:
     ``write_model(memory_factor=..., cold_factor=...)``). A manual DAG run (``dag.test()``; the model, ``version``,
-    ``paired`` and ``memory_tolerance`` as Params) of version 2 runs the paired gate of up to 8 processes: the run is a
-    ``regression`` named as the memory's, the archive task fails after archiving it and the DAG run is red; then
-    ``perfwatch run tiny --version 3 --paired --cold-step-tolerance 0.2`` is a ``regression`` on the cold step, exit
-    1, and ``perfwatch gate tiny 3`` says REGRESSION."""
+    ``paired`` and ``memory_tolerance`` in its run conf) of version 2 runs the paired gate of up to 8 processes: the
+    run is a ``regression`` named as the memory's, the archive task fails after archiving it and the DAG run is red;
+    then ``perfwatch run tiny --version 3 --paired --cold-step-tolerance 0.2`` is a ``regression`` on the cold step,
+    exit 1, and ``perfwatch gate tiny 3`` says REGRESSION."""
     from sqlalchemy import select
     from typer.testing import CliRunner
 
