@@ -38,13 +38,9 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
-from tasks.analysis import sequential
+from tasks.analysis import processes, sequential
 from tasks.analysis.stats import verdict_from_ci
 from tasks.records import Verdict
-
-#: a repeated interval's log half-width is capped here (an early look of 1 degree of freedom has a t boundary of
-#: 1e6 and more): a capped interval is still finite (stored as JSON) and undecided
-LOG_CAP = 50.0
 
 
 class ProcessMetric(NamedTuple):
@@ -273,8 +269,8 @@ def first_built_gate(
 
     Why: a version set up second in a process shares what the first left behind (TensorFlow's one-time state, the
     allocator's freed pages, oneDNN's primitive caches), so its resident-memory growth is not its own. Measured on
-    ``demo_mobilenet`` v2 beside v1 (2026-12-07, load 3-6): set up second, v1 added -9, 18 and 37 MiB and v2 139-191
-    MiB; set up first, v1 added 233-243 MiB and v2 321-341 MiB. The log ratio with the order as a covariate read
+    ``demo_mobilenet`` v2 beside v1 (2026-12-07, load 3-6): set up second, v1 added -9, 18 and 35 MiB and v2 133-183
+    MiB; set up first, v1 added 223-232 MiB and v2 306-326 MiB. The log ratio with the order as a covariate read
     x2.95 [0.83, 10.49] there. Set up first, each figure is what a process serving that version alone holds for it
     (its load, build and cold step with the runtime's one-time state), as a serving process does.
 
@@ -341,11 +337,11 @@ def _outcome(
 
 
 def _ratio_interval(mean: float, se: float, z: float, df: float) -> tuple[float, float, float]:
-    """``exp(mean)`` and its interval ``exp(mean -/+ t se)``, t the Student quantile on ``df`` degrees of freedom at the
-    tail probability of the z boundary ``z``; the log half-width capped at :data:`LOG_CAP`."""
-    from scipy import stats as sps
-
-    half = min(float(sps.t.isf(sps.norm.sf(z), df)) * se, LOG_CAP)
+    """``exp(mean)`` and its interval ``exp(mean -/+ t se)``, t the z boundary ``z`` carried to Student's t on ``df``
+    degrees of freedom (``sequential.t_boundary``); the log half-width capped at ``processes.LOG_CAP`` (an early look
+    of 1 degree of freedom has a t boundary of 1e6 and more: a capped interval is still finite, stored as JSON, and
+    undecided)."""
+    half = min(sequential.t_boundary(z, df) * se, processes.LOG_CAP)
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 

@@ -269,10 +269,6 @@ def spread(units: Sequence[Unit]) -> Spread:
     )
 
 
-def _t_boundary(c: float, df: int) -> float:
-    return float(stats.t.isf(stats.norm.sf(c), df))
-
-
 def look(units: Sequence[Unit], look_processes: Sequence[int], design: ProcessDesign) -> ProcessLook:
     """The repeated confidence interval after the last of ``look_processes`` units (module docstring)::
 
@@ -300,7 +296,7 @@ def look(units: Sequence[Unit], look_processes: Sequence[int], design: ProcessDe
     s = spread(units[:k])
     mean = float(np.mean([u.mean for u in units[:k]]))
     se = s.sd_means / math.sqrt(k)
-    b = _t_boundary(c, k - 1)
+    b = sequential.t_boundary(c, k - 1)
     # an early look of a long design (3 of 40 units) has a boundary of 1e11 and more: capped, its interval is
     # finite (stored as JSON) and still undecided
     low, high = math.exp(max(mean - b * se, -LOG_CAP)), math.exp(min(mean + b * se, LOG_CAP))
@@ -344,7 +340,7 @@ def needed_processes(sd_means: float, design: ProcessDesign, max_k: int = 1000) 
         if len(pts) > NEEDED_MAX_LOOKS:  # evenly spread fractions j / 20: no look at a vanishing fraction
             pts = sorted({max(MIN_LOOK_PROCESSES, round(k * j / NEEDED_MAX_LOOKS)) for j in range(1, 21)})
         c = sequential.boundaries(tuple(p / k for p in pts), design.alpha)[-1]
-        if _t_boundary(c, k - 1) * sd_means / math.sqrt(k) <= budget:
+        if sequential.t_boundary(c, k - 1) * sd_means / math.sqrt(k) <= budget:
             return k
         k += max(1, k // 10)
     return None

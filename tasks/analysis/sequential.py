@@ -246,7 +246,9 @@ def _log_ratios(d: Sequence[float] | np.ndarray, name: str = "log_ratios") -> np
     return a
 
 
-def _t_boundary(c: float, df: int) -> float:
+def t_boundary(c: float, df: float) -> float:
+    """The z boundary ``c`` carried to Student's t on ``df`` degrees of freedom: the t quantile with the same upper
+    tail probability, ``t_df^{-1}(Phi(c))``."""
     return float(stats.t.isf(stats.norm.sf(c), df))
 
 
@@ -278,7 +280,7 @@ def look(d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Des
     means = x[: k * m].reshape(k, m).mean(axis=1)
     sd_pair = float(means.std(ddof=1)) * math.sqrt(m)
     se = sd_pair / math.sqrt(n)
-    b = _t_boundary(c, k - 1)
+    b = t_boundary(c, k - 1)
     mean = float(x.mean())
     h = b * math.sqrt(se**2 + design.offset_sd**2)
     low, high = math.exp(mean - h), math.exp(mean + h)
@@ -310,7 +312,7 @@ def needed_pairs(sd_pair: float, design: Design, max_n: int = 1_000_000) -> int 
     n = max(MIN_LOOK_PAIRS, design.round_pairs)
     while n <= max_n:
         k = n // batch_pairs(n)
-        if _t_boundary(c, k - 1) * math.sqrt(sd_pair**2 / n + design.offset_sd**2) <= budget:
+        if t_boundary(c, k - 1) * math.sqrt(sd_pair**2 / n + design.offset_sd**2) <= budget:
             return n
         n += max(design.round_pairs, n // 20)
     return None

@@ -253,9 +253,9 @@ def runs(
             df.insert(df.columns.get_loc("throughput_eps") + 1, "peak_memory", memory)
         df = df[lead_columns(list(df.columns), shared)]
         on_cpu = df.pop("metric") == "cpu"  # the deciding metric, in the verdict's cell (its own column in csv/json)
-        # a regression another figure made (the compare stage leads its reason with "regression on <figure>: ")
-        # names that figure in the cell, not the step time's metric
-        other = [led_by_figure(v, r) for v, r in zip(df["verdict"], df["reason"], strict=True)]
+        # a regression another figure made (VerdictStory.led_by_other) names that figure in the cell, not the step
+        # time's metric
+        other = [led_by_figure(stories.get(int(i))) for i in df["run_id"]]
         df.loc[on_cpu, "verdict"] = df.loc[on_cpu, "verdict"].astype(str) + " (CPU time)"
         df["verdict"] = [f"regression (on {o})" if o else v for v, o in zip(df["verdict"], other, strict=True)]
         df = titled_cases(df, fmt, "case")  # the label beside the stable name, in one cell

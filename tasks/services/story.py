@@ -104,13 +104,13 @@ def verdict_text(s: VerdictStory) -> str:
     return s.verdict or "no verdict"
 
 
-def led_by_figure(verdict: object, reason: object) -> str | None:
-    """The figure that made a stored run's ``regression`` where step time did not (``the model's resident memory``),
-    from its reason as the compare stage leads it (``regression on <figure> (...): ...``); None otherwise."""
-    if verdict != "regression" or not isinstance(reason, str) or not reason.startswith("regression on "):
+def led_by_figure(s: VerdictStory | None) -> str | None:
+    """The figure that made a regression step time did not (:attr:`VerdictStory.led_by_other`), by name: the words
+    of the first of ``regressed_on`` before its figure (``model's resident memory``, ``output agreement``); None
+    otherwise."""
+    if s is None or not s.led_by_other:
         return None
-    head = reason.removeprefix("regression on ").split(":", 1)[0]
-    return head.split(" (", 1)[0].removeprefix("the ")
+    return s.regressed_on[0].split(":", 1)[0].split(" (", 1)[0].removeprefix("the ")
 
 
 def ratio_text(s: VerdictStory) -> str | None:
