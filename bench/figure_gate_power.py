@@ -1,0 +1,71 @@
+"""Benchmark: how many processes the per-process figure gates need (issue 38, item 1), simulated.
+
+The model is the fake runner's (``tests/helpers/fake_runner.py``): per-process log-normal noise on each figure (5% on
+the cold step, 3% on memory), the version set up first paying 1.3x, the set-up order alternating from a random
+start. Each series looks after every process from the third, as the paired gate does, with the product's own gates
+(``tasks.analysis.metric_gates``: the cold step's order-covariate gate, memory's first-built gate) at tolerance 0.1,
+and stops at the first decisive look. Checked against real runs: the real gates' figures in docs/verdicts.md.
+
+Run: ``.venv/bin/python bench/figure_gate_power.py [--series 300]`` (seconds). Prints per figure and budget::
+
+    figure_gate_power: figure=<name> factor=<x> budget=<K> decided=<share within K> mean_processes=<mean>
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+FIRST_COST = 1.3  #: what the version set up first pays (the fake runner's FIRST_COLD_COST)
+
+
+def series(figure: str, factor: float, sd: float, budget: int, seed: int) -> int | None:
+    """Processes at the first decisive look of one simulated gate, or None when undecided within ``budget``."""
+    from tasks.analysis.metric_gates import first_built_gate, process_metric_gate
+
+    r = random.Random(seed)
+    first = r.choice("AB")
+    a: list[float] = []
+    b: list[float] = []
+    b_first: list[bool] = []
+    for k in range(budget):
+        f = first if k % 2 == 0 else ("B" if first == "A" else "A")
+        a.append((FIRST_COST if f == "A" else 1.0) * math.exp(r.gauss(0, sd)))
+        b.append(factor * (FIRST_COST if f == "B" else 1.0) * math.exp(r.gauss(0, sd)))
+        b_first.append(f == "B")
+        if k + 1 < 3:
+            continue
+        kw = {"metric": figure, "unit": "ms", "tolerance": 0.1, "confidence": 0.99}
+        kw |= {"looks": list(range(3, k + 2)), "max_processes": budget}
+        if figure == "model_rss_bytes":  # each process gives the figure of the version it set up first only
+            firsts_a = [x for x, bf in zip(a, b_first, strict=True) if not bf]
+            firsts_b = [y for y, bf in zip(b, b_first, strict=True) if bf]
+            g = first_built_gate(firsts_a, firsts_b, **kw)
+        else:
+            g = process_metric_gate(a, b, b_first, **kw)
+        if g.verdict != "inconclusive":
+            return k + 1
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--series", type=int, default=300)
+    n = p.parse_args().series
+    for figure, factor, sd, budgets in (("cold_step_ms", 1.6, 0.05, (6,)), ("model_rss_bytes", 1.3, 0.03, (6, 8))):
+        for budget in budgets:
+            ks = [series(figure, factor, sd, budget, s) for s in range(n)]
+            done = [k for k in ks if k is not None]
+            print(
+                f"figure_gate_power: figure={figure} factor={factor} budget={budget} "
+                f"decided={len(done) / n:.3f} mean_processes={sum(done) / max(1, len(done)):.2f} series={n}"
+            )
+
+
+if __name__ == "__main__":
+    main()
