@@ -364,6 +364,15 @@ class InputSpec(Record):
         return self
 
 
+#: The tolerance ``Case.cold_step_tolerance`` stands at when unset: above the widest interval of the real A/A gates at
+#: the look where their step time decided (docs/verdicts.md, "Default tolerances"; ``bench/process_figures.py``), so
+#: a gate of a version against itself passes on it, while a first step half as slow again (a new trace, an XLA
+#: compile) is a regression (``tasks.analysis.metric_gates``).
+COLD_STEP_DEFAULT_TOLERANCE = 0.5
+#: The tolerance ``Case.memory_tolerance`` stands at when unset, measured the same way.
+MEMORY_DEFAULT_TOLERANCE = 0.25
+
+
 class Case(Record):
     """One benchmark case: which model, and how it is measured. Each field's description says what it does
     (the DAG's trigger form shows it: ``tasks.stages.params``); every field is set in the YAML config and by its
@@ -604,7 +613,9 @@ class Case(Record):
         "versions were set up in taken out (tasks.analysis.metric_gates; a cross-environment gate: over its process "
         "pairs): a ratio whose interval lies above 1 and past 1 + this tolerance is a regression on the cold step, "
         "whatever the step time; the gate goes on until it decides, and an undecided one is said in the reason. "
-        "Unset: measured and recorded in the verdict's evidence, not judged. Not part of the case identity.",
+        f"Unset: judged at {COLD_STEP_DEFAULT_TOLERANCE}; the gate goes on for it only while it looks past that (its "
+        "estimate above 1 + the default) and is undecided, and an undecided one is in the evidence, not the reason. "
+        "Not part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
     memory_tolerance: float | None = Field(
@@ -616,8 +627,9 @@ class Case(Record):
         "version up first and compared between processes (tasks.analysis.metric_gates.first_built_gate); a "
         "cross-environment gate gates each process's peak resident memory over its process pairs. A ratio whose "
         "interval lies above 1 and past 1 + this tolerance is a regression on memory, whatever the step time "
-        "(judged on a busy host too: it is no time); the gate goes on until it decides. Unset: measured and recorded "
-        "in the verdict's evidence, not judged. Not part of the case identity.",
+        "(judged on a busy host too: it is no time); the gate goes on until it decides. Unset: judged at "
+        f"{MEMORY_DEFAULT_TOLERANCE}; the gate goes on for it only while it looks past that and is undecided. Not "
+        "part of the case identity.",
         json_schema_extra=NOT_A_PARAM,
     )
     min_top1_agreement: float | None = Field(
@@ -1420,7 +1432,8 @@ class Acceptance(Record):
 FIGURE_KEYS = ("cold_step", "model_memory", "process_memory")
 #: what :attr:`VerdictStory.figures` keeps of each: the figure and its unit, B/A with its interval, the verdict at
 #: the tolerance, the processes, both sides' medians (``unit``), whether it was measured (False: said, not judged)
-#: and whether the case gates it (False: recorded, its verdict read against ``RECORD_TOLERANCE``, not judged)
+#: and whether the case set its tolerance (the gate waited for it; False: judged at the figure's default tolerance
+#: where the gate stopped, ``tasks.analysis.metric_gates.DEFAULT_TOLERANCES``)
 FIGURE_FIELDS = (
     "metric",
     "unit",

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from tasks.analysis import processes, sequential
 from tasks.analysis.stats import verdict_from_ci
-from tasks.records import Verdict
+from tasks.records import COLD_STEP_DEFAULT_TOLERANCE, MEMORY_DEFAULT_TOLERANCE, Verdict
 
 
 class ProcessMetric(NamedTuple):
@@ -49,11 +49,13 @@ class ProcessMetric(NamedTuple):
     Attributes:
         a_field, b_field: the baseline's and the candidate's field on a process's samples (``a_cold_step_ms``).
         metric, unit: the figure's name and unit in records and reasons (``cold_step_ms``, ``ms``).
-        tolerance_field: the ``Case`` field of its tolerance (None there: recorded, not judged).
+        tolerance_field: the ``Case`` field of its tolerance; None there: judged at ``default_tolerance`` where the
+            gate stopped (no process is added for it).
         words: the figure in a verdict's reason.
         wall: whether it is wall time (then not judged on a busy host).
         first_only: each process gives the figure of the version it set up first only, and the gate compares
             the processes that set up B first with those that set up A first (:func:`first_built_gate`).
+        default_tolerance: the tolerance it is judged at when the case sets none (:data:`DEFAULT_TOLERANCES`).
     """
 
     a_field: str
@@ -64,6 +66,7 @@ class ProcessMetric(NamedTuple):
     words: str
     wall: bool
     first_only: bool = False
+    default_tolerance: float = 0.5
 
 
 #: The figures gated beside step time, by evidence key.
@@ -76,6 +79,7 @@ PROCESS_METRICS: dict[str, ProcessMetric] = {
         "cold_step_tolerance",
         "the cold step (tracing, compilation, one step)",
         True,
+        default_tolerance=COLD_STEP_DEFAULT_TOLERANCE,
     ),
     "model_memory": ProcessMetric(
         "a_model_rss_bytes",
@@ -86,6 +90,7 @@ PROCESS_METRICS: dict[str, ProcessMetric] = {
         "the model's resident memory (load, build, cold step)",
         False,
         True,
+        default_tolerance=MEMORY_DEFAULT_TOLERANCE,
     ),
 }
 #: The figures each process of a cross-environment gate measures (one version in one environment per process), by
@@ -101,6 +106,7 @@ ENVIRONMENT_METRICS: dict[str, ProcessMetric] = {
         "cold_step_tolerance",
         "the cold step (tracing, compilation, one step)",
         True,
+        default_tolerance=COLD_STEP_DEFAULT_TOLERANCE,
     ),
     "process_memory": ProcessMetric(
         "peak_rss_bytes",
@@ -110,12 +116,13 @@ ENVIRONMENT_METRICS: dict[str, ProcessMetric] = {
         "memory_tolerance",
         "the process's peak resident memory (the runtime, the model and its steps)",
         False,
+        default_tolerance=MEMORY_DEFAULT_TOLERANCE,
     ),
 }
 #: every figure by evidence key (a key means the same figure in both tables: the cold step)
 METRICS: dict[str, ProcessMetric] = {**PROCESS_METRICS, **ENVIRONMENT_METRICS}
-#: the tolerance a figure's gate is recorded with when its case sets none (not judged then)
-RECORD_TOLERANCE = 0.5
+#: each figure's tolerance where its case sets none, by ``Case`` field (judged where the gate stopped, not waited for)
+DEFAULT_TOLERANCES: dict[str, float] = {m.tolerance_field: m.default_tolerance for m in METRICS.values()}
 
 
 class ProcessFigures(Protocol):
@@ -188,8 +195,8 @@ def process_metric_gate(
             version (environment) has processes of its own (a cross-environment gate's process pairs): no order to
             take out, so the interval is the paired t interval of the mean log ratio, K - 1 degrees of freedom.
         unit_name: what the K units are called in the reason (``processes``, ``process pairs``).
-        gated: the case gives the figure its tolerance; False: recorded only, its reason says it is read against
-            ``tolerance`` (:data:`RECORD_TOLERANCE`) and not gated.
+        gated: the case gives the figure its tolerance and the gate waits for it; False: ``tolerance`` is the
+            figure's default (:data:`DEFAULT_TOLERANCES`), judged where the gate stopped, and its reason says so.
         metric, unit: names for the record and the reason (``cold_step_ms``, ``ms``).
         tolerance: the relative change that counts (0.25 = 25%); confidence: of all the looks' intervals together.
         looks, max_processes: the processes at each look of the gate so far and its budget: the interval is the
@@ -382,8 +389,8 @@ def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes
 
 
 def _tolerance_text(tolerance: float, gated: bool) -> str:
-    """``tolerance 20%``, or for a figure the case does not gate ``not gated, read against 50%``."""
-    return f"tolerance {tolerance:.0%}" if gated else f"not gated, read against {tolerance:.0%}"
+    """``tolerance 20%``, or for a figure at its default ``default tolerance 25%, not waited for``."""
+    return f"tolerance {tolerance:.0%}" if gated else f"default tolerance {tolerance:.0%}, not waited for"
 
 
 def _medians(a: float, b: float, unit: str) -> str:
@@ -411,7 +418,7 @@ def process_gates(
         procs: the processes in measurement order; a process lacking a figure for either version, or its order
             (``first_built``), is left out of that figure's gate.
         tolerances: by ``tolerance_field`` (a ``Case``'s ``cold_step_tolerance``...): None or absent, the
-            gate is recorded at :data:`RECORD_TOLERANCE`.
+            figure's ``default_tolerance`` (recorded ``gated`` False).
         confidence, looks, max_processes: as :func:`process_metric_gate`.
 
     A figure no process recorded for both versions has no gate (absent from the result).
@@ -432,7 +439,7 @@ def process_gates(
                 firsts["B"],
                 metric=m.metric,
                 unit=m.unit,
-                tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+                tolerance=tolerance if tolerance is not None else m.default_tolerance,
                 confidence=confidence,
                 looks=[p for p in looks if p <= held_k] if looks else None,
                 max_processes=max_processes,
@@ -452,7 +459,7 @@ def process_gates(
             [first for _, _, first in held],
             metric=m.metric,
             unit=m.unit,
-            tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+            tolerance=tolerance if tolerance is not None else m.default_tolerance,
             confidence=confidence,
             looks=[p for p in looks if p <= len(held)] if looks else None,
             max_processes=max_processes,
@@ -494,7 +501,7 @@ def environment_gates(
             None,
             metric=m.metric,
             unit=m.unit,
-            tolerance=tolerance if tolerance is not None else RECORD_TOLERANCE,
+            tolerance=tolerance if tolerance is not None else m.default_tolerance,
             confidence=confidence,
             looks=[p for p in looks if p <= len(held)] if looks else None,
             max_processes=max_processes,
@@ -507,13 +514,27 @@ def environment_gates(
 def undecided_gated(
     gates: Mapping[str, ProcessMetricGate], tolerances: Mapping[str, float | None], *, busy: bool
 ) -> list[str]:
-    """The evidence keys of the figures a sequential gate still waits for: those whose case sets a tolerance,
-    whose gate is ``inconclusive``, and that will be judged (a wall-time figure is not on a busy host). A figure
-    the processes did not measure has no gate and is not waited for (more processes would not measure it)."""
-    return [
-        key
-        for key, gate in gates.items()
-        if tolerances.get((m := METRICS[key]).tolerance_field) is not None
-        and not (busy and m.wall)
-        and gate.verdict == Verdict.INCONCLUSIVE
-    ]
+    """The evidence keys of the figures a sequential gate still waits for, of those that will be judged (a
+    wall-time figure is not on a busy host) and whose gate is ``inconclusive``: every one whose case sets a
+    tolerance, and one at its default tolerance only while its estimate lies past that default (:func:`estimate`):
+    a figure that looks like a regression is measured until the gate confirms or clears it, one that looks like no
+    change costs no process. The intervals are repeated confidence intervals, valid whatever rule stops the gate
+    (Jennison & Turnbull 1999, ch. 9), so stopping on the estimate keeps their level. A figure the processes did
+    not measure has no gate and is not waited for (more processes would not measure it)."""
+    waiting = []
+    for key, gate in gates.items():
+        m = METRICS[key]
+        if busy and m.wall or gate.verdict != Verdict.INCONCLUSIVE:
+            continue
+        if tolerances.get(m.tolerance_field) is not None or estimate(gate) > 1 + m.default_tolerance:
+            waiting.append(key)
+    return waiting
+
+
+def estimate(gate: ProcessMetricGate) -> float:
+    """The figure's B/A as the gate estimates it: its ratio where it has an interval, else the ratio of the two
+    sides' medians (fewer processes than an interval needs); NaN where neither exists."""
+    if gate.ratio is not None:
+        return gate.ratio
+    a, b = gate.baseline_median, gate.candidate_median
+    return b / a if a > 0 and math.isfinite(a) and math.isfinite(b) else math.nan

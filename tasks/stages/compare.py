@@ -217,7 +217,7 @@ def _agreement_check(case: Case, samples: dict[str, Any]) -> AgreementCheck | No
 
 def _process_gates(case: Case, run: ProfiledRun) -> tuple[dict[str, ProcessMetric], dict[str, ProcessMetricGate]]:
     """The figures a paired run measures once per process and version, and their gates by evidence key
-    (``tasks.analysis.metric_gates``: each at its case tolerance, else ``RECORD_TOLERANCE``; the repeated interval
+    (``tasks.analysis.metric_gates``: each at its case tolerance, else its default; the repeated interval
     of the gate's last look): a paired gate of several processes, each holding both versions
     (:data:`PROCESS_METRICS`: the order they were set up in taken out), or a cross-environment gate's process
     pairs, one side per process (``ENVIRONMENT_METRICS``); a figure no process (pair) recorded on both sides has
@@ -254,13 +254,14 @@ def _process_gates(case: Case, run: ProfiledRun) -> tuple[dict[str, ProcessMetri
 
 
 def _gated_rows(case: Case, figures: dict[str, ProcessMetricGate], *, busy: bool) -> list[expectations.GatedFigure]:
-    """The rows of the ``perfwatch_gated_figures`` GX suite: each figure the case gives a tolerance whose gate has an
-    interval; judged unless it is wall time on a busy host (as the verdict judges it)."""
+    """The rows of the ``perfwatch_gated_figures`` GX suite: each figure whose gate has an interval, at the tolerance
+    it was judged at (the case's, else its default); judged unless it is wall time on a busy host (as the verdict
+    judges it)."""
     rows = []
     for key, gate in figures.items():
         m = METRICS[key]
-        tolerance = getattr(case, m.tolerance_field)
-        if tolerance is None or gate.ratio is None or gate.ci_low is None or gate.ci_high is None:
+        tolerance = gate.tolerance
+        if gate.ratio is None or gate.ci_low is None or gate.ci_high is None:
             continue
         rows.append(
             expectations.GatedFigure(
@@ -400,12 +401,13 @@ def baseline_compare(
             said = _unmeasured(m, run)
             evidence[key] = {"metric": m.metric, "measured": False, "gated": True, "reason": said}
             reason = evidence["reason"] = f"{reason}; {said}" if reason else said
-    for key, gate in figures.items():  # per-process figures of both versions: recorded, and
+    for key, gate in figures.items():  # per-process figures of both versions: recorded and judged, at the case's
+        # tolerance (the gate waited for it: gated) or at the figure's default where the gate stopped
         field, words, wall = (m := METRICS[key]).tolerance_field, m.words, m.wall
-        # judged where the case gives the figure a tolerance
-        evidence[key] = {**gate.model_dump(mode="json"), "gated": getattr(case, field) is not None}
-        if getattr(case, field) is None or gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
-            continue
+        gated = getattr(case, field) is not None
+        evidence[key] = {**gate.model_dump(mode="json"), "gated": gated}
+        if gate.verdict in (Verdict.PASS, Verdict.IMPROVEMENT) or (not gated and gate.verdict != Verdict.REGRESSION):
+            continue  # an undecided figure at its default is in the evidence, not the reason: nothing waited for it
         if gate.verdict == Verdict.REGRESSION and not (busy and wall):
             said = f"regression on {words}: {gate.reason}"
             regressed_on.append(f"{words}: {gate.figure_text()}")

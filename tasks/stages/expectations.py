@@ -346,12 +346,13 @@ def validate_verdict(
 
 
 class GatedFigure(BaseModel):
-    """One figure beside step time that a case gates, as the ``perfwatch_gated_figures`` suite validates it.
+    """One figure beside step time that a paired gate judges, as the ``perfwatch_gated_figures`` suite validates it.
 
     Attributes:
         figure: its metric name (``cold_step_ms``, ``model_rss_bytes``: ``tasks.analysis.metric_gates``).
         ratio, ci_low, ci_high: candidate over baseline and its interval (> 0).
-        tolerance: the case's tolerance of it (``cold_step_tolerance``...): the threshold is ``1 + tolerance``.
+        tolerance: the case's tolerance of it (``cold_step_tolerance``...), else the figure's default
+            (``tasks.analysis.metric_gates.DEFAULT_TOLERANCES``): the threshold is ``1 + tolerance``.
         judged: whether the figure is judged on this run (a wall-time figure is not on a busy host).
     """
 

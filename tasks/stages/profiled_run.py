@@ -606,7 +606,8 @@ def _waiting(
     design: processes.ProcessDesign,
     metric: str,
 ) -> list[str]:
-    """The figures the case gates that are still undecided after this look (``metric_gates.undecided_gated``):
+    """The figures the gate still waits for after this look (``metric_gates.undecided_gated``: one whose case sets
+    a tolerance until it decides, one at its default while it is undecided and looks past that default):
     ``gates`` (``metric_gates.process_gates`` or ``environment_gates``) over the ``units`` so far, at the gate's
     looks. A look that was not on wall time (``cpu``, ``none``: a busy host) does not wait for a wall-time figure,
     which the verdict would not judge."""

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tasks.analysis.metric_gates import process_metric_gate
+from tasks.analysis.metric_gates import DEFAULT_TOLERANCES, process_metric_gate
 
 
 def cold_steps(k: int, factor: float, seed: int, first_cost: float = 1.3, sd: float = 0.05):
@@ -109,7 +109,43 @@ def test_a_gate_waits_only_for_figures_the_case_gates_and_that_will_be_judged():
     assert set(gates) == {"cold_step"} and gates["cold_step"].verdict == "inconclusive"  # 1 df at a first look
     assert undecided_gated(gates, tol, busy=False) == ["cold_step"]  # memory was not measured: not waited for
     assert undecided_gated(gates, tol, busy=True) == []  # wall time is not judged on a busy host
-    assert undecided_gated(gates, {"memory_tolerance": 0.2}, busy=False) == []  # the cold step is only recorded
+    # unset, the cold step is at its default (50%) and waited for only while it looks past it: here it does
+    assert undecided_gated(gates, {"memory_tolerance": 0.2}, busy=False) == ["cold_step"]
+
+
+def test_a_figure_at_its_default_is_waited_for_only_while_it_looks_past_it():
+    """Unset, a figure's tolerance is its default, and the gate goes on for it only while it is undecided and its
+    estimate lies past the default: a version whose memory doubled is measured until the gate confirms it (at 3
+    processes memory has no interval: one process of one order, so the medians' ratio is the estimate); one whose
+    memory did not move costs no process. A case that sets the tolerance waits for the decision itself."""
+    from types import SimpleNamespace
+
+    from tasks.analysis.metric_gates import estimate, process_gates, undecided_gated
+
+    def procs(k: int, b_mib: float) -> list[SimpleNamespace]:
+        return [
+            SimpleNamespace(
+                a_cold_step_ms=None,
+                b_cold_step_ms=None,
+                a_model_rss_bytes=(230.0 + 3 * i) * 2**20,
+                b_model_rss_bytes=(b_mib - 3 * i) * 2**20,
+                first_built="AB"[i % 2],
+            )
+            for i in range(k)
+        ]
+
+    doubled = process_gates(procs(3, 460.0), {}, confidence=0.99, looks=[3], max_processes=6)["model_memory"]
+    assert doubled.ci_low is None and "each version needs 2 processes" in doubled.reason
+    assert estimate(doubled) == pytest.approx(457 / 233)  # medians: A set up first in 2 processes
+    gates = {"model_memory": doubled}
+    assert undecided_gated(gates, {}, busy=False) == undecided_gated(gates, {}, busy=True) == ["model_memory"]
+    same = process_gates(procs(4, 236.0), {}, confidence=0.99, looks=[3, 4], max_processes=6)["model_memory"]
+    assert same.verdict == "inconclusive" and estimate(same) < 1.25, same.reason
+    assert undecided_gated({"model_memory": same}, {}, busy=False) == []  # no change in sight: not waited for
+    tol = {"memory_tolerance": 0.05}
+    near = process_gates(procs(4, 236.0), tol, confidence=0.99, looks=[3, 4], max_processes=6)
+    assert near["model_memory"].verdict == "inconclusive", near["model_memory"].reason
+    assert undecided_gated(near, tol, busy=False) == ["model_memory"]
 
 
 def test_process_pairs_of_two_environments_take_the_paired_t_interval():
@@ -179,6 +215,8 @@ def test_memory_is_compared_where_each_version_was_set_up_first():
     )
     assert re.search(r"medians 2\d\d\.\d MiB -> 3\d\d\.\d MiB \(\+\d+\.\d MiB\)", memory.reason), memory.reason
     recorded = process_gates(procs, {}, confidence=0.99, looks=[3, 4, 5, 6], max_processes=6)["model_memory"]
-    assert "not gated, read against 50%" in recorded.reason and "tolerance 50%" not in recorded.reason
+    # unset, memory is judged at its default (25%) where the gate stopped, and its reason says it was not waited for
+    assert "default tolerance 25%, not waited for" in recorded.reason and recorded.verdict == "regression"
+    assert recorded.tolerance == DEFAULT_TOLERANCES["memory_tolerance"] == 0.25
     one = first_built_gate([230.0], [320.0, 330.0], metric="m", unit="bytes", tolerance=0.2, confidence=0.99)
     assert one.verdict == "inconclusive" and "each version needs 2 processes" in one.reason

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tasks.analysis import calibration
+from tasks.analysis.metric_gates import DEFAULT_TOLERANCES
 from tasks.analysis.verdict import decide, judge_noise
 from tasks.records import Case, CompareInputs, PulledModel, WarmupRecord
 from tasks.runner.driver import RunnerProcess
@@ -204,10 +205,50 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
             assert list((wd / "work" / "gx").rglob("perfwatch_gated_figures*.html"))
             assert v.verdict == "regression" and v.ratio == pytest.approx(1.0, abs=0.05)
             assert v.reason.startswith(f"regression on {words}") and "; step time: " in v.reason
-        else:  # recorded (at 0.5), not judged, and not waited for
-            assert figure["tolerance"] == 0.5 and not read_paired(path).gate["waited_for"]
-            assert "gated_figures" not in v.evidence["gx"]  # recorded, not gated: no threshold to test
-            assert v.verdict == "pass" and "regression on" not in (v.reason or ""), v.reason
+        else:  # judged at its default where the gate stopped: waited for only until it had an interval
+            default = DEFAULT_TOLERANCES[field]
+            assert figure["tolerance"] == default and figure["gated"] is False, figure
+            assert f"default tolerance {default:.0%}, not waited for" in figure["reason"]
+            waited = [keys for keys in read_paired(path).gate["waited_for"].values() for keys in keys]
+            assert set(waited) <= {"model_memory"}, waited  # memory has no interval before 4 processes
+            # GX carries its threshold at the default, failing exactly when the figure is a regression there
+            failed = figure["verdict"] == "regression"
+            assert v.evidence["gx"]["gated_figures"] == {"success": not failed, "failures": int(failed)}
+            if failed:  # decided where step time stopped: a regression named by the figure, as with a tolerance
+                assert v.verdict == "regression" and v.reason.startswith(f"regression on {words}"), v.reason
+            else:  # undecided there: in the evidence, not the reason
+                assert figure["verdict"] == "inconclusive" and v.verdict == "pass", figure
+                assert words not in (v.reason or ""), v.reason
+
+
+def test_a_version_that_doubles_its_memory_is_a_regression_with_no_tolerance_set(db_url, tmp_path):
+    """Issue 38: a case that sets no memory tolerance is still judged, at the default (25%). Both versions step
+    alike, so step time decides first; memory, undecided there and looking past its default, keeps the gate going
+    until it decides: a doubled resident memory is a regression named as memory's."""
+    from tasks.stages.compare import baseline_compare
+    from tests.helpers.builders import make_records
+
+    a = fake_runner.write_model(tmp_path / "store" / "1" / "model.keras", 1.0)
+    b = fake_runner.write_model(tmp_path / "store" / "2" / "model.keras", 1.0, memory_factor=2.0)
+    warm = WarmupRecord(warmup_steps=3, steady=True, final_cv=0.01, cold_step_ms=5.0, step_times_ms=[1.0] * 3, wall_s=1)
+    ctx, _, env, _, run, parsed, _ = make_records(tmp_path, dag_run_id="cand", median=1.0)
+    gate = {"paired_blocks": 120, "paired_block_steps": 1, "paired_processes": 6}
+    case = ctx.case.model_copy(update={"measured_steps": 10, **gate})
+    assert case.memory_tolerance is None and case.cold_step_tolerance is None
+    runner = _runner(PERFWATCH_FAKE_NOISE_CV="0.01")
+    path, _ = paired_run(_pulled(b.parent, "2"), _pulled(a.parent, "1"), case, warm, tmp_path / "wd", runner, gpu=False)
+    g = read_paired(path).gate
+    # step time decided before memory did, and the gate went on for memory, which looked past its default
+    assert any(keys == ["model_memory"] for keys in g["waited_for"].values()), g
+    assert g["look_processes"][-1] <= 6 and g["stopping"][-1] == "wall", g
+    cand = run.model_copy(update={"paired_path": str(path), "baseline_model": _pulled(a.parent, "1")})
+    v = baseline_compare(db_url, case, env, cand, parsed, tmp_path / "wd" / "work")
+    memory = v.evidence["model_memory"]
+    assert memory["verdict"] == "regression" and memory["gated"] is False, memory["reason"]
+    assert memory["processes"] == g["look_processes"][-1]
+    assert "default tolerance 25%, not waited for" in memory["reason"]
+    assert v.verdict == "regression" and v.reason.startswith("regression on the model's resident memory"), v.reason
+    assert "; step time: " in v.reason and v.evidence["step_verdict"] == "pass"
 
 
 def test_a_step_time_regression_leads_and_a_memory_one_is_said_beside_it(db_url, tmp_path):
@@ -246,4 +287,5 @@ def test_a_gated_figure_a_one_process_gate_cannot_judge_is_said_not_passed(db_ur
     v = baseline_compare(db_url, case, env, cand, parsed, tmp_path / "wd" / "work")
     said = "the model's resident memory (load, build, cold step) not judged (memory_tolerance is set)"
     assert said in v.reason and "this paired gate ran one process" in v.reason, v.reason
-    assert v.evidence["model_memory"]["measured"] is False and "cold_step" not in v.evidence  # not gated: not said
+    # a figure at its default that one process cannot measure is not said: only a tolerance the case set is
+    assert v.evidence["model_memory"]["measured"] is False and "cold_step" not in v.evidence
