@@ -15,7 +15,7 @@ import hashlib
 import logging
 import posixpath
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import fsspec
 
@@ -42,7 +42,7 @@ class CorruptModelError(ValueError):
         self.version = version
 
 
-def filesystem(uri: str):
+def filesystem(uri: str) -> tuple[Any, str]:
     """``(fsspec filesystem, root path without a trailing slash)`` of the store URI ``uri``."""
     fs, root = fsspec.core.url_to_fs(uri)
     return fs, root.rstrip("/")
@@ -52,7 +52,7 @@ def _name(path: str) -> str:
     return posixpath.basename(path.rstrip("/"))
 
 
-def _subdirs(fs, path: str) -> list[str]:
+def _subdirs(fs: Any, path: str) -> list[str]:
     return sorted(_name(e["name"]) for e in fs.ls(path, detail=True) if e.get("type") == "directory")
 
 
@@ -107,7 +107,7 @@ def earlier_version(store_uri: str, model: str, before: str) -> str | None:
     return str(max(below)) if below else None
 
 
-def layout(fs, path: str) -> str | None:
+def layout(fs: Any, path: str) -> str | None:
     """``keras`` or ``saved_model`` when the store directory ``path`` holds that layout, else None."""
     files = {_name(e["name"]) for e in fs.ls(path, detail=True) if e.get("type") != "directory"}
     if any(f.endswith(".keras") for f in files):
@@ -209,7 +209,7 @@ def detect_format(path: Path, where: str | None = None) -> Literal["keras", "sav
     raise CorruptModelError(f"{where} holds neither a *.keras file nor a SavedModel (saved_model.pb)")
 
 
-def copy_tree(fs, src: str, dest: Path) -> None:
+def copy_tree(fs: Any, src: str, dest: Path) -> None:
     """Copy every file under store directory ``src`` to ``dest`` (file by file: a name holding
     ``*``, ``?`` or ``[`` is never read as a glob pattern)."""
     files = sorted(fs.find(src, withdirs=False))

@@ -106,12 +106,15 @@ to night drifts more, so it is refused by the same comparison.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import optimize, stats
+
+if TYPE_CHECKING:
+    from tasks.records import Case
 
 __all__ = [
     "CALIBRATION_WINDOW",
@@ -257,7 +260,7 @@ def prior_from_runs(runs: Iterable[tuple[str, float]]) -> Prior | None:
     return Prior(between_sd=tau, prior_df=min(float(df), MAX_PRIOR_DF), source="store", n_runs=len(runs), df=df)
 
 
-def prior_for_case(case, runs: Iterable[tuple[str, float]]) -> Prior:
+def prior_for_case(case: Case, runs: Iterable[tuple[str, float]]) -> Prior:
     """The prior for ``case`` (a ``tasks.records.Case``) by the module's rule, given the accepted runs of
     its model, case and environment as ``(version, median step ms)``."""
     if case.prior_between_sd is not None:
@@ -325,20 +328,21 @@ def estimate_paired_offset(gates: Iterable[tuple[float, float, int]]) -> tuple[f
     return math.sqrt(float(optimize.brentq(excess, 0.0, hi, xtol=1e-14))), len(d2)
 
 
-def gate_is_quiet(paired: dict) -> bool:
+def gate_is_quiet(paired: dict[str, Any]) -> bool:
     """A stored paired gate (``evidence["paired"]``) counts for calibration only when it says it ran
     within the normal noise range: ``host_busy`` is present and false."""
     return paired.get("host_busy") is False
 
 
-def _gate_sd(paired: dict) -> float:
+def _gate_sd(paired: dict[str, Any]) -> float:
     """Per-pair sd of a stored paired gate such that sd^2 / n is its sampling variance: from the
     batch-means standard error when the gate has one, else the plain sd of its block log ratios."""
     d, n = paired["details"], paired["n_candidate"]
-    return d["se_log_ratio"] * math.sqrt(n) if "se_log_ratio" in d else d["sd_log_ratio"]
+    sd: float = d["se_log_ratio"] * math.sqrt(n) if "se_log_ratio" in d else d["sd_log_ratio"]
+    return sd
 
 
-def paired_offset_for_case(case, aa_gates: Iterable[dict]) -> Offset:
+def paired_offset_for_case(case: Case, aa_gates: Iterable[dict[str, Any]]) -> Offset:
     """The offset for ``case``: ``Case.paired_offset_sd`` when set; else estimated from the quiet A/A
     gates among ``aa_gates`` (stored ``evidence["paired"]`` dicts of gates whose baseline bytes equal the
     candidate's, newest first, ``tasks.records.CompareInputs.aa_gates``) by
@@ -378,14 +382,14 @@ class NoiseCalibration(BaseModel):
     cpu_gates: int = 0
 
 
-def calibrated_noise(paired_gates: Iterable[dict]) -> NoiseCalibration:
+def calibrated_noise(paired_gates: Iterable[dict[str, Any]]) -> NoiseCalibration:
     """:class:`NoiseCalibration` from stored gates (``evidence["paired"]`` dicts, newest first, any
     versions; ``tasks.records.CompareInputs.paired_gates``): only quiet ones (:func:`gate_is_quiet`)
     that recorded the robust scale (``details["scale_log_ratio"]``; older gates have only sds, which are
     not comparable with it)."""
     gates = list(paired_gates)
 
-    def median_of(key: str, use) -> tuple[float | None, int]:
+    def median_of(key: str, use: Callable[[dict[str, Any]], bool]) -> tuple[float | None, int]:
         xs = [float((p.get("details") or {})[key]) for p in gates if use(p) and key in (p.get("details") or {})]
         xs = [x for x in xs if math.isfinite(x) and x > 0]
         return (float(np.median(xs)) if len(xs) >= MIN_NOISE_GATES else None), len(xs)
@@ -422,7 +426,7 @@ class Noise(BaseModel):
 
     busy: bool
     reason: str | None
-    host_load: dict | None
+    host_load: dict[str, Any] | None
     gate_sd: float | None = None
     calibrated_sd: float | None = None
     calibrated_gates: int = 0
@@ -441,7 +445,7 @@ class Noise(BaseModel):
 
 
 def assess_noise(
-    host_load: dict | None,
+    host_load: dict[str, Any] | None,
     *,
     gate_sd: float | None = None,
     gate_pairs: int | None = None,

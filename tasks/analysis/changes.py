@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # numpy and scipy are imported where used: `perfwatch --help` reads this module's defaults
     import numpy as np
+    import numpy.typing as npt
 
 #: metric -> +1 when a higher value is slower (times), -1 when a lower value is slower (throughput).
 METRICS: dict[str, int] = {"median_step_ms": +1, "p90_step_ms": +1, "median_cpu_ms": +1, "throughput_eps": -1}
@@ -135,7 +136,7 @@ def definition_segments(definitions: Sequence[str | None]) -> list[range]:
     return out if definitions else []
 
 
-def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.ndarray:
+def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> npt.NDArray[np.float64]:
     import numpy as np
 
     if metric not in DIRECTIONS:
@@ -150,7 +151,9 @@ def _series(values: Sequence[float], run_ids: Sequence[int], metric: str) -> np.
     return x
 
 
-def _ratio_ci(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float | None, float | None]:
+def _ratio_ci(
+    before: npt.NDArray[np.float64], after: npt.NDArray[np.float64], confidence: float
+) -> tuple[float, float | None, float | None]:
     import numpy as np
 
     lb, la = np.log(before), np.log(after)

@@ -120,12 +120,12 @@ class Fingerprint(pydantic.BaseModel):
     chars of the sha256 of :func:`comparability_fields`.
     """
 
-    data: dict
+    data: dict[str, Any]
     fingerprint_id: str
     comparability_key: str
 
     @classmethod
-    def from_data(cls, data: dict) -> Fingerprint:
+    def from_data(cls, data: dict[str, Any]) -> Fingerprint:
         """Build a fingerprint from a record, computing both hashes. Raises TypeError if not JSON-able.
 
         When :func:`not_comparable_reason` finds an NVML failure, the key also hashes the reading's
@@ -143,7 +143,7 @@ class Fingerprint(pydantic.BaseModel):
         )
 
 
-def not_comparable_reason(data: dict) -> str | None:
+def not_comparable_reason(data: dict[str, Any]) -> str | None:
     """Why the environment of record ``data`` can be compared with no other, or None.
 
     NVML failed while reading a GPU fact that decides comparability (a ``gpu.*`` comparability field
@@ -194,7 +194,7 @@ def is_comparability(path: str) -> bool:
     )
 
 
-def comparability_fields(data: dict) -> dict:
+def comparability_fields(data: dict[str, Any]) -> dict[str, Any]:
     """Dotted path -> value for the comparability group only (COMPARABILITY_FIELDS, PERFORMANCE_ENV_VARS).
 
     Fixed paths missing from ``data`` are given as "absent"; "*" paths expand per list entry; a
@@ -217,7 +217,7 @@ def comparability_fields(data: dict) -> dict:
 
 
 def diff_fingerprints(
-    old: dict | Fingerprint, new: dict | Fingerprint, *, include_recorded: bool = False
+    old: dict[str, Any] | Fingerprint, new: dict[str, Any] | Fingerprint, *, include_recorded: bool = False
 ) -> list[FieldChange]:
     """Fields that differ between two fingerprint records (or Fingerprint objects), sorted by path.
 

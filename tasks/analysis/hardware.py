@@ -39,12 +39,12 @@ _TYPE = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 CPU_DEVICES_ENV = "PERFWATCH_CPU_LOGICAL_DEVICES"  # as tasks.runner.execution.CPU_DEVICES_ENV
 
 
-def _section(data: dict, name: str) -> dict:
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     got = data.get(name)
     return got if isinstance(got, dict) else {}
 
 
-def _gpus(data: dict) -> list[dict]:
+def _gpus(data: dict[str, Any]) -> list[dict[str, Any]]:
     gpu = _section(data, "gpu")
     count = gpu.get("count")
     return [d for d in gpu.get("devices") or [] if isinstance(d, dict)] if isinstance(count, int) and count else []
@@ -58,7 +58,7 @@ def _capability(value: Any) -> float | None:
         return None
 
 
-def missing_precision(data: dict, precision: str) -> str | None:
+def missing_precision(data: dict[str, Any], precision: str) -> str | None:
     """Why the hardware of fingerprint ``data`` cannot compute in ``precision`` (``fp32``, ``mixed_float16``,
     ``mixed_bfloat16``), in words naming the device and the figure; None when it can, for ``fp32``, and
     where the figure is unknown (an older fingerprint without CPU flags, an unreadable capability).
@@ -89,7 +89,7 @@ def missing_precision(data: dict, precision: str) -> str | None:
     return f"CPU {host.get('cpu_model')!r} has none of {', '.join(wanted)} (no {kind} instructions)"
 
 
-def mirrored_replicas(data: dict) -> int | None:
+def mirrored_replicas(data: dict[str, Any]) -> int | None:
     """Replicas a ``mirrored`` case gets in the environment of ``data``: the visible GPUs, else the logical CPU
     devices of ``PERFWATCH_CPU_LOGICAL_DEVICES`` (1 when unset); None where that cannot be told (the GPU count
     or the variable is unreadable)."""
@@ -126,7 +126,7 @@ def label_mismatch(label: str, names: Sequence[Any]) -> str | None:
     )
 
 
-def case_findings(precision: str, strategy: str, data: dict, hardware: str | None = None) -> list[Finding]:
+def case_findings(precision: str, strategy: str, data: dict[str, Any], hardware: str | None = None) -> list[Finding]:
     """What the hardware of fingerprint ``data`` says about a case of ``precision``, ``strategy`` and hardware
     label ``hardware`` (``Case.hardware``, None: no label): ``precision_without_hardware``
     (:func:`missing_precision`: the step measures float32 emulation of the type, not the type),

@@ -169,7 +169,9 @@ def _supported_percentile(n: int, alpha: float) -> float | None:
     the root of ``p**n + (1-p)**n = alpha`` (``scipy.optimize.brentq``); None when not even the median's."""
     from scipy.optimize import brentq
 
-    f = lambda p: p**n + (1.0 - p) ** n - alpha  # noqa: E731 - decreasing on [0.5, 1)
+    def f(p: float) -> float:  # decreasing on [0.5, 1)
+        return p**n + (1.0 - p) ** n - alpha
+
     if f(0.5) > 0:
         return None
     return 100.0 * float(brentq(f, 0.5, 1.0 - 1e-15, xtol=1e-12))

@@ -46,6 +46,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
@@ -183,7 +184,7 @@ class ProcessGate(BaseModel):
     method: str = METHOD
 
 
-def _finite(x: Sequence[float] | np.ndarray, name: str, min_n: int) -> np.ndarray:
+def _finite(x: Sequence[float] | npt.NDArray[np.float64], name: str, min_n: int) -> npt.NDArray[np.float64]:
     a = np.asarray(x, dtype=float)
     if a.ndim != 1 or a.size < min_n:
         raise ValueError(f"{name}: expected a 1-D array of at least {min_n} values, got shape {a.shape}")
@@ -193,7 +194,7 @@ def _finite(x: Sequence[float] | np.ndarray, name: str, min_n: int) -> np.ndarra
     return a
 
 
-def unit_from_pairs(d: Sequence[float] | np.ndarray, name: str = "process") -> Unit:
+def unit_from_pairs(d: Sequence[float] | npt.NDArray[np.float64], name: str = "process") -> Unit:
     """A process's unit from its pair log ratios ``d`` (``log B_j - log A_j``, measurement order, >= 2): the
     mean, the per-pair sd and the batch-means standard error of the mean (``sequential.batch_pairs`` pairs
     per batch, at least 2 batches; 2 pairs: the plain se).
@@ -210,7 +211,7 @@ def unit_from_pairs(d: Sequence[float] | np.ndarray, name: str = "process") -> U
     return Unit(mean=float(x.mean()), within_se=se, within_sd=float(x.std(ddof=1)), pairs=n)
 
 
-def _log_median_var(x: np.ndarray) -> float:
+def _log_median_var(x: npt.NDArray[np.float64]) -> float:
     """Large-sample variance of log median(x): ``pi / 2 * (MAD-scale of log x)^2 / n`` (the median of a normal
     sample has asymptotic variance ``pi sigma^2 / (2 n)``; Kendall & Stuart, vol. 1, sec. 10.10)."""
     lx = np.log(x)

@@ -60,8 +60,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import optimize, stats
 
@@ -214,7 +216,13 @@ def boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
             w[0] /= 2
             w[-1] /= 2  # trapezoid weights times the sub-density
 
-            def log_cross(c: float, w=w, sd=sd, t=t, grid=grid) -> float:
+            def log_cross(
+                c: float,
+                w: npt.NDArray[np.float64] = w,
+                sd: float = sd,
+                t: float = t,
+                grid: npt.NDArray[np.floating[Any]] = grid,
+            ) -> float:
                 lim = c * math.sqrt(t)
                 p = float(np.sum(w * (stats.norm.sf((lim - grid) / sd) + stats.norm.cdf((-lim - grid) / sd))))
                 return math.log(max(p, 1e-320))
@@ -236,7 +244,7 @@ def batch_pairs(n: int) -> int:
     return min(MAX_BATCH_PAIRS, max(2, 2 * (n // (2 * MIN_BATCHES))))
 
 
-def _log_ratios(d: Sequence[float] | np.ndarray, name: str = "log_ratios") -> np.ndarray:
+def _log_ratios(d: Sequence[float] | npt.NDArray[np.float64], name: str = "log_ratios") -> npt.NDArray[np.float64]:
     a = np.asarray(d, dtype=float)
     if a.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D array of pair log ratios, got shape {a.shape}")
@@ -252,7 +260,7 @@ def t_boundary(c: float, df: float) -> float:
     return float(stats.t.isf(stats.norm.sf(c), df))
 
 
-def look(d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Design) -> Look:
+def look(d: Sequence[float] | npt.NDArray[np.float64], look_pairs: Sequence[int], design: Design) -> Look:
     """The repeated confidence interval at the last of ``look_pairs`` (module docstring).
 
     Args:
@@ -331,7 +339,7 @@ def look_schedule(max_pairs: int, round_pairs: int) -> list[int]:
 
 
 def analyse(
-    d: Sequence[float] | np.ndarray, look_pairs: Sequence[int], design: Design, *, strict: bool = True
+    d: Sequence[float] | npt.NDArray[np.float64], look_pairs: Sequence[int], design: Design, *, strict: bool = True
 ) -> GateAnalysis:
     """All looks of a gate (``look_pairs`` as they were taken) and how it ended.
 

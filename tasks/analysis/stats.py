@@ -62,6 +62,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
@@ -86,7 +87,7 @@ PAIRED_BATCH = 16  #: block pairs per batch in the paired batch-means variance (
 MIN_BATCHES = 8  #: fewest batches before the batch is shortened
 RANDOMISATION_RESAMPLES = 9999  #: sign-flip resamples (exact test when 2^n is fewer)
 
-ArrayLike = Sequence[float] | np.ndarray
+ArrayLike = Sequence[float] | npt.NDArray[np.float64]
 
 
 class RatioEstimate(BaseModel):
@@ -138,7 +139,7 @@ class Comparison(BaseModel):
 # ---------------------------------------------------------------- input checks
 
 
-def _samples(x: ArrayLike, name: str, min_n: int = MIN_STEPS) -> np.ndarray:
+def _samples(x: ArrayLike, name: str, min_n: int = MIN_STEPS) -> npt.NDArray[np.float64]:
     """``x`` as a 1-D float array of finite, positive step times, at least ``min_n`` long."""
     a = np.asarray(x, dtype=float)
     if a.ndim != 1:
@@ -159,11 +160,11 @@ def _check_levels(tolerance: float | None, confidence: float) -> None:
         raise ValueError(f"confidence = {confidence}: must be in (0.5, 1)")
 
 
-def _log_median(x: np.ndarray) -> float:
+def _log_median(x: npt.NDArray[np.float64]) -> float:
     return float(np.median(np.log(x)))
 
 
-def _log_median_var(x: np.ndarray, n_resamples: int, rng: np.random.Generator) -> float:
+def _log_median_var(x: npt.NDArray[np.float64], n_resamples: int, rng: np.random.Generator) -> float:
     """Bootstrap variance of the log-median of one run (step-to-step noise only)."""
     res = stats.bootstrap(
         (np.log(x),),
@@ -256,7 +257,8 @@ def median_ratio_ci(
     c = np.log(_samples(candidate_ms, "candidate_ms"))
     b = np.log(_samples(baseline_ms, "baseline_ms"))
 
-    def stat(x, y, axis=-1):
+    # a float for 1-D samples, one per resample for scipy's batches (numpy types np.median over an axis as Any)
+    def stat(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], axis: int = -1) -> Any:
         return np.median(x, axis=axis) - np.median(y, axis=axis)
 
     res = stats.bootstrap(
@@ -411,7 +413,7 @@ def compare_to_history(
     )
 
 
-def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> np.ndarray:
+def _block_medians(blocks: Sequence[ArrayLike | float], name: str) -> npt.NDArray[np.float64]:
     """Per-block medians; a block is a block median (scalar) or its per-step times (1-D)."""
     if len(blocks) < MIN_BLOCKS:
         raise ValueError(f"{name}: {len(blocks)} blocks, need at least {MIN_BLOCKS}")

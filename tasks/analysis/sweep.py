@@ -90,7 +90,7 @@ def _float(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def _order(v: Any) -> tuple:
+def _order(v: Any) -> tuple[int, float, str]:
     """Sort key for axis values of mixed kinds: numbers and bools by value, then text."""
     return (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
 
@@ -156,7 +156,8 @@ def sweep(
     def within(p: Mapping[str, Any]) -> bool | None:
         if latency_budget_ms is None or p["p99_high_ms"] is None:  # no bound: not shown within the budget
             return None
-        return p["p99_high_ms"] <= latency_budget_ms
+        high: float = p["p99_high_ms"]
+        return high <= latency_budget_ms
 
     out: list[SweepPoint] = []
     by_series: dict[str, list[Mapping[str, Any]]] = {}

@@ -16,7 +16,7 @@ Gates measured on a busy host are archived (inconclusive, "host busy") but never
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the records are imported where used: `perfwatch --help` mus
     from tasks.records import Case, RunState
 
 
-def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict:
+def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict[str, Any]:
     """What the store's gates of ``case`` (its model and case name) in this environment calibrate now:
     ``offset`` (``calibration.Offset`` fields, from quiet A/A gates; the Case's own ``paired_offset_sd``
     ignored) and ``noise`` (``calibration.NoiseCalibration`` fields)."""
@@ -50,7 +50,7 @@ def calibration_summary(db_url: str, case: Case, comparability_key: str) -> dict
     }
 
 
-def _row(state: RunState) -> dict:
+def _row(state: RunState) -> dict[str, Any]:
     v, archived = state.verdict, state.archived
     assert v is not None and archived is not None  # run_case ran every stage
     p = v.evidence.get("paired") or {}

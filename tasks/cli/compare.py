@@ -83,7 +83,8 @@ class VersionComparison:
         import json
 
         def recs(df: pd.DataFrame) -> list[dict[str, Any]]:
-            return json.loads(df.to_json(orient="records", date_format="iso"))
+            records: list[dict[str, Any]] = json.loads(df.to_json(orient="records", date_format="iso"))
+            return records
 
         return {
             "headline": recs(self.headline),
@@ -302,8 +303,8 @@ def _compare_sides(db_url: str, sides: dict[str, Any], *, top_n: int) -> Version
     """The comparison of two ``latest_runs``-shaped rows, ``sides["from"]`` and ``sides["to"]``."""
     import pandas as pd
 
-    from tasks.analysis.attribution import RunOps, attribute_runs
-    from tasks.records import case_label
+    from tasks.analysis.attribution import attribute_runs
+    from tasks.records import RunOps, case_label
     from tasks.records import version_label as vl
     from tasks.store import reads
 

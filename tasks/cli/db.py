@@ -21,15 +21,18 @@ With ``--repair`` it removes the first, second and fourth kinds. Exit code: 0 wh
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tasks.cli.render import Format, render
 from tasks.settings import Settings
 
+if TYPE_CHECKING:  # the stages are imported where used: `perfwatch --help` stays quick
+    from tasks.stages.archive import Leftover
 
-def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> list:
+
+def find_leftovers(settings: Settings, *, grace_hours: float | None = None) -> list[Leftover]:
     """Every leftover (``tasks.stages.archive.Leftover``) of the store at ``settings.database_url``, its
     archive and its work dirs.
 

@@ -170,7 +170,7 @@ def ci_cell(point: Any, low: Any, high: Any, n: Any, min_n: int | None = None, d
     return f"{bound} (n={k:.0f}, too few for an interval{need})"
 
 
-def p99_cell(row: dict) -> str | None:
+def p99_cell(row: Mapping[str, Any]) -> str | None:
     """A ``runs`` table cell for an infer/tflite run's p99 latency (``tasks.store.queries.latency_columns``):
     ``12.30 [11.90, 13.00] n=1000``; ``>= 11.90 (n=100, no upper bound)`` when the run was too short to bound
     it (its columns then hold no point); the point alone with ``(no interval)`` for runs stored before intervals

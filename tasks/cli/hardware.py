@@ -46,7 +46,8 @@ def hardware_frame(
     def wanted(name: str) -> bool:
         return case is None or name == case or base_case_name(name) == case
 
-    def pick(rows: list[dict], envs: dict[int, dict]) -> set[int]:  # samples of the compared runs only
+    # samples of the compared runs only
+    def pick(rows: list[dict[str, Any]], envs: dict[int, dict[str, Any]]) -> set[int]:
         return compared_runs([r for r in rows if wanted(r["case_name"])], envs, reference=reference, version=version)
 
     df, envs, steps = queries.hardware_inputs(model, None, db_url, pick=pick)

@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -30,6 +30,7 @@ from tasks.settings import Settings
 
 if TYPE_CHECKING:
     import pandas as pd
+    from typer import _click  # the click typer vendors: TyperGroup.invoke takes its Context
 
 
 class _StoreErrorsInOneLine(TyperGroup):
@@ -37,7 +38,7 @@ class _StoreErrorsInOneLine(TyperGroup):
     schema newer than this perfwatch, URL unreadable) is printed as one line on stderr naming the store
     (password masked), exit code ``STORE_ERROR_EXIT``, instead of a traceback or a command's own code."""
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: _click.Context) -> Any:  # as TyperGroup.invoke: the command's result
         try:
             return super().invoke(ctx)
         except Exception as e:
@@ -61,7 +62,7 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, j
 
 
 @contextmanager
-def progress_shown(stream=None) -> Iterator[None]:
+def progress_shown(stream: IO[str] | None = None) -> Iterator[None]:
     """Show a run's progress while the block runs: the stage log lines (``tasks.*`` loggers, INFO) and the
     runner's phases (``tasks.runner.progress``: warm-up step and CV, measured steps n/N with the running
     median, profiling, paired rounds) on ``stream`` (default stderr): as rich progress bars and log lines on
@@ -850,7 +851,7 @@ def run_story(state: Any, db_url: str) -> Any:
     return story.model_copy(update={"accepted": acceptances([run_id], db_url).get(run_id)})
 
 
-def tflite_summary(lite: dict) -> str:
+def tflite_summary(lite: dict[str, Any]) -> str:
     """One line of a tflite run's record (``tasks.runner.tflite``): what the model is (its ``label``, e.g.
     ``int8: int8 weights and activations, float32 I/O ...``; the quantization for a record without one),
     model size in bytes before and after conversion, conversion time (s), the agreement with the TF model on
@@ -878,7 +879,7 @@ def tflite_summary(lite: dict) -> str:
     )
 
 
-def agreement_summary(agree: dict) -> str:
+def agreement_summary(agree: dict[str, Any]) -> str:
     """One line of a mixed-precision or XLA run's output agreement (``tasks.runner.agreement``, run_tables tool
     ``agreement``): ``outputs (mixed_float16, eager) against fp32, eager on 16 examples: max |diff| 0.00123, max
     relative diff 0.0021, top-1 100.0%`` (top-1 for classifier outputs only)."""

@@ -196,7 +196,8 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.1f}"
     if hasattr(v, "strftime"):
-        return v.strftime("%Y-%m-%d %H:%M")
+        stamp: str = v.strftime("%Y-%m-%d %H:%M")
+        return stamp
     return str(v)
 
 

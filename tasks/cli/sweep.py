@@ -59,7 +59,7 @@ def sweep_frame(
     url = db_url or Settings.from_env().database_url  # as sweep_points reads it
     samples = reads.load_samples(url, [int(i) for i in df["run_id"]])
 
-    def p99(r: dict) -> dict:
+    def p99(r: dict[str, Any]) -> dict[str, Any]:
         if not (xs := samples.get(int(r["run_id"]))):  # thinned (perfwatch db thin): step_quantiles' p99 and n
             point = None if pd.isna(r["p99_step_ms"]) else r["p99_step_ms"]
             n = None if pd.isna(r["n_measured"]) else int(r["n_measured"])
@@ -77,7 +77,7 @@ def sweep_frame(
     def known(v: Any) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v))
 
-    def figures(r: dict, i: int) -> dict:
+    def figures(r: dict[str, Any], i: int) -> dict[str, Any]:
         """The figures the sweep judges the case by (``tasks.analysis.sweep``): the scenario's own throughput and,
         for a server case, its per-query p99; the median with its interval and n."""
         out = {**p99(r), **{k: med[k][i] for k in ("median_step_low_ms", "median_step_high_ms", "median_step_n")}}
@@ -254,7 +254,7 @@ def sweep_figure(df: pd.DataFrame, axis: str, *, title: str, latency_budget_ms: 
     values = list(dict.fromkeys(sorted(df[axis], key=lambda v: (isinstance(v, str), v))))
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
-    def xs(col: pd.Series) -> list:
+    def xs(col: pd.Series) -> list[float]:
         return list(col) if numeric else [values.index(v) for v in col]
 
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 7), layout="constrained")

@@ -145,7 +145,7 @@ def with_precision(model: Any, precision: str) -> Any:
     if all(la.dtype_policy.name == policy for la in layers):
         return model
 
-    def clone(layer):
+    def clone(layer: Any) -> Any:
         if isinstance(layer, keras.layers.InputLayer):
             return layer
         config = layer.get_config()
@@ -241,9 +241,10 @@ class Execution:
                 "from the matrix, or run mirrored without xla"
             )
 
-    def scope(self) -> contextlib.AbstractContextManager:
+    def scope(self) -> contextlib.AbstractContextManager[Any]:
         """The strategy's scope: build the model and the optimizer inside it."""
-        return self.strategy.scope()
+        scope: contextlib.AbstractContextManager[Any] = self.strategy.scope()
+        return scope
 
     def prepare_model(self, model: Any) -> Any:
         """``model`` computing in this precision (:func:`with_precision`); records the compute dtypes its
@@ -313,7 +314,7 @@ class Execution:
             raise RunnerError(f"combine {combine!r}: expected 'mean' or 'concat'")
         strategy, mirrored = self.strategy, self.strategy_name == "mirrored"
 
-        def on_batch(batch):  # as Keras's trainer does: XLA compiles the cross-replica step
+        def on_batch(batch: Any) -> Any:  # as Keras's trainer does: XLA compiles the cross-replica step
             if not mirrored:
                 return compute(batch)
             per_replica = strategy.run(compute, args=(batch,))
@@ -324,15 +325,15 @@ class Execution:
         body = tf.function(on_batch, jit_compile=True) if self.xla else on_batch
         iterator = iter(dataset)
 
-        def shapes(t):  # [replicas, rank]: each replica's part of the batch
+        def shapes(t: Any) -> Any:  # [replicas, rank]: each replica's part of the batch
             return tf.stack([tf.shape(part) for part in strategy.experimental_local_results(t)])
 
-        @tf.function
-        def step():
+        def step() -> Any:
             batch = next(iterator)
             return body(batch), tf.nest.map_structure(shapes, batch)
 
-        return step
+        traced: Callable[[], Any] = tf.function(step)  # called, not a decorator: TensorFlow ships no types
+        return traced
 
     def describe(self) -> dict[str, Any]:
         """The options as recorded in the runner's result: ``precision``, ``policy`` (Keras name), ``xla``,

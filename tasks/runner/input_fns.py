@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 IMAGE_SIDE = 32  # pixels; tasks.runner.zoo.IMAGE_SIDE writes images of this side
 SHUFFLE_RECORDS = 64
@@ -56,13 +57,13 @@ def image_files() -> list[str]:
     return files
 
 
-def _features():
+def _features() -> dict[str, Any]:
     import tensorflow as tf
 
     return {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
 
-def parse_image(record):
+def parse_image(record: Any) -> Any:
     """One serialized ``tf.train.Example`` -> its image as float32 ``(32, 32, 3)`` in [0, 1] (PNG decoded
     by ``tf.io.decode_png``). Raises ``tf.errors.InvalidArgumentError`` on a record of another size."""
     import tensorflow as tf
@@ -72,7 +73,7 @@ def parse_image(record):
     return tf.ensure_shape(tf.image.convert_image_dtype(img, tf.float32), (IMAGE_SIDE, IMAGE_SIDE, 3))
 
 
-def images_fast(batch_size: int, seed: int = 0):
+def images_fast(batch_size: int, seed: int = 0) -> Any:
     """The fast pipeline: records read from all files in parallel, shuffled (``SHUFFLE_RECORDS``, ``seed``),
     parsed and decoded by a parallel ``map`` (``AUTOTUNE``), batched (``drop_remainder``), prefetched;
     repeats forever. Yields float32 ``(batch_size, 32, 32, 3)``."""
@@ -89,13 +90,13 @@ def images_fast(batch_size: int, seed: int = 0):
     )
 
 
-def images_slow(batch_size: int):
+def images_slow(batch_size: int) -> Any:
     """The deliberately slow pipeline: files read one after another, each record parsed and decoded in
     Python through ``tf.py_function`` (:func:`parse_image` run eagerly, one record at a time, under the GIL),
     a sequential ``map``, no prefetch; repeats forever. Yields what :func:`images_fast` yields, slowly."""
     import tensorflow as tf
 
-    def decode(record):
+    def decode(record: Any) -> Any:
         return tf.py_function(lambda r: parse_image(r), [record], tf.float32)
 
     # tf.data's default rewrites would fuse map + batch into a background MapAndBatch and inject a prefetch:

@@ -300,12 +300,12 @@ def user_dataset(ref: str, sig: Signature, batch_size: int, seed: int) -> tuple[
             )
         names = sig.names
 
-        def to_dict(*xs):
+        def to_dict(*xs: Any) -> dict[str, Any]:
             return dict(zip(names, xs, strict=True))
     elif len(sig.names) == 1:  # a one-input model, Keras (single) or a SavedModel signature (by name)
         name = sig.names[0]
 
-        def to_dict(x):
+        def to_dict(x: Any) -> dict[str, Any]:
             return {name: x}
     else:
         raise RunnerError(

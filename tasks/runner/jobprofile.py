@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class StepProfiler:
 
     def __init__(
         self,
-        logdir: str | os.PathLike | None = None,
+        logdir: str | os.PathLike[str] | None = None,
         steps: tuple[int, int] | str | None = None,
         *,
         name: str = "train",
@@ -143,8 +144,11 @@ class StepProfiler:
 
 
 def keras_callback(
-    log_dir: str | os.PathLike, steps: tuple[int, int] | str | None = None, *, env: Mapping[str, str] | None = None
-):
+    log_dir: str | os.PathLike[str],
+    steps: tuple[int, int] | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Any:
     """A ``keras.callbacks.Callback`` that profiles training batches ``first..last`` (counted over all
     epochs from 0; default ``PERFWATCH_PROFILE_STEPS``) with step markers into ``<log_dir>/train`` (the
     Keras TensorBoard callback's layout; use the same ``log_dir`` for both). Keep ``steps_per_execution``
@@ -153,22 +157,23 @@ def keras_callback(
 
     prof = StepProfiler(logdir=os.path.join(os.fspath(log_dir), "train"), steps=steps, env=env)
 
-    class PerfwatchProfileCallback(keras.callbacks.Callback):
+    class PerfwatchProfileCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped: Callback is Any
         def __init__(self) -> None:
             super().__init__()
-            self.profiler, self.step_num, self._ctx = prof, 0, None
+            self.profiler, self.step_num = prof, 0
+            self._ctx: contextlib.AbstractContextManager[None] | None = None
 
-        def on_train_batch_begin(self, batch, logs=None):
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._ctx = self.profiler.step(self.step_num)
             self._ctx.__enter__()
 
-        def on_train_batch_end(self, batch, logs=None):
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if self._ctx is not None:
                 self._ctx.__exit__(None, None, None)
                 self._ctx = None
             self.step_num += 1
 
-        def on_train_end(self, logs=None):
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
             self.profiler.close()
 
     return PerfwatchProfileCallback()

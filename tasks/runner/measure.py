@@ -127,7 +127,7 @@ class HostLoad:
         else:
             sys0 = self._sys0
 
-        def busy(t) -> float:
+        def busy(t: Any) -> float:  # psutil's cpu_times record, or _sum_times'
             return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
 
         self._done["busy"] += busy(sys1) - busy(sys0)
@@ -272,7 +272,7 @@ def load_model(model_path: str, spec: RunnerSpec) -> Loaded:
     raise RunnerError(f"no model at {model_path}: expected a *.keras file or a SavedModel (saved_model.pb)")
 
 
-def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature):
+def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature) -> tuple[Any, list[inputs_mod.Feed]]:
     """The batches the step pulls (``{input name: tensor}``) and the feeds they hold: the case's
     ``input_fn`` pipeline as it is, else 4 distinct synthetic batches cycled through ``tf.data`` with
     prefetch (``tasks.runner.inputs``)."""
@@ -292,7 +292,7 @@ def _dataset(spec: RunnerSpec, sig: inputs_mod.Signature):
     return ds, feeds
 
 
-def _synthetic_loss(outputs):
+def _synthetic_loss(outputs: Any) -> Any:
     """Mean square of every floating output, summed (a scalar float32): the step's cost is the model's
     forward + backward + update; the value itself means nothing. Integer, bool and string outputs (labels,
     argmax ids) are left out.
@@ -516,7 +516,7 @@ def build_step(spec: RunnerSpec, model_path: str | None = None) -> Step:
     with ex.scope():
         optimizer = ex.optimizer(keras.optimizers.SGD(learning_rate=1e-4), m.variables)
 
-    def compute(batch):  # one replica's step (all of it without a strategy); tasks.runner.execution
+    def compute(batch: Any) -> Any:  # one replica's step (all of it without a strategy); tasks.runner.execution
         with tf.GradientTape() as tape:
             loss = _synthetic_loss(m.forward(m.sig.pack(batch), True))
             scaled = ex.scaled(loss, optimizer)  # / replicas; x loss scale under mixed_float16
@@ -626,7 +626,7 @@ def device_peak_bytes() -> int | None:
     return sum(int(tf.config.experimental.get_memory_info(dev)["peak"]) for dev in devices)
 
 
-def cold_step(step, model_path: str, case_mode: str = "train") -> float:
+def cold_step(step: Callable[[], float], model_path: str, case_mode: str = "train") -> float:
     """The first (tracing/compiling) step, its failure re-raised naming the model and the step kind."""
     try:
         return step()

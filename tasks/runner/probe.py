@@ -200,7 +200,7 @@ def _tf_native(pkg: Path, module: str) -> Any:
     return mod
 
 
-def _tensorflow_section(include: bool) -> dict:
+def _tensorflow_section(include: bool) -> dict[str, Any]:
     marker = None if include else "unknown: not collected (include_tensorflow=False)"
     pkg = None
     if include:
@@ -229,7 +229,7 @@ def _enabled(value: int) -> str:
     return "enabled" if value else "disabled"
 
 
-def _pair(get: Callable[..., Any], fn: Callable[[Any], Any], handle: Any) -> dict:
+def _pair(get: Callable[..., Any], fn: Callable[[Any], Any], handle: Any) -> dict[str, Any]:
     """``{"current", "pending"}`` from an NVML call returning [current, pending]."""
     got = get(lambda: [_enabled(v) for v in fn(handle)])
     if isinstance(got, list):
@@ -237,7 +237,7 @@ def _pair(get: Callable[..., Any], fn: Callable[[Any], Any], handle: Any) -> dic
     return {"current": got, "pending": got}
 
 
-def _device(nv: Any, index: int, handle: Any) -> dict:
+def _device(nv: Any, index: int, handle: Any) -> dict[str, Any]:
     """One GPU's facts. ``handle`` may be an "unknown: ..." string (handle lookup failed)."""
     get: Callable[..., Any] = (lambda *_: handle) if isinstance(handle, str) else _safe
     clocks = {"sm": nv.NVML_CLOCK_SM, "mem": nv.NVML_CLOCK_MEM}
@@ -272,7 +272,7 @@ def _device(nv: Any, index: int, handle: Any) -> dict:
     return dev
 
 
-def _gpu_section() -> dict:
+def _gpu_section() -> dict[str, Any]:
     out: dict[str, Any] = {
         "nvml": "ok",
         "driver_version": ABSENT,
@@ -370,7 +370,7 @@ def _os_release() -> str:
         return ABSENT
 
 
-def _host_section() -> dict:
+def _host_section() -> dict[str, Any]:
     logical = _safe(psutil.cpu_count)
     return {
         "cpu_model": _safe(_cpu_model),
@@ -393,7 +393,7 @@ _THREAD_KEYS = ("tf_intra_op_configured", "tf_inter_op_configured", "tf_default_
 _CPU_SET_KEYS = ("cpu_affinity", "cpu_affinity_count", "cgroup_cpu_quota", "cpu_count_usable")
 
 
-def _safe_section(fn: Callable[[], dict], keys: tuple[str, ...]) -> dict:
+def _safe_section(fn: Callable[[], dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
     """``fn()``'s dict, or every one of ``keys`` reading "unknown: ..." when it raises."""
     try:
         return fn()
@@ -401,7 +401,7 @@ def _safe_section(fn: Callable[[], dict], keys: tuple[str, ...]) -> dict:
         return dict.fromkeys(keys, _unknown(exc))
 
 
-def _packages_section() -> dict:
+def _packages_section() -> dict[str, Any]:
     installed = {
         (re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(), d.version)
         for d in importlib.metadata.distributions()
@@ -424,7 +424,7 @@ _NVIDIA_RUNTIME = re.compile(r"nvidia-[a-z0-9-]+")
 _NVIDIA_NOT_RUNTIME = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})  # NVML's Python bindings, not a runtime library
 
 
-def _env_section() -> dict:
+def _env_section() -> dict[str, Any]:
     names = (
         set(PERF_ENV_VARS)
         | {k for k in ENV_VARS_WHEN_SET if k in os.environ}

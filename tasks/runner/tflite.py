@@ -193,7 +193,8 @@ def convert(
         converter.representative_dataset = representative
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     try:
-        return converter.convert()
+        flat: bytes = converter.convert()
+        return flat
     except Exception as e:  # noqa: BLE001 - ConverterError and kin, re-raised naming the ops
         msg = str(e)
         ops = rejected_ops(msg)

@@ -67,7 +67,7 @@ def build_store(store: str | Path, model: str = DEMO_MODEL, *, force: bool = Fal
 # ------------------------------------------------------------------------------------------- the zoo
 
 
-def _cnn():
+def _cnn() -> Any:
     """Image classifier with dynamic spatial dims: ``image`` (None, None, 3) float32 -> 10 logits."""
     import keras
 
@@ -78,7 +78,7 @@ def _cnn():
     return keras.Model(inp, keras.layers.Dense(10)(x), name="zoo_cnn")
 
 
-def _bert():
+def _bert() -> Any:
     """BERT-like encoder: dict inputs ``input_ids`` and ``attention_mask`` (BERT_SEQ int32 each; ids in
     ``[0, BERT_VOCAB)``, mask 0/1), token + position embeddings, 2 encoder layers (2-head self-attention
     with the mask, feed-forward, residuals, layer norm), first-token pooling -> 2 logits."""
@@ -102,7 +102,7 @@ def _bert():
     return keras.Model({"input_ids": ids, "attention_mask": mask}, logits, name="zoo_bert")
 
 
-def _ssd():
+def _ssd() -> Any:
     """SSD-like detector: ``image`` (IMAGE_SIDE, IMAGE_SIDE, 3) -> dict ``boxes`` (batch, anchors, 4) and
     ``scores`` (batch, anchors, 5 classes, sigmoid), from two feature maps (8×8 and 4×4, 3 anchors each:
     240 anchors)."""
@@ -124,7 +124,7 @@ def _ssd():
     return keras.Model(inp, out, name="zoo_ssd")
 
 
-def _lstm():
+def _lstm() -> Any:
     """Sequence model: ``sequence`` (20 steps, 8 features) -> LSTM(16) -> 3 outputs. The LSTM runs a loop
     inside the training step, where xprof finds no steps although the step markers are there."""
     import keras
@@ -133,7 +133,7 @@ def _lstm():
     return keras.Model(inp, keras.layers.Dense(3)(keras.layers.LSTM(16)(inp)), name="zoo_lstm")
 
 
-def _lambda():
+def _lambda() -> Any:
     """A Keras model with a ``Lambda`` layer (Python code in the file): loads only with ``safe_mode: false``.
     ``features`` (8,) -> Dense(16) -> Lambda(x * 2) -> Dense(1)."""
     import keras

@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # httpx is imported where used
+    import httpx
 
 PROFILE_DAG_ID = "perfwatch_profile"  #: the DAG of the nightly and manual profiling runs
 RELEASE_DAG_ID = "perfwatch_release"  #: the DAG of the release gates (the models' Asset events)
@@ -55,7 +58,7 @@ class AirflowApi:
         return cls(base_url=base.rstrip("/"), **values)
 
 
-def airflow_token(client, api: AirflowApi) -> str | None:
+def airflow_token(client: httpx.Client, api: AirflowApi) -> str | None:
     """The bearer token for ``api``: ``api.token``, else one from ``POST /auth/token``; None when neither a
     token nor a user name is set (an API server without authentication).
 
@@ -71,7 +74,8 @@ def airflow_token(client, api: AirflowApi) -> str | None:
         raise AirflowApiError(
             f"POST {api.base_url}/auth/token as {api.username!r}: HTTP {r.status_code}: {r.text[:300]}"
         )
-    return r.json()["access_token"]
+    token: str = r.json()["access_token"]
+    return token
 
 
 class AirflowClient:
@@ -140,7 +144,8 @@ def dag_state(client: AirflowClient, dag_id: str = PROFILE_DAG_ID) -> dict[str, 
         return None
     if status != 200:
         raise AirflowApiError(f"GET /api/v2/dags/{dag_id}: HTTP {status}: {str(body)[:300]}")
-    return body
+    state: dict[str, Any] = body
+    return state
 
 
 def not_parsed_message(dag_id: str = RELEASE_DAG_ID) -> str:

@@ -247,9 +247,9 @@ def release_cases(
     dag_id: str,
     dag_run_id: str,
     events: list[tuple[str, dict[str, Any]]],
-    settings=None,
+    settings: Settings | None = None,
     measuring_queues: list[str] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The run states (``tasks.records.RunState`` XCom dicts) of a DAG run triggered by release Asset events:
     for every published (model, version) (:func:`release_requests`), every case of that model in the nightly
     config (its whole matrix) with ``version`` pinned and trigger ``release`` (a paired gate against the
@@ -268,7 +268,7 @@ def release_cases(
     settings = settings or Settings.from_env()
     wanted = release_requests(events)
     configured = {c.model for c in load_config(settings.config_path)} if config_exists(settings.config_path) else set()
-    states: list[dict] = []
+    states: list[dict[str, Any]] = []
     for model, version in wanted:
         params = {"model": model, "version": version, **({"case": "all"} if model in configured else {})}
         states += plan_cases(dag_id, dag_run_id, "release", params, settings, measuring_queues)

@@ -95,7 +95,7 @@ def _writer_alive(owner: dict[str, Any]) -> bool:
         return False
 
 
-def _age_s(fs, path: str, owner: dict[str, Any] | None) -> float | None:
+def _age_s(fs: Any, path: str, owner: dict[str, Any] | None) -> float | None:
     """Seconds since the directory ``path`` was started (owner file) or last written: the newest write of it or
     of anything below it (``tasks.stages.scratch.newest_modified``; an S3 prefix has no time of its own, its
     objects' ``LastModified`` say when it was written); None when unknown (nothing carries a time, or it cannot
@@ -112,7 +112,7 @@ def _age_s(fs, path: str, owner: dict[str, Any] | None) -> float | None:
     return None if newest is None else time.time() - newest
 
 
-def partial_state(fs, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[bool, str]:
+def partial_state(fs: Any, path: str, *, grace_s: float = STALE_PARTIAL_S) -> tuple[bool, str]:
     """Whether the partial copy at ``path`` is stale (its writer is gone), and why.
 
     Stale when its owner file names a process on this host that no longer runs (pid and start
@@ -154,7 +154,7 @@ def run_dir_name(run_id: int, ctx: RunContext, version: str) -> str:
     return safe_name(f"run{run_id:06d}_{stamp}_v{version}_{ctx.case.name}_{run_key(ctx)}")
 
 
-def _remove(fs, path: str) -> None:
+def _remove(fs: Any, path: str) -> None:
     """Remove ``path`` if it exists; a failure is logged, never raised (cleanup must not mask the cause)."""
     try:
         if fs.exists(path):
@@ -163,7 +163,7 @@ def _remove(fs, path: str) -> None:
         log.warning("could not remove %s: %s", path, e)
 
 
-def _move_tree(fs, src: str, dest: str) -> None:
+def _move_tree(fs: Any, src: str, dest: str) -> None:
     """Move the directory ``src`` to ``dest`` on ``fs``: a rename on a file system; on an object store (no
     directories, no rename: fsspec's recursive ``mv`` also tries to copy the directory names themselves and fails
     with NoSuchKey on S3) every object is copied to its new key, then the old keys are removed."""

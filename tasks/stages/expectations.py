@@ -71,6 +71,7 @@ def _quiet_gx() -> None:
 
 if TYPE_CHECKING:
     import pandas as pd
+    from great_expectations.data_context import EphemeralDataContext
     from great_expectations.expectations import Expectation
 
 __all__ = [
@@ -146,7 +147,7 @@ class GxOutcome(BaseModel):
     result_json: dict[str, Any]
 
 
-def _context():
+def _context() -> EphemeralDataContext:
     """A fresh ephemeral GX context, progress bars off."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -193,7 +194,9 @@ def _failure(r: dict[str, Any]) -> GxFailure:
     )
 
 
-def _run(df: pd.DataFrame, suite_name: str, expectations: list, params: dict[str, Any] | None) -> GxOutcome:
+def _run(
+    df: pd.DataFrame, suite_name: str, expectations: list[Expectation], params: dict[str, Any] | None
+) -> GxOutcome:
     import great_expectations as gx
 
     ctx = _context()
@@ -213,7 +216,7 @@ def _run(df: pd.DataFrame, suite_name: str, expectations: list, params: dict[str
     )
 
 
-def step_time_expectations(min_rows: int, column: str = STEP_COLUMN) -> list:
+def step_time_expectations(min_rows: int, column: str = STEP_COLUMN) -> list[Expectation]:
     """The expectations of the ``perfwatch_step_times`` suite (and of ``perfwatch_query_latencies`` on
     ``column`` ``latency_ms``): data quality only (see :func:`validate_step_times`)."""
     import great_expectations as gx
@@ -273,13 +276,13 @@ def _validate_samples(values_ms: Sequence[float], min_rows: int, suite: str, col
     return _run(df, suite, step_time_expectations(min_rows, column), None)
 
 
-def _sound_intervals(flag: str) -> list:
+def _sound_intervals(flag: str) -> list[Expectation]:
     """Sound rows of ``ratio``, ``ci_low``, ``ci_high`` (no nulls, all > 0, ``ci_low <= ratio <= ci_high``) and a
     non-null boolean column ``flag`` (``host_busy``, ``judged``)."""
     import great_expectations as gx
 
     E = gx.expectations
-    exps: list = []
+    exps: list[Expectation] = []
     for c in ("ratio", "ci_low", "ci_high"):
         exps += [
             E.ExpectColumnValuesToNotBeNull(column=c),
@@ -293,7 +296,7 @@ def _sound_intervals(flag: str) -> list:
     ]
 
 
-def verdict_expectations() -> list:
+def verdict_expectations() -> list[Expectation]:
     """The expectations of the ``perfwatch_verdict`` suite (see :func:`validate_verdict`). The threshold
     expectation takes ``max_value={"$PARAMETER": "threshold_ratio"}`` and carries
     ``meta={"perfwatch": "limit"}`` (its failure has ``is_limit=True``)."""
@@ -301,7 +304,7 @@ def verdict_expectations() -> list:
     from great_expectations.expectations.row_conditions import Column
 
     E = gx.expectations
-    exps: list = [E.ExpectTableRowCountToEqual(value=1), *_sound_intervals("host_busy")]
+    exps: list[Expectation] = [E.ExpectTableRowCountToEqual(value=1), *_sound_intervals("host_busy")]
     exps += [
         E.ExpectColumnValuesToBeBetween(
             column="ci_high",
@@ -371,7 +374,7 @@ def limit_param(figure: str) -> str:
     return f"{figure}_{THRESHOLD_PARAM}"
 
 
-def gated_figure_expectations(figures: Sequence[str]) -> list:
+def gated_figure_expectations(figures: Sequence[str]) -> list[Expectation]:
     """The expectations of the ``perfwatch_gated_figures`` suite for these figures (see
     :func:`validate_gated_figures`): sound rows, and per figure its threshold (suite parameter
     :func:`limit_param`), carrying ``meta={"perfwatch": "limit", "figure": <figure>}``."""
@@ -379,7 +382,7 @@ def gated_figure_expectations(figures: Sequence[str]) -> list:
     from great_expectations.expectations.row_conditions import Column
 
     E = gx.expectations
-    exps: list = [E.ExpectTableRowCountToBeBetween(min_value=1), *_sound_intervals("judged")]
+    exps: list[Expectation] = [E.ExpectTableRowCountToBeBetween(min_value=1), *_sound_intervals("judged")]
     for f in figures:
         exps.append(
             E.ExpectColumnValuesToBeBetween(
@@ -495,7 +498,7 @@ def render_data_docs(
     }
     now = datetime.now(UTC)
     run_name = _file_part(title)
-    suites: dict[str, list] = {}
+    suites: dict[str, list[dict[str, Any]]] = {}
     for name, item in outcomes.items():
         raw = item.result_json if isinstance(item, GxOutcome) else item
         if isinstance(raw, ExpectationSuiteValidationResult):

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.analysis.collectives import collective_time
-from tasks.analysis.diagnose import Finding, diagnose, diagnose_window
+from tasks.analysis.diagnose import diagnose, diagnose_window
+from tasks.analysis.findings import Finding
 from tasks.analysis.profile import (
     IDLE_OP,
     INPUT_OP_COLUMNS,
@@ -116,7 +117,8 @@ def _run_tool(paths: Sequence[Path], tool: str) -> Any:
 
     failure: list[str] = []
 
-    def wrapper(xspace_paths, tool_name, options):  # keeps the error text xspace_to_tool_data drops
+    # keeps the error text xspace_to_tool_data drops
+    def wrapper(xspace_paths: list[str], tool_name: str, options: dict[str, Any]) -> tuple[bytes | str, bool]:
         data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(xspace_paths, tool_name, options)
         if not ok:
             failure.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data))

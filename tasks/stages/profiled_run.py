@@ -1001,7 +1001,7 @@ def profiled_run(
     *,
     baseline: PulledModel | None = None,
     setup: GateSetup | None = None,
-    env_data: dict | None = None,
+    env_data: dict[str, Any] | None = None,
 ) -> ProfiledRun:
     """Run the measured and profiled steps in ``<work_dir>/run`` and return where the files are.
 
@@ -1181,7 +1181,7 @@ def scenario_options(case: Case, warmup: WarmupRecord) -> tuple[dict[str, Any], 
     return opts, worst_s, grid[-1] * (points + confirm)
 
 
-def latency_record(case: Case, r: ProfileResult, measured: list[float]) -> dict | None:
+def latency_record(case: Case, r: ProfileResult, measured: list[float]) -> dict[str, Any] | None:
     """An infer/tflite run's ``latency_ms``: the per-batch summary with each percentile's interval and n
     (``percentiles.with_intervals``), and ``serving``: the scenario's figures and checks (``serving.summarize``:
     the server's per-query latencies with their intervals, achieved QPS, the search's points, the compute

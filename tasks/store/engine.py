@@ -19,13 +19,20 @@ import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tasks import wire
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "sql" / "migrations"
 
@@ -131,7 +138,7 @@ def get_engine(url: str) -> Engine:
             engine = create_engine(url, connect_args={"timeout": 30}, **_JSON)
 
             @event.listens_for(engine, "connect")
-            def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            def _pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:  # pragma: no cover
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA foreign_keys=ON")
                 cur.execute("PRAGMA journal_mode=WAL")
@@ -142,7 +149,7 @@ def get_engine(url: str) -> Engine:
         password, is_sqlite = u.password, u.get_backend_name() == "sqlite"
 
         @event.listens_for(engine, "handle_error")
-        def _unreachable(ctx):
+        def _unreachable(ctx: ExceptionContext) -> StoreError | None:
             if ctx.is_pre_ping:  # the pool reconnects on its own
                 return None
             detail = _first_line(ctx.original_exception, password)
@@ -186,7 +193,7 @@ def _sqlite_file_lock(database: str | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _script():
+def _script() -> tuple[Config, ScriptDirectory]:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -195,7 +202,7 @@ def _script():
     return cfg, ScriptDirectory.from_config(cfg)
 
 
-def _check_known(url: str, conn: Connection, script) -> tuple[str, ...]:
+def _check_known(url: str, conn: Connection, script: ScriptDirectory) -> tuple[str, ...]:
     """The store's current revisions; raises StoreSchemaTooNew when one is unknown to ``script``."""
     from alembic.runtime.migration import MigrationContext
     from alembic.util import CommandError

@@ -533,7 +533,8 @@ def with_case_labels(
 def _json_object(v: Any) -> dict[str, Any] | None:
     """A JSON column read through a named query: a dict (PostgreSQL), its JSON text (SQLite) or None; NaN and
     infinities as floats (:func:`tasks.wire.loads`)."""
-    return wire.loads(v) if isinstance(v, str) else wire.decode(v)
+    obj: dict[str, Any] | None = wire.loads(v) if isinstance(v, str) else wire.decode(v)
+    return obj
 
 
 def case_safe_mode(params: Any) -> bool:
@@ -828,7 +829,7 @@ def hardware_inputs(
     db_url: str | None = None,
     *,
     pick: Callable[[list[dict[str, Any]], dict[int, dict[str, Any]]], Collection[int]] | None = None,
-):
+) -> tuple[pd.DataFrame, dict[int, dict[str, Any]], dict[int, list[float]]]:
     """What ``perfwatch hardware`` compares, reading raw step samples only for the runs the comparison pools:
     the hardware query's rows (``sql/queries/hardware.sql``: runs, no samples), the fingerprint record of each
     environment row (``{environment_id: data}``), then for the runs ``pick(rows, envs)`` names (run ids; default:

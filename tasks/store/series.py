@@ -70,7 +70,7 @@ class SeriesRun:
     throughput_def: str | None = None
 
 
-def _model_id(s, model: str) -> int:
+def _model_id(s: Session, model: str) -> int:
     mid = s.scalar(select(Model.id).where(Model.name == model))
     if mid is None:
         known = sorted(s.scalars(select(Model.name)))

@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, delete, or_, select, text, update
 from sqlalchemy.engine import Connection
@@ -233,7 +233,10 @@ def backfill_run_facts(conn: Connection) -> None:
         conn.execute(text(sql))
 
 
-def _with_retries(fn):
+_T = TypeVar("_T")
+
+
+def _with_retries(fn: Callable[[], _T]) -> _T:
     """Run a store transaction, retrying on a concurrent-writer conflict (two first archives creating
     the same model row, a busy SQLite file, a PostgreSQL deadlock) with a short randomised backoff."""
     for attempt in range(_RETRIES):

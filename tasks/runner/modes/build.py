@@ -10,13 +10,14 @@ hashed (``tasks.runner.applications``).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tasks.runner import applications, progress
 from tasks.runner.protocol import BuildResult, BuildSpec
 
 
-def _shape(shape) -> list[int | None]:
+def _shape(shape: Sequence[int | None]) -> list[int | None]:
     dims = list(shape)[1:]  # the batch dimension left out
     return [None if d is None else int(d) for d in dims]
 
