@@ -14,9 +14,9 @@ subprocess; TensorFlow is never imported here.
 
 **Load levels** (started and stopped by the bench, by process id): ``0`` (nothing added), ``busy1`` and
 ``busy3`` (``bench/gates.py``'s ``BackgroundLoad``: 1 and 3 single-threaded numpy loops per core), ``tf``
-(``TF_JOBS`` = 2 other TensorFlow training processes, default threading, each training a CNN like the
-bench's in a loop: they contend for memory bandwidth and caches and spin TF's thread pools, unlike the busy
-loops). The quiet level runs first and again last (``0`` and ``0-end``): the two together are the quiet
+(its ``TFJobs``: ``TF_JOBS`` = 2 other TensorFlow training processes, default threading, each training a CNN
+like the bench's in a loop: they contend for memory bandwidth and caches and spin TF's thread pools, unlike the
+busy loops). The quiet level runs first and again last (``0`` and ``0-end``): the two together are the quiet
 truth, and their difference shows the drift of the host itself over the collection.
 
 **Paired processes.** Per load level, ``--reps`` runner processes per variant (the runner's ``paired`` mode,
@@ -81,48 +81,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gates import BASE_HEAD, BATCH, MODEL_SCRIPT, BackgroundLoad, loadavg, run_paired  # noqa: E402
+from gates import (  # noqa: E402
+    BASE_HEAD,
+    BATCH,
+    MODEL_SCRIPT,
+    TF_JOBS,
+    BackgroundLoad,
+    TFJobs,
+    loadavg,
+    run_paired,
+)
 
 from tasks.analysis import stats  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "busy_samples.json"
 DEFAULT_HEADS = (300, 500, 1000, 3000)
 DEFAULT_LOADS = ("0", "busy1", "busy3", "tf", "0-end")
-TF_JOBS = 2
 RAMP_S = 8.0  #: seconds between starting a load and the first process
 WARMUP_STEPS = 20  #: warm-up steps per version of a paired process (what gates.run_paired runs)
 HISTORY_STEPS = 100
-
-
-#: another team's TensorFlow job: a CNN trained on random batches, forever (default threading)
-TF_JOB_SCRIPT = """
-import os
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-import numpy as np, keras
-keras.utils.set_random_seed(2)
-inp = keras.Input((48, 48, 3))
-x = keras.layers.Conv2D(32, 3, activation="relu")(inp)
-x = keras.layers.Conv2D(64, 3, activation="relu")(x)
-x = keras.layers.GlobalAveragePooling2D()(x)
-m = keras.Model(inp, keras.layers.Dense(100)(x))
-m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-xb = np.random.rand(64, 48, 48, 3).astype("float32"); yb = np.random.randint(0, 100, 64)
-while True:
-    m.train_on_batch(xb, yb)
-"""
-
-
-class TFJobs(BackgroundLoad):
-    """``n`` other TensorFlow training processes (``TF_JOB_SCRIPT``), started and stopped by process id."""
-
-    def start(self) -> TFJobs:
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", TF_JOB_SCRIPT], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            for _ in range(self.n)
-        ]
-        return self
 
 
 def load_for(level: str, cpus: int) -> BackgroundLoad:

@@ -20,7 +20,7 @@ What it does, in a fresh store under a temporary ``PERFWATCH_HOME`` (SQLite):
 3. **Baseline.** Version 1 runs once through every stage (``tasks.stages.pipeline.run_case``), unpaired: its
    verdict is ``no-baseline`` and it becomes the active baseline.
 4. **Gates.** Per load level (``--loads``: busy processes per core, 0, 1 and 3 by default, or ``tf``: two other
-   TensorFlow training jobs, ``bench/busy.py``'s ``TFJobs``) the bench starts the
+   TensorFlow training jobs, ``TFJobs``) the bench starts the
    background load itself (``BackgroundLoad``: single-threaded numpy matmul loops, one per busy process, each
    one core's worth of demand), waits ``LOAD_RAMP_S`` s, runs the gates, and stops the load (by process id).
    Each gate is a real release gate as ``perfwatch run MODEL --version V --paired`` runs it: the pipeline's
@@ -145,12 +145,42 @@ class BackgroundLoad:
         self.stop()
 
 
-def load_level(level: str, cpus: int) -> BackgroundLoad:
-    """The background load of a level: ``"N"`` N busy processes per core, ``"tf"`` ``bench/busy.py``'s
-    ``TF_JOBS`` other TensorFlow training processes (they contend for memory bandwidth, unlike busy loops)."""
-    if level == "tf":
-        from busy import TF_JOBS, TFJobs
+TF_JOBS = 2  #: the ``tf`` load level's TensorFlow jobs (here and ``bench/busy.py``)
+#: another team's TensorFlow job: a CNN trained on random batches, forever (default threading)
+TF_JOB_SCRIPT = """
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np, keras
+keras.utils.set_random_seed(2)
+inp = keras.Input((48, 48, 3))
+x = keras.layers.Conv2D(32, 3, activation="relu")(inp)
+x = keras.layers.Conv2D(64, 3, activation="relu")(x)
+x = keras.layers.GlobalAveragePooling2D()(x)
+m = keras.Model(inp, keras.layers.Dense(100)(x))
+m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+xb = np.random.rand(64, 48, 48, 3).astype("float32"); yb = np.random.randint(0, 100, 64)
+while True:
+    m.train_on_batch(xb, yb)
+"""
 
+
+class TFJobs(BackgroundLoad):
+    """``n`` other TensorFlow training processes (``TF_JOB_SCRIPT``), started and stopped by process id."""
+
+    def start(self) -> TFJobs:
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", TF_JOB_SCRIPT], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            for _ in range(self.n)
+        ]
+        return self
+
+
+def load_level(level: str, cpus: int) -> BackgroundLoad:
+    """The background load of a level: ``"N"`` N busy processes per core, ``"tf"`` :data:`TF_JOBS` other
+    TensorFlow training processes (:class:`TFJobs`: they contend for memory bandwidth, unlike busy loops)."""
+    if level == "tf":
         return TFJobs(TF_JOBS)
     return BackgroundLoad(int(level) * cpus)
 
