@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
 
         from tasks.cli.context import settings as store_settings
         from tasks.cli.history import check_in_model_store, validation_message
-        from tasks.cli.main import progress_shown
+        from tasks.cli.stage_lines import progress_shown
         from tasks.records import Case, RunContext
         from tasks.stages.pipeline import run_case
         from tasks.store import StoreError

@@ -11,17 +11,29 @@ command imports what it needs in its body (``tests/unit/cli/test_cli_startup.py`
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from tasks.cli import DEFAULT_MEASURED_STEPS
+from tasks.cli import (  # the command groups' modules: each defines ``register(app: typer.Typer)``, called below
+    DEFAULT_MEASURED_STEPS,
+    baseline,
+    calibrate,
+    changes,
+    compare,
+    db,
+    doctor,
+    env,
+    hardware,
+    history,
+    ingest,
+    publish,
+    sweep,
+)
 from tasks.cli.context import STORE_ERROR_EXIT
 from tasks.cli.context import settings as _settings
 from tasks.cli.history import EXIT_CODES_HELP
@@ -59,44 +71,6 @@ demo_app = typer.Typer(help="The demo's model store.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-
-
-@contextmanager
-def progress_shown(stream: IO[str] | None = None) -> Iterator[None]:
-    """Show a run's progress while the block runs: the stage log lines (``tasks.*`` loggers, INFO) and the
-    runner's phases (``tasks.runner.progress``: warm-up step and CV, measured steps n/N with the running
-    median, profiling, paired rounds) on ``stream`` (default stderr): as rich progress bars and log lines on
-    a terminal; otherwise (a CI log, a pipe) one line per finished stage with its duration and the last progress
-    of each runner phase, other records (warnings, errors) as ``time level logger: message`` lines
-    (``tasks.cli.stage_lines.StageLines``)."""
-    import logging
-
-    from tasks.runner import progress
-
-    stream = stream or sys.stderr
-    logger = logging.getLogger("tasks")
-    # not also to the root logger: a library that configures it (absl does) would print every line twice
-    level, propagate = logger.level, logger.propagate
-    logger.level, logger.propagate = logging.INFO, False
-    with ExitStack() as stack:
-        if stream.isatty():
-            from rich.logging import RichHandler
-
-            bar = stack.enter_context(progress.RichProgress())
-            stack.enter_context(progress.reporting(bar))
-            handler: logging.Handler = RichHandler(console=bar.progress.console, show_path=False)
-        else:
-            from tasks.cli.stage_lines import StageLines
-
-            lines = StageLines(stream)
-            stack.enter_context(progress.reporting(lines.report))
-            handler = lines
-        logger.addHandler(handler)
-        try:
-            yield
-        finally:
-            logger.removeHandler(handler)
-            logger.level, logger.propagate = level, propagate
 
 
 def runs_frame(db_url: str, model: str | None = None, last: int | None = None) -> pd.DataFrame:
@@ -676,6 +650,7 @@ def run_cmd(
 
     from pydantic import ValidationError
 
+    from tasks.cli.stage_lines import progress_shown
     from tasks.records import Case, RunContext
     from tasks.stages.pipeline import RegressionDetected, raise_on_regression, run_case
     from tasks.store.engine import StoreError
@@ -1017,23 +992,11 @@ def demo_check(model: Annotated[str, typer.Option()] = "demo_mobilenet") -> None
     )
 
 
-# Command groups that live in their own modules; each defines ``register(app: typer.Typer)``.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "env",
-    "compare",
-    "history",
-    "baseline",
-    "db",
-    "changes",
-    "ingest",
-    "calibrate",
-    "publish",
-    "doctor",
-    "sweep",
-    "hardware",
-)
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"tasks.cli.{_name}").register(app)
+# Command groups that live in their own modules, registered in this order (``perfwatch --help`` lists them so).
+# Imported by name at the top, not by importlib.import_module: .ci/import_cycles.py sees these imports, and so a
+# command module that imports this one back (calibrate did, for progress_shown) is a cycle that make check names.
+for _module in (env, compare, history, baseline, db, changes, ingest, calibrate, publish, doctor, sweep, hardware):
+    _module.register(app)
 
 
 def main() -> None:  # pragma: no cover - console script shim

@@ -1,7 +1,8 @@
-"""``perfwatch run``'s progress off a terminal (a CI log, a pipe): one line per stage.
+"""A run's progress as ``perfwatch run`` and ``perfwatch calibrate`` show it (:func:`progress_shown`); off a
+terminal (a CI log, a pipe), one line per stage.
 
-On a terminal the run's progress is rich's bars (``tasks.cli.main.progress_shown``). Into a log the same
-events were ~60 lines a run: a start and an end line per stage, and the runner's progress every 10% of a phase.
+On a terminal the run's progress is rich's bars. Into a log the same events were ~60 lines a run: a start and
+an end line per stage, and the runner's progress every 10% of a phase.
 :class:`StageLines` writes one line when a stage ends, e.g. ``13:37:24 profiled-run (stage 4 of 7): done in
 15.2 s; warm-up: 8/8 steps, running median 111.97 ms; measure: 60/60 steps, running median 108.86 ms; profile:
 5 steps under the TF profiler, then writing the XSpace``: the stage's duration and the last progress of each of
@@ -13,6 +14,9 @@ is written as it comes, so nothing that needs reading is held back. A stage's st
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import IO, Any
 
 from tasks.runner import progress
@@ -56,3 +60,35 @@ class StageLines(logging.Handler):
             self.stream.flush()
         except Exception:  # noqa: BLE001 - logging's own rule: a handler never raises into the run
             self.handleError(record)
+
+
+@contextmanager
+def progress_shown(stream: IO[str] | None = None) -> Iterator[None]:
+    """Show a run's progress while the block runs: the stage log lines (``tasks.*`` loggers, INFO) and the
+    runner's phases (``tasks.runner.progress``: warm-up step and CV, measured steps n/N with the running
+    median, profiling, paired rounds) on ``stream`` (default stderr): as rich progress bars and log lines on
+    a terminal; otherwise (a CI log, a pipe) one line per finished stage with its duration and the last progress
+    of each runner phase, other records (warnings, errors) as ``time level logger: message`` lines
+    (:class:`StageLines`)."""
+    stream = stream or sys.stderr
+    logger = logging.getLogger("tasks")
+    # not also to the root logger: a library that configures it (absl does) would print every line twice
+    level, propagate = logger.level, logger.propagate
+    logger.level, logger.propagate = logging.INFO, False
+    with ExitStack() as stack:
+        if stream.isatty():
+            from rich.logging import RichHandler
+
+            bar = stack.enter_context(progress.RichProgress())
+            stack.enter_context(progress.reporting(bar))
+            handler: logging.Handler = RichHandler(console=bar.progress.console, show_path=False)
+        else:
+            lines = StageLines(stream)
+            stack.enter_context(progress.reporting(lines.report))
+            handler = lines
+        logger.addHandler(handler)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.level, logger.propagate = level, propagate

@@ -161,7 +161,7 @@ def test_perfwatch_run_progress_off_a_terminal_is_one_line_per_stage():
     """Issue 35: off a terminal ``perfwatch run`` wrote ~60 lines a run (a start and an end line per stage, the
     runner's progress every 10%). A stage is one line now, when it ends: its duration and the last progress of
     each runner phase; any other record (a warning) is written as it comes."""
-    from tasks.cli.main import progress_shown
+    from tasks.cli.stage_lines import progress_shown
 
     stream = io.StringIO()
     log = logging.getLogger("tasks.stages.pipeline")
