@@ -1,5 +1,5 @@
 # perfwatch — the two commands: `make demo` and `make test`. Each bootstraps itself and is idempotent.
-# While working: `make check` (lint, format, types, the manual's build) and `make test-fast` (the unit tests: no TensorFlow, no Airflow).
+# While working: `make check` (lint, format, types, import cycles, the manual's build) and `make test-fast` (the unit tests: no TensorFlow, no Airflow).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PY ?= python3
@@ -177,13 +177,16 @@ test-fast: airflow-init
 	$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m "not slow and not airflow_live" tests/unit
 
 # What CI checks before the tests (.ci/run) and pre-commit runs on commit: lint, format, types ([tool.mypy]; and a negative
-# fixture, tests/typecheck/wrong_records.py, that mypy must reject, so a lost pydantic plugin setting fails), and the
+# fixture, tests/typecheck/wrong_records.py, that mypy must reject, so a lost pydantic plugin setting fails), no import
+# cycle anywhere in the tree, function-level imports included (.ci/import_cycles.py, on grimp's import graph;
+# tests/unit/test_import_cycles.py shows it naming a deliberate cycle of each kind), and the
 # manual (docs/, mkdocs.yml): --strict fails on any warning, a link to a missing page or anchor included (not with
 # --quiet, which hides the warnings and passes). The site goes to a temporary directory, removed after.
 check: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python .ci/import_cycles.py
 	@out=$$($(VENV)/bin/mypy tests/typecheck/wrong_records.py 2>&1) && { echo "mypy accepted tests/typecheck/wrong_records.py: the pydantic plugin's init_typed is off"; exit 1; }; \
 	for want in 'wrong_records.py:12: error: Argument "cold_step_ms"' 'wrong_records.py:13: error: Argument "batch_size"' \
 	  'wrong_records.py:14: error: Unexpected keyword argument "no_such_field"'; do \
