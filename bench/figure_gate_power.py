@@ -9,6 +9,13 @@ and stops at the first decisive look. Checked against real runs: the real gates'
 Run: ``.venv/bin/python bench/figure_gate_power.py [--series 300]`` (seconds). Prints per figure and budget::
 
     figure_gate_power: figure=<name> factor=<x> budget=<K> decided=<share within K> mean_processes=<mean>
+
+``--defaults``: a case that sets no tolerance instead (each figure at its default, ``metric_gates.DEFAULT_TOLERANCES``;
+the gate going on for it only while it is undecided and looks past the default), step time deciding after 4 or 6
+processes, a budget of 6, per-process noise as the real A/A gates measured it (docs/verdicts.md) or wider::
+
+    figure_gate_power: defaults figure=<name> sd=<noise> factor=<x> step_stop=<K> regression=<share> pass=<share>
+    undecided=<share> mean_processes=<mean>
 """
 
 from __future__ import annotations
@@ -53,10 +60,56 @@ def series(figure: str, factor: float, sd: float, budget: int, seed: int) -> int
     return None
 
 
+def at_default(figure: str, factor: float, sd: float, step_stop: int, budget: int, seed: int) -> tuple[str, int]:
+    """One simulated gate of a case that sets no tolerance: step time decides after ``step_stop`` processes, and the
+    gate goes on for the figure as the product does (``metric_gates.undecided_gated``: while it is undecided and
+    its estimate lies past its default tolerance), up to ``budget``. Returns the figure's verdict and the processes
+    the gate ran."""
+    from tasks.analysis.metric_gates import process_gates, undecided_gated
+
+    r = random.Random(seed)
+    first = r.choice("AB")
+    procs = []
+    a_f, b_f = (
+        ("a_model_rss_bytes", "b_model_rss_bytes")
+        if figure == "model_rss_bytes"
+        else ("a_cold_step_ms", "b_cold_step_ms")
+    )
+    key = "model_memory" if figure == "model_rss_bytes" else "cold_step"
+    for k in range(budget):
+        f = first if k % 2 == 0 else ("B" if first == "A" else "A")
+        p = dict.fromkeys(("a_model_rss_bytes", "b_model_rss_bytes", "a_cold_step_ms", "b_cold_step_ms"))
+        p[a_f] = 100.0 * (FIRST_COST if f == "A" else 1.0) * math.exp(r.gauss(0, sd))
+        p[b_f] = 100.0 * factor * (FIRST_COST if f == "B" else 1.0) * math.exp(r.gauss(0, sd))
+        procs.append(type("P", (), {**p, "first_built": f}))
+        if k + 1 < max(3, step_stop):
+            continue
+        g = process_gates(procs, {}, confidence=0.99, looks=list(range(3, k + 2)), max_processes=budget)
+        if not undecided_gated(g, {}, busy=False):
+            return str(g[key].verdict), k + 1
+    return str(g[key].verdict), budget
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--series", type=int, default=300)
-    n = p.parse_args().series
+    p.add_argument("--defaults", action="store_true", help="a case with no tolerance set: the default tolerances")
+    args = p.parse_args()
+    n = args.series
+    if args.defaults:
+        for figure, sds, factors in (
+            ("cold_step_ms", (0.08, 0.15), (1.0, 1.6, 2.0)),
+            ("model_rss_bytes", (0.03, 0.05), (1.0, 1.3, 1.5, 2.0)),
+        ):
+            for sd, factor, stop in ((sd, f, st) for sd in sds for f in factors for st in (4, 6)):
+                runs = [at_default(figure, factor, sd, stop, 6, s) for s in range(n)]
+                share = {v: sum(x == v for x, _ in runs) / n for v in ("regression", "pass", "inconclusive")}
+                print(
+                    f"figure_gate_power: defaults figure={figure} sd={sd} factor={factor} step_stop={stop} "
+                    f"regression={share['regression']:.3f} pass={share['pass']:.3f} "
+                    f"undecided={share['inconclusive']:.3f} mean_processes={sum(k for _, k in runs) / n:.2f} series={n}"
+                )
+        return
     for figure, factor, sd, budgets in (("cold_step_ms", 1.6, 0.05, (6,)), ("model_rss_bytes", 1.3, 0.03, (6, 8))):
         for budget in budgets:
             ks = [series(figure, factor, sd, budget, s) for s in range(n)]
