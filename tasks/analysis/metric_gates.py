@@ -49,8 +49,8 @@ class ProcessMetric(NamedTuple):
     Attributes:
         a_field, b_field: the baseline's and the candidate's field on a process's samples (``a_cold_step_ms``).
         metric, unit: the figure's name and unit in records and reasons (``cold_step_ms``, ``ms``).
-        tolerance_field: the ``Case`` field of its tolerance; None there: judged at ``default_tolerance`` where the
-            gate stopped (no process is added for it).
+        tolerance_field: the ``Case`` field of its tolerance; None there: judged at ``default_tolerance``
+            (:func:`undecided_gated` says when the gate goes on for it).
         words: the figure in a verdict's reason.
         wall: whether it is wall time (then not judged on a busy host).
         first_only: each process gives the figure of the version it set up first only, and the gate compares
@@ -121,7 +121,7 @@ ENVIRONMENT_METRICS: dict[str, ProcessMetric] = {
 }
 #: every figure by evidence key (a key means the same figure in both tables: the cold step)
 METRICS: dict[str, ProcessMetric] = {**PROCESS_METRICS, **ENVIRONMENT_METRICS}
-#: each figure's tolerance where its case sets none, by ``Case`` field (judged where the gate stopped, not waited for)
+#: each figure's tolerance where its case sets none, by ``Case`` field (waited for only while it looks past it)
 DEFAULT_TOLERANCES: dict[str, float] = {m.tolerance_field: m.default_tolerance for m in METRICS.values()}
 
 
@@ -196,7 +196,7 @@ def process_metric_gate(
             take out, so the interval is the paired t interval of the mean log ratio, K - 1 degrees of freedom.
         unit_name: what the K units are called in the reason (``processes``, ``process pairs``).
         gated: the case gives the figure its tolerance and the gate waits for it; False: ``tolerance`` is the
-            figure's default (:data:`DEFAULT_TOLERANCES`), judged where the gate stopped, and its reason says so.
+            figure's default (:data:`DEFAULT_TOLERANCES`; :func:`undecided_gated`), and its reason says so.
         metric, unit: names for the record and the reason (``cold_step_ms``, ``ms``).
         tolerance: the relative change that counts (0.25 = 25%); confidence: of all the looks' intervals together.
         looks, max_processes: the processes at each look of the gate so far and its budget: the interval is the
@@ -389,8 +389,8 @@ def _look_boundary(confidence: float, looks: Sequence[int] | None, max_processes
 
 
 def _tolerance_text(tolerance: float, gated: bool) -> str:
-    """``tolerance 20%``, or for a figure at its default ``default tolerance 25%, not waited for``."""
-    return f"tolerance {tolerance:.0%}" if gated else f"default tolerance {tolerance:.0%}, not waited for"
+    """``tolerance 20%``, or for a figure at its default (its case sets none) ``default tolerance 25%``."""
+    return f"tolerance {tolerance:.0%}" if gated else f"default tolerance {tolerance:.0%}"
 
 
 def _medians(a: float, b: float, unit: str) -> str:

@@ -782,7 +782,7 @@ def run_cmd(
     from tasks.analysis.metric_gates import METRICS
 
     for key in METRICS:  # a paired gate's (cold step, model memory) or a cross-environment one's figures, each
-        if gate := v.evidence.get(key):  # reason saying its tolerance (the case's, or its default not waited for)
+        if gate := v.evidence.get(key):  # reason saying its tolerance (the case's, or its default)
             typer.echo(f"{key.replace('_', ' ')}: {gate['reason']}")
     from tasks.cli.env import env_change_summary
 

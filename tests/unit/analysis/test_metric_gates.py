@@ -215,8 +215,8 @@ def test_memory_is_compared_where_each_version_was_set_up_first():
     )
     assert re.search(r"medians 2\d\d\.\d MiB -> 3\d\d\.\d MiB \(\+\d+\.\d MiB\)", memory.reason), memory.reason
     recorded = process_gates(procs, {}, confidence=0.99, looks=[3, 4, 5, 6], max_processes=6)["model_memory"]
-    # unset, memory is judged at its default (25%) where the gate stopped, and its reason says it was not waited for
-    assert "default tolerance 25%, not waited for" in recorded.reason and recorded.verdict == "regression"
+    # unset, memory is judged at its default (25%), and its reason says so
+    assert "default tolerance 25%: regression" in recorded.reason and recorded.verdict == "regression"
     assert recorded.tolerance == DEFAULT_TOLERANCES["memory_tolerance"] == 0.25
     one = first_built_gate([230.0], [320.0, 330.0], metric="m", unit="bytes", tolerance=0.2, confidence=0.99)
     assert one.verdict == "inconclusive" and "each version needs 2 processes" in one.reason

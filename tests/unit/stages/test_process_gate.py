@@ -208,7 +208,7 @@ def test_a_version_that_only_grows_a_per_process_figure_is_a_regression_on_it(
         else:  # judged at its default; the gate went on only for the figure that grew (it looked past it)
             default = DEFAULT_TOLERANCES[field]
             assert figure["tolerance"] == default and figure["gated"] is False, figure
-            assert f"default tolerance {default:.0%}, not waited for" in figure["reason"]
+            assert f"default tolerance {default:.0%}: " in figure["reason"]
             waited = [keys for keys in read_paired(path).gate["waited_for"].values() for keys in keys]
             assert set(waited) <= {key}, waited
             # GX carries its threshold at the default, failing exactly when the figure is a regression there
@@ -246,7 +246,7 @@ def test_a_version_that_doubles_its_memory_is_a_regression_with_no_tolerance_set
     memory = v.evidence["model_memory"]
     assert memory["verdict"] == "regression" and memory["gated"] is False, memory["reason"]
     assert memory["processes"] == g["look_processes"][-1]
-    assert "default tolerance 25%, not waited for" in memory["reason"]
+    assert "default tolerance 25%: regression" in memory["reason"]
     assert v.verdict == "regression" and v.reason.startswith("regression on the model's resident memory"), v.reason
     assert "; step time: " in v.reason and v.evidence["step_verdict"] == "pass"
 
