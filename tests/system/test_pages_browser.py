@@ -608,7 +608,8 @@ def test_pages_in_a_browser_with_the_network_off(served):
         suites = "#section-1-content-block-2-2-body-table tbody tr"
         assert shown_tab(browser, "Expectation Suites") == "Expectation-Suites"
         shown = browser.execute_script(VISIBLE_TEXTS, suites)
-        assert sorted(shown) == [  # the paired gate's steps have their own suite
+        assert sorted(shown) == [  # the paired gate's steps have their own suite, and so do its figures beside
+            "perfwatch_gated_figures",  # step time (the cold step and memory, at their default tolerances)
             "perfwatch_op_table",
             "perfwatch_step_times",
             "perfwatch_step_times_paired_steps",
@@ -617,7 +618,7 @@ def test_pages_in_a_browser_with_the_network_off(served):
         assert browser.execute_script(VISIBLE_TEXTS, results) == []
         assert shown_tab(browser, "Validation Results") == "Validation-Results"  # the tab and its table, faded in
         rows = browser.execute_script(VISIBLE_TEXTS, results)
-        assert len(rows) == 4 and sum("perfwatch_verdict" in r for r in rows) == 1, rows
+        assert len(rows) == 5 and sum("perfwatch_verdict" in r for r in rows) == 1, rows
         assert browser.execute_script(VISIBLE_TEXTS, suites) == []
         assert browser.execute_script(VISIBLE_TEXTS, "#section-1-content-block-2-1-body-table .fa-times")
         boxes = browser.execute_script(
