@@ -125,9 +125,11 @@ def _validate(
     docs_title: str | None,
     query_latencies: list[float] | None = None,
     gated: list[expectations.GatedFigure] | None = None,
+    agreement: AgreementCheck | None = None,
 ) -> tuple[dict[str, expectations.GxOutcome], Path]:
     """Run the GX suites (step samples' data quality, a server run's per-query latencies, paired blocks' data quality,
-    the verdict's result table, the figures the case gates beside step time (``gated``), op table), render Data Docs
+    the verdict's result table, the figures the case gates beside step time (``gated``), the output agreement the
+    case bounds (``agreement``), op table), render Data Docs
     (named ``docs_title``) under ``gx_dir`` and write the full results to ``gx_dir/validation_results.json``.
 
     A server run's step samples are its batches: a point issues ``server_queries(case)`` queries or more, served
@@ -165,6 +167,8 @@ def _validate(
         )
     if gated:  # the figures the case gates beside step time, each threshold an expectation of its own
         outcomes["gated_figures"] = expectations.validate_gated_figures(gated)
+    if agreement is not None:  # the case bounds its outputs' agreement with the fp32 eager model
+        outcomes["agreement"] = expectations.validate_agreement(agreement.agreement, agreement.bounds)
     outcomes["op_stats"] = expectations.validate_op_table(
         pd.DataFrame(
             parsed_tables.get("op_stats", []), columns=["op_name", "op_type", "total_self_time_us", "occurrences"]
@@ -356,6 +360,7 @@ def baseline_compare(
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
     busy = bool((run.noise or {}).get("busy"))
     table, figures = _process_gates(case, run)
+    check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
     outcomes, gx_results = _validate(
         d,
         case,
@@ -367,6 +372,7 @@ def baseline_compare(
         docs_title,
         query_latencies=point["latency_ms"] if point else None,
         gated=_gated_rows(case, figures, busy=busy),
+        agreement=check,
     )
     evidence = d.evidence
     evidence["gx"] = {k: {"success": o.success, "failures": len(o.failures)} for k, o in outcomes.items()}
@@ -384,7 +390,6 @@ def baseline_compare(
         )
     verdict, reason = d.verdict, d.reason
     regressed_on: list[str] = []  # the figures beside step time that regressed, each with its figure, in words
-    check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
     if check is not None:  # the case bounds its outputs' agreement with the fp32 eager model: judged beside step time
         evidence["agreement"] = {**check.model_dump(mode="json"), "failed": check.failed}
         if check.failed:

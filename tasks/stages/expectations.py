@@ -15,6 +15,9 @@
 * :func:`validate_gated_figures` -- the figures a case gates beside step time (the cold step, the model's memory:
   ``tasks.analysis.metric_gates``), one row each with its interval: each figure's threshold ``1 + tolerance`` is
   an expectation of its own (suite parameter ``<figure>_threshold_ratio``), failing exactly for a regression on it.
+* :func:`validate_agreement` -- a run's output agreement with the fp32 eager model against the case's bounds
+  (``min_top1_agreement``, ``max_output_rel_diff``: suite parameters of those names), failing exactly where the
+  run broke one, or could not check it.
 * :func:`validate_op_table` -- the parsed xprof op table: non-empty, the expected columns,
   self-times and occurrence counts non-negative.
 * :func:`render_data_docs` -- GX Data Docs HTML for any of these results, written only under
@@ -89,7 +92,10 @@ __all__ = [
     "gated_figure_expectations",
     "limit_param",
     "validate_gated_figures",
+    "agreement_expectations",
+    "validate_agreement",
     "GATED_SUITE",
+    "AGREEMENT_SUITE",
     "STEP_SUITE",
     "QUERY_SUITE",
     "OP_SUITE",
@@ -104,6 +110,13 @@ __all__ = [
 STEP_SUITE = "perfwatch_step_times"
 OP_SUITE = "perfwatch_op_table"
 GATED_SUITE = "perfwatch_gated_figures"
+AGREEMENT_SUITE = "perfwatch_output_agreement"
+#: the agreement suite's columns, each with the case's bound it is held to (``Case`` field and suite parameter)
+#: and whether the bound is a floor (``min_value``) or a ceiling (``max_value``)
+AGREEMENT_BOUNDS = {
+    "top1_agreement": ("min_top1_agreement", "min_value"),
+    "max_rel_diff": ("max_output_rel_diff", "max_value"),
+}
 STEP_COLUMN = "step_time_ms"
 QUERY_SUITE = "perfwatch_query_latencies"
 QUERY_COLUMN = "latency_ms"
@@ -418,6 +431,60 @@ def validate_gated_figures(rows: Sequence[GatedFigure]) -> GxOutcome:
     df["judged"] = df["judged"].astype("bool")
     params = {limit_param(r.figure): 1.0 + r.tolerance for r in rows}
     return _run(df, GATED_SUITE, gated_figure_expectations(names), params)
+
+
+def agreement_expectations(bounds: Sequence[str]) -> list[Expectation]:
+    """The expectations of the ``perfwatch_output_agreement`` suite for the case's ``bounds`` (``min_top1_agreement``,
+    ``max_output_rel_diff``; see :func:`validate_agreement`): one row, and per bound its figure present (a bound the
+    run could not check fails here, as it never passes in the verdict) and within the bound (suite parameter named
+    as the ``Case`` field, ``meta={"perfwatch": "limit", ...}``)."""
+    import great_expectations as gx
+
+    E = gx.expectations
+    exps: list[Expectation] = [E.ExpectTableRowCountToBeBetween(min_value=1, max_value=1)]
+    for column, (field, side) in AGREEMENT_BOUNDS.items():
+        if field not in bounds:
+            continue
+        exps.append(
+            E.ExpectColumnValuesToNotBeNull(
+                column=column,
+                notes=f"{field} is set: the run must have measured {column} (else the bound is not checked)",
+            )
+        )
+        exps.append(
+            E.ExpectColumnValuesToBeBetween(
+                column=column,
+                **{side: {"$PARAMETER": field}},  # type: ignore[arg-type]
+                meta={"perfwatch": "limit", "figure": column},
+                notes=f"the case's {field} as a test: fails exactly where the run broke it (a regression on output "
+                "agreement)",
+            )
+        )
+    return exps
+
+
+def validate_agreement(agreement: Mapping[str, Any] | None, bounds: Mapping[str, float]) -> GxOutcome:
+    """Validate a run's output agreement with the fp32 eager model (the runner's ``agreement`` record:
+    ``top1_agreement`` 0..1, ``max_rel_diff``; ``tasks.analysis.agreement``) against the case's bounds with the
+    ``perfwatch_output_agreement`` suite, so Data Docs show the check beside step time's. A broken bound fails its
+    limit expectation (``is_limit=True``); a bound the run could not check (no record, no classifier output) fails
+    the figure's not-null expectation.
+
+    Args:
+        agreement: the record, None where the run measured none (a row of nulls is validated then).
+        bounds: the bounds the case sets, by ``Case`` field (``min_top1_agreement``, ``max_output_rel_diff``).
+
+    Raises:
+        ValueError: no bound, or a bound that is not one of those two.
+    """
+    import pandas as pd
+
+    known = {field for field, _ in AGREEMENT_BOUNDS.values()}
+    if not bounds or set(bounds) - known:
+        raise ValueError(f"bounds {dict(bounds)}: expected one or both of {sorted(known)}")
+    row = {column: (agreement or {}).get(column) for column in AGREEMENT_BOUNDS}
+    df = pd.DataFrame([row], columns=list(AGREEMENT_BOUNDS)).astype("float64")
+    return _run(df, AGREEMENT_SUITE, agreement_expectations(list(bounds)), {k: float(v) for k, v in bounds.items()})
 
 
 def validate_op_table(op_df: pd.DataFrame) -> GxOutcome:

@@ -66,6 +66,11 @@ def test_a_run_below_its_cases_bound_is_a_regression_on_agreement_and_stores_it(
     assert v.evidence["agreement"]["failed"] is True and v.evidence["agreement"]["bounds"] == {
         "min_top1_agreement": 0.99
     }
+    # Great Expectations carries the bound: its limit expectation fails, and the Data Docs show the suite
+    assert v.evidence["gx"]["agreement"] == {"success": False, "failures": 1}
+    (failure,) = [f for f in v.evidence["gx_failures"] if "top1_agreement" in f["text"]]
+    assert failure["is_limit"] is True and failure["kwargs"]["min_value"] == 0.99  # the case's bound, as GX ran it
+    assert list((tmp_path / "w" / "gx").rglob("perfwatch_output_agreement*.html"))
     run_id = archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, v).run_id
     assert run_tool_tables(db_url, run_id)["agreement"] == AGREE  # a mixed-precision run stores its agreement
 
@@ -82,6 +87,10 @@ def test_a_bound_the_run_could_not_check_is_said_never_passed(db_url, tmp_path, 
     v = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "w")
     assert v.verdict == "no-baseline" and f"output agreement: max_output_rel_diff 0.01 not checked: {why}" in v.reason
     assert v.evidence["agreement"]["failed"] is False and v.evidence["agreement"]["agreement"] is None
+    # GX does not pass it either: the bounded figure is missing, so its not-null expectation fails (no limit broken)
+    assert v.evidence["gx"]["agreement"] == {"success": False, "failures": 1}
+    (failure,) = [f for f in v.evidence["gx_failures"] if "max_rel_diff" in f["text"]]
+    assert failure["is_limit"] is False, failure
 
 
 def test_a_version_whose_agreement_fell_fails_its_gate_whatever_its_step_time(db_url, tmp_path):
@@ -89,6 +98,7 @@ def test_a_version_whose_agreement_fell_fails_its_gate_whatever_its_step_time(db
     ctx, pulled, env, warm, run, parsed = _mixed_run(tmp_path, "v1", AGREE, **bound)
     v1 = baseline_compare(db_url, ctx.case, env, run, parsed, tmp_path / "w1")
     assert v1.verdict == "no-baseline" and not v1.evidence["agreement"]["failed"]
+    assert v1.evidence["gx"]["agreement"] == {"success": True, "failures": 0}  # kept: 0.9375 >= 0.9
     archive_run(db_url, str(tmp_path / "archive"), ctx, pulled, env, warm, run, parsed, v1)
     fell = {**AGREE, "top1_agreement": 0.5}
     ctx, pulled, env, warm, run, parsed = _mixed_run(tmp_path, "v2", fell, **bound)
