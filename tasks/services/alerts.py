@@ -1,6 +1,6 @@
 """Alerts: what a DAG run's notification says, the missing-data check, and the webhook POST.
 
-Airflow's notifier (``dags/perfwatch_alerts.py``, a ``BaseNotifier``) decides *when* to send; this
+Airflow's notifier (``plugins/perfwatch/notifier.py``, a ``BaseNotifier``) decides *when* to send; this
 module, plain Python, decides *what*: a Slack-compatible payload ``{"text": ..., "blocks": [...]}``
 (Slack's incoming webhooks and most chat webhooks accept it; ``text`` is the plain fallback) built
 from the store's record of the DAG run:
