@@ -25,8 +25,10 @@ only its own task instances. After the cases, ``watch_trend`` looks at each case
 gate for each tentative slowdown at a series' end (the version before it beside the newest, or the old environment
 beside the new); those gates are measured by the same mapped task groups (``confirm``, ``confirm_on_<queue>``),
 through the same measuring pool, and ``judge_trend`` alerts on what they confirm (docs/monitoring.md). Failed runs,
-regressions and ``env-changed`` verdicts alert through ``PerfwatchNotifier`` (``perfwatch_alerts.py``). The stages
-live in ``tasks.stages.pipeline``; nothing heavy is imported here, so parsing this file never imports TensorFlow.
+regressions and ``env-changed`` verdicts alert through ``PerfwatchNotifier`` (the plugin's ``perfwatch.notifier``).
+Every task reads the store once, from the Airflow connection ``PERFWATCH_DB_CONN_ID`` names when it is set
+(``perfwatch.hooks.store_url``), and hands its URL to what it calls (``db_url``). The stages live in
+``tasks.stages.pipeline``; nothing heavy is imported here, so parsing this file never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from airflow.sdk import (
     task_group,
 )
 from airflow.sdk.exceptions import AirflowFailException
-from perfwatch_alerts import PerfwatchNotifier, store_url_from_connection
+from perfwatch.hooks import store_url
+from perfwatch.notifier import PerfwatchNotifier
 
 from tasks.services.publish import release_asset_uris
 from tasks.stages.devices import dag_measuring_queues, group_id, id_part
@@ -103,12 +106,13 @@ def measure_failed(context) -> None:
     the DAG run's alert name it; a failure its stage recorded already is left as it is (tasks.stages.pipeline)."""
     from tasks.stages.pipeline import record_unmeasured
 
-    store_url_from_connection()
     ti = context["ti"]
     (pulled,) = context["task"].upstream_task_ids  # the case's pull_model_version: its state, as measure got it
     state = ti.xcom_pull(task_ids=pulled, map_indexes=ti.map_index)
     if state:
-        record_unmeasured(state, queue=ti.queue, worker=ti.hostname or None, queued_timeout_s=QUEUED_TIMEOUT_S)
+        record_unmeasured(
+            state, queue=ti.queue, worker=ti.hostname or None, queued_timeout_s=QUEUED_TIMEOUT_S, db_url=store_url()
+        )
 
 
 def profile_dag(dag_id: str, schedule, *, max_active_runs: int, trigger: str, priority: dict | None = None):
@@ -123,7 +127,7 @@ def profile_dag(dag_id: str, schedule, *, max_active_runs: int, trigger: str, pr
         max_active_runs=max_active_runs,
         max_active_tasks=MAX_ACTIVE_TASKS,
         tags=["perfwatch", "profiling" if trigger != "release" else "release"],
-        default_args={"retries": 0, "on_execute_callback": store_url_from_connection, **(priority or {})},
+        default_args={"retries": 0, **(priority or {})},
         # alerts (webhook of the Airflow connection PERFWATCH_ALERT_CONN_ID): every failed DAG run, and a
         # successful one only when a run of it has a noteworthy verdict (env-changed)
         on_failure_callback=PerfwatchNotifier(),
@@ -169,10 +173,14 @@ def _stages():
         ctx = get_current_context()
         dag_run = ctx["dag_run"]
         events = [(a.uri, dict(e.extra or {})) for a, evs in ctx["triggering_asset_events"].items() for e in evs]
+        db_url = store_url()
         if events:
-            return release_cases(dag_run.dag_id, dag_run.run_id, events, measuring_queues=MEASURING_QUEUES)
+            return release_cases(
+                dag_run.dag_id, dag_run.run_id, events, measuring_queues=MEASURING_QUEUES, db_url=db_url
+            )
         trigger = trigger_kind(dag_run.run_type, ctx["params"].get("trigger"))
-        states = plan_cases(dag_run.dag_id, dag_run.run_id, trigger, dict(ctx["params"]), None, MEASURING_QUEUES)
+        params = dict(ctx["params"])
+        states = plan_cases(dag_run.dag_id, dag_run.run_id, trigger, params, None, MEASURING_QUEUES, db_url=db_url)
         return check_map_length(states, MAX_MAP_LENGTH)
 
     @task(**STATE_XCOM)
@@ -187,7 +195,7 @@ def _stages():
         """Resolve the model version in the store, copy it to the work dir, sha256 it."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(state, "pull-model-version").to_xcom()
+        return run_stage(state, "pull-model-version", db_url=store_url()).to_xcom()
 
     @task(
         map_index_template=CASE_LABEL,
@@ -211,6 +219,7 @@ def _stages():
                 retry_left=ti.try_number <= ti.max_tries,
                 retry_in_s=HOST_BUSY_RETRY_DELAY.total_seconds(),
                 attempt=(ti.try_number, ti.max_tries + 1),
+                db_url=store_url(),
             ).to_xcom()
         except HostBusy:
             raise
@@ -222,14 +231,14 @@ def _stages():
         """xprof's converters: step-time breakdown, input-bound %, op self-times, memory."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(state, "parse").to_xcom()
+        return run_stage(state, "parse", db_url=store_url()).to_xcom()
 
     @task(map_index_template=CASE_LABEL, **STATE_XCOM)
     def baseline_compare(state: dict) -> dict:
         """Statistics against the comparable baseline; GX expectation suites enforce the thresholds."""
         from tasks.stages.pipeline import run_stage
 
-        return run_stage(state, "baseline-compare").to_xcom()
+        return run_stage(state, "baseline-compare", db_url=store_url()).to_xcom()
 
     @task(map_index_template=CASE_LABEL)
     def archive(state: dict) -> dict:
@@ -238,7 +247,7 @@ def _stages():
         compared nothing, so alerting fires."""
         from tasks.stages.pipeline import HostBusy, NotCompared, RegressionDetected, raise_on_outcome, run_stage
 
-        done = run_stage(state, "archive")
+        done = run_stage(state, "archive", db_url=store_url())
         try:
             raise_on_outcome(done)
         except (RegressionDetected, HostBusy, NotCompared) as e:
@@ -253,7 +262,7 @@ def _stages():
         from tasks.services.trend import check_dag_run
 
         dag_run = get_current_context()["dag_run"]
-        return check_dag_run(dag_run.dag_id, dag_run.run_id, planned)
+        return check_dag_run(dag_run.dag_id, dag_run.run_id, planned, db_url=store_url())
 
     @task(trigger_rule="all_done")
     def judge_trend(trend: dict) -> list[str]:
@@ -262,7 +271,7 @@ def _stages():
         from tasks.services.trend import TrendAlert, judge_night
 
         try:
-            return judge_night(trend)
+            return judge_night(trend, db_url=store_url())
         except TrendAlert as e:
             raise AirflowFailException(str(e)) from e
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -158,6 +158,12 @@ class Settings:
             samples_retention=env.get(RETENTION_VAR) or None,
             scratch=(env.get("PERFWATCH_SCRATCH") or "").strip() or None,
         )
+
+    def with_store(self, db_url: str | None) -> Settings:
+        """These settings with the store at ``db_url`` (None: as they are). The DAGs' tasks get their store from an
+        Airflow connection (``PERFWATCH_DB_CONN_ID``, read by the plugin's ``PerfwatchStoreHook``) and hand its URL
+        to the entry points they call (their ``db_url``), which use it instead of ``PERFWATCH_DATABASE_URL``."""
+        return replace(self, database_url=db_url) if db_url else self
 
     def samples_retention_days(self) -> float | None:
         """Days after which a run's raw step samples may be thinned into its stored quantiles

@@ -13,6 +13,9 @@ one FastAPI app that Airflow's API server mounts at ``/perfwatch``. The store is
     metrics.py  /perfwatch/metrics: the store in the Prometheus text format
     webhook.py  /perfwatch/alertmanager: Alertmanager's webhook, which triggers perfwatch_profile DAG runs
     app.py      the app of those routes, the /perfwatch -> /perfwatch/ redirect, standalone_app()
+    hooks.py    the DAGs' Airflow connections: the store's (PERFWATCH_DB_CONN_ID) and the alert webhook's
+    notifier.py PerfwatchNotifier, the DAGs' alerts (a BaseNotifier); the DAGs import these two as
+                ``perfwatch.hooks`` and ``perfwatch.notifier``, the plugins folder being on ``sys.path``
 
 How Airflow loads it. Airflow 3.3's plugins manager (``_load_plugins_from_plugin_directory``) does not
 import packages: it executes every ``.py`` file under the plugins folder on its own, by path, as a top-level

@@ -31,7 +31,8 @@ _HEAD = re.compile(_TIME + r"(?P<rest>.*)$")
 #: the logger of a record, on the last line of its message: ``<text> [tasks.stages.pipeline] loc=...`` (the last
 #: bracketed dotted name followed by ``key=`` or the line's end, so ``[None]`` inside a message is no logger)
 _LOGGER = re.compile(r"^(?P<text>.*\S) +\[(?P<logger>[A-Za-z_][\w.]*)\](?P<kv>(?= [\w.]+=).*|)$")
-#: loggers whose messages are shown: perfwatch's stages, runner and services; the DAG's alerts
+#: loggers whose messages are shown: perfwatch's stages, runner and services; the alerts (the plugin's notifier,
+#: ``perfwatch.notifier``; ``perfwatch_alerts`` in the logs of DAG runs from before it moved out of dags/)
 _OURS = re.compile(r"^(?:tasks(?:\.[\w.]+)?|perfwatch_alerts|perfwatch(?:\.[\w.]+)?)$")
 _STARTED = re.compile(r"^\[DAG TEST\] starting task_id=(?P<task>\S+)")
 _ENDED = re.compile(r"^\[DAG TEST\] end task task_id=(?P<task>\S+)")

@@ -1,6 +1,6 @@
 """Alerts: what a DAG run's notification says, the missing-data check, and the webhook POST.
 
-Airflow's notifier (``dags/perfwatch_alerts.py``, a ``BaseNotifier``) decides *when* to send; this
+Airflow's notifier (``plugins/perfwatch/notifier.py``, a ``BaseNotifier``) decides *when* to send; this
 module, plain Python, decides *what*: a Slack-compatible payload ``{"text": ..., "blocks": [...]}``
 (Slack's incoming webhooks and most chat webhooks accept it; ``text`` is the plain fallback) built
 from the store's record of the DAG run:
@@ -281,16 +281,21 @@ def missing_models(
 
 
 def check_missing_data(
-    settings: Settings | None = None, window_h: float | None = None, now: dt.datetime | None = None
+    settings: Settings | None = None,
+    window_h: float | None = None,
+    now: dt.datetime | None = None,
+    *,
+    db_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """The missing-data check (the ``perfwatch_watch`` DAG's task): :func:`missing_models` over the window
-    (default ``PERFWATCH_MISSING_DATA_HOURS``); returns the models checked with their last success.
+    (default ``PERFWATCH_MISSING_DATA_HOURS``) on the store ``db_url`` (default: the settings'); returns the models
+    checked with their last success.
 
     Raises:
         MissingData: some model has no successful run in the window (the message names each, with the
             time of its last success or "never").
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)
     window_h = missing_window_h() if window_h is None else window_h
     from tasks.store import migrate
 

@@ -249,6 +249,8 @@ def release_cases(
     events: list[tuple[str, dict[str, Any]]],
     settings: Settings | None = None,
     measuring_queues: list[str] | None = None,
+    *,
+    db_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """The run states (``tasks.records.RunState`` XCom dicts) of a DAG run triggered by release Asset events:
     for every published (model, version) (:func:`release_requests`), every case of that model in the nightly
@@ -256,7 +258,7 @@ def release_cases(
     baseline's version), so the gate measures exactly what the nightly runs measure and finds their baseline;
     a model outside the config gets one case of the DAG's defaults. Built by ``pipeline.plan_cases`` (as for
     the Params ``model``, ``version``, ``case='all'``), which also migrates the store and gives each case its
-    measuring queue (``measuring_queues``: the DAG's, as ``plan_cases`` takes them).
+    measuring queue (``measuring_queues``: the DAG's, as ``plan_cases`` takes them; ``db_url``: the store, likewise).
 
     Raises:
         ValueError: an event's extra is malformed, or the config is invalid (``tasks.matrix.load_config``).
@@ -265,7 +267,7 @@ def release_cases(
     from tasks.settings import Settings
     from tasks.stages.pipeline import plan_cases
 
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)
     wanted = release_requests(events)
     configured = {c.model for c in load_config(settings.config_path)} if config_exists(settings.config_path) else set()
     states: list[dict[str, Any]] = []

@@ -379,17 +379,22 @@ def raise_on_trend_alert(reports: list[TrendReport]) -> None:
 
 
 def check_dag_run(
-    dag_id: str, dag_run_id: str, planned: Sequence[Mapping[str, Any]] = (), settings: Settings | None = None
+    dag_id: str,
+    dag_run_id: str,
+    planned: Sequence[Mapping[str, Any]] = (),
+    settings: Settings | None = None,
+    *,
+    db_url: str | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """The DAG's watch-trend task: :func:`watch_dag_run` on the store of ``settings`` (default: from the
-    environment) with the cases ``planned`` tonight (the plan's run states), logged. Alerts nothing itself: the
+    """The DAG's watch-trend task: :func:`watch_dag_run` on the store ``db_url``, else of ``settings`` (default: from
+    the environment) with the cases ``planned`` tonight (the plan's run states), logged. Alerts nothing itself: the
     night's alerts wait for the confirmations (:func:`judge_night`).
 
     Returns:
         ``{"reports": [TrendReport.to_json()], "confirm": [RunState.to_xcom()]}``: the reports, and the run state
         of each paired gate to run tonight (:func:`confirm_state`), for the DAG to measure like any case.
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)
     states = [RunState.model_validate(p) for p in planned]
     by_case = {(st.ctx.case.model, st.ctx.case.name): st for st in states}
     reports = watch_dag_run(settings.database_url, dag_id, dag_run_id, {k: st.ctx.case for k, st in by_case.items()})
@@ -516,7 +521,7 @@ def confirm_now(settings: Settings, model: str, cases: Sequence[Case]) -> list[C
     return out
 
 
-def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> list[str]:
+def judge_night(trend: Mapping[str, Any], settings: Settings | None = None, *, db_url: str | None = None) -> list[str]:
     """The DAG's last trend task, after the confirmations ran: the verdict of each paired gate of ``trend["confirm"]``
     (as stored: ``tasks.store.reads.verdict_stories``) decides whether its tentative slowdown alerts
     (``changes.confirm_outcome``); then :func:`raise_on_trend_alert` on the reports of ``trend["reports"]`` with
@@ -525,7 +530,7 @@ def judge_night(trend: Mapping[str, Any], settings: Settings | None = None) -> l
     Raises:
         TrendAlert: a report alerts, or a paired gate confirmed a tentative slowdown (the gate's interval named).
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)  # db_url: the store, as check_dag_run
     reports = [TrendReport(**r) for r in trend.get("reports", [])]
     found: dict[tuple[str, str], list[str]] = {}
     lines = []

@@ -105,6 +105,8 @@ def plan_cases(
     params: dict[str, Any],
     settings: Settings | None = None,
     measuring_queues: Sequence[str] | None = None,
+    *,
+    db_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """One run state per case, as its XCom dict: the Param-given model when set (the other Params fill its
     Case), else every case of the YAML config exactly as configured there (the nightly run). With Params
@@ -121,6 +123,7 @@ def plan_cases(
         measuring_queues: the DAG's measuring queues, the default first (the DAG passes the ones it was parsed
             with, ``tasks.stages.devices.dag_measuring_queues``); None: ``PERFWATCH_PROFILE_QUEUE`` and the
             config's ``queues:`` as they are now.
+        db_url: the store (the DAG's task passes the one of its Airflow connection); None: the settings'.
 
     Also migrates the store to the latest schema (idempotent), once per DAG run.
 
@@ -135,7 +138,7 @@ def plan_cases(
     """
     from tasks.stages import devices
 
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)
     migrate(settings.database_url)
     if params.get("case"):
         if not params.get("model"):
@@ -331,7 +334,13 @@ def version_words(state: RunState) -> str:
     return "version latest" if asked == "latest" else version_label(asked)
 
 
-def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: Settings | None = None) -> RunState:
+def run_stage(
+    state: RunState | Mapping[str, Any],
+    stage_id: StageId,
+    settings: Settings | None = None,
+    *,
+    db_url: str | None = None,
+) -> RunState:
     """Run stage ``stage_id`` (``tasks.stages.registry``) of the run ``state`` (a ``RunState``, or its XCom
     dict) and return the state with the stage's record in its field (``Stage.field``). A no-op for a run
     already stored as a success (the state gets ``archived``, the stored run); a failure is recorded in the
@@ -340,7 +349,7 @@ def run_stage(state: RunState | Mapping[str, Any], stage_id: StageId, settings: 
     Raises:
         StageInputMissing: an earlier stage's file is gone; anything the stage raises (recorded first).
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)  # db_url: the DAG task's store (plan_cases)
     state = as_state(state)
     ctx = state.ctx
     with scratch.task_dir(settings, ctx), _recorded(state, stage_id, settings):
@@ -714,6 +723,7 @@ def measure_case(
     retry_left: bool,
     retry_in_s: float | None = None,
     attempt: tuple[int, int] | None = None,
+    db_url: str | None = None,
 ) -> RunState:
     """env-fingerprint → warm-up → profiled run of one case, in this process and so on this host: the fingerprint
     describes the host that warmed up and measured. The DAG's ``measure`` task runs it on a measuring worker
@@ -725,7 +735,7 @@ def measure_case(
     Raises:
         HostBusy: the measurement was too noisy and ``retry_left``; anything a stage raises (recorded first).
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)  # db_url: the DAG task's store (plan_cases)
     state = as_state(state)
     with scratch.task_dir(settings, state.ctx):
         for stage_id in MEASURING_STAGES[:-1]:
@@ -769,6 +779,7 @@ def record_unmeasured(
     worker: str | None,
     queued_timeout_s: float,
     settings: Settings | None = None,
+    db_url: str | None = None,
 ) -> int | None:
     """For the DAG's ``measure`` failure callback: record the case of ``state`` (the state measure was given) as a
     failed run at ``env-fingerprint`` with :func:`unmeasured_reason`, when the store holds no run of it for this
@@ -779,7 +790,7 @@ def record_unmeasured(
     Raises:
         tasks.store.engine.StoreUnreachable: the store cannot be reached.
     """
-    settings = settings or Settings.from_env()
+    settings = (settings or Settings.from_env()).with_store(db_url)  # db_url: the callback's store (plan_cases)
     ctx = as_state(state).ctx
     if stored_run(settings.database_url, ctx) is not None:
         return None

@@ -68,9 +68,10 @@ class FakeAirflowAssets:
 # the perfwatch plugin module, loaded from its file
 
 
-# Airflow puts the dags folder on sys.path when it parses it (its DAG bundles do): the DAG files import
-# their sibling perfwatch_alerts.py. A bare DagBag() does not, so the probes here add it.
-DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "dags")])
+# Airflow puts the plugins folder on sys.path in every process (airflow.settings, [core] plugins_folder): the DAG
+# files import the plugin's notifier and hooks as perfwatch.notifier and perfwatch.hooks. A process whose
+# AIRFLOW_HOME is a test's own may not have plugins_folder set, so the probes here add the folder themselves.
+DAG_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "plugins")])
 
 
 # this venv's Airflow CLI and the environment of a DAG run through it

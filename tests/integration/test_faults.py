@@ -35,6 +35,7 @@ from tasks.store import (
 from tasks.store.writes import record_failure
 from tests.conftest import PG_URL, _fresh_pg_url
 from tests.helpers import ROOT as ROOT
+from tests.helpers.airflow import DAG_PYTHONPATH
 from tests.helpers.builders import KEYS, compared_bundle, count, files, make_records, settings_for, snapshot
 
 
@@ -58,7 +59,7 @@ archive = task("archive")
 def env_for(st: Settings) -> dict[str, str]:
     return {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": DAG_PYTHONPATH,  # the plugins folder too: the DAGs import perfwatch.notifier
         "PERFWATCH_HOME": str(st.home),
         "PERFWATCH_DATABASE_URL": st.database_url,
         "PERFWATCH_ARCHIVE": st.archive_root,

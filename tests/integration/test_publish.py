@@ -19,7 +19,7 @@ from tasks.modelstore import resolve_version
 from tasks.services import publish
 from tasks.stages.pull import pull_model_version
 from tests.helpers import ROOT as ROOT
-from tests.helpers.airflow import FakeAirflowAssets
+from tests.helpers.airflow import DAG_PYTHONPATH, FakeAirflowAssets
 
 BIN = Path(sys.executable).parent
 
@@ -358,7 +358,7 @@ def test_publish_asset_event_runs_the_paired_release_gate(model_store, model_fil
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
+        "PYTHONPATH": DAG_PYTHONPATH,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "ci:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": "perfwatch-test-secret",

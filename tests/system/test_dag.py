@@ -60,6 +60,8 @@ print(json.dumps({
                 "same_tasks": sorted(rel.task_ids) == sorted(dag.task_ids),
                 "callbacks": [type(c).__name__ for c in (rel.on_failure_callback, rel.on_success_callback)]},
     "callbacks": [type(c).__name__ for c in (dag.on_failure_callback, dag.on_success_callback)],
+    "on_execute": sorted({f"{d.dag_id}.{t.task_id}" for d in (dag, rel, bag.get_dag("perfwatch_watch"))
+                          for t in d.tasks if t.on_execute_callback}),
     "watch": {"schedule": bag.get_dag("perfwatch_watch").timetable.expression,
               "on_failure": type(
                   bag.get_dag("perfwatch_watch").get_task("missing_data").on_failure_callback[0]).__name__},
@@ -137,8 +139,8 @@ def test_release_assets_and_alerts_are_wired(tmp_path):
     runs the same tasks as the nightly DAG, several runs at once and ahead of the nightly's in the measuring pool
     (issue 35 item 4: a release waited 6 minutes behind a nightly case's busy-host retry, max_active_runs=1); the
     nightly DAG keeps its cron alone; failed DAG runs and noteworthy verdicts alert through PerfwatchNotifier in
-    both; the missing-data check runs hourly with the same notifier. A config that cannot be read leaves the cron
-    schedule alone."""
+    both; the missing-data check runs hourly with the same notifier. No task has an ``on_execute_callback``. A config
+    that cannot be read leaves the cron schedule alone."""
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text(
         "models:\n  - {model: resnet}\n  - {model: bert, batch_size: 8}\n  - {model: resnet, batch_size: 4}\n"
@@ -160,6 +162,9 @@ def test_release_assets_and_alerts_are_wired(tmp_path):
         "callbacks": ["PerfwatchNotifier", "PerfwatchNotifier"],
     }
     assert info["watch"] == {"schedule": "0 * * * *", "on_failure": "PerfwatchNotifier"}
+    # no task runs a callback before it starts: each reads its store itself (perfwatch.hooks.store_url), where one
+    # exported the store connection into os.environ before
+    assert info["on_execute"] == []
     broken = _probe(PERFWATCH_CONFIG=str(tmp_path / "missing.yaml"))
     assert broken["errors"] == {} and broken["schedule"] == "0 2 * * *" and broken["release_assets"] == []
 

@@ -20,6 +20,7 @@ from tasks.services import alerts
 from tasks.settings import Settings
 from tasks.store import RunComparison, session_scope
 from tests.helpers import ROOT as ROOT
+from tests.helpers.airflow import DAG_PYTHONPATH
 from tests.helpers.builders import T0, add_failure, add_run
 from tests.helpers.fakes import Sink
 
@@ -52,10 +53,16 @@ def sink(monkeypatch):
 
 
 @pytest.fixture
-def notifier_module(monkeypatch):
-    """``dags/perfwatch_alerts.py`` imported as Airflow imports it (the dags folder on sys.path)."""
-    monkeypatch.syspath_prepend(str(ROOT / "dags"))
-    return importlib.import_module("perfwatch_alerts")
+def notifier_module():
+    """The plugin's notifier module (``plugins/perfwatch/notifier.py``; the DAGs import it as ``perfwatch.notifier``,
+    the plugins folder on sys.path)."""
+    return importlib.import_module("plugins.perfwatch.notifier")
+
+
+@pytest.fixture
+def hooks_module():
+    """The plugin's hooks module (``plugins/perfwatch/hooks.py``)."""
+    return importlib.import_module("plugins.perfwatch.hooks")
 
 
 def set_evidence(db_url: str, run_id: int, **evidence) -> None:
@@ -200,7 +207,7 @@ def test_delivery_errors_and_a_missing_connection(db_url, sink, notifier_module,
         ({"host": "127.0.0.1", "port": 9000, "schema": "hook/path"}, "https://127.0.0.1:9000/hook/path", {}),
     ],
 )
-def test_webhook_target_from_a_connection(notifier_module, conn, url, headers):
+def test_webhook_target_from_a_connection(hooks_module, conn, url, headers, monkeypatch):
     from airflow.sdk import Connection
 
     c = Connection(
@@ -212,7 +219,52 @@ def test_webhook_target_from_a_connection(notifier_module, conn, url, headers):
         password=conn.get("password"),
         extra=json.dumps(conn.get("extra", {})),
     )
-    assert notifier_module.webhook_target(c) == (url, headers)
+    assert hooks_module.webhook_target(c) == (url, headers)
+    # the hook reads the connection named by PERFWATCH_ALERT_CONN_ID (else perfwatch_alerts) the same way
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_HOOK", c.as_json())
+    monkeypatch.setenv("PERFWATCH_ALERT_CONN_ID", "team_hook")
+    assert hooks_module.PerfwatchWebhookHook().get_conn() == (url, headers)
+    monkeypatch.delenv("PERFWATCH_ALERT_CONN_ID")
+    monkeypatch.setenv("AIRFLOW_CONN_PERFWATCH_ALERTS", c.as_json())
+    assert hooks_module.PerfwatchWebhookHook().get_conn() == (url, headers)
+
+
+def test_the_store_hook_reads_the_connection_named_by_perfwatch_db_conn_id(hooks_module, tmp_path, monkeypatch):
+    """``PerfwatchStoreHook`` turns a connection's URI into the store's SQLAlchemy URL; ``store_url`` (what every DAG
+    task and the notifier call) uses the connection ``PERFWATCH_DB_CONN_ID`` names, else ``PERFWATCH_DATABASE_URL``,
+    and sets nothing in the environment."""
+    monkeypatch.setenv("AIRFLOW_CONN_PW_STORE", "postgres://pw:s3cret@db.internal:5432/perfwatch")
+    hook = hooks_module.PerfwatchStoreHook("pw_store")
+    assert hook.get_url() == "postgresql+psycopg://pw:s3cret@db.internal:5432/perfwatch"
+    assert (hook.conn_name_attr, hook.default_conn_name) == ("perfwatch_conn_id", "perfwatch_db")
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{tmp_path / 'settings.db'}")
+    monkeypatch.delenv("PERFWATCH_DB_CONN_ID", raising=False)
+    assert hooks_module.store_url() == f"sqlite:///{tmp_path / 'settings.db'}"
+    monkeypatch.setenv("PERFWATCH_DB_CONN_ID", "pw_store")
+    before = dict(os.environ)
+    assert hooks_module.store_url() == "postgresql+psycopg://pw:s3cret@db.internal:5432/perfwatch"
+    assert dict(os.environ) == before
+
+
+def test_the_notifier_reads_the_store_of_the_connection_and_leaves_the_environment_alone(
+    db_url, tmp_path, sink, notifier_module, monkeypatch
+):
+    """With ``PERFWATCH_DB_CONN_ID`` set, the alert is built from the store of that Airflow connection, not the
+    settings' (``PERFWATCH_DATABASE_URL`` names an empty one here), and no callback path writes ``os.environ``
+    (before, ``store_url_from_connection`` exported the connection as ``PERFWATCH_DATABASE_URL``)."""
+    base = add_run(db_url, tmp_path, "c1", verdict="no-baseline")
+    reg = add_run(db_url, tmp_path, "c2", version="2", verdict="regression", median=13.0, baseline=base, ratio=1.3)
+    monkeypatch.setenv("AIRFLOW_CONN_PERFWATCH_STORE", db_url)
+    monkeypatch.setenv("PERFWATCH_DB_CONN_ID", "perfwatch_store")
+    monkeypatch.setenv("PERFWATCH_DATABASE_URL", f"sqlite:///{tmp_path / 'not-the-store.db'}")
+    before = dict(os.environ)
+    notifier = notifier_module.PerfwatchNotifier()
+    assert f"(run {reg}): verdict regression" in notifier.payload(dag_context("c2", reason="task_failure"))["text"]
+    notifier(dag_context("c2", reason="task_failure"))
+    assert dict(os.environ) == before
+    (post,) = sink.posts
+    assert f"(run {reg}): verdict regression" in post["body"]["text"]
+    assert not (tmp_path / "not-the-store.db").exists()
 
 
 def test_missing_data_names_each_model_without_a_recent_success(db_url, tmp_path, monkeypatch):
@@ -254,17 +306,22 @@ def test_missing_data_window_setting(monkeypatch):
 
 
 _WATCH_RUN = """
-import json, sys
+import json, os, sys
 from airflow.dag_processing.dagbag import DagBag
+before = dict(os.environ)
 dr = DagBag(dag_folder=sys.argv[1]).get_dag("perfwatch_watch").test()
-print(json.dumps({"state": str(dr.state)}))
+changed = sorted(k for k in {*before, *os.environ} if k.startswith("PERFWATCH_") and before.get(k) != os.environ.get(k))
+print(json.dumps({"state": str(dr.state), "env_changed": changed}))
 """
 
 
 @pytest.mark.slow  # migrates an Airflow metadata DB and runs the watch DAG (dag.test())
 def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
     """The hourly perfwatch_watch DAG (``dag.test()``, a real Airflow task run) fails on a model without data,
-    and its notifier POSTs the missing-data alert to the webhook."""
+    and its notifier POSTs the missing-data alert to the webhook. Its task reads the store from the Airflow
+    connection ``PERFWATCH_DB_CONN_ID`` names (``PerfwatchStoreHook``; it migrates that store, not the settings'),
+    and nothing sets perfwatch's variables in the process's environment (the task and the callbacks run in this
+    process under ``dag.test()``; Airflow exports its own ``AIRFLOW_CTX_*``)."""
     cfg = tmp_path / "perfwatch.yaml"
     cfg.write_text("models:\n  - {model: demo_mobilenet}\n")
     env = {
@@ -274,7 +331,10 @@ def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "PERFWATCH_CONFIG": str(cfg),
         "GX_ANALYTICS_ENABLED": "false",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "dags")]),
+        "PYTHONPATH": DAG_PYTHONPATH,
+        "AIRFLOW_CONN_PERFWATCH_STORE": f"sqlite:///{tmp_path / 'connection.db'}",
+        "PERFWATCH_DB_CONN_ID": "perfwatch_store",
+        "PERFWATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'settings.db'}",
     }
     subprocess.run(
         [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
@@ -292,7 +352,10 @@ def test_the_watch_dag_alerts_on_missing_data(home, tmp_path, sink):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["state"] == "failed"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["state"] == "failed"
+    assert result["env_changed"] == []
+    assert (tmp_path / "connection.db").is_file() and not (tmp_path / "settings.db").exists()
     (post,) = sink.posts
     assert post["body"]["blocks"][0]["text"]["text"] == "perfwatch: missing data"
     assert "no successful perfwatch run in the last 36 h for: demo_mobilenet (never succeeded)" in post["body"]["text"]
