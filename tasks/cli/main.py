@@ -624,7 +624,8 @@ def run_cmd(
         float | None,
         typer.Option(
             help="Also gate the cold step (tracing, XLA compilation, one step) over the paired gate's processes: "
-            "a slowdown past this relative change (0.5 = 50%) is a regression; unset: recorded, not judged.",
+            "a slowdown past this relative change (0.5 = 50%) is a regression, and the gate goes on until it "
+            "decides; unset: judged at 0.5, the gate going on for it only while it looks past that.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,
@@ -633,7 +634,8 @@ def run_cmd(
         typer.Option(
             help="Also gate each version's resident memory (its load, build and cold step, where it was set up "
             "first) over the paired gate's processes, or each process's peak memory across environments: growth "
-            "past this relative change (0.2 = 20%) is a regression; unset: recorded, not judged.",
+            "past this relative change (0.2 = 20%) is a regression, and the gate goes on until it decides; unset: "
+            "judged at 0.25, the gate going on for it only while it looks past that.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,

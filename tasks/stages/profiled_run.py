@@ -480,12 +480,12 @@ def _process_gate(
         if waiting:
             waited_for[str(k + 1)] = waiting
         log.info(
-            "paired gate of %s %s: look after process %d of at most %d on %s time: %s",
+            "paired gate of %s %s: look after process %d of at most %d on %s: %s",
             case.model,
             case.name,
             k + 1,
             design.max_processes,
-            metric,
+            _metric_words(metric),
             _look_words(decided, waiting),
         )
         return decided and not waiting
@@ -614,6 +614,12 @@ def _waiting(
     tolerances = case.model_dump()
     figures = gates(units, tolerances, confidence=case.confidence, looks=looks, max_processes=design.max_processes)
     return metric_gates.undecided_gated(figures, tolerances, busy=metric != "wall")
+
+
+def _metric_words(metric: str) -> str:
+    """The metric a look judged on, in a log line: ``wall time``, ``CPU time``, or for ``none`` (the host too busy
+    for either: ``verdict.stop_metric``) ``no time (the host too busy to judge)``."""
+    return {"wall": "wall time", "cpu": "CPU time"}.get(metric, "no time (the host too busy to judge)")
 
 
 def _look_words(decided: bool, waiting: list[str]) -> str:
@@ -748,12 +754,12 @@ def _environment_gate(
         if waiting:
             waited_for[str(k + 1)] = waiting
         log.info(
-            "cross-environment gate of %s %s: look after pair %d of at most %d on %s time: %s",
+            "cross-environment gate of %s %s: look after pair %d of at most %d on %s: %s",
             case.model,
             case.name,
             k + 1,
             design.max_processes,
-            metric,
+            _metric_words(metric),
             _look_words(decided, waiting),
         )
         if decided and not waiting:
