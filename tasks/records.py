@@ -1431,9 +1431,10 @@ class Acceptance(Record):
 #: the evidence keys of the per-process figures a paired gate records beside step time (``tasks.analysis.metric_gates``)
 FIGURE_KEYS = ("cold_step", "model_memory", "process_memory")
 #: what :attr:`VerdictStory.figures` keeps of each: the figure and its unit, B/A with its interval, the verdict at
-#: the tolerance, the processes, both sides' medians (``unit``), whether it was measured (False: said, not judged)
-#: and whether the case set its tolerance (the gate waited for it; False: judged at the figure's default tolerance
-#: where the gate stopped, ``tasks.analysis.metric_gates.DEFAULT_TOLERANCES``)
+#: the tolerance, the processes, both sides' medians (``unit``), whether it was measured (False: a tolerance the case
+#: set that the gate could not judge, said in the reason) and whether the case set its tolerance (``gated``: the
+#: gate waited for its decision; False: judged at the figure's default, ``metric_gates.DEFAULT_TOLERANCES``); the
+#: story adds ``tolerance_from`` (``case`` or ``default``), the same fact in words
 FIGURE_FIELDS = (
     "metric",
     "unit",
@@ -1448,6 +1449,15 @@ FIGURE_FIELDS = (
     "measured",
     "gated",
 )
+
+
+def _figure_fields(figure: Mapping[str, Any]) -> dict[str, Any]:
+    """A figure's :data:`FIGURE_FIELDS` from its evidence (None where absent; ``measured`` True unless the evidence
+    says False) and ``tolerance_from``: ``case`` where the case set the tolerance (``gated``), else ``default``."""
+    out = {f: figure.get(f) for f in FIGURE_FIELDS}
+    out["measured"] = figure.get("measured") is not False
+    out["tolerance_from"] = "case" if figure.get("gated") else "default"
+    return out
 
 
 class VerdictStory(Record):
@@ -1638,11 +1648,7 @@ class VerdictStory(Record):
             ],
             regressed_on=[str(x) for x in ev.get("regressed_on") or []],
             step_verdict=str(ev["step_verdict"]) if ev.get("step_verdict") else None,
-            figures={
-                key: {f: ev[key].get(f) for f in FIGURE_FIELDS}
-                for key in FIGURE_KEYS
-                if isinstance(ev.get(key), Mapping)
-            },
+            figures={key: _figure_fields(ev[key]) for key in FIGURE_KEYS if isinstance(ev.get(key), Mapping)},
         )
 
     @classmethod

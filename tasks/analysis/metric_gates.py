@@ -254,7 +254,8 @@ def process_metric_gate(
     verdict = verdict_from_ci(low, high, tolerance)
     reason = (
         f"{metric} ratio {ratio:.3f} [{low:.3f}, {high:.3f}] at {confidence:.0%} ({k} processes{look}; {medians}; "
-        f"the version set up first paid x{math.exp(beta):.2f}, taken out), "
+        f"the version built first in a process paid x{math.exp(beta):.2f} for its one-time costs, taken out of the "
+        "ratio), "
         f"{_tolerance_text(tolerance, gated)}: {verdict}"
     )
     return out(verdict, reason, ratio=ratio, ci_low=low, ci_high=high, order_ratio=math.exp(beta))

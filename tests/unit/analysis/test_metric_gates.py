@@ -30,7 +30,7 @@ def test_a_slower_cold_step_is_a_regression_with_the_order_taken_out():
     g = gate(*cold_steps(6, 1.6, 1))
     assert g.verdict == "regression" and g.processes == 6
     assert g.ci_low < 1.6 < g.ci_high and 1.2 < g.order_ratio < 1.4
-    assert g.reason.startswith("cold_step_ms ratio 1.") and "the version set up first paid x1." in g.reason
+    assert g.reason.startswith("cold_step_ms ratio 1.") and "the version built first in a process paid x1." in g.reason
 
 
 def test_an_equal_cold_step_passes_although_the_first_version_pays_more():

@@ -273,17 +273,17 @@ def test_a_regression_another_figure_made_is_headed_by_that_figure_everywhere(st
     figure = {"metric": "model_rss_bytes", "ratio": 1.287, "ci_low": 1.153, "ci_high": 1.437, "verdict": "regression"}
     evidence = {"reason": "r", "regressed_on": [memory], "step_verdict": step_verdict, "model_memory": figure}
     ratio = 1.0 if step_verdict == "pass" else 1.5
-    story = VerdictStory.from_evidence(
-        run_id=1,
-        verdict="regression",
-        method="paired-abba",
-        metric="wall",
-        ratio=ratio,
-        ci_low=ratio - 0.02,
-        ci_high=ratio + 0.02,
-        evidence=evidence,
-        baseline_run_id=None,
-    )
+    run = {
+        "run_id": 1,
+        "verdict": "regression",
+        "method": "paired-abba",
+        "metric": "wall",
+        "ratio": ratio,
+        "ci_low": ratio - 0.02,
+        "ci_high": ratio + 0.02,
+        "baseline_run_id": None,
+    }
+    story = VerdictStory.from_evidence(**run, evidence=evidence)
     lines, line, page = story_lines(story), story_line(story), story_html(story)
     if step_verdict == "pass":
         assert lines[0] == f"verdict regression on {memory}"
@@ -298,3 +298,8 @@ def test_a_regression_another_figure_made_is_headed_by_that_figure_everywhere(st
     assert story_dict(story)["regressed_on"] == [memory]
     # JSON readers get the figure itself, not only its words
     assert story_dict(story)["figures"]["model_memory"]["ci_low"] == 1.153 and "cold_step" not in story.figures
+    # measured, and judged at its default (the evidence has no "gated": the case set no tolerance)
+    assert story.figures["model_memory"]["measured"] is True
+    assert story.figures["model_memory"]["tolerance_from"] == "default"
+    told = VerdictStory.from_evidence(**run, evidence={**evidence, "model_memory": {**figure, "gated": True}})
+    assert told.figures["model_memory"]["tolerance_from"] == "case"
