@@ -12,7 +12,9 @@ Run: ``.venv/bin/python bench/figure_gate_power.py [--series 300]`` (seconds). P
 
 ``--defaults``: a case that sets no tolerance instead (each figure at its default, ``metric_gates.DEFAULT_TOLERANCES``;
 the gate going on for it only while it is undecided and looks past the default), step time deciding after 4 or 6
-processes, a budget of 6, per-process noise as the real A/A gates measured it (docs/verdicts.md) or wider::
+processes, a budget of 6, per-process noise of 8% and 15% (cold step) and 3% and 5% (memory): the real A/A gates'
+log sd, ``bench/process_figures.py``'s noise line, was 0.04-0.13 quiet and 0.10-0.21 busy on the cold step (not
+judged on a busy host) and at most 0.017 on memory (docs/verdicts.md)::
 
     figure_gate_power: defaults figure=<name> sd=<noise> factor=<x> step_stop=<K> regression=<share> pass=<share>
     undecided=<share> mean_processes=<mean>
@@ -25,10 +27,19 @@ import math
 import random
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 FIRST_COST = 1.3  #: what the version set up first pays (the fake runner's FIRST_COLD_COST)
+
+
+def draw(r: random.Random, first: str, k: int, factor: float, sd: float) -> tuple[float, float, str]:
+    """Process ``k``'s figure of A and of B (B ``factor`` times A's) and the version it set up first: the order
+    alternating from ``first``, the first one paying :data:`FIRST_COST`, log-normal noise ``sd`` on each."""
+    f = first if k % 2 == 0 else ("B" if first == "A" else "A")
+    a = (FIRST_COST if f == "A" else 1.0) * math.exp(r.gauss(0, sd))
+    return a, factor * (FIRST_COST if f == "B" else 1.0) * math.exp(r.gauss(0, sd)), f
 
 
 def series(figure: str, factor: float, sd: float, budget: int, seed: int) -> int | None:
@@ -41,9 +52,9 @@ def series(figure: str, factor: float, sd: float, budget: int, seed: int) -> int
     b: list[float] = []
     b_first: list[bool] = []
     for k in range(budget):
-        f = first if k % 2 == 0 else ("B" if first == "A" else "A")
-        a.append((FIRST_COST if f == "A" else 1.0) * math.exp(r.gauss(0, sd)))
-        b.append(factor * (FIRST_COST if f == "B" else 1.0) * math.exp(r.gauss(0, sd)))
+        x, y, f = draw(r, first, k, factor, sd)
+        a.append(x)
+        b.append(y)
         b_first.append(f == "B")
         if k + 1 < 3:
             continue
@@ -77,11 +88,10 @@ def at_default(figure: str, factor: float, sd: float, step_stop: int, budget: in
     )
     key = "model_memory" if figure == "model_rss_bytes" else "cold_step"
     for k in range(budget):
-        f = first if k % 2 == 0 else ("B" if first == "A" else "A")
+        x, y, f = draw(r, first, k, factor, sd)
         p = dict.fromkeys(("a_model_rss_bytes", "b_model_rss_bytes", "a_cold_step_ms", "b_cold_step_ms"))
-        p[a_f] = 100.0 * (FIRST_COST if f == "A" else 1.0) * math.exp(r.gauss(0, sd))
-        p[b_f] = 100.0 * factor * (FIRST_COST if f == "B" else 1.0) * math.exp(r.gauss(0, sd))
-        procs.append(type("P", (), {**p, "first_built": f}))
+        p[a_f], p[b_f] = 100.0 * x, 100.0 * y
+        procs.append(SimpleNamespace(**p, first_built=f))
         if k + 1 < max(3, step_stop):
             continue
         g = process_gates(procs, {}, confidence=0.99, looks=list(range(3, k + 2)), max_processes=budget)

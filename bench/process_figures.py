@@ -9,10 +9,11 @@ them, ``bench/gates.py``'s ``BackgroundLoad``), then ``.venv/bin/python bench/pr
 (seconds) to read one or more such homes.
 
 Printed per gate: its processes, the looks at which it went on for a figure after step time had decided
-(``waited_for``), the host (other processes' share of the CPU over the pairs, the 1-min load at the start), and each
-figure's gate as the compare stage records it (``tasks.analysis.metric_gates``: its 99% repeated interval at the
-gate's last look), recomputed from the gate's archived ``paired/result.json`` at the product's default tolerances
-(``DEFAULT_TOLERANCES``: what a case that sets none is judged at). Last line::
+(``waited_for``), the host (other processes' share of the CPU over the pairs, the 1-min load at the start), each
+figure's per-process noise (:func:`noise`), and each figure's gate as the compare stage records it
+(``tasks.analysis.metric_gates``: its 99% repeated interval at the gate's last look), recomputed from the gate's
+archived ``paired/result.json`` at the product's default tolerances (``DEFAULT_TOLERANCES``: what a case that sets
+none is judged at). Last line::
 
     process_figures: gates=<n> processes=<n> cold_ci=<widest [low, high]> memory_ci=<widest [low, high]>
     cold_false=<regressions at the default> memory_false=<regressions at the default> cold_pass=<passes>
@@ -52,6 +53,27 @@ def collect(home: Path, gates: int, busy: int) -> None:
         (home / "load1_end.txt").write_text(f"{os.getloadavg()[0]:.2f}\n")
     finally:
         load.stop()
+
+
+def noise(procs: list) -> str:
+    """Each figure's per-process noise in one gate, the sd of its log (what ``figure_gate_power.py --defaults``
+    simulates): the cold step's from the residuals of the order fit (ln(B/A) on the set-up order, K - 2 degrees of
+    freedom) over sqrt(2), one figure's share of a difference of two; memory's within each side's processes that set
+    it up first."""
+    import numpy as np
+
+    held = [p for p in procs if p.first_built and (p.a_cold_step_ms or 0) > 0 and (p.b_cold_step_ms or 0) > 0]
+    out = []
+    if len(held) > 2:
+        d = np.log([p.b_cold_step_ms / p.a_cold_step_ms for p in held])
+        x = np.c_[np.ones(len(held)), [1.0 if p.first_built == "B" else -1.0 for p in held]]
+        r = d - x @ np.linalg.lstsq(x, d, rcond=None)[0]
+        out.append(f"cold step {float(np.sqrt((r**2).sum() / (len(d) - 2) / 2)):.3f}")
+    for who, field in (("A", "a_model_rss_bytes"), ("B", "b_model_rss_bytes")):
+        v = [np.log(getattr(p, field)) for p in procs if p.first_built == who and (getattr(p, field) or 0) > 0]
+        if len(v) > 1:
+            out.append(f"memory set up first, {who} {float(np.std(v, ddof=1)):.3f}")
+    return ", ".join(out) or "too few processes"
 
 
 def analyse(homes: list[Path]) -> None:
@@ -94,6 +116,7 @@ def analyse(homes: list[Path]) -> None:
                     widest[gate.metric] = (min(lo, gate.ci_low), max(hi, gate.ci_high))
             if len(gates) < len(FIGURES):
                 print(f"  not recorded by its processes: {sorted(set(FIGURES) - {x.metric for x in gates.values()})}")
+            print(f"  per-process noise (log sd): {noise(g.processes)}")
 
     def span(m: str) -> str:
         return f"[{widest[m][0]:.3f},{widest[m][1]:.3f}]" if m in widest else "none"

@@ -11,3 +11,7 @@ plugin, outside ``tasks/``, reuses its plot).
 #: starts, and importing ``tasks.records`` (pydantic building the records) would double that start-up
 #: (``tests/unit/cli/test_cli_startup.py`` checks the two agree).
 DEFAULT_MEASURED_STEPS = 320
+#: ``tasks.records.COLD_STEP_DEFAULT_TOLERANCE`` and ``MEMORY_DEFAULT_TOLERANCE`` written out for the options' help,
+#: for the same reason (the same test checks them)
+COLD_STEP_DEFAULT_TOLERANCE = 0.5
+MEMORY_DEFAULT_TOLERANCE = 0.25

@@ -20,7 +20,9 @@ import typer
 from typer.core import TyperGroup
 
 from tasks.cli import (  # the command groups' modules: each defines ``register(app: typer.Typer)``, called below
+    COLD_STEP_DEFAULT_TOLERANCE,
     DEFAULT_MEASURED_STEPS,
+    MEMORY_DEFAULT_TOLERANCE,
     baseline,
     calibrate,
     changes,
@@ -625,7 +627,8 @@ def run_cmd(
         typer.Option(
             help="Also gate the cold step (tracing, XLA compilation, one step) over the paired gate's processes: "
             "a slowdown past this relative change (0.5 = 50%) is a regression, and the gate goes on until it "
-            "decides; unset: judged at 0.5, the gate going on for it only while it looks past that.",
+            f"decides; unset: judged at {COLD_STEP_DEFAULT_TOLERANCE}, the gate going on for it only while it looks "
+            "past that.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,
@@ -635,7 +638,7 @@ def run_cmd(
             help="Also gate each version's resident memory (its load, build and cold step, where it was set up "
             "first) over the paired gate's processes, or each process's peak memory across environments: growth "
             "past this relative change (0.2 = 20%) is a regression, and the gate goes on until it decides; unset: "
-            "judged at 0.25, the gate going on for it only while it looks past that.",
+            f"judged at {MEMORY_DEFAULT_TOLERANCE}, the gate going on for it only while it looks past that.",
             rich_help_panel=_PAIRED,
         ),
     ] = None,

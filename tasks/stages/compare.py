@@ -324,6 +324,7 @@ def baseline_compare(
             NaN/non-positive step time (names ``a_blocks[i]``/``b_blocks[i]`` and the index).
     """
     samples = read_view(run.samples_path, StepSamples)
+    raw_samples = json.loads(Path(run.samples_path).read_text())  # a server point's queries, the agreement record
     measured = samples.measured_step_times_ms
     inputs = reads.gather_compare_inputs(
         db_url,
@@ -351,7 +352,7 @@ def baseline_compare(
     if case.scenario == "server":
         from tasks.store.writes import server_point_record
 
-        point = server_point_record(json.loads(Path(run.samples_path).read_text()), run.latency_ms)
+        point = server_point_record(raw_samples, run.latency_ms)
     if point is not None and case.gate_percentile is not None and d.baseline_run_ids:
         # the per-query tail against the baseline run's at the same rate: what the paired gate's back-to-back
         # batches (service time) do not measure
@@ -360,7 +361,7 @@ def baseline_compare(
     paired_steps = [t for blk in paired.a + paired.b for t in blk] if paired else None
     busy = bool((run.noise or {}).get("busy"))
     table, figures = _process_gates(case, run)
-    check = _agreement_check(case, json.loads(Path(run.samples_path).read_text()))
+    check = _agreement_check(case, raw_samples)
     outcomes, gx_results = _validate(
         d,
         case,

@@ -81,10 +81,11 @@ def test_probe_sees_a_heavy_import():
 
 
 def test_default_measured_steps_written_out_agrees_with_records():
-    from tasks.cli import DEFAULT_MEASURED_STEPS
-    from tasks.records import DEFAULT_MEASURED_STEPS as RECORDS_DEFAULT
+    from tasks import cli, records
 
-    assert DEFAULT_MEASURED_STEPS == RECORDS_DEFAULT
+    assert cli.DEFAULT_MEASURED_STEPS == records.DEFAULT_MEASURED_STEPS
+    assert cli.COLD_STEP_DEFAULT_TOLERANCE == records.COLD_STEP_DEFAULT_TOLERANCE
+    assert cli.MEMORY_DEFAULT_TOLERANCE == records.MEMORY_DEFAULT_TOLERANCE
 
 
 def test_store_error_is_still_one_line(tmp_path, monkeypatch):
